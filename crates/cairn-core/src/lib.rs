@@ -1,0 +1,15 @@
+//! Cairn's pure domain: the workflow model and its validation, the DAG and its order, canonical
+//! hashing, step signatures and run identity, templates and the validator.
+//!
+//! Nothing here does IO, reads a clock or draws randomness; callers pass those in. Every function
+//! fails only on bad input, with an error that says what to fix.
+
+pub mod canonical;
+pub mod dag;
+pub mod ids;
+pub mod signature;
+pub mod status;
+pub mod store;
+pub mod template;
+pub mod validator;
+pub mod workflow;

@@ -1,0 +1,210 @@
+//! Step signatures and run identity, and the pure decisions made from them: what to do with an
+//! existing step row, and what follows a finished attempt.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::canonical::{CanonicalError, hash_json};
+use crate::status::{Outcome, StepStatus};
+use crate::workflow::ToolDef;
+
+/// Bumped whenever what a hash covers changes, so old and new hashes never collide silently.
+pub const SIGNATURE_FORMAT: u32 = 1;
+
+/// What makes a step's evidence reusable: the same tool, the same tool definition, the same args.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepSignature {
+    pub tool: String,
+    pub tool_digest: String,
+    pub args_hash: String,
+}
+
+/// A file the tool's command names inside the workflow folder, with its content hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolFile {
+    pub path: String,
+    pub sha256: String,
+}
+
+/// `sha256` of the tool definition: command, declared version, timeout, environment allowlist and
+/// the content hashes of the files its command names.
+pub fn tool_digest(tool: &ToolDef, files: &[ToolFile]) -> Result<String, CanonicalError> {
+    let mut files: Vec<&ToolFile> = files.iter().collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    hash_json(&json!({
+        "format": SIGNATURE_FORMAT,
+        "command": tool.command,
+        "version": tool.version,
+        "timeout_secs": tool.timeout_secs,
+        "env": tool.env,
+        "files": files.iter().map(|f| json!({"path": f.path, "sha256": f.sha256})).collect::<Vec<_>>(),
+    }))
+}
+
+/// `sha256(JCS(args))`.
+pub fn args_hash(args: &Value) -> Result<String, CanonicalError> {
+    hash_json(args)
+}
+
+/// The identity of a run: workflow, version, canonical input and, for a replay child, the directive.
+pub fn run_identity(
+    workflow: &str,
+    version: &str,
+    input: &Value,
+    replay: Option<&Value>,
+) -> Result<String, CanonicalError> {
+    hash_json(&json!({
+        "format": SIGNATURE_FORMAT,
+        "workflow": workflow,
+        "version": version,
+        "input": input,
+        "replay": replay,
+    }))
+}
+
+/// The first signature component that differs, for an explicit mismatch message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignatureMismatch {
+    pub field: String,
+    pub stored: String,
+    pub wanted: String,
+}
+
+impl SignatureMismatch {
+    pub fn between(stored: &StepSignature, wanted: &StepSignature) -> Option<SignatureMismatch> {
+        let pairs = [
+            ("tool", &stored.tool, &wanted.tool),
+            ("tool_digest", &stored.tool_digest, &wanted.tool_digest),
+            ("args_hash", &stored.args_hash, &wanted.args_hash),
+        ];
+        pairs.iter().find(|(_, a, b)| a != b).map(|(f, a, b)| SignatureMismatch {
+            field: f.to_string(),
+            stored: a.to_string(),
+            wanted: b.to_string(),
+        })
+    }
+}
+
+/// What the engine does with a step, given the row already stored for it (if any).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepAction {
+    /// No row: start attempt 1.
+    Execute,
+    /// A completed row with an equal signature: reuse its result.
+    Reuse,
+    /// A running row and an explicit resume: mark the attempt interrupted, start a new one.
+    ResumeInterrupted,
+    /// A running row without an explicit resume: it may still be alive, so refuse.
+    RefuseRunning,
+    /// A failed row with an equal signature: the failure stands.
+    AlreadyFailed,
+    /// Any row whose signature differs: an explicit mismatch, never a cache hit.
+    Mismatch(SignatureMismatch),
+}
+
+pub fn decide_step(
+    existing: Option<(StepStatus, &StepSignature)>,
+    wanted: &StepSignature,
+    resume_interrupted: bool,
+) -> StepAction {
+    let Some((status, stored)) = existing else { return StepAction::Execute };
+    if let Some(m) = SignatureMismatch::between(stored, wanted) {
+        return StepAction::Mismatch(m);
+    }
+    match status {
+        StepStatus::Completed => StepAction::Reuse,
+        StepStatus::Failed => StepAction::AlreadyFailed,
+        StepStatus::Running if resume_interrupted => StepAction::ResumeInterrupted,
+        StepStatus::Running => StepAction::RefuseRunning,
+    }
+}
+
+/// What follows an attempt that ended with `outcome`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterAttempt {
+    Complete,
+    Retry,
+    /// Permanent, or the attempts are exhausted: the run is FAILED.
+    Fail,
+}
+
+/// `finished_attempts` counts attempts that ended with an outcome (interrupted ones do not).
+pub fn after_attempt(
+    outcome: Outcome,
+    finished_attempts: u32,
+    max_attempts: u32,
+    retry_on: &[Outcome],
+) -> AfterAttempt {
+    match outcome {
+        Outcome::Completed => AfterAttempt::Complete,
+        o if retry_on.contains(&o) && finished_attempts < max_attempts => AfterAttempt::Retry,
+        _ => AfterAttempt::Fail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(args: &str) -> StepSignature {
+        StepSignature { tool: "t".into(), tool_digest: "d".into(), args_hash: args.into() }
+    }
+
+    #[test]
+    fn existing_rows_are_reused_only_on_an_equal_signature() {
+        let s = sig("a");
+        assert_eq!(decide_step(None, &s, false), StepAction::Execute);
+        assert_eq!(decide_step(Some((StepStatus::Completed, &s)), &s, false), StepAction::Reuse);
+        assert_eq!(decide_step(Some((StepStatus::Running, &s)), &s, false), StepAction::RefuseRunning);
+        assert_eq!(decide_step(Some((StepStatus::Running, &s)), &s, true), StepAction::ResumeInterrupted);
+        assert_eq!(decide_step(Some((StepStatus::Failed, &s)), &s, true), StepAction::AlreadyFailed);
+        for status in [StepStatus::Completed, StepStatus::Running, StepStatus::Failed] {
+            let StepAction::Mismatch(m) = decide_step(Some((status, &sig("b"))), &s, true) else { panic!() };
+            assert_eq!((m.field.as_str(), m.stored.as_str(), m.wanted.as_str()), ("args_hash", "b", "a"));
+        }
+    }
+
+    #[test]
+    fn only_listed_outcomes_retry_and_only_within_the_budget() {
+        let on = [Outcome::TimedOut];
+        assert_eq!(after_attempt(Outcome::TimedOut, 1, 2, &on), AfterAttempt::Retry);
+        assert_eq!(after_attempt(Outcome::TimedOut, 2, 2, &on), AfterAttempt::Fail);
+        assert_eq!(after_attempt(Outcome::Failed, 1, 2, &on), AfterAttempt::Fail);
+        assert_eq!(after_attempt(Outcome::InvalidInput, 1, 5, &on), AfterAttempt::Fail);
+        assert_eq!(after_attempt(Outcome::Completed, 2, 2, &on), AfterAttempt::Complete);
+    }
+
+    #[test]
+    fn tool_digest_covers_every_part_of_the_definition() {
+        let tool = ToolDef {
+            name: "t".into(),
+            command: vec!["python3".into(), "t.py".into()],
+            timeout_secs: 60,
+            version: None,
+            env: vec![],
+        };
+        let files = vec![ToolFile { path: "t.py".into(), sha256: "aa".into() }];
+        let base = tool_digest(&tool, &files).unwrap();
+        let variants = [
+            ToolDef { timeout_secs: 61, ..tool.clone() },
+            ToolDef { version: Some("2".into()), ..tool.clone() },
+            ToolDef { env: vec!["LANG".into()], ..tool.clone() },
+            ToolDef { command: vec!["python3".into(), "-u".into(), "t.py".into()], ..tool.clone() },
+        ];
+        for v in &variants {
+            assert_ne!(tool_digest(v, &files).unwrap(), base);
+        }
+        assert_ne!(tool_digest(&tool, &[ToolFile { path: "t.py".into(), sha256: "ab".into() }]).unwrap(), base);
+        // The tool's own name is not part of the digest: renaming a tool changes the `tool` field.
+        assert_eq!(tool_digest(&ToolDef { name: "u".into(), ..tool.clone() }, &files).unwrap(), base);
+    }
+
+    #[test]
+    fn run_identity_separates_replay_children() {
+        let input = json!({"a": 1});
+        let plain = run_identity("w", "1.0.0", &input, None).unwrap();
+        assert_eq!(plain, run_identity("w", "1.0.0", &json!({"a": 1}), None).unwrap());
+        assert_ne!(plain, run_identity("w", "1.0.1", &input, None).unwrap());
+        assert_ne!(plain, run_identity("w", "1.0.0", &input, Some(&json!({"source_run_id": "r"}))).unwrap());
+    }
+}

@@ -1,0 +1,138 @@
+//! The closed sets of outcomes and statuses, with the text forms stored and shown everywhere.
+
+use std::fmt;
+use std::str::FromStr;
+
+macro_rules! text_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> { s.serialize_str(self.as_str()) }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, UnknownName> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownName {
+                        kind: stringify!($name),
+                        given: s.to_string(),
+                        expected: vec![$($text),+].join(", "),
+                    }),
+                }
+            }
+        }
+    };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not a {kind}; expected one of: {expected}")]
+pub struct UnknownName {
+    pub kind: &'static str,
+    pub given: String,
+    pub expected: String,
+}
+
+text_enum!(
+    /// The one outcome class of a tool attempt.
+    Outcome {
+        Completed => "COMPLETED",
+        TimedOut => "TIMED_OUT",
+        Failed => "FAILED",
+        Denied => "DENIED",
+        InvalidInput => "INVALID_INPUT",
+    }
+);
+
+text_enum!(
+    /// The status of a step record.
+    StepStatus {
+        Running => "RUNNING",
+        Completed => "COMPLETED",
+        Failed => "FAILED",
+    }
+);
+
+text_enum!(
+    /// The status of a run.
+    RunStatus {
+        Pending => "PENDING",
+        Running => "RUNNING",
+        Ready => "READY",
+        Blocked => "BLOCKED",
+        Failed => "FAILED",
+        Cancelled => "CANCELLED",
+    }
+);
+
+impl RunStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunStatus::Ready | RunStatus::Blocked | RunStatus::Failed | RunStatus::Cancelled)
+    }
+}
+
+/// How a finished attempt is classified from the process's exit, as the sandbox contract says:
+/// exit 0 with one JSON value is COMPLETED; 64/65 INVALID_INPUT; 77 DENIED; over the timeout
+/// TIMED_OUT; anything else (another code, a signal, invalid JSON) FAILED.
+pub fn classify_exit(exit_code: Option<i32>, timed_out: bool, stdout_is_json: bool) -> Outcome {
+    if timed_out {
+        return Outcome::TimedOut;
+    }
+    match exit_code {
+        Some(0) if stdout_is_json => Outcome::Completed,
+        Some(64) | Some(65) => Outcome::InvalidInput,
+        Some(77) => Outcome::Denied,
+        _ => Outcome::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_forms_round_trip() {
+        for o in Outcome::ALL {
+            assert_eq!(o.as_str().parse::<Outcome>().unwrap(), *o);
+        }
+        for s in RunStatus::ALL {
+            assert_eq!(s.as_str().parse::<RunStatus>().unwrap(), *s);
+        }
+        let err = "DONE".parse::<StepStatus>().unwrap_err();
+        assert!(err.to_string().contains("RUNNING, COMPLETED, FAILED"));
+    }
+
+    #[test]
+    fn exits_are_classified_by_the_sandbox_contract() {
+        assert_eq!(classify_exit(Some(0), false, true), Outcome::Completed);
+        assert_eq!(classify_exit(Some(0), false, false), Outcome::Failed);
+        assert_eq!(classify_exit(Some(64), false, false), Outcome::InvalidInput);
+        assert_eq!(classify_exit(Some(65), false, true), Outcome::InvalidInput);
+        assert_eq!(classify_exit(Some(77), false, false), Outcome::Denied);
+        assert_eq!(classify_exit(Some(1), false, true), Outcome::Failed);
+        assert_eq!(classify_exit(None, false, false), Outcome::Failed);
+        assert_eq!(classify_exit(Some(0), true, true), Outcome::TimedOut);
+    }
+}

@@ -1,0 +1,211 @@
+//! The persistence contract the engine runs on, and the records it reads and writes. The SQLite
+//! adapter in `cairn-store` implements it; every method is one transaction.
+//!
+//! Times are Unix milliseconds, durations microseconds; both are supplied by the caller's clock.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::signature::StepSignature;
+use crate::status::{Outcome, RunStatus, StepStatus};
+use crate::validator::Finding;
+use crate::workflow::WorkflowSpec;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowRecord {
+    pub name: String,
+    pub version: String,
+    /// Content digest of the registered folder.
+    pub digest: String,
+    /// Absolute path of the content-addressed snapshot.
+    pub path: String,
+    pub spec: WorkflowSpec,
+    pub registered_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegisterOutcome {
+    Inserted,
+    AlreadyRegistered,
+    Conflict { existing_digest: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub workflow: String,
+    pub version: String,
+    pub identity_hash: String,
+    pub input: Value,
+    pub status: RunStatus,
+    pub revision: i64,
+    pub run_dir: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub finished_at: Option<i64>,
+    pub findings: Vec<Finding>,
+    pub error: Option<String>,
+    pub source_run_id: Option<String>,
+    pub replay: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub run_id: String,
+    pub workflow: String,
+    pub version: String,
+    pub identity_hash: String,
+    pub input: Value,
+    pub run_dir: String,
+    pub source_run_id: Option<String>,
+    pub replay: Option<Value>,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateRun {
+    Created(RunRecord),
+    /// A run with this id exists; the caller compares identities.
+    Existing(RunRecord),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub pgid: u32,
+    pub start_time: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub run_id: String,
+    pub step_id: String,
+    pub status: StepStatus,
+    pub signature: StepSignature,
+    pub args: Value,
+    /// Attempts started in this run (0 for a step copied by replay).
+    pub attempt_count: u32,
+    /// Attempts abandoned by a crash and resumed explicitly; they do not use up retries.
+    pub interrupted_count: u32,
+    pub attempt_token: Option<String>,
+    pub outcome: Option<Outcome>,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub log_tail: Option<String>,
+    pub process: Option<ProcessInfo>,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    /// Wall time of the last attempt's process.
+    pub duration_us: Option<i64>,
+    /// For a replay child: the run the evidence was copied from.
+    pub reused_from: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub seq: i64,
+    pub run_id: String,
+    pub kind: String,
+    pub step_id: Option<String>,
+    pub attempt: Option<u32>,
+    pub at: i64,
+    pub data: Value,
+}
+
+/// How an attempt begins.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptStart {
+    /// The step has no row yet.
+    First,
+    /// The previous attempt ended with a retryable outcome.
+    Retry { previous_token: String, outcome: Outcome, error: Option<String> },
+    /// The previous attempt was abandoned (RUNNING after a crash) and is resumed explicitly.
+    ResumeInterrupted { previous_token: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BeginAttempt {
+    pub run_id: String,
+    pub step_id: String,
+    pub signature: StepSignature,
+    pub args: Value,
+    pub token: String,
+    /// The attempt's number (1-based).
+    pub attempt: u32,
+    pub start: AttemptStart,
+    pub at: i64,
+}
+
+/// The end of an attempt, written only if `token` still owns the step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishAttempt {
+    pub run_id: String,
+    pub step_id: String,
+    pub token: String,
+    pub attempt: u32,
+    pub outcome: Outcome,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub log_tail: Option<String>,
+    pub duration_us: i64,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("run `{0}` was not found; list runs with `cairn runs`")]
+    RunNotFound(String),
+    #[error(
+        "attempt token of step `{step_id}` in run `{run_id}` is stale: another attempt owns the step now, so this write was rejected"
+    )]
+    StaleToken { run_id: String, step_id: String },
+    #[error("run `{run_id}` was changed by another writer (revision {expected} is no longer current)")]
+    StaleRevision { run_id: String, expected: i64 },
+    #[error("step `{step_id}` of run `{run_id}` already has a record")]
+    StepExists { run_id: String, step_id: String },
+    #[error("the registry database failed: {0}")]
+    Database(String),
+    #[error("the registry holds a record this version of cairn cannot read: {0}")]
+    Corrupt(String),
+}
+
+/// The registry of workflows, runs, step records and events.
+pub trait RunStore {
+    fn register_workflow(&self, record: &WorkflowRecord) -> Result<RegisterOutcome, StoreError>;
+    /// A workflow by name and exact version, or the highest registered version when `None`.
+    fn workflow(&self, name: &str, version: Option<&str>) -> Result<Option<WorkflowRecord>, StoreError>;
+    fn workflows(&self) -> Result<Vec<WorkflowRecord>, StoreError>;
+
+    /// Creates a RUNNING run with a `run.created` event, or returns the existing one.
+    fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError>;
+    fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+    /// Newest first.
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
+    fn events(&self, run_id: &str, after_seq: i64) -> Result<Vec<EventRecord>, StoreError>;
+
+    /// Starts an attempt with its token and a `step.started` event (plus `step.retrying` or
+    /// `step.interrupted`); a retry or resume is conditional on `previous_token`.
+    fn begin_attempt(&self, begin: &BeginAttempt) -> Result<(), StoreError>;
+    /// Records the attempt's process identity, if the token still owns the step.
+    fn record_process(&self, run_id: &str, step_id: &str, token: &str, process: &ProcessInfo)
+    -> Result<(), StoreError>;
+    /// Writes COMPLETED with its result and a `step.completed` event, if the token owns the step.
+    fn complete_attempt(&self, finish: &FinishAttempt) -> Result<(), StoreError>;
+    /// Writes the step FAILED and the run FAILED with `run_error`, in one transaction.
+    fn fail_attempt(&self, finish: &FinishAttempt, run_error: &str) -> Result<(), StoreError>;
+    /// Records that a write by a stale token was rejected (an event only).
+    fn record_stale_write(&self, run_id: &str, step_id: &str, token: &str, at: i64) -> Result<(), StoreError>;
+    /// Moves a non-terminal run to a terminal status, guarded by its revision.
+    fn finish_run(
+        &self,
+        run_id: &str,
+        expected_revision: i64,
+        status: RunStatus,
+        findings: &[Finding],
+        error: Option<&str>,
+        at: i64,
+    ) -> Result<RunRecord, StoreError>;
+    /// Bumps the run's revision to take it over for an explicit resume.
+    fn claim_run(&self, run_id: &str, expected_revision: i64, at: i64) -> Result<i64, StoreError>;
+}

@@ -1,0 +1,668 @@
+//! The workflow file (`workflow.toml`): parsing into the model and every check that needs no IO.
+//! Errors name the file, line, step and field, and say how to fix them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toml::Spanned;
+
+use crate::dag::{Dag, DagError};
+use crate::status::Outcome;
+use crate::template::{self, Root};
+use crate::validator::{Op, Rule};
+
+pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 2;
+pub const MAX_MAX_ATTEMPTS: u32 = 100;
+pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
+
+/// A tool: a named executable contract.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    pub name: String,
+    /// argv; relative paths name files inside the workflow folder.
+    pub command: Vec<String>,
+    pub timeout_secs: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Extra environment variables passed through; the rest is scrubbed.
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+/// A DAG node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepDef {
+    pub id: String,
+    pub tool: String,
+    pub args: Value,
+    pub needs: Vec<String>,
+    pub max_attempts: u32,
+    pub retry_on: Vec<Outcome>,
+    /// Line of the step's table in the workflow file, for messages.
+    pub line: usize,
+}
+
+/// A parsed, structurally valid workflow definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowSpec {
+    pub name: String,
+    pub version: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<String>,
+    pub tools: BTreeMap<String, ToolDef>,
+    pub steps: Vec<StepDef>,
+    pub rules: Vec<Rule>,
+}
+
+impl WorkflowSpec {
+    pub fn step(&self, id: &str) -> Option<&StepDef> {
+        self.steps.iter().find(|s| s.id == id)
+    }
+
+    pub fn dag(&self) -> Result<Dag, DagError> {
+        Dag::build(self.steps.iter().map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str))))
+    }
+
+    pub fn reference(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+}
+
+/// An error in a workflow file, located as precisely as the parser can.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct WorkflowError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub step: Option<String>,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for WorkflowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        f.write_str(": ")?;
+        match (&self.step, &self.field) {
+            (Some(step), Some(field)) => write!(f, "step `{step}`, field `{field}`: ")?,
+            (Some(step), None) => write!(f, "step `{step}`: ")?,
+            (None, Some(field)) => write!(f, "field `{field}`: ")?,
+            (None, None) => {}
+        }
+        f.write_str(&self.message)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    workflow: Spanned<RawMeta>,
+    #[serde(default)]
+    tools: BTreeMap<String, Spanned<RawTool>>,
+    #[serde(default)]
+    steps: Vec<Spanned<RawStep>>,
+    #[serde(default)]
+    validator: Option<RawValidator>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMeta {
+    name: Spanned<String>,
+    version: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    input_schema: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTool {
+    command: Spanned<Vec<String>>,
+    timeout_secs: Option<Spanned<i64>>,
+    version: Option<String>,
+    #[serde(default)]
+    env: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    id: Spanned<String>,
+    tool: Spanned<String>,
+    args: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    needs: Vec<String>,
+    max_attempts: Option<Spanned<i64>>,
+    retry_on: Option<Spanned<Vec<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawValidator {
+    #[serde(default)]
+    rules: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    id: Spanned<String>,
+    step: Spanned<String>,
+    pointer: Spanned<String>,
+    op: Spanned<String>,
+    value: Option<toml::Value>,
+    finding: String,
+}
+
+fn is_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Step and tool ids are path and template segments: `[A-Za-z0-9_-]+`.
+pub fn is_identifier(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
+/// TOML → JSON. Datetimes become their RFC 3339 text; non-finite floats are refused.
+pub fn toml_to_json(v: &toml::Value) -> Result<Value, String> {
+    Ok(match v {
+        toml::Value::String(s) => Value::String(s.clone()),
+        toml::Value::Integer(i) => Value::from(*i),
+        toml::Value::Float(f) => {
+            serde_json::Number::from_f64(*f).map(Value::Number).ok_or_else(|| format!("{f} is not a finite number"))?
+        }
+        toml::Value::Boolean(b) => Value::Bool(*b),
+        toml::Value::Datetime(d) => Value::String(d.to_string()),
+        toml::Value::Array(items) => Value::Array(items.iter().map(toml_to_json).collect::<Result<_, _>>()?),
+        toml::Value::Table(t) => {
+            Value::Object(t.iter().map(|(k, v)| Ok((k.clone(), toml_to_json(v)?))).collect::<Result<_, String>>()?)
+        }
+    })
+}
+
+struct Locator<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Locator<'_> {
+    fn line(&self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        self.text.as_bytes()[..end].iter().filter(|b| **b == b'\n').count() + 1
+    }
+
+    fn err(
+        &self,
+        offset: Option<usize>,
+        step: Option<&str>,
+        field: Option<&str>,
+        message: impl Into<String>,
+    ) -> WorkflowError {
+        WorkflowError {
+            file: self.file.to_string(),
+            line: offset.map(|o| self.line(o)),
+            step: step.map(str::to_string),
+            field: field.map(str::to_string),
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses and validates a `workflow.toml`. `file` is the path used in messages.
+/// Checks that need the filesystem (tool files, the input schema) are the engine's.
+pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowError> {
+    let loc = Locator { file, text };
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let offset = e.span().map(|s| s.start);
+        loc.err(offset, None, None, e.message().trim_end().to_string())
+    })?;
+
+    let meta_span = raw.workflow.span().start;
+    let meta = raw.workflow.into_inner();
+    if !is_name(meta.name.get_ref()) {
+        return Err(loc.err(
+            Some(meta.name.span().start),
+            None,
+            Some("workflow.name"),
+            format!("`{}` is not a valid workflow name; use lowercase letters, digits and `-`, starting with a letter or digit", meta.name.get_ref()),
+        ));
+    }
+    let version = semver::Version::parse(meta.version.get_ref()).map_err(|e| {
+        loc.err(
+            Some(meta.version.span().start),
+            None,
+            Some("workflow.version"),
+            format!("`{}` is not a semantic version ({e}); write it like \"1.2.0\"", meta.version.get_ref()),
+        )
+    })?;
+
+    let mut tools = BTreeMap::new();
+    for (name, raw_tool) in raw.tools {
+        let at = raw_tool.span().start;
+        let t = raw_tool.into_inner();
+        let field = |f: &str| format!("tools.{name}.{f}");
+        if !is_identifier(&name) {
+            return Err(loc.err(
+                Some(at),
+                None,
+                Some(&format!("tools.{name}")),
+                "a tool name may use only letters, digits, `_` and `-`",
+            ));
+        }
+        let command_at = t.command.span().start;
+        let command = t.command.into_inner();
+        if command.is_empty() || command[0].is_empty() {
+            return Err(loc.err(
+                Some(command_at),
+                None,
+                Some(&field("command")),
+                "the command is empty; give an argv such as [\"python3\", \"tools/check.py\"]",
+            ));
+        }
+        if command.iter().any(|a| a.contains('\0')) {
+            return Err(loc.err(Some(command_at), None, Some(&field("command")), "an argument contains a NUL byte"));
+        }
+        let timeout_secs = match t.timeout_secs {
+            None => DEFAULT_TIMEOUT_SECS,
+            Some(v) => {
+                let n = *v.get_ref();
+                if n < 1 || n as u64 > MAX_TIMEOUT_SECS {
+                    return Err(loc.err(
+                        Some(v.span().start),
+                        None,
+                        Some(&field("timeout_secs")),
+                        format!("{n} is out of range; use 1 to {MAX_TIMEOUT_SECS} seconds"),
+                    ));
+                }
+                n as u64
+            }
+        };
+        for var in &t.env {
+            if var.is_empty() || var.contains('=') || var.contains('\0') {
+                return Err(loc.err(
+                    Some(at),
+                    None,
+                    Some(&field("env")),
+                    format!("`{var}` is not an environment variable name"),
+                ));
+            }
+        }
+        tools.insert(name.clone(), ToolDef { name, command, timeout_secs, version: t.version, env: t.env });
+    }
+
+    let mut steps = Vec::with_capacity(raw.steps.len());
+    for raw_step in raw.steps {
+        let at = raw_step.span().start;
+        let s = raw_step.into_inner();
+        let id = s.id.get_ref().clone();
+        let sid = Some(id.as_str());
+        if !is_identifier(&id) {
+            return Err(loc.err(
+                Some(s.id.span().start),
+                sid,
+                Some("id"),
+                "a step id must be 1 to 128 letters, digits, `_` or `-`",
+            ));
+        }
+        if !tools.contains_key(s.tool.get_ref()) {
+            let known: Vec<&str> = tools.keys().map(String::as_str).collect();
+            return Err(loc.err(
+                Some(s.tool.span().start),
+                sid,
+                Some("tool"),
+                format!(
+                    "unknown tool `{}`; declare it as [tools.{}] or use one of: {}",
+                    s.tool.get_ref(),
+                    s.tool.get_ref(),
+                    if known.is_empty() { "(none declared)".to_string() } else { known.join(", ") }
+                ),
+            ));
+        }
+        let args = match s.args {
+            None => Value::Object(Default::default()),
+            Some(a) => {
+                let a_at = a.span().start;
+                let v = toml_to_json(a.get_ref()).map_err(|e| loc.err(Some(a_at), sid, Some("args"), e))?;
+                if !v.is_object() {
+                    return Err(loc.err(
+                        Some(a_at),
+                        sid,
+                        Some("args"),
+                        "args must be a table, such as { suite = \"${input.tests}\" }",
+                    ));
+                }
+                v
+            }
+        };
+        let max_attempts = match s.max_attempts {
+            None => DEFAULT_MAX_ATTEMPTS,
+            Some(v) => {
+                let n = *v.get_ref();
+                if n < 1 || n > MAX_MAX_ATTEMPTS as i64 {
+                    return Err(loc.err(
+                        Some(v.span().start),
+                        sid,
+                        Some("max_attempts"),
+                        format!("{n} is out of range; use 1 to {MAX_MAX_ATTEMPTS}"),
+                    ));
+                }
+                n as u32
+            }
+        };
+        let retry_on = match s.retry_on {
+            None => vec![Outcome::TimedOut],
+            Some(v) => {
+                let v_at = v.span().start;
+                let mut out = Vec::new();
+                for name in v.into_inner() {
+                    let o: Outcome = name.parse().map_err(|e: crate::status::UnknownName| {
+                        loc.err(Some(v_at), sid, Some("retry_on"), e.to_string())
+                    })?;
+                    if o == Outcome::Completed {
+                        return Err(loc.err(
+                            Some(v_at),
+                            sid,
+                            Some("retry_on"),
+                            "COMPLETED is not a failure and cannot be retried",
+                        ));
+                    }
+                    if !out.contains(&o) {
+                        out.push(o);
+                    }
+                }
+                out
+            }
+        };
+        steps.push(StepDef {
+            id,
+            tool: s.tool.into_inner(),
+            args,
+            needs: s.needs,
+            max_attempts,
+            retry_on,
+            line: loc.line(at),
+        });
+    }
+    if steps.is_empty() {
+        return Err(loc.err(
+            Some(meta_span),
+            None,
+            Some("steps"),
+            "the workflow has no steps; add at least one [[steps]] table",
+        ));
+    }
+
+    let line_of = |id: &str| steps.iter().find(|s| s.id == id).map(|s| s.line);
+    let dag = Dag::build(steps.iter().map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str)))).map_err(|e| {
+        let (step, field) = match &e {
+            DagError::EmptyId { .. } => (None, Some("id")),
+            DagError::DuplicateId { id } => (Some(id.clone()), Some("id")),
+            DagError::MissingDependency { step, .. }
+            | DagError::DuplicateDependency { step, .. }
+            | DagError::SelfDependency { step } => (Some(step.clone()), Some("needs")),
+            DagError::Cycle { cycle } => (cycle.first().cloned(), Some("needs")),
+        };
+        let line = match &e {
+            // The second declaration is the one to fix.
+            DagError::DuplicateId { id } => steps.iter().filter(|s| &s.id == id).nth(1).map(|s| s.line),
+            _ => step.as_deref().and_then(line_of),
+        };
+        WorkflowError { file: file.to_string(), line, step, field: field.map(str::to_string), message: e.to_string() }
+    })?;
+
+    for (i, step) in steps.iter().enumerate() {
+        let refs = template::references(&step.args).map_err(|e| WorkflowError {
+            file: file.to_string(),
+            line: Some(step.line),
+            step: Some(step.id.clone()),
+            field: Some("args".into()),
+            message: e.to_string(),
+        })?;
+        for (pointer, r) in refs {
+            if let Root::Step(target) = &r.root {
+                let problem = match dag.index_of(target) {
+                    None => Some(format!("`${{{}}}` at `{pointer}` references unknown step `{target}`", r.text)),
+                    Some(t) if t == i => Some(format!("`${{{}}}` at `{pointer}` references the step itself", r.text)),
+                    Some(t) if !dag.is_ancestor(t, i) => Some(format!(
+                        "`${{{}}}` at `{pointer}` references step `{target}`, which is not an ancestor; add \"{target}\" to `needs`",
+                        r.text
+                    )),
+                    Some(_) => None,
+                };
+                if let Some(message) = problem {
+                    return Err(WorkflowError {
+                        file: file.to_string(),
+                        line: Some(step.line),
+                        step: Some(step.id.clone()),
+                        field: Some("args".into()),
+                        message,
+                    });
+                }
+            }
+        }
+    }
+
+    let mut rules = Vec::new();
+    for raw_rule in raw.validator.map(|v| v.rules).unwrap_or_default() {
+        let at = raw_rule.span().start;
+        let r = raw_rule.into_inner();
+        let field = |f: &str| format!("validator.rules[{}].{f}", r.id.get_ref());
+        if r.id.get_ref().is_empty() || rules.iter().any(|x: &Rule| &x.id == r.id.get_ref()) {
+            return Err(loc.err(
+                Some(r.id.span().start),
+                None,
+                Some(&field("id")),
+                "rule ids must be non-empty and unique",
+            ));
+        }
+        if dag.index_of(r.step.get_ref()).is_none() {
+            return Err(loc.err(
+                Some(r.step.span().start),
+                None,
+                Some(&field("step")),
+                format!("unknown step `{}`", r.step.get_ref()),
+            ));
+        }
+        let pointer = r.pointer.get_ref();
+        if !(pointer.is_empty() || pointer.starts_with('/')) {
+            return Err(loc.err(
+                Some(r.pointer.span().start),
+                None,
+                Some(&field("pointer")),
+                format!("`{pointer}` is not a JSON Pointer; write it like \"/failed\" (or \"\" for the whole result)"),
+            ));
+        }
+        let op = Op::parse(r.op.get_ref())
+            .map_err(|e| loc.err(Some(r.op.span().start), None, Some(&field("op")), e.to_string()))?;
+        let value = r
+            .value
+            .as_ref()
+            .map(toml_to_json)
+            .transpose()
+            .map_err(|e| loc.err(Some(at), None, Some(&field("value")), e))?;
+        match (&value, op.takes_value()) {
+            (None, true) => {
+                return Err(loc.err(
+                    Some(at),
+                    None,
+                    Some(&field("value")),
+                    format!("op `{}` needs a `value`", r.op.get_ref()),
+                ));
+            }
+            (Some(_), false) => {
+                return Err(loc.err(
+                    Some(at),
+                    None,
+                    Some(&field("value")),
+                    format!("op `{}` takes no `value`; remove it", r.op.get_ref()),
+                ));
+            }
+            (Some(v), _) if op == Op::In && !v.is_array() => {
+                return Err(loc.err(Some(at), None, Some(&field("value")), "op `in` needs an array `value`"));
+            }
+            _ => {}
+        }
+        rules.push(Rule {
+            id: r.id.into_inner(),
+            step: r.step.into_inner(),
+            pointer: r.pointer.into_inner(),
+            op,
+            value,
+            finding: r.finding,
+        });
+    }
+
+    Ok(WorkflowSpec {
+        name: meta.name.into_inner(),
+        version: version.to_string(),
+        description: meta.description,
+        input_schema: meta.input_schema.map(Spanned::into_inner),
+        tools,
+        steps,
+        rules,
+    })
+}
+
+/// Whether an argv element could name a file inside the workflow folder: a relative path with no
+/// `..` component that is not an option. The engine checks which of these exist.
+pub fn tool_path_candidate(arg: &str) -> bool {
+    !arg.is_empty()
+        && !arg.starts_with('/')
+        && !arg.starts_with('-')
+        && !arg.contains('\0')
+        && arg.split('/').all(|seg| seg != "..")
+        && !arg.contains("${")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const GOOD: &str = r#"
+[workflow]
+name = "release-validation"
+version = "1.1.0"
+
+[tools.t]
+command = ["python3", "tools/t.py"]
+timeout_secs = 5
+
+[[steps]]
+id = "a"
+tool = "t"
+args = { suite = "${input.manifest.tests}" }
+
+[[steps]]
+id = "b"
+tool = "t"
+needs = ["a"]
+max_attempts = 3
+retry_on = ["TIMED_OUT", "FAILED"]
+args = { x = "${steps.a.result.failed}", v = "v${input.manifest.version}" }
+
+[[validator.rules]]
+id = "tests-pass"
+step = "a"
+pointer = "/failed"
+op = "eq"
+value = 0
+finding = "unit tests failed"
+"#;
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let w = parse_workflow(GOOD, "workflow.toml").unwrap();
+        assert_eq!(w.reference(), "release-validation@1.1.0");
+        assert_eq!(w.steps[0].max_attempts, 2);
+        assert_eq!(w.steps[0].retry_on, vec![Outcome::TimedOut]);
+        assert_eq!(w.steps[1].retry_on, vec![Outcome::TimedOut, Outcome::Failed]);
+        assert_eq!(w.steps[1].line, 15);
+        assert_eq!(w.tools["t"].timeout_secs, 5);
+        assert_eq!(w.rules[0].value, Some(json!(0)));
+    }
+
+    fn err(text: &str) -> WorkflowError {
+        parse_workflow(text, "wf/workflow.toml").unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_file_line_step_and_field() {
+        let e = err(&GOOD.replace("needs = [\"a\"]", "needs = [\"zz\"]"));
+        assert_eq!(
+            e.to_string(),
+            "wf/workflow.toml:15: step `b`, field `needs`: step `b` needs `zz`, which is not a step of this workflow"
+        );
+
+        let e = err(&GOOD.replace("tool = \"t\"\nneeds", "tool = \"nope\"\nneeds"));
+        assert_eq!((e.step.as_deref(), e.field.as_deref(), e.line), (Some("b"), Some("tool"), Some(17)));
+        assert!(e.message.contains("unknown tool `nope`"));
+
+        let e = err(&GOOD.replace("id = \"b\"", "id = \"a\""));
+        assert_eq!((e.step.as_deref(), e.line), (Some("a"), Some(15)));
+
+        let e = err(&GOOD.replace("needs = [\"a\"]", "needs = [\"b\"]"));
+        assert!(e.message.contains("needs itself"), "{e}");
+
+        let e = err(&GOOD.replace("x = \"${steps.a.result.failed}\"", "x = \"${steps.c.result}\""));
+        assert!(e.message.contains("unknown step `c`"), "{e}");
+
+        let e = err(&GOOD.replace("max_attempts = 3", "max_attempts = 0"));
+        assert_eq!(e.field.as_deref(), Some("max_attempts"));
+
+        let e = err(&GOOD.replace("retry_on = [\"TIMED_OUT\", \"FAILED\"]", "retry_on = [\"LATE\"]"));
+        assert!(e.message.contains("`LATE` is not a Outcome") || e.message.contains("LATE"), "{e}");
+
+        let e = err(&GOOD.replace("op = \"eq\"", "op = \"equals\""));
+        assert!(e.message.contains("eq, ne"), "{e}");
+
+        let e = err(&GOOD.replace("version = \"1.1.0\"", "version = \"1.1\""));
+        assert_eq!(e.field.as_deref(), Some("workflow.version"));
+    }
+
+    #[test]
+    fn a_reference_to_a_non_ancestor_is_refused() {
+        let text = GOOD.replace("needs = [\"a\"]\n", "").replace("${steps.a.result.failed}", "${steps.a.result}");
+        let e = err(&text);
+        assert!(e.message.contains("not an ancestor; add \"a\" to `needs`"), "{e}");
+    }
+
+    #[test]
+    fn a_cycle_names_its_steps() {
+        let text = GOOD
+            .replace("[[steps]]\nid = \"a\"\ntool = \"t\"\n", "[[steps]]\nid = \"a\"\ntool = \"t\"\nneeds = [\"b\"]\n");
+        let e = err(&text);
+        assert!(e.message.contains("a -> b -> a"), "{e}");
+    }
+
+    #[test]
+    fn toml_syntax_and_unknown_keys_are_located() {
+        let e = err("[workflow]\nname = \"x\"\nversion = \"1.0.0\"\n[[steps]]\nid = \"a\"\ntool = \"t\"\nneed = []\n");
+        assert_eq!(e.line, Some(7), "{e}");
+        assert!(e.message.contains("unknown field `need`"), "{e}");
+        let e = err("[workflow\nname = 1");
+        assert_eq!(e.line, Some(1), "{e}");
+        let e = err("[workflow]\nname = \"x\"\nversion = \"1.0.0\"\n");
+        assert!(e.message.contains("no steps"), "{e}");
+    }
+
+    #[test]
+    fn tool_path_candidates() {
+        assert!(tool_path_candidate("tools/x.py"));
+        assert!(tool_path_candidate("x.py"));
+        assert!(!tool_path_candidate("/bin/echo"));
+        assert!(!tool_path_candidate("../x.py"));
+        assert!(!tool_path_candidate("--flag"));
+    }
+}

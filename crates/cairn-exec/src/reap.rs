@@ -1,0 +1,38 @@
+//! Stopping a process group that an earlier, crashed runner left behind, but only after proving
+//! it is the recorded process: a pid alone may have been reused by an unrelated program.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::sandbox::{ProcessIdentity, process_start_time};
+
+/// Whether the recorded process is still alive as the same process (pid and start time match).
+pub fn is_same_process(p: &ProcessIdentity) -> bool {
+    match (process_start_time(p.pid), p.start_time) {
+        (Some(now), Some(then)) => now == then,
+        // Without a recorded start time we cannot prove identity: treat it as someone else.
+        _ => false,
+    }
+}
+
+/// Terminates the recorded process group (SIGTERM, `grace`, SIGKILL) if the leader is verifiably
+/// the recorded process. Returns whether it was found alive and stopped.
+pub fn terminate_if_same(p: &ProcessIdentity, grace: Duration) -> bool {
+    if !is_same_process(p) {
+        return false;
+    }
+    let pgid = Pid::from_raw(p.pgid as i32);
+    let _ = killpg(pgid, Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if !is_same_process(p) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The group may hold children the leader left behind; SIGKILL all of it.
+    let _ = killpg(pgid, Signal::SIGKILL);
+    true
+}

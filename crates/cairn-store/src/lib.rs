@@ -1,0 +1,577 @@
+//! The SQLite adapter of Cairn's registry ([`RunStore`]): one database file in WAL mode with
+//! `synchronous=FULL`, foreign keys on, numbered migrations applied through `PRAGMA user_version`.
+//!
+//! Every state change is one IMMEDIATE transaction, and every write that belongs to an attempt
+//! is conditional on that attempt's token inside the same transaction, so a stale worker's write
+//! can never be applied.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use cairn_core::signature::StepSignature;
+use cairn_core::status::{RunStatus, StepStatus};
+use cairn_core::store::*;
+use cairn_core::validator::Finding;
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use serde_json::{Value, json};
+
+/// Numbered migrations, applied in order; `user_version` records the last one applied.
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Database(e.to_string())
+}
+
+fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    // Serialising our own plain data types cannot fail.
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+fn parse_enum<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse().map_err(|e: T::Err| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the registry at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let mut conn =
+            Connection::open(path).map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(db)?;
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .map_err(db)?;
+        migrate(&mut conn)?;
+        Ok(SqliteStore { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite consistent (the transaction rolls back).
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
+        let out = f(&tx)?;
+        tx.commit().map_err(db)?;
+        Ok(out)
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
+    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(db)?;
+    if current as usize > MIGRATIONS.len() {
+        return Err(StoreError::Corrupt(format!(
+            "the database schema is version {current}, newer than this cairn knows ({}); upgrade cairn",
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.execute_batch(sql).map_err(|e| StoreError::Database(format!("migration {}: {e}", i + 1)))?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(db)?;
+    }
+    tx.commit().map_err(db)
+}
+
+fn insert_event(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    kind: &str,
+    step_id: Option<&str>,
+    attempt: Option<u32>,
+    at: i64,
+    data: &Value,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO events (run_id, kind, step_id, attempt, at, data_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![run_id, kind, step_id, attempt, at, to_json(data)],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
+const RUN_COLUMNS: &str = "run_id, workflow, version, identity_hash, input_json, status, revision, run_dir, created_at, \
+     updated_at, finished_at, findings_json, error, source_run_id, replay_json";
+
+fn run_from_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>> {
+    let input: String = r.get(4)?;
+    let status: String = r.get(5)?;
+    let findings: String = r.get(11)?;
+    let replay: Option<String> = r.get(14)?;
+    let run_id: String = r.get(0)?;
+    let build = || -> Result<RunRecord, StoreError> {
+        Ok(RunRecord {
+            input: parse_json(&input, "run input")?,
+            status: parse_enum(&status, "run status")?,
+            findings: parse_json::<Vec<Finding>>(&findings, "run findings")?,
+            replay: replay.as_deref().map(|t| parse_json(t, "replay directive")).transpose()?,
+            run_id: run_id.clone(),
+            workflow: r.get(1).map_err(db)?,
+            version: r.get(2).map_err(db)?,
+            identity_hash: r.get(3).map_err(db)?,
+            revision: r.get(6).map_err(db)?,
+            run_dir: r.get(7).map_err(db)?,
+            created_at: r.get(8).map_err(db)?,
+            updated_at: r.get(9).map_err(db)?,
+            finished_at: r.get(10).map_err(db)?,
+            error: r.get(12).map_err(db)?,
+            source_run_id: r.get(13).map_err(db)?,
+        })
+    };
+    Ok(build())
+}
+
+const STEP_COLUMNS: &str = "run_id, step_id, status, tool, tool_digest, args_hash, args_json, attempt_count, \
+     interrupted_count, attempt_token, outcome, result_json, error, log_tail, pid, pgid, proc_start_time, started_at, \
+     finished_at, duration_us, reused_from";
+
+fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Result<StepRecord, StoreError>> {
+    let status: String = r.get(2)?;
+    let args: String = r.get(6)?;
+    let outcome: Option<String> = r.get(10)?;
+    let result: Option<String> = r.get(11)?;
+    let pid: Option<u32> = r.get(14)?;
+    let build = || -> Result<StepRecord, StoreError> {
+        Ok(StepRecord {
+            run_id: r.get(0).map_err(db)?,
+            step_id: r.get(1).map_err(db)?,
+            status: parse_enum::<StepStatus>(&status, "step status")?,
+            signature: StepSignature {
+                tool: r.get(3).map_err(db)?,
+                tool_digest: r.get(4).map_err(db)?,
+                args_hash: r.get(5).map_err(db)?,
+            },
+            args: parse_json(&args, "step args")?,
+            attempt_count: r.get(7).map_err(db)?,
+            interrupted_count: r.get(8).map_err(db)?,
+            attempt_token: r.get(9).map_err(db)?,
+            outcome: outcome.as_deref().map(|o| parse_enum(o, "step outcome")).transpose()?,
+            result: result.as_deref().map(|t| parse_json(t, "step result")).transpose()?,
+            error: r.get(12).map_err(db)?,
+            log_tail: r.get(13).map_err(db)?,
+            process: match pid {
+                Some(pid) => Some(ProcessInfo {
+                    pid,
+                    pgid: r.get::<_, Option<u32>>(15).map_err(db)?.unwrap_or(pid),
+                    start_time: r.get::<_, Option<i64>>(16).map_err(db)?.map(|t| t as u64),
+                }),
+                None => None,
+            },
+            started_at: r.get(17).map_err(db)?,
+            finished_at: r.get(18).map_err(db)?,
+            duration_us: r.get(19).map_err(db)?,
+            reused_from: r.get(20).map_err(db)?,
+        })
+    };
+    Ok(build())
+}
+
+fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+    conn.query_row(&format!("SELECT {RUN_COLUMNS} FROM workflow_executions WHERE run_id = ?1"), [run_id], run_from_row)
+        .optional()
+        .map_err(db)?
+        .transpose()
+}
+
+fn workflow_from_row(r: &Row<'_>) -> rusqlite::Result<Result<WorkflowRecord, StoreError>> {
+    let spec: String = r.get(4)?;
+    let name: String = r.get(0)?;
+    let version: String = r.get(1)?;
+    let digest: String = r.get(2)?;
+    let path: String = r.get(3)?;
+    let registered_at: i64 = r.get(5)?;
+    Ok(parse_json(&spec, "workflow definition").map(|spec| WorkflowRecord {
+        name,
+        version,
+        digest,
+        path,
+        spec,
+        registered_at,
+    }))
+}
+
+/// The attempt-token guard: the step row exists and `token` is its current token.
+fn check_token(tx: &rusqlite::Transaction<'_>, run_id: &str, step_id: &str, token: &str) -> Result<(), StoreError> {
+    let current: Option<Option<String>> = tx
+        .query_row("SELECT attempt_token FROM tool_calls WHERE run_id = ?1 AND step_id = ?2", [run_id, step_id], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(db)?;
+    match current {
+        Some(Some(t)) if t == token => Ok(()),
+        _ => Err(StoreError::StaleToken { run_id: run_id.into(), step_id: step_id.into() }),
+    }
+}
+
+impl RunStore for SqliteStore {
+    fn register_workflow(&self, rec: &WorkflowRecord) -> Result<RegisterOutcome, StoreError> {
+        self.write(|tx| {
+            let existing: Option<String> = tx
+                .query_row(
+                    "SELECT digest FROM workflows WHERE name = ?1 AND version = ?2",
+                    [&rec.name, &rec.version],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db)?;
+            match existing {
+                Some(d) if d == rec.digest => Ok(RegisterOutcome::AlreadyRegistered),
+                Some(d) => Ok(RegisterOutcome::Conflict { existing_digest: d }),
+                None => {
+                    tx.execute(
+                        "INSERT INTO workflows (name, version, digest, path, spec_json, registered_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![rec.name, rec.version, rec.digest, rec.path, to_json(&rec.spec), rec.registered_at],
+                    )
+                    .map_err(db)?;
+                    Ok(RegisterOutcome::Inserted)
+                }
+            }
+        })
+    }
+
+    fn workflow(&self, name: &str, version: Option<&str>) -> Result<Option<WorkflowRecord>, StoreError> {
+        let conn = self.conn();
+        let sql = "SELECT name, version, digest, path, spec_json, registered_at FROM workflows WHERE name = ?1";
+        let mut stmt = conn.prepare_cached(sql).map_err(db)?;
+        let all = stmt
+            .query_map([name], workflow_from_row)
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(match version {
+            Some(v) => all.into_iter().find(|w| w.version == v),
+            // The highest semantic version, not the newest registration.
+            None => all.into_iter().max_by(|a, b| semver_key(&a.version).cmp(&semver_key(&b.version))),
+        })
+    }
+
+    fn workflows(&self) -> Result<Vec<WorkflowRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT name, version, digest, path, spec_json, registered_at FROM workflows")
+            .map_err(db)?;
+        let mut all = stmt
+            .query_map([], workflow_from_row)
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        all.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| semver_key(&a.version).cmp(&semver_key(&b.version))));
+        Ok(all)
+    }
+
+    fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError> {
+        self.write(|tx| {
+            if let Some(existing) = load_run(tx, &new.run_id)? {
+                return Ok(CreateRun::Existing(existing));
+            }
+            tx.execute(
+                "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
+                 run_dir, created_at, updated_at, source_run_id, replay_json) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9)",
+                params![
+                    new.run_id,
+                    new.workflow,
+                    new.version,
+                    new.identity_hash,
+                    to_json(&new.input),
+                    new.run_dir,
+                    new.at,
+                    new.source_run_id,
+                    new.replay.as_ref().map(to_json),
+                ],
+            )
+            .map_err(db)?;
+            let mut data = json!({"workflow": new.workflow, "version": new.version, "identity_hash": new.identity_hash});
+            if let Some(src) = &new.source_run_id {
+                data["source_run_id"] = json!(src);
+            }
+            insert_event(tx, &new.run_id, "run.created", None, None, new.at, &data)?;
+            load_run(tx, &new.run_id)?
+                .map(CreateRun::Created)
+                .ok_or_else(|| StoreError::RunNotFound(new.run_id.clone()))
+        })
+    }
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        load_run(&self.conn(), run_id)
+    }
+
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM workflow_executions ORDER BY created_at DESC, rowid DESC LIMIT ?1"
+            ))
+            .map_err(db)?;
+        stmt.query_map([limit as i64], run_from_row)
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?
+            .into_iter()
+            .collect()
+    }
+
+    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {STEP_COLUMNS} FROM tool_calls WHERE run_id = ?1 ORDER BY started_at, rowid"
+            ))
+            .map_err(db)?;
+        stmt.query_map([run_id], step_from_row)
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?
+            .into_iter()
+            .collect()
+    }
+
+    fn events(&self, run_id: &str, after_seq: i64) -> Result<Vec<EventRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT seq, run_id, kind, step_id, attempt, at, data_json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
+            )
+            .map_err(db)?;
+        let rows = stmt
+            .query_map(params![run_id, after_seq], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<u32>>(4)?,
+                    r.get::<_, i64>(5)?,
+                    r.get::<_, String>(6)?,
+                ))
+            })
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?;
+        rows.into_iter()
+            .map(|(seq, run_id, kind, step_id, attempt, at, data)| {
+                Ok(EventRecord { seq, run_id, kind, step_id, attempt, at, data: parse_json(&data, "event data")? })
+            })
+            .collect()
+    }
+
+    fn begin_attempt(&self, b: &BeginAttempt) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let sig = &b.signature;
+            match &b.start {
+                AttemptStart::First => {
+                    let inserted = tx
+                        .execute(
+                            "INSERT OR IGNORE INTO tool_calls (run_id, step_id, status, tool, tool_digest, args_hash, args_json, \
+                             attempt_count, attempt_token, started_at) VALUES (?1, ?2, 'RUNNING', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                            params![b.run_id, b.step_id, sig.tool, sig.tool_digest, sig.args_hash, to_json(&b.args), b.attempt, b.token, b.at],
+                        )
+                        .map_err(db)?;
+                    if inserted == 0 {
+                        return Err(StoreError::StepExists { run_id: b.run_id.clone(), step_id: b.step_id.clone() });
+                    }
+                }
+                AttemptStart::Retry { previous_token, outcome, error } => {
+                    check_token(tx, &b.run_id, &b.step_id, previous_token)?;
+                    tx.execute(
+                        "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, outcome = NULL, error = NULL, \
+                         pid = NULL, pgid = NULL, proc_start_time = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
+                        params![b.run_id, b.step_id, b.token, b.attempt, b.at],
+                    )
+                    .map_err(db)?;
+                    insert_event(
+                        tx,
+                        &b.run_id,
+                        "step.retrying",
+                        Some(&b.step_id),
+                        Some(b.attempt - 1),
+                        b.at,
+                        &json!({"outcome": outcome, "error": error, "next_attempt": b.attempt}),
+                    )?;
+                }
+                AttemptStart::ResumeInterrupted { previous_token } => {
+                    check_token(tx, &b.run_id, &b.step_id, previous_token)?;
+                    tx.execute(
+                        "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, interrupted_count = interrupted_count + 1, \
+                         pid = NULL, pgid = NULL, proc_start_time = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
+                        params![b.run_id, b.step_id, b.token, b.attempt, b.at],
+                    )
+                    .map_err(db)?;
+                    insert_event(
+                        tx,
+                        &b.run_id,
+                        "step.interrupted",
+                        Some(&b.step_id),
+                        Some(b.attempt - 1),
+                        b.at,
+                        &json!({"abandoned_token": previous_token, "next_attempt": b.attempt}),
+                    )?;
+                }
+            }
+            insert_event(
+                tx,
+                &b.run_id,
+                "step.started",
+                Some(&b.step_id),
+                Some(b.attempt),
+                b.at,
+                &json!({"tool": sig.tool, "tool_digest": sig.tool_digest, "args_hash": sig.args_hash}),
+            )
+        })
+    }
+
+    fn record_process(&self, run_id: &str, step_id: &str, token: &str, p: &ProcessInfo) -> Result<(), StoreError> {
+        self.write(|tx| {
+            check_token(tx, run_id, step_id, token)?;
+            tx.execute(
+                "UPDATE tool_calls SET pid = ?3, pgid = ?4, proc_start_time = ?5 WHERE run_id = ?1 AND step_id = ?2",
+                params![run_id, step_id, p.pid, p.pgid, p.start_time.map(|t| t as i64)],
+            )
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn complete_attempt(&self, f: &FinishAttempt) -> Result<(), StoreError> {
+        self.write(|tx| {
+            check_token(tx, &f.run_id, &f.step_id, &f.token)?;
+            tx.execute(
+                "UPDATE tool_calls SET status = 'COMPLETED', outcome = ?3, result_json = ?4, error = NULL, log_tail = ?5, \
+                 finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
+                params![f.run_id, f.step_id, f.outcome.as_str(), f.result.as_ref().map(to_json), f.log_tail, f.at, f.duration_us],
+            )
+            .map_err(db)?;
+            insert_event(
+                tx,
+                &f.run_id,
+                "step.completed",
+                Some(&f.step_id),
+                Some(f.attempt),
+                f.at,
+                &json!({"duration_us": f.duration_us}),
+            )
+        })
+    }
+
+    fn fail_attempt(&self, f: &FinishAttempt, run_error: &str) -> Result<(), StoreError> {
+        self.write(|tx| {
+            check_token(tx, &f.run_id, &f.step_id, &f.token)?;
+            tx.execute(
+                "UPDATE tool_calls SET status = 'FAILED', outcome = ?3, result_json = NULL, error = ?4, log_tail = ?5, \
+                 finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
+                params![f.run_id, f.step_id, f.outcome.as_str(), f.error, f.log_tail, f.at, f.duration_us],
+            )
+            .map_err(db)?;
+            insert_event(
+                tx,
+                &f.run_id,
+                "step.failed",
+                Some(&f.step_id),
+                Some(f.attempt),
+                f.at,
+                &json!({"outcome": f.outcome, "error": f.error, "duration_us": f.duration_us}),
+            )?;
+            let changed = tx
+                .execute(
+                    "UPDATE workflow_executions SET status = 'FAILED', error = ?2, finished_at = ?3, updated_at = ?3, \
+                     revision = revision + 1 WHERE run_id = ?1 AND status IN ('PENDING', 'RUNNING')",
+                    params![f.run_id, run_error, f.at],
+                )
+                .map_err(db)?;
+            if changed == 1 {
+                insert_event(
+                    tx,
+                    &f.run_id,
+                    "run.finished",
+                    None,
+                    None,
+                    f.at,
+                    &json!({"status": "FAILED", "error": run_error}),
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn record_stale_write(&self, run_id: &str, step_id: &str, token: &str, at: i64) -> Result<(), StoreError> {
+        self.write(|tx| {
+            insert_event(tx, run_id, "step.stale_write_rejected", Some(step_id), None, at, &json!({"token": token}))
+        })
+    }
+
+    fn finish_run(
+        &self,
+        run_id: &str,
+        expected_revision: i64,
+        status: RunStatus,
+        findings: &[Finding],
+        error: Option<&str>,
+        at: i64,
+    ) -> Result<RunRecord, StoreError> {
+        self.write(|tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE workflow_executions SET status = ?3, findings_json = ?4, error = ?5, finished_at = ?6, \
+                     updated_at = ?6, revision = revision + 1 \
+                     WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
+                    params![run_id, expected_revision, status.as_str(), to_json(findings), error, at],
+                )
+                .map_err(db)?;
+            if changed == 0 {
+                return match load_run(tx, run_id)? {
+                    None => Err(StoreError::RunNotFound(run_id.into())),
+                    Some(_) => Err(StoreError::StaleRevision { run_id: run_id.into(), expected: expected_revision }),
+                };
+            }
+            insert_event(
+                tx,
+                run_id,
+                "run.finished",
+                None,
+                None,
+                at,
+                &json!({"status": status, "findings": findings.len(), "error": error}),
+            )?;
+            load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
+        })
+    }
+
+    fn claim_run(&self, run_id: &str, expected_revision: i64, at: i64) -> Result<i64, StoreError> {
+        self.write(|tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE workflow_executions SET revision = revision + 1, updated_at = ?3 \
+                     WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
+                    params![run_id, expected_revision, at],
+                )
+                .map_err(db)?;
+            if changed == 0 {
+                return Err(StoreError::StaleRevision { run_id: run_id.into(), expected: expected_revision });
+            }
+            insert_event(tx, run_id, "run.resumed", None, None, at, &json!({"revision": expected_revision + 1}))?;
+            Ok(expected_revision + 1)
+        })
+    }
+}
+
+/// Orders versions semantically; an unparsable one (never stored by the engine) sorts first.
+fn semver_key(v: &str) -> Option<semver::Version> {
+    semver::Version::parse(v).ok()
+}

@@ -1,0 +1,88 @@
+//! The command line, as the CLI contract in DESIGN.md fixes it.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "cairn", version, about = "Durable, approved, reproducible workflow runs", propagate_version = true)]
+pub struct Cli {
+    /// State root (default: $XDG_STATE_HOME/cairn, else ~/.local/state/cairn).
+    #[arg(long, env = "CAIRN_HOME", global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Register the bundled example and run it: READY, then BLOCKED with its finding.
+    Quickstart {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register, list and show workflows.
+    Workflow {
+        #[command(subcommand)]
+        command: WorkflowCommand,
+    },
+    /// Run a registered workflow (or continue a run with the same --run-id).
+    Run {
+        /// NAME or NAME@VERSION (default: the highest registered version).
+        workflow: String,
+        /// The run input: a JSON file, or - for stdin.
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+        /// Choose the run id ([A-Za-z0-9._-]{1,128}); the same id with the same input is idempotent.
+        #[arg(long, value_name = "ID")]
+        run_id: Option<String>,
+        /// Resume steps left RUNNING by a crash: the abandoned attempt is marked interrupted.
+        #[arg(long)]
+        resume_interrupted: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List runs, newest first.
+    Runs {
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run: its steps, findings and error.
+    Show {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The ordered event log of a run.
+    Events {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkflowCommand {
+    /// Validate a workflow folder and register it, content-addressed and immutable.
+    Add {
+        /// The folder holding workflow.toml (or the file itself).
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List registered workflows and versions.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a workflow's steps, tools and validator rules.
+    Show {
+        /// NAME or NAME@VERSION.
+        workflow: String,
+        #[arg(long)]
+        json: bool,
+    },
+}

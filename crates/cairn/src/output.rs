@@ -1,0 +1,230 @@
+//! What commands print: the JSON objects of the CLI contract and their human renderings.
+
+use cairn_core::store::{EventRecord, RunRecord, WorkflowRecord};
+use cairn_engine::registry::LoadedWorkflow;
+use cairn_engine::runner::{RunReport, StepView};
+use serde_json::{Value, json};
+
+pub fn print_json(v: &Value) {
+    // Serialising a Value cannot fail.
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+pub fn time(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()).unwrap_or_default()
+}
+
+fn step_json(s: &StepView) -> Value {
+    let r = s.record.as_ref();
+    json!({
+        "step_id": s.step_id,
+        "status": s.status(),
+        "attempts": r.map(|r| r.attempt_count).unwrap_or(0),
+        "reused": r.is_some_and(|r| r.reused_from.is_some()),
+        "outcome": r.and_then(|r| r.outcome),
+        "duration_ms": r.and_then(|r| r.duration_us).map(|us| us as f64 / 1000.0),
+        "error": r.and_then(|r| r.error.clone()),
+    })
+}
+
+pub fn run_json(report: &RunReport) -> Value {
+    let run = &report.run;
+    let mut v = json!({
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "version": run.version,
+        "status": run.status,
+        "steps": report.steps.iter().map(step_json).collect::<Vec<_>>(),
+        "findings": run.findings,
+        "error": run.error,
+        "run_dir": run.run_dir,
+        "created_at": time(run.created_at),
+        "finished_at": run.finished_at.map(time),
+    });
+    if let Some(replay) = &run.replay {
+        v["replay"] = replay.clone();
+    }
+    v
+}
+
+pub fn runs_json(runs: &[RunRecord]) -> Value {
+    json!({"runs": runs.iter().map(|r| json!({
+        "run_id": r.run_id,
+        "workflow": r.workflow,
+        "version": r.version,
+        "status": r.status,
+        "created_at": time(r.created_at),
+        "finished_at": r.finished_at.map(time),
+        "findings": r.findings.len(),
+        "error": r.error,
+    })).collect::<Vec<_>>()})
+}
+
+pub fn events_json(run_id: &str, events: &[EventRecord]) -> Value {
+    json!({"run_id": run_id, "events": events.iter().map(|e| json!({
+        "seq": e.seq,
+        "kind": e.kind,
+        "step_id": e.step_id,
+        "attempt": e.attempt,
+        "at": time(e.at),
+        "data": e.data,
+    })).collect::<Vec<_>>()})
+}
+
+pub fn workflow_added_json(r: &WorkflowRecord, newly: bool) -> Value {
+    json!({"name": r.name, "version": r.version, "digest": r.digest, "registered": newly, "steps": r.spec.steps.len()})
+}
+
+pub fn workflows_json(all: &[WorkflowRecord]) -> Value {
+    json!({"workflows": all.iter().map(|w| json!({
+        "name": w.name,
+        "version": w.version,
+        "digest": w.digest,
+        "description": w.spec.description,
+        "steps": w.spec.steps.len(),
+        "registered_at": time(w.registered_at),
+    })).collect::<Vec<_>>()})
+}
+
+pub fn workflow_json(wf: &LoadedWorkflow) -> Value {
+    let spec = wf.spec();
+    json!({
+        "name": spec.name,
+        "version": spec.version,
+        "description": spec.description,
+        "digest": wf.record.digest,
+        "input_schema": spec.input_schema,
+        "order": wf.dag.order().iter().map(|&i| wf.dag.id(i)).collect::<Vec<_>>(),
+        "steps": spec.steps.iter().map(|s| json!({
+            "id": s.id, "tool": s.tool, "needs": s.needs, "args": s.args,
+            "max_attempts": s.max_attempts, "retry_on": s.retry_on,
+        })).collect::<Vec<_>>(),
+        "tools": wf.tools.iter().map(|(name, t)| {
+            let def = &spec.tools[name];
+            json!({"name": name, "command": def.command, "timeout_secs": def.timeout_secs, "version": def.version,
+                   "env": def.env, "digest": t.digest, "files": t.files})
+        }).collect::<Vec<_>>(),
+        "rules": spec.rules,
+    })
+}
+
+fn duration(us: Option<i64>) -> String {
+    match us {
+        None => "-".into(),
+        Some(us) if us < 1_000_000 => format!("{} ms", us / 1000),
+        Some(us) => format!("{:.1} s", us as f64 / 1e6),
+    }
+}
+
+pub fn print_run(report: &RunReport, detail: bool) {
+    let run = &report.run;
+    println!("run {}  {}@{}", run.run_id, run.workflow, run.version);
+    println!("  {:<28} {:<10} {:>8}  {:>9}", "STEP", "STATUS", "ATTEMPTS", "DURATION");
+    for s in &report.steps {
+        let r = s.record.as_ref();
+        let mut line = format!(
+            "  {:<28} {:<10} {:>8}  {:>9}",
+            s.step_id,
+            s.status(),
+            r.map(|r| r.attempt_count).unwrap_or(0),
+            duration(r.and_then(|r| r.duration_us))
+        );
+        if let Some(from) = r.and_then(|r| r.reused_from.as_ref()) {
+            line.push_str(&format!("  reused from {from}"));
+        }
+        println!("{line}");
+        if let Some(err) = r.and_then(|r| r.error.as_ref())
+            && (detail || r.is_some_and(|r| r.status == cairn_core::status::StepStatus::Failed))
+        {
+            println!("      {err}");
+        }
+        if detail && let Some(tail) = r.and_then(|r| r.log_tail.as_ref()) {
+            for l in tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev() {
+                println!("      | {l}");
+            }
+        }
+    }
+    match run.status {
+        cairn_core::status::RunStatus::Blocked => {
+            println!("BLOCKED: {} finding(s)", run.findings.len());
+            for f in &run.findings {
+                let observed = f.observed.as_ref().map(|o| format!(" (observed {o})")).unwrap_or_default();
+                println!("  - {}: {} [{} {}]{observed}", f.rule, f.finding, f.step, f.pointer);
+            }
+        }
+        status => {
+            print!("{status}");
+            if status == cairn_core::status::RunStatus::Ready {
+                print!(": every validator rule holds");
+            }
+            println!();
+        }
+    }
+    if let Some(e) = &run.error {
+        println!("  error: {e}");
+    }
+    if detail {
+        println!(
+            "  created {}  finished {}",
+            time(run.created_at),
+            run.finished_at.map(time).unwrap_or_else(|| "-".into())
+        );
+        println!("  run dir {}", run.run_dir);
+    }
+}
+
+pub fn print_runs(runs: &[RunRecord]) {
+    if runs.is_empty() {
+        eprintln!("no runs yet; start one with `cairn run NAME --input FILE`");
+        return;
+    }
+    println!("{:<40} {:<10} {:<32} {:<24}", "RUN", "STATUS", "WORKFLOW", "CREATED");
+    for r in runs {
+        println!(
+            "{:<40} {:<10} {:<32} {:<24}",
+            r.run_id,
+            r.status.as_str(),
+            format!("{}@{}", r.workflow, r.version),
+            time(r.created_at)
+        );
+    }
+}
+
+pub fn print_events(events: &[EventRecord]) {
+    for e in events {
+        let step = e.step_id.as_deref().unwrap_or("-");
+        let attempt = e.attempt.map(|a| a.to_string()).unwrap_or_else(|| "-".into());
+        println!("{:>5}  {}  {:<26} {:<24} {:>3}  {}", e.seq, time(e.at), e.kind, step, attempt, e.data);
+    }
+}
+
+pub fn print_workflow(wf: &LoadedWorkflow) {
+    let spec = wf.spec();
+    println!("{}  digest {}", spec.reference(), &wf.record.digest[..16]);
+    if !spec.description.is_empty() {
+        println!("  {}", spec.description);
+    }
+    println!("  steps (in execution order):");
+    for &i in wf.dag.order() {
+        let s = &spec.steps[i];
+        let needs = if s.needs.is_empty() { String::new() } else { format!("  needs {}", s.needs.join(", ")) };
+        println!("    {:<28} tool {}{needs}", s.id, s.tool);
+    }
+    println!("  tools:");
+    for (name, t) in &wf.tools {
+        println!("    {:<28} {}  digest {}", name, spec.tools[name].command.join(" "), &t.digest[..16]);
+    }
+    if !spec.rules.is_empty() {
+        println!("  validator rules:");
+        for r in &spec.rules {
+            println!(
+                "    {:<28} {} {} {:?} {}",
+                r.id,
+                r.step,
+                r.pointer,
+                r.op,
+                r.value.as_ref().map(|v| v.to_string()).unwrap_or_default()
+            );
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! `cairn quickstart`: registers the bundled release-validation example (1.0.0 and 1.1.0) and
+//! runs 1.1.0 twice, once READY and once BLOCKED, so a new user sees the whole loop.
+
+use std::path::Path;
+
+use cairn_engine::Engine;
+use cairn_engine::registry::{add_workflow, load_workflow};
+use cairn_engine::runner::RunRequest;
+use rust_embed::RustEmbed;
+use serde_json::json;
+
+use crate::Failure;
+use crate::commands::{read_input, run_with_progress};
+use crate::output::{print_json, print_run, run_json};
+
+#[derive(RustEmbed)]
+#[folder = "../../examples/"]
+struct Examples;
+
+/// Writes the bundled examples under `<state>/examples`, replacing an older copy.
+fn extract(dest: &Path) -> Result<(), Failure> {
+    let io = |p: &Path, e: std::io::Error| Failure::usage(format!("{}: {e}", p.display()));
+    if dest.exists() {
+        std::fs::remove_dir_all(dest).map_err(|e| io(dest, e))?;
+    }
+    for name in Examples::iter() {
+        if name.contains("__pycache__") {
+            continue;
+        }
+        let Some(file) = Examples::get(&name) else { continue };
+        let to = dest.join(name.as_ref());
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        std::fs::write(&to, file.data.as_ref()).map_err(|e| io(&to, e))?;
+    }
+    Ok(())
+}
+
+pub fn run(engine: &Engine, json: bool) -> Result<u8, Failure> {
+    let dest = engine.state.path().join("examples");
+    extract(&dest)?;
+    let example = dest.join("release-validation");
+    let say = |s: String| {
+        if !json {
+            eprintln!("{s}");
+        }
+    };
+    say(format!("state root: {}", engine.state.path().display()));
+    for version in ["1.0.0", "1.1.0"] {
+        let added = add_workflow(
+            engine.store.as_ref(),
+            &engine.state.registry(),
+            &example.join(version),
+            engine.clock.now_ms(),
+        )?;
+        say(format!(
+            "{} release-validation@{version} ({} steps)",
+            if added.newly_registered { "registered" } else { "already registered" },
+            added.record.spec.steps.len()
+        ));
+    }
+    let wf = load_workflow(engine.store.as_ref(), "release-validation@1.1.0")?;
+    let mut results = Vec::new();
+    for (fixture, expected) in [("ready", "READY"), ("blocked", "BLOCKED")] {
+        let input_path = example.join("inputs").join(format!("{fixture}.json"));
+        say(format!("\n$ cairn run release-validation@1.1.0 --input {}", input_path.display()));
+        let input = read_input(&input_path)?;
+        let report =
+            run_with_progress(engine, &wf, &RunRequest { run_id: None, input, resume_interrupted: false }, json)?;
+        if !json {
+            print_run(&report, false);
+        }
+        results.push((expected, report));
+    }
+    let as_expected = results.iter().all(|(expected, r)| r.run.status.as_str() == *expected);
+    if json {
+        print_json(&json!({
+            "state_root": engine.state.path().display().to_string(),
+            "registered": ["release-validation@1.0.0", "release-validation@1.1.0"],
+            "runs": results.iter().map(|(_, r)| run_json(r)).collect::<Vec<_>>(),
+            "as_expected": as_expected,
+        }));
+    } else {
+        let (ready, blocked) = (&results[0].1.run.run_id, &results[1].1.run.run_id);
+        eprintln!("\nNext:");
+        eprintln!("  cairn runs                      # every run, newest first");
+        eprintln!("  cairn show {blocked}   # the BLOCKED run and its finding");
+        eprintln!("  cairn events {ready} # the durable event log");
+        eprintln!("  cairn workflow show release-validation@1.1.0");
+    }
+    Ok(if as_expected { 0 } else { 3 })
+}

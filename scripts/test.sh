@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what the tests need, runs every test, and
+# stops whatever it started. `.ci/run` runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+log() { printf '\n==> %s\n' "$*" >&2; }
+
+# --- what the tests need -------------------------------------------------------------------
+if ! command -v python3 >/dev/null; then
+  log "installing python3 (the example workflow's tools are python3 scripts)"
+  apt-get update -q && apt-get install -y -q --no-install-recommends python3 python3-venv
+fi
+
+# A local venv for the Python packages tests use; created once, reused after.
+VENV="$ROOT/.venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+if [ -s scripts/requirements-test.txt ] && ! cmp -s scripts/requirements-test.txt "$VENV/.installed" 2>/dev/null; then
+  log "installing Python test packages"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r scripts/requirements-test.txt
+  cp scripts/requirements-test.txt "$VENV/.installed"
+fi
+export CAIRN_TEST_VENV="$VENV"
+
+# --- checks and tests ----------------------------------------------------------------------
+log "cargo fmt --check"
+cargo fmt --all -- --check
+
+# One build profile for everything; nextest when present (it ships on these machines).
+log "tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+  # nextest does not run doctests
+  cargo test --workspace --doc -q
+else
+  cargo test --workspace --no-fail-fast
+fi
