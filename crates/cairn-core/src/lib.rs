@@ -7,6 +7,7 @@
 pub mod canonical;
 pub mod dag;
 pub mod ids;
+pub mod replay;
 pub mod signature;
 pub mod status;
 pub mod store;

@@ -206,6 +206,16 @@ pub trait RunStore {
         error: Option<&str>,
         at: i64,
     ) -> Result<RunRecord, StoreError>;
+    /// Copies reused source steps into a replay child as COMPLETED with `attempt_count = 0` and a
+    /// `step.replay_reused` event each. A step the child already has is left alone, so a
+    /// restarted replay never copies twice. Returns how many were copied.
+    fn copy_reused_steps(
+        &self,
+        run_id: &str,
+        source_run_id: &str,
+        steps: &[StepRecord],
+        at: i64,
+    ) -> Result<usize, StoreError>;
     /// Bumps the run's revision to take it over for an explicit resume.
     fn claim_run(&self, run_id: &str, expected_revision: i64, at: i64) -> Result<i64, StoreError>;
 }

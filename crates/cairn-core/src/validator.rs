@@ -48,6 +48,22 @@ impl Op {
         })
     }
 
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Eq => "eq",
+            Op::Ne => "ne",
+            Op::Lt => "lt",
+            Op::Le => "le",
+            Op::Gt => "gt",
+            Op::Ge => "ge",
+            Op::In => "in",
+            Op::Exists => "exists",
+            Op::Absent => "absent",
+            Op::Truthy => "truthy",
+            Op::Falsy => "falsy",
+        }
+    }
+
     /// Whether the op compares against a `value` (the others only look at the pointer).
     pub fn takes_value(self) -> bool {
         !matches!(self, Op::Exists | Op::Absent | Op::Truthy | Op::Falsy)
@@ -136,10 +152,9 @@ fn describe(v: &Value) -> String {
 /// Whether one rule holds against an observed value (None: the pointer is absent).
 fn holds(rule: &Rule, observed: Option<&Value>) -> Result<bool, ValidatorError> {
     let expected = || {
-        rule.value.as_ref().ok_or_else(|| ValidatorError::MissingValue {
-            rule: rule.id.clone(),
-            op: format!("{:?}", rule.op).to_lowercase(),
-        })
+        rule.value
+            .as_ref()
+            .ok_or_else(|| ValidatorError::MissingValue { rule: rule.id.clone(), op: rule.op.as_str().into() })
     };
     Ok(match rule.op {
         Op::Exists => observed.is_some(),
@@ -172,7 +187,7 @@ fn holds(rule: &Rule, observed: Option<&Value>) -> Result<bool, ValidatorError> 
             let Some(ord) = ord else {
                 return Err(ValidatorError::Incomparable {
                     rule: rule.id.clone(),
-                    op: format!("{:?}", rule.op).to_lowercase(),
+                    op: rule.op.as_str().into(),
                     observed: describe(o),
                     expected: describe(e),
                 });

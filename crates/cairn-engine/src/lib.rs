@@ -4,6 +4,7 @@
 mod env;
 mod error;
 pub mod registry;
+pub mod replay;
 pub mod runner;
 
 use std::time::Duration;

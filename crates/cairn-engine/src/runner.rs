@@ -112,36 +112,49 @@ impl Engine {
             Some(id) => RunId::parse(id).map_err(|e| EngineError::Invalid(e.to_string()))?,
             None => RunId::generated(&self.ids.run_suffix()),
         };
-        let run_dir = self.state.runs().join(run_id.as_str());
-        let created = self.store.create_run(&NewRun {
+        let new = NewRun {
             run_id: run_id.to_string(),
             workflow: spec.name.clone(),
             version: spec.version.clone(),
-            identity_hash: identity.clone(),
+            identity_hash: identity,
             input: req.input.clone(),
-            run_dir: run_dir.display().to_string(),
+            run_dir: self.state.runs().join(run_id.as_str()).display().to_string(),
             source_run_id: None,
             replay: None,
             at: self.clock.now_ms(),
-        })?;
-        let mut run = match created {
+        };
+        self.create_and_execute(wf, &new, req.resume_interrupted, &mut |_| Ok(()), obs)
+    }
+
+    /// Creates the run (or finds it, checking its identity) and executes it unless terminal.
+    /// `prepare` runs before execution on every (re)start; replay copies reused steps there.
+    pub(crate) fn create_and_execute(
+        &self,
+        wf: &LoadedWorkflow,
+        new: &NewRun,
+        resume: bool,
+        prepare: &mut dyn FnMut(&RunRecord) -> Result<(), EngineError>,
+        obs: &mut dyn Observer,
+    ) -> Result<RunReport, EngineError> {
+        let mut run = match self.store.create_run(new)? {
             CreateRun::Created(run) => run,
             CreateRun::Existing(run) => {
-                if run.identity_hash != identity {
+                if run.identity_hash != new.identity_hash {
                     return Err(EngineError::ExecutionInputMismatch {
                         run_id: run.run_id.clone(),
-                        stored: format!("{}@{} identity {}…", run.workflow, run.version, &run.identity_hash[..12]),
-                        requested: format!("{}@{} identity {}…", spec.name, spec.version, &identity[..12]),
+                        stored: format!("{}@{} identity {}…", run.workflow, run.version, short(&run.identity_hash)),
+                        requested: format!("{}@{} identity {}…", new.workflow, new.version, short(&new.identity_hash)),
                     });
                 }
                 run
             }
         };
         if !run.status.is_terminal() {
-            if req.resume_interrupted {
+            if resume {
                 run.revision = self.store.claim_run(&run.run_id, run.revision, self.clock.now_ms())?;
             }
-            self.execute(wf, &mut run, &req.input, req.resume_interrupted, obs)?;
+            prepare(&run)?;
+            self.execute(wf, &mut run, &new.input, resume, obs)?;
         }
         self.report(&run.run_id, wf)
     }

@@ -553,6 +553,56 @@ impl RunStore for SqliteStore {
         })
     }
 
+    fn copy_reused_steps(
+        &self,
+        run_id: &str,
+        source_run_id: &str,
+        steps: &[StepRecord],
+        at: i64,
+    ) -> Result<usize, StoreError> {
+        self.write(|tx| {
+            let mut copied = 0;
+            for s in steps {
+                // The evidence itself is copied, never recomputed: same result, same signature.
+                let n = tx
+                    .execute(
+                        "INSERT OR IGNORE INTO tool_calls (run_id, step_id, status, tool, tool_digest, args_hash, args_json, \
+                         attempt_count, outcome, result_json, log_tail, started_at, finished_at, duration_us, reused_from) \
+                         VALUES (?1, ?2, 'COMPLETED', ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
+                        params![
+                            run_id,
+                            s.step_id,
+                            s.signature.tool,
+                            s.signature.tool_digest,
+                            s.signature.args_hash,
+                            to_json(&s.args),
+                            s.outcome.map(|o| o.as_str()),
+                            s.result.as_ref().map(to_json),
+                            s.log_tail,
+                            at,
+                            s.duration_us,
+                            source_run_id,
+                        ],
+                    )
+                    .map_err(db)?;
+                if n == 1 {
+                    copied += 1;
+                    let origin = s.reused_from.as_deref().unwrap_or(source_run_id);
+                    insert_event(
+                        tx,
+                        run_id,
+                        "step.replay_reused",
+                        Some(&s.step_id),
+                        Some(0),
+                        at,
+                        &json!({"source_run_id": source_run_id, "origin_run_id": origin, "args_hash": s.signature.args_hash}),
+                    )?;
+                }
+            }
+            Ok(copied)
+        })
+    }
+
     fn claim_run(&self, run_id: &str, expected_revision: i64, at: i64) -> Result<i64, StoreError> {
         self.write(|tx| {
             let changed = tx

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "cairn", version, about = "Durable, approved, reproducible workflow runs", propagate_version = true)]
+#[command(name = "cairn", version, about = "Durable, approved, reproducible workflow runs")]
 pub struct Cli {
     /// State root (default: $XDG_STATE_HOME/cairn, else ~/.local/state/cairn).
     #[arg(long, env = "CAIRN_HOME", global = true, value_name = "DIR")]
@@ -40,6 +40,38 @@ pub enum Command {
         /// Resume steps left RUNNING by a crash: the abandoned attempt is marked interrupted.
         #[arg(long)]
         resume_interrupted: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay steps of a finished run into a new child run, reusing the rest of its evidence.
+    Replay {
+        /// The READY or BLOCKED run to replay.
+        source_run_id: String,
+        /// A step to re-execute (repeatable); its descendants re-execute too.
+        #[arg(long = "step", value_name = "ID", required = true)]
+        steps: Vec<String>,
+        /// The child's input (default: the source's input).
+        #[arg(long, value_name = "FILE")]
+        input: Option<PathBuf>,
+        /// Choose the child's run id; the same id with the same replay is idempotent.
+        #[arg(long, value_name = "ID")]
+        run_id: Option<String>,
+        /// Run another registered version of the source's workflow.
+        #[arg(long, value_name = "VERSION")]
+        version: Option<String>,
+        /// Resume steps left RUNNING by a crash of an earlier attempt at this replay.
+        #[arg(long)]
+        resume_interrupted: bool,
+        /// Print the decision for every step and create nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why a step of a run was executed, reused or invalidated.
+    Explain {
+        run_id: String,
+        step_id: String,
         #[arg(long)]
         json: bool,
     },
@@ -85,4 +117,13 @@ pub enum WorkflowCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

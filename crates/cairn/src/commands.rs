@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use cairn_core::status::RunStatus;
 use cairn_engine::registry::{self, add_workflow, load_record, load_workflow};
+use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunReport, RunRequest};
 use cairn_engine::{Engine, EngineError};
 use serde_json::Value;
@@ -50,6 +51,46 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let report = run_with_progress(&engine, &wf, &req, json)?;
             finish_run_output(&report, json)
         }
+        Command::Replay { source_run_id, steps, input, run_id, version, resume_interrupted, dry_run, json } => {
+            let engine = open_engine(cli.home)?;
+            let input = input.as_deref().map(read_input).transpose()?;
+            let req = ReplayRequest {
+                source_run_id,
+                step_ids: steps,
+                input,
+                run_id,
+                version,
+                workflow: None,
+                resume_interrupted,
+            };
+            if dry_run {
+                let prepared = engine.prepare_replay(&req)?;
+                if json {
+                    print_json(&output::dry_run_json(&prepared));
+                } else {
+                    output::print_dry_run(&prepared);
+                }
+                return Ok(0);
+            }
+            let mut observer = observer(json);
+            let (report, _) = engine.replay(&req, observer.as_mut())?;
+            drop(observer);
+            finish_run_output(&report, json)
+        }
+        Command::Explain { run_id, step_id, json } => {
+            let engine = open_engine(cli.home)?;
+            let report = report_of(&engine, &run_id)?;
+            let explained = output::explain(&report, &step_id).ok_or_else(|| {
+                let steps: Vec<&str> = report.steps.iter().map(|s| s.step_id.as_str()).collect();
+                Failure::usage(format!("run `{run_id}` has no step `{step_id}`; its steps are: {}", steps.join(", ")))
+            })?;
+            if json {
+                print_json(&explained);
+            } else {
+                output::print_explain(&explained);
+            }
+            Ok(0)
+        }
         Command::Runs { limit, json } => {
             let engine = open_engine(cli.home)?;
             let runs = engine.store.runs(limit).map_err(EngineError::from)?;
@@ -63,10 +104,14 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Show { run_id, json } => {
             let engine = open_engine(cli.home)?;
             let report = report_of(&engine, &run_id)?;
+            let lineage = engine.lineage(&run_id)?;
             if json {
-                print_json(&output::run_json(&report));
+                let mut v = output::run_json(&report);
+                v["lineage"] = output::lineage_json(&lineage);
+                print_json(&v);
             } else {
                 output::print_run(&report, true);
+                output::print_lineage(&report.run, &lineage);
             }
             Ok(0)
         }
@@ -95,9 +140,12 @@ pub fn run_with_progress(
     req: &RunRequest,
     json: bool,
 ) -> Result<RunReport, Failure> {
-    let mut observer: Box<dyn Observer> =
-        if !json && std::io::stderr().is_terminal() { Box::new(TerminalProgress::new()) } else { Box::new(NoProgress) };
+    let mut observer = observer(json);
     Ok(engine.run(wf, req, observer.as_mut())?)
+}
+
+fn observer(json: bool) -> Box<dyn Observer> {
+    if !json && std::io::stderr().is_terminal() { Box::new(TerminalProgress::new()) } else { Box::new(NoProgress) }
 }
 
 pub fn report_of(engine: &Engine, run_id: &str) -> Result<RunReport, Failure> {

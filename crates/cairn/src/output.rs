@@ -1,7 +1,9 @@
 //! What commands print: the JSON objects of the CLI contract and their human renderings.
 
+use cairn_core::replay::Decision;
 use cairn_core::store::{EventRecord, RunRecord, WorkflowRecord};
 use cairn_engine::registry::LoadedWorkflow;
+use cairn_engine::replay::PreparedReplay;
 use cairn_engine::runner::{RunReport, StepView};
 use serde_json::{Value, json};
 
@@ -14,9 +16,14 @@ pub fn time(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms).map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()).unwrap_or_default()
 }
 
-fn step_json(s: &StepView) -> Value {
+/// The stored replay decision of a step, if the run is a replay child.
+fn decision_of<'a>(report: &'a RunReport, step_id: &str) -> Option<&'a Value> {
+    report.run.replay.as_ref()?.get("decisions")?.as_array()?.iter().find(|d| d["step_id"] == step_id)
+}
+
+fn step_json(report: &RunReport, s: &StepView) -> Value {
     let r = s.record.as_ref();
-    json!({
+    let mut v = json!({
         "step_id": s.step_id,
         "status": s.status(),
         "attempts": r.map(|r| r.attempt_count).unwrap_or(0),
@@ -24,7 +31,12 @@ fn step_json(s: &StepView) -> Value {
         "outcome": r.and_then(|r| r.outcome),
         "duration_ms": r.and_then(|r| r.duration_us).map(|us| us as f64 / 1000.0),
         "error": r.and_then(|r| r.error.clone()),
-    })
+    });
+    if let Some(d) = decision_of(report, &s.step_id) {
+        v["decision"] = d["decision"].clone();
+        v["reason"] = d["text"].clone();
+    }
+    v
 }
 
 pub fn run_json(report: &RunReport) -> Value {
@@ -34,7 +46,7 @@ pub fn run_json(report: &RunReport) -> Value {
         "workflow": run.workflow,
         "version": run.version,
         "status": run.status,
-        "steps": report.steps.iter().map(step_json).collect::<Vec<_>>(),
+        "steps": report.steps.iter().map(|s| step_json(report, s)).collect::<Vec<_>>(),
         "findings": run.findings,
         "error": run.error,
         "run_dir": run.run_dir,
@@ -129,7 +141,9 @@ pub fn print_run(report: &RunReport, detail: bool) {
             r.map(|r| r.attempt_count).unwrap_or(0),
             duration(r.and_then(|r| r.duration_us))
         );
-        if let Some(from) = r.and_then(|r| r.reused_from.as_ref()) {
+        if let Some(d) = decision_of(report, &s.step_id) {
+            line.push_str(&format!("  {}", d["text"].as_str().unwrap_or("")));
+        } else if let Some(from) = r.and_then(|r| r.reused_from.as_ref()) {
             line.push_str(&format!("  reused from {from}"));
         }
         println!("{line}");
@@ -226,5 +240,118 @@ pub fn print_workflow(wf: &LoadedWorkflow) {
                 r.value.as_ref().map(|v| v.to_string()).unwrap_or_default()
             );
         }
+    }
+}
+
+pub fn lineage_json(chain: &[RunRecord]) -> Value {
+    Value::Array(
+        chain
+            .iter()
+            .map(|r| json!({"run_id": r.run_id, "workflow": r.workflow, "version": r.version, "status": r.status}))
+            .collect(),
+    )
+}
+
+pub fn print_lineage(run: &RunRecord, chain: &[RunRecord]) {
+    if let Some(replay) = &run.replay {
+        let list = |k: &str| {
+            replay[k]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        };
+        println!("  replay of {}: requested [{}]", replay["source_run_id"].as_str().unwrap_or("?"), list("requested"));
+        println!(
+            "    replayed [{}]  reused [{}]  invalidated [{}]",
+            list("replayed"),
+            list("reused"),
+            list("invalidated")
+        );
+    }
+    if !chain.is_empty() {
+        let ids: Vec<String> = chain.iter().map(|r| format!("{} ({})", r.run_id, r.status)).collect();
+        println!("  lineage: {} <- {}", run.run_id, ids.join(" <- "));
+    }
+}
+
+fn decisions_json(p: &PreparedReplay) -> Value {
+    Value::Array(
+        p.plan
+            .decisions
+            .iter()
+            .map(|d| json!({"step_id": d.step_id, "decision": d.decision, "reason": d.reason, "text": d.reason.text()}))
+            .collect(),
+    )
+}
+
+pub fn dry_run_json(p: &PreparedReplay) -> Value {
+    json!({
+        "dry_run": true,
+        "source_run_id": p.source.run_id,
+        "workflow": p.workflow.spec().name,
+        "version": p.workflow.spec().version,
+        "replay": p.summary,
+        "decisions": decisions_json(p),
+    })
+}
+
+pub fn print_dry_run(p: &PreparedReplay) {
+    println!("replay of {} ({}) — dry run, nothing created", p.source.run_id, p.workflow.spec().reference());
+    for d in &p.plan.decisions {
+        let what = match d.decision {
+            Decision::Reuse => "REUSE",
+            Decision::Replay => "RUN",
+        };
+        println!("  {:<28} {:<6} {}", d.step_id, what, d.reason.text());
+    }
+    let s = &p.summary;
+    println!("replayed {}, reused {}, invalidated {}", s.replayed.len(), s.reused.len(), s.invalidated.len());
+}
+
+/// Why a step of a run was executed, reused or invalidated; `None` for an unknown step.
+pub fn explain(report: &RunReport, step_id: &str) -> Option<Value> {
+    let view = report.steps.iter().find(|s| s.step_id == step_id)?;
+    let r = view.record.as_ref();
+    let (decision, reason, text) = match decision_of(report, step_id) {
+        Some(d) => (d["decision"].clone(), d["reason"].clone(), d["text"].clone()),
+        None => (
+            json!("execute"),
+            json!({"kind": "not_a_replay"}),
+            json!(match r {
+                Some(_) => "executed in this run (it is not a replay, so nothing was reused)",
+                None => "not started yet",
+            }),
+        ),
+    };
+    Some(json!({
+        "run_id": report.run.run_id,
+        "step_id": step_id,
+        "status": view.status(),
+        "attempts": r.map(|r| r.attempt_count).unwrap_or(0),
+        "decision": decision,
+        "reason": reason,
+        "text": text,
+        "reused_from": r.and_then(|r| r.reused_from.clone()),
+        "signature": r.map(|r| json!(r.signature)),
+        "outcome": r.and_then(|r| r.outcome),
+        "error": r.and_then(|r| r.error.clone()),
+    }))
+}
+
+pub fn print_explain(v: &Value) {
+    println!(
+        "{} / {}: {}",
+        v["run_id"].as_str().unwrap_or(""),
+        v["step_id"].as_str().unwrap_or(""),
+        v["text"].as_str().unwrap_or("")
+    );
+    println!("  status {}  attempts {}", v["status"].as_str().unwrap_or(""), v["attempts"]);
+    if let Some(sig) = v["signature"].as_object() {
+        for k in ["tool", "tool_digest", "args_hash"] {
+            println!("  {k:<12} {}", sig.get(k).and_then(Value::as_str).unwrap_or(""));
+        }
+    }
+    if let Some(e) = v["error"].as_str() {
+        println!("  error: {e}");
     }
 }

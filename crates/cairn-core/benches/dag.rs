@@ -1,0 +1,235 @@
+//! DAG validation and ordering at scale: `Dag::build` alone, and the full `parse_workflow` of a
+//! generated `workflow.toml` (TOML parsing, per-step checks, DAG, template ancestor checks).
+//!
+//! Run with `cargo bench -p cairn-core --bench dag`. Optional arguments filter the cases by
+//! substring (e.g. `cargo bench -p cairn-core --bench dag -- 10000`); `CAIRN_BENCH_RUNS` sets the
+//! number of timed runs per case (default 7; a case whose first run exceeds 10 s stops at 3).
+//! No harness, no extra dependencies: `std::time::Instant`, median of the runs.
+
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use cairn_core::dag::Dag;
+use cairn_core::workflow::parse_workflow;
+
+/// A small deterministic generator (SplitMix64), so every run benchmarks the same graphs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    /// s0 <- s1 <- … : each step needs the previous one.
+    Chain,
+    /// Layers of `LAYER_WIDTH` steps; each step after the first layer needs 1 to 3 distinct
+    /// pseudo-random steps of earlier layers (half of the picks from the layer just before).
+    Layered,
+    /// A chain whose templates reference the grandparent (an ancestor that is not in `needs`),
+    /// which takes `Dag::is_ancestor`'s search path rather than its direct-needs shortcut.
+    ChainGrandparentRefs,
+}
+
+const LAYER_WIDTH: usize = 100;
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Chain => "chain",
+            Shape::Layered => "layered",
+            Shape::ChainGrandparentRefs => "chain, refs to grandparent",
+        }
+    }
+}
+
+/// `needs` of every step, by index.
+fn generate(shape: Shape, n: usize) -> Vec<Vec<usize>> {
+    let mut rng = Rng(0x00C0_FFEE ^ n as u64);
+    (0..n)
+        .map(|i| match shape {
+            Shape::Chain | Shape::ChainGrandparentRefs => {
+                if i == 0 {
+                    vec![]
+                } else {
+                    vec![i - 1]
+                }
+            }
+            Shape::Layered => {
+                let layer = i / LAYER_WIDTH;
+                if layer == 0 {
+                    return vec![];
+                }
+                let prev_start = (layer - 1) * LAYER_WIDTH;
+                let earlier = layer * LAYER_WIDTH; // steps [0, earlier) are in earlier layers
+                let k = 1 + rng.below(3);
+                let mut needs = Vec::with_capacity(k);
+                while needs.len() < k {
+                    let d = if rng.below(2) == 0 { prev_start + rng.below(LAYER_WIDTH) } else { rng.below(earlier) };
+                    if !needs.contains(&d) {
+                        needs.push(d);
+                    }
+                }
+                needs
+            }
+        })
+        .collect()
+}
+
+fn names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("s{i}")).collect()
+}
+
+/// A `workflow.toml` with one `[[steps]]` table a step; each step's args reference its needs'
+/// results (or, for `ChainGrandparentRefs`, its grandparent's).
+fn workflow_text(shape: Shape, needs: &[Vec<usize>], names: &[String]) -> String {
+    let mut t = String::with_capacity(needs.len() * 160);
+    t.push_str("[workflow]\nname = \"bench\"\nversion = \"1.0.0\"\n\n[tools.t]\ncommand = [\"/bin/echo\", \"{}\"]\n\n");
+    for (i, deps) in needs.iter().enumerate() {
+        let _ = write!(t, "[[steps]]\nid = \"{}\"\ntool = \"t\"\n", names[i]);
+        if !deps.is_empty() {
+            let list: Vec<String> = deps.iter().map(|&d| format!("\"{}\"", names[d])).collect();
+            let _ = writeln!(t, "needs = [{}]", list.join(", "));
+        }
+        let refs: Vec<usize> = match shape {
+            Shape::ChainGrandparentRefs if i >= 2 => vec![i - 2],
+            _ => deps.clone(),
+        };
+        if refs.is_empty() {
+            t.push_str("args = { x = \"${input.x}\" }\n");
+        } else {
+            let fields: Vec<String> =
+                refs.iter().enumerate().map(|(k, &d)| format!("x{k} = \"${{steps.{}.result}}\"", names[d])).collect();
+            let _ = writeln!(t, "args = {{ {} }}", fields.join(", "));
+        }
+        t.push('\n');
+    }
+    t
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn fmt(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms < 10.0 {
+        format!("{ms:.2} ms")
+    } else if ms < 10_000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.1} s", ms / 1e3)
+    }
+}
+
+/// Times `f` `runs` times (fewer if it is very slow) and returns (median, min, max, runs done).
+fn measure(runs: usize, mut f: impl FnMut()) -> (Duration, Duration, Duration, usize) {
+    let mut times = Vec::with_capacity(runs);
+    for r in 0..runs {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed());
+        if r == 0 && times[0] > Duration::from_secs(10) && runs > 3 {
+            for _ in 0..2 {
+                let t = Instant::now();
+                f();
+                times.push(t.elapsed());
+            }
+            break;
+        }
+    }
+    let (min, max) = (*times.iter().min().unwrap(), *times.iter().max().unwrap());
+    let done = times.len();
+    (median(times), min, max, done)
+}
+
+fn main() {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let runs: usize = std::env::var("CAIRN_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(7).max(1);
+    println!("DAG validation and ordering; median of up to {runs} runs (std::time::Instant)\n");
+    println!(
+        "| {:>7} | {:<26} | {:<22} | {:>10} | {:>10} | {:>10} | {:>4} | {:>9} | {:<6} |",
+        "steps", "shape", "measured", "median", "min", "max", "runs", "target", "met"
+    );
+    println!(
+        "|{:-<9}|{:-<28}|{:-<24}|{:->12}|{:->12}|{:->12}|{:->6}|{:->11}|{:-<8}|",
+        "", "", "", "", "", "", "", "", ""
+    );
+    for n in [10_000usize, 100_000] {
+        let target = if n == 10_000 { Duration::from_millis(100) } else { Duration::from_secs(1) };
+        for shape in [Shape::Chain, Shape::Layered, Shape::ChainGrandparentRefs] {
+            let needs = generate(shape, n);
+            let ids = names(n);
+            let edges: usize = needs.iter().map(Vec::len).sum();
+            let text = workflow_text(shape, &needs, &ids);
+            let row = |what: &str, (med, min, max, done): (Duration, Duration, Duration, usize)| {
+                println!(
+                    "| {n:>7} | {:<26} | {what:<22} | {:>10} | {:>10} | {:>10} | {done:>4} | {:>9} | {:<6} |",
+                    shape.name(),
+                    fmt(med),
+                    fmt(min),
+                    fmt(max),
+                    format!("< {}", fmt(target).replace(".00", "")),
+                    if med < target { "yes" } else { "NO" },
+                );
+            };
+            let label = format!("{n} {}", shape.name());
+            let wanted = |what: &str| {
+                filters.is_empty() || filters.iter().any(|f| label.contains(f.as_str()) || what.contains(f.as_str()))
+            };
+
+            // The graph must be valid and its order a topological permutation.
+            let dag = Dag::build(
+                needs.iter().enumerate().map(|(i, d)| (ids[i].as_str(), d.iter().map(|&j| ids[j].as_str()))),
+            )
+            .expect("a generated DAG is valid");
+            assert_eq!(dag.order().len(), n);
+            let mut pos = vec![0; n];
+            for (p, &i) in dag.order().iter().enumerate() {
+                pos[i] = p;
+            }
+            assert!((0..n).all(|i| dag.needs(i).iter().all(|&d| pos[d] < pos[i])));
+
+            if shape != Shape::ChainGrandparentRefs && wanted("Dag::build") {
+                row(
+                    "Dag::build",
+                    measure(runs, || {
+                        let dag = Dag::build(
+                            needs
+                                .iter()
+                                .enumerate()
+                                .map(|(i, d)| (ids[i].as_str(), d.iter().map(|&j| ids[j].as_str()))),
+                        )
+                        .unwrap();
+                        black_box(dag.order().len());
+                    }),
+                );
+            }
+            if wanted("parse_workflow") {
+                let spec = parse_workflow(&text, "workflow.toml").expect("the generated workflow is valid");
+                assert_eq!(spec.steps.len(), n);
+                row(
+                    "parse_workflow",
+                    measure(runs, || {
+                        black_box(parse_workflow(black_box(&text), "workflow.toml").unwrap());
+                    }),
+                );
+            }
+            if filters.is_empty() {
+                eprintln!("  ({label}: {edges} edges, workflow.toml {:.1} MB)", text.len() as f64 / 1e6);
+            }
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! The selective replay planner: for every step of the target workflow, whether the child run
+//! reuses the source's evidence or re-executes the step, and why — as data, so every surface can
+//! show the same reason.
+//!
+//! The rules, in order: requested steps and all their descendants re-execute; an unselected step
+//! is reused only when its source step completed and its step id, tool, tool digest and args hash
+//! equal the target's; a missing or incompatible source step is invalidated with all its
+//! descendants. Reuse therefore needs every ancestor reused, which is what lets the planner
+//! resolve a reused step's arguments from the source's own results.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical::hash_json;
+use crate::dag::Dag;
+use crate::signature::{StepSignature, args_hash};
+use crate::status::StepStatus;
+use crate::template;
+use crate::workflow::WorkflowSpec;
+
+/// A source run's step, as the planner needs it.
+#[derive(Debug, Clone)]
+pub struct SourceStep<'a> {
+    pub status: StepStatus,
+    pub signature: &'a StepSignature,
+    pub args: &'a Value,
+    pub result: Option<&'a Value>,
+}
+
+/// One changed argument: where, and the hashes of its canonical old and new values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgChange {
+    pub pointer: String,
+    /// `None` when the argument did not exist on that side.
+    pub old_hash: Option<String>,
+    pub new_hash: Option<String>,
+}
+
+/// Why a step is reused or re-executed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reason {
+    /// The source step's signature equals the target's.
+    SignatureEqual {
+        source_run_id: String,
+    },
+    Requested,
+    DescendantOfRequested {
+        step: String,
+    },
+    AncestorInvalidated {
+        step: String,
+    },
+    SourceMissing,
+    SourceNotCompleted {
+        status: StepStatus,
+    },
+    ToolChanged {
+        from: String,
+        to: String,
+    },
+    /// The tool's definition or files changed; `changes` says which, in words.
+    ToolDigestChanged {
+        from: String,
+        to: String,
+        changes: Vec<String>,
+    },
+    ArgsChanged {
+        from: String,
+        to: String,
+        changes: Vec<ArgChange>,
+        more: usize,
+    },
+    /// The target's arguments could not be resolved from the source's results.
+    ArgsUnresolved {
+        error: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Reuse,
+    Replay,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepDecision {
+    pub step_id: String,
+    pub decision: Decision,
+    pub reason: Reason,
+}
+
+impl StepDecision {
+    /// Whether the step re-executes because it was found incompatible (or below such a step),
+    /// rather than because it was asked for.
+    pub fn is_invalidated(&self) -> bool {
+        self.decision == Decision::Replay
+            && !matches!(self.reason, Reason::Requested | Reason::DescendantOfRequested { .. })
+    }
+}
+
+fn short(h: &str) -> &str {
+    &h[..12.min(h.len())]
+}
+
+impl Reason {
+    /// The reason in plain words.
+    pub fn text(&self) -> String {
+        match self {
+            Reason::SignatureEqual { source_run_id } => format!("reused from run {source_run_id} (signature equal)"),
+            Reason::Requested => "requested".into(),
+            Reason::DescendantOfRequested { step } => format!("descendant of requested step {step}"),
+            Reason::AncestorInvalidated { step } => format!("invalidated: ancestor {step} invalidated"),
+            Reason::SourceMissing => "invalidated: the source run has no such step".into(),
+            Reason::SourceNotCompleted { status } => format!("invalidated: source step {status}"),
+            Reason::ToolChanged { from, to } => format!("invalidated: tool changed from `{from}` to `{to}`"),
+            Reason::ToolDigestChanged { from, to, changes } => {
+                if changes.is_empty() {
+                    format!("invalidated: tool definition changed (digest {}… → {}…)", short(from), short(to))
+                } else {
+                    format!("invalidated: {}", changes.join("; "))
+                }
+            }
+            Reason::ArgsChanged { from, to, changes, more } => {
+                let parts: Vec<String> = changes
+                    .iter()
+                    .map(|c| match (&c.old_hash, &c.new_hash) {
+                        (Some(o), Some(n)) => {
+                            format!("argument `{}` changed (hash {}… → {}…)", c.pointer, short(o), short(n))
+                        }
+                        (None, Some(_)) => format!("argument `{}` added", c.pointer),
+                        (Some(_), None) => format!("argument `{}` removed", c.pointer),
+                        (None, None) => format!("argument `{}` changed", c.pointer),
+                    })
+                    .collect();
+                let mut text = if parts.is_empty() {
+                    format!("invalidated: arguments changed (hash {}… → {}…)", short(from), short(to))
+                } else {
+                    format!("invalidated: {}", parts.join(", "))
+                };
+                if *more > 0 {
+                    text.push_str(&format!(" and {more} more"));
+                }
+                text
+            }
+            Reason::ArgsUnresolved { error } => format!("invalidated: arguments could not be resolved: {error}"),
+        }
+    }
+}
+
+/// At most this many changed pointers are listed per step; the rest are counted.
+pub const MAX_LISTED_CHANGES: usize = 5;
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The JSON pointers where two argument trees differ, at the deepest level both sides share.
+pub fn diff_args(old: &Value, new: &Value) -> Vec<ArgChange> {
+    fn hash(v: &Value) -> Option<String> {
+        hash_json(v).ok()
+    }
+    fn go(old: Option<&Value>, new: Option<&Value>, pointer: &mut String, out: &mut Vec<ArgChange>) {
+        match (old, new) {
+            (Some(Value::Object(a)), Some(Value::Object(b))) => {
+                let mut keys: Vec<&String> = a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))).collect();
+                keys.sort();
+                for k in keys {
+                    let len = pointer.len();
+                    pointer.push('/');
+                    pointer.push_str(&escape(k));
+                    go(a.get(k), b.get(k), pointer, out);
+                    pointer.truncate(len);
+                }
+            }
+            (Some(Value::Array(a)), Some(Value::Array(b))) if a.len() == b.len() => {
+                for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                    let len = pointer.len();
+                    pointer.push_str(&format!("/{i}"));
+                    go(Some(x), Some(y), pointer, out);
+                    pointer.truncate(len);
+                }
+            }
+            (o, n) => {
+                let (oh, nh) = (o.and_then(hash), n.and_then(hash));
+                if oh != nh {
+                    out.push(ArgChange { pointer: pointer.clone(), old_hash: oh, new_hash: nh });
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(Some(old), Some(new), &mut String::new(), &mut out);
+    out
+}
+
+/// Everything the planner reads. The engine gathers it; nothing here does IO.
+pub struct ReplayInput<'a> {
+    pub spec: &'a WorkflowSpec,
+    pub dag: &'a Dag,
+    /// The target's tool digests, by tool name.
+    pub tool_digests: &'a HashMap<String, String>,
+    pub input: &'a Value,
+    pub source_run_id: &'a str,
+    pub source: &'a HashMap<String, SourceStep<'a>>,
+    /// Requested step ids, already checked to exist.
+    pub requested: &'a [String],
+    /// Explains a tool digest change in words (which file or field changed), given the tool name.
+    pub explain_tool: &'a dyn Fn(&str) -> Vec<String>,
+}
+
+/// The decision for every step, in execution order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayPlan {
+    pub source_run_id: String,
+    /// Requested step ids, deduplicated, in declaration order.
+    pub requested: Vec<String>,
+    pub decisions: Vec<StepDecision>,
+}
+
+/// Normalises requested step ids: a set, in declaration order. `Err` names the unknown ids.
+pub fn normalise_requested(dag: &Dag, ids: &[String]) -> Result<Vec<String>, Vec<String>> {
+    let unknown: Vec<String> = ids.iter().filter(|id| dag.index_of(id).is_none()).cloned().collect();
+    if !unknown.is_empty() {
+        return Err(unknown);
+    }
+    let mut idx: Vec<usize> = ids.iter().filter_map(|id| dag.index_of(id)).collect();
+    idx.sort_unstable();
+    idx.dedup();
+    Ok(idx.into_iter().map(|i| dag.id(i).to_string()).collect())
+}
+
+pub fn plan(r: &ReplayInput<'_>) -> ReplayPlan {
+    let n = r.dag.len();
+    let mut requested = vec![false; n];
+    for id in r.requested {
+        if let Some(i) = r.dag.index_of(id) {
+            requested[i] = true;
+        }
+    }
+    // For each replayed step, the requested step that forces it (if any) — so a descendant of
+    // both a requested and an invalidated step is reported as a descendant of the requested one.
+    let mut forced_by: Vec<Option<usize>> = vec![None; n];
+    let mut decisions: Vec<Option<StepDecision>> = vec![None; n];
+    let mut reused_results: HashMap<&str, &Value> = HashMap::new();
+
+    for &i in r.dag.order() {
+        let id = r.dag.id(i);
+        let step = &r.spec.steps[i];
+        let replay = |reason| Some(StepDecision { step_id: id.to_string(), decision: Decision::Replay, reason });
+        if requested[i] {
+            forced_by[i] = Some(i);
+            decisions[i] = replay(Reason::Requested);
+            continue;
+        }
+        if let Some(&p) = r.dag.needs(i).iter().find(|&&p| forced_by[p].is_some()) {
+            let root = forced_by[p].unwrap_or(p);
+            forced_by[i] = Some(root);
+            decisions[i] = replay(Reason::DescendantOfRequested { step: r.dag.id(root).to_string() });
+            continue;
+        }
+        if let Some(&p) =
+            r.dag.needs(i).iter().find(|&&p| decisions[p].as_ref().is_some_and(|d| d.decision == Decision::Replay))
+        {
+            decisions[i] = replay(Reason::AncestorInvalidated { step: r.dag.id(p).to_string() });
+            continue;
+        }
+        let Some(src) = r.source.get(id) else {
+            decisions[i] = replay(Reason::SourceMissing);
+            continue;
+        };
+        if src.status != StepStatus::Completed {
+            decisions[i] = replay(Reason::SourceNotCompleted { status: src.status });
+            continue;
+        }
+        if src.signature.tool != step.tool {
+            decisions[i] = replay(Reason::ToolChanged { from: src.signature.tool.clone(), to: step.tool.clone() });
+            continue;
+        }
+        let digest = r.tool_digests.get(&step.tool).cloned().unwrap_or_default();
+        if src.signature.tool_digest != digest {
+            decisions[i] = replay(Reason::ToolDigestChanged {
+                from: src.signature.tool_digest.clone(),
+                to: digest,
+                changes: (r.explain_tool)(&step.tool),
+            });
+            continue;
+        }
+        let args = match template::resolve(&step.args, r.input, &|dep| reused_results.get(dep).map(|v| (*v).clone())) {
+            Ok(a) => a,
+            Err(e) => {
+                decisions[i] = replay(Reason::ArgsUnresolved { error: e.to_string() });
+                continue;
+            }
+        };
+        let hash = match args_hash(&args) {
+            Ok(h) => h,
+            Err(e) => {
+                decisions[i] = replay(Reason::ArgsUnresolved { error: e.to_string() });
+                continue;
+            }
+        };
+        if hash != src.signature.args_hash {
+            let mut changes = diff_args(src.args, &args);
+            let more = changes.len().saturating_sub(MAX_LISTED_CHANGES);
+            changes.truncate(MAX_LISTED_CHANGES);
+            decisions[i] =
+                replay(Reason::ArgsChanged { from: src.signature.args_hash.clone(), to: hash, changes, more });
+            continue;
+        }
+        if let Some(result) = src.result {
+            reused_results.insert(id, result);
+        }
+        decisions[i] = Some(StepDecision {
+            step_id: id.to_string(),
+            decision: Decision::Reuse,
+            reason: Reason::SignatureEqual { source_run_id: r.source_run_id.to_string() },
+        });
+    }
+
+    ReplayPlan {
+        source_run_id: r.source_run_id.to_string(),
+        requested: r.requested.to_vec(),
+        decisions: r.dag.order().iter().filter_map(|&i| decisions[i].take()).collect(),
+    }
+}
+
+/// The replay summary every surface reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaySummary {
+    pub source_run_id: String,
+    pub requested: Vec<String>,
+    pub replayed: Vec<String>,
+    pub reused: Vec<String>,
+    pub invalidated: Vec<String>,
+}
+
+impl ReplayPlan {
+    pub fn decision(&self, step_id: &str) -> Option<&StepDecision> {
+        self.decisions.iter().find(|d| d.step_id == step_id)
+    }
+
+    /// Lists in declaration order.
+    pub fn summary(&self, dag: &Dag) -> ReplaySummary {
+        let mut ordered: Vec<&StepDecision> = self.decisions.iter().collect();
+        ordered.sort_by_key(|d| dag.index_of(&d.step_id).unwrap_or(usize::MAX));
+        let pick =
+            |f: &dyn Fn(&StepDecision) -> bool| ordered.iter().filter(|d| f(d)).map(|d| d.step_id.clone()).collect();
+        ReplaySummary {
+            source_run_id: self.source_run_id.clone(),
+            requested: self.requested.clone(),
+            replayed: pick(&|d| d.decision == Decision::Replay),
+            reused: pick(&|d| d.decision == Decision::Reuse),
+            invalidated: pick(&|d| d.is_invalidated()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::parse_workflow;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn diff_finds_the_deepest_changed_pointers() {
+        let old = json!({"suite": {"cases": [{"s": "pass"}, {"s": "pass"}]}, "n": 1, "gone": true});
+        let new = json!({"suite": {"cases": [{"s": "pass"}, {"s": "fail"}]}, "n": 1, "new": 2});
+        let ptrs: Vec<String> = diff_args(&old, &new).into_iter().map(|c| c.pointer).collect();
+        assert_eq!(ptrs, ["/gone", "/new", "/suite/cases/1/s"]);
+        let changes = diff_args(&json!({"a": [1]}), &json!({"a": [1, 2]}));
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].pointer, "/a");
+    }
+
+    /// A random DAG as a workflow: step i needs a random subset of earlier steps and passes the
+    /// input field `f<i>` plus its needs' results as arguments.
+    fn workflow(n: usize, edges: &[(usize, usize)]) -> WorkflowSpec {
+        let mut text = String::from("[workflow]\nname = \"p\"\nversion = \"1.0.0\"\n[tools.t]\ncommand = [\"t\"]\n");
+        for i in 0..n {
+            let needs: Vec<usize> = {
+                let mut v: Vec<usize> = edges.iter().filter(|(a, b)| *b == i && *a < i).map(|(a, _)| *a).collect();
+                v.sort();
+                v.dedup();
+                v
+            };
+            let needs_list: Vec<String> = needs.iter().map(|d| format!("\"s{d}\"")).collect();
+            let mut args = vec![format!("f = \"${{input.f{i}}}\"")];
+            args.extend(needs.iter().map(|d| format!("r{d} = \"${{steps.s{d}.result}}\"")));
+            text.push_str(&format!(
+                "[[steps]]\nid = \"s{i}\"\ntool = \"t\"\nneeds = [{}]\nargs = {{ {} }}\n",
+                needs_list.join(", "),
+                args.join(", ")
+            ));
+        }
+        parse_workflow(&text, "p.toml").unwrap()
+    }
+
+    proptest! {
+        #[test]
+        fn replay_partitions_the_dag_soundly(
+            n in 1usize..25,
+            edges in prop::collection::vec((0usize..25, 0usize..25), 0..60),
+            requested in prop::collection::vec(0usize..25, 0..4),
+            changed in prop::collection::vec(0usize..25, 0..4),
+        ) {
+            let spec = workflow(n, &edges);
+            let dag = spec.dag().unwrap();
+            let digests: HashMap<String, String> = [("t".to_string(), "d".to_string())].into();
+            let source_input = Value::Object((0..n).map(|i| (format!("f{i}"), json!(i))).collect());
+            let mut input = source_input.clone();
+            for c in &changed {
+                if *c < n { input[format!("f{c}")] = json!("changed"); }
+            }
+            // The source run: every step completed with result = its index.
+            let mut results: HashMap<String, Value> = HashMap::new();
+            let mut rows: Vec<(String, StepSignature, Value)> = Vec::new();
+            for &i in dag.order() {
+                let step = &spec.steps[i];
+                let args = template::resolve(&step.args, &source_input, &|d| results.get(d).cloned()).unwrap();
+                let sig = StepSignature { tool: "t".into(), tool_digest: "d".into(), args_hash: args_hash(&args).unwrap() };
+                results.insert(step.id.clone(), json!(i));
+                rows.push((step.id.clone(), sig, args));
+            }
+            let source: HashMap<String, SourceStep> = rows.iter().map(|(id, sig, args)| {
+                (id.clone(), SourceStep { status: StepStatus::Completed, signature: sig, args, result: results.get(id) })
+            }).collect();
+            let req_ids: Vec<String> = requested.iter().filter(|r| **r < n).map(|r| format!("s{r}")).collect();
+            let req = normalise_requested(&dag, &req_ids).unwrap();
+            let p = plan(&ReplayInput {
+                spec: &spec, dag: &dag, tool_digests: &digests, input: &input, source_run_id: "src",
+                source: &source, requested: &req, explain_tool: &|_| vec![],
+            });
+            let s = p.summary(&dag);
+            // replayed ∪ reused = all steps, disjoint
+            prop_assert_eq!(s.replayed.len() + s.reused.len(), n);
+            for id in &s.reused { prop_assert!(!s.replayed.contains(id)); }
+            let is_replayed = |i: usize| s.replayed.contains(&dag.id(i).to_string());
+            for i in 0..n {
+                // replayed is closed under descendants; every reused step's ancestors are reused
+                if is_replayed(i) { for &c in dag.children(i) { prop_assert!(is_replayed(c)); } }
+                else { for &d in dag.needs(i) { prop_assert!(!is_replayed(d)); } }
+            }
+            // every requested step is replayed; a step whose own input changed is replayed
+            for r in &req { prop_assert!(s.replayed.contains(r)); }
+            for c in &changed { if *c < n { prop_assert!(is_replayed(*c)); } }
+            // a step is reused exactly when nothing upstream of it (itself included) was requested or changed
+            for i in 0..n {
+                let touched = dag.descendants_closure(req.iter().filter_map(|r| dag.index_of(r))
+                    .chain(changed.iter().copied().filter(|c| *c < n)));
+                prop_assert_eq!(is_replayed(i), touched[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn reasons_read_as_plain_words() {
+        let r = Reason::ArgsChanged {
+            from: "a".repeat(64),
+            to: "b".repeat(64),
+            changes: vec![ArgChange {
+                pointer: "/suite".into(),
+                old_hash: Some("a1b2".repeat(16)),
+                new_hash: Some("c3d4".repeat(16)),
+            }],
+            more: 0,
+        };
+        assert_eq!(r.text(), "invalidated: argument `/suite` changed (hash a1b2a1b2a1b2… → c3d4c3d4c3d4…)");
+        assert_eq!(Reason::DescendantOfRequested { step: "x".into() }.text(), "descendant of requested step x");
+        assert_eq!(Reason::SignatureEqual { source_run_id: "R".into() }.text(), "reused from run R (signature equal)");
+        assert_eq!(Reason::SourceNotCompleted { status: StepStatus::Failed }.text(), "invalidated: source step FAILED");
+    }
+}

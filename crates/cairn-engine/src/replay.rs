@@ -1,0 +1,242 @@
+//! Selective replay: a new child run of a terminal source run that re-executes the requested
+//! steps (and whatever the planner finds incompatible) and reuses the rest of the source's
+//! evidence, copied as it is.
+//!
+//! **Invariant:** replay never changes the source run: its rows and events are only read.
+
+use std::collections::HashMap;
+
+use cairn_core::ids::RunId;
+use cairn_core::replay::{self, ReplayInput, ReplayPlan, ReplaySummary, SourceStep};
+use cairn_core::signature::run_identity;
+use cairn_core::status::RunStatus;
+use cairn_core::store::{NewRun, RunRecord, StepRecord};
+use serde_json::{Value, json};
+
+use crate::registry::{LoadedWorkflow, load_record};
+use crate::runner::{Observer, RunReport, check_input};
+use crate::{Engine, EngineError};
+
+#[derive(Debug, Clone, Default)]
+pub struct ReplayRequest {
+    pub source_run_id: String,
+    pub step_ids: Vec<String>,
+    /// The child's input; the source's when `None`.
+    pub input: Option<Value>,
+    pub run_id: Option<String>,
+    /// Another registered version of the source's workflow; the source's own when `None`.
+    pub version: Option<String>,
+    /// When given (the API's `agent_id`), it must name the source's workflow.
+    pub workflow: Option<String>,
+    pub resume_interrupted: bool,
+}
+
+/// Everything decided before a replay creates anything.
+pub struct PreparedReplay {
+    pub source: RunRecord,
+    pub workflow: LoadedWorkflow,
+    pub input: Value,
+    pub plan: ReplayPlan,
+    pub summary: ReplaySummary,
+    pub source_steps: Vec<StepRecord>,
+}
+
+impl PreparedReplay {
+    /// The directive that, with the workflow and input, makes the child's identity.
+    pub fn directive(&self) -> Value {
+        json!({"source_run_id": self.plan.source_run_id, "step_ids": self.plan.requested})
+    }
+
+    /// What the child run stores about its replay: the summary and every decision with its reason.
+    pub fn record(&self) -> Value {
+        let mut v = serde_json::to_value(&self.summary).unwrap_or(Value::Null);
+        v["decisions"] = Value::Array(
+            self.plan
+                .decisions
+                .iter()
+                .map(|d| json!({"step_id": d.step_id, "decision": d.decision, "reason": d.reason, "text": d.reason.text()}))
+                .collect(),
+        );
+        v
+    }
+}
+
+impl Engine {
+    /// Plans a replay: checks the source and the request, and decides every step. Creates nothing.
+    pub fn prepare_replay(&self, req: &ReplayRequest) -> Result<PreparedReplay, EngineError> {
+        let src_id = &req.source_run_id;
+        let source = self.store.run(src_id)?.ok_or_else(|| {
+            EngineError::NotFound(format!("source run `{src_id}` was not found; list runs with `cairn runs`"))
+        })?;
+        if req.run_id.as_deref() == Some(src_id.as_str()) {
+            return Err(EngineError::Invalid(format!(
+                "a replay creates a new child run and never changes its source; choose a --run-id other than `{src_id}`"
+            )));
+        }
+        match source.status {
+            RunStatus::Ready | RunStatus::Blocked => {}
+            status => {
+                return Err(EngineError::Invalid(format!(
+                    "source run `{src_id}` is {status}; only a finished READY or BLOCKED run can be replayed{}",
+                    if status == RunStatus::Failed {
+                        " (a FAILED run has no complete evidence: run it again instead)"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+        }
+        if let Some(name) = &req.workflow
+            && name != &source.workflow
+        {
+            return Err(EngineError::Invalid(format!(
+                "source run `{src_id}` is a run of workflow `{}`, not `{name}`; a replay stays within one workflow",
+                source.workflow
+            )));
+        }
+        let version = req.version.clone().unwrap_or_else(|| source.version.clone());
+        let record = self.store.workflow(&source.workflow, Some(&version))?.ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "workflow {}@{version} is not registered; see `cairn workflow list`",
+                source.workflow
+            ))
+        })?;
+        let workflow = load_record(record)?;
+        if req.step_ids.is_empty() {
+            return Err(EngineError::Invalid("name at least one step to replay with --step ID".into()));
+        }
+        let requested = replay::normalise_requested(&workflow.dag, &req.step_ids).map_err(|unknown| {
+            let known: Vec<&str> = workflow.spec().steps.iter().map(|s| s.id.as_str()).collect();
+            EngineError::Invalid(format!(
+                "{} has no step {}; its steps are: {}",
+                workflow.spec().reference(),
+                unknown.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", "),
+                known.join(", ")
+            ))
+        })?;
+        let input = req.input.clone().unwrap_or_else(|| source.input.clone());
+        check_input(&workflow, &input)?;
+
+        let source_steps = self.store.steps(src_id)?;
+        let source_wf = if source.version == version {
+            None
+        } else {
+            match self.store.workflow(&source.workflow, Some(&source.version))? {
+                Some(r) => Some(load_record(r)?),
+                None => None,
+            }
+        };
+        let source_tools = source_wf.as_ref().unwrap_or(&workflow);
+        let explain_tool = |tool: &str| -> Vec<String> { explain_tool_change(source_tools, &workflow, tool) };
+        let digests: HashMap<String, String> =
+            workflow.tools.iter().map(|(k, t)| (k.clone(), t.digest.clone())).collect();
+        let by_id: HashMap<String, SourceStep> = source_steps
+            .iter()
+            .map(|s| {
+                (
+                    s.step_id.clone(),
+                    SourceStep { status: s.status, signature: &s.signature, args: &s.args, result: s.result.as_ref() },
+                )
+            })
+            .collect();
+        let plan = replay::plan(&ReplayInput {
+            spec: workflow.spec(),
+            dag: &workflow.dag,
+            tool_digests: &digests,
+            input: &input,
+            source_run_id: src_id,
+            source: &by_id,
+            requested: &requested,
+            explain_tool: &explain_tool,
+        });
+        let summary = plan.summary(&workflow.dag);
+        drop(by_id);
+        Ok(PreparedReplay { source, workflow, input, plan, summary, source_steps })
+    }
+
+    /// Plans and runs a replay child (or continues one with the same run id).
+    pub fn replay(
+        &self,
+        req: &ReplayRequest,
+        obs: &mut dyn Observer,
+    ) -> Result<(RunReport, PreparedReplay), EngineError> {
+        let prepared = self.prepare_replay(req)?;
+        let spec = prepared.workflow.spec();
+        let identity = run_identity(&spec.name, &spec.version, &prepared.input, Some(&prepared.directive()))
+            .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
+        let run_id = match &req.run_id {
+            Some(id) => RunId::parse(id).map_err(|e| EngineError::Invalid(e.to_string()))?,
+            None => RunId::generated(&self.ids.run_suffix()),
+        };
+        let new = NewRun {
+            run_id: run_id.to_string(),
+            workflow: spec.name.clone(),
+            version: spec.version.clone(),
+            identity_hash: identity,
+            input: prepared.input.clone(),
+            run_dir: self.state.runs().join(run_id.as_str()).display().to_string(),
+            source_run_id: Some(prepared.source.run_id.clone()),
+            replay: Some(prepared.record()),
+            at: self.clock.now_ms(),
+        };
+        let reused: Vec<StepRecord> =
+            prepared.source_steps.iter().filter(|s| prepared.summary.reused.contains(&s.step_id)).cloned().collect();
+        let source_id = prepared.source.run_id.clone();
+        let mut copy = |run: &RunRecord| -> Result<(), EngineError> {
+            self.store.copy_reused_steps(&run.run_id, &source_id, &reused, self.clock.now_ms())?;
+            Ok(())
+        };
+        let report = self.create_and_execute(&prepared.workflow, &new, req.resume_interrupted, &mut copy, obs)?;
+        Ok((report, prepared))
+    }
+
+    /// The chain of source runs above a run, nearest first.
+    pub fn lineage(&self, run_id: &str) -> Result<Vec<RunRecord>, EngineError> {
+        let mut chain = Vec::new();
+        let mut next = self.store.run(run_id)?.and_then(|r| r.source_run_id);
+        while let Some(id) = next {
+            // Source ids always exist (a foreign key) and never form a cycle (a source is older).
+            let Some(run) = self.store.run(&id)? else { break };
+            if chain.len() > 10_000 {
+                break;
+            }
+            next = run.source_run_id.clone();
+            chain.push(run);
+        }
+        Ok(chain)
+    }
+}
+
+/// Which part of a tool changed between two loaded workflows, in words.
+pub fn explain_tool_change(old: &LoadedWorkflow, new: &LoadedWorkflow, tool: &str) -> Vec<String> {
+    let (Some(o), Some(n)) = (old.spec().tools.get(tool), new.spec().tools.get(tool)) else {
+        return vec![format!("tool `{tool}` is new in {}", new.spec().reference())];
+    };
+    let mut out = Vec::new();
+    if o.command != n.command {
+        out.push(format!("tool `{tool}` command changed from {:?} to {:?}", o.command.join(" "), n.command.join(" ")));
+    }
+    if o.version != n.version {
+        out.push(format!("tool `{tool}` version changed from {:?} to {:?}", o.version, n.version));
+    }
+    if o.timeout_secs != n.timeout_secs {
+        out.push(format!("tool `{tool}` timeout_secs changed from {} to {}", o.timeout_secs, n.timeout_secs));
+    }
+    if o.env != n.env {
+        out.push(format!("tool `{tool}` env changed from {:?} to {:?}", o.env, n.env));
+    }
+    let (of, nf) = (&old.tools[tool].files, &new.tools[tool].files);
+    for f in nf {
+        match of.iter().find(|x| x.path == f.path) {
+            Some(x) if x.sha256 != f.sha256 => out.push(format!("tool file {} changed", f.path)),
+            None => out.push(format!("tool file {} added", f.path)),
+            _ => {}
+        }
+    }
+    for f in of {
+        if !nf.iter().any(|x| x.path == f.path) {
+            out.push(format!("tool file {} removed", f.path));
+        }
+    }
+    out
+}

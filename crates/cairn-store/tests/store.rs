@@ -1,0 +1,496 @@
+//! The SQLite adapter against a real database file: migrations, run creation, attempt fencing,
+//! revision guards, the append-only event log and the workflow registry.
+
+use std::path::{Path, PathBuf};
+
+use cairn_core::signature::StepSignature;
+use cairn_core::status::{Outcome, RunStatus, StepStatus};
+use cairn_core::store::*;
+use cairn_core::workflow::{WorkflowSpec, parse_workflow};
+use cairn_store::SqliteStore;
+use rusqlite::Connection;
+use serde_json::json;
+use tempfile::TempDir;
+
+const WORKFLOW: &str = r#"
+[workflow]
+name = "wf"
+version = "1.0.0"
+
+[tools.t]
+command = ["/bin/echo", "{}"]
+
+[[steps]]
+id = "a"
+tool = "t"
+
+[[steps]]
+id = "b"
+tool = "t"
+needs = ["a"]
+"#;
+
+struct Db {
+    _dir: TempDir,
+    path: PathBuf,
+    store: SqliteStore,
+}
+
+fn spec(version: &str) -> WorkflowSpec {
+    parse_workflow(&WORKFLOW.replace("1.0.0", version), "workflow.toml").unwrap()
+}
+
+fn record(version: &str, digest: &str) -> WorkflowRecord {
+    WorkflowRecord {
+        name: "wf".into(),
+        version: version.into(),
+        digest: digest.into(),
+        path: format!("/registry/wf/{digest}"),
+        spec: spec(version),
+        registered_at: 1_000,
+    }
+}
+
+fn open(path: &Path) -> SqliteStore {
+    match SqliteStore::open(path) {
+        Ok(s) => s,
+        Err(e) => panic!("open {}: {e}", path.display()),
+    }
+}
+
+/// A fresh database with `wf@1.0.0` registered.
+fn db() -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    let store = open(&path);
+    assert_eq!(store.register_workflow(&record("1.0.0", "d1")).unwrap(), RegisterOutcome::Inserted);
+    Db { _dir: dir, path, store }
+}
+
+fn new_run(run_id: &str) -> NewRun {
+    NewRun {
+        run_id: run_id.into(),
+        workflow: "wf".into(),
+        version: "1.0.0".into(),
+        identity_hash: "identity-1".into(),
+        input: json!({"n": 1}),
+        run_dir: format!("/runs/{run_id}"),
+        source_run_id: None,
+        replay: None,
+        at: 2_000,
+    }
+}
+
+fn created(store: &SqliteStore, run_id: &str) -> RunRecord {
+    match store.create_run(&new_run(run_id)).unwrap() {
+        CreateRun::Created(r) => r,
+        CreateRun::Existing(r) => panic!("run {} existed already", r.run_id),
+    }
+}
+
+fn sig() -> StepSignature {
+    StepSignature { tool: "t".into(), tool_digest: "tool-digest".into(), args_hash: "args-hash".into() }
+}
+
+fn begin(run_id: &str, step_id: &str, token: &str, attempt: u32, start: AttemptStart) -> BeginAttempt {
+    BeginAttempt {
+        run_id: run_id.into(),
+        step_id: step_id.into(),
+        signature: sig(),
+        args: json!({"x": 1}),
+        token: token.into(),
+        attempt,
+        start,
+        at: 3_000 + attempt as i64,
+    }
+}
+
+fn finish(run_id: &str, step_id: &str, token: &str, attempt: u32, outcome: Outcome) -> FinishAttempt {
+    FinishAttempt {
+        run_id: run_id.into(),
+        step_id: step_id.into(),
+        token: token.into(),
+        attempt,
+        outcome,
+        result: (outcome == Outcome::Completed).then(|| json!({"ok": true})),
+        error: (outcome != Outcome::Completed).then(|| "exit 1".to_string()),
+        log_tail: Some("stderr tail".into()),
+        duration_us: 1_234,
+        at: 4_000,
+    }
+}
+
+fn step(store: &SqliteStore, run_id: &str, step_id: &str) -> StepRecord {
+    store.steps(run_id).unwrap().into_iter().find(|s| s.step_id == step_id).expect("step row")
+}
+
+fn kinds(store: &SqliteStore, run_id: &str) -> Vec<String> {
+    store.events(run_id, 0).unwrap().into_iter().map(|e| e.kind).collect()
+}
+
+fn user_version(path: &Path) -> i64 {
+    Connection::open(path).unwrap().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap()
+}
+
+fn schema(path: &Path) -> Vec<(String, String)> {
+    let conn = Connection::open(path).unwrap();
+    let mut stmt = conn.prepare("SELECT name, COALESCE(sql, '') FROM sqlite_master ORDER BY name").unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
+}
+
+// ---------------------------------------------------------------- migrations
+
+#[test]
+fn migrations_run_once_and_reopen_is_a_no_op() {
+    let Db { _dir, path, store } = db();
+    created(&store, "run-1");
+    assert_eq!(user_version(&path), 1);
+    let before = schema(&path);
+    assert!(before.iter().any(|(n, _)| n == "events_no_update"), "{before:?}");
+    drop(store);
+
+    // Reopening applies nothing (a second CREATE TABLE would fail) and keeps the data.
+    let store = open(&path);
+    assert_eq!(user_version(&path), 1);
+    assert_eq!(schema(&path), before);
+    assert_eq!(store.run("run-1").unwrap().unwrap().status, RunStatus::Running);
+    assert_eq!(store.workflows().unwrap().len(), 1);
+    drop(store);
+    let _third = open(&path);
+    assert_eq!(user_version(&path), 1);
+}
+
+#[test]
+fn the_database_is_in_wal_mode() {
+    let Db { _dir, path, store: _store } = db();
+    let mode: String = Connection::open(&path).unwrap().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode.to_lowercase(), "wal");
+}
+
+#[test]
+fn a_database_from_a_newer_cairn_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cairn.db");
+    Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
+    let err = match SqliteStore::open(&path) {
+        Ok(_) => panic!("a schema version 99 database was opened"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("99") && msg.contains("upgrade cairn"), "{msg}");
+    // Nothing was migrated over it.
+    assert_eq!(user_version(&path), 99);
+    assert!(schema(&path).is_empty());
+}
+
+// ---------------------------------------------------------------- runs
+
+#[test]
+fn create_run_returns_created_then_existing() {
+    let Db { _dir, path: _, store } = db();
+    let first = created(&store, "run-1");
+    assert_eq!(first.status, RunStatus::Running);
+    assert_eq!(first.revision, 1);
+    assert_eq!(first.input, json!({"n": 1}));
+    assert_eq!((first.created_at, first.updated_at, first.finished_at), (2_000, 2_000, None));
+
+    // Even with other identity data: the store returns the existing run and the caller compares.
+    let mut again = new_run("run-1");
+    again.identity_hash = "identity-2".into();
+    again.at = 9_000;
+    match store.create_run(&again).unwrap() {
+        CreateRun::Existing(r) => assert_eq!(r, first),
+        CreateRun::Created(_) => panic!("a run was created twice"),
+    }
+    assert_eq!(kinds(&store, "run-1"), ["run.created"]);
+    assert_eq!(store.runs(10).unwrap().len(), 1);
+}
+
+#[test]
+fn a_run_of_an_unregistered_workflow_is_refused_by_the_foreign_key() {
+    let Db { _dir, path: _, store } = db();
+    let mut new = new_run("run-x");
+    new.version = "9.9.9".into();
+    assert!(matches!(store.create_run(&new), Err(StoreError::Database(_))));
+    assert!(store.run("run-x").unwrap().is_none());
+}
+
+// ---------------------------------------------------------------- attempts
+
+#[test]
+fn begin_attempt_first_twice_is_step_exists() {
+    let Db { _dir, path: _, store } = db();
+    created(&store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    let row = step(&store, "r", "a");
+    assert_eq!(row.status, StepStatus::Running);
+    assert_eq!(row.attempt_token.as_deref(), Some("tok-1"));
+    assert_eq!(row.attempt_count, 1);
+    assert_eq!(row.signature, sig());
+
+    let err = store.begin_attempt(&begin("r", "a", "tok-2", 1, AttemptStart::First)).unwrap_err();
+    assert_eq!(err, StoreError::StepExists { run_id: "r".into(), step_id: "a".into() });
+    assert_eq!(step(&store, "r", "a"), row);
+    assert_eq!(kinds(&store, "r"), ["run.created", "step.started"]);
+}
+
+#[test]
+fn complete_attempt_with_a_wrong_token_is_stale_and_changes_nothing() {
+    let Db { _dir, path: _, store } = db();
+    created(&store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    let steps_before = store.steps("r").unwrap();
+    let events_before = store.events("r", 0).unwrap();
+
+    let err = store.complete_attempt(&finish("r", "a", "tok-wrong", 1, Outcome::Completed)).unwrap_err();
+    assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "a".into() });
+    assert_eq!(store.steps("r").unwrap(), steps_before);
+    assert_eq!(store.events("r", 0).unwrap(), events_before);
+
+    // A step with no row at all has no owner either.
+    let err = store.complete_attempt(&finish("r", "b", "tok-1", 1, Outcome::Completed)).unwrap_err();
+    assert!(matches!(err, StoreError::StaleToken { .. }), "{err:?}");
+    assert_eq!(store.steps("r").unwrap(), steps_before);
+
+    // The owner's write goes through.
+    store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap();
+    let row = step(&store, "r", "a");
+    assert_eq!(row.status, StepStatus::Completed);
+    assert_eq!(row.result, Some(json!({"ok": true})));
+    assert_eq!(row.outcome, Some(Outcome::Completed));
+    assert_eq!(row.duration_us, Some(1_234));
+    assert_eq!(row.finished_at, Some(4_000));
+    assert_eq!(kinds(&store, "r"), ["run.created", "step.started", "step.completed"]);
+}
+
+#[test]
+fn record_process_is_fenced_by_the_token() {
+    let Db { _dir, path: _, store } = db();
+    created(&store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    let p = ProcessInfo { pid: 4242, pgid: 4242, start_time: Some(77) };
+    assert!(matches!(store.record_process("r", "a", "tok-x", &p), Err(StoreError::StaleToken { .. })));
+    assert_eq!(step(&store, "r", "a").process, None);
+    store.record_process("r", "a", "tok-1", &p).unwrap();
+    assert_eq!(step(&store, "r", "a").process, Some(p));
+}
+
+#[test]
+fn retry_is_conditional_on_the_previous_token() {
+    let Db { _dir, path: _, store } = db();
+    created(&store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    let before = store.steps("r").unwrap();
+    let n_events = store.events("r", 0).unwrap().len();
+
+    let stale = AttemptStart::Retry { previous_token: "tok-old".into(), outcome: Outcome::TimedOut, error: None };
+    let err = store.begin_attempt(&begin("r", "a", "tok-2", 2, stale)).unwrap_err();
+    assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "a".into() });
+    assert_eq!(store.steps("r").unwrap(), before);
+    assert_eq!(store.events("r", 0).unwrap().len(), n_events);
+
+    let ok = AttemptStart::Retry {
+        previous_token: "tok-1".into(),
+        outcome: Outcome::TimedOut,
+        error: Some("timed out after 1 s".into()),
+    };
+    store.begin_attempt(&begin("r", "a", "tok-2", 2, ok)).unwrap();
+    let row = step(&store, "r", "a");
+    assert_eq!(row.attempt_token.as_deref(), Some("tok-2"));
+    assert_eq!(row.attempt_count, 2);
+    assert_eq!(row.interrupted_count, 0);
+    assert_eq!(kinds(&store, "r"), ["run.created", "step.started", "step.retrying", "step.started"]);
+
+    // The first attempt's token no longer owns the step.
+    let err = store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap_err();
+    assert!(matches!(err, StoreError::StaleToken { .. }));
+    store.complete_attempt(&finish("r", "a", "tok-2", 2, Outcome::Completed)).unwrap();
+    assert_eq!(step(&store, "r", "a").status, StepStatus::Completed);
+}
+
+#[test]
+fn resume_interrupted_is_conditional_on_the_previous_token() {
+    let Db { _dir, path: _, store } = db();
+    created(&store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    store.record_process("r", "a", "tok-1", &ProcessInfo { pid: 9, pgid: 9, start_time: None }).unwrap();
+    let before = store.steps("r").unwrap();
+
+    let stale = AttemptStart::ResumeInterrupted { previous_token: "tok-old".into() };
+    let err = store.begin_attempt(&begin("r", "a", "tok-2", 2, stale)).unwrap_err();
+    assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "a".into() });
+    assert_eq!(store.steps("r").unwrap(), before);
+
+    let ok = AttemptStart::ResumeInterrupted { previous_token: "tok-1".into() };
+    store.begin_attempt(&begin("r", "a", "tok-2", 2, ok)).unwrap();
+    let row = step(&store, "r", "a");
+    assert_eq!(row.attempt_token.as_deref(), Some("tok-2"));
+    assert_eq!((row.attempt_count, row.interrupted_count), (2, 1));
+    assert_eq!(row.process, None, "the abandoned attempt's process identity is cleared");
+    let events = store.events("r", 0).unwrap();
+    let interrupted = events.iter().find(|e| e.kind == "step.interrupted").expect("step.interrupted");
+    assert_eq!(interrupted.data["abandoned_token"], json!("tok-1"));
+    assert_eq!(interrupted.attempt, Some(1));
+    assert!(matches!(
+        store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)),
+        Err(StoreError::StaleToken { .. })
+    ));
+}
+
+#[test]
+fn fail_attempt_fails_the_step_and_the_run_in_one_go() {
+    let Db { _dir, path: _, store } = db();
+    let run = created(&store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+
+    // A stale token fails nothing.
+    let err = store.fail_attempt(&finish("r", "a", "tok-x", 1, Outcome::Failed), "boom").unwrap_err();
+    assert!(matches!(err, StoreError::StaleToken { .. }));
+    assert_eq!(store.run("r").unwrap().unwrap(), run);
+    assert_eq!(step(&store, "r", "a").status, StepStatus::Running);
+
+    store.fail_attempt(&finish("r", "a", "tok-1", 1, Outcome::Failed), "step `a` ended FAILED").unwrap();
+    let row = step(&store, "r", "a");
+    assert_eq!(row.status, StepStatus::Failed);
+    assert_eq!(row.outcome, Some(Outcome::Failed));
+    assert_eq!(row.error.as_deref(), Some("exit 1"));
+    assert_eq!(row.result, None);
+    let after = store.run("r").unwrap().unwrap();
+    assert_eq!(after.status, RunStatus::Failed);
+    assert_eq!(after.error.as_deref(), Some("step `a` ended FAILED"));
+    assert_eq!(after.finished_at, Some(4_000));
+    assert_eq!(after.revision, run.revision + 1);
+    let events = store.events("r", 0).unwrap();
+    let k: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(k, ["run.created", "step.started", "step.failed", "run.finished"]);
+    assert_eq!(events[3].data["status"], json!("FAILED"));
+    assert_eq!(events[2].at, events[3].at);
+
+    // A terminal run is not finished again.
+    let err = store.finish_run("r", after.revision, RunStatus::Ready, &[], None, 5_000).unwrap_err();
+    assert!(matches!(err, StoreError::StaleRevision { .. }), "{err:?}");
+}
+
+// ---------------------------------------------------------------- revisions
+
+#[test]
+fn finish_run_with_a_stale_revision_is_refused() {
+    let Db { _dir, path: _, store } = db();
+    let run = created(&store, "r");
+    let err = store.finish_run("r", run.revision + 7, RunStatus::Ready, &[], None, 5_000).unwrap_err();
+    assert_eq!(err, StoreError::StaleRevision { run_id: "r".into(), expected: run.revision + 7 });
+    assert_eq!(store.run("r").unwrap().unwrap(), run);
+    assert_eq!(kinds(&store, "r"), ["run.created"]);
+
+    let err = store.finish_run("nope", 1, RunStatus::Ready, &[], None, 5_000).unwrap_err();
+    assert_eq!(err, StoreError::RunNotFound("nope".into()));
+
+    let done = store.finish_run("r", run.revision, RunStatus::Ready, &[], None, 5_000).unwrap();
+    assert_eq!(done.status, RunStatus::Ready);
+    assert_eq!(done.revision, run.revision + 1);
+    assert_eq!(done.finished_at, Some(5_000));
+    assert_eq!(kinds(&store, "r"), ["run.created", "run.finished"]);
+}
+
+#[test]
+fn claim_run_bumps_the_revision() {
+    let Db { _dir, path: _, store } = db();
+    let run = created(&store, "r");
+    let rev = store.claim_run("r", run.revision, 6_000).unwrap();
+    assert_eq!(rev, run.revision + 1);
+    let now = store.run("r").unwrap().unwrap();
+    assert_eq!((now.revision, now.updated_at, now.status), (rev, 6_000, RunStatus::Running));
+    assert_eq!(kinds(&store, "r"), ["run.created", "run.resumed"]);
+
+    // The previous holder's revision is stale now, for claiming and for finishing.
+    assert!(matches!(store.claim_run("r", run.revision, 6_001), Err(StoreError::StaleRevision { .. })));
+    assert!(matches!(
+        store.finish_run("r", run.revision, RunStatus::Ready, &[], None, 6_002),
+        Err(StoreError::StaleRevision { .. })
+    ));
+    assert_eq!(store.run("r").unwrap().unwrap().revision, rev);
+    store.finish_run("r", rev, RunStatus::Ready, &[], None, 6_003).unwrap();
+}
+
+// ---------------------------------------------------------------- events
+
+#[test]
+fn events_are_ordered_and_append_only() {
+    let Db { _dir, path, store } = db();
+    created(&store, "r");
+    created(&store, "other");
+    store.begin_attempt(&begin("r", "a", "ta", 1, AttemptStart::First)).unwrap();
+    store.begin_attempt(&begin("other", "a", "to", 1, AttemptStart::First)).unwrap();
+    store.complete_attempt(&finish("r", "a", "ta", 1, Outcome::Completed)).unwrap();
+    store.begin_attempt(&begin("r", "b", "tb", 1, AttemptStart::First)).unwrap();
+    store.record_stale_write("r", "b", "t-stale", 4_500).unwrap();
+    store.complete_attempt(&finish("r", "b", "tb", 1, Outcome::Completed)).unwrap();
+    let rev = store.run("r").unwrap().unwrap().revision;
+    store.finish_run("r", rev, RunStatus::Ready, &[], None, 5_000).unwrap();
+
+    let events = store.events("r", 0).unwrap();
+    let k: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        k,
+        [
+            "run.created",
+            "step.started",
+            "step.completed",
+            "step.started",
+            "step.stale_write_rejected",
+            "step.completed",
+            "run.finished"
+        ]
+    );
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq), "{events:?}");
+    assert!(events.iter().all(|e| e.run_id == "r"));
+    assert_eq!(events[1].step_id.as_deref(), Some("a"));
+    // `after_seq` pages through the log.
+    let tail = store.events("r", events[3].seq).unwrap();
+    assert_eq!(tail, events[4..].to_vec());
+
+    // The database itself refuses to rewrite history, whoever connects to it.
+    let conn = Connection::open(&path).unwrap();
+    let count = |conn: &Connection| -> i64 { conn.query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0)).unwrap() };
+    let total = count(&conn);
+    let err = conn.execute("UPDATE events SET kind = 'forged' WHERE run_id = 'r'", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    let err = conn.execute("DELETE FROM events WHERE run_id = 'r'", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    let err = conn.execute("DELETE FROM events", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    assert_eq!(count(&conn), total);
+    assert_eq!(store.events("r", 0).unwrap(), events);
+}
+
+// ---------------------------------------------------------------- workflows
+
+#[test]
+fn workflow_without_a_version_is_the_highest_semver() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("cairn.db"));
+    for v in ["1.2.0", "1.10.0", "1.9.0"] {
+        assert_eq!(store.register_workflow(&record(v, &format!("d-{v}"))).unwrap(), RegisterOutcome::Inserted);
+    }
+    let latest = store.workflow("wf", None).unwrap().unwrap();
+    assert_eq!(latest.version, "1.10.0", "the highest semantic version, not the last registered or text order");
+    assert_eq!(latest.spec, spec("1.10.0"));
+    assert_eq!(store.workflow("wf", Some("1.9.0")).unwrap().unwrap().digest, "d-1.9.0");
+    assert!(store.workflow("wf", Some("2.0.0")).unwrap().is_none());
+    assert!(store.workflow("nope", None).unwrap().is_none());
+    let listed: Vec<String> = store.workflows().unwrap().into_iter().map(|w| w.version).collect();
+    assert_eq!(listed, ["1.2.0", "1.9.0", "1.10.0"]);
+}
+
+#[test]
+fn registering_again_is_idempotent_and_other_content_conflicts() {
+    let Db { _dir, path: _, store } = db();
+    assert_eq!(store.register_workflow(&record("1.0.0", "d1")).unwrap(), RegisterOutcome::AlreadyRegistered);
+    let mut other = record("1.0.0", "d2");
+    other.path = "/elsewhere".into();
+    assert_eq!(store.register_workflow(&other).unwrap(), RegisterOutcome::Conflict { existing_digest: "d1".into() });
+    let stored = store.workflow("wf", Some("1.0.0")).unwrap().unwrap();
+    assert_eq!(stored, record("1.0.0", "d1"));
+    assert_eq!(store.workflows().unwrap().len(), 1);
+}

@@ -1,0 +1,413 @@
+//! Shared helpers for the boundary tests: every test drives the real `cairn` binary through its
+//! CLI contract, with its own `CAIRN_HOME` and its own workflow folders in a temporary directory.
+//!
+//! Style: a test builds a [`Cairn`] (a private state root plus a scratch directory), writes small
+//! workflow folders with [`write_workflow`], registers them with [`Cairn::add`], and runs them with
+//! [`Cairn::run`]. Every command goes through [`Cairn::json`], which checks the `--json` contract
+//! (stdout holds exactly one JSON object) and returns the exit code, the object and stderr.
+//!
+//! Tools are instances of one small Python script, [`TOOL_PY`], whose behaviour per attempt is
+//! chosen by its arguments (a `plan`), and which appends what it does to a log file whose absolute
+//! path comes in the run input: the log is how tests count executions.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// No single CLI call in these tests should take anywhere near this long; it only stops a hang.
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The generic tool. It reads its arguments (canonical JSON) from stdin and acts on
+/// `plan[attempt - 1]` (the last entry repeats):
+///
+/// * `ok`                  print the result: `args.result` if given, else `{step, attempt, pid}`
+/// * `exit:N`              exit with code N, printing nothing
+/// * `badjson`             print text that is not JSON, exit 0
+/// * `empty`               print nothing, exit 0
+/// * `sleep:S`             sleep S seconds, then behave as `ok`
+/// * `sleep_if_flag:S`     sleep S seconds only while the file `args.flag` exists, then `ok`
+/// * `wait`                wait (at most 30 s) until the file `args.release` exists, then `ok`
+/// * `big`                 write 100 MB to stdout
+///
+/// Log lines (to `args.log`, when given): `<step>:start:<attempt>:<pid>` first, and
+/// `<step>:end:<attempt>` right before printing a result.
+pub const TOOL_PY: &str = r#"import json, os, sys, time
+raw = sys.stdin.read()
+args = json.loads(raw) if raw.strip() else {}
+step = os.environ.get("CAIRN_STEP_ID", "?")
+attempt = int(os.environ.get("CAIRN_ATTEMPT", "0"))
+log = args.get("log")
+
+def note(line):
+    if log:
+        with open(log, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+note("%s:start:%d:%d" % (step, attempt, os.getpid()))
+plan = args.get("plan") or ["ok"]
+mode = plan[min(max(attempt, 1), len(plan)) - 1]
+kind, _, param = mode.partition(":")
+
+def done(result=None):
+    note("%s:end:%d" % (step, attempt))
+    if result is None:
+        result = args.get("result", {"step": step, "attempt": attempt, "pid": os.getpid()})
+    sys.stdout.write(json.dumps(result))
+    sys.stdout.flush()
+    sys.exit(0)
+
+if kind == "ok":
+    done()
+elif kind == "exit":
+    sys.exit(int(param))
+elif kind == "badjson":
+    note("%s:end:%d" % (step, attempt))
+    print("this is { not json")
+    sys.exit(0)
+elif kind == "empty":
+    note("%s:end:%d" % (step, attempt))
+    sys.exit(0)
+elif kind == "sleep":
+    time.sleep(float(param))
+    done()
+elif kind == "sleep_if_flag":
+    if os.path.exists(args["flag"]):
+        time.sleep(float(param))
+    done()
+elif kind == "wait":
+    deadline = time.time() + 30
+    while not os.path.exists(args["release"]) and time.time() < deadline:
+        time.sleep(0.05)
+    done()
+elif kind == "big":
+    chunk = b"x" * (1 << 20)
+    for _ in range(100):
+        sys.stdout.buffer.write(chunk)
+    sys.stdout.flush()
+    sys.exit(0)
+else:
+    sys.stderr.write("unknown mode %r\n" % mode)
+    sys.exit(2)
+"#;
+
+/// A `[tools.NAME]` table running [`TOOL_PY`] (written as `tools/tool.py` by [`tool_files`]).
+pub fn tool_toml(name: &str, extra: &str) -> String {
+    format!("[tools.{name}]\ncommand = [\"python3\", \"tools/tool.py\"]\n{extra}\n")
+}
+
+/// The files every workflow built on [`TOOL_PY`] needs.
+pub fn tool_files() -> Vec<(&'static str, &'static str)> {
+    vec![("tools/tool.py", TOOL_PY)]
+}
+
+/// Writes a workflow folder: `workflow.toml` plus `files` (relative paths, parents created,
+/// mode 0755 so shell tools can be run directly).
+pub fn write_workflow(dir: &Path, toml: &str, files: &[(&str, &str)]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("workflow.toml"), toml).unwrap();
+    for (name, content) in files {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    dir.to_path_buf()
+}
+
+/// What one CLI call did.
+#[derive(Debug)]
+pub struct Out {
+    pub code: i32,
+    /// The one JSON object on stdout, or `Null` when stdout was empty (an error exit).
+    pub json: Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    /// Panics with everything the call printed unless it exited with `code`.
+    #[track_caller]
+    pub fn expect(self, code: i32) -> Out {
+        assert_eq!(self.code, code, "unexpected exit code\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
+        self
+    }
+
+    /// The step view named `id` in a run object.
+    #[track_caller]
+    pub fn step(&self, id: &str) -> &Value {
+        step(&self.json, id)
+    }
+}
+
+/// The step view named `id` in a run object (`run`/`show` JSON).
+#[track_caller]
+pub fn step<'a>(run: &'a Value, id: &str) -> &'a Value {
+    run["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no steps in {run:#}"))
+        .iter()
+        .find(|s| s["step_id"] == id)
+        .unwrap_or_else(|| panic!("no step `{id}` in {run:#}"))
+}
+
+/// Checks the `--json` contract on one call's stdout: exactly one JSON object (nothing else), or
+/// nothing at all when the command failed before producing a result.
+#[track_caller]
+pub fn parse_stdout(stdout: &str, code: i32, what: &str) -> Value {
+    if stdout.trim().is_empty() {
+        assert!(
+            code == 2 || code == 4,
+            "`{what}` exited {code} but printed nothing on stdout; --json must print one JSON object"
+        );
+        return Value::Null;
+    }
+    let mut values = serde_json::Deserializer::from_str(stdout).into_iter::<Value>();
+    let first = match values.next() {
+        Some(Ok(v)) => v,
+        other => panic!("`{what}`: stdout is not JSON ({other:?}):\n{stdout}"),
+    };
+    assert!(values.next().is_none(), "`{what}`: stdout holds more than one JSON value:\n{stdout}");
+    assert!(first.is_object(), "`{what}`: stdout is JSON but not an object:\n{stdout}");
+    first
+}
+
+static INPUTS: AtomicUsize = AtomicUsize::new(0);
+
+/// A private state root and a scratch directory for one test.
+pub struct Cairn {
+    pub home: TempDir,
+    pub work: TempDir,
+}
+
+impl Default for Cairn {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cairn {
+    pub fn new() -> Cairn {
+        Cairn {
+            home: tempfile::Builder::new().prefix("cairn-home-").tempdir().unwrap(),
+            work: tempfile::Builder::new().prefix("cairn-work-").tempdir().unwrap(),
+        }
+    }
+
+    pub fn bin() -> PathBuf {
+        assert_cmd::cargo::cargo_bin("cairn")
+    }
+
+    /// The state root as the binary reports it (canonical).
+    pub fn home(&self) -> PathBuf {
+        self.home.path().canonicalize().unwrap()
+    }
+
+    /// A path in the scratch directory.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.work.path().join(rel)
+    }
+
+    /// A path in the scratch directory, as a string (for run inputs).
+    pub fn path_str(&self, rel: &str) -> String {
+        self.path(rel).display().to_string()
+    }
+
+    fn std_command(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(Self::bin());
+        c.env("CAIRN_HOME", self.home.path()).env_remove("XDG_STATE_HOME").current_dir(self.work.path()).args(args);
+        c
+    }
+
+    /// The command, ready to run.
+    pub fn command(&self, args: &[&str]) -> assert_cmd::Command {
+        let mut c = assert_cmd::Command::from_std(self.std_command(args));
+        c.timeout(CMD_TIMEOUT);
+        c
+    }
+
+    /// Runs `cairn ARGS` and returns its raw output.
+    pub fn cmd(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs `cairn ARGS --json` and checks the `--json` contract.
+    pub fn json(&self, args: &[&str]) -> Out {
+        let mut all: Vec<&str> = args.to_vec();
+        all.push("--json");
+        let out = self.cmd(&all);
+        let code = out.status.code().unwrap_or_else(|| panic!("`cairn {all:?}` died by a signal"));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let json = parse_stdout(&stdout, code, &all.join(" "));
+        Out { code, json, stdout, stderr }
+    }
+
+    /// `cairn workflow add DIR --json`, expecting success.
+    #[track_caller]
+    pub fn add(&self, dir: &Path) -> Value {
+        self.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0).json
+    }
+
+    /// Writes a run input file in the scratch directory.
+    pub fn input(&self, input: &Value) -> PathBuf {
+        let n = INPUTS.fetch_add(1, Ordering::SeqCst);
+        let path = self.path(&format!("input-{n}.json"));
+        std::fs::write(&path, serde_json::to_vec(input).unwrap()).unwrap();
+        path
+    }
+
+    /// The argv of `cairn run WF --input FILE EXTRA…` (without `--json`).
+    pub fn run_args(&self, workflow: &str, input: &Value, extra: &[&str]) -> Vec<String> {
+        let file = self.input(input);
+        let mut args = vec!["run".to_string(), workflow.to_string(), "--input".into(), file.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// `cairn run WF --input <input> EXTRA… --json`.
+    pub fn run(&self, workflow: &str, input: &Value, extra: &[&str]) -> Out {
+        let args = self.run_args(workflow, input, extra);
+        self.json(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// `cairn show RUN --json`, expecting success.
+    #[track_caller]
+    pub fn show(&self, run_id: &str) -> Value {
+        self.json(&["show", run_id]).expect(0).json
+    }
+
+    /// `cairn events RUN --json` → the events.
+    #[track_caller]
+    pub fn events(&self, run_id: &str) -> Vec<Value> {
+        let v = self.json(&["events", run_id]).expect(0).json;
+        assert_eq!(v["run_id"], run_id);
+        v["events"].as_array().unwrap().clone()
+    }
+
+    /// `cairn runs --json` → the runs.
+    #[track_caller]
+    pub fn runs(&self) -> Vec<Value> {
+        self.json(&["runs"]).expect(0).json["runs"].as_array().unwrap().clone()
+    }
+
+    /// Starts `cairn ARGS` in the background (stdout and stderr piped).
+    pub fn spawn(&self, args: &[String]) -> Child {
+        self.std_command(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Polls `cairn events RUN` until an event satisfies `pred`; panics after `timeout`.
+    #[track_caller]
+    pub fn wait_for_event(&self, run_id: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // The run may not exist yet (exit 2) right after a spawn.
+            let out = self.json(&["events", run_id]);
+            if out.code == 0
+                && let Some(e) = out.json["events"].as_array().unwrap().iter().find(|e| pred(e))
+            {
+                return e.clone();
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for an event of run {run_id}: {}", out.stdout);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The snapshot folder of a registered workflow: `$CAIRN_HOME/registry/<digest>`.
+    #[track_caller]
+    pub fn snapshot(&self, reference: &str) -> PathBuf {
+        let wf = self.json(&["workflow", "show", reference]).expect(0).json;
+        let digest = wf["digest"].as_str().unwrap();
+        let dir = self.home().join("registry").join(digest);
+        assert!(dir.join("workflow.toml").is_file(), "no snapshot at {}", dir.display());
+        dir
+    }
+
+    /// Entries of a directory under the state root (empty when it does not exist).
+    pub fn entries(&self, rel: &str) -> Vec<String> {
+        match std::fs::read_dir(self.home().join(rel)) {
+            Ok(rd) => {
+                let mut v: Vec<String> = rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+                v.sort();
+                v
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// The kinds of a run's events, in order.
+pub fn kinds(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect()
+}
+
+/// Events of `kind` (optionally for `step`).
+pub fn events_of<'a>(events: &'a [Value], kind: &str, step: Option<&str>) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["kind"] == kind && step.is_none_or(|s| e["step_id"] == s)).collect()
+}
+
+/// The lines of a tool log (empty when the file does not exist yet).
+pub fn log_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).map(|s| s.lines().map(str::to_string).collect()).unwrap_or_default()
+}
+
+/// How many log lines start with `prefix`.
+pub fn count(lines: &[String], prefix: &str) -> usize {
+    lines.iter().filter(|l| l.starts_with(prefix)).count()
+}
+
+/// Waits until `f` holds, polling; false after `timeout`.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Whether a process is alive (a zombie counts as dead: it runs nothing and only awaits reaping).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// The pid a tool logged in its `<step>:start:<attempt>:<pid>` line.
+pub fn logged_pid(lines: &[String], step: &str, attempt: u32) -> Option<i32> {
+    let prefix = format!("{step}:start:{attempt}:");
+    lines.iter().find_map(|l| l.strip_prefix(&prefix).and_then(|p| p.parse().ok()))
+}
+
+/// SIGKILLs a process group left behind by a test (best effort; used for cleanup only).
+pub fn kill_group(pid: i32) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+}
+
+/// Appends text to a file.
+pub fn append(path: &Path, text: &str) {
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
