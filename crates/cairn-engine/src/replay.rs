@@ -29,6 +29,8 @@ pub struct ReplayRequest {
     /// When given (the API's `agent_id`), it must name the source's workflow.
     pub workflow: Option<String>,
     pub resume_interrupted: bool,
+    /// How many ready steps may run at once (1: serial, the reference semantics).
+    pub parallelism: usize,
 }
 
 /// Everything decided before a replay creates anything.
@@ -186,7 +188,8 @@ impl Engine {
             self.store.copy_reused_steps(&run.run_id, &source_id, &reused, self.clock.now_ms())?;
             Ok(())
         };
-        let report = self.create_and_execute(&prepared.workflow, &new, req.resume_interrupted, &mut copy, obs)?;
+        let report =
+            self.create_and_execute(&prepared.workflow, &new, req.resume_interrupted, req.parallelism, &mut copy, obs)?;
         Ok((report, prepared))
     }
 

@@ -4,8 +4,10 @@
 //! **Invariant:** a step's result is written only by the attempt whose token owns the row, in the
 //! same transaction that checks the token; a completed step is never executed again in its run.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::path::PathBuf;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cairn_core::canonical::{canonical_json, check_safe_numbers};
@@ -29,6 +31,8 @@ pub struct RunRequest {
     pub run_id: Option<String>,
     pub input: Value,
     pub resume_interrupted: bool,
+    /// How many ready steps may run at once; 1 (serial) is the reference semantics.
+    pub parallelism: usize,
 }
 
 /// Live progress, for a terminal or a log. Calls happen on the executing thread.
@@ -123,7 +127,7 @@ impl Engine {
             replay: None,
             at: self.clock.now_ms(),
         };
-        self.create_and_execute(wf, &new, req.resume_interrupted, &mut |_| Ok(()), obs)
+        self.create_and_execute(wf, &new, req.resume_interrupted, req.parallelism, &mut |_| Ok(()), obs)
     }
 
     /// Creates the run (or finds it, checking its identity) and executes it unless terminal.
@@ -133,6 +137,7 @@ impl Engine {
         wf: &LoadedWorkflow,
         new: &NewRun,
         resume: bool,
+        parallelism: usize,
         prepare: &mut dyn FnMut(&RunRecord) -> Result<(), EngineError>,
         obs: &mut dyn Observer,
     ) -> Result<RunReport, EngineError> {
@@ -154,7 +159,7 @@ impl Engine {
                 run.revision = self.store.claim_run(&run.run_id, run.revision, self.clock.now_ms())?;
             }
             prepare(&run)?;
-            self.execute(wf, &mut run, &new.input, resume, obs)?;
+            self.execute(wf, &mut run, &new.input, resume, parallelism, obs)?;
         }
         self.report(&run.run_id, wf)
     }
@@ -178,12 +183,14 @@ impl Engine {
         Ok(RunReport { run, steps })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn execute(
         &self,
         wf: &LoadedWorkflow,
         run: &mut RunRecord,
         input: &Value,
         resume: bool,
+        parallelism: usize,
         obs: &mut dyn Observer,
     ) -> Result<(), EngineError> {
         let spec = wf.spec();
@@ -196,77 +203,84 @@ impl Engine {
         }
         let existing: HashMap<String, StepRecord> =
             self.store.steps(&run.run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
+        let ctx = RunCtx { run_id: run.run_id.clone(), run_dir: run.run_dir.clone() };
         let mut results: HashMap<String, Value> = HashMap::new();
         obs.run_started(&run.run_id, wf.dag.len());
 
-        for &i in wf.dag.order() {
-            let step = &spec.steps[i];
-            let args = match template::resolve(&step.args, input, &|id| results.get(id).cloned()) {
-                Ok(a) => a,
-                Err(e) => return self.fail_run(run, &format!("step `{}` could not start: {e}", step.id)),
-            };
-            let args_hash = match args_hash(&args) {
-                Ok(h) => h,
-                Err(e) => return self.fail_run(run, &format!("step `{}` could not start: its arguments {e}", step.id)),
-            };
-            let tool = &wf.tools[&step.tool];
-            let sig = StepSignature { tool: step.tool.clone(), tool_digest: tool.digest.clone(), args_hash };
-            let row = existing.get(&step.id);
-            let (attempt, start, finished_before) = match decide_step(
-                row.map(|r| (r.status, &r.signature)),
-                &sig,
-                resume,
-            ) {
-                StepAction::Reuse => {
-                    results.insert(step.id.clone(), row.and_then(|r| r.result.clone()).unwrap_or(Value::Null));
-                    obs.step_skipped(&step.id, "completed earlier in this run");
-                    continue;
+        // The scheduler: among ready steps the first declared starts first, at most `parallelism`
+        // at once. With one slot this is exactly the DAG's deterministic order, the reference.
+        let n = wf.dag.len();
+        let mut waiting_on: Vec<usize> = (0..n).map(|i| wf.dag.needs(i).len()).collect();
+        let mut ready: BinaryHeap<Reverse<usize>> = (0..n).filter(|&i| waiting_on[i] == 0).map(Reverse).collect();
+        let release = |i: usize, waiting_on: &mut Vec<usize>, ready: &mut BinaryHeap<Reverse<usize>>| {
+            for &c in wf.dag.children(i) {
+                waiting_on[c] -= 1;
+                if waiting_on[c] == 0 {
+                    ready.push(Reverse(c));
                 }
-                StepAction::Execute => (1, AttemptStart::First, 0),
-                StepAction::ResumeInterrupted => {
-                    let Some(r) = row else { return Err(missing_row(&step.id)) };
-                    self.reap_orphan(r);
-                    let previous_token = r.attempt_token.clone().unwrap_or_default();
-                    (
-                        r.attempt_count + 1,
-                        AttemptStart::ResumeInterrupted { previous_token },
-                        r.attempt_count - r.interrupted_count - 1,
-                    )
-                }
-                StepAction::RefuseRunning => {
-                    return Err(EngineError::StepRunning {
-                        run_id: run.run_id.clone(),
-                        step_id: step.id.clone(),
-                        attempt: row.map(|r| r.attempt_count).unwrap_or(0),
-                    });
-                }
-                StepAction::AlreadyFailed => {
-                    return self.fail_run(run, &format!("step `{}` failed earlier in this run", step.id));
-                }
-                StepAction::Mismatch(m) => {
-                    let why = match m.field.as_str() {
-                        "tool_digest" => "the tool's definition or files changed since the step was recorded",
-                        "args_hash" => "the step's resolved arguments changed since the step was recorded",
-                        _ => "the step now uses another tool",
-                    };
-                    return self.fail_run(
-                        run,
-                        &format!(
-                            "step `{}`: signature mismatch on {} ({}… stored, {}… now): {why}; this is never treated as a cache hit, so start a new run",
-                            step.id,
-                            m.field,
-                            short(&m.stored),
-                            short(&m.wanted)
-                        ),
-                    );
-                }
-            };
-            match self.attempt_loop(wf, run, step, &sig, &args, attempt, start, finished_before, obs)? {
-                Some(result) => {
-                    results.insert(step.id.clone(), result);
-                }
-                None => return Ok(()), // the step failed and the run with it, in one transaction
             }
+        };
+        let mut stop: Option<Result<(), EngineError>> = None;
+        let (tx, rx) = mpsc::channel::<Msg>();
+        std::thread::scope(|scope| {
+            let mut in_flight = 0usize;
+            loop {
+                while stop.is_none() && in_flight < parallelism.max(1) {
+                    let Some(Reverse(i)) = ready.pop() else { break };
+                    match self.prepare_step(wf, &ctx, &existing, &results, input, resume, i) {
+                        Prepared::Reused(value) => {
+                            results.insert(wf.dag.id(i).to_string(), value);
+                            obs.step_skipped(wf.dag.id(i), "completed earlier in this run");
+                            release(i, &mut waiting_on, &mut ready);
+                        }
+                        Prepared::Job(job) => {
+                            in_flight += 1;
+                            let tx = tx.clone();
+                            let ctx = &ctx;
+                            scope.spawn(move || {
+                                let sink = |p: Progress| {
+                                    let _ = tx.send(Msg::Progress(p));
+                                };
+                                let outcome = self.attempt_loop(wf, ctx, *job, &sink);
+                                let _ = tx.send(Msg::Done { index: i, outcome });
+                            });
+                        }
+                        Prepared::FailRun(message) => stop = Some(self.fail_run(run, &message)),
+                        Prepared::Error(e) => stop = Some(Err(e)),
+                    }
+                }
+                if in_flight == 0 {
+                    break;
+                }
+                let Ok(msg) = rx.recv() else { break };
+                match msg {
+                    Msg::Progress(Progress::Started { step_id, attempt }) => obs.step_started(&step_id, attempt),
+                    Msg::Progress(Progress::Finished { step_id, outcome, attempt, duration }) => {
+                        obs.step_finished(&step_id, outcome, attempt, duration)
+                    }
+                    Msg::Done { index, outcome } => {
+                        in_flight -= 1;
+                        match outcome {
+                            Ok(Some(value)) => {
+                                results.insert(wf.dag.id(index).to_string(), value);
+                                release(index, &mut waiting_on, &mut ready);
+                            }
+                            // The step failed and the run with it, in one transaction.
+                            Ok(None) => {
+                                stop.get_or_insert(Ok(()));
+                            }
+                            Err(e) => {
+                                if !matches!(stop, Some(Err(_))) {
+                                    stop = Some(Err(e));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        if let Some(outcome) = stop {
+            return outcome;
         }
 
         let (status, findings, error) = match validator::evaluate(&spec.rules, &|id| results.get(id).cloned()) {
@@ -285,20 +299,80 @@ impl Engine {
         Ok(())
     }
 
-    /// Runs attempts until one completes (its result), or the step fails for good (`None`).
+    /// Decides what to do with step `i` from its stored row and its signature now.
     #[allow(clippy::too_many_arguments)]
+    fn prepare_step(
+        &self,
+        wf: &LoadedWorkflow,
+        ctx: &RunCtx,
+        existing: &HashMap<String, StepRecord>,
+        results: &HashMap<String, Value>,
+        input: &Value,
+        resume: bool,
+        i: usize,
+    ) -> Prepared {
+        let step = &wf.spec().steps[i];
+        let args = match template::resolve(&step.args, input, &|id| results.get(id).cloned()) {
+            Ok(a) => a,
+            Err(e) => return Prepared::FailRun(format!("step `{}` could not start: {e}", step.id)),
+        };
+        let args_hash = match args_hash(&args) {
+            Ok(h) => h,
+            Err(e) => return Prepared::FailRun(format!("step `{}` could not start: its arguments {e}", step.id)),
+        };
+        let tool = &wf.tools[&step.tool];
+        let sig = StepSignature { tool: step.tool.clone(), tool_digest: tool.digest.clone(), args_hash };
+        let row = existing.get(&step.id);
+        let (attempt, start, finished) = match decide_step(row.map(|r| (r.status, &r.signature)), &sig, resume) {
+            StepAction::Reuse => return Prepared::Reused(row.and_then(|r| r.result.clone()).unwrap_or(Value::Null)),
+            StepAction::Execute => (1, AttemptStart::First, 0),
+            StepAction::ResumeInterrupted => {
+                let Some(r) = row else { return Prepared::Error(missing_row(&step.id)) };
+                self.reap_orphan(r);
+                let previous_token = r.attempt_token.clone().unwrap_or_default();
+                // The abandoned attempt ended with no outcome, so it does not use up a retry.
+                let finished = r.attempt_count.saturating_sub(r.interrupted_count + 1);
+                (r.attempt_count + 1, AttemptStart::ResumeInterrupted { previous_token }, finished)
+            }
+            StepAction::RefuseRunning => {
+                return Prepared::Error(EngineError::StepRunning {
+                    run_id: ctx.run_id.clone(),
+                    step_id: step.id.clone(),
+                    attempt: row.map(|r| r.attempt_count).unwrap_or(0),
+                });
+            }
+            StepAction::AlreadyFailed => {
+                return Prepared::FailRun(format!("step `{}` failed earlier in this run", step.id));
+            }
+            StepAction::Mismatch(m) => {
+                let why = match m.field.as_str() {
+                    "tool_digest" => "the tool's definition or files changed since the step was recorded",
+                    "args_hash" => "the step's resolved arguments changed since the step was recorded",
+                    _ => "the step now uses another tool",
+                };
+                return Prepared::FailRun(format!(
+                    "step `{}`: signature mismatch on {} ({}… stored, {}… now): {why}; this is never treated as a cache hit, so start a new run",
+                    step.id,
+                    m.field,
+                    short(&m.stored),
+                    short(&m.wanted)
+                ));
+            }
+        };
+        Prepared::Job(Box::new(Job { step_index: i, sig, args, attempt, start, finished }))
+    }
+
+    /// Runs attempts until one completes (its result), or the step fails for good (`None`).
     fn attempt_loop(
         &self,
         wf: &LoadedWorkflow,
-        run: &mut RunRecord,
-        step: &cairn_core::workflow::StepDef,
-        sig: &StepSignature,
-        args: &Value,
-        mut attempt: u32,
-        mut start: AttemptStart,
-        mut finished: u32,
-        obs: &mut dyn Observer,
+        run: &RunCtx,
+        job: Job,
+        progress: &dyn Fn(Progress),
     ) -> Result<Option<Value>, EngineError> {
+        let Job { step_index, sig, args, mut attempt, mut start, mut finished } = job;
+        let (sig, args) = (&sig, &args);
+        let step = &wf.spec().steps[step_index];
         let tool_def = &wf.spec().tools[&step.tool];
         let tool = &wf.tools[&step.tool];
         let stdin = canonical_json(args).map_err(|e| EngineError::Invalid(e.to_string()))?.into_bytes();
@@ -316,7 +390,7 @@ impl Engine {
                 start: start.clone(),
                 at: self.clock.now_ms(),
             })?;
-            obs.step_started(&step.id, attempt);
+            progress(Progress::Started { step_id: step.id.clone(), attempt });
             let env = sandbox_env(
                 &tool_def.env,
                 &[
@@ -346,7 +420,12 @@ impl Engine {
             });
             let duration_us = began.elapsed().as_micros() as i64;
             finished += 1;
-            obs.step_finished(&step.id, out.outcome, attempt, out.duration);
+            progress(Progress::Finished {
+                step_id: step.id.clone(),
+                outcome: out.outcome,
+                attempt,
+                duration: out.duration,
+            });
             let finish = FinishAttempt {
                 run_id: run.run_id.clone(),
                 step_id: step.id.clone(),
@@ -420,6 +499,42 @@ impl Engine {
             );
         }
     }
+}
+
+/// What a worker needs of the run.
+struct RunCtx {
+    run_id: String,
+    run_dir: String,
+}
+
+/// A step ready to execute: its signature, resolved arguments and where its attempts start.
+struct Job {
+    step_index: usize,
+    sig: StepSignature,
+    args: Value,
+    attempt: u32,
+    start: AttemptStart,
+    /// Attempts of this step that already ended with an outcome.
+    finished: u32,
+}
+
+enum Prepared {
+    Reused(Value),
+    Job(Box<Job>),
+    /// The run cannot go on: finish it FAILED with this message.
+    FailRun(String),
+    /// Refuse without changing the run (a RUNNING step without --resume-interrupted).
+    Error(EngineError),
+}
+
+enum Progress {
+    Started { step_id: String, attempt: u32 },
+    Finished { step_id: String, outcome: Outcome, attempt: u32, duration: Duration },
+}
+
+enum Msg {
+    Progress(Progress),
+    Done { index: usize, outcome: Result<Option<Value>, EngineError> },
 }
 
 fn missing_row(step: &str) -> EngineError {

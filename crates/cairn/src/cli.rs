@@ -40,6 +40,9 @@ pub enum Command {
         /// Resume steps left RUNNING by a crash: the abandoned attempt is marked interrupted.
         #[arg(long)]
         resume_interrupted: bool,
+        /// Run up to N ready steps at once (default 1: serial, the reference order).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+        parallel: u16,
         #[arg(long)]
         json: bool,
     },
@@ -62,6 +65,9 @@ pub enum Command {
         /// Resume steps left RUNNING by a crash of an earlier attempt at this replay.
         #[arg(long)]
         resume_interrupted: bool,
+        /// Run up to N ready steps at once (default 1: serial, the reference order).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+        parallel: u16,
         /// Print the decision for every step and create nothing.
         #[arg(long)]
         dry_run: bool,

@@ -43,15 +43,25 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 WorkflowCommand::Show { workflow, json } => workflow_show(&engine, &workflow, json),
             }
         }
-        Command::Run { workflow, input, run_id, resume_interrupted, json } => {
+        Command::Run { workflow, input, run_id, resume_interrupted, parallel, json } => {
             let engine = open_engine(cli.home)?;
             let input = read_input(&input)?;
             let wf = load_workflow(engine.store.as_ref(), &workflow)?;
-            let req = RunRequest { run_id, input, resume_interrupted };
+            let req = RunRequest { run_id, input, resume_interrupted, parallelism: parallel as usize };
             let report = run_with_progress(&engine, &wf, &req, json)?;
             finish_run_output(&report, json)
         }
-        Command::Replay { source_run_id, steps, input, run_id, version, resume_interrupted, dry_run, json } => {
+        Command::Replay {
+            source_run_id,
+            steps,
+            input,
+            run_id,
+            version,
+            resume_interrupted,
+            parallel,
+            dry_run,
+            json,
+        } => {
             let engine = open_engine(cli.home)?;
             let input = input.as_deref().map(read_input).transpose()?;
             let req = ReplayRequest {
@@ -62,6 +72,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 version,
                 workflow: None,
                 resume_interrupted,
+                parallelism: parallel as usize,
             };
             if dry_run {
                 let prepared = engine.prepare_replay(&req)?;

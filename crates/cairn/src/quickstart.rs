@@ -66,8 +66,12 @@ pub fn run(engine: &Engine, json: bool) -> Result<u8, Failure> {
         let input_path = example.join("inputs").join(format!("{fixture}.json"));
         say(format!("\n$ cairn run release-validation@1.1.0 --input {}", input_path.display()));
         let input = read_input(&input_path)?;
-        let report =
-            run_with_progress(engine, &wf, &RunRequest { run_id: None, input, resume_interrupted: false }, json)?;
+        let report = run_with_progress(
+            engine,
+            &wf,
+            &RunRequest { run_id: None, input, resume_interrupted: false, parallelism: 1 },
+            json,
+        )?;
         if !json {
             print_run(&report, false);
         }
