@@ -6,6 +6,7 @@
 
 pub mod canonical;
 pub mod dag;
+pub mod document;
 pub mod ids;
 pub mod replay;
 pub mod signature;
@@ -13,4 +14,5 @@ pub mod status;
 pub mod store;
 pub mod template;
 pub mod validator;
+pub mod verification;
 pub mod workflow;
