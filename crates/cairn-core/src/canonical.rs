@@ -72,6 +72,48 @@ pub fn check_safe_numbers(value: &Value, pointer: &mut String) -> Result<(), Can
     }
 }
 
+/// Stricter than [`check_safe_numbers`], for a run's input: also refuses whole-number doubles of
+/// magnitude 2^53 or more. JSON text like `1180591620717411303424` is read as such a double, and
+/// two different literals can read as the same one, so their inputs would share an identity.
+pub fn check_exact_numbers(value: &Value, pointer: &mut String) -> Result<(), CanonicalError> {
+    check_safe_numbers(value, pointer)?;
+    let mut bad = None;
+    visit_numbers(value, pointer, &mut |p, n| {
+        if bad.is_none()
+            && n.as_i64().is_none()
+            && n.as_u64().is_none()
+            && n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= (MAX_SAFE_INTEGER + 1) as f64)
+        {
+            bad = Some(CanonicalError::UnsafeInteger { pointer: p.to_string(), number: n.to_string() });
+        }
+    });
+    bad.map_or(Ok(()), Err)
+}
+
+fn visit_numbers(value: &Value, pointer: &mut String, f: &mut dyn FnMut(&str, &serde_json::Number)) {
+    match value {
+        Value::Number(n) => f(pointer, n),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let len = pointer.len();
+                pointer.push_str(&format!("/{i}"));
+                visit_numbers(item, pointer, f);
+                pointer.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                visit_numbers(item, pointer, f);
+                pointer.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +149,17 @@ mod tests {
         assert_eq!(err, CanonicalError::UnsafeInteger { pointer: "/a/1/b".into(), number: "9007199254740993".into() });
         assert!(canonical_json(&json!(9007199254740991u64)).is_ok());
         assert!(canonical_json(&json!(-9007199254740992i64)).is_err());
+    }
+
+    #[test]
+    fn inputs_refuse_integers_read_as_doubles() {
+        let v: Value = serde_json::from_str(r#"{"n": [1180591620717411303424]}"#).unwrap();
+        let err = check_exact_numbers(&v, &mut String::new()).unwrap_err();
+        assert!(matches!(err, CanonicalError::UnsafeInteger { ref pointer, .. } if pointer == "/n/0"), "{err}");
+        let ok: Value = serde_json::from_str(r#"{"a": 1.5e300, "b": 12.0, "c": -3}"#).unwrap();
+        assert!(check_exact_numbers(&ok, &mut String::new()).is_err_and(|e| e.to_string().contains("/a")));
+        let fine: Value = serde_json::from_str(r#"{"a": 1.5, "b": 12.0, "c": -3, "d": 1e-300}"#).unwrap();
+        assert!(check_exact_numbers(&fine, &mut String::new()).is_ok());
     }
 
     fn arb_json() -> impl Strategy<Value = Value> {

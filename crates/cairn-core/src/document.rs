@@ -23,7 +23,9 @@ pub struct DocCell {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DocumentError {
-    #[error("{file}:{line}: the ```{info} fence opened here is never closed; close it with a line of ``` (at least as many backticks)")]
+    #[error(
+        "{file}:{line}: the ```{info} fence opened here is never closed; close it with a line of ``` (at least as many backticks)"
+    )]
     UnclosedFence { file: String, line: usize, info: String },
     #[error("{file}: not a Jupyter notebook: {reason}")]
     NotANotebook { file: String, reason: String },
@@ -97,7 +99,11 @@ pub fn parse_markdown(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentEr
                 }
                 let prose = &text[prose_from..start];
                 if !prose.trim().is_empty() {
-                    cells.push(DocCell { kind: CellKind::Markdown, source: prose.to_string(), line: Some(line_of(text, prose_from)) });
+                    cells.push(DocCell {
+                        kind: CellKind::Markdown,
+                        source: prose.to_string(),
+                        line: Some(line_of(text, prose_from)),
+                    });
                 }
                 let code = strip_myst_options(&code);
                 cells.push(DocCell {
@@ -112,7 +118,11 @@ pub fn parse_markdown(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentEr
     }
     let prose = &text[prose_from..];
     if !prose.trim().is_empty() {
-        cells.push(DocCell { kind: CellKind::Markdown, source: prose.to_string(), line: Some(line_of(text, prose_from)) });
+        cells.push(DocCell {
+            kind: CellKind::Markdown,
+            source: prose.to_string(),
+            line: Some(line_of(text, prose_from)),
+        });
     }
     Ok(cells)
 }
@@ -129,7 +139,8 @@ fn source_text(v: Option<&Value>) -> Option<String> {
 pub fn parse_notebook(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentError> {
     let not_nb = |reason: String| DocumentError::NotANotebook { file: file.into(), reason };
     let nb: Value = serde_json::from_str(text).map_err(|e| not_nb(format!("invalid JSON: {e}")))?;
-    let major = nb.get("nbformat").and_then(Value::as_i64).ok_or_else(|| not_nb("no `nbformat` version number".into()))?;
+    let major =
+        nb.get("nbformat").and_then(Value::as_i64).ok_or_else(|| not_nb("no `nbformat` version number".into()))?;
     let minor = nb.get("nbformat_minor").and_then(Value::as_i64).unwrap_or(0);
     if major != 4 {
         return Err(DocumentError::UnsupportedVersion { file: file.into(), major, minor });
@@ -152,7 +163,8 @@ pub fn parse_notebook(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentEr
                 Some(_) => return Err(bad("unknown `cell_type`; expected code, markdown or raw")),
                 None => return Err(bad("no `cell_type`")),
             };
-            let source = source_text(c.get("source")).ok_or_else(|| bad("`source` must be a string or a list of strings"))?;
+            let source =
+                source_text(c.get("source")).ok_or_else(|| bad("`source` must be a string or a list of strings"))?;
             Ok(DocCell { kind, source, line: None })
         })
         .collect()
@@ -160,8 +172,10 @@ pub fn parse_notebook(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentEr
 
 /// A document from its file name and bytes: `.ipynb` is a notebook, anything else markdown.
 pub fn parse_document(bytes: &[u8], file: &str) -> Result<Vec<DocCell>, DocumentError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| DocumentError::NotANotebook { file: file.into(), reason: format!("not UTF-8 text (invalid byte at offset {})", e.valid_up_to()) })?;
+    let text = std::str::from_utf8(bytes).map_err(|e| DocumentError::NotANotebook {
+        file: file.into(),
+        reason: format!("not UTF-8 text (invalid byte at offset {})", e.valid_up_to()),
+    })?;
     if file.ends_with(".ipynb") { parse_notebook(text, file) } else { parse_markdown(text, file) }
 }
 
@@ -206,7 +220,10 @@ mod tests {
         let cells = parse_notebook(nb, "n.ipynb").unwrap();
         assert_eq!(cells[0].source, "# A\nb");
         assert_eq!(cells[1].kind, CellKind::Code);
-        assert!(matches!(parse_notebook("{\"nbformat\": 3, \"cells\": []}", "n.ipynb"), Err(DocumentError::UnsupportedVersion { .. })));
+        assert!(matches!(
+            parse_notebook("{\"nbformat\": 3, \"cells\": []}", "n.ipynb"),
+            Err(DocumentError::UnsupportedVersion { .. })
+        ));
         assert!(matches!(parse_notebook("{not json", "n.ipynb"), Err(DocumentError::NotANotebook { .. })));
         assert!(matches!(
             parse_notebook("{\"nbformat\": 4, \"cells\": [{\"cell_type\": \"code\", \"source\": 3}]}", "n.ipynb"),

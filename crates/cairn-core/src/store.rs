@@ -151,6 +151,24 @@ pub struct FinishAttempt {
     pub at: i64,
 }
 
+/// One verification of a document in a scratch kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerificationRecord {
+    pub id: String,
+    pub title: String,
+    pub document: String,
+    pub document_sha256: String,
+    /// `None` while it runs.
+    pub verdict: Option<String>,
+    /// `[{index, status, duration_ms}]`.
+    pub cells: Value,
+    pub notebook: Option<String>,
+    pub draft: Option<String>,
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub finished_at: Option<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     #[error("run `{0}` was not found; list runs with `cairn runs`")]
@@ -161,6 +179,8 @@ pub enum StoreError {
     StaleToken { run_id: String, step_id: String },
     #[error("run `{run_id}` was changed by another writer (revision {expected} is no longer current)")]
     StaleRevision { run_id: String, expected: i64 },
+    #[error("run `{run_id}` is already {status}; a finished run takes no new attempts")]
+    RunFinished { run_id: String, status: String },
     #[error("step `{step_id}` of run `{run_id}` already has a record")]
     StepExists { run_id: String, step_id: String },
     #[error("the registry database failed: {0}")]
@@ -216,6 +236,11 @@ pub trait RunStore {
         steps: &[StepRecord],
         at: i64,
     ) -> Result<usize, StoreError>;
+    fn insert_verification(&self, v: &VerificationRecord) -> Result<(), StoreError>;
+    /// Writes a verification's verdict, cells and files.
+    fn finish_verification(&self, v: &VerificationRecord) -> Result<(), StoreError>;
+    /// Newest first.
+    fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, StoreError>;
     /// Bumps the run's revision to take it over for an explicit resume.
     fn claim_run(&self, run_id: &str, expected_revision: i64, at: i64) -> Result<i64, StoreError>;
 }

@@ -133,7 +133,10 @@ pub fn provenance_markdown(p: &Provenance) -> String {
         cairn = p.cairn_version,
     );
     if !p.plugins_failed.is_empty() {
-        s.push_str(&format!("\nPlugins that failed to load in the verification kernel: {}.\n", p.plugins_failed.join(", ")));
+        s.push_str(&format!(
+            "\nPlugins that failed to load in the verification kernel: {}.\n",
+            p.plugins_failed.join(", ")
+        ));
     }
     s
 }
@@ -156,8 +159,12 @@ pub fn build_notebook(
     for (i, cell) in doc.iter().enumerate() {
         let id = format!("cell-{i}");
         match cell.kind {
-            CellKind::Markdown => cells.push(json!({"id": id, "cell_type": "markdown", "metadata": {}, "source": lines(&cell.source)})),
-            CellKind::Raw => cells.push(json!({"id": id, "cell_type": "raw", "metadata": {}, "source": lines(&cell.source)})),
+            CellKind::Markdown => {
+                cells.push(json!({"id": id, "cell_type": "markdown", "metadata": {}, "source": lines(&cell.source)}))
+            }
+            CellKind::Raw => {
+                cells.push(json!({"id": id, "cell_type": "raw", "metadata": {}, "source": lines(&cell.source)}))
+            }
             CellKind::Code => {
                 let o = outcomes.get(code_index);
                 code_index += 1;
@@ -228,7 +235,8 @@ mod tests {
             DocCell { kind: CellKind::Code, source: "x = 1".into(), line: Some(4) },
             DocCell { kind: CellKind::Code, source: "y".into(), line: Some(8) },
         ];
-        let outcomes = vec![CellOutcome { status: CellStatus::Failed, duration_ms: 3, execution_count: Some(1), outputs: vec![] }];
+        let outcomes =
+            vec![CellOutcome { status: CellStatus::Failed, duration_ms: 3, execution_count: Some(1), outputs: vec![] }];
         let p = Provenance {
             title: "t".into(),
             document: "d.md".into(),

@@ -50,7 +50,8 @@ impl EngineError {
             | EngineError::Conflict(_)
             | EngineError::Store(StoreError::StaleToken { .. })
             | EngineError::Store(StoreError::StaleRevision { .. })
-            | EngineError::Store(StoreError::StepExists { .. }) => ErrorKind::Conflict,
+            | EngineError::Store(StoreError::StepExists { .. })
+            | EngineError::Store(StoreError::RunFinished { .. }) => ErrorKind::Conflict,
             EngineError::Store(_) | EngineError::Io { .. } => ErrorKind::Internal,
         }
     }

@@ -195,6 +195,12 @@ pub struct Added {
 /// Registers a workflow folder (or its `workflow.toml`).
 pub fn add_workflow(store: &dyn RunStore, registry_dir: &Path, path: &Path, now_ms: i64) -> Result<Added, EngineError> {
     let (spec, dir, files, digest) = inspect_folder(path)?;
+    // Refuse a changed version before anything is written, so a refusal leaves nothing behind.
+    if let Some(existing) = store.workflow(&spec.name, Some(&spec.version))?
+        && existing.digest != digest
+    {
+        return Err(conflict(&spec.name, &spec.version, &existing.digest, &digest));
+    }
     let snapshot = registry_dir.join(&digest);
     if !snapshot.join("workflow.toml").exists() {
         // Copy into a private temporary folder, then rename: a crash never leaves half a snapshot.
@@ -227,14 +233,18 @@ pub fn add_workflow(store: &dyn RunStore, registry_dir: &Path, path: &Path, now_
     match store.register_workflow(&record)? {
         RegisterOutcome::Inserted => Ok(Added { record, newly_registered: true }),
         RegisterOutcome::AlreadyRegistered => Ok(Added { record, newly_registered: false }),
-        RegisterOutcome::Conflict { existing_digest } => Err(EngineError::Conflict(format!(
-            "{}@{} is already registered with other content (digest {}…, this folder {}…); a registered version never changes, so bump `version` in workflow.toml",
-            record.name,
-            record.version,
-            &existing_digest[..12.min(existing_digest.len())],
-            &digest[..12]
-        ))),
+        RegisterOutcome::Conflict { existing_digest } => {
+            Err(conflict(&record.name, &record.version, &existing_digest, &digest))
+        }
     }
+}
+
+fn conflict(name: &str, version: &str, existing: &str, new: &str) -> EngineError {
+    EngineError::Conflict(format!(
+        "{name}@{version} is already registered with other content (digest {}…, this folder {}…); a registered version never changes, so bump `version` in workflow.toml",
+        &existing[..12.min(existing.len())],
+        &new[..12.min(new.len())]
+    ))
 }
 
 /// Parses `NAME[@VERSION]`.

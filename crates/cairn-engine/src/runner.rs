@@ -10,12 +10,12 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use cairn_core::canonical::{canonical_json, check_safe_numbers};
+use cairn_core::canonical::{canonical_json, check_exact_numbers};
 use cairn_core::ids::RunId;
 use cairn_core::signature::{
     AfterAttempt, StepAction, StepSignature, after_attempt, args_hash, decide_step, run_identity,
 };
-use cairn_core::status::{Outcome, RunStatus, StepStatus};
+use cairn_core::status::{Outcome, RunStatus};
 use cairn_core::store::*;
 use cairn_core::template::{self, Root};
 use cairn_core::validator;
@@ -69,7 +69,7 @@ impl StepView {
 /// Validates the input against the schema and checks that every `${input…}` resolves, so a bad
 /// input is refused before anything is created.
 pub fn check_input(wf: &LoadedWorkflow, input: &Value) -> Result<(), EngineError> {
-    check_safe_numbers(input, &mut String::new()).map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
+    check_exact_numbers(input, &mut String::new()).map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
     if let Some(schema) = &wf.schema {
         let errors: Vec<String> = schema
             .iter_errors(input)
@@ -323,12 +323,13 @@ impl Engine {
         let tool = &wf.tools[&step.tool];
         let sig = StepSignature { tool: step.tool.clone(), tool_digest: tool.digest.clone(), args_hash };
         let row = existing.get(&step.id);
+        let mut orphan = None;
         let (attempt, start, finished) = match decide_step(row.map(|r| (r.status, &r.signature)), &sig, resume) {
             StepAction::Reuse => return Prepared::Reused(row.and_then(|r| r.result.clone()).unwrap_or(Value::Null)),
             StepAction::Execute => (1, AttemptStart::First, 0),
             StepAction::ResumeInterrupted => {
                 let Some(r) = row else { return Prepared::Error(missing_row(&step.id)) };
-                self.reap_orphan(r);
+                orphan = r.process.clone();
                 let previous_token = r.attempt_token.clone().unwrap_or_default();
                 // The abandoned attempt ended with no outcome, so it does not use up a retry.
                 let finished = r.attempt_count.saturating_sub(r.interrupted_count + 1);
@@ -359,7 +360,7 @@ impl Engine {
                 ));
             }
         };
-        Prepared::Job(Box::new(Job { step_index: i, sig, args, attempt, start, finished }))
+        Prepared::Job(Box::new(Job { step_index: i, sig, args, attempt, start, finished, orphan }))
     }
 
     /// Runs attempts until one completes (its result), or the step fails for good (`None`).
@@ -370,7 +371,7 @@ impl Engine {
         job: Job,
         progress: &dyn Fn(Progress),
     ) -> Result<Option<Value>, EngineError> {
-        let Job { step_index, sig, args, mut attempt, mut start, mut finished } = job;
+        let Job { step_index, sig, args, mut attempt, mut start, mut finished, mut orphan } = job;
         let (sig, args) = (&sig, &args);
         let step = &wf.spec().steps[step_index];
         let tool_def = &wf.spec().tools[&step.tool];
@@ -390,6 +391,11 @@ impl Engine {
                 start: start.clone(),
                 at: self.clock.now_ms(),
             })?;
+            // Only now that the new token owns the step may the abandoned process be stopped: its
+            // runner, if still alive, then finds its token stale and cannot write.
+            if let Some(p) = orphan.take() {
+                self.reap_orphan(&p);
+            }
             progress(Progress::Started { step_id: step.id.clone(), attempt });
             let env = sandbox_env(
                 &tool_def.env,
@@ -488,16 +494,11 @@ impl Engine {
 
     /// Before resuming an interrupted step, stop its abandoned process if it is verifiably still
     /// the one recorded (same pid and start time), so two attempts never run at once.
-    fn reap_orphan(&self, row: &StepRecord) {
-        if row.status != StepStatus::Running {
-            return;
-        }
-        if let Some(p) = &row.process {
-            cairn_exec::terminate_if_same(
-                &ProcessIdentity { pid: p.pid, pgid: p.pgid, start_time: p.start_time },
-                self.options.kill_grace,
-            );
-        }
+    fn reap_orphan(&self, p: &ProcessInfo) {
+        cairn_exec::terminate_if_same(
+            &ProcessIdentity { pid: p.pid, pgid: p.pgid, start_time: p.start_time },
+            self.options.kill_grace,
+        );
     }
 }
 
@@ -516,6 +517,8 @@ struct Job {
     start: AttemptStart,
     /// Attempts of this step that already ended with an outcome.
     finished: u32,
+    /// The abandoned attempt's process, stopped once the new token owns the step.
+    orphan: Option<ProcessInfo>,
 }
 
 enum Prepared {

@@ -17,7 +17,8 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::{Value, json};
 
 /// Numbered migrations, applied in order; `user_version` records the last one applied.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] =
+    &[include_str!("../migrations/0001_init.sql"), include_str!("../migrations/0002_verifications.sql")];
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -216,6 +217,24 @@ fn check_token(tx: &rusqlite::Transaction<'_>, run_id: &str, step_id: &str, toke
     }
 }
 
+/// The token guard for starting a new attempt: the step is still RUNNING under `token`.
+fn check_running_token(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    step_id: &str,
+    token: &str,
+) -> Result<(), StoreError> {
+    check_token(tx, run_id, step_id, token)?;
+    let status: String = tx
+        .query_row("SELECT status FROM tool_calls WHERE run_id = ?1 AND step_id = ?2", [run_id, step_id], |r| r.get(0))
+        .map_err(db)?;
+    if status == "RUNNING" {
+        Ok(())
+    } else {
+        Err(StoreError::StaleToken { run_id: run_id.into(), step_id: step_id.into() })
+    }
+}
+
 impl RunStore for SqliteStore {
     fn register_workflow(&self, rec: &WorkflowRecord) -> Result<RegisterOutcome, StoreError> {
         self.write(|tx| {
@@ -375,6 +394,15 @@ impl RunStore for SqliteStore {
     fn begin_attempt(&self, b: &BeginAttempt) -> Result<(), StoreError> {
         self.write(|tx| {
             let sig = &b.signature;
+            let status: Option<String> = tx
+                .query_row("SELECT status FROM workflow_executions WHERE run_id = ?1", [&b.run_id], |r| r.get(0))
+                .optional()
+                .map_err(db)?;
+            match status.as_deref() {
+                None => return Err(StoreError::RunNotFound(b.run_id.clone())),
+                Some("PENDING") | Some("RUNNING") => {}
+                Some(other) => return Err(StoreError::RunFinished { run_id: b.run_id.clone(), status: other.into() }),
+            }
             match &b.start {
                 AttemptStart::First => {
                     let inserted = tx
@@ -389,7 +417,7 @@ impl RunStore for SqliteStore {
                     }
                 }
                 AttemptStart::Retry { previous_token, outcome, error } => {
-                    check_token(tx, &b.run_id, &b.step_id, previous_token)?;
+                    check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
                     tx.execute(
                         "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, outcome = NULL, error = NULL, \
                          pid = NULL, pgid = NULL, proc_start_time = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
@@ -407,7 +435,7 @@ impl RunStore for SqliteStore {
                     )?;
                 }
                 AttemptStart::ResumeInterrupted { previous_token } => {
-                    check_token(tx, &b.run_id, &b.step_id, previous_token)?;
+                    check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
                     tx.execute(
                         "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, interrupted_count = interrupted_count + 1, \
                          pid = NULL, pgid = NULL, proc_start_time = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
@@ -601,6 +629,80 @@ impl RunStore for SqliteStore {
             }
             Ok(copied)
         })
+    }
+
+    fn insert_verification(&self, v: &VerificationRecord) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO verifications (id, title, document, document_sha256, verdict, cells_json, notebook, draft, error, \
+                 created_at, finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    v.id,
+                    v.title,
+                    v.document,
+                    v.document_sha256,
+                    v.verdict,
+                    to_json(&v.cells),
+                    v.notebook,
+                    v.draft,
+                    v.error,
+                    v.created_at,
+                    v.finished_at
+                ],
+            )
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn finish_verification(&self, v: &VerificationRecord) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE verifications SET verdict = ?2, cells_json = ?3, notebook = ?4, draft = ?5, error = ?6, finished_at = ?7 \
+                 WHERE id = ?1",
+                params![v.id, v.verdict, to_json(&v.cells), v.notebook, v.draft, v.error, v.finished_at],
+            )
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, title, document, document_sha256, verdict, cells_json, notebook, draft, error, created_at, finished_at \
+                 FROM verifications ORDER BY created_at DESC, rowid DESC LIMIT ?1",
+            )
+            .map_err(db)?;
+        let rows = stmt
+            .query_map([limit as i64], |r| {
+                Ok((
+                    VerificationRecord {
+                        id: r.get(0)?,
+                        title: r.get(1)?,
+                        document: r.get(2)?,
+                        document_sha256: r.get(3)?,
+                        verdict: r.get(4)?,
+                        cells: Value::Null,
+                        notebook: r.get(6)?,
+                        draft: r.get(7)?,
+                        error: r.get(8)?,
+                        created_at: r.get(9)?,
+                        finished_at: r.get(10)?,
+                    },
+                    r.get::<_, String>(5)?,
+                ))
+            })
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?;
+        rows.into_iter()
+            .map(|(mut v, cells)| {
+                v.cells = parse_json(&cells, "verification cells")?;
+                Ok(v)
+            })
+            .collect()
     }
 
     fn claim_run(&self, run_id: &str, expected_revision: i64, at: i64) -> Result<i64, StoreError> {

@@ -350,6 +350,16 @@ impl Cairn {
     }
 }
 
+/// The fields of a run object the CLI contract fixes (`run`, `show` and an idempotent rerun must
+/// agree on these; other fields may be added by newer versions).
+pub const RUN_FIELDS: [&str; 10] =
+    ["run_id", "workflow", "version", "status", "steps", "findings", "error", "run_dir", "created_at", "finished_at"];
+
+/// A run object reduced to [`RUN_FIELDS`].
+pub fn contract(run: &Value) -> Value {
+    Value::Object(RUN_FIELDS.iter().map(|k| (k.to_string(), run.get(*k).cloned().unwrap_or(Value::Null))).collect())
+}
+
 /// The kinds of a run's events, in order.
 pub fn kinds(events: &[Value]) -> Vec<String> {
     events.iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect()
