@@ -20,6 +20,9 @@ use serde_json::{Value, json};
 const MIGRATIONS: &[&str] =
     &[include_str!("../migrations/0001_init.sql"), include_str!("../migrations/0002_verifications.sql")];
 
+/// The schema version a current database has (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
 pub struct SqliteStore {
     conn: Mutex<Connection>,
 }

@@ -144,20 +144,20 @@ fn schema(path: &Path) -> Vec<(String, String)> {
 fn migrations_run_once_and_reopen_is_a_no_op() {
     let Db { _dir, path, store } = db();
     created(&store, "run-1");
-    assert_eq!(user_version(&path), 1);
+    assert_eq!(user_version(&path), cairn_store::SCHEMA_VERSION);
     let before = schema(&path);
     assert!(before.iter().any(|(n, _)| n == "events_no_update"), "{before:?}");
     drop(store);
 
     // Reopening applies nothing (a second CREATE TABLE would fail) and keeps the data.
     let store = open(&path);
-    assert_eq!(user_version(&path), 1);
+    assert_eq!(user_version(&path), cairn_store::SCHEMA_VERSION);
     assert_eq!(schema(&path), before);
     assert_eq!(store.run("run-1").unwrap().unwrap().status, RunStatus::Running);
     assert_eq!(store.workflows().unwrap().len(), 1);
     drop(store);
     let _third = open(&path);
-    assert_eq!(user_version(&path), 1);
+    assert_eq!(user_version(&path), cairn_store::SCHEMA_VERSION);
 }
 
 #[test]
