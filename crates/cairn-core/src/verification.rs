@@ -107,13 +107,34 @@ fn lines(s: &str) -> Value {
 
 pub fn provenance_markdown(p: &Provenance) -> String {
     let plugins = if p.plugins_loaded.is_empty() { "none".to_string() } else { p.plugins_loaded.join(", ") };
-    let mut s = format!(
-        "## Verified by Cairn: {title}\n\n\
-         **What this run proved.** The {n} code cell(s) of `{doc}` (sha256 `{sha}`) executed in order, \
-         without error, in a fresh Python kernel that started with nothing bound but the bootstrap cell below.\n\n\
-         **What it did not prove.** That the numbers are right: the run only shows the cells execute. \
-         Nor that side effects were undone: files the cells wrote and anything they uploaded stay as they are.\n\n\
-         | | |\n|---|---|\n\
+    let claim = if p.verdict == Verdict::Passed {
+        format!(
+            "## Verified by Cairn: {title}\n\n\
+             **What this run proved.** The {n} code cell(s) of `{doc}` (sha256 `{sha}`) executed in order, \
+             without error, in a fresh Python kernel that started with nothing bound but the bootstrap cell below.\n\n\
+             **What it did not prove.** That the numbers are right: the run only shows the cells execute. \
+             Nor that side effects were undone: files the cells wrote and anything they uploaded stay as they are.\n\n",
+            title = p.title,
+            n = p.code_cells,
+            doc = p.document,
+            sha = p.document_sha256,
+        )
+    } else {
+        format!(
+            "## Not verified: {title}\n\n\
+             **This run did not pass** (verdict: {verdict}). The code cells of `{doc}` (sha256 `{sha}`) ran in order \
+             in a fresh Python kernel until the first one that did not pass; the cells after it were never run \
+             (marked skipped in their metadata). Nothing here is proven.\n\n\
+             Side effects of the cells that did run (files written, uploads) were not undone.\n\n",
+            title = p.title,
+            verdict = p.verdict.as_str(),
+            doc = p.document,
+            sha = p.document_sha256,
+        )
+    };
+    let mut s = claim;
+    s.push_str(&format!(
+        "| | |\n|---|---|\n\
          | verdict | {verdict} |\n\
          | python | {python} |\n\
          | ipykernel | {ipykernel} |\n\
@@ -122,16 +143,12 @@ pub fn provenance_markdown(p: &Provenance) -> String {
          | cairn | {cairn} |\n\n\
          The bootstrap cell runs *your* kernel plugins from `$CAIRN_CONFIG/kernel/*.py` (fail-open: a missing \
          plugin binds nothing, and a cell that uses it fails where it is used). They need not be the author's.\n",
-        title = p.title,
-        n = p.code_cells,
-        doc = p.document,
-        sha = p.document_sha256,
         verdict = p.verdict.as_str(),
         python = p.python,
         ipykernel = p.ipykernel,
         env = p.environment_sha256,
         cairn = p.cairn_version,
-    );
+    ));
     if !p.plugins_failed.is_empty() {
         s.push_str(&format!(
             "\nPlugins that failed to load in the verification kernel: {}.\n",

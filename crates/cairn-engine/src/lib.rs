@@ -6,6 +6,7 @@ mod error;
 pub mod registry;
 pub mod replay;
 pub mod runner;
+pub mod verify;
 
 use std::time::Duration;
 

@@ -81,6 +81,28 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Verify a workflow document (markdown with python fences, or .ipynb) in a fresh kernel.
+    Verify {
+        /// The document; omit it with --title to re-verify that title's draft.
+        document: Option<PathBuf>,
+        /// Names the verification, its notebook and its draft (default: the file name).
+        #[arg(long)]
+        title: Option<String>,
+        /// Per-cell timeout in seconds: the cell is interrupted, then its kernel killed.
+        #[arg(long, value_name = "SECS", default_value_t = 600)]
+        timeout: u64,
+        /// Address-space limit of the kernel in bytes (RLIMIT_AS): "does not fit" becomes `died`.
+        #[arg(long, value_name = "BYTES")]
+        memory_limit: Option<u64>,
+        /// An interpreter with ipykernel (default: Cairn's own venv under the state root).
+        #[arg(long, env = "CAIRN_PYTHON", value_name = "PATH")]
+        python: Option<PathBuf>,
+        /// Refuse instead of waiting when a session job or another verification holds the kernel slot.
+        #[arg(long)]
+        no_wait: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// List runs, newest first.
     Runs {
         #[arg(long, default_value_t = 50)]

@@ -7,6 +7,7 @@ use cairn_core::status::RunStatus;
 use cairn_engine::registry::{self, add_workflow, load_record, load_workflow};
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunReport, RunRequest};
+use cairn_engine::verify::VerifyRequest;
 use cairn_engine::{Engine, EngineError};
 use serde_json::Value;
 
@@ -101,6 +102,18 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 output::print_explain(&explained);
             }
             Ok(0)
+        }
+        Command::Verify { document, title, timeout, memory_limit, python, no_wait, json } => {
+            let engine = open_engine(cli.home)?;
+            let req = VerifyRequest {
+                document,
+                title,
+                cell_timeout: std::time::Duration::from_secs(timeout.max(1)),
+                memory_limit,
+                python,
+                no_wait,
+            };
+            crate::verify::run(&engine, &req, json)
         }
         Command::Runs { limit, json } => {
             let engine = open_engine(cli.home)?;

@@ -7,6 +7,7 @@ mod commands;
 mod output;
 mod progress;
 mod quickstart;
+mod verify;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,457 @@
+//! Verification of workflow documents: each code cell, in order, in a fresh scratch kernel that
+//! is discarded afterwards; the first failure stops the run; the proof is kept as a notebook.
+//!
+//! **Invariant:** a pass is written under `<state>/workflows/` before its verdict is recorded or
+//! returned; a failure overwrites the single draft of its title, preserving a draft a person
+//! edited since Cairn wrote it.
+
+mod python;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cairn_core::canonical::sha256_hex;
+use cairn_core::document::{CellKind, DocCell, parse_document};
+use cairn_core::store::VerificationRecord;
+use cairn_core::verification::{self, CellOutcome, CellStatus, Provenance, Verdict, slug};
+use cairn_exec::kernel::{self, KernelConfig, KernelHandle, ScratchKernel};
+use serde_json::{Value, json};
+
+pub use python::{IPYKERNEL_PIN, resolve_python};
+
+use crate::{Engine, EngineError};
+
+/// The bootstrap shipped with Cairn: stdlib only, run before the first cell and kept as the
+/// notebook's first code cell.
+pub const BOOTSTRAP: &str = include_str!("bootstrap.py");
+
+/// Passes kept under `<state>/workflows/`; older ones are removed.
+pub const KEEP_PASSES: usize = 50;
+
+#[derive(Debug, Clone)]
+pub struct VerifyRequest {
+    /// The document; `None` re-verifies the draft of `title`.
+    pub document: Option<PathBuf>,
+    pub title: Option<String>,
+    pub cell_timeout: Duration,
+    pub memory_limit: Option<u64>,
+    /// An interpreter with ipykernel; `None` uses (and if needed creates) `<state>/python`.
+    pub python: Option<PathBuf>,
+    /// Refuse instead of waiting when the kernel slot is taken.
+    pub no_wait: bool,
+}
+
+/// Live progress of a verification.
+pub trait VerifyObserver {
+    fn message(&mut self, _text: &str) {}
+    fn cell_started(&mut self, _index: usize, _total: usize) {}
+    fn cell_finished(&mut self, _index: usize, _status: CellStatus, _duration_ms: u64) {}
+    /// Called once the kernel runs, so a Ctrl-C handler can kill it.
+    fn kernel_started(&mut self, _handle: KernelHandle) {}
+}
+
+pub struct Quiet;
+impl VerifyObserver for Quiet {}
+
+#[derive(Debug, Clone)]
+pub struct VerifyReport {
+    pub record: VerificationRecord,
+    pub verdict: Verdict,
+    pub cells: Vec<(usize, CellStatus, u64)>,
+    /// The failing cell's error, in words.
+    pub failure: Option<String>,
+    /// A draft of this title that a person had edited, moved aside before the draft was rewritten.
+    pub preserved_edit: Option<PathBuf>,
+}
+
+/// The exclusive admission slot shared by verifications and session-kernel jobs.
+pub struct Slot {
+    _file: File,
+}
+
+impl Engine {
+    pub fn workflows_dir(&self) -> PathBuf {
+        self.state.path().join("workflows")
+    }
+
+    pub fn drafts_dir(&self) -> PathBuf {
+        self.workflows_dir().join("drafts")
+    }
+
+    /// Takes the kernel admission slot (an exclusive lock, released when the returned value is
+    /// dropped, including by a crash). Waits for it unless `no_wait`.
+    pub fn acquire_slot(&self, no_wait: bool, obs: &mut dyn VerifyObserver) -> Result<Slot, EngineError> {
+        let path = self.state.path().join("kernel.slot");
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| EngineError::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => return Ok(Slot { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) if no_wait => {
+                return Err(EngineError::Conflict(
+                    "the kernel slot is taken by another verification or session job; wait for it, or run without --no-wait to queue".into(),
+                ));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                obs.message("waiting for the kernel slot (another verification or session job runs)")
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(EngineError::io(&path, e)),
+        }
+        file.lock().map_err(|e| EngineError::io(&path, e))?;
+        Ok(Slot { _file: file })
+    }
+
+    pub fn verify(&self, req: &VerifyRequest, obs: &mut dyn VerifyObserver) -> Result<VerifyReport, EngineError> {
+        let (doc_path, title) = self.document_and_title(req)?;
+        let bytes = std::fs::read(&doc_path)
+            .map_err(|e| EngineError::Invalid(format!("{}: cannot read the document: {e}", doc_path.display())))?;
+        let label = doc_path.display().to_string();
+        let cells = parse_document(&bytes, &label).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let code: Vec<&DocCell> = cells.iter().filter(|c| c.kind == CellKind::Code).collect();
+
+        let id = format!("ver_{}", self.ids.run_suffix());
+        let mut record = VerificationRecord {
+            id: id.clone(),
+            title: title.clone(),
+            document: label.clone(),
+            document_sha256: sha256_hex(&bytes),
+            verdict: None,
+            cells: json!([]),
+            notebook: None,
+            draft: None,
+            error: None,
+            created_at: self.clock.now_ms(),
+            finished_at: None,
+        };
+        let python = resolve_python(req.python.as_deref(), &self.state.path().join("python"), obs)?;
+        let _slot = self.acquire_slot(req.no_wait, obs)?;
+        self.store.insert_verification(&record)?;
+
+        let runtime_dir = self.state.path().join("kernels").join(&id);
+        let workdir = doc_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        let mut cfg = KernelConfig::new(&python, &workdir, &runtime_dir);
+        cfg.env = kernel_env();
+        cfg.memory_limit = req.memory_limit;
+        let started = ScratchKernel::start(&cfg);
+        let mut kernel = match started {
+            Ok(k) => k,
+            Err(e) => {
+                record.error = Some(format!("the kernel did not start: {e}"));
+                record.finished_at = Some(self.clock.now_ms());
+                record.verdict = Some(Verdict::Died.as_str().into());
+                self.store.finish_verification(&record)?;
+                let _ = std::fs::remove_dir_all(&runtime_dir);
+                return Err(EngineError::Invalid(format!("failed to start the kernel: {e}")));
+            }
+        };
+        obs.kernel_started(kernel.handle());
+
+        // The bootstrap is the only thing run before the first cell.
+        let boot = kernel.execute(BOOTSTRAP, req.cell_timeout, &mut |_| {});
+        let facts = bootstrap_facts(&boot.outputs);
+        let boot_status = cell_status(&boot.status);
+
+        let mut outcomes: Vec<CellOutcome> = Vec::with_capacity(code.len());
+        let mut failure = None;
+        if boot_status != CellStatus::Passed {
+            failure =
+                Some(format!("the bootstrap cell did not pass ({}): {}", boot_status.as_str(), describe(&boot.status)));
+        }
+        for (i, cell) in code.iter().enumerate() {
+            if failure.is_some() {
+                outcomes.push(CellOutcome {
+                    status: CellStatus::Skipped,
+                    duration_ms: 0,
+                    execution_count: None,
+                    outputs: vec![],
+                });
+                obs.cell_finished(i, CellStatus::Skipped, 0);
+                continue;
+            }
+            obs.cell_started(i, code.len());
+            let run = kernel.execute(&cell.source, req.cell_timeout, &mut |_| {});
+            let status = cell_status(&run.status);
+            let ms = run.duration.as_millis() as u64;
+            obs.cell_finished(i, status, ms);
+            if status != CellStatus::Passed {
+                failure = Some(format!(
+                    "cell {i}{}: {}",
+                    cell.line.map(|l| format!(" (line {l})")).unwrap_or_default(),
+                    describe(&run.status)
+                ));
+            }
+            outcomes.push(CellOutcome {
+                status,
+                duration_ms: ms,
+                execution_count: run.execution_count,
+                outputs: run.outputs,
+            });
+        }
+        kernel.kill();
+        drop(kernel);
+        let _ = std::fs::remove_dir_all(&runtime_dir);
+
+        let statuses: Vec<CellStatus> = std::iter::once(boot_status).chain(outcomes.iter().map(|o| o.status)).collect();
+        let verdict = verification::verdict(&statuses);
+        let provenance = Provenance {
+            title: title.clone(),
+            document: doc_path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| label.clone()),
+            document_sha256: record.document_sha256.clone(),
+            verdict,
+            python: facts.get("python").cloned().unwrap_or_else(|| "unknown".into()),
+            ipykernel: facts.get("ipykernel").cloned().unwrap_or_else(|| "unknown".into()),
+            environment_sha256: facts.get("env").cloned().unwrap_or_else(|| "unknown".into()),
+            plugins_loaded: list(facts.get("plugins")),
+            plugins_failed: list(facts.get("failed")),
+            cairn_version: env!("CARGO_PKG_VERSION").into(),
+            code_cells: code.len(),
+        };
+        let notebook = verification::build_notebook(&cells, &outcomes, (BOOTSTRAP, &boot.outputs), &provenance);
+        let stamp = self.timestamp();
+        let mut preserved_edit = None;
+        if verdict == Verdict::Passed {
+            let name = format!("{stamp}-{}-{}.ipynb", slug(&title), &id[id.len() - 8..]);
+            let path = self.workflows_dir().join(name);
+            write_atomic(&path, &pretty(&notebook))?;
+            self.prune_passes()?;
+            record.notebook = Some(path.display().to_string());
+        } else {
+            let (draft, preserved) = self.write_draft(&title, &cells, &notebook, &stamp)?;
+            record.draft = Some(draft.display().to_string());
+            preserved_edit = preserved;
+        }
+        let cell_rows: Vec<(usize, CellStatus, u64)> =
+            outcomes.iter().enumerate().map(|(i, o)| (i, o.status, o.duration_ms)).collect();
+        record.cells = Value::Array(
+            cell_rows.iter().map(|(i, s, ms)| json!({"index": i, "status": s.as_str(), "duration_ms": ms})).collect(),
+        );
+        record.verdict = Some(verdict.as_str().into());
+        record.error = failure.clone();
+        record.finished_at = Some(self.clock.now_ms());
+        self.store.finish_verification(&record)?;
+        Ok(VerifyReport { record, verdict, cells: cell_rows, failure, preserved_edit })
+    }
+
+    fn document_and_title(&self, req: &VerifyRequest) -> Result<(PathBuf, String), EngineError> {
+        match (&req.document, &req.title) {
+            (Some(doc), title) => {
+                let title = title.clone().unwrap_or_else(|| {
+                    doc.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "untitled".into())
+                });
+                Ok((doc.clone(), title))
+            }
+            (None, Some(title)) => {
+                let draft = self.drafts_dir().join(format!("{}.md", slug(title)));
+                if draft.is_file() {
+                    Ok((draft, title.clone()))
+                } else {
+                    Err(EngineError::Invalid(format!(
+                        "there is no draft for title `{title}` ({}); give the document to verify",
+                        draft.display()
+                    )))
+                }
+            }
+            (None, None) => {
+                Err(EngineError::Invalid("give a document to verify, or --title T to re-verify its draft".into()))
+            }
+        }
+    }
+
+    fn timestamp(&self) -> String {
+        jiff_like_stamp(self.clock.now_ms())
+    }
+
+    /// Keeps the newest [`KEEP_PASSES`] passed notebooks (names sort by time).
+    fn prune_passes(&self) -> Result<(), EngineError> {
+        let dir = self.workflows_dir();
+        let mut passes: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| EngineError::io(&dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "ipynb") && p.is_file())
+            .collect();
+        passes.sort();
+        let excess = passes.len().saturating_sub(KEEP_PASSES);
+        for old in &passes[..excess] {
+            let _ = std::fs::remove_file(old);
+        }
+        Ok(())
+    }
+
+    /// Writes the single draft of a title (the document as markdown) and the failed notebook
+    /// beside it. A draft edited since Cairn wrote it is moved aside first, never overwritten.
+    fn write_draft(
+        &self,
+        title: &str,
+        cells: &[DocCell],
+        notebook: &Value,
+        stamp: &str,
+    ) -> Result<(PathBuf, Option<PathBuf>), EngineError> {
+        let dir = self.drafts_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
+        let base = slug(title);
+        let draft = dir.join(format!("{base}.md"));
+        let mark = dir.join(format!(".{base}.md.sha256"));
+        let mut preserved = None;
+        if let Ok(current) = std::fs::read(&draft) {
+            let written = std::fs::read_to_string(&mark).unwrap_or_default();
+            if written.trim() != sha256_hex(&current) {
+                let aside = dir.join(format!("{base}.edited-{stamp}.md"));
+                std::fs::rename(&draft, &aside).map_err(|e| EngineError::io(&draft, e))?;
+                preserved = Some(aside);
+            }
+        }
+        let text = as_markdown(cells);
+        write_atomic(&draft, text.as_bytes())?;
+        write_atomic(&mark, sha256_hex(text.as_bytes()).as_bytes())?;
+        write_atomic(&dir.join(format!("{base}.ipynb")), &pretty(notebook))?;
+        Ok((draft, preserved))
+    }
+}
+
+/// `YYYYMMDDTHHMMSSmmmZ` from Unix milliseconds (sortable, file-name safe).
+fn jiff_like_stamp(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .map(|t| t.strftime("%Y%m%dT%H%M%S%3fZ").to_string())
+        .unwrap_or_else(|_| format!("{ms:020}"))
+}
+
+fn pretty(v: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec_pretty(v).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+/// Writes through a temporary file, fsync and rename: a crash leaves the old file or the new one.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, e))?;
+    let tmp = dir.join(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        path.file_name().map(|f| f.to_string_lossy()).unwrap_or_default()
+    ));
+    let mut f = File::create(&tmp).map_err(|e| EngineError::io(&tmp, e))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| EngineError::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| EngineError::io(path, e))
+}
+
+/// A document as markdown with python fences (the draft a person can edit and re-verify). Prose
+/// is kept byte for byte, so a markdown document reads back as the same cells.
+fn as_markdown(cells: &[DocCell]) -> String {
+    let mut out = String::new();
+    for c in cells {
+        match c.kind {
+            CellKind::Markdown | CellKind::Raw => out.push_str(&c.source),
+            CellKind::Code => {
+                if !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                let fence = if c.source.contains("```") { "~~~~" } else { "```" };
+                out.push_str(&format!("{fence}python\n{}\n{fence}", c.source.trim_end_matches('\n')));
+            }
+        }
+    }
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
+fn cell_status(s: &kernel::CellStatus) -> CellStatus {
+    match s {
+        kernel::CellStatus::Ok => CellStatus::Passed,
+        kernel::CellStatus::Error { .. } => CellStatus::Failed,
+        kernel::CellStatus::Died { .. } | kernel::CellStatus::Lost { .. } => CellStatus::Died,
+        kernel::CellStatus::TimedOut => CellStatus::TimedOut,
+        kernel::CellStatus::Cancelled => CellStatus::Interrupted,
+    }
+}
+
+fn describe(s: &kernel::CellStatus) -> String {
+    match s {
+        kernel::CellStatus::Ok => "passed".into(),
+        kernel::CellStatus::Error { ename, evalue, .. } => format!("{ename}: {evalue}"),
+        kernel::CellStatus::Died { exit_code, signal } => match (exit_code, signal) {
+            (_, Some(sig)) => format!("the kernel died (signal {sig})"),
+            (Some(code), None) => format!("the kernel died (exit code {code})"),
+            _ => "the kernel died".into(),
+        },
+        kernel::CellStatus::TimedOut => "the cell exceeded its timeout; the kernel was interrupted, then killed".into(),
+        kernel::CellStatus::Lost { reason } => format!("the connection to the kernel failed: {reason}"),
+        kernel::CellStatus::Cancelled => "interrupted; the kernel was killed".into(),
+    }
+}
+
+/// The `[cairn] key=value …` line the bootstrap prints.
+fn bootstrap_facts(outputs: &[Value]) -> std::collections::HashMap<String, String> {
+    let text: String = outputs
+        .iter()
+        .filter(|o| o["output_type"] == "stream")
+        .filter_map(|o| match &o["text"] {
+            Value::String(s) => Some(s.clone()),
+            Value::Array(a) => Some(a.iter().filter_map(Value::as_str).collect()),
+            _ => None,
+        })
+        .collect();
+    text.lines()
+        .find_map(|l| l.strip_prefix("[cairn] "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn list(v: Option<&String>) -> Vec<String> {
+    match v.map(String::as_str) {
+        None | Some("-") | Some("") => vec![],
+        Some(s) => s.split(',').map(str::to_string).collect(),
+    }
+}
+
+/// The kernel's environment: the sandbox's base variables and the ones that locate the user's
+/// configuration; nothing else of Cairn's own environment.
+fn kernel_env() -> Vec<(String, String)> {
+    let keep = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "CAIRN_CONFIG", "XDG_CONFIG_HOME"];
+    keep.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_sort_by_time() {
+        assert_eq!(jiff_like_stamp(0), "19700101T000000000Z");
+        assert_eq!(jiff_like_stamp(1_795_950_000_123), "20261129T110000123Z");
+    }
+
+    #[test]
+    fn drafts_round_trip_through_the_markdown_parser() {
+        let cells = cairn_core::document::parse_markdown("# T\n\n```python\nx = 1\n```\n\nmore\n", "d.md").unwrap();
+        let md = as_markdown(&cells);
+        let again = cairn_core::document::parse_markdown(&md, "d.md").unwrap();
+        assert_eq!(
+            cells.iter().map(|c| (&c.kind, &c.source)).collect::<Vec<_>>(),
+            again.iter().map(|c| (&c.kind, &c.source)).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn bootstrap_facts_are_read_from_its_line() {
+        let out = vec![
+            json!({"output_type": "stream", "name": "stdout", "text": "[cairn] python=3.11.7 ipykernel=7.4.0 env=ab plugins=a.py,b.py failed=-\n"}),
+        ];
+        let f = bootstrap_facts(&out);
+        assert_eq!(f["python"], "3.11.7");
+        assert_eq!(list(f.get("plugins")), ["a.py", "b.py"]);
+        assert!(list(f.get("failed")).is_empty());
+    }
+}
