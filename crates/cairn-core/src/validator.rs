@@ -282,6 +282,40 @@ mod tests {
         assert!(matches!(evaluate(&[r], &|_| None), Err(ValidatorError::MissingResult { .. })));
     }
 
+    fn arb_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(|i| json!(i)),
+            (-1e6f64..1e6).prop_map(|f| json!(f)),
+            "[a-c]{0,3}".prop_map(Value::String),
+            prop::collection::vec(any::<i8>().prop_map(|i| json!(i)), 0..3).prop_map(Value::Array),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Complementary ops never agree, and the checklist is a pure function of its inputs.
+        #[test]
+        fn complementary_ops_disagree(observed in proptest::option::of(arb_value()), value in arb_value()) {
+            let result = match &observed { Some(v) => json!({"x": v}), None => json!({}) };
+            let eval = |op: &str, v: Option<Value>| {
+                let r = rule(op, "/x", v);
+                evaluate(std::slice::from_ref(&r), &|_| Some(result.clone())).map(|f| f.is_empty())
+            };
+            let pairs = [("eq", "ne"), ("exists", "absent"), ("truthy", "falsy")];
+            for (a, b) in pairs {
+                let v = if a == "eq" { Some(value.clone()) } else { None };
+                proptest::prop_assert_ne!(eval(a, v.clone()).unwrap(), eval(b, v).unwrap());
+            }
+            // For two numbers, lt and ge are complementary; otherwise ordering is an exception or a finding.
+            if observed.as_ref().is_some_and(Value::is_number) && value.is_number() {
+                proptest::prop_assert_ne!(eval("lt", Some(value.clone())).unwrap(), eval("ge", Some(value.clone())).unwrap());
+            }
+            proptest::prop_assert_eq!(eval("in", Some(json!([value.clone()]))).unwrap(), eval("eq", Some(value.clone())).unwrap());
+        }
+    }
+
     #[test]
     fn findings_carry_what_was_observed() {
         let f = evaluate(&[rule("eq", "/failed", Some(json!(0)))], &|_| Some(json!({"failed": 2}))).unwrap();
