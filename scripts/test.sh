@@ -13,6 +13,12 @@ if ! command -v python3 >/dev/null; then
   apt-get update -q && apt-get install -y -q --no-install-recommends python3 python3-venv
 fi
 
+# The replay tests read raw rows with the sqlite3 CLI.
+if ! command -v sqlite3 >/dev/null; then
+  log "installing sqlite3 (the CLI; tests compare raw registry rows with it)"
+  apt-get update -q && apt-get install -y -q --no-install-recommends sqlite3
+fi
+
 # A local venv for the Python packages tests use; created once, reused after.
 VENV="$ROOT/.venv"
 if [ ! -x "$VENV/bin/python" ]; then

@@ -156,6 +156,37 @@ impl Engine {
         Ok(PreparedReplay { source, workflow, input, plan, summary, source_steps })
     }
 
+    /// Plans a replay and checks everything the replay itself would check (the run id, and that
+    /// an existing run with that id has the same identity), creating nothing: a dry run.
+    pub fn dry_run_replay(&self, req: &ReplayRequest) -> Result<PreparedReplay, EngineError> {
+        let prepared = self.prepare_replay(req)?;
+        if let Some(id) = &req.run_id {
+            let id = RunId::parse(id).map_err(|e| EngineError::Invalid(e.to_string()))?;
+            if let Some(existing) = self.store.run(id.as_str())? {
+                let identity = self.replay_identity(&prepared)?;
+                if existing.identity_hash != identity {
+                    return Err(EngineError::ExecutionInputMismatch {
+                        run_id: existing.run_id.clone(),
+                        stored: format!(
+                            "{}@{} identity {}…",
+                            existing.workflow,
+                            existing.version,
+                            &existing.identity_hash[..12]
+                        ),
+                        requested: format!("{} identity {}…", prepared.workflow.spec().reference(), &identity[..12]),
+                    });
+                }
+            }
+        }
+        Ok(prepared)
+    }
+
+    fn replay_identity(&self, prepared: &PreparedReplay) -> Result<String, EngineError> {
+        let spec = prepared.workflow.spec();
+        run_identity(&spec.name, &spec.version, &prepared.input, Some(&prepared.directive()))
+            .map_err(|e| EngineError::Invalid(format!("run input: {e}")))
+    }
+
     /// Plans and runs a replay child (or continues one with the same run id).
     pub fn replay(
         &self,
@@ -164,8 +195,7 @@ impl Engine {
     ) -> Result<(RunReport, PreparedReplay), EngineError> {
         let prepared = self.prepare_replay(req)?;
         let spec = prepared.workflow.spec();
-        let identity = run_identity(&spec.name, &spec.version, &prepared.input, Some(&prepared.directive()))
-            .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
+        let identity = self.replay_identity(&prepared)?;
         let run_id = match &req.run_id {
             Some(id) => RunId::parse(id).map_err(|e| EngineError::Invalid(e.to_string()))?,
             None => RunId::generated(&self.ids.run_suffix()),
@@ -216,17 +246,19 @@ pub fn explain_tool_change(old: &LoadedWorkflow, new: &LoadedWorkflow, tool: &st
         return vec![format!("tool `{tool}` is new in {}", new.spec().reference())];
     };
     let mut out = Vec::new();
+    let version = |v: &Option<String>| v.as_deref().map(|v| format!("`{v}`")).unwrap_or_else(|| "(none)".into());
+    let words = |v: &[String]| if v.is_empty() { "(none)".to_string() } else { format!("`{}`", v.join(" ")) };
     if o.command != n.command {
-        out.push(format!("tool `{tool}` command changed from {:?} to {:?}", o.command.join(" "), n.command.join(" ")));
+        out.push(format!("tool `{tool}` command changed from {} to {}", words(&o.command), words(&n.command)));
     }
     if o.version != n.version {
-        out.push(format!("tool `{tool}` version changed from {:?} to {:?}", o.version, n.version));
+        out.push(format!("tool `{tool}` version changed from {} to {}", version(&o.version), version(&n.version)));
     }
     if o.timeout_secs != n.timeout_secs {
         out.push(format!("tool `{tool}` timeout_secs changed from {} to {}", o.timeout_secs, n.timeout_secs));
     }
     if o.env != n.env {
-        out.push(format!("tool `{tool}` env changed from {:?} to {:?}", o.env, n.env));
+        out.push(format!("tool `{tool}` env changed from {} to {}", words(&o.env), words(&n.env)));
     }
     let (of, nf) = (&old.tools[tool].files, &new.tools[tool].files);
     for f in nf {

@@ -76,7 +76,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 parallelism: parallel as usize,
             };
             if dry_run {
-                let prepared = engine.prepare_replay(&req)?;
+                let prepared = engine.dry_run_replay(&req)?;
                 if json {
                     print_json(&output::dry_run_json(&prepared));
                 } else {
