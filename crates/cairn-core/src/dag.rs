@@ -110,13 +110,14 @@ impl Dag {
         if self.needs[step].contains(&ancestor) {
             return true;
         }
-        let mut seen = vec![false; self.len()];
+        // The visited set is sized to the search, not the DAG, so many checks stay cheap.
+        let mut seen = std::collections::HashSet::new();
         let mut stack = self.needs[step].clone();
         while let Some(s) = stack.pop() {
             if s == ancestor {
                 return true;
             }
-            if !std::mem::replace(&mut seen[s], true) {
+            if seen.insert(s) {
                 stack.extend_from_slice(&self.needs[s]);
             }
         }

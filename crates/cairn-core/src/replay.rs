@@ -204,6 +204,10 @@ pub struct ReplayInput<'a> {
     /// The target's tool digests, by tool name.
     pub tool_digests: &'a HashMap<String, String>,
     pub input: &'a Value,
+    /// The source run's input.
+    pub source_input: &'a Value,
+    /// Whether the target workflow is the very definition the source ran (same name@version).
+    pub same_definition: bool,
     pub source_run_id: &'a str,
     pub source: &'a HashMap<String, SourceStep<'a>>,
     /// Requested step ids, already checked to exist.
@@ -246,6 +250,7 @@ pub fn plan(r: &ReplayInput<'_>) -> ReplayPlan {
     let mut forced_by: Vec<Option<usize>> = vec![None; n];
     let mut decisions: Vec<Option<StepDecision>> = vec![None; n];
     let mut reused_results: HashMap<&str, &Value> = HashMap::new();
+    let input_unchanged = r.input == r.source_input;
 
     for &i in r.dag.order() {
         let id = r.dag.id(i);
@@ -289,18 +294,37 @@ pub fn plan(r: &ReplayInput<'_>) -> ReplayPlan {
             });
             continue;
         }
-        let args = match template::resolve(&step.args, r.input, &|dep| reused_results.get(dep).map(|v| (*v).clone())) {
+        // Same definition, same input, and every ancestor reused (so its results are the source's
+        // own): the step's resolved arguments are the source's, with no need to resolve them.
+        if r.same_definition && input_unchanged {
+            if let Some(result) = src.result {
+                reused_results.insert(id, result);
+            }
+            decisions[i] = Some(StepDecision {
+                step_id: id.to_string(),
+                decision: Decision::Reuse,
+                reason: Reason::SignatureEqual { source_run_id: r.source_run_id.to_string() },
+            });
+            continue;
+        }
+        let args = match template::resolve(&step.args, r.input, &|dep| reused_results.get(dep).copied()) {
             Ok(a) => a,
             Err(e) => {
                 decisions[i] = replay(Reason::ArgsUnresolved { error: e.to_string() });
                 continue;
             }
         };
-        let hash = match args_hash(&args) {
-            Ok(h) => h,
-            Err(e) => {
-                decisions[i] = replay(Reason::ArgsUnresolved { error: e.to_string() });
-                continue;
+        // Equal argument trees hash equally, and comparing is far cheaper than canonicalising and
+        // hashing; only a difference needs the hash (equal hashes can still hide, e.g., 1 vs 1.0).
+        let hash = if &args == src.args {
+            src.signature.args_hash.clone()
+        } else {
+            match args_hash(&args) {
+                Ok(h) => h,
+                Err(e) => {
+                    decisions[i] = replay(Reason::ArgsUnresolved { error: e.to_string() });
+                    continue;
+                }
             }
         };
         if hash != src.signature.args_hash {
@@ -407,6 +431,7 @@ mod tests {
             edges in prop::collection::vec((0usize..25, 0usize..25), 0..60),
             requested in prop::collection::vec(0usize..25, 0..4),
             changed in prop::collection::vec(0usize..25, 0..4),
+            same_def in any::<bool>(),
         ) {
             let spec = workflow(n, &edges);
             let dag = spec.dag().unwrap();
@@ -421,7 +446,7 @@ mod tests {
             let mut rows: Vec<(String, StepSignature, Value)> = Vec::new();
             for &i in dag.order() {
                 let step = &spec.steps[i];
-                let args = template::resolve(&step.args, &source_input, &|d| results.get(d).cloned()).unwrap();
+                let args = template::resolve(&step.args, &source_input, &|d| results.get(d)).unwrap();
                 let sig = StepSignature { tool: "t".into(), tool_digest: "d".into(), args_hash: args_hash(&args).unwrap() };
                 results.insert(step.id.clone(), json!(i));
                 rows.push((step.id.clone(), sig, args));
@@ -432,7 +457,8 @@ mod tests {
             let req_ids: Vec<String> = requested.iter().filter(|r| **r < n).map(|r| format!("s{r}")).collect();
             let req = normalise_requested(&dag, &req_ids).unwrap();
             let p = plan(&ReplayInput {
-                spec: &spec, dag: &dag, tool_digests: &digests, input: &input, source_run_id: "src",
+                spec: &spec, dag: &dag, tool_digests: &digests, input: &input, source_input: &source_input,
+                same_definition: same_def, source_run_id: "src",
                 source: &source, requested: &req, explain_tool: &|_| vec![],
             });
             let s = p.summary(&dag);

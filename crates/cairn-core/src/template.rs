@@ -151,16 +151,16 @@ fn as_text(v: &Value) -> String {
 }
 
 /// Resolves every template in `args`. `step_result` returns a completed upstream step's result.
-pub fn resolve(
+pub fn resolve<'r>(
     args: &Value,
     input: &Value,
-    step_result: &dyn Fn(&str) -> Option<Value>,
+    step_result: &dyn Fn(&str) -> Option<&'r Value>,
 ) -> Result<Value, TemplateError> {
-    fn go(
+    fn go<'r>(
         v: &Value,
         pointer: &mut String,
         input: &Value,
-        step_result: &dyn Fn(&str) -> Option<Value>,
+        step_result: &dyn Fn(&str) -> Option<&'r Value>,
     ) -> Result<Value, TemplateError> {
         match v {
             Value::String(s) if s.contains("${") => {
@@ -178,7 +178,7 @@ pub fn resolve(
                         Root::Step(id) => {
                             let result = step_result(id)
                                 .ok_or_else(|| unresolved(format!("step `{id}` has no completed result")))?;
-                            lookup(&result, &r.path)
+                            lookup(result, &r.path)
                                 .cloned()
                                 .map_err(|e| unresolved(format!("the result of step `{id}` has no such field: {e}")))
                         }
@@ -230,8 +230,13 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn results(id: &str) -> Option<Value> {
-        (id == "a").then(|| json!({"n": 3, "list": [{"x": "deep"}], "s": "txt"}))
+    fn a_result() -> &'static Value {
+        static A: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+        A.get_or_init(|| json!({"n": 3, "list": [{"x": "deep"}], "s": "txt"}))
+    }
+
+    fn results(id: &str) -> Option<&'static Value> {
+        (id == "a").then(a_result)
     }
 
     #[test]
@@ -239,7 +244,7 @@ mod tests {
         let input = json!({"manifest": {"tests": ["t1", "t2"], "version": "2.4.0"}});
         let args = json!({"suite": "${input.manifest.tests}", "n": "${steps.a.result.n}", "all": "${steps.a.result}"});
         let out = resolve(&args, &input, &results).unwrap();
-        assert_eq!(out, json!({"suite": ["t1", "t2"], "n": 3, "all": results("a").unwrap()}));
+        assert_eq!(out, json!({"suite": ["t1", "t2"], "n": 3, "all": a_result()}));
     }
 
     #[test]

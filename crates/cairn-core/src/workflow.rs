@@ -193,13 +193,18 @@ pub fn toml_to_json(v: &toml::Value) -> Result<Value, String> {
 
 struct Locator<'a> {
     file: &'a str,
-    text: &'a str,
+    /// Byte offsets of every newline, so a line number is a binary search, not a scan: a
+    /// workflow of 100,000 steps asks for 100,000 of them.
+    newlines: Vec<usize>,
 }
 
-impl Locator<'_> {
+impl<'a> Locator<'a> {
+    fn new(file: &'a str, text: &str) -> Self {
+        Locator { file, newlines: text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i).collect() }
+    }
+
     fn line(&self, offset: usize) -> usize {
-        let end = offset.min(self.text.len());
-        self.text.as_bytes()[..end].iter().filter(|b| **b == b'\n').count() + 1
+        self.newlines.partition_point(|&nl| nl < offset) + 1
     }
 
     fn err(
@@ -222,7 +227,7 @@ impl Locator<'_> {
 /// Parses and validates a `workflow.toml`. `file` is the path used in messages.
 /// Checks that need the filesystem (tool files, the input schema) are the engine's.
 pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowError> {
-    let loc = Locator { file, text };
+    let loc = Locator::new(file, text);
     let raw: RawFile = toml::from_str(text).map_err(|e| {
         let offset = e.span().map(|s| s.start);
         loc.err(offset, None, None, e.message().trim_end().to_string())

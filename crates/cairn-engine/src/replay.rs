@@ -146,6 +146,8 @@ impl Engine {
             dag: &workflow.dag,
             tool_digests: &digests,
             input: &input,
+            source_input: &source.input,
+            same_definition: source.version == version,
             source_run_id: src_id,
             source: &by_id,
             requested: &requested,

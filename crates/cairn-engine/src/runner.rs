@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn_core::canonical::{canonical_json, check_exact_numbers};
 use cairn_core::ids::RunId;
@@ -312,7 +312,7 @@ impl Engine {
         i: usize,
     ) -> Prepared {
         let step = &wf.spec().steps[i];
-        let args = match template::resolve(&step.args, input, &|id| results.get(id).cloned()) {
+        let args = match template::resolve(&step.args, input, &|id| results.get(id)) {
             Ok(a) => a,
             Err(e) => return Prepared::FailRun(format!("step `{}` could not start: {e}", step.id)),
         };
@@ -417,14 +417,14 @@ impl Engine {
                 stderr_tail: self.options.stderr_tail,
             };
             let mut record_err = None;
-            let began = Instant::now();
             let out = run_tool(&cmd, &mut |p: &ProcessIdentity| {
                 let info = ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time };
                 if let Err(e) = self.store.record_process(&run.run_id, &step.id, &token, &info) {
                     record_err = Some(e);
                 }
             });
-            let duration_us = began.elapsed().as_micros() as i64;
+            // The tool's own time, from spawn to exit (not the commit recording its pid).
+            let duration_us = out.duration.as_micros() as i64;
             finished += 1;
             progress(Progress::Finished {
                 step_id: step.id.clone(),
