@@ -163,13 +163,13 @@ pub fn provenance_markdown(p: &Provenance) -> String {
 pub fn build_notebook(
     doc: &[DocCell],
     outcomes: &[CellOutcome],
-    bootstrap: (&str, &[Value]),
+    bootstrap: (&str, &[Value], Option<u32>),
     provenance: &Provenance,
 ) -> Value {
     let mut cells = vec![
         json!({"id": "cairn-provenance", "cell_type": "markdown", "metadata": {"cairn": {"role": "provenance"}},
                "source": lines(&provenance_markdown(provenance))}),
-        json!({"id": "cairn-bootstrap", "cell_type": "code", "execution_count": null,
+        json!({"id": "cairn-bootstrap", "cell_type": "code", "execution_count": bootstrap.2,
                "metadata": {"cairn": {"role": "bootstrap"}}, "outputs": bootstrap.1, "source": lines(bootstrap.0)}),
     ];
     let mut code_index = 0usize;
@@ -267,7 +267,7 @@ mod tests {
             cairn_version: "0.1.0".into(),
             code_cells: 2,
         };
-        let nb = build_notebook(&doc, &outcomes, ("# bootstrap\n", &[]), &p);
+        let nb = build_notebook(&doc, &outcomes, ("# bootstrap\n", &[], Some(1)), &p);
         assert_eq!(nb["nbformat_minor"], 5);
         let cells = nb["cells"].as_array().unwrap();
         assert_eq!(cells.len(), 5);

@@ -14,6 +14,8 @@ pub enum ErrorKind {
     Conflict,
     /// The machine failed us: IO, the database (exit 2, with the cause).
     Internal,
+    /// Stopped by the person (Ctrl-C) before anything ran (exit 130).
+    Interrupted,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +40,8 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error("{path}: {message}")]
     Io { path: String, message: String },
+    #[error("{0}")]
+    Interrupted(String),
 }
 
 impl EngineError {
@@ -53,6 +57,7 @@ impl EngineError {
             | EngineError::Store(StoreError::StepExists { .. })
             | EngineError::Store(StoreError::RunFinished { .. }) => ErrorKind::Conflict,
             EngineError::Store(_) | EngineError::Io { .. } => ErrorKind::Internal,
+            EngineError::Interrupted(_) => ErrorKind::Interrupted,
         }
     }
 

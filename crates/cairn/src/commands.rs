@@ -112,8 +112,9 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 memory_limit,
                 python,
                 no_wait,
+                cancel: None,
             };
-            crate::verify::run(&engine, &req, json)
+            crate::verify::run(&engine, req, json)
         }
         Command::Runs { limit, json } => {
             let engine = open_engine(cli.home)?;

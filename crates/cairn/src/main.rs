@@ -32,6 +32,7 @@ impl From<EngineError> for Failure {
         let code = match e.kind() {
             ErrorKind::Conflict => 4,
             ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Internal => 2,
+            ErrorKind::Interrupted => 130,
         };
         Failure { code, message: e.to_string() }
     }

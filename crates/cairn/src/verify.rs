@@ -1,6 +1,7 @@
 //! `cairn verify`: each cell's status live on stderr, then the verdict and the notebook or draft.
 //! Ctrl-C interrupts the verification: its kernel is killed and the verdict is `interrupted`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_core::verification::{CellStatus, Verdict};
@@ -41,9 +42,9 @@ impl VerifyObserver for Live {
     }
 }
 
-/// On the first Ctrl-C, kill the running kernel (the verification then ends `interrupted`);
-/// on the second, exit at once.
-fn install_interrupt(kernel: Arc<Mutex<Option<KernelHandle>>>) {
+/// On the first Ctrl-C, stop: before the kernel starts nothing runs; after, the running kernel is
+/// killed (the verification then ends `interrupted`). On the second, exit at once.
+fn install_interrupt(kernel: Arc<Mutex<Option<KernelHandle>>>, cancel: Arc<AtomicBool>) {
     let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT]) else { return };
     std::thread::spawn(move || {
         let mut seen = 0;
@@ -52,7 +53,8 @@ fn install_interrupt(kernel: Arc<Mutex<Option<KernelHandle>>>) {
             if seen > 1 {
                 std::process::exit(130);
             }
-            eprintln!("\ninterrupting: killing the scratch kernel (Ctrl-C again to quit at once)");
+            cancel.store(true, Ordering::SeqCst);
+            eprintln!("\ninterrupting the verification (Ctrl-C again to quit at once)");
             if let Ok(k) = kernel.lock()
                 && let Some(h) = k.as_ref()
             {
@@ -62,11 +64,13 @@ fn install_interrupt(kernel: Arc<Mutex<Option<KernelHandle>>>) {
     });
 }
 
-pub fn run(engine: &Engine, req: &VerifyRequest, json: bool) -> Result<u8, Failure> {
+pub fn run(engine: &Engine, mut req: VerifyRequest, json: bool) -> Result<u8, Failure> {
     let kernel = Arc::new(Mutex::new(None));
-    install_interrupt(kernel.clone());
+    let cancel = Arc::new(AtomicBool::new(false));
+    install_interrupt(kernel.clone(), cancel.clone());
+    req.cancel = Some(cancel);
     let mut live = Live { json, kernel };
-    let report = engine.verify(req, &mut live)?;
+    let report = engine.verify(&req, &mut live)?;
     if json {
         print_json(&report_json(&report));
     } else {

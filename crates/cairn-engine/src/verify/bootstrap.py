@@ -3,8 +3,7 @@
 # It runs your kernel plugins from $CAIRN_CONFIG/kernel/*.py (default ~/.config/cairn/kernel)
 # into the namespace, last, fail-open: a missing or failing plugin binds nothing.
 def _cairn_bootstrap():
-    import glob, hashlib, os, platform
-    from importlib import metadata
+    import glob, hashlib, os, platform, sys
     base = os.environ.get("CAIRN_CONFIG") or os.path.join(
         os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "cairn")
     loaded, failed = [], []
@@ -16,11 +15,12 @@ def _cairn_bootstrap():
             loaded.append(name)
         except Exception as e:
             failed.append(f"{name}({type(e).__name__})")
-    try:
-        ipk = metadata.version("ipykernel")
-    except Exception:
-        ipk = "unknown"
-    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    # The installed distributions, by their metadata folder names (name-version): listing the
+    # folders is cheap, reading every package's metadata is not.
+    dists = sorted({n for p in sys.path if os.path.isdir(p) for n in os.listdir(p)
+                    if n.endswith((".dist-info", ".egg-info"))})
+    ipk = next((n[len("ipykernel-"):].split(".dist-info")[0] for n in dists
+                if n.startswith("ipykernel-")), "unknown")
     env = hashlib.sha256("\n".join([platform.python_version()] + dists).encode()).hexdigest()
     print(f"[cairn] python={platform.python_version()} ipykernel={ipk} env={env} "
           f"plugins={','.join(loaded) or '-'} failed={','.join(failed) or '-'}")

@@ -9,6 +9,8 @@ mod python;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cairn_core::canonical::sha256_hex;
@@ -26,6 +28,10 @@ use crate::{Engine, EngineError};
 /// notebook's first code cell.
 pub const BOOTSTRAP: &str = include_str!("bootstrap.py");
 
+/// The outputs of all cells of one notebook together, in bytes of JSON; past it, later outputs are
+/// replaced by a visible marker.
+pub const NOTEBOOK_OUTPUT_CAP: usize = 16 << 20;
+
 /// Passes kept under `<state>/workflows/`; older ones are removed.
 pub const KEEP_PASSES: usize = 50;
 
@@ -40,6 +46,9 @@ pub struct VerifyRequest {
     pub python: Option<PathBuf>,
     /// Refuse instead of waiting when the kernel slot is taken.
     pub no_wait: bool,
+    /// Set from another thread (Ctrl-C, a cancel) to stop: before the kernel starts nothing
+    /// runs; after, the running cell's kernel is killed through [`VerifyObserver::kernel_started`].
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// Live progress of a verification.
@@ -81,7 +90,12 @@ impl Engine {
 
     /// Takes the kernel admission slot (an exclusive lock, released when the returned value is
     /// dropped, including by a crash). Waits for it unless `no_wait`.
-    pub fn acquire_slot(&self, no_wait: bool, obs: &mut dyn VerifyObserver) -> Result<Slot, EngineError> {
+    pub fn acquire_slot(
+        &self,
+        no_wait: bool,
+        cancel: Option<&AtomicBool>,
+        obs: &mut dyn VerifyObserver,
+    ) -> Result<Slot, EngineError> {
         let path = self.state.path().join("kernel.slot");
         let file = File::options()
             .create(true)
@@ -89,24 +103,39 @@ impl Engine {
             .write(true)
             .open(&path)
             .map_err(|e| EngineError::io(&path, e))?;
-        match file.try_lock() {
-            Ok(()) => return Ok(Slot { _file: file }),
-            Err(std::fs::TryLockError::WouldBlock) if no_wait => {
-                return Err(EngineError::Conflict(
-                    "the kernel slot is taken by another verification or session job; wait for it, or run without --no-wait to queue".into(),
-                ));
+        let mut told = false;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Slot { _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) if no_wait => {
+                    return Err(EngineError::Conflict(
+                        "the kernel slot is taken by another verification or session job; wait for it, or run without --no-wait to queue".into(),
+                    ));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if !told {
+                        obs.message("waiting for the kernel slot (another verification or session job runs)");
+                        told = true;
+                    }
+                    if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                        return Err(EngineError::Interrupted(
+                            "interrupted while waiting for the kernel slot; nothing ran".into(),
+                        ));
+                    }
+                    // Polled rather than a blocking lock, so an interrupt is seen while waiting.
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(EngineError::io(&path, e)),
             }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                obs.message("waiting for the kernel slot (another verification or session job runs)")
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(EngineError::io(&path, e)),
         }
-        file.lock().map_err(|e| EngineError::io(&path, e))?;
-        Ok(Slot { _file: file })
     }
 
     pub fn verify(&self, req: &VerifyRequest, obs: &mut dyn VerifyObserver) -> Result<VerifyReport, EngineError> {
         let (doc_path, title) = self.document_and_title(req)?;
+        let doc_path = doc_path
+            .canonicalize()
+            .map_err(|e| EngineError::Invalid(format!("{}: cannot read the document: {e}", doc_path.display())))?;
+        let cancelled = || req.cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst));
         let bytes = std::fs::read(&doc_path)
             .map_err(|e| EngineError::Invalid(format!("{}: cannot read the document: {e}", doc_path.display())))?;
         let label = doc_path.display().to_string();
@@ -128,26 +157,26 @@ impl Engine {
             finished_at: None,
         };
         let python = resolve_python(req.python.as_deref(), &self.state.path().join("python"), obs)?;
-        let _slot = self.acquire_slot(req.no_wait, obs)?;
-        self.store.insert_verification(&record)?;
+        let _slot = self.acquire_slot(req.no_wait, req.cancel.as_deref(), obs)?;
+        if cancelled() {
+            return Err(EngineError::Interrupted("interrupted before the kernel started; nothing ran".into()));
+        }
 
         let runtime_dir = self.state.path().join("kernels").join(&id);
         let workdir = doc_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
         let mut cfg = KernelConfig::new(&python, &workdir, &runtime_dir);
         cfg.env = kernel_env();
         cfg.memory_limit = req.memory_limit;
-        let started = ScratchKernel::start(&cfg);
-        let mut kernel = match started {
+        let mut kernel = match ScratchKernel::start(&cfg) {
             Ok(k) => k,
             Err(e) => {
-                record.error = Some(format!("the kernel did not start: {e}"));
-                record.finished_at = Some(self.clock.now_ms());
-                record.verdict = Some(Verdict::Died.as_str().into());
-                self.store.finish_verification(&record)?;
+                // Nothing ran: leave nothing behind.
                 let _ = std::fs::remove_dir_all(&runtime_dir);
+                let _ = std::fs::remove_dir(self.state.path().join("kernels"));
                 return Err(EngineError::Invalid(format!("failed to start the kernel: {e}")));
             }
         };
+        self.store.insert_verification(&record)?;
         obs.kernel_started(kernel.handle());
 
         // The bootstrap is the only thing run before the first cell.
@@ -172,12 +201,34 @@ impl Engine {
                 obs.cell_finished(i, CellStatus::Skipped, 0);
                 continue;
             }
+            if cancelled() {
+                failure = Some(format!("interrupted before cell {i}; the kernel was killed"));
+                outcomes.push(CellOutcome {
+                    status: CellStatus::Interrupted,
+                    duration_ms: 0,
+                    execution_count: None,
+                    outputs: vec![],
+                });
+                obs.cell_finished(i, CellStatus::Interrupted, 0);
+                continue;
+            }
             obs.cell_started(i, code.len());
             let run = kernel.execute(&cell.source, req.cell_timeout, &mut |_| {});
-            let status = cell_status(&run.status);
+            let mut status = cell_status(&run.status);
+            // Under --memory-limit, running out of it is "does not fit in memory": the verdict
+            // is `died` whether Python raised MemoryError or the kernel was killed.
+            if let (Some(limit), kernel::CellStatus::Error { ename, .. }) = (req.memory_limit, &run.status)
+                && ename == "MemoryError"
+            {
+                status = CellStatus::Died;
+                failure = Some(format!(
+                    "cell {i}{}: MemoryError under --memory-limit {limit}: the document does not fit in {limit} bytes",
+                    cell.line.map(|l| format!(" (line {l})")).unwrap_or_default()
+                ));
+            }
             let ms = run.duration.as_millis() as u64;
             obs.cell_finished(i, status, ms);
-            if status != CellStatus::Passed {
+            if status != CellStatus::Passed && failure.is_none() {
                 failure = Some(format!(
                     "cell {i}{}: {}",
                     cell.line.map(|l| format!(" (line {l})")).unwrap_or_default(),
@@ -210,7 +261,13 @@ impl Engine {
             cairn_version: env!("CARGO_PKG_VERSION").into(),
             code_cells: code.len(),
         };
-        let notebook = verification::build_notebook(&cells, &outcomes, (BOOTSTRAP, &boot.outputs), &provenance);
+        cap_outputs(&mut outcomes, NOTEBOOK_OUTPUT_CAP);
+        let notebook = verification::build_notebook(
+            &cells,
+            &outcomes,
+            (BOOTSTRAP, &boot.outputs, boot.execution_count),
+            &provenance,
+        );
         let stamp = self.timestamp();
         let mut preserved_edit = None;
         if verdict == Verdict::Passed {
@@ -218,6 +275,7 @@ impl Engine {
             let path = self.workflows_dir().join(name);
             write_atomic(&path, &pretty(&notebook))?;
             self.prune_passes()?;
+            self.remove_stale_draft(&title, &doc_path);
             record.notebook = Some(path.display().to_string());
         } else {
             let (draft, preserved) = self.write_draft(&title, &cells, &notebook, &stamp)?;
@@ -279,6 +337,23 @@ impl Engine {
             let _ = std::fs::remove_file(old);
         }
         Ok(())
+    }
+
+    /// After a pass, the title's draft is resolved: remove it if it is what Cairn wrote or what
+    /// was just verified; a draft edited since is the person's and stays.
+    fn remove_stale_draft(&self, title: &str, verified: &Path) {
+        let dir = self.drafts_dir();
+        let base = slug(title);
+        let draft = dir.join(format!("{base}.md"));
+        let mark = dir.join(format!(".{base}.md.sha256"));
+        let Ok(current) = std::fs::read(&draft) else { return };
+        let unedited = std::fs::read_to_string(&mark).is_ok_and(|m| m.trim() == sha256_hex(&current));
+        let was_verified = draft.canonicalize().is_ok_and(|d| d == verified);
+        if unedited || was_verified {
+            for f in [draft, mark, dir.join(format!("{base}.ipynb"))] {
+                let _ = std::fs::remove_file(f);
+            }
+        }
     }
 
     /// Writes the single draft of a title (the document as markdown) and the failed notebook
@@ -351,6 +426,10 @@ fn as_markdown(cells: &[DocCell]) -> String {
                 if !out.is_empty() && !out.ends_with('\n') {
                     out.push('\n');
                 }
+                // Two fences in a row: keep them apart, as the author most likely had them.
+                if out.ends_with("```\n") || out.ends_with("~~~~\n") {
+                    out.push('\n');
+                }
                 let fence = if c.source.contains("```") { "~~~~" } else { "```" };
                 out.push_str(&format!("{fence}python\n{}\n{fence}", c.source.trim_end_matches('\n')));
             }
@@ -360,6 +439,24 @@ fn as_markdown(cells: &[DocCell]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Keeps the notebook's outputs under `cap` bytes: once reached, each later cell's outputs are
+/// replaced by one stream output that says how much was omitted.
+fn cap_outputs(outcomes: &mut [CellOutcome], cap: usize) {
+    let mut total = 0usize;
+    for o in outcomes.iter_mut() {
+        let size: usize = o.outputs.iter().map(|v| serde_json::to_string(v).map(|s| s.len()).unwrap_or(0)).sum();
+        if total + size > cap {
+            o.outputs = vec![json!({
+                "output_type": "stream",
+                "name": "stderr",
+                "text": format!("[... {size} bytes of outputs omitted by cairn: the notebook's output cap of {} MiB was reached ...]\n", cap >> 20),
+            })];
+        } else {
+            total += size;
+        }
+    }
 }
 
 fn cell_status(s: &kernel::CellStatus) -> CellStatus {

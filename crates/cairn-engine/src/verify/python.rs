@@ -19,17 +19,24 @@ pub fn resolve_python(
     obs: &mut dyn VerifyObserver,
 ) -> Result<PathBuf, EngineError> {
     if let Some(p) = explicit {
-        if !python_has_ipykernel(p) {
+        // No import check here: it costs an interpreter start on every verification, and a
+        // kernel that cannot start says why (its stderr and a hint to install ipykernel).
+        if !p.exists() {
             return Err(EngineError::Invalid(format!(
-                "{} cannot import ipykernel; install it there (`{} -m pip install ipykernel`) or drop --python/CAIRN_PYTHON to let Cairn manage its own",
-                p.display(),
+                "{} does not exist; give --python/CAIRN_PYTHON an interpreter that has ipykernel, or drop it to let Cairn manage its own",
                 p.display()
             )));
         }
         return Ok(p.to_path_buf());
     }
     let python = venv.join("bin").join("python");
+    // Written once the venv is complete, so a ready venv costs no interpreter start to check.
+    let ready = venv.join(".cairn-ready");
+    if std::fs::read_to_string(&ready).is_ok_and(|pin| pin.trim() == IPYKERNEL_PIN) && python.exists() {
+        return Ok(python);
+    }
     if python.exists() && python_has_ipykernel(&python) {
+        let _ = std::fs::write(&ready, IPYKERNEL_PIN);
         return Ok(python);
     }
     obs.message(&format!(
@@ -59,6 +66,7 @@ pub fn resolve_python(
             String::from_utf8_lossy(&out.stderr).lines().rev().take(5).collect::<Vec<_>>().join(" / ")
         )));
     }
+    let _ = std::fs::write(&ready, IPYKERNEL_PIN);
     obs.message("kernel environment ready");
     Ok(python)
 }

@@ -1,0 +1,953 @@
+//! Boundary tests of `cairn verify`: the real binary, a real ipykernel (the test venv that
+//! `scripts/test.sh` creates, found through `CAIRN_TEST_VENV`), one private `CAIRN_HOME` per test.
+//!
+//! The contract under test (DESIGN.md, "Verification semantics" and the CLI contract):
+//! `--json` prints one object `{verdict, cells:[{index, status, duration_ms}], notebook?, draft?,
+//! error, verification_id, title}`; exit 0 `passed`, 1 `failed`/`died`/`timed_out`/`interrupted`,
+//! 2 an input error (nothing created), 4 the kernel slot is taken under `--no-wait`. A pass is kept
+//! under `$CAIRN_HOME/workflows/*.ipynb`, a failure as `workflows/drafts/<slug>.md` and `.ipynb`.
+//! After every case no process of the scratch kernel survives (see [`h::assert_no_kernel_left`]).
+//! Produced notebooks are checked with the venv's `nbformat.validate`, and passed ones re-run under
+//! `jupyter nbconvert --to notebook --execute`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use h::{Verify, assert_no_kernel_left, nbconvert, statuses, validate};
+
+/// Test helpers, private to this file.
+mod h {
+    use std::ffi::OsStr;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Output, Stdio};
+    use std::time::{Duration, Instant};
+
+    use serde_json::Value;
+    use tempfile::TempDir;
+
+    /// No single call here should take anywhere near this long; it only stops a hang.
+    pub const CMD_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// The test venv (ipykernel, nbformat, nbconvert): `CAIRN_TEST_VENV`, else `<repo>/.venv`.
+    pub fn venv() -> PathBuf {
+        let v = std::env::var_os("CAIRN_TEST_VENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"));
+        assert!(
+            v.join("bin/python").exists(),
+            "no test venv at {} (run scripts/test.sh, which creates it, or set CAIRN_TEST_VENV)",
+            v.display()
+        );
+        v
+    }
+
+    pub fn python() -> PathBuf {
+        venv().join("bin/python")
+    }
+
+    /// What one `cairn verify … --json` call did.
+    #[derive(Debug)]
+    pub struct Out {
+        pub code: i32,
+        /// The one JSON object on stdout; `Null` when stdout was empty (only for exits 2 and 4).
+        pub json: Value,
+        pub stdout: String,
+        pub stderr: String,
+        pub elapsed: Duration,
+    }
+
+    impl Out {
+        #[track_caller]
+        pub fn expect(self, code: i32) -> Out {
+            assert_eq!(self.code, code, "unexpected exit code\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
+            self
+        }
+
+        pub fn verdict(&self) -> &str {
+            self.json["verdict"].as_str().unwrap_or("")
+        }
+
+        #[track_caller]
+        pub fn notebook(&self) -> PathBuf {
+            PathBuf::from(self.json["notebook"].as_str().unwrap_or_else(|| panic!("no notebook in {:#}", self.json)))
+        }
+
+        #[track_caller]
+        pub fn draft(&self) -> PathBuf {
+            PathBuf::from(self.json["draft"].as_str().unwrap_or_else(|| panic!("no draft in {:#}", self.json)))
+        }
+    }
+
+    /// Checks the `--json` contract of a verification result, and that the exit code matches it.
+    #[track_caller]
+    pub fn check_contract(out: &Out) {
+        let v = &out.json;
+        if out.code == 2 || out.code == 4 {
+            assert!(v.is_null() || v.is_object(), "exit {} with stdout {}", out.code, out.stdout);
+            return;
+        }
+        for key in ["verdict", "cells", "error", "verification_id", "title"] {
+            assert!(v.get(key).is_some(), "no `{key}` in {v:#}");
+        }
+        let verdict = out.verdict();
+        let expected_code = match verdict {
+            "passed" => 0,
+            "failed" | "died" | "timed_out" | "interrupted" => 1,
+            other => panic!("unknown verdict `{other}` in {v:#}"),
+        };
+        assert_eq!(out.code, expected_code, "verdict {verdict} must exit {expected_code}\n{}", out.stderr);
+        for (i, c) in v["cells"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(c["index"], i, "cells are listed in order: {v:#}");
+            assert!(c["duration_ms"].is_u64(), "duration_ms is a number: {c}");
+            assert!(
+                ["passed", "failed", "died", "timed_out", "interrupted", "skipped"]
+                    .contains(&c["status"].as_str().unwrap()),
+                "unknown cell status in {c}"
+            );
+        }
+        if verdict == "passed" {
+            assert!(v["error"].is_null(), "a pass has no error: {v:#}");
+            assert!(v.get("draft").is_none(), "a pass has no draft: {v:#}");
+            let nb = PathBuf::from(v["notebook"].as_str().expect("a pass names its notebook"));
+            assert!(nb.is_file(), "the notebook {} does not exist", nb.display());
+        } else {
+            assert!(v["error"].is_string(), "a failure says why: {v:#}");
+            assert!(v.get("notebook").is_none(), "a failure has no notebook: {v:#}");
+            let draft = PathBuf::from(v["draft"].as_str().expect("a failure names its draft"));
+            assert!(draft.is_file(), "the draft {} does not exist", draft.display());
+        }
+    }
+
+    /// A private state root, a scratch directory and an empty `CAIRN_CONFIG` for one test.
+    pub struct Verify {
+        pub home: TempDir,
+        pub work: TempDir,
+        pub config: TempDir,
+    }
+
+    impl Verify {
+        pub fn new() -> Verify {
+            Verify {
+                home: tempfile::Builder::new().prefix("cairn-vhome-").tempdir().unwrap(),
+                work: tempfile::Builder::new().prefix("cairn-vwork-").tempdir().unwrap(),
+                config: tempfile::Builder::new().prefix("cairn-vcfg-").tempdir().unwrap(),
+            }
+        }
+
+        pub fn home(&self) -> &Path {
+            self.home.path()
+        }
+
+        pub fn path(&self, rel: &str) -> PathBuf {
+            self.work.path().join(rel)
+        }
+
+        /// Writes a document into the scratch directory; returns its absolute path.
+        pub fn doc(&self, name: &str, text: &str) -> PathBuf {
+            let p = self.path(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        }
+
+        /// `cairn ARGS` with this test's `CAIRN_HOME`, the venv's python and an empty `CAIRN_CONFIG`.
+        pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
+            let mut c = Command::new(assert_cmd::cargo::cargo_bin("cairn"));
+            c.env("CAIRN_HOME", self.home())
+                .env("CAIRN_PYTHON", python())
+                .env("CAIRN_CONFIG", self.config.path())
+                .env_remove("XDG_STATE_HOME")
+                .current_dir(self.work.path())
+                .args(args);
+            c
+        }
+
+        /// Runs `cairn verify ARGS --json` and checks the contract.
+        #[track_caller]
+        pub fn verify<S: AsRef<OsStr>>(&self, args: &[S]) -> Out {
+            self.verify_with(args, |_| {})
+        }
+
+        #[track_caller]
+        pub fn verify_with<S: AsRef<OsStr>>(&self, args: &[S], tweak: impl FnOnce(&mut Command)) -> Out {
+            let mut c = self.command(&["verify"]);
+            c.args(args).arg("--json");
+            tweak(&mut c);
+            let started = Instant::now();
+            let out = assert_cmd::Command::from_std(c).timeout(CMD_TIMEOUT).output().unwrap();
+            let out = to_out(out, started.elapsed());
+            check_contract(&out);
+            out
+        }
+
+        /// Starts `cairn verify ARGS --json` in the background.
+        pub fn spawn<S: AsRef<OsStr>>(&self, args: &[S]) -> Child {
+            let mut c = self.command(&["verify"]);
+            c.args(args).arg("--json").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            c.spawn().unwrap()
+        }
+
+        /// Waits (bounded) until a scratch kernel's runtime directory exists under the state root:
+        /// the verification holds the kernel slot from then until it ends.
+        #[track_caller]
+        pub fn wait_for_kernel_dir(&self, timeout: Duration) {
+            let dir = self.home().join("kernels");
+            let deadline = Instant::now() + timeout;
+            loop {
+                if std::fs::read_dir(&dir).map(|mut d| d.next().is_some()).unwrap_or(false) {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "no kernel started under {} in {timeout:?}", dir.display());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+
+        /// Entries of a directory under the state root (sorted; empty when it does not exist).
+        pub fn entries(&self, rel: &str) -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(self.home().join(rel))
+                .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+                .unwrap_or_default();
+            v.sort();
+            v
+        }
+
+        /// Passed notebooks under `workflows/`.
+        pub fn passes(&self) -> Vec<String> {
+            self.entries("workflows").into_iter().filter(|n| n.ends_with(".ipynb")).collect()
+        }
+
+        /// Rows in the store's `verifications` table (0 when there is no database or table yet).
+        pub fn verification_rows(&self) -> i64 {
+            let db = self.home().join("cairn.db");
+            if !db.exists() {
+                return 0;
+            }
+            let script = "import sqlite3, sys\n\
+                 c = sqlite3.connect(sys.argv[1])\n\
+                 t = c.execute(\"select count(*) from sqlite_master where name = 'verifications'\").fetchone()[0]\n\
+                 print(c.execute('select count(*) from verifications').fetchone()[0] if t else 0)\n";
+            let out = Command::new(python()).arg("-c").arg(script).arg(&db).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+        }
+
+        /// An input error creates nothing: no notebook, draft or kernel directory, no record.
+        #[track_caller]
+        pub fn assert_nothing_created(&self) {
+            assert!(self.entries("workflows").is_empty(), "workflows/ holds {:?}", self.entries("workflows"));
+            assert!(self.entries("kernels").is_empty(), "kernels/ holds {:?}", self.entries("kernels"));
+            assert_eq!(self.verification_rows(), 0, "an input error recorded a verification");
+        }
+    }
+
+    impl Drop for Verify {
+        /// A failing test must not leak kernels into the machine: kill what is left of ours.
+        fn drop(&mut self) {
+            for pid in kernel_processes(self.home()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+
+    pub fn to_out(out: Output, elapsed: Duration) -> Out {
+        let code = out.status.code().unwrap_or_else(|| panic!("cairn died by a signal: {:?}", out.status));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let json = if stdout.trim().is_empty() {
+            assert!(code == 2 || code == 4, "exit {code} with an empty stdout; --json prints one object\n{stderr}");
+            Value::Null
+        } else {
+            let mut values = serde_json::Deserializer::from_str(&stdout).into_iter::<Value>();
+            let first = match values.next() {
+                Some(Ok(v)) => v,
+                other => panic!("stdout is not JSON ({other:?}):\n{stdout}"),
+            };
+            assert!(values.next().is_none(), "stdout holds more than one JSON value:\n{stdout}");
+            assert!(first.is_object(), "stdout is JSON but not an object:\n{stdout}");
+            first
+        };
+        Out { code, json, stdout, stderr, elapsed }
+    }
+
+    /// Live (non-zombie) processes that belong to a scratch kernel of this state root: their
+    /// command line or environment names it. The kernel runs `ipykernel_launcher -f
+    /// $CAIRN_HOME/kernels/<id>/kernel-*.json` with `IPYTHONDIR` under that directory, and what it
+    /// starts (`%%bash`, subprocesses) inherits that environment.
+    pub fn kernel_processes(home: &Path) -> Vec<i32> {
+        let mut needles = vec![home.to_string_lossy().into_owned()];
+        if let Ok(c) = home.canonicalize() {
+            needles.push(c.to_string_lossy().into_owned());
+        }
+        let me = std::process::id() as i32;
+        let mut found = Vec::new();
+        let Ok(proc) = std::fs::read_dir("/proc") else { return found };
+        for e in proc.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            if pid == me {
+                continue;
+            }
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            if matches!(state, Some("Z") | Some("X") | None) {
+                continue;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let environ = String::from_utf8_lossy(&environ);
+            // The cairn CLI itself has CAIRN_HOME in its environment: only kernels count.
+            let kernel_cmd = cmdline.contains("ipykernel_launcher");
+            let under_home = needles.iter().any(|n| cmdline.contains(n.as_str()));
+            let kernel_env = needles.iter().any(|n| environ.contains(&format!("IPYTHONDIR={n}")));
+            if (kernel_cmd && under_home) || under_home && cmdline.contains("/kernels/") || kernel_env {
+                found.push(pid);
+            }
+        }
+        found
+    }
+
+    fn describe(pid: i32) -> String {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        format!("{pid}: {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+    }
+
+    /// No process of a scratch kernel of this state root is alive. `cairn verify` kills its
+    /// kernel's whole group and waits for it before it returns; a short poll only absorbs the
+    /// scheduler.
+    #[track_caller]
+    pub fn assert_no_kernel_left(v: &Verify) {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        loop {
+            let left = kernel_processes(v.home());
+            if left.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                let list: Vec<String> = left.iter().map(|p| describe(*p)).collect();
+                panic!("kernel processes survived the verification:\n{}", list.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `f` holds, polling; false after `timeout`.
+    pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !f() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
+    /// The cell statuses of a verification result.
+    pub fn statuses(v: &Value) -> Vec<String> {
+        v["cells"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap().to_string()).collect()
+    }
+
+    /// Validates a notebook with the venv's `nbformat` (as written, no conversion) and returns it.
+    #[track_caller]
+    pub fn validate(nb: &Path) -> Value {
+        let script = "import nbformat, sys\n\
+             nb = nbformat.read(sys.argv[1], as_version=nbformat.NO_CONVERT)\n\
+             nbformat.validate(nb)\n\
+             print(nb.nbformat, nb.nbformat_minor)\n";
+        let out = Command::new(python()).arg("-c").arg(script).arg(nb).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{} does not validate with nbformat:\n{}",
+            nb.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&std::fs::read(nb).unwrap()).unwrap()
+    }
+
+    /// `jupyter nbconvert --to notebook --execute NB` from the venv, with the venv's kernelspec,
+    /// `CAIRN_CONFIG` set to `config` and nothing of Cairn in the environment.
+    pub fn nbconvert(nb: &Path, out_dir: &Path, config: &Path) -> Output {
+        let venv = venv();
+        let runtime = out_dir.join("jupyter-runtime");
+        std::fs::create_dir_all(&runtime).unwrap();
+        let mut c = Command::new(venv.join("bin/jupyter"));
+        c.args(["nbconvert", "--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=60", "--output-dir"])
+            .arg(out_dir)
+            .arg("--output")
+            .arg("reexecuted")
+            .arg(nb)
+            .env_remove("CAIRN_HOME")
+            .env_remove("CAIRN_PYTHON")
+            .env("CAIRN_CONFIG", config)
+            .env("JUPYTER_PATH", venv.join("share/jupyter"))
+            .env("JUPYTER_RUNTIME_DIR", &runtime)
+            .env("JUPYTER_PLATFORM_DIRS", "1")
+            .stdin(Stdio::null());
+        assert_cmd::Command::from_std(c).timeout(CMD_TIMEOUT).output().unwrap()
+    }
+
+    /// Re-runs a passed notebook under nbconvert (with an empty config) and expects success.
+    #[track_caller]
+    pub fn reexecutes(v: &Verify, nb: &Path) {
+        let out_dir = v.path("nbconvert");
+        let out = nbconvert(nb, &out_dir, v.config.path());
+        assert!(
+            out.status.success(),
+            "nbconvert --execute failed on {}:\n{}",
+            nb.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out_dir.join("reexecuted.ipynb").is_file());
+    }
+
+    /// The text of a cell's stream outputs.
+    pub fn stream_text(cell: &Value) -> String {
+        cell["outputs"]
+            .as_array()
+            .map(|outs| {
+                outs.iter()
+                    .filter(|o| o["output_type"] == "stream")
+                    .map(|o| match &o["text"] {
+                        Value::String(s) => s.clone(),
+                        Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+                        _ => String::new(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A cell's `source` as one string.
+    pub fn source(cell: &Value) -> String {
+        match &cell["source"] {
+            Value::String(s) => s.clone(),
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => String::new(),
+        }
+    }
+
+    /// The code cells of a produced notebook that come from the document (not Cairn's bootstrap).
+    pub fn doc_code_cells(nb: &Value) -> Vec<&Value> {
+        nb["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["cell_type"] == "code" && c["metadata"]["cairn"]["role"] != "bootstrap")
+            .collect()
+    }
+}
+
+const TWO_CELLS: &str = "# Sum\n\nSome *prose*, kept byte for byte.\n\n```python\nx = 21\n```\n\nMore prose.\n\n```python\nprint(x * 2)\n```\n";
+
+// ------------------------------------------------------------------------------------------------
+// pass
+
+#[test]
+fn a_passing_document_is_kept_as_a_valid_notebook_that_reexecutes() {
+    let v = Verify::new();
+    let doc = v.doc("sum.md", TWO_CELLS);
+    let out = v.verify(&[&doc]).expect(0);
+    assert_eq!(out.verdict(), "passed");
+    assert_eq!(statuses(&out.json), ["passed", "passed"]);
+    assert_eq!(out.json["title"], "sum");
+    assert!(out.json["verification_id"].as_str().is_some_and(|s| !s.is_empty()));
+
+    let nb_path = out.notebook();
+    assert_eq!(nb_path.parent().unwrap(), v.home().join("workflows"), "a pass lives under $CAIRN_HOME/workflows/");
+    assert_eq!(nb_path.extension().unwrap(), "ipynb");
+    assert_eq!(v.passes().len(), 1);
+    assert!(v.entries("workflows/drafts").is_empty(), "a pass writes no draft");
+
+    let nb = validate(&nb_path);
+    assert_eq!((nb["nbformat"].as_i64(), nb["nbformat_minor"].as_i64()), (Some(4), Some(5)));
+    let cells = nb["cells"].as_array().unwrap();
+    assert_eq!(cells[0]["cell_type"], "markdown", "the provenance cell comes first");
+    let prov = h::source(&cells[0]);
+    assert!(prov.contains(&out.json["document_sha256"].as_str().unwrap_or("")), "provenance states the hash");
+    // Prose byte for byte, outputs from the run.
+    assert!(
+        cells
+            .iter()
+            .any(|c| c["cell_type"] == "markdown" && h::source(c).contains("Some *prose*, kept byte for byte."))
+    );
+    let code = h::doc_code_cells(&nb);
+    assert_eq!(code.len(), 2);
+    assert_eq!(h::stream_text(code[1]), "42\n");
+    h::reexecutes(&v, &nb_path);
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn nothing_is_pre_bound_and_cairn_state_does_not_leak_into_the_kernel() {
+    let v = Verify::new();
+    let doc = v.doc(
+        "bare.md",
+        "```python\nimport os\nnames = sorted(n for n in globals() if not n.startswith('_'))\n\
+         assert set(names) <= {'In', 'Out', 'exit', 'quit', 'get_ipython', 'open', 'os'}, names\n\
+         assert 'CAIRN_HOME' not in os.environ and 'CAIRN_PYTHON' not in os.environ\n```\n",
+    );
+    let out = v.verify(&[&doc]).expect(0);
+    assert_eq!(statuses(&out.json), ["passed"], "{}", out.json["error"]);
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_relative_document_path_verifies_from_the_current_directory() {
+    // `cairn verify doc.md` in the directory that holds it: the most common invocation.
+    let v = Verify::new();
+    v.doc("rel.md", TWO_CELLS);
+    let out = v.verify(&["rel.md"]);
+    assert_eq!(out.code, 0, "`cairn verify rel.md` (cwd = its directory) must pass\nstderr: {}", out.stderr);
+    assert_eq!(statuses(&out.json), ["passed", "passed"]);
+    assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// failures
+
+#[test]
+fn an_error_in_the_middle_fails_skips_the_rest_and_writes_a_draft() {
+    let v = Verify::new();
+    let doc = v.doc(
+        "mid.md",
+        "# Mid\n\n```python\nx = 1\n```\n\n```python\nraise ValueError('boom')\n```\n\n```python\nopen('after.txt', 'w').write('ran')\n```\n",
+    );
+    let out = v.verify(&[&doc]).expect(1);
+    assert_eq!(out.verdict(), "failed");
+    assert_eq!(statuses(&out.json), ["passed", "failed", "skipped"]);
+    assert!(out.json["error"].as_str().unwrap().contains("ValueError"), "{}", out.json["error"]);
+    assert!(!v.path("after.txt").exists(), "a skipped cell was executed");
+
+    let drafts = v.home().join("workflows/drafts");
+    assert_eq!(out.draft(), drafts.join("mid.md"));
+    assert!(drafts.join("mid.ipynb").is_file(), "the failed notebook sits beside the draft");
+    assert!(v.passes().is_empty(), "a failure writes no pass");
+    // The draft is the document, editable and verifiable.
+    let md = std::fs::read_to_string(out.draft()).unwrap();
+    assert!(md.contains("raise ValueError('boom')") && md.contains("x = 1"), "{md}");
+
+    let nb = validate(&drafts.join("mid.ipynb"));
+    let code = h::doc_code_cells(&nb);
+    assert_eq!(code[2]["metadata"]["cairn"]["status"], "skipped");
+    assert!(
+        code[1]["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["output_type"] == "error" && o["ename"] == "ValueError")
+    );
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_kernel_killed_by_sigkill_is_died_and_its_group_is_gone() {
+    let v = Verify::new();
+    // The kernel also starts a child in its process group; it must not survive either.
+    let doc = v.doc(
+        "kill.md",
+        "```python\nimport subprocess\nchild = subprocess.Popen(['sleep', '30'])\n```\n\n\
+         ```python\nimport os; os.kill(os.getpid(), 9)\n```\n\n```python\ny = 2\n```\n",
+    );
+    let out = v.verify(&[&doc]).expect(1);
+    assert_eq!(out.verdict(), "died");
+    assert_eq!(statuses(&out.json), ["passed", "died", "skipped"]);
+    assert!(out.json["error"].as_str().unwrap().contains('9'), "the signal is recorded: {}", out.json["error"]);
+    let death_ms = out.json["cells"][1]["duration_ms"].as_u64().unwrap();
+    assert!(death_ms < 2000, "SIGKILL → died took {death_ms} ms");
+    validate(&v.home().join("workflows/drafts/kill.ipynb"));
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_cell_over_the_memory_limit_does_not_pass() {
+    // Observed: RLIMIT_AS makes the 2 GB allocation raise MemoryError, so the verdict is `failed`
+    // (not `died`); either is accepted here, a pass is not.
+    let v = Verify::new();
+    let doc = v.doc(
+        "mem.md",
+        "```python\nb = bytearray(2 * 10**9)\nb[::4096] = b'\\x01' * len(range(0, len(b), 4096))\n```\n\n```python\nprint('unreachable')\n```\n",
+    );
+    let out = v.verify(&[doc.to_str().unwrap(), "--memory-limit", "400000000"]).expect(1);
+    let verdict = out.verdict().to_string();
+    assert!(verdict == "failed" || verdict == "died", "verdict {verdict}: {:#}", out.json);
+    assert_eq!(statuses(&out.json), [verdict.as_str(), "skipped"]);
+    if verdict == "failed" {
+        assert!(out.json["error"].as_str().unwrap().contains("MemoryError"), "{}", out.json["error"]);
+    }
+    validate(&out.draft().with_extension("ipynb"));
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_cell_that_ignores_sigint_times_out_and_its_kernel_is_killed() {
+    let v = Verify::new();
+    let doc = v.doc(
+        "stuck.md",
+        "```python\nimport signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n```\n\n```python\nz = 1\n```\n",
+    );
+    let out = v.verify(&[doc.to_str().unwrap(), "--timeout", "1"]).expect(1);
+    assert_eq!(out.verdict(), "timed_out");
+    assert_eq!(statuses(&out.json), ["timed_out", "skipped"]);
+    assert!(out.elapsed < Duration::from_secs(10), "a 1 s timeout took {:?} in all", out.elapsed);
+    validate(&v.home().join("workflows/drafts/stuck.ipynb"));
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn input_fails_fast_instead_of_hanging() {
+    let v = Verify::new();
+    let doc = v.doc("ask.md", "```python\nname = input('name? ')\n```\n\n```python\nprint(name)\n```\n");
+    let out = v.verify(&[&doc]).expect(1);
+    assert_eq!(out.verdict(), "failed");
+    assert_eq!(statuses(&out.json), ["failed", "skipped"]);
+    assert!(out.elapsed < Duration::from_secs(10), "input() took {:?}", out.elapsed);
+    assert!(out.json["cells"][0]["duration_ms"].as_u64().unwrap() < 5000);
+    validate(&v.home().join("workflows/drafts/ask.ipynb"));
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn ctrl_c_during_a_cell_interrupts_and_kills_the_kernel() {
+    let v = Verify::new();
+    // The cell says when it runs (a file), so the signal lands while it runs, not during start-up.
+    let doc = v.doc(
+        "long.md",
+        "```python\nimport time\nopen('running', 'w').close()\ntime.sleep(20)\n```\n\n```python\nx = 1\n```\n",
+    );
+    let child = v.spawn(&[&doc]);
+    let marker = v.path("running");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the cell never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The control for the survivor scan: it sees the live kernel.
+    assert!(!h::kernel_processes(v.home()).is_empty(), "the /proc scan does not see the running kernel");
+    let sent = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = h::to_out(child.wait_with_output().unwrap(), sent.elapsed());
+    h::check_contract(&out);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.verdict(), "interrupted");
+    assert_eq!(statuses(&out.json), ["interrupted", "skipped"]);
+    assert!(out.elapsed < Duration::from_secs(5), "Ctrl-C took {:?} to end the verification", out.elapsed);
+    assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// outputs and cell kinds
+
+#[test]
+fn a_cell_printing_50_mb_passes_with_a_bounded_notebook() {
+    let v = Verify::new();
+    let doc = v.doc(
+        "loud.md",
+        "```python\nimport sys\nchunk = 'x' * (1 << 20)\nfor _ in range(50):\n    sys.stdout.write(chunk)\nsys.stdout.flush()\n```\n\n```python\nprint('after')\n```\n",
+    );
+    let out = v.verify(&[&doc]).expect(0);
+    assert_eq!(statuses(&out.json), ["passed", "passed"]);
+    let nb_path = out.notebook();
+    let size = std::fs::metadata(&nb_path).unwrap().len();
+    assert!(size < 20 * 1024 * 1024, "the notebook is {size} bytes");
+    let text = std::fs::read_to_string(&nb_path).unwrap();
+    assert!(text.contains("output truncated by cairn"), "no visible truncation marker");
+    let nb = validate(&nb_path);
+    assert_eq!(h::stream_text(h::doc_code_cells(&nb)[1]), "after\n");
+    h::reexecutes(&v, &nb_path);
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn many_large_outputs_keep_the_whole_notebook_bounded() {
+    // Each cell stays under the per-cell cap, but ten of them would make an 80 MB notebook: the
+    // whole notebook is capped too (issue 4: "each output and the whole notebook size-capped").
+    let v = Verify::new();
+    let cell = "```python\nfrom IPython.display import display, Markdown\nfor i in range(12):\n    display(Markdown(str(i) + 'x' * 10**6))\n```\n\n";
+    let doc = v.doc("many.md", &cell.repeat(10));
+    let out = v.verify(&[&doc]).expect(0);
+    assert_eq!(statuses(&out.json).len(), 10);
+    let size = std::fs::metadata(out.notebook()).unwrap().len();
+    assert!(size < 20 * 1024 * 1024, "the notebook of 10 cells with 12 MB of output each is {size} bytes");
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_bash_cell_runs_and_its_output_is_kept() {
+    let v = Verify::new();
+    let doc = v.doc("sh.md", "```python\n%%bash\necho hello-from-bash\n```\n");
+    let out = v.verify(&[&doc]).expect(0);
+    assert_eq!(statuses(&out.json), ["passed"]);
+    let nb = validate(&out.notebook());
+    let code = h::doc_code_cells(&nb);
+    assert_eq!(h::stream_text(code[0]), "hello-from-bash\n");
+    h::reexecutes(&v, &out.notebook());
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_document_without_code_passes_with_zero_cells() {
+    let v = Verify::new();
+    let doc = v.doc("prose.md", "# Only prose\n\n```bash\necho a bash fence is prose\n```\n");
+    let out = v.verify(&[&doc]).expect(0);
+    assert_eq!(out.json["cells"], serde_json::json!([]));
+    let nb = validate(&out.notebook());
+    assert!(h::doc_code_cells(&nb).is_empty());
+    h::reexecutes(&v, &out.notebook());
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn myst_code_cells_are_code() {
+    let v = Verify::new();
+    let doc = v.doc("myst.md", "```{code-cell} python\n:tags: [keep]\nprint('myst')\n```\n");
+    let out = v.verify(&[&doc]).expect(0);
+    assert_eq!(statuses(&out.json), ["passed"]);
+    let nb = validate(&out.notebook());
+    assert_eq!(h::stream_text(h::doc_code_cells(&nb)[0]), "myst\n");
+    assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// input errors (exit 2, nothing created)
+
+#[test]
+fn an_unclosed_fence_is_an_input_error_naming_file_and_line() {
+    let v = Verify::new();
+    let doc = v.doc("open.md", "# T\n\ntext\n\n```python\nx = 1\nmore\n");
+    let out = v.verify(&[&doc]).expect(2);
+    assert!(out.stdout.trim().is_empty() || out.json.is_object());
+    assert!(out.stderr.contains(&format!("{}:5", doc.display())), "stderr must name file:line: {}", out.stderr);
+    v.assert_nothing_created();
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_corrupt_notebook_is_an_input_error() {
+    let v = Verify::new();
+    let doc = v.doc("broken.ipynb", "{\"nbformat\": 4, \"cells\": [");
+    let out = v.verify(&[&doc]).expect(2);
+    assert!(out.stderr.contains("broken.ipynb"), "stderr must name the file: {}", out.stderr);
+    v.assert_nothing_created();
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_missing_interpreter_is_an_input_error() {
+    let v = Verify::new();
+    let doc = v.doc("sum.md", TWO_CELLS);
+    let out = v.verify_with(&[&doc], |c| {
+        c.env("CAIRN_PYTHON", "/nonexistent/bin/python");
+    });
+    let out = out.expect(2);
+    assert!(out.stderr.contains("/nonexistent/bin/python"), "{}", out.stderr);
+    v.assert_nothing_created();
+}
+
+#[test]
+fn an_nbformat_4_4_notebook_without_ids_passes_and_comes_out_4_5_with_ids() {
+    let v = Verify::new();
+    let doc = v.doc(
+        "old.ipynb",
+        r##"{"nbformat": 4, "nbformat_minor": 4,
+ "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+ "cells": [
+  {"cell_type": "markdown", "metadata": {}, "source": ["# Old notebook\n", "prose"]},
+  {"cell_type": "code", "metadata": {}, "execution_count": null, "outputs": [], "source": ["a = 20\n", "a + 1"]},
+  {"cell_type": "code", "metadata": {}, "execution_count": null, "outputs": [], "source": "print(a * 2)"}
+ ]}"##,
+    );
+    let out = v.verify(&[&doc]).expect(0);
+    assert_eq!(statuses(&out.json), ["passed", "passed"]);
+    let nb = validate(&out.notebook());
+    assert_eq!((nb["nbformat"].as_i64(), nb["nbformat_minor"].as_i64()), (Some(4), Some(5)));
+    let ids: Vec<&str> =
+        nb["cells"].as_array().unwrap().iter().map(|c| c["id"].as_str().expect("every cell has an id")).collect();
+    let unique: std::collections::BTreeSet<&&str> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "cell ids are unique: {ids:?}");
+    let code = h::doc_code_cells(&nb);
+    assert_eq!(code[0]["outputs"][0]["data"]["text/plain"], "21");
+    assert_eq!(h::stream_text(code[1]), "40\n");
+    h::reexecutes(&v, &out.notebook());
+    assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// plugins
+
+#[test]
+fn a_plugin_binds_at_verification_and_its_absence_fails_where_it_is_used() {
+    let v = Verify::new();
+    let cfg = v.path("cfg");
+    std::fs::create_dir_all(cfg.join("kernel")).unwrap();
+    std::fs::write(cfg.join("kernel/helpers.py"), "def double(x): return 2*x\n").unwrap();
+    let doc = v.doc(
+        "plug.md",
+        "```python\nfirst = 1\n```\n\n```python\nanswer = double(21)\nassert answer == 42\nprint(answer)\n```\n",
+    );
+    let out = v
+        .verify_with(&[&doc], |c| {
+            c.env("CAIRN_CONFIG", &cfg);
+        })
+        .expect(0);
+    assert_eq!(statuses(&out.json), ["passed", "passed"]);
+    let nb_path = out.notebook();
+    let nb = validate(&nb_path);
+    let first = &nb["cells"][0];
+    assert_eq!(first["cell_type"], "markdown", "the provenance cell is first");
+    assert!(h::source(first).contains("helpers.py"), "the provenance lists the plugin:\n{}", h::source(first));
+
+    // The reader has no such plugin: the notebook re-runs, fails open, and fails at `double`.
+    let empty = v.path("empty-config");
+    std::fs::create_dir_all(&empty).unwrap();
+    let rerun = nbconvert(&nb_path, &v.path("nbc-empty"), &empty);
+    let err = String::from_utf8_lossy(&rerun.stderr);
+    assert!(!rerun.status.success(), "the plugin-less rerun must fail at the cell using it");
+    assert!(err.contains("NameError") && err.contains("double"), "{err}");
+    assert!(err.contains("answer = double(21)"), "the failing cell is the one using the plugin:\n{err}");
+
+    // With the plugin present the reader re-runs it cleanly.
+    let ok = nbconvert(&nb_path, &v.path("nbc-plugin"), &cfg);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// drafts
+
+const FAILING: &str =
+    "# Draft\n\n```python\nx = 1\n```\n\n```python\nraise RuntimeError('fix me')\n```\n\n```python\nprint(x)\n```\n";
+
+#[test]
+fn a_retry_by_title_verifies_the_edited_draft() {
+    let v = Verify::new();
+    let doc = v.doc("orig.md", FAILING);
+    let out = v.verify(&[doc.to_str().unwrap(), "--title", "T"]).expect(1);
+    let draft = out.draft();
+    assert_eq!(draft, v.home().join("workflows/drafts/t.md"));
+    let text = std::fs::read_to_string(&draft).unwrap();
+    assert!(text.contains("raise RuntimeError('fix me')"), "{text}");
+    std::fs::write(&draft, text.replace("raise RuntimeError('fix me')", "y = x + 1")).unwrap();
+
+    let retry = v.verify(&["--title", "T"]).expect(0);
+    assert_eq!(retry.verdict(), "passed");
+    assert_eq!(statuses(&retry.json), ["passed", "passed", "passed"]);
+    assert_eq!(retry.json["title"], "T");
+    validate(&retry.notebook());
+    h::reexecutes(&v, &retry.notebook());
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn a_retry_by_title_without_a_draft_is_an_input_error() {
+    let v = Verify::new();
+    let out = v.verify(&["--title", "never-failed"]).expect(2);
+    assert!(out.stderr.contains("never-failed"), "{}", out.stderr);
+    v.assert_nothing_created();
+}
+
+#[test]
+fn an_edited_draft_is_preserved_when_the_original_fails_again() {
+    let v = Verify::new();
+    let doc = v.doc("keep.md", FAILING);
+    let first = v.verify(&[&doc]).expect(1);
+    let draft = first.draft();
+    let edited = format!("{}\nMy careful notes.\n", std::fs::read_to_string(&draft).unwrap());
+    std::fs::write(&draft, &edited).unwrap();
+
+    let second = v.verify(&[&doc]).expect(1);
+    let kept = PathBuf::from(
+        second.json["preserved_edit"].as_str().unwrap_or_else(|| panic!("no preserved_edit in {:#}", second.json)),
+    );
+    assert_ne!(kept, draft);
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), edited, "the edit is kept as it was");
+    // The draft itself is rewritten from the document.
+    assert!(!std::fs::read_to_string(&draft).unwrap().contains("My careful notes."));
+    assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// admission slot
+
+const SLEEP_3: &str = "```python\nimport time\ntime.sleep(3)\n```\n";
+
+#[test]
+fn a_second_verification_waits_for_the_slot_and_both_pass() {
+    let v = Verify::new();
+    let doc = v.doc("sleepy.md", SLEEP_3);
+    let t0 = Instant::now();
+    let a = v.spawn(&[&doc]);
+    v.wait_for_kernel_dir(Duration::from_secs(15)); // A holds the slot
+    let b = v.spawn(&[&doc]);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(move || {
+            let o = a.wait_with_output().unwrap();
+            (o, t0.elapsed())
+        });
+        let b = s.spawn(move || {
+            let o = b.wait_with_output().unwrap();
+            (o, t0.elapsed())
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let (a_end, b_end) = (a.1, b.1);
+    let a = h::to_out(a.0, a_end);
+    let b = h::to_out(b.0, b_end);
+    h::check_contract(&a);
+    h::check_contract(&b);
+    assert_eq!((a.code, b.code), (0, 0), "A: {}\nB: {}", a.stderr, b.stderr);
+    assert!(
+        b_end >= a_end + Duration::from_millis(2500),
+        "B ended {:?} after A: it did not wait for the slot (its 3 s cell ran alongside A's)",
+        b_end.saturating_sub(a_end)
+    );
+    assert_eq!(v.passes().len(), 2);
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn with_no_wait_a_second_verification_is_refused_with_exit_4() {
+    let v = Verify::new();
+    let doc = v.doc("sleepy.md", SLEEP_3);
+    let other = v.doc("other.md", "```python\nopen('other-ran.txt', 'w').write('x')\n```\n");
+    let a = v.spawn(&[&doc]);
+    v.wait_for_kernel_dir(Duration::from_secs(15));
+    assert!(
+        h::wait_until(Duration::from_secs(10), || !h::kernel_processes(v.home()).is_empty()),
+        "the /proc scan does not see A's kernel"
+    );
+    let b = v.verify(&[other.to_str().unwrap(), "--no-wait"]);
+    let a = h::to_out(a.wait_with_output().unwrap(), Duration::ZERO);
+    h::check_contract(&a);
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let b = b.expect(4);
+    assert!(b.elapsed < Duration::from_secs(3), "--no-wait waited {:?}", b.elapsed);
+    assert!(!b.stderr.trim().is_empty(), "the refusal says why");
+    assert!(!v.path("other-ran.txt").exists(), "the refused document ran");
+    assert_eq!(v.passes().len(), 1, "only A produced a notebook");
+    assert!(v.entries("workflows/drafts").is_empty());
+    assert_no_kernel_left(&v);
+}
+
+#[test]
+fn ctrl_c_while_waiting_for_the_slot_stops_the_verification() {
+    // B waits for the slot A holds; Ctrl-C on B must end it, not let it run once the slot frees.
+    let v = Verify::new();
+    let doc = v.doc("sleepy.md", SLEEP_3);
+    let other = v.doc("other.md", "```python\nopen('other-ran.txt', 'w').write('x')\n```\n");
+    let a = v.spawn(&[&doc]);
+    v.wait_for_kernel_dir(Duration::from_secs(15));
+    let b = v.spawn(&[&other]);
+    std::thread::sleep(Duration::from_millis(1000)); // B is waiting for the slot
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(b.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let b = b.wait_with_output().unwrap();
+    let a = h::to_out(a.wait_with_output().unwrap(), Duration::ZERO);
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let b_code = b.status.code();
+    let b_stdout = String::from_utf8_lossy(&b.stdout).into_owned();
+    assert!(
+        !v.path("other-ran.txt").exists(),
+        "Ctrl-C while waiting for the slot was ignored: B ran its cell once A released the slot (exit {b_code:?})\n{b_stdout}"
+    );
+    assert_ne!(b_code, Some(0), "an interrupted verification must not exit 0:\n{b_stdout}");
+    assert_no_kernel_left(&v);
+}
