@@ -237,7 +237,7 @@ pub fn normalise_requested(dag: &Dag, ids: &[String]) -> Result<Vec<String>, Vec
     Ok(idx.into_iter().map(|i| dag.id(i).to_string()).collect())
 }
 
-pub fn plan(r: &ReplayInput<'_>) -> ReplayPlan {
+pub fn plan<'a>(r: &ReplayInput<'a>) -> ReplayPlan {
     let n = r.dag.len();
     let mut requested = vec![false; n];
     for id in r.requested {
@@ -251,6 +251,17 @@ pub fn plan(r: &ReplayInput<'_>) -> ReplayPlan {
     let mut decisions: Vec<Option<StepDecision>> = vec![None; n];
     let mut reused_results: HashMap<&str, &Value> = HashMap::new();
     let input_unchanged = r.input == r.source_input;
+    // Reuse makes the source's result the one descendants resolve their arguments against.
+    let reuse = |id: &'a str, src: &SourceStep<'a>, results: &mut HashMap<&'a str, &'a Value>| {
+        if let Some(result) = src.result {
+            results.insert(id, result);
+        }
+        StepDecision {
+            step_id: id.to_string(),
+            decision: Decision::Reuse,
+            reason: Reason::SignatureEqual { source_run_id: r.source_run_id.to_string() },
+        }
+    };
 
     for &i in r.dag.order() {
         let id = r.dag.id(i);
@@ -297,14 +308,7 @@ pub fn plan(r: &ReplayInput<'_>) -> ReplayPlan {
         // Same definition, same input, and every ancestor reused (so its results are the source's
         // own): the step's resolved arguments are the source's, with no need to resolve them.
         if r.same_definition && input_unchanged {
-            if let Some(result) = src.result {
-                reused_results.insert(id, result);
-            }
-            decisions[i] = Some(StepDecision {
-                step_id: id.to_string(),
-                decision: Decision::Reuse,
-                reason: Reason::SignatureEqual { source_run_id: r.source_run_id.to_string() },
-            });
+            decisions[i] = Some(reuse(id, src, &mut reused_results));
             continue;
         }
         let args = match template::resolve(&step.args, r.input, &|dep| reused_results.get(dep).copied()) {
@@ -335,14 +339,7 @@ pub fn plan(r: &ReplayInput<'_>) -> ReplayPlan {
                 replay(Reason::ArgsChanged { from: src.signature.args_hash.clone(), to: hash, changes, more });
             continue;
         }
-        if let Some(result) = src.result {
-            reused_results.insert(id, result);
-        }
-        decisions[i] = Some(StepDecision {
-            step_id: id.to_string(),
-            decision: Decision::Reuse,
-            reason: Reason::SignatureEqual { source_run_id: r.source_run_id.to_string() },
-        });
+        decisions[i] = Some(reuse(id, src, &mut reused_results));
     }
 
     ReplayPlan {

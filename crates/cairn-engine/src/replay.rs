@@ -10,7 +10,7 @@ use cairn_core::ids::RunId;
 use cairn_core::replay::{self, ReplayInput, ReplayPlan, ReplaySummary, SourceStep};
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
-use cairn_core::store::{NewRun, RunRecord, StepRecord};
+use cairn_core::store::{RunRecord, StepRecord};
 use serde_json::{Value, json};
 
 use crate::registry::{LoadedWorkflow, load_record};
@@ -198,21 +198,14 @@ impl Engine {
         let prepared = self.prepare_replay(req)?;
         let spec = prepared.workflow.spec();
         let identity = self.replay_identity(&prepared)?;
-        let run_id = match &req.run_id {
-            Some(id) => RunId::parse(id).map_err(|e| EngineError::Invalid(e.to_string()))?,
-            None => RunId::generated(&self.ids.run_suffix()),
-        };
-        let new = NewRun {
-            run_id: run_id.to_string(),
-            workflow: spec.name.clone(),
-            version: spec.version.clone(),
-            identity_hash: identity,
-            input: prepared.input.clone(),
-            run_dir: self.state.runs().join(run_id.as_str()).display().to_string(),
-            source_run_id: Some(prepared.source.run_id.clone()),
-            replay: Some(prepared.record()),
-            at: self.clock.now_ms(),
-        };
+        let new = self.new_run(
+            req.run_id.as_deref(),
+            spec,
+            identity,
+            &prepared.input,
+            Some(prepared.source.run_id.clone()),
+            Some(prepared.record()),
+        )?;
         let reused: Vec<StepRecord> =
             prepared.source_steps.iter().filter(|s| prepared.summary.reused.contains(&s.step_id)).cloned().collect();
         let source_id = prepared.source.run_id.clone();

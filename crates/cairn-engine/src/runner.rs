@@ -112,22 +112,35 @@ impl Engine {
         let spec = wf.spec();
         let identity = run_identity(&spec.name, &spec.version, &req.input, None)
             .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
-        let run_id = match &req.run_id {
+        let new = self.new_run(req.run_id.as_deref(), spec, identity, &req.input, None, None)?;
+        self.create_and_execute(wf, &new, req.resume_interrupted, req.parallelism, &mut |_| Ok(()), obs)
+    }
+
+    /// The record of a new run: the given id (validated) or a generated one, its run directory.
+    pub(crate) fn new_run(
+        &self,
+        run_id: Option<&str>,
+        spec: &cairn_core::workflow::WorkflowSpec,
+        identity: String,
+        input: &Value,
+        source_run_id: Option<String>,
+        replay: Option<Value>,
+    ) -> Result<NewRun, EngineError> {
+        let run_id = match run_id {
             Some(id) => RunId::parse(id).map_err(|e| EngineError::Invalid(e.to_string()))?,
             None => RunId::generated(&self.ids.run_suffix()),
         };
-        let new = NewRun {
+        Ok(NewRun {
+            run_dir: self.state.runs().join(run_id.as_str()).display().to_string(),
             run_id: run_id.to_string(),
             workflow: spec.name.clone(),
             version: spec.version.clone(),
             identity_hash: identity,
-            input: req.input.clone(),
-            run_dir: self.state.runs().join(run_id.as_str()).display().to_string(),
-            source_run_id: None,
-            replay: None,
+            input: input.clone(),
+            source_run_id,
+            replay,
             at: self.clock.now_ms(),
-        };
-        self.create_and_execute(wf, &new, req.resume_interrupted, req.parallelism, &mut |_| Ok(()), obs)
+        })
     }
 
     /// Creates the run (or finds it, checking its identity) and executes it unless terminal.
