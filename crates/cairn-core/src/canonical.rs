@@ -36,40 +36,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Rejects integers that JCS would round. Floats are left alone: they are doubles already.
 pub fn check_safe_numbers(value: &Value, pointer: &mut String) -> Result<(), CanonicalError> {
-    match value {
-        Value::Number(n) => {
-            let unsafe_int = match (n.as_u64(), n.as_i64()) {
-                (Some(u), _) => u > MAX_SAFE_INTEGER,
-                (None, Some(i)) => i.unsigned_abs() > MAX_SAFE_INTEGER,
-                (None, None) => false,
-            };
-            if unsafe_int {
-                return Err(CanonicalError::UnsafeInteger { pointer: pointer.clone(), number: n.to_string() });
-            }
-            Ok(())
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&i.to_string());
-                check_safe_numbers(item, pointer)?;
-                pointer.truncate(len);
-            }
-            Ok(())
-        }
-        Value::Object(map) => {
-            for (k, item) in map {
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&k.replace('~', "~0").replace('/', "~1"));
-                check_safe_numbers(item, pointer)?;
-                pointer.truncate(len);
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
+    first_bad_number(value, pointer, &|n| match (n.as_u64(), n.as_i64()) {
+        (Some(u), _) => u > MAX_SAFE_INTEGER,
+        (None, Some(i)) => i.unsigned_abs() > MAX_SAFE_INTEGER,
+        (None, None) => false,
+    })
 }
 
 /// Stricter than [`check_safe_numbers`], for a run's input: also refuses whole-number doubles of
@@ -77,17 +48,26 @@ pub fn check_safe_numbers(value: &Value, pointer: &mut String) -> Result<(), Can
 /// two different literals can read as the same one, so their inputs would share an identity.
 pub fn check_exact_numbers(value: &Value, pointer: &mut String) -> Result<(), CanonicalError> {
     check_safe_numbers(value, pointer)?;
-    let mut bad = None;
-    visit_numbers(value, pointer, &mut |p, n| {
-        if bad.is_none()
-            && n.as_i64().is_none()
+    first_bad_number(value, pointer, &|n| {
+        n.as_i64().is_none()
             && n.as_u64().is_none()
             && n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= (MAX_SAFE_INTEGER + 1) as f64)
-        {
-            bad = Some(CanonicalError::UnsafeInteger { pointer: p.to_string(), number: n.to_string() });
+    })
+}
+
+/// The first number (in document order) for which `bad` holds, as an error naming its pointer.
+fn first_bad_number(
+    value: &Value,
+    pointer: &mut String,
+    bad: &dyn Fn(&serde_json::Number) -> bool,
+) -> Result<(), CanonicalError> {
+    let mut found = None;
+    visit_numbers(value, pointer, &mut |p, n| {
+        if found.is_none() && bad(n) {
+            found = Some(CanonicalError::UnsafeInteger { pointer: p.to_string(), number: n.to_string() });
         }
     });
-    bad.map_or(Ok(()), Err)
+    found.map_or(Ok(()), Err)
 }
 
 fn visit_numbers(value: &Value, pointer: &mut String, f: &mut dyn FnMut(&str, &serde_json::Number)) {

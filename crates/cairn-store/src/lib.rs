@@ -224,36 +224,41 @@ fn workflow_from_row(r: &Row<'_>) -> rusqlite::Result<Result<WorkflowRecord, Sto
     }))
 }
 
-/// The attempt-token guard: the step row exists and `token` is its current token.
-fn check_token(tx: &rusqlite::Transaction<'_>, run_id: &str, step_id: &str, token: &str) -> Result<(), StoreError> {
-    let current: Option<Option<String>> = tx
-        .query_row("SELECT attempt_token FROM tool_calls WHERE run_id = ?1 AND step_id = ?2", [run_id, step_id], |r| {
-            r.get(0)
-        })
+/// The attempt-token guard: the step row exists and `token` is its current token (and, when
+/// starting a new attempt from it, the step is still RUNNING). One query, inside the caller's
+/// transaction.
+fn guard_token(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: &str,
+    step_id: &str,
+    token: &str,
+    require_running: bool,
+) -> Result<(), StoreError> {
+    let current: Option<(Option<String>, String)> = tx
+        .query_row(
+            "SELECT attempt_token, status FROM tool_calls WHERE run_id = ?1 AND step_id = ?2",
+            [run_id, step_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()
         .map_err(db)?;
     match current {
-        Some(Some(t)) if t == token => Ok(()),
+        Some((Some(t), status)) if t == token && (!require_running || status == "RUNNING") => Ok(()),
         _ => Err(StoreError::StaleToken { run_id: run_id.into(), step_id: step_id.into() }),
     }
 }
 
-/// The token guard for starting a new attempt: the step is still RUNNING under `token`.
+fn check_token(tx: &rusqlite::Transaction<'_>, run_id: &str, step_id: &str, token: &str) -> Result<(), StoreError> {
+    guard_token(tx, run_id, step_id, token, false)
+}
+
 fn check_running_token(
     tx: &rusqlite::Transaction<'_>,
     run_id: &str,
     step_id: &str,
     token: &str,
 ) -> Result<(), StoreError> {
-    check_token(tx, run_id, step_id, token)?;
-    let status: String = tx
-        .query_row("SELECT status FROM tool_calls WHERE run_id = ?1 AND step_id = ?2", [run_id, step_id], |r| r.get(0))
-        .map_err(db)?;
-    if status == "RUNNING" {
-        Ok(())
-    } else {
-        Err(StoreError::StaleToken { run_id: run_id.into(), step_id: step_id.into() })
-    }
+    guard_token(tx, run_id, step_id, token, true)
 }
 
 impl RunStore for SqliteStore {
