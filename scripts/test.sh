@@ -32,6 +32,11 @@ if [ -s scripts/requirements-test.txt ] && ! cmp -s scripts/requirements-test.tx
 fi
 export CAIRN_TEST_VENV="$VENV"
 
+# Tests start daemons (each on its own temporary state root, and each exits when its root is
+# removed); this stops any a crashed test run left behind.
+cleanup() { pkill -f -- "--home ${TMPDIR:-/tmp}/cairn-home-" 2>/dev/null || true; }
+trap cleanup EXIT
+
 # --- checks and tests ----------------------------------------------------------------------
 log "cargo fmt --check"
 cargo fmt --all -- --check

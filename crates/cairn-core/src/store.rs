@@ -47,6 +47,11 @@ pub struct RunRecord {
     pub error: Option<String>,
     pub source_run_id: Option<String>,
     pub replay: Option<Value>,
+    /// The daemon instance executing the run (`pid:start_time`), so a successor daemon recovers
+    /// only what a dead owner left; `None` for a run executed in-process.
+    pub owner: Option<String>,
+    /// The conversation the run was submitted in (the API's `thread_id`).
+    pub thread_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +64,8 @@ pub struct NewRun {
     pub run_dir: String,
     pub source_run_id: Option<String>,
     pub replay: Option<Value>,
+    pub owner: Option<String>,
+    pub thread_id: Option<String>,
     pub at: i64,
 }
 
@@ -189,6 +196,25 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// One job of the session kernel: its code, outputs, status and timings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelJob {
+    pub job_id: String,
+    /// The kernel process the job ran in (a restart starts a new session).
+    pub session: String,
+    pub code: String,
+    /// `queued`, `running`, `ok`, `error`, `died`, `timed_out`, `interrupted` or `cancelled`.
+    pub status: String,
+    /// nbformat v4 output dicts.
+    pub outputs: Vec<Value>,
+    pub execution_count: Option<u32>,
+    pub error: Option<String>,
+    pub submitted_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub duration_ms: Option<i64>,
+}
+
 /// The registry of workflows, runs, step records and events.
 pub trait RunStore {
     fn register_workflow(&self, record: &WorkflowRecord) -> Result<RegisterOutcome, StoreError>;
@@ -241,6 +267,16 @@ pub trait RunStore {
     fn finish_verification(&self, v: &VerificationRecord) -> Result<(), StoreError>;
     /// Newest first.
     fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, StoreError>;
-    /// Bumps the run's revision to take it over for an explicit resume.
-    fn claim_run(&self, run_id: &str, expected_revision: i64, at: i64) -> Result<i64, StoreError>;
+    /// Bumps the run's revision to take it over for an explicit resume, recording its new owner.
+    fn claim_run(&self, run_id: &str, expected_revision: i64, owner: Option<&str>, at: i64) -> Result<i64, StoreError>;
+    /// Runs that are PENDING or RUNNING, oldest first.
+    fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
+    /// Moves a non-terminal run to CANCELLED and its RUNNING steps to FAILED with their tokens
+    /// cleared (so a late write by their attempts is rejected as stale), in one transaction.
+    fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError>;
+    /// Inserts a job, or replaces the job with the same id (status, outputs, timings).
+    fn save_kernel_job(&self, job: &KernelJob) -> Result<(), StoreError>;
+    fn kernel_job(&self, job_id: &str) -> Result<Option<KernelJob>, StoreError>;
+    /// Every retained job, oldest first.
+    fn kernel_jobs(&self) -> Result<Vec<KernelJob>, StoreError>;
 }

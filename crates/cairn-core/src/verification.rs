@@ -96,7 +96,7 @@ pub struct Provenance {
     pub code_cells: usize,
 }
 
-fn lines(s: &str) -> Value {
+pub(crate) fn lines(s: &str) -> Value {
     // nbformat stores multi-line sources as a list of lines, each keeping its newline.
     let mut out: Vec<Value> = s.split_inclusive('\n').map(|l| Value::String(l.to_string())).collect();
     if out.is_empty() {
@@ -197,13 +197,21 @@ pub fn build_notebook(
             }
         }
     }
+    notebook(
+        cells,
+        json!({"verdict": provenance.verdict.as_str(), "document_sha256": provenance.document_sha256, "title": provenance.title}),
+    )
+}
+
+/// An nbformat 4.5 notebook for a python3 ipykernel, with Cairn's metadata.
+pub(crate) fn notebook(cells: Vec<Value>, cairn: Value) -> Value {
     json!({
         "nbformat": 4,
         "nbformat_minor": 5,
         "metadata": {
             "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
             "language_info": {"name": "python"},
-            "cairn": {"verdict": provenance.verdict.as_str(), "document_sha256": provenance.document_sha256, "title": provenance.title},
+            "cairn": cairn,
         },
         "cells": cells,
     })

@@ -42,6 +42,9 @@ pub enum EngineError {
     Io { path: String, message: String },
     #[error("{0}")]
     Interrupted(String),
+    /// The run was stopped (cancelled, or its daemon stopping) before it finished.
+    #[error("run `{run_id}` was stopped: {why}")]
+    Stopped { run_id: String, why: String },
 }
 
 impl EngineError {
@@ -57,7 +60,7 @@ impl EngineError {
             | EngineError::Store(StoreError::StepExists { .. })
             | EngineError::Store(StoreError::RunFinished { .. }) => ErrorKind::Conflict,
             EngineError::Store(_) | EngineError::Io { .. } => ErrorKind::Internal,
-            EngineError::Interrupted(_) => ErrorKind::Interrupted,
+            EngineError::Interrupted(_) | EngineError::Stopped { .. } => ErrorKind::Interrupted,
         }
     }
 

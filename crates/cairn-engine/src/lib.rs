@@ -6,12 +6,15 @@ mod error;
 pub mod registry;
 pub mod replay;
 pub mod runner;
+pub mod session;
+mod stop;
 pub mod verify;
 
 use std::time::Duration;
 
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
 pub use error::{EngineError, ErrorKind};
+pub use stop::{StopKind, StopSignal};
 
 use cairn_core::store::RunStore;
 

@@ -10,12 +10,12 @@ use cairn_core::ids::RunId;
 use cairn_core::replay::{self, ReplayInput, ReplayPlan, ReplaySummary, SourceStep};
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
-use cairn_core::store::{RunRecord, StepRecord};
+use cairn_core::store::{NewRun, RunRecord, StepRecord};
 use serde_json::{Value, json};
 
 use crate::registry::{LoadedWorkflow, load_record};
-use crate::runner::{Observer, RunReport, check_input};
-use crate::{Engine, EngineError};
+use crate::runner::{ExecOptions, Observer, RunReport, check_input};
+use crate::{Engine, EngineError, StopSignal};
 
 #[derive(Debug, Clone, Default)]
 pub struct ReplayRequest {
@@ -31,6 +31,9 @@ pub struct ReplayRequest {
     pub resume_interrupted: bool,
     /// How many ready steps may run at once (1: serial, the reference semantics).
     pub parallelism: usize,
+    pub owner: Option<String>,
+    pub thread_id: Option<String>,
+    pub stop: Option<StopSignal>,
 }
 
 /// Everything decided before a replay creates anything.
@@ -189,15 +192,10 @@ impl Engine {
             .map_err(|e| EngineError::Invalid(format!("run input: {e}")))
     }
 
-    /// Plans and runs a replay child (or continues one with the same run id).
-    pub fn replay(
-        &self,
-        req: &ReplayRequest,
-        obs: &mut dyn Observer,
-    ) -> Result<(RunReport, PreparedReplay), EngineError> {
-        let prepared = self.prepare_replay(req)?;
+    /// The child run's record, before anything is created.
+    fn replay_run(&self, req: &ReplayRequest, prepared: &PreparedReplay) -> Result<NewRun, EngineError> {
         let spec = prepared.workflow.spec();
-        let identity = self.replay_identity(&prepared)?;
+        let identity = self.replay_identity(prepared)?;
         let new = self.new_run(
             req.run_id.as_deref(),
             spec,
@@ -206,6 +204,26 @@ impl Engine {
             Some(prepared.source.run_id.clone()),
             Some(prepared.record()),
         )?;
+        Ok(NewRun { owner: req.owner.clone(), thread_id: req.thread_id.clone(), ..new })
+    }
+
+    /// Plans a replay and creates its child run (or finds the existing one with the same
+    /// identity) without executing it; [`Engine::replay`] executes it. Returns the child and
+    /// whether it was created now.
+    pub fn submit_replay(&self, req: &ReplayRequest) -> Result<(RunRecord, bool), EngineError> {
+        let prepared = self.prepare_replay(req)?;
+        let new = self.replay_run(req, &prepared)?;
+        self.create_checked(&new)
+    }
+
+    /// Plans and runs a replay child (or continues one with the same run id).
+    pub fn replay(
+        &self,
+        req: &ReplayRequest,
+        obs: &mut dyn Observer,
+    ) -> Result<(RunReport, PreparedReplay), EngineError> {
+        let prepared = self.prepare_replay(req)?;
+        let new = self.replay_run(req, &prepared)?;
         let reused: Vec<StepRecord> =
             prepared.source_steps.iter().filter(|s| prepared.summary.reused.contains(&s.step_id)).cloned().collect();
         let source_id = prepared.source.run_id.clone();
@@ -213,9 +231,30 @@ impl Engine {
             self.store.copy_reused_steps(&run.run_id, &source_id, &reused, self.clock.now_ms())?;
             Ok(())
         };
-        let report =
-            self.create_and_execute(&prepared.workflow, &new, req.resume_interrupted, req.parallelism, &mut copy, obs)?;
+        let opts = ExecOptions {
+            resume: req.resume_interrupted,
+            parallelism: req.parallelism,
+            owner: req.owner.as_deref(),
+            stop: req.stop.as_ref(),
+        };
+        let report = self.create_and_execute(&prepared.workflow, &new, opts, &mut copy, obs)?;
         Ok((report, prepared))
+    }
+
+    /// What replay request a stored child run came from, so a daemon can continue it.
+    pub fn replay_request_of(&self, run: &RunRecord) -> Option<ReplayRequest> {
+        let source_run_id = run.source_run_id.clone()?;
+        let requested = run.replay.as_ref()?.get("requested")?.as_array()?;
+        Some(ReplayRequest {
+            source_run_id,
+            step_ids: requested.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+            input: Some(run.input.clone()),
+            run_id: Some(run.run_id.clone()),
+            version: Some(run.version.clone()),
+            workflow: Some(run.workflow.clone()),
+            thread_id: run.thread_id.clone(),
+            ..ReplayRequest::default()
+        })
     }
 
     /// The chain of source runs above a run, nearest first.

@@ -23,7 +23,7 @@ use cairn_exec::{ProcessIdentity, ToolCommand, run_tool, sandbox_env};
 use serde_json::Value;
 
 use crate::registry::LoadedWorkflow;
-use crate::{Engine, EngineError};
+use crate::{Engine, EngineError, StopKind, StopSignal};
 
 /// What a caller asks for.
 #[derive(Debug, Clone, Default)]
@@ -33,6 +33,21 @@ pub struct RunRequest {
     pub resume_interrupted: bool,
     /// How many ready steps may run at once; 1 (serial) is the reference semantics.
     pub parallelism: usize,
+    /// The daemon instance executing the run (recorded, so a successor recovers it).
+    pub owner: Option<String>,
+    /// The conversation the run was submitted in.
+    pub thread_id: Option<String>,
+    /// Set by another thread to cancel the run or stop its daemon.
+    pub stop: Option<StopSignal>,
+}
+
+/// How a created run is executed: shared by runs and replays.
+#[derive(Clone, Copy)]
+pub(crate) struct ExecOptions<'a> {
+    pub resume: bool,
+    pub parallelism: usize,
+    pub owner: Option<&'a str>,
+    pub stop: Option<&'a StopSignal>,
 }
 
 /// Live progress, for a terminal or a log. Calls happen on the executing thread.
@@ -113,7 +128,44 @@ impl Engine {
         let identity = run_identity(&spec.name, &spec.version, &req.input, None)
             .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
         let new = self.new_run(req.run_id.as_deref(), spec, identity, &req.input, None, None)?;
-        self.create_and_execute(wf, &new, req.resume_interrupted, req.parallelism, &mut |_| Ok(()), obs)
+        let new = NewRun { owner: req.owner.clone(), thread_id: req.thread_id.clone(), ..new };
+        let opts = ExecOptions {
+            resume: req.resume_interrupted,
+            parallelism: req.parallelism,
+            owner: req.owner.as_deref(),
+            stop: req.stop.as_ref(),
+        };
+        self.create_and_execute(wf, &new, opts, &mut |_| Ok(()), obs)
+    }
+
+    /// Creates a run (or finds the existing one with the same identity) without executing it:
+    /// what the daemon acknowledges before its worker pool executes the run with [`Engine::run`].
+    /// Returns the run and whether it was created now.
+    pub fn submit(&self, wf: &LoadedWorkflow, req: &RunRequest) -> Result<(RunRecord, bool), EngineError> {
+        check_input(wf, &req.input)?;
+        let spec = wf.spec();
+        let identity = run_identity(&spec.name, &spec.version, &req.input, None)
+            .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
+        let new = self.new_run(req.run_id.as_deref(), spec, identity, &req.input, None, None)?;
+        let new = NewRun { owner: req.owner.clone(), thread_id: req.thread_id.clone(), ..new };
+        self.create_checked(&new)
+    }
+
+    /// Creates the run, or returns the existing one after checking its identity.
+    pub(crate) fn create_checked(&self, new: &NewRun) -> Result<(RunRecord, bool), EngineError> {
+        match self.store.create_run(new)? {
+            CreateRun::Created(run) => Ok((run, true)),
+            CreateRun::Existing(run) => {
+                if run.identity_hash != new.identity_hash {
+                    return Err(EngineError::ExecutionInputMismatch {
+                        run_id: run.run_id.clone(),
+                        stored: format!("{}@{} identity {}…", run.workflow, run.version, short(&run.identity_hash)),
+                        requested: format!("{}@{} identity {}…", new.workflow, new.version, short(&new.identity_hash)),
+                    });
+                }
+                Ok((run, false))
+            }
+        }
     }
 
     /// The record of a new run: the given id (validated) or a generated one, its run directory.
@@ -139,6 +191,8 @@ impl Engine {
             input: input.clone(),
             source_run_id,
             replay,
+            owner: None,
+            thread_id: None,
             at: self.clock.now_ms(),
         })
     }
@@ -149,30 +203,17 @@ impl Engine {
         &self,
         wf: &LoadedWorkflow,
         new: &NewRun,
-        resume: bool,
-        parallelism: usize,
+        opts: ExecOptions<'_>,
         prepare: &mut dyn FnMut(&RunRecord) -> Result<(), EngineError>,
         obs: &mut dyn Observer,
     ) -> Result<RunReport, EngineError> {
-        let mut run = match self.store.create_run(new)? {
-            CreateRun::Created(run) => run,
-            CreateRun::Existing(run) => {
-                if run.identity_hash != new.identity_hash {
-                    return Err(EngineError::ExecutionInputMismatch {
-                        run_id: run.run_id.clone(),
-                        stored: format!("{}@{} identity {}…", run.workflow, run.version, short(&run.identity_hash)),
-                        requested: format!("{}@{} identity {}…", new.workflow, new.version, short(&new.identity_hash)),
-                    });
-                }
-                run
-            }
-        };
+        let (mut run, _) = self.create_checked(new)?;
         if !run.status.is_terminal() {
-            if resume {
-                run.revision = self.store.claim_run(&run.run_id, run.revision, self.clock.now_ms())?;
+            if opts.resume {
+                run.revision = self.store.claim_run(&run.run_id, run.revision, opts.owner, self.clock.now_ms())?;
             }
             prepare(&run)?;
-            self.execute(wf, &mut run, &new.input, resume, parallelism, obs)?;
+            self.execute(wf, &mut run, &new.input, opts, obs)?;
         }
         self.report(&run.run_id, wf)
     }
@@ -202,10 +243,11 @@ impl Engine {
         wf: &LoadedWorkflow,
         run: &mut RunRecord,
         input: &Value,
-        resume: bool,
-        parallelism: usize,
+        opts: ExecOptions<'_>,
         obs: &mut dyn Observer,
     ) -> Result<(), EngineError> {
+        let ExecOptions { resume, parallelism, stop: stop_signal, .. } = opts;
+        let halted = || stop_signal.and_then(StopSignal::requested);
         let spec = wf.spec();
         let run_dir = PathBuf::from(&run.run_dir);
         std::fs::create_dir_all(run_dir.join("steps")).map_err(|e| EngineError::io(&run_dir, e))?;
@@ -238,7 +280,7 @@ impl Engine {
         std::thread::scope(|scope| {
             let mut in_flight = 0usize;
             loop {
-                while stop.is_none() && in_flight < parallelism.max(1) {
+                while stop.is_none() && halted().is_none() && in_flight < parallelism.max(1) {
                     let Some(Reverse(i)) = ready.pop() else { break };
                     match self.prepare_step(wf, &ctx, &existing, &results, input, resume, i) {
                         Prepared::Reused(value) => {
@@ -254,7 +296,7 @@ impl Engine {
                                 let sink = |p: Progress| {
                                     let _ = tx.send(Msg::Progress(p));
                                 };
-                                let outcome = self.attempt_loop(wf, ctx, *job, &sink);
+                                let outcome = self.attempt_loop(wf, ctx, *job, stop_signal, &sink);
                                 let _ = tx.send(Msg::Done { index: i, outcome });
                             });
                         }
@@ -292,6 +334,15 @@ impl Engine {
                 }
             }
         });
+        // A stop wins over whatever the workers reported: their writes after it were not made
+        // (or were rejected), and the canceller finalises a cancelled run.
+        if let Some(kind) = halted() {
+            let why = match kind {
+                StopKind::Cancel => "it was cancelled",
+                StopKind::Shutdown => "its daemon is stopping; the next daemon resumes it",
+            };
+            return Err(EngineError::Stopped { run_id: run.run_id.clone(), why: why.into() });
+        }
         if let Some(outcome) = stop {
             return outcome;
         }
@@ -382,8 +433,10 @@ impl Engine {
         wf: &LoadedWorkflow,
         run: &RunCtx,
         job: Job,
+        stop: Option<&StopSignal>,
         progress: &dyn Fn(Progress),
     ) -> Result<Option<Value>, EngineError> {
+        let halted = || stop.and_then(StopSignal::requested).is_some();
         let Job { step_index, sig, args, mut attempt, mut start, mut finished, mut orphan } = job;
         let (sig, args) = (&sig, &args);
         let step = &wf.spec().steps[step_index];
@@ -435,7 +488,17 @@ impl Engine {
                 if let Err(e) = self.store.record_process(&run.run_id, &step.id, &token, &info) {
                     record_err = Some(e);
                 }
+                // A stop that came between the attempt's start and its process being recorded
+                // found no process to stop: stop it here.
+                if halted() {
+                    cairn_exec::kill_own_group(p.pgid);
+                }
             });
+            if halted() {
+                // Nothing is written: a cancel has finalised the step, a shutdown leaves it
+                // RUNNING for the next daemon to resume as interrupted.
+                return Ok(None);
+            }
             // The tool's own time, from spawn to exit (not the commit recording its pid).
             let duration_us = out.duration.as_micros() as i64;
             finished += 1;
@@ -461,6 +524,7 @@ impl Engine {
                 AfterAttempt::Complete => {
                     self.store.complete_attempt(&finish).map(|_| Some(out.result.clone().unwrap_or(Value::Null)))
                 }
+                AfterAttempt::Retry if halted() => return Ok(None),
                 AfterAttempt::Retry => {
                     start = AttemptStart::Retry {
                         previous_token: token.clone(),

@@ -8,13 +8,24 @@ use nix::unistd::Pid;
 
 use crate::sandbox::{ProcessIdentity, process_start_time};
 
-/// Whether the recorded process is still alive as the same process (pid and start time match).
+/// Whether the recorded process is still alive as the same process (pid and start time match). A
+/// zombie is dead: it runs nothing and only waits for its parent to reap it.
 pub fn is_same_process(p: &ProcessIdentity) -> bool {
+    if is_zombie(p.pid) {
+        return false;
+    }
     match (process_start_time(p.pid), p.start_time) {
         (Some(now), Some(then)) => now == then,
         // Without a recorded start time we cannot prove identity: treat it as someone else.
         _ => false,
     }
+}
+
+/// Field 3 (state) of /proc/<pid>/stat is `Z` (zombie) or `X` (dead).
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
+    matches!(state, Some("Z") | Some("X"))
 }
 
 /// Terminates the recorded process group (SIGTERM, `grace`, SIGKILL) if the leader is verifiably
@@ -35,4 +46,10 @@ pub fn terminate_if_same(p: &ProcessIdentity, grace: Duration) -> bool {
     // The group may hold children the leader left behind; SIGKILL all of it.
     let _ = killpg(pgid, Signal::SIGKILL);
     true
+}
+
+/// SIGKILL to a group this process started and has not yet reaped (so its id cannot have been
+/// reused): used when a stop arrives while the attempt was being launched.
+pub fn kill_own_group(pgid: u32) {
+    let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
 }

@@ -17,14 +17,19 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::{Value, json};
 
 /// Numbered migrations, applied in order; `user_version` records the last one applied.
-const MIGRATIONS: &[&str] =
-    &[include_str!("../migrations/0001_init.sql"), include_str!("../migrations/0002_verifications.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_verifications.sql"),
+    include_str!("../migrations/0003_daemon.sql"),
+];
 
 /// The schema version a current database has (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Called after every committed write (the daemon wakes its event followers with it).
+    on_commit: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 fn db(e: rusqlite::Error) -> StoreError {
@@ -56,7 +61,19 @@ impl SqliteStore {
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .map_err(db)?;
         migrate(&mut conn)?;
-        Ok(SqliteStore { conn: Mutex::new(conn) })
+        Ok(SqliteStore { conn: Mutex::new(conn), on_commit: None })
+    }
+
+    /// Sets the function called after every committed write (after the lock is released).
+    pub fn on_commit(mut self, hook: impl Fn() + Send + Sync + 'static) -> SqliteStore {
+        self.on_commit = Some(Box::new(hook));
+        self
+    }
+
+    fn committed(&self) {
+        if let Some(hook) = &self.on_commit {
+            hook();
+        }
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -69,6 +86,8 @@ impl SqliteStore {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
         let out = f(&tx)?;
         tx.commit().map_err(db)?;
+        drop(conn);
+        self.committed();
         Ok(out)
     }
 
@@ -87,6 +106,10 @@ impl SqliteStore {
             Ok(out)
         })();
         conn.pragma_update(None, "synchronous", "FULL").map_err(db)?;
+        drop(conn);
+        if out.is_ok() {
+            self.committed();
+        }
         out
     }
 }
@@ -125,7 +148,7 @@ fn insert_event(
 }
 
 const RUN_COLUMNS: &str = "run_id, workflow, version, identity_hash, input_json, status, revision, run_dir, created_at, \
-     updated_at, finished_at, findings_json, error, source_run_id, replay_json";
+     updated_at, finished_at, findings_json, error, source_run_id, replay_json, owner, thread_id";
 
 fn run_from_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>> {
     let input: String = r.get(4)?;
@@ -150,9 +173,32 @@ fn run_from_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>> 
             finished_at: r.get(10).map_err(db)?,
             error: r.get(12).map_err(db)?,
             source_run_id: r.get(13).map_err(db)?,
+            owner: r.get(15).map_err(db)?,
+            thread_id: r.get(16).map_err(db)?,
         })
     };
     Ok(build())
+}
+
+const JOB_COLUMNS: &str = "job_id, session, code, status, outputs_json, execution_count, error, submitted_at, \
+     started_at, finished_at, duration_ms";
+
+fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Result<KernelJob, StoreError>> {
+    let outputs: String = r.get(4)?;
+    let job = KernelJob {
+        job_id: r.get(0)?,
+        session: r.get(1)?,
+        code: r.get(2)?,
+        status: r.get(3)?,
+        outputs: Vec::new(),
+        execution_count: r.get(5)?,
+        error: r.get(6)?,
+        submitted_at: r.get(7)?,
+        started_at: r.get(8)?,
+        finished_at: r.get(9)?,
+        duration_ms: r.get(10)?,
+    };
+    Ok(parse_json(&outputs, "kernel job outputs").map(|outputs| KernelJob { outputs, ..job }))
 }
 
 const STEP_COLUMNS: &str = "run_id, step_id, status, tool, tool_digest, args_hash, args_json, attempt_count, \
@@ -328,8 +374,8 @@ impl RunStore for SqliteStore {
             }
             tx.execute(
                 "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
-                 run_dir, created_at, updated_at, source_run_id, replay_json) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9)",
+                 run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11)",
                 params![
                     new.run_id,
                     new.workflow,
@@ -340,6 +386,8 @@ impl RunStore for SqliteStore {
                     new.at,
                     new.source_run_id,
                     new.replay.as_ref().map(to_json),
+                    new.owner,
+                    new.thread_id,
                 ],
             )
             .map_err(db)?;
@@ -734,21 +782,143 @@ impl RunStore for SqliteStore {
             .collect()
     }
 
-    fn claim_run(&self, run_id: &str, expected_revision: i64, at: i64) -> Result<i64, StoreError> {
+    fn claim_run(&self, run_id: &str, expected_revision: i64, owner: Option<&str>, at: i64) -> Result<i64, StoreError> {
         self.write(|tx| {
             let changed = tx
                 .execute(
-                    "UPDATE workflow_executions SET revision = revision + 1, updated_at = ?3 \
+                    "UPDATE workflow_executions SET revision = revision + 1, updated_at = ?3, owner = ?4 \
                      WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
-                    params![run_id, expected_revision, at],
+                    params![run_id, expected_revision, at, owner],
                 )
                 .map_err(db)?;
             if changed == 0 {
                 return Err(StoreError::StaleRevision { run_id: run_id.into(), expected: expected_revision });
             }
-            insert_event(tx, run_id, "run.resumed", None, None, at, &json!({"revision": expected_revision + 1}))?;
+            insert_event(
+                tx,
+                run_id,
+                "run.resumed",
+                None,
+                None,
+                at,
+                &json!({"revision": expected_revision + 1, "owner": owner}),
+            )?;
             Ok(expected_revision + 1)
         })
+    }
+
+    fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM workflow_executions WHERE status IN ('PENDING', 'RUNNING') \
+                 ORDER BY created_at, rowid"
+            ))
+            .map_err(db)?;
+        stmt.query_map([], run_from_row)
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?
+            .into_iter()
+            .collect()
+    }
+
+    fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError> {
+        self.write(|tx| {
+            let run = load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))?;
+            if run.status.is_terminal() {
+                return Err(StoreError::RunFinished { run_id: run_id.into(), status: run.status.to_string() });
+            }
+            let running: Vec<(String, u32)> = {
+                let mut stmt = tx
+                    .prepare("SELECT step_id, attempt_count FROM tool_calls WHERE run_id = ?1 AND status = 'RUNNING'")
+                    .map_err(db)?;
+                stmt.query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .map_err(db)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(db)?
+            };
+            for (step_id, attempt) in &running {
+                tx.execute(
+                    "UPDATE tool_calls SET status = 'FAILED', error = ?3, attempt_token = NULL, finished_at = ?4 \
+                     WHERE run_id = ?1 AND step_id = ?2",
+                    params![run_id, step_id, reason, at],
+                )
+                .map_err(db)?;
+                insert_event(
+                    tx,
+                    run_id,
+                    "step.cancelled",
+                    Some(step_id),
+                    Some(*attempt),
+                    at,
+                    &json!({"reason": reason}),
+                )?;
+            }
+            tx.execute(
+                "UPDATE workflow_executions SET status = 'CANCELLED', error = ?2, finished_at = ?3, updated_at = ?3, \
+                 revision = revision + 1 WHERE run_id = ?1",
+                params![run_id, reason, at],
+            )
+            .map_err(db)?;
+            insert_event(
+                tx,
+                run_id,
+                "run.finished",
+                None,
+                None,
+                at,
+                &json!({"status": "CANCELLED", "findings": 0, "error": reason}),
+            )?;
+            load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
+        })
+    }
+
+    fn save_kernel_job(&self, job: &KernelJob) -> Result<(), StoreError> {
+        self.write_relaxed(|tx| {
+            tx.execute(
+                "INSERT INTO kernel_jobs (job_id, session, code, status, outputs_json, execution_count, error, \
+                 submitted_at, started_at, finished_at, duration_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+                 ON CONFLICT (job_id) DO UPDATE SET session = excluded.session, status = excluded.status, outputs_json = excluded.outputs_json, \
+                 execution_count = excluded.execution_count, error = excluded.error, started_at = excluded.started_at, \
+                 finished_at = excluded.finished_at, duration_ms = excluded.duration_ms",
+                params![
+                    job.job_id,
+                    job.session,
+                    job.code,
+                    job.status,
+                    to_json(&job.outputs),
+                    job.execution_count,
+                    job.error,
+                    job.submitted_at,
+                    job.started_at,
+                    job.finished_at,
+                    job.duration_ms,
+                ],
+            )
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn kernel_job(&self, job_id: &str) -> Result<Option<KernelJob>, StoreError> {
+        let conn = self.conn();
+        conn.query_row(&format!("SELECT {JOB_COLUMNS} FROM kernel_jobs WHERE job_id = ?1"), [job_id], job_from_row)
+            .optional()
+            .map_err(db)?
+            .transpose()
+    }
+
+    fn kernel_jobs(&self) -> Result<Vec<KernelJob>, StoreError> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM kernel_jobs ORDER BY seq")).map_err(db)?;
+        stmt.query_map([], job_from_row)
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?
+            .into_iter()
+            .collect()
     }
 }
 

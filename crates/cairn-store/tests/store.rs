@@ -77,6 +77,8 @@ fn new_run(run_id: &str) -> NewRun {
         run_dir: format!("/runs/{run_id}"),
         source_run_id: None,
         replay: None,
+        owner: None,
+        thread_id: None,
         at: 2_000,
     }
 }
@@ -397,14 +399,14 @@ fn finish_run_with_a_stale_revision_is_refused() {
 fn claim_run_bumps_the_revision() {
     let Db { _dir, path: _, store } = db();
     let run = created(&store, "r");
-    let rev = store.claim_run("r", run.revision, 6_000).unwrap();
+    let rev = store.claim_run("r", run.revision, Some("1:2"), 6_000).unwrap();
     assert_eq!(rev, run.revision + 1);
     let now = store.run("r").unwrap().unwrap();
     assert_eq!((now.revision, now.updated_at, now.status), (rev, 6_000, RunStatus::Running));
     assert_eq!(kinds(&store, "r"), ["run.created", "run.resumed"]);
 
     // The previous holder's revision is stale now, for claiming and for finishing.
-    assert!(matches!(store.claim_run("r", run.revision, 6_001), Err(StoreError::StaleRevision { .. })));
+    assert!(matches!(store.claim_run("r", run.revision, None, 6_001), Err(StoreError::StaleRevision { .. })));
     assert!(matches!(
         store.finish_run("r", run.revision, RunStatus::Ready, &[], None, 6_002),
         Err(StoreError::StaleRevision { .. })
@@ -493,4 +495,72 @@ fn registering_again_is_idempotent_and_other_content_conflicts() {
     let stored = store.workflow("wf", Some("1.0.0")).unwrap().unwrap();
     assert_eq!(stored, record("1.0.0", "d1"));
     assert_eq!(store.workflows().unwrap().len(), 1);
+}
+
+#[test]
+fn cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal() {
+    let db = db();
+    let store = &db.store;
+    created(store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-a", 1, AttemptStart::First)).unwrap();
+    store.complete_attempt(&finish("r", "a", "tok-a", 1, Outcome::Completed)).unwrap();
+    store.begin_attempt(&begin("r", "b", "tok-b", 1, AttemptStart::First)).unwrap();
+
+    let run = store.cancel_run("r", "cancelled by an operator", 5_000).unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    assert_eq!(run.error.as_deref(), Some("cancelled by an operator"));
+    assert_eq!(step(store, "r", "a").status, StepStatus::Completed, "a completed step stays completed");
+    let b = step(store, "r", "b");
+    assert_eq!(b.status, StepStatus::Failed);
+    assert_eq!(b.attempt_token, None);
+    // The cancelled attempt's late write is rejected by the token guard.
+    let late = store.complete_attempt(&finish("r", "b", "tok-b", 1, Outcome::Completed));
+    assert!(matches!(late, Err(StoreError::StaleToken { .. })), "{late:?}");
+    assert!(kinds(store, "r").ends_with(&["step.cancelled".to_string(), "run.finished".to_string()]));
+    assert!(store.open_runs().unwrap().is_empty());
+    // A finished run cannot be cancelled again.
+    assert!(matches!(store.cancel_run("r", "again", 6_000), Err(StoreError::RunFinished { .. })));
+    assert!(matches!(store.cancel_run("nope", "x", 6_000), Err(StoreError::RunNotFound(_))));
+}
+
+#[test]
+fn open_runs_lists_non_terminal_runs_with_their_owner() {
+    let db = db();
+    let store = &db.store;
+    let one = created(store, "one");
+    created(store, "two");
+    store.finish_run("two", 1, RunStatus::Ready, &[], None, 3_000).unwrap();
+    store.claim_run("one", one.revision, Some("123:456"), 4_000).unwrap();
+    let open = store.open_runs().unwrap();
+    assert_eq!(open.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["one"]);
+    assert_eq!(open[0].owner.as_deref(), Some("123:456"));
+}
+
+#[test]
+fn kernel_jobs_are_saved_updated_and_listed_in_order() {
+    let db = db();
+    let store = &db.store;
+    let mut job = KernelJob {
+        job_id: "job_1".into(),
+        session: "s1".into(),
+        code: "print(1)".into(),
+        status: "queued".into(),
+        outputs: vec![],
+        execution_count: None,
+        error: None,
+        submitted_at: 1,
+        started_at: None,
+        finished_at: None,
+        duration_ms: None,
+    };
+    store.save_kernel_job(&job).unwrap();
+    store.save_kernel_job(&KernelJob { job_id: "job_2".into(), ..job.clone() }).unwrap();
+    job.status = "ok".into();
+    job.outputs = vec![json!({"output_type": "stream", "name": "stdout", "text": "1\n"})];
+    job.execution_count = Some(1);
+    job.finished_at = Some(5);
+    store.save_kernel_job(&job).unwrap();
+    assert_eq!(store.kernel_job("job_1").unwrap(), Some(job));
+    assert_eq!(store.kernel_jobs().unwrap().iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["job_1", "job_2"]);
+    assert_eq!(store.kernel_job("missing").unwrap(), None);
 }

@@ -37,12 +37,17 @@ pub enum Command {
         /// Choose the run id ([A-Za-z0-9._-]{1,128}); the same id with the same input is idempotent.
         #[arg(long, value_name = "ID")]
         run_id: Option<String>,
-        /// Resume steps left RUNNING by a crash: the abandoned attempt is marked interrupted.
+        /// Resume steps left RUNNING by a crash of an in-process run: the abandoned attempt is
+        /// marked interrupted. (The daemon resumes what a crashed daemon left by itself.)
         #[arg(long)]
         resume_interrupted: bool,
         /// Run up to N ready steps at once (default 1: serial, the reference order).
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
         parallel: u16,
+        /// Execute in this process instead of the daemon (batch jobs, CI): Ctrl-C or a crash leaves
+        /// the run for `--resume-interrupted` or for the daemon's recovery.
+        #[arg(long)]
+        in_process: bool,
         #[arg(long)]
         json: bool,
     },
@@ -71,6 +76,10 @@ pub enum Command {
         /// Print the decision for every step and create nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Execute in this process instead of the daemon (batch jobs, CI): Ctrl-C or a crash leaves
+        /// the run for `--resume-interrupted` or for the daemon's recovery.
+        #[arg(long)]
+        in_process: bool,
         #[arg(long)]
         json: bool,
     },
@@ -119,8 +128,115 @@ pub enum Command {
     /// The ordered event log of a run.
     Events {
         run_id: String,
+        /// Keep printing new events until the run finishes.
+        #[arg(long)]
+        follow: bool,
         #[arg(long)]
         json: bool,
+    },
+    /// Cancel a run: stop its process groups (SIGTERM, grace, SIGKILL); it ends CANCELLED.
+    Cancel {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The interactive session kernel: run code whose state carries from job to job.
+    Kernel {
+        #[command(subcommand)]
+        command: KernelCommand,
+    },
+    /// Start, stop or inspect the daemon that owns execution for this state root.
+    Daemon {
+        #[command(subcommand)]
+        command: DaemonCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KernelCommand {
+    /// Run code in the session kernel and print its outputs (Ctrl-C stops waiting; the job goes on).
+    Exec {
+        /// The Python code (or use --file).
+        #[arg(required_unless_present = "file", conflicts_with = "file")]
+        code: Option<String>,
+        /// Read the code from a file (- for stdin).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Interrupt the job after SECS, then kill the kernel (default 3600).
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+        /// Return the job id at once instead of waiting for the job to end.
+        #[arg(long)]
+        detach: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every retained job, oldest first.
+    Jobs {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One job: status, outputs so far, timings.
+    Poll {
+        job_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// KeyboardInterrupt to the running job (the kernel and its state survive).
+    Interrupt {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Kill the session kernel (its state is lost); the next job starts a fresh one.
+    Restart {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the audit notebook of every job (or, with --workflow, the last verified workflow).
+    Export {
+        /// The notebook of the last passed verification instead of the audit.
+        #[arg(long)]
+        workflow: bool,
+        /// Where to write it (default: under <state>/workflows/audit/, or the verified notebook's path).
+        #[arg(long, short, value_name = "PATH")]
+        output: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DaemonCommand {
+    /// Start the daemon in the background (no-op when it runs); prints its pid and URL.
+    Start {
+        /// Listen on this loopback port (default: one the system chooses).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Runs executing at once (default: the number of CPUs).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+        workers: Option<u16>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the daemon; what it was running resumes at its next start.
+    Stop {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Whether the daemon runs, its pid and URL.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the daemon in the foreground (what `start` launches).
+    Run {
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Exit after SECS with nothing running and no request.
+        #[arg(long, value_name = "SECS")]
+        idle_exit: Option<u64>,
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+        workers: Option<u16>,
     },
 }
 

@@ -9,12 +9,14 @@ use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunReport, RunRequest};
 use cairn_engine::verify::VerifyRequest;
 use cairn_engine::{Engine, EngineError};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::cli::{Cli, Command, WorkflowCommand};
+use crate::cli::{Cli, Command, DaemonCommand, WorkflowCommand};
+use crate::client::{Client, failure_of};
+use crate::daemon::{self, ServeOptions, StartOptions};
 use crate::output::{self, print_json};
 use crate::progress::TerminalProgress;
-use crate::{Failure, quickstart};
+use crate::{Failure, quickstart, remote};
 
 pub fn state_root(home: Option<PathBuf>) -> Result<PathBuf, Failure> {
     if let Some(h) = home.filter(|h| !h.as_os_str().is_empty()) {
@@ -35,7 +37,7 @@ pub fn open_engine(home: Option<PathBuf>) -> Result<Engine, Failure> {
 
 pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
-        Command::Quickstart { json } => quickstart::run(&open_engine(cli.home)?, json),
+        Command::Quickstart { json } => quickstart::run(&state_root(cli.home)?, json),
         Command::Workflow { command } => {
             let engine = open_engine(cli.home)?;
             match command {
@@ -44,12 +46,36 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 WorkflowCommand::Show { workflow, json } => workflow_show(&engine, &workflow, json),
             }
         }
-        Command::Run { workflow, input, run_id, resume_interrupted, parallel, json } => {
-            let engine = open_engine(cli.home)?;
+        Command::Run { workflow, input, run_id, resume_interrupted, parallel, in_process, json } => {
+            let root = state_root(cli.home)?;
             let input = read_input(&input)?;
-            let wf = load_workflow(engine.store.as_ref(), &workflow)?;
-            let req = RunRequest { run_id, input, resume_interrupted, parallelism: parallel as usize };
-            let report = run_with_progress(&engine, &wf, &req, json)?;
+            if in_process {
+                let engine = Engine::open(&root)?;
+                let wf = load_workflow(engine.store.as_ref(), &workflow)?;
+                let req = RunRequest {
+                    run_id,
+                    input,
+                    resume_interrupted,
+                    parallelism: parallel as usize,
+                    owner: Some(this_process()),
+                    thread_id: Some("cli".into()),
+                    stop: None,
+                };
+                let mut observer = observer(json);
+                let report = engine.run(&wf, &req, observer.as_mut())?;
+                drop(observer);
+                return finish_run_output(&report, json);
+            }
+            let (name, version) = registry::parse_reference(&workflow)?;
+            let body = json!({
+                "thread_id": "cli",
+                "agent_id": name,
+                "agent_version": version,
+                "input": input,
+                "run_id": run_id,
+                "parallel": parallel,
+            });
+            let report = remote::submit_and_follow(&root, &body, json)?;
             finish_run_output(&report, json)
         }
         Command::Replay {
@@ -61,21 +87,31 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             resume_interrupted,
             parallel,
             dry_run,
+            in_process,
             json,
         } => {
-            let engine = open_engine(cli.home)?;
+            let root = state_root(cli.home)?;
             let input = input.as_deref().map(read_input).transpose()?;
-            let req = ReplayRequest {
-                source_run_id,
-                step_ids: steps,
-                input,
-                run_id,
-                version,
-                workflow: None,
-                resume_interrupted,
-                parallelism: parallel as usize,
-            };
-            if dry_run {
+            if dry_run || in_process {
+                let engine = Engine::open(&root)?;
+                let req = ReplayRequest {
+                    source_run_id,
+                    step_ids: steps,
+                    input,
+                    run_id,
+                    version,
+                    resume_interrupted,
+                    parallelism: parallel as usize,
+                    owner: Some(this_process()),
+                    thread_id: Some("cli".into()),
+                    ..ReplayRequest::default()
+                };
+                if in_process && !dry_run {
+                    let mut observer = observer(json);
+                    let (report, _) = engine.replay(&req, observer.as_mut())?;
+                    drop(observer);
+                    return finish_run_output(&report, json);
+                }
                 let prepared = engine.dry_run_replay(&req)?;
                 if json {
                     print_json(&output::dry_run_json(&prepared));
@@ -84,9 +120,21 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 }
                 return Ok(0);
             }
-            let mut observer = observer(json);
-            let (report, _) = engine.replay(&req, observer.as_mut())?;
-            drop(observer);
+            // The API names the workflow; a replay stays within its source's.
+            let source =
+                Engine::open(&root)?.store.run(&source_run_id).map_err(EngineError::from)?.ok_or_else(|| {
+                    Failure::usage(format!("source run `{source_run_id}` was not found; list runs with `cairn runs`"))
+                })?;
+            let body = json!({
+                "thread_id": "cli",
+                "agent_id": source.workflow,
+                "agent_version": version,
+                "input": input,
+                "run_id": run_id,
+                "parallel": parallel,
+                "replay": {"source_run_id": source_run_id, "step_ids": steps},
+            });
+            let report = remote::submit_and_follow(&root, &body, json)?;
             finish_run_output(&report, json)
         }
         Command::Explain { run_id, step_id, json } => {
@@ -140,13 +188,17 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Events { run_id, json } => {
-            let engine = open_engine(cli.home)?;
+        Command::Events { run_id, follow, json } => {
+            let root = state_root(cli.home)?;
+            let engine = Engine::open(&root)?;
             engine
                 .store
                 .run(&run_id)
                 .map_err(EngineError::from)?
                 .ok_or_else(|| Failure::usage(format!("run `{run_id}` was not found; list runs with `cairn runs`")))?;
+            if follow {
+                return follow_events(&root, &run_id, json);
+            }
             let events = engine.store.events(&run_id, 0).map_err(EngineError::from)?;
             if json {
                 print_json(&output::events_json(&run_id, &events));
@@ -155,22 +207,115 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(0)
         }
+        Command::Cancel { run_id, json } => {
+            let root = state_root(cli.home)?;
+            let client = Client::connect(&root)?;
+            let answer = client.post(&format!("/runs/{run_id}/cancel"), &json!({}))?;
+            if answer.status != 200 {
+                return Err(failure_of(&answer));
+            }
+            if json {
+                print_json(&answer.body);
+            } else {
+                println!("run {run_id} CANCELLED");
+            }
+            Ok(0)
+        }
+        Command::Daemon { command } => daemon_command(&state_root(cli.home)?, command),
+        Command::Kernel { command } => crate::kernel::run(&state_root(cli.home)?, command),
     }
 }
 
-/// Runs with a live progress display on a terminal (never with --json).
-pub fn run_with_progress(
-    engine: &Engine,
-    wf: &registry::LoadedWorkflow,
-    req: &RunRequest,
-    json: bool,
-) -> Result<RunReport, Failure> {
-    let mut observer = observer(json);
-    Ok(engine.run(wf, req, observer.as_mut())?)
+/// This process as a run owner (`pid:start_time`), so a daemon can tell when it is gone.
+fn this_process() -> String {
+    let pid = std::process::id();
+    format!("{pid}:{}", cairn_exec::process_start_time(pid).unwrap_or(0))
 }
 
 fn observer(json: bool) -> Box<dyn Observer> {
     if !json && std::io::stderr().is_terminal() { Box::new(TerminalProgress::new()) } else { Box::new(NoProgress) }
+}
+
+/// `cairn events RUN --follow`: every event so far, then new ones as they come, until the run
+/// finishes (one JSON object per line with --json). Ctrl-C stops following.
+fn follow_events(root: &Path, run_id: &str, json: bool) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    let events = client.follow(run_id, 0)?;
+    for event in events {
+        if json {
+            println!("{}", serde_json::to_string(&event).unwrap_or_default());
+        } else {
+            let step = event["step_id"].as_str().map(|s| format!(" {s}")).unwrap_or_default();
+            let attempt = event["attempt"].as_u64().map(|a| format!(" attempt {a}")).unwrap_or_default();
+            println!(
+                "{:>6}  {}  {}{step}{attempt}  {}",
+                event["seq"],
+                event["at"].as_str().unwrap_or(""),
+                event["kind"].as_str().unwrap_or(""),
+                event["data"]
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
+    match command {
+        DaemonCommand::Start { port, workers, json } => {
+            let opts = StartOptions { idle_exit: None, port, workers: workers.map(usize::from) };
+            let (info, started) = daemon::start(root, &opts)?;
+            if json {
+                print_json(&json!({"running": true, "pid": info.pid, "url": info.url, "started": started}));
+            } else if started {
+                println!("cairn daemon started: pid {}, {}", info.pid, info.url);
+            } else {
+                println!(
+                    "cairn daemon already running: pid {} holds {}, {}",
+                    info.pid,
+                    daemon::lock_path(root).display(),
+                    info.url
+                );
+            }
+            Ok(0)
+        }
+        DaemonCommand::Stop { json } => {
+            let stopped = daemon::stop(root, std::time::Duration::from_secs(30))?;
+            if json {
+                print_json(&json!({"running": false, "stopped_pid": stopped}));
+            } else {
+                match stopped {
+                    Some(pid) => println!("cairn daemon stopped (pid {pid})"),
+                    None => println!("no cairn daemon runs for {}", root.display()),
+                }
+            }
+            Ok(0)
+        }
+        DaemonCommand::Status { json } => {
+            let status = daemon::status(root);
+            if json {
+                print_json(&serde_json::to_value(&status).unwrap_or_default());
+            } else if status.running {
+                println!(
+                    "cairn daemon running: pid {}, {}",
+                    status.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+                    status.url.as_deref().unwrap_or("(starting)")
+                );
+            } else {
+                println!("no cairn daemon runs for {}", root.display());
+            }
+            Ok(0)
+        }
+        DaemonCommand::Run { port, idle_exit, workers } => {
+            let workers = workers
+                .map(usize::from)
+                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
+            daemon::serve(
+                root,
+                ServeOptions { port, idle_exit: idle_exit.map(std::time::Duration::from_secs), workers },
+            )?;
+            Ok(0)
+        }
+    }
 }
 
 pub fn report_of(engine: &Engine, run_id: &str) -> Result<RunReport, Failure> {

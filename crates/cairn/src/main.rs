@@ -1,13 +1,19 @@
-//! The `cairn` binary: the CLI over the engine. Data goes to stdout (one JSON object with
-//! `--json`), progress and messages to stderr; exit codes are part of the CLI contract:
-//! 0 success/READY, 1 BLOCKED, 2 usage or input error, 3 run FAILED, 4 conflict.
+//! The `cairn` binary: the CLI, and the daemon with its HTTP API (`cairn daemon run`), over the
+//! engine. Data goes to stdout (one JSON object with `--json`), progress and messages to stderr;
+//! exit codes are part of the CLI contract: 0 success/READY, 1 BLOCKED, 2 usage or input error,
+//! 3 run FAILED, 4 conflict.
 
 mod cli;
+mod client;
 mod commands;
+mod daemon;
+mod kernel;
 mod output;
 mod progress;
 mod quickstart;
+mod remote;
 mod verify;
+mod wire;
 
 use std::process::ExitCode;
 

@@ -4,83 +4,33 @@ use cairn_core::replay::Decision;
 use cairn_core::store::{EventRecord, RunRecord, WorkflowRecord};
 use cairn_engine::registry::LoadedWorkflow;
 use cairn_engine::replay::PreparedReplay;
-use cairn_engine::runner::{RunReport, StepView};
+use cairn_engine::runner::RunReport;
 use serde_json::{Value, json};
+
+use crate::wire;
 
 pub fn print_json(v: &Value) {
     // Serialising a Value cannot fail.
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
-pub fn time(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()).unwrap_or_default()
-}
+pub use crate::wire::time;
 
-/// The stored replay decision of a step, if the run is a replay child.
-fn decision_of<'a>(report: &'a RunReport, step_id: &str) -> Option<&'a Value> {
-    report.run.replay.as_ref()?.get("decisions")?.as_array()?.iter().find(|d| d["step_id"] == step_id)
-}
-
-fn step_json(report: &RunReport, s: &StepView) -> Value {
-    let r = s.record.as_ref();
-    let mut v = json!({
-        "step_id": s.step_id,
-        "status": s.status(),
-        "attempts": r.map(|r| r.attempt_count).unwrap_or(0),
-        "reused": r.is_some_and(|r| r.reused_from.is_some()),
-        "outcome": r.and_then(|r| r.outcome),
-        "duration_ms": r.and_then(|r| r.duration_us).map(|us| us as f64 / 1000.0),
-        "error": r.and_then(|r| r.error.clone()),
-    });
-    if let Some(d) = decision_of(report, &s.step_id) {
-        v["decision"] = d["decision"].clone();
-        v["reason"] = d["text"].clone();
-    }
-    v
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    // Our wire types hold only strings, numbers and JSON values: serialising them cannot fail.
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 pub fn run_json(report: &RunReport) -> Value {
-    let run = &report.run;
-    let mut v = json!({
-        "run_id": run.run_id,
-        "workflow": run.workflow,
-        "version": run.version,
-        "status": run.status,
-        "steps": report.steps.iter().map(|s| step_json(report, s)).collect::<Vec<_>>(),
-        "findings": run.findings,
-        "error": run.error,
-        "run_dir": run.run_dir,
-        "created_at": time(run.created_at),
-        "finished_at": run.finished_at.map(time),
-    });
-    if let Some(replay) = &run.replay {
-        v["replay"] = replay.clone();
-    }
-    v
+    to_value(&wire::RunResult::from_report(report))
 }
 
 pub fn runs_json(runs: &[RunRecord]) -> Value {
-    json!({"runs": runs.iter().map(|r| json!({
-        "run_id": r.run_id,
-        "workflow": r.workflow,
-        "version": r.version,
-        "status": r.status,
-        "created_at": time(r.created_at),
-        "finished_at": r.finished_at.map(time),
-        "findings": r.findings.len(),
-        "error": r.error,
-    })).collect::<Vec<_>>()})
+    to_value(&wire::RunList::from_records(runs))
 }
 
 pub fn events_json(run_id: &str, events: &[EventRecord]) -> Value {
-    json!({"run_id": run_id, "events": events.iter().map(|e| json!({
-        "seq": e.seq,
-        "kind": e.kind,
-        "step_id": e.step_id,
-        "attempt": e.attempt,
-        "at": time(e.at),
-        "data": e.data,
-    })).collect::<Vec<_>>()})
+    to_value(&wire::EventList::from_records(run_id, events))
 }
 
 pub fn workflow_added_json(r: &WorkflowRecord, newly: bool) -> Value {
@@ -88,14 +38,7 @@ pub fn workflow_added_json(r: &WorkflowRecord, newly: bool) -> Value {
 }
 
 pub fn workflows_json(all: &[WorkflowRecord]) -> Value {
-    json!({"workflows": all.iter().map(|w| json!({
-        "name": w.name,
-        "version": w.version,
-        "digest": w.digest,
-        "description": w.spec.description,
-        "steps": w.spec.steps.len(),
-        "registered_at": time(w.registered_at),
-    })).collect::<Vec<_>>()})
+    to_value(&wire::WorkflowList::from_records(all))
 }
 
 pub fn workflow_json(wf: &LoadedWorkflow) -> Value {
@@ -141,7 +84,7 @@ pub fn print_run(report: &RunReport, detail: bool) {
             r.map(|r| r.attempt_count).unwrap_or(0),
             duration(r.and_then(|r| r.duration_us))
         );
-        if let Some(d) = decision_of(report, &s.step_id) {
+        if let Some(d) = wire::decision_of(report, &s.step_id) {
             line.push_str(&format!("  {}", d["text"].as_str().unwrap_or("")));
         } else if let Some(from) = r.and_then(|r| r.reused_from.as_ref()) {
             line.push_str(&format!("  reused from {from}"));
@@ -312,7 +255,7 @@ pub fn print_dry_run(p: &PreparedReplay) {
 pub fn explain(report: &RunReport, step_id: &str) -> Option<Value> {
     let view = report.steps.iter().find(|s| s.step_id == step_id)?;
     let r = view.record.as_ref();
-    let (decision, reason, text) = match decision_of(report, step_id) {
+    let (decision, reason, text) = match wire::decision_of(report, step_id) {
         Some(d) => (d["decision"].clone(), d["reason"].clone(), d["text"].clone()),
         None => (
             json!("execute"),

@@ -4,14 +4,14 @@
 use std::path::Path;
 
 use cairn_engine::Engine;
-use cairn_engine::registry::{add_workflow, load_workflow};
-use cairn_engine::runner::RunRequest;
+use cairn_engine::registry::add_workflow;
 use rust_embed::RustEmbed;
 use serde_json::json;
 
 use crate::Failure;
-use crate::commands::{read_input, run_with_progress};
+use crate::commands::read_input;
 use crate::output::{print_json, print_run, run_json};
+use crate::remote::submit_and_follow;
 
 #[derive(RustEmbed)]
 #[folder = "../../examples/"]
@@ -37,7 +37,8 @@ fn extract(dest: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-pub fn run(engine: &Engine, json: bool) -> Result<u8, Failure> {
+pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
+    let engine = &Engine::open(root)?;
     let dest = engine.state.path().join("examples");
     extract(&dest)?;
     let example = dest.join("release-validation");
@@ -60,18 +61,13 @@ pub fn run(engine: &Engine, json: bool) -> Result<u8, Failure> {
             added.record.spec.steps.len()
         ));
     }
-    let wf = load_workflow(engine.store.as_ref(), "release-validation@1.1.0")?;
     let mut results = Vec::new();
     for (fixture, expected) in [("ready", "READY"), ("blocked", "BLOCKED")] {
         let input_path = example.join("inputs").join(format!("{fixture}.json"));
         say(format!("\n$ cairn run release-validation@1.1.0 --input {}", input_path.display()));
         let input = read_input(&input_path)?;
-        let report = run_with_progress(
-            engine,
-            &wf,
-            &RunRequest { run_id: None, input, resume_interrupted: false, parallelism: 1 },
-            json,
-        )?;
+        let body = json!({"thread_id": "quickstart", "agent_id": "release-validation", "agent_version": "1.1.0", "input": input});
+        let report = submit_and_follow(root, &body, json)?;
         if !json {
             print_run(&report, false);
         }

@@ -6,74 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use serde_json::{Value, json};
-
-/// A chain a → b → c over the generic tool; each step's behaviour comes from `input.plans.<id>`.
-fn chain_workflow(c: &Cairn, name: &str) {
-    let toml = format!(
-        r#"
-[workflow]
-name = "{name}"
-version = "1.0.0"
-
-{}
-[[steps]]
-id = "a"
-tool = "t"
-args = {{ plan = "${{input.plans.a}}", log = "${{input.log}}", release = "${{input.release}}" }}
-
-[[steps]]
-id = "b"
-tool = "t"
-needs = ["a"]
-args = {{ plan = "${{input.plans.b}}", log = "${{input.log}}", release = "${{input.release}}", after = "${{steps.a.result.step}}" }}
-
-[[steps]]
-id = "c"
-tool = "t"
-needs = ["b"]
-args = {{ plan = "${{input.plans.c}}", log = "${{input.log}}", release = "${{input.release}}", after = "${{steps.b.result.step}}" }}
-
-[[validator.rules]]
-id = "c-ran-after-b"
-step = "c"
-pointer = "/step"
-op = "eq"
-value = "c"
-finding = "c did not run"
-"#,
-        tool_toml("t", "")
-    );
-    c.add(&write_workflow(&c.path(name), &toml, &tool_files()));
-}
-
-fn chain_input(c: &Cairn, plans: Value) -> Value {
-    json!({"plans": plans, "log": c.path_str("log"), "release": c.path_str("release")})
-}
-
-/// Kills the given cairn process with SIGKILL and reaps it.
-fn kill9(child: &mut std::process::Child) {
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
-}
-
-/// Waits until the tool of `step` attempt `attempt` has logged its start; returns its pid.
-#[track_caller]
-fn wait_for_tool(log: &std::path::Path, step: &str, attempt: u32) -> i32 {
-    let mut pid = None;
-    assert!(
-        wait_until(Duration::from_secs(15), || {
-            pid = logged_pid(&log_lines(log), step, attempt);
-            pid.is_some()
-        }),
-        "the tool of step {step} attempt {attempt} never started: {:?}",
-        log_lines(log)
-    );
-    pid.unwrap()
-}
 
 /// The same run id with the same input is idempotent; with another input it is a conflict.
 #[test]
@@ -135,7 +68,7 @@ fn kill_dash_nine_mid_step_then_resume_interrupted() {
     // b sleeps 3 s on attempt 1 (the one we abandon), and not on attempt 2.
     let input = chain_input(&c, json!({"a": ["ok"], "b": ["sleep:3", "ok"], "c": ["ok"]}));
     let log = c.path("log");
-    let mut runner = c.spawn(&c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    let mut runner = c.spawn(&c.run_args("chain", &input, &["--run-id", "R", "--in-process", "--json"]));
     let started =
         c.wait_for_event("R", Duration::from_secs(15), |e| e["kind"] == "step.started" && e["step_id"] == "b");
     assert_eq!(started["attempt"], 1);
@@ -151,7 +84,7 @@ fn kill_dash_nine_mid_step_then_resume_interrupted() {
     let events_before = c.events("R");
 
     // A plain rerun refuses: the step may still be alive.
-    let plain = c.run("chain", &input, &["--run-id", "R"]).expect(4);
+    let plain = c.run("chain", &input, &["--run-id", "R", "--in-process"]).expect(4);
     assert!(plain.stderr.contains("RUNNING"), "{}", plain.stderr);
     assert!(plain.stderr.contains("--resume-interrupted"), "{}", plain.stderr);
     assert!(plain.stderr.contains("`b`"), "the message names the step: {}", plain.stderr);
@@ -159,7 +92,7 @@ fn kill_dash_nine_mid_step_then_resume_interrupted() {
     assert_eq!(count(&log_lines(&log), "b:start:"), 1);
 
     // Resume explicitly: READY.
-    let resumed = c.run("chain", &input, &["--run-id", "R", "--resume-interrupted"]);
+    let resumed = c.run("chain", &input, &["--run-id", "R", "--in-process", "--resume-interrupted"]);
     let resumed = resumed.expect(0);
     assert_eq!(resumed.json["status"], "READY");
     assert_eq!(resumed.step("a")["attempts"], 1);
@@ -196,7 +129,7 @@ fn kill_dash_nine_mid_step_then_resume_interrupted() {
     assert_eq!(step(&shown, "a")["attempts"], 1);
 
     // And the finished run is idempotent from here on.
-    let again = c.run("chain", &input, &["--run-id", "R", "--resume-interrupted"]).expect(0);
+    let again = c.run("chain", &input, &["--run-id", "R", "--in-process", "--resume-interrupted"]).expect(0);
     assert_eq!(contract(&again.json), contract(&shown));
 }
 
@@ -209,7 +142,7 @@ fn changed_tool_file_after_crash_is_a_signature_mismatch() {
     // b waits for the release file (created at the end of the test), so it is RUNNING when killed.
     let input = chain_input(&c, json!({"a": ["ok"], "b": ["wait"], "c": ["ok"]}));
     let log = c.path("log");
-    let mut runner = c.spawn(&c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    let mut runner = c.spawn(&c.run_args("chain", &input, &["--run-id", "R", "--in-process", "--json"]));
     c.wait_for_event("R", Duration::from_secs(15), |e| e["kind"] == "step.started" && e["step_id"] == "b");
     let orphan = wait_for_tool(&log, "b", 1);
     kill9(&mut runner);
@@ -220,7 +153,7 @@ fn changed_tool_file_after_crash_is_a_signature_mismatch() {
     assert!(tool.is_file(), "{}", tool.display());
     append(&tool, "\n# changed after registration\n");
 
-    let out = c.run("chain", &input, &["--run-id", "R", "--resume-interrupted"]);
+    let out = c.run("chain", &input, &["--run-id", "R", "--in-process", "--resume-interrupted"]);
     std::fs::write(c.path("release"), "").unwrap(); // let the orphan go, whatever happened
     let out = out.expect(3);
     assert_eq!(out.json["status"], "FAILED");
@@ -280,12 +213,12 @@ finding = "the stored result is not the one from attempt 2"
     let log = c.path("log");
     let input = json!({"flag": flag, "log": log});
 
-    let a = c.spawn(&c.run_args("fenced", &input, &["--run-id", "R", "--json"]));
+    let a = c.spawn(&c.run_args("fenced", &input, &["--run-id", "R", "--in-process", "--json"]));
     c.wait_for_event("R", Duration::from_secs(15), |e| e["kind"] == "step.started" && e["step_id"] == "s");
     let a_tool = wait_for_tool(&log, "s", 1);
     std::fs::remove_file(&flag).unwrap();
 
-    let b = c.run("fenced", &input, &["--run-id", "R", "--resume-interrupted"]);
+    let b = c.run("fenced", &input, &["--run-id", "R", "--in-process", "--resume-interrupted"]);
     let a_out = a.wait_with_output().unwrap();
     let a_stdout = String::from_utf8_lossy(&a_out.stdout).into_owned();
     let a_stderr = String::from_utf8_lossy(&a_out.stderr).into_owned();

@@ -1045,7 +1045,7 @@ fn crash_and_resume(requested: &str, crash: &str, flag: &str, reused: &[&str]) {
     let src_events = env.events("src");
     std::fs::write(env.scratch(flag), "").unwrap();
 
-    let replay = ["replay", "src", "--step", requested, "--run-id", "C"];
+    let replay = ["replay", "src", "--step", requested, "--run-id", "C", "--in-process"];
     let mut crashed = env.spawn(&replay);
     env.wait_for_event("C", Duration::from_secs(10), |e| e["kind"] == "step.started" && e["step_id"] == crash);
     // The tool itself is running (sleeping on its flag), not merely announced.

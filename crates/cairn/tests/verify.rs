@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use h::{Verify, assert_no_kernel_left, nbconvert, statuses, validate};
 
 /// Test helpers, private to this file.
+mod common;
+
 mod h {
     use std::ffi::OsStr;
     use std::path::{Path, PathBuf};
@@ -268,48 +270,7 @@ mod h {
         Out { code, json, stdout, stderr, elapsed }
     }
 
-    /// Live (non-zombie) processes that belong to a scratch kernel of this state root: their
-    /// command line or environment names it. The kernel runs `ipykernel_launcher -f
-    /// $CAIRN_HOME/kernels/<id>/kernel-*.json` with `IPYTHONDIR` under that directory, and what it
-    /// starts (`%%bash`, subprocesses) inherits that environment.
-    pub fn kernel_processes(home: &Path) -> Vec<i32> {
-        let mut needles = vec![home.to_string_lossy().into_owned()];
-        if let Ok(c) = home.canonicalize() {
-            needles.push(c.to_string_lossy().into_owned());
-        }
-        let me = std::process::id() as i32;
-        let mut found = Vec::new();
-        let Ok(proc) = std::fs::read_dir("/proc") else { return found };
-        for e in proc.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            if pid == me {
-                continue;
-            }
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-            // The state follows the parenthesised command name.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
-            if matches!(state, Some("Z") | Some("X") | None) {
-                continue;
-            }
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let environ = String::from_utf8_lossy(&environ);
-            // The cairn CLI itself has CAIRN_HOME in its environment: only kernels count.
-            let kernel_cmd = cmdline.contains("ipykernel_launcher");
-            let under_home = needles.iter().any(|n| cmdline.contains(n.as_str()));
-            let kernel_env = needles.iter().any(|n| environ.contains(&format!("IPYTHONDIR={n}")));
-            if under_home && (kernel_cmd || cmdline.contains("/kernels/")) || kernel_env {
-                found.push(pid);
-            }
-        }
-        found
-    }
-
-    fn describe(pid: i32) -> String {
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        format!("{pid}: {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
-    }
+    pub use crate::common::{describe_pid as describe, kernel_processes};
 
     /// No process of a scratch kernel of this state root is alive. `cairn verify` kills its
     /// kernel's whole group and waits for it before it returns; a short poll only absorbs the

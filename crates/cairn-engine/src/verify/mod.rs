@@ -515,7 +515,7 @@ fn list(v: Option<&String>) -> Vec<String> {
 
 /// The kernel's environment: the sandbox's base variables and the ones that locate the user's
 /// configuration; nothing else of Cairn's own environment.
-fn kernel_env() -> Vec<(String, String)> {
+pub(crate) fn kernel_env() -> Vec<(String, String)> {
     let keep = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "CAIRN_CONFIG", "XDG_CONFIG_HOME"];
     keep.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect()
 }

@@ -421,3 +421,177 @@ pub fn append(path: &Path, text: &str) {
     let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
     f.write_all(text.as_bytes()).unwrap();
 }
+
+/// What `<state>/daemon.json` says about the running daemon.
+#[derive(Debug, Clone)]
+pub struct DaemonInfo {
+    pub pid: i32,
+    pub url: String,
+}
+
+/// An HTTP answer: status, headers we look at, and the body (JSON when it parses, else a string).
+#[derive(Debug, Clone)]
+pub struct Http {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Cairn {
+    /// `cairn daemon start --json`, expecting success; returns the running daemon.
+    #[track_caller]
+    pub fn start_daemon(&self) -> DaemonInfo {
+        let out = self.json(&["daemon", "start"]).expect(0);
+        assert_eq!(out.json["running"], true, "{}", out.stdout);
+        self.daemon()
+    }
+
+    /// The running daemon, from `<state>/daemon.json`.
+    #[track_caller]
+    pub fn daemon(&self) -> DaemonInfo {
+        let text = std::fs::read_to_string(self.home().join("daemon.json")).expect("daemon.json");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        DaemonInfo { pid: v["pid"].as_i64().unwrap() as i32, url: v["url"].as_str().unwrap().to_string() }
+    }
+
+    /// `cairn daemon stop`, expecting success.
+    pub fn stop_daemon(&self) {
+        self.json(&["daemon", "stop"]).expect(0);
+    }
+
+    /// The token of `role` (`viewer` or `operator`).
+    #[track_caller]
+    pub fn token(&self, role: &str) -> String {
+        std::fs::read_to_string(self.home().join("auth").join(format!("{role}.token"))).unwrap().trim().to_string()
+    }
+}
+
+/// One HTTP request to the daemon. `headers` are sent as given (use it for a `Host` override).
+pub fn http(method: &str, url: &str, token: Option<&str>, body: Option<&str>, headers: &[(&str, &str)]) -> Http {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut req = ureq::http::Request::builder().method(method).uri(url);
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    if body.is_some() {
+        req = req.header("Content-Type", "application/json");
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(body.unwrap_or("").to_string()).unwrap();
+    let mut resp = agent.run(req).unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = resp.status().as_u16();
+    let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let text = resp.body_mut().with_config().limit(64 << 20).read_to_string().unwrap_or_default();
+    let body = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.clone()));
+    Http { status, content_type, body, text }
+}
+
+// ------------------------------------------------------------------ the chain workflow of the crash tests
+
+/// A chain a → b → c over the generic tool; each step's behaviour comes from `input.plans.<id>`.
+pub fn chain_workflow(c: &Cairn, name: &str) {
+    let toml = format!(
+        r#"
+[workflow]
+name = "{name}"
+version = "1.0.0"
+
+{}
+[[steps]]
+id = "a"
+tool = "t"
+args = {{ plan = "${{input.plans.a}}", log = "${{input.log}}", release = "${{input.release}}" }}
+
+[[steps]]
+id = "b"
+tool = "t"
+needs = ["a"]
+args = {{ plan = "${{input.plans.b}}", log = "${{input.log}}", release = "${{input.release}}", after = "${{steps.a.result.step}}" }}
+
+[[steps]]
+id = "c"
+tool = "t"
+needs = ["b"]
+args = {{ plan = "${{input.plans.c}}", log = "${{input.log}}", release = "${{input.release}}", after = "${{steps.b.result.step}}" }}
+
+[[validator.rules]]
+id = "c-ran-after-b"
+step = "c"
+pointer = "/step"
+op = "eq"
+value = "c"
+finding = "c did not run"
+"#,
+        tool_toml("t", "")
+    );
+    c.add(&write_workflow(&c.path(name), &toml, &tool_files()));
+}
+
+pub fn chain_input(c: &Cairn, plans: Value) -> Value {
+    serde_json::json!({"plans": plans, "log": c.path_str("log"), "release": c.path_str("release")})
+}
+
+/// Kills the given cairn process with SIGKILL and reaps it.
+pub fn kill9(child: &mut std::process::Child) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
+}
+
+/// Waits until the tool of `step` attempt `attempt` has logged its start; returns its pid.
+#[track_caller]
+pub fn wait_for_tool(log: &std::path::Path, step: &str, attempt: u32) -> i32 {
+    let mut pid = None;
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            pid = logged_pid(&log_lines(log), step, attempt);
+            pid.is_some()
+        }),
+        "the tool of step {step} attempt {attempt} never started: {:?}",
+        log_lines(log)
+    );
+    pid.unwrap()
+}
+
+// ------------------------------------------------------------------ kernel processes
+
+/// Live (non-zombie) processes of a kernel of the state root `home`: a kernel runs
+/// `ipykernel_launcher -f $CAIRN_HOME/kernels/<id>/kernel-*.json` with `IPYTHONDIR` under that
+/// directory, which what it starts inherits.
+pub fn kernel_processes(home: &Path) -> Vec<i32> {
+    let mut needles = vec![home.to_string_lossy().into_owned()];
+    if let Ok(c) = home.canonicalize() {
+        needles.push(c.to_string_lossy().into_owned());
+    }
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    let Ok(proc) = std::fs::read_dir("/proc") else { return found };
+    for e in proc.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if pid == me || !alive(pid) {
+            continue;
+        }
+        let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+            .replace('\0', " ");
+        let environ =
+            String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default()).into_owned();
+        let under_home = needles.iter().any(|n| cmdline.contains(n.as_str()));
+        let kernel_env = needles.iter().any(|n| environ.contains(&format!("IPYTHONDIR={n}")));
+        if under_home && (cmdline.contains("ipykernel_launcher") || cmdline.contains("/kernels/")) || kernel_env {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+pub fn describe_pid(pid: i32) -> String {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    format!("{pid}: {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+}

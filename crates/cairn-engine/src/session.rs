@@ -1,0 +1,389 @@
+//! The interactive session kernel: one long-lived Jupyter kernel whose state carries from job to
+//! job, fed by a queue of jobs, each recorded with its code, outputs, status and timings. It
+//! shares the kernel admission slot with verifications: a job is refused while a verification
+//! runs, and a verification waits while session jobs are queued or running.
+//!
+//! **Invariant:** every job ends with a recorded status; a job that was queued or running when its
+//! daemon died is recorded `died` at the next start, never left "running".
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cairn_core::audit::audit_notebook;
+use cairn_core::store::KernelJob;
+use cairn_exec::kernel::{self, KernelConfig, KernelHandle, ScratchKernel};
+use cairn_exec::{ProcessIdentity, process_start_time, terminate_if_same};
+use serde_json::{Value, json};
+
+use crate::verify::{BOOTSTRAP, Quiet, Slot, kernel_env, resolve_python};
+use crate::{Engine, EngineError};
+
+/// How the session kernel is started.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// An interpreter with ipykernel; `None` uses (and if needed creates) `<state>/python`.
+    pub python: Option<PathBuf>,
+    /// The kernel's working directory.
+    pub workdir: PathBuf,
+    /// A job's timeout when its submitter names none: interrupted, then the kernel killed.
+    pub default_timeout: Duration,
+}
+
+/// What a restart did.
+#[derive(Debug, Clone, Default)]
+pub struct Restarted {
+    /// The session whose kernel was killed, if one ran.
+    pub killed_session: Option<String>,
+    /// Jobs that were queued or running and ended `cancelled`.
+    pub cancelled: Vec<String>,
+}
+
+pub struct SessionKernel {
+    engine: Arc<Engine>,
+    config: SessionConfig,
+    state: Mutex<State>,
+    wake: Condvar,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<(String, Duration)>,
+    running: Option<String>,
+    /// The live kernel's handle and session id (idle or busy).
+    kernel: Option<(KernelHandle, String)>,
+    /// Held from the first queued job until the queue drains.
+    slot: Option<Slot>,
+    restart: bool,
+    closing: bool,
+}
+
+fn kernel_record(engine: &Engine) -> PathBuf {
+    engine.state.path().join("kernels").join("session.json")
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SessionKernel {
+    /// The session of a state root. Jobs a previous daemon left queued or running are recorded
+    /// `died`: their kernel went with it.
+    pub fn new(engine: Arc<Engine>, config: SessionConfig) -> Result<Arc<SessionKernel>, EngineError> {
+        // A kernel its previous daemon left alive (it leads its own process group, so it outlives
+        // a SIGKILLed daemon): stop it, if it is verifiably the recorded process.
+        let record = kernel_record(&engine);
+        if let Some(p) = std::fs::read_to_string(&record).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok()) {
+            if let (Some(pid), Some(start)) = (p["pid"].as_u64(), p["start_time"].as_u64()) {
+                let identity = ProcessIdentity { pid: pid as u32, pgid: pid as u32, start_time: Some(start) };
+                terminate_if_same(&identity, Duration::from_secs(1));
+            }
+            let _ = std::fs::remove_file(&record);
+        }
+        let now = engine.clock.now_ms();
+        for mut job in engine.store.kernel_jobs()? {
+            if matches!(job.status.as_str(), "queued" | "running") {
+                job.status = "died".into();
+                job.error = Some("the daemon stopped while this job was queued or running; its kernel is gone".into());
+                job.finished_at = Some(now);
+                engine.store.save_kernel_job(&job)?;
+            }
+        }
+        Ok(Arc::new(SessionKernel {
+            engine,
+            config,
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            worker: Mutex::new(None),
+        }))
+    }
+
+    /// Queues a job. Refused (a conflict) while a verification holds the kernel slot.
+    pub fn submit(self: &Arc<Self>, code: &str, timeout: Option<Duration>) -> Result<KernelJob, EngineError> {
+        if code.trim().is_empty() {
+            return Err(EngineError::Invalid("the job has no code; send the Python to run".into()));
+        }
+        let mut st = lock(&self.state);
+        if st.closing {
+            return Err(EngineError::Conflict("the daemon is stopping; the session kernel takes no new job".into()));
+        }
+        if st.slot.is_none() {
+            let slot = self.engine.acquire_slot(true, None, &mut Quiet).map_err(|e| match e {
+                EngineError::Conflict(_) => EngineError::Conflict(
+                    "a verification holds the kernel slot; the session kernel takes no job while it runs, so try again when it has finished".into(),
+                ),
+                other => other,
+            })?;
+            st.slot = Some(slot);
+        }
+        let job = KernelJob {
+            job_id: format!("job_{}", self.engine.ids.run_suffix()),
+            session: st.kernel.as_ref().map(|(_, s)| s.clone()).unwrap_or_else(|| "pending".into()),
+            code: code.to_string(),
+            status: "queued".into(),
+            outputs: Vec::new(),
+            execution_count: None,
+            error: None,
+            submitted_at: self.engine.clock.now_ms(),
+            started_at: None,
+            finished_at: None,
+            duration_ms: None,
+        };
+        if let Err(e) = self.engine.store.save_kernel_job(&job) {
+            if st.queue.is_empty() && st.running.is_none() {
+                st.slot = None;
+            }
+            return Err(e.into());
+        }
+        st.queue.push_back((job.job_id.clone(), timeout.unwrap_or(self.config.default_timeout)));
+        drop(st);
+        self.ensure_worker()?;
+        self.wake.notify_all();
+        Ok(job)
+    }
+
+    pub fn job(&self, job_id: &str) -> Result<KernelJob, EngineError> {
+        self.engine.store.kernel_job(job_id)?.ok_or_else(|| {
+            EngineError::NotFound(format!("job `{job_id}` was not found; list jobs with `cairn kernel jobs`"))
+        })
+    }
+
+    pub fn jobs(&self) -> Result<Vec<KernelJob>, EngineError> {
+        Ok(self.engine.store.kernel_jobs()?)
+    }
+
+    /// SIGINT to the kernel (KeyboardInterrupt in the running job); returns the interrupted job.
+    pub fn interrupt(&self) -> Option<String> {
+        let st = lock(&self.state);
+        let running = st.running.clone()?;
+        st.kernel.as_ref()?.0.interrupt();
+        Some(running)
+    }
+
+    /// Kills the kernel (the running job ends `cancelled`, queued ones too); the next job starts
+    /// a fresh kernel, a new session.
+    pub fn restart(&self) -> Result<Restarted, EngineError> {
+        let mut st = lock(&self.state);
+        let mut out = Restarted::default();
+        let now = self.engine.clock.now_ms();
+        for (id, _) in st.queue.drain(..) {
+            if let Some(mut job) = self.engine.store.kernel_job(&id)? {
+                job.status = "cancelled".into();
+                job.error = Some("the session kernel was restarted before this job ran".into());
+                job.finished_at = Some(now);
+                self.engine.store.save_kernel_job(&job)?;
+            }
+            out.cancelled.push(id);
+        }
+        if let Some(r) = &st.running {
+            out.cancelled.push(r.clone());
+        }
+        if let Some((handle, session)) = &st.kernel {
+            handle.kill();
+            out.killed_session = Some(session.clone());
+        }
+        st.restart = true;
+        if st.running.is_none() {
+            st.slot = None;
+        }
+        drop(st);
+        self.wake.notify_all();
+        Ok(out)
+    }
+
+    /// Whether a job is queued or running, or a kernel is alive (its state would be lost).
+    pub fn is_busy(&self) -> bool {
+        let st = lock(&self.state);
+        st.running.is_some() || !st.queue.is_empty() || st.kernel.is_some()
+    }
+
+    /// Stops the worker and kills the kernel (daemon shutdown).
+    pub fn shutdown(&self, wait: Duration) {
+        {
+            let mut st = lock(&self.state);
+            st.closing = true;
+            if let Some((handle, _)) = &st.kernel {
+                handle.kill();
+            }
+        }
+        self.wake.notify_all();
+        if let Some(t) = lock(&self.worker).take() {
+            let deadline = Instant::now() + wait;
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// The audit notebook of every retained job.
+    pub fn audit(&self, time: &dyn Fn(i64) -> String) -> Result<Value, EngineError> {
+        Ok(audit_notebook(&self.jobs()?, time))
+    }
+
+    fn ensure_worker(self: &Arc<Self>) -> Result<(), EngineError> {
+        let mut w = lock(&self.worker);
+        if w.as_ref().is_some_and(|t| !t.is_finished()) {
+            return Ok(());
+        }
+        let me = Arc::clone(self);
+        let t = std::thread::Builder::new()
+            .name("cairn-session".into())
+            .spawn(move || me.work())
+            .map_err(|e| EngineError::Conflict(format!("cannot start the session kernel's thread: {e}")))?;
+        *w = Some(t);
+        Ok(())
+    }
+
+    fn work(&self) {
+        let mut kernel: Option<ScratchKernel> = None;
+        loop {
+            let (job_id, timeout) = {
+                let mut st = lock(&self.state);
+                loop {
+                    if st.closing {
+                        st.kernel = None;
+                        drop(st);
+                        drop(kernel);
+                        return;
+                    }
+                    if st.restart {
+                        st.restart = false;
+                        st.kernel = None;
+                        kernel = None;
+                        continue;
+                    }
+                    if let Some(next) = st.queue.pop_front() {
+                        st.running = Some(next.0.clone());
+                        break next;
+                    }
+                    st = self.wake.wait(st).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            self.run_job(&mut kernel, &job_id, timeout);
+            let mut st = lock(&self.state);
+            st.running = None;
+            if kernel.as_ref().is_none_or(|k| k.exit_info().is_some()) {
+                st.kernel = None;
+                kernel = None;
+            }
+            if st.queue.is_empty() {
+                st.slot = None;
+            }
+        }
+    }
+
+    fn run_job(&self, kernel: &mut Option<ScratchKernel>, job_id: &str, timeout: Duration) {
+        let store = &self.engine.store;
+        let Ok(Some(mut job)) = store.kernel_job(job_id) else { return };
+        if kernel.as_ref().is_none_or(|k| k.exit_info().is_some()) {
+            match self.start_kernel() {
+                Ok((k, session)) => {
+                    // Recorded so the next daemon can stop it if this one dies without doing so.
+                    let record = json!({"pid": k.pid(), "start_time": process_start_time(k.pid()), "session": session});
+                    let _ = std::fs::write(kernel_record(&self.engine), record.to_string());
+                    lock(&self.state).kernel = Some((k.handle(), session));
+                    *kernel = Some(k);
+                }
+                Err(e) => {
+                    job.status = "died".into();
+                    job.error = Some(e.to_string());
+                    job.finished_at = Some(self.engine.clock.now_ms());
+                    let _ = store.save_kernel_job(&job);
+                    return;
+                }
+            }
+        }
+        let Some(k) = kernel.as_mut() else { return };
+        job.session = lock(&self.state).kernel.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
+        job.status = "running".into();
+        job.started_at = Some(self.engine.clock.now_ms());
+        let _ = store.save_kernel_job(&job);
+
+        // Outputs are saved as they come: the first at once, later ones at most every 200 ms by a
+        // flusher, so a poll sees a job's progress even when it then goes quiet.
+        let live = Mutex::new((job.clone(), false));
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let run = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let mut l = lock(&live);
+                    if l.1 {
+                        let _ = store.save_kernel_job(&l.0);
+                        l.1 = false;
+                    }
+                }
+            });
+            let run = k.execute(&job.code, timeout, &mut |out: &Value| {
+                let mut l = lock(&live);
+                let first = l.0.outputs.is_empty();
+                l.0.outputs.push(out.clone());
+                if first {
+                    let _ = store.save_kernel_job(&l.0);
+                } else {
+                    l.1 = true;
+                }
+            });
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            run
+        });
+        let (status, error) = match &run.status {
+            kernel::CellStatus::Ok => ("ok", None),
+            kernel::CellStatus::Error { ename, evalue, .. } if ename == "KeyboardInterrupt" => {
+                ("interrupted", Some(format!("{ename}: {evalue}")))
+            }
+            kernel::CellStatus::Error { ename, evalue, .. } => ("error", Some(format!("{ename}: {evalue}"))),
+            kernel::CellStatus::Died { exit_code, signal } => (
+                "died",
+                Some(match (exit_code, signal) {
+                    (_, Some(s)) => format!("the kernel died (signal {s}); the next job starts a fresh kernel"),
+                    (Some(c), _) => format!("the kernel exited with code {c}; the next job starts a fresh kernel"),
+                    _ => "the kernel died; the next job starts a fresh kernel".into(),
+                }),
+            ),
+            kernel::CellStatus::TimedOut => (
+                "timed_out",
+                Some(format!(
+                    "the job ran past its {} s timeout: it was interrupted and its kernel killed",
+                    timeout.as_secs()
+                )),
+            ),
+            kernel::CellStatus::Lost { reason } => ("died", Some(format!("the kernel was lost: {reason}"))),
+            kernel::CellStatus::Cancelled => ("cancelled", Some("the session kernel was restarted".into())),
+        };
+        job.status = status.into();
+        job.error = error;
+        job.outputs = run.outputs;
+        job.execution_count = run.execution_count;
+        job.finished_at = Some(self.engine.clock.now_ms());
+        job.duration_ms = Some(run.duration.as_millis() as i64);
+        let _ = store.save_kernel_job(&job);
+    }
+
+    fn start_kernel(&self) -> Result<(ScratchKernel, String), EngineError> {
+        let python =
+            resolve_python(self.config.python.as_deref(), &self.engine.state.path().join("python"), &mut Quiet)?;
+        let session = format!("ses_{}", self.engine.ids.run_suffix());
+        // Short (the random end of the id), so IPC socket paths fit.
+        let runtime_dir = self.engine.state.path().join("kernels").join(&session[session.len().saturating_sub(12)..]);
+        let mut cfg = KernelConfig::new(&python, &self.config.workdir, &runtime_dir);
+        cfg.env = kernel_env();
+        let mut k = ScratchKernel::start(&cfg)
+            .map_err(|e| EngineError::Invalid(format!("failed to start the session kernel: {e}")))?;
+        let boot = k.execute(BOOTSTRAP, Duration::from_secs(60), &mut |_| {});
+        if boot.status != kernel::CellStatus::Ok {
+            return Err(EngineError::Invalid(format!(
+                "the session kernel's bootstrap failed: {:?}; see {}",
+                boot.status,
+                k.log_path().display()
+            )));
+        }
+        Ok((k, session))
+    }
+}

@@ -1,0 +1,141 @@
+//! The CLI's side of the daemon: find it (starting it on first need), call its HTTP API with the
+//! Operator token, follow a run's event stream.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::Failure;
+use crate::daemon::{self, StartOptions, auth};
+
+/// An auto-started daemon exits after this long with nothing to do; `cairn daemon start` starts
+/// one that stays.
+pub const AUTO_IDLE_EXIT: Duration = Duration::from_secs(15 * 60);
+
+pub struct Client {
+    base: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+/// An HTTP answer: status and JSON body.
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Client {
+    /// Connects to the daemon of `root`, starting it (detached, with an idle exit) if none runs.
+    pub fn connect(root: &Path) -> Result<Client, Failure> {
+        let info = match daemon::running(root) {
+            Some(info) => info,
+            None => {
+                let (info, started) =
+                    daemon::start(root, &StartOptions { idle_exit: Some(AUTO_IDLE_EXIT), ..Default::default() })?;
+                if started && std::env::var_os("CAIRN_QUIET_DAEMON").is_none() {
+                    eprintln!("started the cairn daemon (pid {}, {})", info.pid, info.url);
+                }
+                info
+            }
+        };
+        let token = auth::read_token(root, auth::Role::Operator)?.ok_or_else(|| {
+            Failure::usage(format!(
+                "the daemon runs but {} is missing; stop it with `cairn daemon stop` and start it again",
+                auth::token_path(root, auth::Role::Operator).display()
+            ))
+        })?;
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        Ok(Client { base: info.url, token, agent })
+    }
+
+    fn auth(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
+        let resp = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", self.auth())
+            .send_json(body)
+            .map_err(|e| unreachable_daemon(&self.base, e))?;
+        answer(resp)
+    }
+
+    pub fn get(&self, path: &str) -> Result<Answer, Failure> {
+        let resp = self
+            .agent
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", self.auth())
+            .call()
+            .map_err(|e| unreachable_daemon(&self.base, e))?;
+        answer(resp)
+    }
+
+    /// Streams a run's events (Server-Sent Events) on a thread: each event's JSON arrives on the
+    /// returned channel; the channel closes after `run.finished` or when the stream ends.
+    pub fn follow(&self, run_id: &str, after: i64) -> Result<mpsc::Receiver<Value>, Failure> {
+        let resp = self
+            .agent
+            .get(format!("{}/runs/{run_id}/events?follow=true&after={after}", self.base))
+            .header("Authorization", self.auth())
+            .header("Accept", "text/event-stream")
+            .call()
+            .map_err(|e| unreachable_daemon(&self.base, e))?;
+        if resp.status().as_u16() != 200 {
+            let a = answer(resp)?;
+            return Err(failure_of(&a));
+        }
+        let (tx, rx) = mpsc::channel();
+        let reader = BufReader::new(resp.into_body().into_reader());
+        std::thread::Builder::new()
+            .name("cairn-follow".into())
+            .spawn(move || {
+                for line in reader.lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(data) = line.strip_prefix("data:") {
+                        let Ok(event) = serde_json::from_str::<Value>(data.trim_start()) else { continue };
+                        let done = event["kind"] == "run.finished";
+                        if tx.send(event).is_err() || done {
+                            break;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| Failure::usage(format!("cannot start a thread to follow the run: {e}")))?;
+        Ok(rx)
+    }
+}
+
+fn answer(mut resp: ureq::http::Response<ureq::Body>) -> Result<Answer, Failure> {
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_json::<Value>()
+        .map_err(|e| Failure::usage(format!("the daemon answered {status} with a body that is not JSON: {e}")))?;
+    Ok(Answer { status, body })
+}
+
+fn unreachable_daemon(base: &str, e: ureq::Error) -> Failure {
+    Failure::usage(format!("cannot reach the cairn daemon at {base}: {e}; see `cairn daemon status`"))
+}
+
+/// The CLI's exit code and message for an error answer: 409 is a conflict (4), the rest usage or
+/// input errors (2).
+pub fn failure_of(a: &Answer) -> Failure {
+    let message = a.body["error"]["message"].as_str().map(String::from).unwrap_or_else(|| a.body.to_string());
+    let code = match a.status {
+        409 => 4,
+        _ => 2,
+    };
+    Failure { code, message }
+}

@@ -1,0 +1,254 @@
+//! `cairn kernel …`: the session kernel, through the daemon that owns it.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cairn_engine::{Engine, EngineError};
+use serde_json::{Value, json};
+
+use crate::Failure;
+use crate::cli::KernelCommand;
+use crate::client::{Client, failure_of};
+use crate::output::print_json;
+
+const TERMINAL: [&str; 6] = ["ok", "error", "died", "timed_out", "interrupted", "cancelled"];
+
+pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
+    match command {
+        KernelCommand::Exec { code, file, timeout, detach, json } => {
+            let code = match (code, file) {
+                (Some(c), _) => c,
+                (None, Some(f)) => read_code(&f)?,
+                (None, None) => return Err(Failure::usage("give the code, or --file FILE")),
+            };
+            let client = Client::connect(root)?;
+            let mut body = json!({"code": code});
+            if let Some(t) = timeout {
+                body["timeout_secs"] = json!(t);
+            }
+            let job = expect(client.post("/kernel/jobs", &body)?, 202)?;
+            let job_id = job["job_id"].as_str().unwrap_or_default().to_string();
+            if detach {
+                if json {
+                    print_json(&job);
+                } else {
+                    println!("{job_id} queued; see it with `cairn kernel poll {job_id}`");
+                }
+                return Ok(0);
+            }
+            let job = wait(&client, &job_id, json)?;
+            Ok(finish(&job, json))
+        }
+        KernelCommand::Jobs { json } => {
+            let client = Client::connect(root)?;
+            let list = expect(client.get("/kernel/jobs")?, 200)?;
+            if json {
+                print_json(&list);
+            } else {
+                let jobs = list["jobs"].as_array().cloned().unwrap_or_default();
+                if jobs.is_empty() {
+                    eprintln!("no session jobs yet; run one with `cairn kernel exec CODE`");
+                }
+                for j in jobs {
+                    let first = j["code"].as_str().unwrap_or("").lines().next().unwrap_or("").to_string();
+                    println!(
+                        "{}  {:<11} {:>8}  {}  {}",
+                        j["job_id"].as_str().unwrap_or(""),
+                        j["status"].as_str().unwrap_or(""),
+                        j["duration_ms"].as_i64().map(|m| format!("{m} ms")).unwrap_or_default(),
+                        j["submitted_at"].as_str().unwrap_or(""),
+                        first.chars().take(60).collect::<String>()
+                    );
+                }
+            }
+            Ok(0)
+        }
+        KernelCommand::Poll { job_id, json } => {
+            let client = Client::connect(root)?;
+            let job = expect(client.get(&format!("/kernel/jobs/{job_id}"))?, 200)?;
+            if json {
+                print_json(&job);
+            } else {
+                print_outputs(&job, 0);
+                eprintln!("{}", summary(&job));
+            }
+            Ok(0)
+        }
+        KernelCommand::Interrupt { json } => {
+            let client = Client::connect(root)?;
+            let out = expect(client.post("/kernel/interrupt", &json!({}))?, 200)?;
+            if json {
+                print_json(&out);
+            } else {
+                match out["interrupted"].as_str() {
+                    Some(j) => println!("interrupted {j}"),
+                    None => println!("no job was running"),
+                }
+            }
+            Ok(0)
+        }
+        KernelCommand::Restart { json } => {
+            let client = Client::connect(root)?;
+            let out = expect(client.post("/kernel/restart", &json!({}))?, 200)?;
+            if json {
+                print_json(&out);
+            } else {
+                let cancelled = out["cancelled"].as_array().map(Vec::len).unwrap_or(0);
+                match out["killed_session"].as_str() {
+                    Some(s) => println!("killed session {s}; {cancelled} job(s) cancelled; the next job starts fresh"),
+                    None => println!("no kernel was running; the next job starts fresh"),
+                }
+            }
+            Ok(0)
+        }
+        KernelCommand::Export { workflow, output, json } => {
+            let (path, what) = if workflow { export_workflow(root, output)? } else { export_audit(root, output)? };
+            if json {
+                print_json(&json!({"path": path.display().to_string(), "kind": what}));
+            } else {
+                println!("{}", path.display());
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn read_code(path: &Path) -> Result<String, Failure> {
+    let mut text = String::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text).map_err(|e| Failure::usage(format!("stdin: {e}")))?;
+    } else {
+        text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::usage(format!("{}: cannot read the code: {e}", path.display())))?;
+    }
+    Ok(text)
+}
+
+fn expect(answer: crate::client::Answer, status: u16) -> Result<Value, Failure> {
+    if answer.status == status { Ok(answer.body) } else { Err(failure_of(&answer)) }
+}
+
+/// Polls the job until it ends, printing its outputs as they come (unless --json). Ctrl-C stops
+/// waiting; the job goes on in the daemon.
+fn wait(client: &Client, job_id: &str, json: bool) -> Result<Value, Failure> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let registered = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+    let mut shown = 0;
+    loop {
+        let job = expect(client.get(&format!("/kernel/jobs/{job_id}"))?, 200)?;
+        if !json {
+            shown = print_outputs(&job, shown);
+        }
+        if TERMINAL.contains(&job["status"].as_str().unwrap_or("")) {
+            if let Ok(id) = registered {
+                signal_hook::low_level::unregister(id);
+            }
+            return Ok(job);
+        }
+        if stop.load(Ordering::SeqCst) {
+            eprintln!(
+                "\nstopped waiting: {job_id} goes on in the session kernel.\n  see it:      cairn kernel poll {job_id}\n  interrupt:   cairn kernel interrupt"
+            );
+            return Err(Failure { code: 130, message: format!("detached from {job_id}") });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Prints the outputs' text beyond the first `printed` bytes; returns the new total. While a job
+/// runs its outputs are the raw messages and at its end the merged ones, whose text is the same.
+fn print_outputs(job: &Value, printed: usize) -> usize {
+    let text: String = job["outputs"].as_array().map(|o| o.iter().map(text_of).collect()).unwrap_or_default();
+    if let Some(new) = text.get(printed..) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(new.as_bytes());
+        let _ = out.flush();
+    }
+    text.len().max(printed)
+}
+
+fn text_of(o: &Value) -> String {
+    let join = |v: &Value| match v {
+        Value::Array(parts) => parts.iter().filter_map(Value::as_str).collect::<String>(),
+        Value::String(s) => s.clone(),
+        _ => String::new(),
+    };
+    match o["output_type"].as_str() {
+        Some("stream") => join(&o["text"]),
+        Some("execute_result") | Some("display_data") => {
+            let mut t = join(&o["data"]["text/plain"]);
+            if !t.ends_with('\n') {
+                t.push('\n');
+            }
+            t
+        }
+        Some("error") => {
+            format!("{}: {}\n", o["ename"].as_str().unwrap_or(""), o["evalue"].as_str().unwrap_or(""))
+        }
+        _ => String::new(),
+    }
+}
+
+fn summary(job: &Value) -> String {
+    let mut s = format!("{} {}", job["job_id"].as_str().unwrap_or(""), job["status"].as_str().unwrap_or(""));
+    if let Some(ms) = job["duration_ms"].as_i64() {
+        s.push_str(&format!(" ({ms} ms)"));
+    }
+    if let Some(e) = job["error"].as_str() {
+        s.push_str(&format!(": {e}"));
+    }
+    s
+}
+
+/// 0 for `ok`, 1 for a job that ended otherwise (as a failed verification).
+fn finish(job: &Value, json: bool) -> u8 {
+    if json {
+        print_json(job);
+    } else {
+        eprintln!("{}", summary(job));
+    }
+    if job["status"] == "ok" { 0 } else { 1 }
+}
+
+fn export_audit(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'static str), Failure> {
+    let client = Client::connect(root)?;
+    let notebook = expect(client.get("/kernel/audit")?, 200)?;
+    let path = match output {
+        Some(p) => p,
+        None => {
+            let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%S%.3fZ").to_string().replace('.', "");
+            root.join("workflows").join("audit").join(format!("session-{stamp}.ipynb"))
+        }
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Failure::usage(format!("{}: {e}", parent.display())))?;
+    }
+    let text = serde_json::to_vec_pretty(&notebook).unwrap_or_default();
+    std::fs::write(&path, text)
+        .map_err(|e| Failure::usage(format!("{}: cannot write the notebook: {e}", path.display())))?;
+    Ok((path, "audit"))
+}
+
+fn export_workflow(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'static str), Failure> {
+    let engine = Engine::open(root)?;
+    let passed = engine
+        .store
+        .verifications(1000)
+        .map_err(EngineError::from)?
+        .into_iter()
+        .find_map(|v| v.notebook.filter(|n| v.verdict.as_deref() == Some("passed") && Path::new(n).is_file()))
+        .ok_or_else(|| {
+            Failure::usage("no verified workflow notebook exists yet; verify a document with `cairn verify DOC`")
+        })?;
+    match output {
+        Some(p) => {
+            std::fs::copy(&passed, &p)
+                .map_err(|e| Failure::usage(format!("{}: cannot write the notebook: {e}", p.display())))?;
+            Ok((p, "workflow"))
+        }
+        None => Ok((PathBuf::from(passed), "workflow")),
+    }
+}

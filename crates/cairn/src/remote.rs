@@ -1,0 +1,93 @@
+//! Runs through the daemon: submit, follow the run's events live (progress on a terminal), and
+//! print the result. Ctrl-C detaches: the run goes on in the daemon.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
+
+use cairn_core::status::Outcome;
+use cairn_engine::Engine;
+use cairn_engine::runner::{NoProgress, Observer, RunReport};
+use serde_json::Value;
+
+use crate::Failure;
+use crate::client::{Client, failure_of};
+use crate::commands::report_of;
+use crate::progress::TerminalProgress;
+
+/// Submits `body` to `POST /runs`, follows the run until it finishes, and returns its report,
+/// read from the registry.
+pub fn submit_and_follow(root: &Path, body: &Value, json: bool) -> Result<RunReport, Failure> {
+    let client = Client::connect(root)?;
+    let answer = client.post("/runs", body)?;
+    if !matches!(answer.status, 200 | 202) {
+        return Err(failure_of(&answer));
+    }
+    let run_id = answer.body["run_id"]
+        .as_str()
+        .ok_or_else(|| Failure::usage(format!("the daemon answered without a run_id: {}", answer.body)))?
+        .to_string();
+    if answer.status == 202 {
+        let total = answer.body["steps"].as_array().map(Vec::len).unwrap_or(0);
+        follow(&client, &run_id, total, json)?;
+    }
+    let engine = Engine::open(root)?;
+    let report = report_of(&engine, &run_id)?;
+    if !report.run.status.is_terminal() {
+        eprintln!(
+            "lost the daemon's event stream while run {run_id} was {}: the daemon stopped or died. \
+             The next daemon resumes the run (`cairn daemon start`); follow it with `cairn events {run_id} --follow`",
+            report.run.status
+        );
+    }
+    Ok(report)
+}
+
+/// Follows a run's events until `run.finished` (or the stream ends), feeding the progress
+/// display. On Ctrl-C, detaches: prints how to follow or cancel and exits 130.
+pub fn follow(client: &Client, run_id: &str, total: usize, json: bool) -> Result<(), Failure> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    // Registering replaces the default action: Ctrl-C no longer kills this process, it detaches.
+    let registered = signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone());
+    let events = client.follow(run_id, 0)?;
+    let mut obs: Box<dyn Observer> =
+        if !json && std::io::stderr().is_terminal() { Box::new(TerminalProgress::new()) } else { Box::new(NoProgress) };
+    obs.run_started(run_id, total);
+    loop {
+        match events.recv_timeout(Duration::from_millis(100)) {
+            Ok(event) => show(obs.as_mut(), &event),
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if interrupted.load(Ordering::SeqCst) {
+            drop(obs);
+            eprintln!(
+                "\ndetached: run {run_id} goes on in the daemon.\n  follow it:  cairn events {run_id} --follow\n  see it:     cairn show {run_id}\n  cancel it:  cairn cancel {run_id}"
+            );
+            return Err(Failure { code: 130, message: format!("detached from run {run_id}") });
+        }
+    }
+    if let Ok(id) = registered {
+        signal_hook::low_level::unregister(id);
+    }
+    Ok(())
+}
+
+fn show(obs: &mut dyn Observer, event: &Value) {
+    let step = event["step_id"].as_str().unwrap_or("");
+    let attempt = event["attempt"].as_u64().unwrap_or(1) as u32;
+    let duration = Duration::from_micros(event["data"]["duration_us"].as_u64().unwrap_or(0));
+    match event["kind"].as_str().unwrap_or("") {
+        "step.started" => obs.step_started(step, attempt),
+        "step.completed" => obs.step_finished(step, Outcome::Completed, attempt, duration),
+        "step.failed" | "step.retrying" => {
+            let outcome = event["data"]["outcome"].as_str().and_then(|o| o.parse().ok()).unwrap_or(Outcome::Failed);
+            obs.step_finished(step, outcome, attempt, duration)
+        }
+        "step.replay_reused" => obs.step_skipped(step, "reused from the source run"),
+        _ => {}
+    }
+}
