@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod dag;
 pub mod document;
 pub mod ids;
+pub mod plan;
 pub mod replay;
 pub mod signature;
 pub mod status;

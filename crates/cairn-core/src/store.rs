@@ -52,6 +52,8 @@ pub struct RunRecord {
     pub owner: Option<String>,
     /// The conversation the run was submitted in (the API's `thread_id`).
     pub thread_id: Option<String>,
+    /// The approved plan it executes, if any.
+    pub plan_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -190,6 +192,12 @@ pub enum StoreError {
     RunFinished { run_id: String, status: String },
     #[error("step `{step_id}` of run `{run_id}` already has a record")]
     StepExists { run_id: String, step_id: String },
+    #[error("a plan named `{0}` exists already; plans are immutable, so choose another --name")]
+    PlanExists(String),
+    #[error("receipt `{0}` was consumed already; a receipt approves one execution, once")]
+    ReceiptConsumed(String),
+    #[error("run_dir {run_dir} on target `{target}` is reserved by run `{run_id}`; one run per target and run_dir")]
+    RunDirReserved { target: String, run_dir: String, run_id: String },
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]
@@ -213,6 +221,29 @@ pub struct KernelJob {
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub duration_ms: Option<i64>,
+}
+
+/// The index row of a stored plan (the plan itself is an immutable file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    pub plan_name: String,
+    pub plan_id: String,
+    pub plan_checksum: String,
+    pub workflow: String,
+    pub version: String,
+    pub target: String,
+    pub run_dir: String,
+    pub created_at: i64,
+}
+
+/// What consuming a receipt does, in one transaction: the receipt is marked consumed, the
+/// `target + run_dir` reserved, and the run created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumeReceipt {
+    pub receipt_id: String,
+    pub plan_id: String,
+    pub target: String,
+    pub run: NewRun,
 }
 
 /// The registry of workflows, runs, step records and events.
@@ -279,4 +310,15 @@ pub trait RunStore {
     fn kernel_job(&self, job_id: &str) -> Result<Option<KernelJob>, StoreError>;
     /// Every retained job, oldest first.
     fn kernel_jobs(&self) -> Result<Vec<KernelJob>, StoreError>;
+    fn insert_plan(&self, plan: &PlanRecord) -> Result<(), StoreError>;
+    fn plan(&self, plan_name: &str) -> Result<Option<PlanRecord>, StoreError>;
+    /// Newest first.
+    fn plans(&self) -> Result<Vec<PlanRecord>, StoreError>;
+    /// Consumes the receipt, reserves `target + run_dir` and creates the run (with `plan_id`), in
+    /// one transaction: a consumed receipt or a reserved run_dir changes nothing.
+    fn consume_receipt(&self, c: &ConsumeReceipt) -> Result<RunRecord, StoreError>;
+    /// The run that consumed a receipt of this plan, if any.
+    fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError>;
+    /// The run reserved for `target + run_dir`, if any.
+    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError>;
 }

@@ -58,7 +58,10 @@ impl EngineError {
             | EngineError::Store(StoreError::StaleToken { .. })
             | EngineError::Store(StoreError::StaleRevision { .. })
             | EngineError::Store(StoreError::StepExists { .. })
-            | EngineError::Store(StoreError::RunFinished { .. }) => ErrorKind::Conflict,
+            | EngineError::Store(StoreError::RunFinished { .. })
+            | EngineError::Store(StoreError::PlanExists(_))
+            | EngineError::Store(StoreError::ReceiptConsumed(_))
+            | EngineError::Store(StoreError::RunDirReserved { .. }) => ErrorKind::Conflict,
             EngineError::Store(_) | EngineError::Io { .. } => ErrorKind::Internal,
             EngineError::Interrupted(_) | EngineError::Stopped { .. } => ErrorKind::Interrupted,
         }

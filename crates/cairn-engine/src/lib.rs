@@ -3,6 +3,7 @@
 
 mod env;
 mod error;
+pub mod plan;
 pub mod registry;
 pub mod replay;
 pub mod runner;

@@ -34,6 +34,9 @@ pub struct ReplayRequest {
     pub owner: Option<String>,
     pub thread_id: Option<String>,
     pub stop: Option<StopSignal>,
+    /// Load the workflow from this folder instead of its registry snapshot (an approved plan's
+    /// deployed copy; the same digest).
+    pub workflow_dir: Option<std::path::PathBuf>,
 }
 
 /// Everything decided before a replay creates anything.
@@ -106,6 +109,10 @@ impl Engine {
                 source.workflow
             ))
         })?;
+        let mut record = record;
+        if let Some(dir) = &req.workflow_dir {
+            record.path = dir.display().to_string();
+        }
         let workflow = load_record(record)?;
         if req.step_ids.is_empty() {
             return Err(EngineError::Invalid("name at least one step to replay with --step ID".into()));
@@ -186,14 +193,14 @@ impl Engine {
         Ok(prepared)
     }
 
-    fn replay_identity(&self, prepared: &PreparedReplay) -> Result<String, EngineError> {
+    pub(crate) fn replay_identity(&self, prepared: &PreparedReplay) -> Result<String, EngineError> {
         let spec = prepared.workflow.spec();
         run_identity(&spec.name, &spec.version, &prepared.input, Some(&prepared.directive()))
             .map_err(|e| EngineError::Invalid(format!("run input: {e}")))
     }
 
     /// The child run's record, before anything is created.
-    fn replay_run(&self, req: &ReplayRequest, prepared: &PreparedReplay) -> Result<NewRun, EngineError> {
+    pub(crate) fn replay_run(&self, req: &ReplayRequest, prepared: &PreparedReplay) -> Result<NewRun, EngineError> {
         let spec = prepared.workflow.spec();
         let identity = self.replay_identity(prepared)?;
         let new = self.new_run(
@@ -253,6 +260,8 @@ impl Engine {
             version: Some(run.version.clone()),
             workflow: Some(run.workflow.clone()),
             thread_id: run.thread_id.clone(),
+            // A planned replay executes the workflow its approval deployed into its run_dir.
+            workflow_dir: run.plan_id.as_ref().map(|_| std::path::Path::new(&run.run_dir).join("workflow")),
             ..ReplayRequest::default()
         })
     }

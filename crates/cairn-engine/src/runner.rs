@@ -482,6 +482,25 @@ impl Engine {
                 max_stdout: self.options.max_stdout,
                 stderr_tail: self.options.stderr_tail,
             };
+            // The files the tool's digest was computed from must still be those bytes: a tool
+            // changed on disk since the run loaded it is never run under the old signature.
+            if let Some(why) = changed_tool_file(wf, tool) {
+                let error = format!("step `{}`: {why}; it was not run", step.id);
+                let finish = FinishAttempt {
+                    run_id: run.run_id.clone(),
+                    step_id: step.id.clone(),
+                    token: token.clone(),
+                    attempt,
+                    outcome: Outcome::Failed,
+                    result: None,
+                    error: Some(error.clone()),
+                    log_tail: None,
+                    duration_us: 0,
+                    at: self.clock.now_ms(),
+                };
+                self.store.fail_attempt(&finish, &error)?;
+                return Ok(None);
+            }
             let mut record_err = None;
             let out = run_tool(&cmd, &mut |p: &ProcessIdentity| {
                 let info = ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time };
@@ -615,6 +634,19 @@ enum Progress {
 enum Msg {
     Progress(Progress),
     Done { index: usize, outcome: Result<Option<Value>, EngineError> },
+}
+
+/// Which of the tool's files no longer has the SHA-256 its digest was computed from, in words.
+fn changed_tool_file(wf: &LoadedWorkflow, tool: &crate::registry::LoadedTool) -> Option<String> {
+    let dir = std::path::Path::new(&wf.record.path);
+    tool.files.iter().find_map(|f| {
+        let path = dir.join(&f.path);
+        match std::fs::read(&path) {
+            Ok(bytes) if cairn_core::canonical::sha256_hex(&bytes) == f.sha256 => None,
+            Ok(_) => Some(format!("tool file {} changed since the run loaded it", path.display())),
+            Err(e) => Some(format!("tool file {} cannot be read: {e}", path.display())),
+        }
+    })
 }
 
 fn missing_row(step: &str) -> EngineError {

@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_verifications.sql"),
     include_str!("../migrations/0003_daemon.sql"),
+    include_str!("../migrations/0004_plans.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -148,7 +149,7 @@ fn insert_event(
 }
 
 const RUN_COLUMNS: &str = "run_id, workflow, version, identity_hash, input_json, status, revision, run_dir, created_at, \
-     updated_at, finished_at, findings_json, error, source_run_id, replay_json, owner, thread_id";
+     updated_at, finished_at, findings_json, error, source_run_id, replay_json, owner, thread_id, plan_id";
 
 fn run_from_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>> {
     let input: String = r.get(4)?;
@@ -175,9 +176,25 @@ fn run_from_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>> 
             source_run_id: r.get(13).map_err(db)?,
             owner: r.get(15).map_err(db)?,
             thread_id: r.get(16).map_err(db)?,
+            plan_id: r.get(17).map_err(db)?,
         })
     };
     Ok(build())
+}
+
+const PLAN_COLUMNS: &str = "plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at";
+
+fn plan_from_row(r: &Row<'_>) -> rusqlite::Result<PlanRecord> {
+    Ok(PlanRecord {
+        plan_name: r.get(0)?,
+        plan_id: r.get(1)?,
+        plan_checksum: r.get(2)?,
+        workflow: r.get(3)?,
+        version: r.get(4)?,
+        target: r.get(5)?,
+        run_dir: r.get(6)?,
+        created_at: r.get(7)?,
+    })
 }
 
 const JOB_COLUMNS: &str = "job_id, session, code, status, outputs_json, execution_count, error, submitted_at, \
@@ -919,6 +936,130 @@ impl RunStore for SqliteStore {
             .map_err(db)?
             .into_iter()
             .collect()
+    }
+
+    fn insert_plan(&self, p: &PlanRecord) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let exists: Option<String> = tx
+                .query_row("SELECT plan_id FROM plans WHERE plan_name = ?1", [&p.plan_name], |r| r.get(0))
+                .optional()
+                .map_err(db)?;
+            if exists.is_some() {
+                return Err(StoreError::PlanExists(p.plan_name.clone()));
+            }
+            tx.execute(
+                "INSERT INTO plans (plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    p.plan_name,
+                    p.plan_id,
+                    p.plan_checksum,
+                    p.workflow,
+                    p.version,
+                    p.target,
+                    p.run_dir,
+                    p.created_at
+                ],
+            )
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn plan(&self, plan_name: &str) -> Result<Option<PlanRecord>, StoreError> {
+        let conn = self.conn();
+        conn.query_row(&format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_name = ?1"), [plan_name], plan_from_row)
+            .optional()
+            .map_err(db)
+    }
+
+    fn plans(&self) -> Result<Vec<PlanRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&format!("SELECT {PLAN_COLUMNS} FROM plans ORDER BY created_at DESC, rowid DESC"))
+            .map_err(db)?;
+        stmt.query_map([], plan_from_row).map_err(db)?.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
+    }
+
+    fn consume_receipt(&self, c: &ConsumeReceipt) -> Result<RunRecord, StoreError> {
+        self.write(|tx| {
+            let consumed: Option<String> = tx
+                .query_row("SELECT run_id FROM receipts WHERE receipt_id = ?1", [&c.receipt_id], |r| r.get(0))
+                .optional()
+                .map_err(db)?;
+            if consumed.is_some() {
+                return Err(StoreError::ReceiptConsumed(c.receipt_id.clone()));
+            }
+            let reserved: Option<String> = tx
+                .query_row(
+                    "SELECT run_id FROM reservations WHERE target = ?1 AND run_dir = ?2",
+                    params![c.target, c.run.run_dir],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db)?;
+            if let Some(run_id) = reserved {
+                return Err(StoreError::RunDirReserved {
+                    target: c.target.clone(),
+                    run_dir: c.run.run_dir.clone(),
+                    run_id,
+                });
+            }
+            if load_run(tx, &c.run.run_id)?.is_some() {
+                return Err(StoreError::Database(format!("run id `{}` exists already", c.run.run_id)));
+            }
+            let n = &c.run;
+            tx.execute(
+                "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
+                 run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![
+                    n.run_id,
+                    n.workflow,
+                    n.version,
+                    n.identity_hash,
+                    to_json(&n.input),
+                    n.run_dir,
+                    n.at,
+                    n.source_run_id,
+                    n.replay.as_ref().map(to_json),
+                    n.owner,
+                    n.thread_id,
+                    c.plan_id,
+                ],
+            )
+            .map_err(db)?;
+            tx.execute(
+                "INSERT INTO receipts (receipt_id, plan_id, run_id, consumed_at) VALUES (?1, ?2, ?3, ?4)",
+                params![c.receipt_id, c.plan_id, n.run_id, n.at],
+            )
+            .map_err(db)?;
+            tx.execute(
+                "INSERT INTO reservations (target, run_dir, run_id, plan_id, reserved_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![c.target, n.run_dir, n.run_id, c.plan_id, n.at],
+            )
+            .map_err(db)?;
+            let data = json!({"workflow": n.workflow, "version": n.version, "identity_hash": n.identity_hash,
+                              "plan_id": c.plan_id, "receipt_id": c.receipt_id, "target": c.target, "run_dir": n.run_dir});
+            insert_event(tx, &n.run_id, "run.created", None, None, n.at, &data)?;
+            load_run(tx, &n.run_id)?.ok_or_else(|| StoreError::RunNotFound(n.run_id.clone()))
+        })
+    }
+
+    fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.conn();
+        conn.query_row("SELECT run_id FROM receipts WHERE plan_id = ?1", [plan_id], |r| r.get(0)).optional().map_err(db)
+    }
+
+    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.conn();
+        conn.query_row(
+            "SELECT run_id FROM reservations WHERE target = ?1 AND run_dir = ?2",
+            params![target, run_dir],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db)
     }
 }
 

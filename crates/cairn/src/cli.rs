@@ -134,6 +134,52 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Plan a run (read-only: nothing is created at --run-dir), or show a stored plan.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Plan {
+        #[command(subcommand)]
+        command: Option<PlanCommand>,
+        /// NAME or NAME@VERSION (with --replay: omit it, or give NAME@VERSION to replay on another version).
+        #[arg(required_unless_present = "replay")]
+        workflow: Option<String>,
+        /// The run input: a JSON file, or - for stdin (with --replay: default the source's).
+        #[arg(long, value_name = "FILE", required_unless_present = "replay")]
+        input: Option<PathBuf>,
+        /// Plan a replay of this finished run instead (with --step).
+        #[arg(long, value_name = "SOURCE_RUN_ID", requires = "steps")]
+        replay: Option<String>,
+        /// A step to re-execute in the replay (repeatable); its descendants re-execute too.
+        #[arg(long = "step", value_name = "ID", requires = "replay")]
+        steps: Vec<String>,
+        /// Where it runs (`local`).
+        #[arg(long, value_name = "TARGET", default_value = "local")]
+        target: String,
+        /// The absolute directory the run will create (it must not exist; its parent must be writable).
+        #[arg(long, value_name = "ABS_DIR", required = true)]
+        run_dir: Option<PathBuf>,
+        /// Name the plan (default: the workflow's name and a short id).
+        #[arg(long, value_name = "PLAN_NAME")]
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stored plans, newest first.
+    Plans {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve and execute a stored plan: the only way a plan runs.
+    ExecutePlan {
+        plan_name: String,
+        /// The plan id you were shown.
+        #[arg(long = "id", value_name = "PLAN_ID")]
+        plan_id: String,
+        /// The plan checksum you were shown.
+        #[arg(long, value_name = "SUM")]
+        checksum: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Cancel a run: stop its process groups (SIGTERM, grace, SIGKILL); it ends CANCELLED.
     Cancel {
         run_id: String,
@@ -149,6 +195,16 @@ pub enum Command {
     Daemon {
         #[command(subcommand)]
         command: DaemonCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PlanCommand {
+    /// Show a stored plan (checked against the checksum it was stored with).
+    Show {
+        plan_name: String,
+        #[arg(long)]
+        json: bool,
     },
 }
 

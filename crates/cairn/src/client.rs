@@ -31,7 +31,16 @@ impl Client {
     /// Connects to the daemon of `root`, starting it (detached, with an idle exit) if none runs.
     pub fn connect(root: &Path) -> Result<Client, Failure> {
         let info = match daemon::running(root) {
-            Some(info) => info,
+            Some(info) => {
+                if !info.build.is_empty() && info.build != daemon::build_id() {
+                    eprintln!(
+                        "note: the running daemon (pid {}) is another build of cairn than this command; \
+                         `cairn daemon stop` and run again to use this one",
+                        info.pid
+                    );
+                }
+                info
+            }
             None => {
                 let (info, started) =
                     daemon::start(root, &StartOptions { idle_exit: Some(AUTO_IDLE_EXIT), ..Default::default() })?;

@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
 use cairn_core::status::RunStatus;
+use cairn_engine::plan::PlanRequest;
 use cairn_engine::registry::{self, add_workflow, load_record, load_workflow};
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunReport, RunRequest};
@@ -11,7 +12,7 @@ use cairn_engine::verify::VerifyRequest;
 use cairn_engine::{Engine, EngineError};
 use serde_json::{Value, json};
 
-use crate::cli::{Cli, Command, DaemonCommand, WorkflowCommand};
+use crate::cli::{Cli, Command, DaemonCommand, PlanCommand, WorkflowCommand};
 use crate::client::{Client, failure_of};
 use crate::daemon::{self, ServeOptions, StartOptions};
 use crate::output::{self, print_json};
@@ -222,8 +223,114 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Daemon { command } => daemon_command(&state_root(cli.home)?, command),
+        Command::Plan { command: Some(PlanCommand::Show { plan_name, json }), .. } => {
+            let engine = open_engine(cli.home)?;
+            let plan = engine.load_plan(&plan_name)?;
+            print_plan(&plan, json);
+            Ok(0)
+        }
+        Command::Plan { command: None, workflow, input, replay, steps, target, run_dir, name, json } => {
+            let engine = open_engine(cli.home)?;
+            let Some(run_dir) = run_dir else {
+                return Err(Failure::usage("cairn plan needs --run-dir ABS_DIR"));
+            };
+            let input = match input {
+                Some(f) => read_input(&f)?,
+                None => Value::Null,
+            };
+            let workflow = match (&replay, workflow) {
+                (_, Some(w)) => w,
+                (Some(source), None) => {
+                    engine.store.run(source).map_err(EngineError::from)?.map(|r| r.workflow).ok_or_else(|| {
+                        Failure::usage(format!("source run `{source}` was not found; list runs with `cairn runs`"))
+                    })?
+                }
+                (None, None) => return Err(Failure::usage("cairn plan needs WORKFLOW and --input FILE")),
+            };
+            let replay = replay.map(|source| (source, steps));
+            let plan = engine.make_plan(&PlanRequest { workflow, input, target, run_dir, name, replay })?;
+            print_plan(&plan, json);
+            if !json {
+                eprintln!(
+                    "\nnothing was created. To execute exactly this plan:\n  cairn execute-plan {} --id {} --checksum {}",
+                    plan.plan_name, plan.plan_id, plan.plan_checksum
+                );
+            }
+            Ok(0)
+        }
+        Command::Plans { json } => {
+            let engine = open_engine(cli.home)?;
+            let plans = engine.store.plans().map_err(EngineError::from)?;
+            if json {
+                let list: Vec<Value> = plans
+                    .iter()
+                    .map(|p| {
+                        json!({"plan_name": p.plan_name, "plan_id": p.plan_id, "plan_checksum": p.plan_checksum,
+                               "workflow": p.workflow, "version": p.version, "target": p.target, "run_dir": p.run_dir,
+                               "created_at": output::time(p.created_at),
+                               "run_id": engine.store.run_of_plan(&p.plan_id).ok().flatten()})
+                    })
+                    .collect();
+                print_json(&json!({"plans": list}));
+            } else if plans.is_empty() {
+                eprintln!("no plans yet; make one with `cairn plan WORKFLOW --input F --run-dir ABS_DIR`");
+            } else {
+                for p in &plans {
+                    let run = engine.store.run_of_plan(&p.plan_id).ok().flatten();
+                    println!(
+                        "{:<32} {}@{}  {}:{}  {}",
+                        p.plan_name,
+                        p.workflow,
+                        p.version,
+                        p.target,
+                        p.run_dir,
+                        run.map(|r| format!("executed as {r}")).unwrap_or_else(|| "not executed".into())
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Command::ExecutePlan { plan_name, plan_id, checksum, json } => {
+            let root = state_root(cli.home)?;
+            let body = json!({"plan_id": plan_id, "plan_checksum": checksum});
+            let report = remote::post_and_follow(&root, &format!("/plans/{plan_name}/execute"), &body, json)?;
+            finish_run_output(&report, json)
+        }
         Command::Kernel { command } => crate::kernel::run(&state_root(cli.home)?, command),
     }
+}
+
+fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
+    if json {
+        print_json(&serde_json::to_value(plan).unwrap_or_default());
+        return;
+    }
+    println!("plan {}  ({})", plan.plan_name, plan.plan_id);
+    println!("  workflow  {}@{} (snapshot {})", plan.workflow, plan.version, &plan.workflow_digest[..16]);
+    println!("  target    {}", plan.target);
+    println!("  run_dir   {}", plan.run_dir);
+    if let Some(r) = &plan.replay {
+        println!("  replay of {} (requested: {})", r["source_run_id"].as_str().unwrap_or(""), r["step_ids"]);
+        for d in r["decisions"].as_array().into_iter().flatten() {
+            println!("    {:<24} {}", d["step_id"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or(""));
+        }
+    }
+    println!("  commands");
+    for c in &plan.commands {
+        println!("    {:<24} {}", c.step_id, c.argv.join(" "));
+    }
+    println!("  input files");
+    if plan.inputs.is_empty() {
+        println!("    (none)");
+    }
+    for f in &plan.inputs {
+        println!("    {}  sha256 {}", f.path, f.sha256);
+    }
+    println!("  effects");
+    for e in &plan.effects {
+        println!("    {}", e.describe());
+    }
+    println!("  checksum  {}", plan.plan_checksum);
 }
 
 /// This process as a run owner (`pid:start_time`), so a daemon can tell when it is gone.

@@ -10,8 +10,10 @@ use serde_json::{Value, json};
 use crate::wire;
 
 pub fn print_json(v: &Value) {
-    // Serialising a Value cannot fail.
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    use std::io::Write;
+    // Serialising a Value cannot fail; a closed stdout (`| head`) is not an error worth a panic.
+    let text = serde_json::to_string_pretty(v).unwrap_or_default();
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
 
 pub use crate::wire::time;

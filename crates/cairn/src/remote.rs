@@ -21,8 +21,14 @@ use crate::progress::TerminalProgress;
 /// Submits `body` to `POST /runs`, follows the run until it finishes, and returns its report,
 /// read from the registry.
 pub fn submit_and_follow(root: &Path, body: &Value, json: bool) -> Result<RunReport, Failure> {
+    post_and_follow(root, "/runs", body, json)
+}
+
+/// POSTs `body` to an endpoint that answers with a run (202 queued, 200 finished), follows it
+/// until it finishes, and returns its report.
+pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Result<RunReport, Failure> {
     let client = Client::connect(root)?;
-    let answer = client.post("/runs", body)?;
+    let answer = client.post(path, body)?;
     if !matches!(answer.status, 200 | 202) {
         return Err(failure_of(&answer));
     }

@@ -450,6 +450,24 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         protected("POST", "/kernel/interrupt", None, FORBIDDEN, OK),
         protected("POST", "/kernel/restart", None, FORBIDDEN, OK),
         protected("GET", "/kernel/audit", None, OK, OK),
+        // Plans. The operator's plan is refused for its relative run_dir and its execution of an
+        // unknown plan is 404, so nothing is planned or executed.
+        protected("GET", "/plans", None, OK, OK),
+        protected(
+            "POST",
+            "/plans",
+            Some(json!({"workflow": "demo", "input": {}, "target": "local", "run_dir": "relative"})),
+            FORBIDDEN,
+            (422, Some("invalid_request")),
+        ),
+        protected("GET", "/plans/nope", None, NOT_FOUND, NOT_FOUND),
+        protected(
+            "POST",
+            "/plans/nope/execute",
+            Some(json!({"plan_id": "plan_x", "plan_checksum": "0"})),
+            FORBIDDEN,
+            NOT_FOUND,
+        ),
         // Not an endpoint: 404 for everyone, as JSON.
         public("GET", "/nope", NOT_FOUND),
         public("DELETE", "/runs/R1", (405, Some("method_not_allowed"))),

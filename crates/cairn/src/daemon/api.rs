@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use cairn_core::store::StoreError;
+use cairn_engine::plan::PlanRequest;
 use cairn_engine::registry::{load_record, load_workflow};
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{RunReport, RunRequest};
@@ -171,6 +172,9 @@ pub fn router(state: AppRef) -> Router {
         .route("/runs/{run_id}/cancel", post(cancel_run))
         .route("/workflows", get(list_workflows))
         .route("/workflows/{name}", get(get_workflow))
+        .route("/plans", get(list_plans).post(create_plan))
+        .route("/plans/{name}", get(get_plan))
+        .route("/plans/{name}/execute", post(execute_plan))
         .route("/kernel/jobs", get(list_jobs).post(submit_job))
         .route("/kernel/jobs/{job_id}", get(get_job))
         .route("/kernel/interrupt", post(interrupt_kernel))
@@ -383,6 +387,7 @@ async fn submit_run(State(state): State<AppRef>, ApiJson(body): ApiJson<SubmitRu
                     owner,
                     thread_id,
                     stop,
+                    workflow_dir: None,
                 };
                 let (run, created) = engine.submit_replay(&req)?;
                 // The worker continues exactly this run, not a new one.
@@ -732,6 +737,187 @@ async fn get_workflow(
     .await
 }
 
+// ------------------------------------------------------------------------------------ plans
+
+/// `POST /plans`: plan a run (read-only: nothing is created at `run_dir`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePlan {
+    /// The registered workflow's name.
+    #[schema(min_length = 1, pattern = "\\S")]
+    pub workflow: String,
+    /// Its version (default: the highest registered).
+    #[serde(default)]
+    pub version: Option<String>,
+    /// The run input; for a replay plan, the source's input when omitted.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    /// `local` (SSH and Slurm targets come later).
+    pub target: String,
+    /// Absolute; must not exist; its parent must be writable.
+    pub run_dir: String,
+    /// Name the plan (`[A-Za-z0-9._-]{1,128}`); default: the workflow's name and a short id.
+    #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,128}$")]
+    pub plan_name: Option<String>,
+    /// Plan a replay of a finished run of this workflow instead.
+    #[serde(default)]
+    pub replay: Option<ReplayDirective>,
+}
+
+/// `POST /plans/{name}/execute`: the approval of exactly the plan that was shown.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutePlan {
+    pub plan_id: String,
+    pub plan_checksum: String,
+}
+
+/// A stored plan, as `GET /plans` lists it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PlanSummary {
+    pub plan_name: String,
+    pub plan_id: String,
+    pub plan_checksum: String,
+    pub workflow: String,
+    pub version: String,
+    pub target: String,
+    pub run_dir: String,
+    pub created_at: String,
+    /// The run that executed it, if any.
+    pub run_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PlanList {
+    pub plans: Vec<PlanSummary>,
+}
+
+/// Plans a run and stores the immutable plan: the workflow version, every resolved command,
+/// every input file with its SHA-256, every effect. Nothing is created at `run_dir`.
+#[utoipa::path(post, path = "/plans", tag = "plans", request_body = CreatePlan,
+    responses((status = 201, description = "The plan", body = Object), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "A plan with this name exists", body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn create_plan(State(state): State<AppRef>, ApiJson(body): ApiJson<CreatePlan>) -> Result<Response, ApiError> {
+    blocking(move || {
+        let reference = match &body.version {
+            Some(v) => format!("{}@{v}", body.workflow),
+            None => body.workflow.clone(),
+        };
+        if body.input.is_none() && body.replay.is_none() {
+            return Err(ApiError::invalid("input is required (only a replay plan may omit it)"));
+        }
+        let plan = state.engine.make_plan(&PlanRequest {
+            workflow: reference,
+            input: body.input.unwrap_or(Value::Null),
+            target: body.target,
+            run_dir: std::path::PathBuf::from(body.run_dir),
+            name: body.plan_name,
+            replay: body.replay.map(|r| (r.source_run_id, r.step_ids)),
+        })?;
+        Ok((StatusCode::CREATED, Json(serde_json::to_value(&plan).unwrap_or(Value::Null))).into_response())
+    })
+    .await
+}
+
+/// Stored plans, newest first.
+#[utoipa::path(get, path = "/plans", tag = "plans",
+    responses((status = 200, body = PlanList), (status = 401, body = ErrorBody)), security(("bearer" = [])))]
+async fn list_plans(State(state): State<AppRef>) -> Result<Json<PlanList>, ApiError> {
+    blocking(move || {
+        let engine = &state.engine;
+        let plans = engine
+            .store
+            .plans()
+            .map_err(EngineError::from)?
+            .into_iter()
+            .map(|p| {
+                let run_id = engine.store.run_of_plan(&p.plan_id).ok().flatten();
+                PlanSummary {
+                    created_at: wire::time(p.created_at),
+                    plan_name: p.plan_name,
+                    plan_id: p.plan_id,
+                    plan_checksum: p.plan_checksum,
+                    workflow: p.workflow,
+                    version: p.version,
+                    target: p.target,
+                    run_dir: p.run_dir,
+                    run_id,
+                }
+            })
+            .collect();
+        Ok(Json(PlanList { plans }))
+    })
+    .await
+}
+
+/// One stored plan, checked against the checksum it was stored with (409 if it was altered).
+#[utoipa::path(get, path = "/plans/{name}", tag = "plans", params(("name" = String, Path)),
+    responses((status = 200, description = "The plan", body = Object), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The stored plan was altered", body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn get_plan(State(state): State<AppRef>, ApiPath(name): ApiPath<String>) -> Result<Json<Value>, ApiError> {
+    blocking(move || Ok(Json(serde_json::to_value(state.engine.load_plan(&name)?).unwrap_or(Value::Null)))).await
+}
+
+/// The only way a plan executes: reloads it, checks the id and checksum, re-hashes its input
+/// files and re-checks readiness, mints a single-use receipt and consumes it, which reserves the
+/// run before any effect; then queues the run. 409, creating nothing, for a wrong id or
+/// checksum, an altered plan, a changed input file, or a plan executed already.
+#[utoipa::path(post, path = "/plans/{name}/execute", tag = "plans", params(("name" = String, Path)), request_body = ExecutePlan,
+    responses((status = 202, description = "Approved, reserved and queued", body = RunResult),
+        (status = 200, description = "An effect failed: the run is FAILED, naming it", body = RunResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn execute_plan(
+    State(state): State<AppRef>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<ExecutePlan>,
+) -> Result<Response, ApiError> {
+    blocking(move || {
+        let engine = &state.engine;
+        let pool = &state.pool;
+        let (plan, receipt) = engine.approve_plan(&name, &body.plan_id, &body.plan_checksum)?;
+        let (run, wf) =
+            engine.consume_receipt(&plan, &receipt, Some(pool.owner().to_string()), Some(format!("plan:{name}")))?;
+        if run.status.is_terminal() {
+            return Ok((StatusCode::OK, Json(run_result(engine, &run.run_id)?)).into_response());
+        }
+        let owner = Some(pool.owner().to_string());
+        let work = match engine.replay_request(&plan, &run.run_id) {
+            Some(req) => Work::Replay {
+                req: ReplayRequest { owner, thread_id: run.thread_id.clone(), stop: Some(pool.signal()), ..req },
+            },
+            None => Work::Run {
+                wf: Box::new(wf),
+                req: RunRequest {
+                    run_id: Some(run.run_id.clone()),
+                    input: plan.input.clone(),
+                    resume_interrupted: false,
+                    parallelism: 1,
+                    owner,
+                    thread_id: run.thread_id.clone(),
+                    stop: Some(pool.signal()),
+                },
+            },
+        };
+        pool.submit(&run.run_id, work);
+        let mut resp = (StatusCode::ACCEPTED, Json(run_result(engine, &run.run_id)?)).into_response();
+        if let Ok(v) = HeaderValue::from_str(&format!("/runs/{}", run.run_id)) {
+            resp.headers_mut().insert(header::LOCATION, v);
+        }
+        Ok(resp)
+    })
+    .await
+}
+
 // ------------------------------------------------------------------------------------ session kernel
 
 /// `POST /kernel/jobs`: run code in the session kernel, after the jobs queued before it.
@@ -836,9 +1022,11 @@ async fn kernel_audit(State(state): State<AppRef>) -> Result<Json<Value>, ApiErr
     info(title = "Cairn daemon", description = "Durable, approved, reproducible workflow runs. Loopback only; \
         bearer tokens from <state>/auth/viewer.token (read) and operator.token (read and change)."),
     paths(health, openapi_json, submit_run, list_runs, get_run, run_events, step_log, cancel_run, list_workflows, get_workflow,
+        create_plan, list_plans, get_plan, execute_plan,
         submit_job, list_jobs, get_job, interrupt_kernel, restart_kernel, kernel_audit),
     components(schemas(ErrorBody, ErrorDetail, Health, SubmitRun, ReplayDirective, RunResult, RunList, EventList, StepLog,
-        WorkflowList, SubmitJob, Job, JobList, Interrupted, Restarted, SseEventSchema)),
+        WorkflowList, SubmitJob, Job, JobList, Interrupted, Restarted, SseEventSchema, CreatePlan, ExecutePlan,
+        PlanSummary, PlanList)),
     modifiers(&BearerAuth, &CommonResponses),
 )]
 pub struct ApiDoc;
@@ -882,6 +1070,7 @@ impl Modify for CommonResponses {
 fn describe_status(status: &str) -> &'static str {
     match status {
         "200" => "OK",
+        "201" => "Created",
         "202" => "Accepted",
         "400" => "The request is malformed (bad JSON, query or path)",
         "401" => "No valid bearer token",

@@ -37,6 +37,23 @@ pub struct DaemonInfo {
     pub port: u16,
     pub version: String,
     pub started_at: String,
+    /// Which build of cairn runs it (its executable's path, size and mtime), so a client built
+    /// differently can say so.
+    #[serde(default)]
+    pub build: String,
+}
+
+/// This executable's identity: path, size and modification time.
+pub fn build_id() -> String {
+    let Ok(exe) = std::env::current_exe() else { return String::new() };
+    let meta = std::fs::metadata(&exe).ok();
+    let mtime = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{}:{}:{mtime}", exe.display(), meta.map(|m| m.len()).unwrap_or(0))
 }
 
 impl DaemonInfo {
@@ -322,6 +339,7 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         port,
         version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: crate::wire::time(jiff::Timestamp::now().as_millisecond()),
+        build: build_id(),
     };
     write_info(root, &info)?;
     eprintln!(

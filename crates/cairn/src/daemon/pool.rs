@@ -216,9 +216,13 @@ impl Pool {
                 },
             });
         }
-        let record = self.engine.store.workflow(&run.workflow, Some(&run.version))?.ok_or_else(|| {
+        let mut record = self.engine.store.workflow(&run.workflow, Some(&run.version))?.ok_or_else(|| {
             EngineError::NotFound(format!("workflow {}@{} is no longer registered", run.workflow, run.version))
         })?;
+        if run.plan_id.is_some() {
+            // A planned run executes the workflow its approval deployed into its run_dir.
+            record.path = std::path::Path::new(&run.run_dir).join("workflow").display().to_string();
+        }
         Ok(Work::Run {
             wf: Box::new(load_record(record)?),
             req: RunRequest {

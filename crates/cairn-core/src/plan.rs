@@ -1,0 +1,361 @@
+//! Plans and receipts, as data: an immutable plan of one execution (workflow, input, target,
+//! `run_dir`, the exact commands, the input files with their SHA-256, and every file effect), its
+//! checksum, the effect path rule, and the receipt that binds one approval of it.
+//!
+//! **Invariant:** a plan's checksum covers everything it would do; a receipt's MAC covers the
+//! plan's id and checksum, the hash of the complete execution request, a nonce and an expiry, so
+//! a receipt can approve exactly one unchanged request, once, for a minute.
+
+use hmac::{Hmac, KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use crate::canonical::{CanonicalError, hash_json};
+
+/// The version of the plan format; a plan of another version is refused, never guessed at.
+pub const PLAN_FORMAT: u32 = 1;
+
+/// One step as it will run: its tool and the exact argv (paths inside the deployed workflow).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedCommand {
+    pub step_id: String,
+    pub tool: String,
+    pub argv: Vec<String>,
+    /// The step's working directory.
+    pub cwd: String,
+}
+
+/// An input file the plan relies on: a string of the run input naming an existing absolute file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    pub path: String,
+    pub sha256: String,
+}
+
+/// One file effect of executing the plan, every path relative to `run_dir`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Effect {
+    /// Create `run_dir` itself (it must not exist).
+    CreateRunDir,
+    /// Write a file whose bytes have this SHA-256 (`content` is the text written).
+    WriteFile { path: String, sha256: String, content: String },
+    /// Copy a registered workflow snapshot (its files, each with its SHA-256) to `path`.
+    DeployWorkflow { path: String, digest: String, files: Vec<InputFile> },
+}
+
+impl Effect {
+    /// The path this effect writes, relative to `run_dir` (`.` for the directory itself).
+    pub fn path(&self) -> &str {
+        match self {
+            Effect::CreateRunDir => ".",
+            Effect::WriteFile { path, .. } | Effect::DeployWorkflow { path, .. } => path,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Effect::CreateRunDir => "create run_dir".into(),
+            Effect::WriteFile { path, sha256, .. } => {
+                format!("write {path} (sha256 {})", &sha256[..12.min(sha256.len())])
+            }
+            Effect::DeployWorkflow { path, digest, files } => {
+                format!(
+                    "deploy workflow snapshot {} ({} files) to {path}",
+                    &digest[..12.min(digest.len())],
+                    files.len()
+                )
+            }
+        }
+    }
+}
+
+/// An immutable plan. Everything but `plan_checksum` is covered by the checksum.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub format: u32,
+    pub plan_name: String,
+    pub plan_id: String,
+    pub workflow: String,
+    pub version: String,
+    /// The registered snapshot's digest.
+    pub workflow_digest: String,
+    pub input: Value,
+    pub target: String,
+    /// Absolute; created by the execution, absent when planned.
+    pub run_dir: String,
+    pub commands: Vec<PlannedCommand>,
+    pub inputs: Vec<InputFile>,
+    pub effects: Vec<Effect>,
+    /// For a planned replay: `{source_run_id, step_ids}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Value>,
+    pub created_at: i64,
+    pub plan_checksum: String,
+}
+
+impl Plan {
+    /// The plan as hashed: every field but the checksum, in canonical JSON.
+    fn body(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.remove("plan_checksum");
+        }
+        v
+    }
+
+    /// SHA-256 of the canonical JSON of everything but the checksum itself.
+    pub fn compute_checksum(&self) -> Result<String, CanonicalError> {
+        hash_json(&self.body())
+    }
+
+    /// What an approval binds: the complete execution request, effects included.
+    pub fn request(&self) -> Value {
+        json!({
+            "plan_name": self.plan_name,
+            "plan_id": self.plan_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "workflow_digest": self.workflow_digest,
+            "input": self.input,
+            "target": self.target,
+            "run_dir": self.run_dir,
+            "commands": self.commands,
+            "inputs": self.inputs,
+            "effects": self.effects,
+            "replay": self.replay,
+        })
+    }
+
+    pub fn request_hash(&self) -> Result<String, CanonicalError> {
+        hash_json(&self.request())
+    }
+}
+
+/// Why an effect's path is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("effect path `{0}` is absolute; effect paths are relative to run_dir")]
+    Absolute(String),
+    #[error("effect path `{0}` leaves run_dir (`..`)")]
+    Escapes(String),
+    #[error("effect path `{0}` is empty or not a plain relative path")]
+    Invalid(String),
+}
+
+/// Lexical check of an effect path: relative, no `..`, no empty or odd components. (The engine
+/// also refuses a symlink on the way when it applies the effect.)
+pub fn check_effect_path(path: &str) -> Result<(), PathError> {
+    if path == "." {
+        return Ok(());
+    }
+    if path.starts_with('/') {
+        return Err(PathError::Absolute(path.into()));
+    }
+    if path.is_empty() || path.contains('\0') || path.contains('\\') {
+        return Err(PathError::Invalid(path.into()));
+    }
+    for part in path.split('/') {
+        match part {
+            ".." => return Err(PathError::Escapes(path.into())),
+            "" | "." => return Err(PathError::Invalid(path.into())),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Every string of the run input that is an absolute path, in document order, without
+/// duplicates: the candidates for the plan's input files (the engine keeps those that exist).
+pub fn absolute_path_strings(input: &Value) -> Vec<String> {
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) if s.starts_with('/') && s.len() > 1 && !out.contains(s) => out.push(s.clone()),
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            Value::Object(m) => m.values().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(input, &mut out);
+    out
+}
+
+/// A single-use approval of one plan's execution request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    pub receipt_id: String,
+    pub plan_name: String,
+    pub plan_id: String,
+    pub plan_checksum: String,
+    pub request_hash: String,
+    pub nonce: String,
+    /// Milliseconds since the epoch.
+    pub expires_at: i64,
+    /// HMAC-SHA256 over the canonical JSON of the fields above, hex.
+    pub mac: String,
+}
+
+/// Why a receipt does not approve a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReceiptError {
+    #[error("the receipt's MAC does not verify: it was not issued by this daemon, or was altered")]
+    BadMac,
+    #[error("the receipt expired {0} ms ago; approve the plan again")]
+    Expired(i64),
+    #[error("the execution request changed after it was approved (request hash differs)")]
+    RequestChanged,
+    #[error("the receipt is for plan {receipt} but the request is plan {request}")]
+    OtherPlan { receipt: String, request: String },
+}
+
+fn receipt_body(r: &Receipt) -> Value {
+    json!({
+        "receipt_id": r.receipt_id, "plan_name": r.plan_name, "plan_id": r.plan_id,
+        "plan_checksum": r.plan_checksum, "request_hash": r.request_hash, "nonce": r.nonce,
+        "expires_at": r.expires_at,
+    })
+}
+
+fn mac_of(key: &[u8], r: &Receipt) -> Result<Hmac<Sha256>, CanonicalError> {
+    let text = crate::canonical::canonical_json(&receipt_body(r))?;
+    // HMAC takes keys of any length.
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts any key length");
+    mac.update(text.as_bytes());
+    Ok(mac)
+}
+
+/// Sets the receipt's MAC.
+pub fn sign_receipt(key: &[u8], mut r: Receipt) -> Result<Receipt, CanonicalError> {
+    r.mac = hex::encode(mac_of(key, &r)?.finalize().into_bytes());
+    Ok(r)
+}
+
+/// Checks a receipt against the request it claims to approve, at time `now` (ms): its MAC (in
+/// constant time), its expiry, that it names this plan, and the request's hash.
+pub fn verify_receipt(key: &[u8], r: &Receipt, plan: &Plan, now: i64) -> Result<(), ReceiptError> {
+    let mac = mac_of(key, r).map_err(|_| ReceiptError::BadMac)?;
+    let given = hex::decode(&r.mac).map_err(|_| ReceiptError::BadMac)?;
+    mac.verify_slice(&given).map_err(|_| ReceiptError::BadMac)?;
+    if now > r.expires_at {
+        return Err(ReceiptError::Expired(now - r.expires_at));
+    }
+    if r.plan_id != plan.plan_id || r.plan_name != plan.plan_name || r.plan_checksum != plan.plan_checksum {
+        return Err(ReceiptError::OtherPlan { receipt: r.plan_id.clone(), request: plan.plan_id.clone() });
+    }
+    if plan.request_hash().ok().as_deref() != Some(r.request_hash.as_str()) {
+        return Err(ReceiptError::RequestChanged);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        let mut p = Plan {
+            format: PLAN_FORMAT,
+            plan_name: "p".into(),
+            plan_id: "plan_1".into(),
+            workflow: "wf".into(),
+            version: "1.0.0".into(),
+            workflow_digest: "d".repeat(64),
+            input: json!({"x": 1, "f": "/data/a.csv"}),
+            target: "local".into(),
+            run_dir: "/runs/r1".into(),
+            commands: vec![PlannedCommand {
+                step_id: "a".into(),
+                tool: "t".into(),
+                argv: vec!["/runs/r1/workflow/t.sh".into()],
+                cwd: "/runs/r1/steps/a".into(),
+            }],
+            inputs: vec![InputFile { path: "/data/a.csv".into(), sha256: "0".repeat(64) }],
+            effects: vec![Effect::CreateRunDir],
+            replay: None,
+            created_at: 1,
+            plan_checksum: String::new(),
+        };
+        p.plan_checksum = p.compute_checksum().unwrap();
+        p
+    }
+
+    fn receipt(p: &Plan, expires_at: i64) -> Receipt {
+        Receipt {
+            receipt_id: "rcpt_1".into(),
+            plan_name: p.plan_name.clone(),
+            plan_id: p.plan_id.clone(),
+            plan_checksum: p.plan_checksum.clone(),
+            request_hash: p.request_hash().unwrap(),
+            nonce: "n".into(),
+            expires_at,
+            mac: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_checksum_covers_every_field_but_itself() {
+        let p = plan();
+        assert_eq!(p.compute_checksum().unwrap(), p.plan_checksum);
+        let mut q = p.clone();
+        q.plan_checksum = "x".into();
+        assert_eq!(q.compute_checksum().unwrap(), p.plan_checksum, "the checksum does not cover itself");
+        for change in [
+            |p: &mut Plan| p.run_dir.push('x'),
+            |p: &mut Plan| p.input["x"] = json!(2),
+            |p: &mut Plan| p.inputs[0].sha256 = "1".repeat(64),
+            |p: &mut Plan| p.commands[0].argv.push("--more".into()),
+            |p: &mut Plan| p.effects.push(Effect::CreateRunDir),
+            |p: &mut Plan| p.target = "other".into(),
+        ] {
+            let mut q = p.clone();
+            change(&mut q);
+            assert_ne!(q.compute_checksum().unwrap(), p.plan_checksum);
+        }
+    }
+
+    #[test]
+    fn a_receipt_approves_its_request_once_unchanged_and_in_time() {
+        let key = b"key-1";
+        let p = plan();
+        let r = sign_receipt(key, receipt(&p, 1_000)).unwrap();
+        assert_eq!(verify_receipt(key, &r, &p, 999), Ok(()));
+        assert_eq!(verify_receipt(key, &r, &p, 1_001), Err(ReceiptError::Expired(1)));
+        assert_eq!(verify_receipt(b"other key", &r, &p, 0), Err(ReceiptError::BadMac));
+        let mut forged = r.clone();
+        forged.expires_at += 60_000;
+        assert_eq!(verify_receipt(key, &forged, &p, 0), Err(ReceiptError::BadMac));
+        let mut altered = p.clone();
+        altered.effects.push(Effect::WriteFile { path: "x".into(), sha256: "0".into(), content: String::new() });
+        assert_eq!(verify_receipt(key, &r, &altered, 0), Err(ReceiptError::RequestChanged));
+        let mut other = p.clone();
+        other.plan_id = "plan_2".into();
+        assert!(matches!(verify_receipt(key, &r, &other, 0), Err(ReceiptError::OtherPlan { .. })));
+        let mut garbage = r.clone();
+        garbage.mac = "zz".into();
+        assert_eq!(verify_receipt(key, &garbage, &p, 0), Err(ReceiptError::BadMac));
+    }
+
+    #[test]
+    fn effect_paths_stay_inside_run_dir() {
+        for ok in [".", "input.json", "workflow/tools/t.sh", "a.b/c"] {
+            assert_eq!(check_effect_path(ok), Ok(()), "{ok}");
+        }
+        assert!(matches!(check_effect_path("/etc/passwd"), Err(PathError::Absolute(_))));
+        for bad in ["../x", "a/../../x", "a/.."] {
+            assert!(matches!(check_effect_path(bad), Err(PathError::Escapes(_))), "{bad}");
+        }
+        for bad in ["", "a//b", "./a", "a/./b", "a\\b"] {
+            assert!(matches!(check_effect_path(bad), Err(PathError::Invalid(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn absolute_path_strings_are_found_once_in_order() {
+        let input = json!({"a": "/x/1", "b": ["rel", "/x/2", {"c": "/x/1"}], "d": "/", "e": 3});
+        assert_eq!(absolute_path_strings(&input), ["/x/1", "/x/2"]);
+    }
+}

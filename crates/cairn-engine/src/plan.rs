@@ -1,0 +1,559 @@
+//! Plan → approve → execute: planning is read-only and stores an immutable plan; approval
+//! reloads it, re-hashes its inputs, re-checks readiness and mints a short-lived receipt;
+//! consuming the receipt reserves the run (one transaction) before any effect is applied.
+//!
+//! **Invariant:** a missing, modified, expired or consumed approval creates nothing: no run row,
+//! no directory, no process. Effects are applied only after the reservation, each checked against
+//! its checksum and kept inside `run_dir`.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use cairn_core::canonical::sha256_hex;
+use cairn_core::ids::RunId;
+use cairn_core::plan::{
+    Effect, InputFile, PLAN_FORMAT, Plan, PlannedCommand, Receipt, absolute_path_strings, check_effect_path,
+    sign_receipt, verify_receipt,
+};
+use cairn_core::signature::run_identity;
+use cairn_core::status::RunStatus;
+use cairn_core::store::{ConsumeReceipt, NewRun, PlanRecord, RunRecord};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::registry::{LoadedWorkflow, load_record, load_workflow};
+use crate::replay::ReplayRequest;
+use crate::runner::check_input;
+use crate::{Engine, EngineError};
+
+/// How long a receipt approves its request.
+pub const RECEIPT_TTL_MS: i64 = 60_000;
+
+/// The only target until SSH and Slurm targets land.
+pub const LOCAL_TARGET: &str = "local";
+
+#[derive(Debug, Clone)]
+pub struct PlanRequest {
+    /// NAME or NAME@VERSION.
+    pub workflow: String,
+    pub input: Value,
+    pub target: String,
+    pub run_dir: PathBuf,
+    pub name: Option<String>,
+    /// Plan a replay instead: `(source_run_id, step_ids)`; `workflow` then only names the
+    /// source's workflow (its version may be another registered one).
+    pub replay: Option<(String, Vec<String>)>,
+}
+
+fn conflict(m: impl Into<String>) -> EngineError {
+    EngineError::Conflict(m.into())
+}
+
+/// SHA-256 of a file, streamed.
+fn hash_file(path: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Every regular file under `dir`, relative, sorted, with its SHA-256. Symlinks are refused.
+fn snapshot_files(dir: &Path) -> Result<Vec<InputFile>, EngineError> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<InputFile>) -> Result<(), EngineError> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| EngineError::io(dir, e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| EngineError::io(dir, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let path = e.path();
+            // As `workflow add` lists a folder: hidden files and Python caches are not part of it.
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with('.') || name == "__pycache__" {
+                continue;
+            }
+            let kind = e.file_type().map_err(|err| EngineError::io(&path, err))?;
+            if kind.is_dir() {
+                walk(root, &path, out)?;
+            } else if kind.is_file() {
+                let rel = path.strip_prefix(root).unwrap_or(&path).display().to_string();
+                out.push(InputFile { sha256: hash_file(&path).map_err(|err| EngineError::io(&path, err))?, path: rel });
+            } else {
+                return Err(EngineError::Invalid(format!(
+                    "{}: the workflow snapshot holds something other than files and folders",
+                    path.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    Ok(out)
+}
+
+/// Readiness of a run_dir on the local target: absolute, absent, its parent an existing,
+/// writable directory reached without a symlink.
+fn check_run_dir(run_dir: &Path) -> Result<(), String> {
+    let text = run_dir.display().to_string();
+    if !run_dir.is_absolute() {
+        return Err(format!("run_dir `{text}` is relative; give an absolute path"));
+    }
+    if run_dir.components().any(|c| matches!(c, std::path::Component::ParentDir | std::path::Component::CurDir)) {
+        return Err(format!("run_dir `{text}` holds `.` or `..`; give a normalised absolute path"));
+    }
+    if std::fs::symlink_metadata(run_dir).is_ok() {
+        return Err(format!("run_dir `{text}` exists already; a run creates its own new directory"));
+    }
+    let parent = run_dir.parent().ok_or_else(|| format!("run_dir `{text}` has no parent directory"))?;
+    let real = parent
+        .canonicalize()
+        .map_err(|e| format!("the parent of run_dir, {}, is not usable: {e}", parent.display()))?;
+    if real != parent {
+        return Err(format!(
+            "the parent of run_dir, {}, goes through a symlink (it resolves to {}); give the real path",
+            parent.display(),
+            real.display()
+        ));
+    }
+    if !real.is_dir() {
+        return Err(format!("the parent of run_dir, {}, is not a directory", parent.display()));
+    }
+    nix::unistd::access(parent, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK)
+        .map_err(|e| format!("the parent of run_dir, {}, is not writable: {e}", parent.display()))?;
+    Ok(())
+}
+
+impl Engine {
+    pub fn plans_dir(&self) -> PathBuf {
+        self.state.path().join("plans")
+    }
+
+    fn plan_file(&self, name: &str) -> PathBuf {
+        self.plans_dir().join(format!("{name}.json"))
+    }
+
+    /// The key receipts are signed with: `<state>/auth/receipt.key` (mode 0600), created once.
+    pub fn receipt_key(&self) -> Result<Vec<u8>, EngineError> {
+        let dir = self.state.path().join("auth");
+        std::fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
+        let path = dir.join("receipt.key");
+        if !path.exists() {
+            // Written whole to a private temporary file, then published with a hard link, which
+            // fails if another process published first: a reader never sees a partial key, and a
+            // crash leaves no empty one.
+            let tmp = dir.join(format!("receipt.key.{}", self.ids.token()));
+            let key = format!("{}{}", self.ids.token(), self.ids.token());
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+                .and_then(|mut f| f.write_all(key.as_bytes()).and_then(|_| f.sync_all()));
+            let published = written.and_then(|_| std::fs::hard_link(&tmp, &path));
+            let _ = std::fs::remove_file(&tmp);
+            match published {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(EngineError::io(&path, e)),
+            }
+        }
+        let key = std::fs::read(&path).map_err(|e| EngineError::io(&path, e))?;
+        if key.len() < 32 {
+            return Err(EngineError::Invalid(format!(
+                "{}: the receipt key is too short; remove it to make a new one",
+                path.display()
+            )));
+        }
+        Ok(key)
+    }
+
+    /// Plans a run: checks everything, resolves every command, hashes every input file, lists
+    /// every effect, and stores the plan. Creates nothing in or at `run_dir`.
+    pub fn make_plan(&self, req: &PlanRequest) -> Result<Plan, EngineError> {
+        if req.target != LOCAL_TARGET {
+            return Err(EngineError::NotFound(format!(
+                "target `{}` is not configured; the only target is `local`",
+                req.target
+            )));
+        }
+        // One spelling per directory (`/a//b/` is `/a/b`), so a reservation cannot be dodged.
+        let run_dir_path: PathBuf = req.run_dir.components().collect();
+        check_run_dir(&run_dir_path).map_err(EngineError::Invalid)?;
+        let (wf, input, replay) = match &req.replay {
+            None => {
+                let wf = load_workflow(self.store.as_ref(), &req.workflow)?;
+                check_input(&wf, &req.input)?;
+                (wf, req.input.clone(), None)
+            }
+            Some((source, steps)) => {
+                let (name, version) = crate::registry::parse_reference(&req.workflow)?;
+                let prepared = self.prepare_replay(&ReplayRequest {
+                    source_run_id: source.clone(),
+                    step_ids: steps.clone(),
+                    input: (!req.input.is_null()).then(|| req.input.clone()),
+                    version: version.map(String::from),
+                    workflow: Some(name.to_string()),
+                    ..ReplayRequest::default()
+                })?;
+                let replay = serde_json::json!({
+                    "source_run_id": source,
+                    "step_ids": prepared.plan.requested,
+                    "decisions": prepared.record()["decisions"],
+                });
+                (prepared.workflow, prepared.input, Some(replay))
+            }
+        };
+        let plan_id = format!("plan_{}", self.ids.run_suffix());
+        let name = match &req.name {
+            Some(n) => RunId::parse(n).map_err(|e| EngineError::Invalid(format!("plan name: {e}")))?.to_string(),
+            None => format!("{}-{}", wf.spec().name, &plan_id[plan_id.len() - 8..]),
+        };
+        if self.store.plan(&name)?.is_some() {
+            return Err(EngineError::Store(cairn_core::store::StoreError::PlanExists(name)));
+        }
+        let run_dir = run_dir_path.display().to_string();
+        let mut inputs = Vec::new();
+        for p in absolute_path_strings(&input) {
+            if Path::new(&p).is_file() {
+                let sha256 = hash_file(Path::new(&p))
+                    .map_err(|e| EngineError::Invalid(format!("{p}: cannot read this input file: {e}")))?;
+                inputs.push(InputFile { path: p, sha256 });
+            }
+        }
+        let input_text = format!("{}\n", serde_json::to_string_pretty(&input).unwrap_or_default());
+        let snapshot = PathBuf::from(&wf.record.path);
+        let deployed = run_dir_path.join("workflow");
+        let commands = wf
+            .dag
+            .order()
+            .iter()
+            .map(|&i| {
+                let step = &wf.spec().steps[i];
+                let argv = wf.tools[&step.tool]
+                    .argv
+                    .iter()
+                    .map(|a| match Path::new(a).strip_prefix(&snapshot) {
+                        Ok(rel) => deployed.join(rel).display().to_string(),
+                        Err(_) => a.clone(),
+                    })
+                    .collect();
+                PlannedCommand {
+                    step_id: step.id.clone(),
+                    tool: step.tool.clone(),
+                    argv,
+                    cwd: run_dir_path.join("steps").join(&step.id).display().to_string(),
+                }
+            })
+            .collect();
+        let files = snapshot_files(&snapshot)?;
+        let hashes: serde_json::Map<String, Value> =
+            files.iter().map(|f| (f.path.clone(), Value::String(f.sha256.clone()))).collect();
+        let on_disk = cairn_core::canonical::hash_json(&serde_json::json!({"format": 1, "files": hashes}))
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        if on_disk != wf.record.digest {
+            return Err(conflict(format!(
+                "the registered snapshot of {}@{} ({}) was changed on disk (digest {} now, {} registered); register the workflow again under a new version",
+                wf.spec().name,
+                wf.spec().version,
+                snapshot.display(),
+                &on_disk[..12],
+                &wf.record.digest[..12]
+            )));
+        }
+        let effects = vec![
+            Effect::CreateRunDir,
+            Effect::WriteFile {
+                path: "input.json".into(),
+                sha256: sha256_hex(input_text.as_bytes()),
+                content: input_text,
+            },
+            Effect::DeployWorkflow { path: "workflow".into(), digest: wf.record.digest.clone(), files },
+        ];
+        let mut plan = Plan {
+            format: PLAN_FORMAT,
+            plan_name: name,
+            plan_id,
+            workflow: wf.spec().name.clone(),
+            version: wf.spec().version.clone(),
+            workflow_digest: wf.record.digest.clone(),
+            input,
+            target: req.target.clone(),
+            run_dir,
+            commands,
+            inputs,
+            effects,
+            replay,
+            created_at: self.clock.now_ms(),
+            plan_checksum: String::new(),
+        };
+        plan.plan_checksum = plan.compute_checksum().map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
+        self.store_plan(&plan)?;
+        Ok(plan)
+    }
+
+    /// Writes the plan file (its name claimed atomically) and then its index row.
+    fn store_plan(&self, plan: &Plan) -> Result<(), EngineError> {
+        let dir = self.plans_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
+        let path = self.plan_file(&plan.plan_name);
+        let text = serde_json::to_vec_pretty(plan).map_err(|e| EngineError::io(&path, e))?;
+        let mut f = match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(EngineError::Store(cairn_core::store::StoreError::PlanExists(plan.plan_name.clone())));
+            }
+            Err(e) => return Err(EngineError::io(&path, e)),
+        };
+        f.write_all(&text).and_then(|_| f.sync_all()).map_err(|e| EngineError::io(&path, e))?;
+        let record = PlanRecord {
+            plan_name: plan.plan_name.clone(),
+            plan_id: plan.plan_id.clone(),
+            plan_checksum: plan.plan_checksum.clone(),
+            workflow: plan.workflow.clone(),
+            version: plan.version.clone(),
+            target: plan.target.clone(),
+            run_dir: plan.run_dir.clone(),
+            created_at: plan.created_at,
+        };
+        if let Err(e) = self.store.insert_plan(&record) {
+            let _ = std::fs::remove_file(&path);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// A stored plan, checked: its file parses and still has the checksum it was stored with.
+    pub fn load_plan(&self, name: &str) -> Result<Plan, EngineError> {
+        let record = self.store.plan(name)?.ok_or_else(|| {
+            EngineError::NotFound(format!("plan `{name}` was not found; list plans with `cairn plans`"))
+        })?;
+        let path = self.plan_file(name);
+        let altered =
+            |why: String| conflict(format!("the stored plan `{name}` ({}) was altered: {why}", path.display()));
+        let text = std::fs::read(&path).map_err(|e| altered(format!("cannot read it: {e}")))?;
+        let plan: Plan = serde_json::from_slice(&text).map_err(|e| altered(format!("it no longer parses: {e}")))?;
+        if plan.format != PLAN_FORMAT {
+            return Err(altered(format!("format {} is not {PLAN_FORMAT}", plan.format)));
+        }
+        let now = plan.compute_checksum().map_err(|e| altered(e.to_string()))?;
+        if now != record.plan_checksum || plan.plan_checksum != record.plan_checksum || plan.plan_id != record.plan_id {
+            return Err(altered(format!("its checksum is {now}, it was stored as {}", record.plan_checksum)));
+        }
+        Ok(plan)
+    }
+
+    /// The approval: reloads the plan, checks the id and checksum given by the approver,
+    /// re-hashes every input file and re-checks readiness, then mints a receipt for its request.
+    pub fn approve_plan(&self, name: &str, plan_id: &str, checksum: &str) -> Result<(Plan, Receipt), EngineError> {
+        let plan = self.load_plan(name)?;
+        if plan.plan_id != plan_id {
+            return Err(conflict(format!(
+                "plan `{name}` has id {}, not {plan_id}; approve the plan you were shown",
+                plan.plan_id
+            )));
+        }
+        if plan.plan_checksum != checksum {
+            return Err(conflict(format!(
+                "the checksum given ({checksum}) is not plan `{name}`'s ({}); approve the plan you were shown",
+                plan.plan_checksum
+            )));
+        }
+        if let Some(run_id) = self.store.run_of_plan(&plan.plan_id)? {
+            return Err(conflict(format!(
+                "plan `{name}` was executed already, as run `{run_id}`; a plan executes once"
+            )));
+        }
+        if let Some(run_id) = self.store.reservation(&plan.target, &plan.run_dir)? {
+            return Err(conflict(format!(
+                "{} on target `{}` is reserved by run `{run_id}` of another plan; one run per target and run_dir",
+                plan.run_dir, plan.target
+            )));
+        }
+        for f in &plan.inputs {
+            let now = hash_file(Path::new(&f.path))
+                .map_err(|e| conflict(format!("input file {} is no longer readable: {e}", f.path)))?;
+            if now != f.sha256 {
+                return Err(conflict(format!(
+                    "input file {} changed since planning (sha256 {} then, {} now); plan again",
+                    f.path,
+                    &f.sha256[..12],
+                    &now[..12]
+                )));
+            }
+        }
+        check_run_dir(Path::new(&plan.run_dir))
+            .map_err(|why| conflict(format!("the target is no longer ready: {why}")))?;
+        let record = self.store.workflow(&plan.workflow, Some(&plan.version))?;
+        if record.as_ref().map(|r| r.digest.as_str()) != Some(plan.workflow_digest.as_str()) {
+            return Err(conflict(format!(
+                "workflow {}@{} is no longer registered as planned",
+                plan.workflow, plan.version
+            )));
+        }
+        let receipt = Receipt {
+            receipt_id: format!("rcpt_{}", self.ids.run_suffix()),
+            plan_name: plan.plan_name.clone(),
+            plan_id: plan.plan_id.clone(),
+            plan_checksum: plan.plan_checksum.clone(),
+            request_hash: plan.request_hash().map_err(|e| EngineError::Invalid(e.to_string()))?,
+            nonce: self.ids.token(),
+            expires_at: self.clock.now_ms() + RECEIPT_TTL_MS,
+            mac: String::new(),
+        };
+        let receipt = sign_receipt(&self.receipt_key()?, receipt).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        Ok((plan, receipt))
+    }
+
+    /// Consumes a receipt for `plan`: verifies it, then in one transaction marks it consumed,
+    /// reserves `target + run_dir` and creates the run; then applies the effects. Returns the run
+    /// (FAILED, naming the effect, if one failed) and the workflow to execute it with.
+    pub fn consume_receipt(
+        &self,
+        plan: &Plan,
+        receipt: &Receipt,
+        owner: Option<String>,
+        thread_id: Option<String>,
+    ) -> Result<(RunRecord, LoadedWorkflow), EngineError> {
+        verify_receipt(&self.receipt_key()?, receipt, plan, self.clock.now_ms())
+            .map_err(|e| conflict(e.to_string()))?;
+        let run_id = RunId::generated(&self.ids.run_suffix()).to_string();
+        let run = match self.replay_request(plan, &run_id) {
+            None => NewRun {
+                run_id,
+                workflow: plan.workflow.clone(),
+                version: plan.version.clone(),
+                identity_hash: run_identity(&plan.workflow, &plan.version, &plan.input, None)
+                    .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?,
+                input: plan.input.clone(),
+                run_dir: plan.run_dir.clone(),
+                source_run_id: None,
+                replay: None,
+                owner,
+                thread_id,
+                at: self.clock.now_ms(),
+            },
+            Some(req) => {
+                // Re-planned now: the source is immutable, so the decisions are those approved.
+                // From the registry snapshot: the deployed copy (same digest) does not exist yet.
+                let req = ReplayRequest { workflow_dir: None, ..req };
+                let prepared = self.prepare_replay(&req)?;
+                let new = self.replay_run(&req, &prepared)?;
+                NewRun { run_dir: plan.run_dir.clone(), owner, thread_id, ..new }
+            }
+        };
+        let run = self.store.consume_receipt(&ConsumeReceipt {
+            receipt_id: receipt.receipt_id.clone(),
+            plan_id: plan.plan_id.clone(),
+            target: plan.target.clone(),
+            run,
+        })?;
+        if let Err(why) = self.apply_effects(plan) {
+            let failed = self.store.finish_run(
+                &run.run_id,
+                run.revision,
+                RunStatus::Failed,
+                &[],
+                Some(&why),
+                self.clock.now_ms(),
+            )?;
+            let wf = load_workflow(self.store.as_ref(), &format!("{}@{}", plan.workflow, plan.version))?;
+            return Ok((failed, wf));
+        }
+        Ok((run, self.deployed_workflow(plan)?))
+    }
+
+    /// For a planned replay, the request that executes it as `run_id`, from the deployed workflow.
+    pub fn replay_request(&self, plan: &Plan, run_id: &str) -> Option<ReplayRequest> {
+        let r = plan.replay.as_ref()?;
+        Some(ReplayRequest {
+            source_run_id: r["source_run_id"].as_str()?.to_string(),
+            step_ids: r["step_ids"].as_array()?.iter().filter_map(|s| s.as_str().map(String::from)).collect(),
+            input: Some(plan.input.clone()),
+            run_id: Some(run_id.to_string()),
+            version: Some(plan.version.clone()),
+            workflow: Some(plan.workflow.clone()),
+            workflow_dir: Some(Path::new(&plan.run_dir).join("workflow")),
+            parallelism: 1,
+            ..ReplayRequest::default()
+        })
+    }
+
+    /// The workflow as deployed into the plan's run_dir (its tools run from there).
+    pub fn deployed_workflow(&self, plan: &Plan) -> Result<LoadedWorkflow, EngineError> {
+        let mut record = self.store.workflow(&plan.workflow, Some(&plan.version))?.ok_or_else(|| {
+            EngineError::NotFound(format!("workflow {}@{} is not registered", plan.workflow, plan.version))
+        })?;
+        record.path = Path::new(&plan.run_dir).join("workflow").display().to_string();
+        load_record(record)
+    }
+
+    /// Applies every effect in order; the first failure is returned, naming the effect.
+    fn apply_effects(&self, plan: &Plan) -> Result<(), String> {
+        let run_dir = Path::new(&plan.run_dir);
+        for effect in &plan.effects {
+            let fail = |why: String| format!("effect `{}` failed: {why}", effect.describe());
+            check_effect_path(effect.path()).map_err(|e| fail(e.to_string()))?;
+            match effect {
+                Effect::CreateRunDir => {
+                    // The parent is re-resolved now: a symlink planted since planning is refused.
+                    check_run_dir(run_dir).map_err(fail)?;
+                    std::fs::create_dir(run_dir).map_err(|e| fail(e.to_string()))?;
+                }
+                Effect::WriteFile { path, sha256, content } => {
+                    if &sha256_hex(content.as_bytes()) != sha256 {
+                        return Err(fail("its content does not match its checksum".into()));
+                    }
+                    write_new(run_dir, path, content.as_bytes()).map_err(fail)?;
+                }
+                Effect::DeployWorkflow { path, digest, files } => {
+                    let source = self.state.registry().join(digest);
+                    for f in files {
+                        check_effect_path(&f.path).map_err(|e| fail(e.to_string()))?;
+                        let bytes = std::fs::read(source.join(&f.path))
+                            .map_err(|e| fail(format!("{}: {e}", source.join(&f.path).display())))?;
+                        if sha256_hex(&bytes) != f.sha256 {
+                            return Err(fail(format!("{} no longer has its planned checksum", f.path)));
+                        }
+                        write_new(run_dir, &format!("{path}/{}", f.path), &bytes).map_err(fail)?;
+                        if let Ok(meta) = std::fs::metadata(source.join(&f.path)) {
+                            let _ = std::fs::set_permissions(run_dir.join(path).join(&f.path), meta.permissions());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes a new file at `rel` under `root`, creating its folders, refusing any symlink on the way
+/// and any existing file.
+fn write_new(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), String> {
+    let target = root.join(rel);
+    let mut dir = root.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_symlink() => return Err(format!("{} is a symlink", dir.display())),
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(format!("{} is not a directory", dir.display())),
+            Err(_) => std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?,
+        }
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&target)
+        .map_err(|e| format!("{}: {e}", target.display()))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| format!("{}: {e}", target.display()))
+}

@@ -1,0 +1,32 @@
+-- Plans (the plan itself is the immutable file <state>/plans/<name>.json; this row indexes it and
+-- keeps the checksum it had when stored), consumed receipts, and run reservations.
+CREATE TABLE plans (
+    plan_name     TEXT PRIMARY KEY,
+    plan_id       TEXT NOT NULL UNIQUE,
+    plan_checksum TEXT NOT NULL,
+    workflow      TEXT NOT NULL,
+    version       TEXT NOT NULL,
+    target        TEXT NOT NULL,
+    run_dir       TEXT NOT NULL,
+    created_at    INTEGER NOT NULL
+) STRICT;
+
+-- A receipt is consumed at most once.
+CREATE TABLE receipts (
+    receipt_id  TEXT PRIMARY KEY,
+    plan_id     TEXT NOT NULL,
+    run_id      TEXT NOT NULL REFERENCES workflow_executions(run_id),
+    consumed_at INTEGER NOT NULL
+) STRICT;
+
+-- One run per target and run_dir, ever.
+CREATE TABLE reservations (
+    target      TEXT NOT NULL,
+    run_dir     TEXT NOT NULL,
+    run_id      TEXT NOT NULL REFERENCES workflow_executions(run_id),
+    plan_id     TEXT NOT NULL,
+    reserved_at INTEGER NOT NULL,
+    PRIMARY KEY (target, run_dir)
+) STRICT;
+
+ALTER TABLE workflow_executions ADD COLUMN plan_id TEXT;
