@@ -972,3 +972,84 @@ fn a_deployed_tool_changed_during_the_run_never_runs() {
     }
     fx.stop();
 }
+
+/// A replay is planned and approved the same way: the plan records the decisions, planning
+/// creates nothing, and the approved child reuses `a` and re-executes `b` from the deployed copy.
+#[test]
+fn a_replay_is_planned_and_approved_like_a_run() {
+    let fx = Fx::new();
+    let input = json!({"log": fx.log().display().to_string()});
+    let first = fx.planned("src", &fx.p("src-run"), &input);
+    let source = fx.execute_shown(&first).expect(0).json;
+    let source_id = s(&source["run_id"]).to_string();
+    let runs_before = fx.c.runs().len();
+    let executions_before = fx.tool_runs().len();
+
+    let run_dir = fx.p("replay-run");
+    let out = fx.c.json(&[
+        "plan",
+        "--replay",
+        &source_id,
+        "--step",
+        "b",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--name",
+        "rp",
+    ]);
+    let plan = out.expect(0).json;
+    assert_eq!(plan["replay"]["source_run_id"], source_id.as_str());
+    assert_eq!(plan["replay"]["step_ids"], json!(["b"]));
+    let decisions: Vec<(String, String)> = plan["replay"]["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (s(&d["step_id"]).to_string(), s(&d["decision"]).to_string()))
+        .collect();
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert!(decisions.iter().any(|(id, d)| id == "a" && d == "reuse"), "{decisions:?}");
+    assert_eq!(fx.c.runs().len(), runs_before, "planning a replay created a run");
+    assert!(!run_dir.exists(), "planning a replay created its run_dir");
+    assert_eq!(fx.tool_runs().len(), executions_before, "planning a replay ran a tool");
+
+    let child = fx.execute_shown(&plan).expect(0).json;
+    assert_eq!(child["status"], "READY", "{child:#}");
+    assert_eq!(child["run_dir"], run_dir.display().to_string());
+    assert_eq!(child["replay"]["source_run_id"], source_id.as_str());
+    assert_eq!(child["replay"]["reused"], json!(["a"]));
+    assert_eq!(child["replay"]["replayed"], json!(["b"]));
+    let steps: Vec<(String, bool, u64)> = child["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|st| (s(&st["step_id"]).to_string(), st["reused"].as_bool().unwrap(), st["attempts"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(steps, [("a".to_string(), true, 0), ("b".to_string(), false, 1)]);
+    // Only b ran again, from the replay's deployed workflow.
+    let runs = fx.tool_runs();
+    assert_eq!(runs.len(), executions_before + 1, "{runs:#?}");
+    let last = runs.last().unwrap();
+    assert_eq!(last["step"], "b");
+    assert!(s(&last["file"]).starts_with(run_dir.join("workflow").to_str().unwrap()), "{last}");
+    // Approved once: a second approval is refused and changes nothing.
+    let runs_now = fx.c.runs().len();
+    fx.execute_shown(&plan).expect(4);
+    assert_eq!(fx.c.runs().len(), runs_now);
+    fx.stop();
+}
+
+/// A registered snapshot altered on disk before planning is refused at planning: a plan never
+/// claims a digest its files do not have.
+#[test]
+fn a_snapshot_altered_before_planning_is_refused() {
+    let fx = Fx::new();
+    let wf = fx.c.json(&["workflow", "show", "pw"]).expect(0).json;
+    let tool = fx.c.home().join("registry").join(s(&wf["digest"])).join("tools/where.py");
+    append(&tool, "\n# altered after registration\n");
+    let run_dir = fx.p("r");
+    let out = fx.plan("altered", &run_dir, &json!({"log": fx.log().display().to_string()}));
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    assert!(out.stderr.contains("changed on disk"), "{}", out.stderr);
+    assert!(!fx.plan_file("altered").exists(), "no plan is stored");
+    assert!(!run_dir.exists());
+}
