@@ -32,9 +32,24 @@ if [ -s scripts/requirements-test.txt ] && ! cmp -s scripts/requirements-test.tx
 fi
 export CAIRN_TEST_VENV="$VENV"
 
+# A private sshd on 127.0.0.1:2222 for the SSH target tests (installs openssh-server if needed).
+SSHD_DIR=${SSHD_DIR:-/tmp/cairn-sshd}
+SSHD_WAS_RUNNING=no
+if [ -s "$SSHD_DIR/sshd.pid" ] && kill -0 "$(cat "$SSHD_DIR/sshd.pid")" 2>/dev/null; then SSHD_WAS_RUNNING=yes; fi
+log "sshd for the SSH target tests"
+SSHD_DIR=$SSHD_DIR scripts/sshd-up.sh >/dev/null
+export CAIRN_TEST_SSHD_DIR="$SSHD_DIR"
+
 # Tests start daemons (each on its own temporary state root, and each exits when its root is
-# removed); this stops any a crashed test run left behind.
-cleanup() { pkill -f -- "--home ${TMPDIR:-/tmp}/cairn-home-" 2>/dev/null || true; }
+# removed) and ssh control connections; this stops any a crashed test run left behind, and the
+# sshd if this script started it.
+cleanup() {
+  pkill -f -- "--home ${TMPDIR:-/tmp}/cairn-home-" 2>/dev/null || true
+  pkill -f -- "ControlPath=${TMPDIR:-/tmp}/cairn-home-" 2>/dev/null || true
+  if [ "$SSHD_WAS_RUNNING" = no ] && [ -s "$SSHD_DIR/sshd.pid" ]; then
+    kill "$(cat "$SSHD_DIR/sshd.pid")" 2>/dev/null || true
+  fi
+}
 trap cleanup EXIT
 
 # --- checks and tests ----------------------------------------------------------------------

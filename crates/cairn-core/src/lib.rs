@@ -14,6 +14,7 @@ pub mod replay;
 pub mod signature;
 pub mod status;
 pub mod store;
+pub mod target;
 pub mod template;
 pub mod validator;
 pub mod verification;

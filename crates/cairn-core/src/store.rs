@@ -198,6 +198,8 @@ pub enum StoreError {
     ReceiptConsumed(String),
     #[error("run_dir {run_dir} on target `{target}` is reserved by run `{run_id}`; one run per target and run_dir")]
     RunDirReserved { target: String, run_dir: String, run_id: String },
+    #[error("a target named `{0}` exists already; remove it first with `cairn target remove {0}`")]
+    TargetExists(String),
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]
@@ -317,6 +319,12 @@ pub trait RunStore {
     /// Consumes the receipt, reserves `target + run_dir` and creates the run (with `plan_id`), in
     /// one transaction: a consumed receipt or a reserved run_dir changes nothing.
     fn consume_receipt(&self, c: &ConsumeReceipt) -> Result<RunRecord, StoreError>;
+    fn add_target(&self, spec: &crate::target::TargetSpec, at: i64) -> Result<(), StoreError>;
+    /// By name.
+    fn targets(&self) -> Result<Vec<crate::target::TargetSpec>, StoreError>;
+    fn target(&self, name: &str) -> Result<Option<crate::target::TargetSpec>, StoreError>;
+    /// Whether it existed.
+    fn remove_target(&self, name: &str) -> Result<bool, StoreError>;
     /// The run that consumed a receipt of this plan, if any.
     fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError>;
     /// The run reserved for `target + run_dir`, if any.

@@ -60,6 +60,7 @@ impl EngineError {
             | EngineError::Store(StoreError::StepExists { .. })
             | EngineError::Store(StoreError::RunFinished { .. })
             | EngineError::Store(StoreError::PlanExists(_))
+            | EngineError::Store(StoreError::TargetExists(_))
             | EngineError::Store(StoreError::ReceiptConsumed(_))
             | EngineError::Store(StoreError::RunDirReserved { .. }) => ErrorKind::Conflict,
             EngineError::Store(_) | EngineError::Io { .. } => ErrorKind::Internal,

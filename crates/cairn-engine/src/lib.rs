@@ -9,6 +9,7 @@ pub mod replay;
 pub mod runner;
 pub mod session;
 mod stop;
+pub mod target;
 pub mod verify;
 
 use std::time::Duration;

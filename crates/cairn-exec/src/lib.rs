@@ -5,6 +5,7 @@
 
 pub mod kernel;
 pub mod sandbox;
+pub mod ssh;
 
 pub use sandbox::*;
 pub mod reap;

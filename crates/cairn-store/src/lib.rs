@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_verifications.sql"),
     include_str!("../migrations/0003_daemon.sql"),
     include_str!("../migrations/0004_plans.sql"),
+    include_str!("../migrations/0005_targets.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -1044,6 +1045,42 @@ impl RunStore for SqliteStore {
             insert_event(tx, &n.run_id, "run.created", None, None, n.at, &data)?;
             load_run(tx, &n.run_id)?.ok_or_else(|| StoreError::RunNotFound(n.run_id.clone()))
         })
+    }
+
+    fn add_target(&self, spec: &cairn_core::target::TargetSpec, at: i64) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let n = tx
+                .execute(
+                    "INSERT INTO targets (name, spec_json, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
+                    params![spec.name, to_json(spec), at],
+                )
+                .map_err(db)?;
+            if n == 0 {
+                return Err(StoreError::TargetExists(spec.name.clone()));
+            }
+            Ok(())
+        })
+    }
+
+    fn targets(&self) -> Result<Vec<cairn_core::target::TargetSpec>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT spec_json FROM targets ORDER BY name").map_err(db)?;
+        let rows: Vec<String> =
+            stmt.query_map([], |r| r.get(0)).map_err(db)?.collect::<rusqlite::Result<_>>().map_err(db)?;
+        rows.iter().map(|t| parse_json(t, "target")).collect()
+    }
+
+    fn target(&self, name: &str) -> Result<Option<cairn_core::target::TargetSpec>, StoreError> {
+        let conn = self.conn();
+        let text: Option<String> = conn
+            .query_row("SELECT spec_json FROM targets WHERE name = ?1", [name], |r| r.get(0))
+            .optional()
+            .map_err(db)?;
+        text.map(|t| parse_json(&t, "target")).transpose()
+    }
+
+    fn remove_target(&self, name: &str) -> Result<bool, StoreError> {
+        self.write(|tx| Ok(tx.execute("DELETE FROM targets WHERE name = ?1", [name]).map_err(db)? > 0))
     }
 
     fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError> {

@@ -186,6 +186,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compute targets: `local` (built in) and SSH hosts.
+    Target {
+        #[command(subcommand)]
+        command: TargetCommand,
+    },
     /// The interactive session kernel: run code whose state carries from job to job.
     Kernel {
         #[command(subcommand)]
@@ -195,6 +200,59 @@ pub enum Command {
     Daemon {
         #[command(subcommand)]
         command: DaemonCommand,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ExecutorArg {
+    Process,
+    Slurm,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TargetCommand {
+    /// Register an SSH host (nothing is contacted; `target probe` does that).
+    Add {
+        name: String,
+        /// USER@HOST[:PORT]
+        #[arg(long, value_name = "USER@HOST[:PORT]")]
+        ssh: String,
+        /// The private key to log in with.
+        #[arg(long, value_name = "FILE")]
+        identity: Option<PathBuf>,
+        /// The known_hosts file the host key is checked against, strictly (default: ~/.ssh/known_hosts).
+        #[arg(long, value_name = "FILE")]
+        known_hosts: Option<PathBuf>,
+        /// Absolute path on the host: the default parent of run directories.
+        #[arg(long, value_name = "ABS")]
+        workspace_root: String,
+        #[arg(long, value_enum, default_value = "process")]
+        executor: ExecutorArg,
+        /// Slurm partition (with --executor slurm).
+        #[arg(long)]
+        partition: Option<String>,
+        /// Slurm account (with --executor slurm).
+        #[arg(long)]
+        account: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Configured targets.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the fixed, read-only probe on a target and print what it observed.
+    Probe {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a configured target.
+    Remove {
+        name: String,
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -8,11 +8,12 @@ use cairn_engine::plan::PlanRequest;
 use cairn_engine::registry::{self, add_workflow, load_record, load_workflow};
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunReport, RunRequest};
+use cairn_engine::target::AddTarget;
 use cairn_engine::verify::VerifyRequest;
 use cairn_engine::{Engine, EngineError};
 use serde_json::{Value, json};
 
-use crate::cli::{Cli, Command, DaemonCommand, PlanCommand, WorkflowCommand};
+use crate::cli::{Cli, Command, DaemonCommand, ExecutorArg, PlanCommand, TargetCommand, WorkflowCommand};
 use crate::client::{Client, failure_of};
 use crate::daemon::{self, ServeOptions, StartOptions};
 use crate::output::{self, print_json};
@@ -297,6 +298,101 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             finish_run_output(&report, json)
         }
         Command::Kernel { command } => crate::kernel::run(&state_root(cli.home)?, command),
+        Command::Target { command } => target_command(&open_engine(cli.home)?, command),
+    }
+}
+
+fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure> {
+    use cairn_core::target::Executor;
+    match command {
+        TargetCommand::Add { name, ssh, identity, known_hosts, workspace_root, executor, partition, account, json } => {
+            let executor = match executor {
+                ExecutorArg::Process => Executor::Process,
+                ExecutorArg::Slurm => Executor::Slurm,
+            };
+            let spec = engine.add_target(&AddTarget {
+                name,
+                ssh,
+                identity,
+                known_hosts,
+                workspace_root,
+                executor,
+                partition,
+                account,
+            })?;
+            if json {
+                print_json(&serde_json::to_value(&spec).unwrap_or_default());
+            } else {
+                println!("target {} added; check it with `cairn target probe {}`", spec.name, spec.name);
+            }
+            Ok(0)
+        }
+        TargetCommand::List { json } => {
+            let targets = engine.store.targets().map_err(EngineError::from)?;
+            if json {
+                let mut all = vec![json!({"name": "local", "builtin": true})];
+                all.extend(targets.iter().map(|t| serde_json::to_value(t).unwrap_or_default()));
+                print_json(&json!({"targets": all}));
+            } else {
+                println!("{:<20} {:<32} {:<8} WORKSPACE", "NAME", "SSH", "EXECUTOR");
+                println!("{:<20} {:<32} {:<8} {}", "local", "(this machine)", "process", engine.state.runs().display());
+                for t in &targets {
+                    let ssh = format!("{}@{}:{}", t.ssh.user, t.ssh.host, t.ssh.port);
+                    let executor = serde_json::to_value(t.executor).unwrap_or_default();
+                    println!("{:<20} {:<32} {:<8} {}", t.name, ssh, executor.as_str().unwrap_or(""), t.workspace_root);
+                }
+            }
+            Ok(0)
+        }
+        TargetCommand::Probe { name, json } => {
+            let probed = engine.probe_target(&name)?;
+            if json {
+                print_json(&probed);
+            } else {
+                let o = &probed["observed"];
+                println!(
+                    "target {name}: {} ({}, kernel {})",
+                    o["hostname"].as_str().unwrap_or("?"),
+                    o["os"].as_str().unwrap_or("?"),
+                    o["kernel"].as_str().unwrap_or("?")
+                );
+                println!("  cpus {}  memory {} bytes", o["cpus"], o["memory"]["total_bytes"]);
+                let ws = &o["workspace"];
+                println!(
+                    "  workspace {} exists={} writable={} free {} bytes",
+                    ws["path"].as_str().unwrap_or(""),
+                    ws["exists"],
+                    ws["writable"],
+                    ws["free_bytes"]
+                );
+                for tool in ["python", "snakemake", "nextflow", "java"] {
+                    let v = &o[tool];
+                    let text = if v.is_null() {
+                        "not found".to_string()
+                    } else {
+                        v["version"].as_str().unwrap_or("?").to_string()
+                    };
+                    println!("  {tool:<10} {text}");
+                }
+                println!("  slurm      {}", o["slurm"]);
+                if o["docker_host"]["refused"] == true {
+                    println!("  DOCKER_HOST points off the host: refused");
+                }
+            }
+            Ok(0)
+        }
+        TargetCommand::Remove { name, json } => {
+            let removed = engine.store.remove_target(&name).map_err(EngineError::from)?;
+            if !removed {
+                return Err(Failure::usage(format!("target `{name}` is not configured; see `cairn target list`")));
+            }
+            if json {
+                print_json(&json!({"removed": name}));
+            } else {
+                println!("target {name} removed");
+            }
+            Ok(0)
+        }
     }
 }
 

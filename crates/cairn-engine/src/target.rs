@@ -1,0 +1,86 @@
+//! Compute targets: the built-in `local`, and SSH hosts registered with their workspace root and
+//! executor. A probe observes facts on the target (read-only) and claims nothing it did not see.
+
+use std::path::{Path, PathBuf};
+
+use cairn_core::target::{Executor, LOCAL, TargetSpec, parse_ssh};
+use cairn_exec::ssh::{SshTransport, probe_local};
+use serde_json::{Value, json};
+
+use crate::{Engine, EngineError};
+
+#[derive(Debug, Clone)]
+pub struct AddTarget {
+    pub name: String,
+    /// `USER@HOST[:PORT]`.
+    pub ssh: String,
+    pub identity: Option<PathBuf>,
+    pub known_hosts: Option<PathBuf>,
+    pub workspace_root: String,
+    pub executor: Executor,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+}
+
+/// A local file the ssh client will read, made absolute; it must exist.
+fn local_file(path: &Path, what: &str) -> Result<String, EngineError> {
+    let abs = path.canonicalize().map_err(|e| EngineError::Invalid(format!("{what} {}: {e}", path.display())))?;
+    if !abs.is_file() {
+        return Err(EngineError::Invalid(format!("{what} {} is not a file", abs.display())));
+    }
+    Ok(abs.display().to_string())
+}
+
+impl Engine {
+    /// Validates and registers a target. Nothing is contacted: `probe_target` does that.
+    pub fn add_target(&self, req: &AddTarget) -> Result<TargetSpec, EngineError> {
+        let spec = TargetSpec {
+            name: req.name.clone(),
+            ssh: parse_ssh(&req.ssh).map_err(|e| EngineError::Invalid(e.to_string()))?,
+            identity: req.identity.as_deref().map(|p| local_file(p, "--identity")).transpose()?,
+            known_hosts: req.known_hosts.as_deref().map(|p| local_file(p, "--known-hosts")).transpose()?,
+            workspace_root: req.workspace_root.clone(),
+            executor: req.executor,
+            partition: req.partition.clone(),
+            account: req.account.clone(),
+        };
+        spec.validate().map_err(|e| EngineError::Invalid(e.to_string()))?;
+        self.store.add_target(&spec, self.clock.now_ms())?;
+        Ok(spec)
+    }
+
+    pub fn target(&self, name: &str) -> Result<TargetSpec, EngineError> {
+        self.store.target(name)?.ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "target `{name}` is not configured; see `cairn target list` (`local` is built in)"
+            ))
+        })
+    }
+
+    pub fn transport(&self, spec: &TargetSpec) -> SshTransport {
+        SshTransport {
+            user: spec.ssh.user.clone(),
+            host: spec.ssh.host.clone(),
+            port: spec.ssh.port,
+            identity: spec.identity.as_ref().map(PathBuf::from),
+            known_hosts: spec.known_hosts.as_ref().map(PathBuf::from),
+            control_dir: self.state.path().join("ssh"),
+            control_tag: serde_json::to_vec(spec)
+                .map(|b| cairn_core::canonical::sha256_hex(&b)[..12].to_string())
+                .unwrap_or_else(|_| spec.name.clone()),
+        }
+    }
+
+    /// Runs the fixed read-only probe on a target and returns `{target, observed, probed_at}`.
+    pub fn probe_target(&self, name: &str) -> Result<Value, EngineError> {
+        let (observed, workspace) = if name == LOCAL {
+            let ws = self.state.runs().display().to_string();
+            (probe_local(&ws), ws)
+        } else {
+            let spec = self.target(name)?;
+            (self.transport(&spec).probe(&spec.workspace_root), spec.workspace_root.clone())
+        };
+        let observed = observed.map_err(|e| EngineError::Invalid(e.to_string()))?;
+        Ok(json!({"target": name, "workspace_root": workspace, "observed": observed, "probed_at": self.clock.now_ms()}))
+    }
+}
