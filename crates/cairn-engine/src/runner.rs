@@ -123,12 +123,7 @@ pub fn check_input(wf: &LoadedWorkflow, input: &Value) -> Result<(), EngineError
 impl Engine {
     /// Runs (or continues, or returns) a run of a registered workflow.
     pub fn run(&self, wf: &LoadedWorkflow, req: &RunRequest, obs: &mut dyn Observer) -> Result<RunReport, EngineError> {
-        check_input(wf, &req.input)?;
-        let spec = wf.spec();
-        let identity = run_identity(&spec.name, &spec.version, &req.input, None)
-            .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
-        let new = self.new_run(req.run_id.as_deref(), spec, identity, &req.input, None, None)?;
-        let new = NewRun { owner: req.owner.clone(), thread_id: req.thread_id.clone(), ..new };
+        let new = self.requested_run(wf, req)?;
         let opts = ExecOptions {
             resume: req.resume_interrupted,
             parallelism: req.parallelism,
@@ -142,13 +137,17 @@ impl Engine {
     /// what the daemon acknowledges before its worker pool executes the run with [`Engine::run`].
     /// Returns the run and whether it was created now.
     pub fn submit(&self, wf: &LoadedWorkflow, req: &RunRequest) -> Result<(RunRecord, bool), EngineError> {
+        self.create_checked(&self.requested_run(wf, req)?)
+    }
+
+    /// The record a run request would create: its input checked, its identity computed.
+    fn requested_run(&self, wf: &LoadedWorkflow, req: &RunRequest) -> Result<NewRun, EngineError> {
         check_input(wf, &req.input)?;
         let spec = wf.spec();
         let identity = run_identity(&spec.name, &spec.version, &req.input, None)
             .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
         let new = self.new_run(req.run_id.as_deref(), spec, identity, &req.input, None, None)?;
-        let new = NewRun { owner: req.owner.clone(), thread_id: req.thread_id.clone(), ..new };
-        self.create_checked(&new)
+        Ok(NewRun { owner: req.owner.clone(), thread_id: req.thread_id.clone(), ..new })
     }
 
     /// Creates the run, or returns the existing one after checking its identity.

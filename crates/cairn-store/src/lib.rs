@@ -132,6 +132,31 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     tx.commit().map_err(db)
 }
 
+/// Inserts a new run, RUNNING at revision 1 (its `run.created` event is the caller's).
+fn insert_run(tx: &rusqlite::Transaction<'_>, n: &NewRun, plan_id: Option<&str>) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
+         run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12)",
+        params![
+            n.run_id,
+            n.workflow,
+            n.version,
+            n.identity_hash,
+            to_json(&n.input),
+            n.run_dir,
+            n.at,
+            n.source_run_id,
+            n.replay.as_ref().map(to_json),
+            n.owner,
+            n.thread_id,
+            plan_id,
+        ],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
 fn insert_event(
     tx: &rusqlite::Transaction<'_>,
     run_id: &str,
@@ -390,26 +415,9 @@ impl RunStore for SqliteStore {
             if let Some(existing) = load_run(tx, &new.run_id)? {
                 return Ok(CreateRun::Existing(existing));
             }
-            tx.execute(
-                "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
-                 run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    new.run_id,
-                    new.workflow,
-                    new.version,
-                    new.identity_hash,
-                    to_json(&new.input),
-                    new.run_dir,
-                    new.at,
-                    new.source_run_id,
-                    new.replay.as_ref().map(to_json),
-                    new.owner,
-                    new.thread_id,
-                ],
-            )
-            .map_err(db)?;
-            let mut data = json!({"workflow": new.workflow, "version": new.version, "identity_hash": new.identity_hash});
+            insert_run(tx, new, None)?;
+            let mut data =
+                json!({"workflow": new.workflow, "version": new.version, "identity_hash": new.identity_hash});
             if let Some(src) = &new.source_run_id {
                 data["source_run_id"] = json!(src);
             }
@@ -1010,26 +1018,7 @@ impl RunStore for SqliteStore {
                 return Err(StoreError::Database(format!("run id `{}` exists already", c.run.run_id)));
             }
             let n = &c.run;
-            tx.execute(
-                "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
-                 run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12)",
-                params![
-                    n.run_id,
-                    n.workflow,
-                    n.version,
-                    n.identity_hash,
-                    to_json(&n.input),
-                    n.run_dir,
-                    n.at,
-                    n.source_run_id,
-                    n.replay.as_ref().map(to_json),
-                    n.owner,
-                    n.thread_id,
-                    c.plan_id,
-                ],
-            )
-            .map_err(db)?;
+            insert_run(tx, n, Some(&c.plan_id))?;
             tx.execute(
                 "INSERT INTO receipts (receipt_id, plan_id, run_id, consumed_at) VALUES (?1, ?2, ?3, ?4)",
                 params![c.receipt_id, c.plan_id, n.run_id, n.at],

@@ -325,6 +325,15 @@ pub struct ReplayDirective {
     pub step_ids: Vec<String>,
 }
 
+/// 202 with the run as it is now, and where to find it.
+fn accepted(engine: &Engine, run_id: &str) -> Result<Response, ApiError> {
+    let mut resp = (StatusCode::ACCEPTED, Json(run_result(engine, run_id)?)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/runs/{run_id}")) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(resp)
+}
+
 fn run_result(engine: &Engine, run_id: &str) -> Result<RunResult, ApiError> {
     Ok(RunResult::from_report(&report(engine, run_id)?))
 }
@@ -442,11 +451,7 @@ async fn submit_run(State(state): State<AppRef>, ApiJson(body): ApiJson<SubmitRu
             };
             pool.submit(&run.run_id, work);
         }
-        let mut resp = (StatusCode::ACCEPTED, Json(run_result(engine, &run.run_id)?)).into_response();
-        if let Ok(v) = HeaderValue::from_str(&format!("/runs/{}", run.run_id)) {
-            resp.headers_mut().insert(header::LOCATION, v);
-        }
-        Ok(resp)
+        accepted(engine, &run.run_id)
     })
     .await
 }
@@ -909,11 +914,7 @@ async fn execute_plan(
             },
         };
         pool.submit(&run.run_id, work);
-        let mut resp = (StatusCode::ACCEPTED, Json(run_result(engine, &run.run_id)?)).into_response();
-        if let Ok(v) = HeaderValue::from_str(&format!("/runs/{}", run.run_id)) {
-            resp.headers_mut().insert(header::LOCATION, v);
-        }
-        Ok(resp)
+        accepted(engine, &run.run_id)
     })
     .await
 }
