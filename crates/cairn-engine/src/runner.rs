@@ -217,6 +217,20 @@ impl Engine {
         self.report(&run.run_id, wf)
     }
 
+    /// The stored view of a run found by id alone, with the workflow version it ran.
+    pub fn run_report(&self, run_id: &str) -> Result<RunReport, EngineError> {
+        let run = self.store.run(run_id)?.ok_or_else(|| {
+            EngineError::NotFound(format!("run `{run_id}` was not found; list runs with `cairn runs`"))
+        })?;
+        let record = self.store.workflow(&run.workflow, Some(&run.version))?.ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "workflow {}@{} of run `{run_id}` is not registered",
+                run.workflow, run.version
+            ))
+        })?;
+        self.report(run_id, &crate::registry::load_record(record)?)
+    }
+
     /// The stored view of a run, steps in the DAG's order.
     pub fn report(&self, run_id: &str, wf: &LoadedWorkflow) -> Result<RunReport, EngineError> {
         let run = self.store.run(run_id)?.ok_or_else(|| {
@@ -500,12 +514,11 @@ impl Engine {
                 self.store.fail_attempt(&finish, &error)?;
                 return Ok(None);
             }
-            let mut record_err = None;
             let out = run_tool(&cmd, &mut |p: &ProcessIdentity| {
                 let info = ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time };
-                if let Err(e) = self.store.record_process(&run.run_id, &step.id, &token, &info) {
-                    record_err = Some(e);
-                }
+                // A failure here (a stale token) resurfaces when the outcome is written, which the
+                // same token guard then rejects; the process itself still ends by its timeout.
+                let _ = self.store.record_process(&run.run_id, &step.id, &token, &info);
                 // A stop that came between the attempt's start and its process being recorded
                 // found no process to stop: stop it here.
                 if halted() {

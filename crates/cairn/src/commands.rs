@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use cairn_core::status::RunStatus;
 use cairn_engine::plan::PlanRequest;
-use cairn_engine::registry::{self, add_workflow, load_record, load_workflow};
+use cairn_engine::registry::{self, add_workflow, load_workflow};
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunReport, RunRequest};
 use cairn_engine::target::AddTarget;
@@ -168,7 +168,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Runs { limit, json } => {
             let engine = open_engine(cli.home)?;
-            let runs = engine.store.runs(limit).map_err(EngineError::from)?;
+            let runs = engine.store.runs(limit, None).map_err(EngineError::from)?;
             if json {
                 print_json(&output::runs_json(&runs));
             } else {
@@ -261,23 +261,14 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Plans { json } => {
             let engine = open_engine(cli.home)?;
-            let plans = engine.store.plans().map_err(EngineError::from)?;
+            let list = crate::wire::PlanList::from_store(&engine)?;
             if json {
-                let list: Vec<Value> = plans
-                    .iter()
-                    .map(|p| {
-                        json!({"plan_name": p.plan_name, "plan_id": p.plan_id, "plan_checksum": p.plan_checksum,
-                               "workflow": p.workflow, "version": p.version, "target": p.target, "run_dir": p.run_dir,
-                               "created_at": output::time(p.created_at),
-                               "run_id": engine.store.run_of_plan(&p.plan_id).ok().flatten()})
-                    })
-                    .collect();
-                print_json(&json!({"plans": list}));
-            } else if plans.is_empty() {
+                print_json(&serde_json::to_value(&list).unwrap_or_default());
+            } else if list.plans.is_empty() {
                 eprintln!("no plans yet; make one with `cairn plan WORKFLOW --input F --run-dir ABS_DIR`");
             } else {
-                for p in &plans {
-                    let run = engine.store.run_of_plan(&p.plan_id).ok().flatten();
+                for p in &list.plans {
+                    let run = p.run_id.clone();
                     println!(
                         "{:<32} {}@{}  {}:{}  {}",
                         p.plan_name,
@@ -522,16 +513,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
 }
 
 pub fn report_of(engine: &Engine, run_id: &str) -> Result<RunReport, Failure> {
-    let run = engine
-        .store
-        .run(run_id)
-        .map_err(EngineError::from)?
-        .ok_or_else(|| Failure::usage(format!("run `{run_id}` was not found; list runs with `cairn runs`")))?;
-    let record =
-        engine.store.workflow(&run.workflow, Some(&run.version)).map_err(EngineError::from)?.ok_or_else(|| {
-            Failure::usage(format!("workflow {}@{} of run `{run_id}` is not registered", run.workflow, run.version))
-        })?;
-    Ok(engine.report(run_id, &load_record(record)?)?)
+    Ok(engine.run_report(run_id)?)
 }
 
 /// Prints a run result and maps its status to the exit code.

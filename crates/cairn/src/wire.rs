@@ -251,3 +251,44 @@ impl Job {
 pub struct JobList {
     pub jobs: Vec<Job>,
 }
+
+/// A stored plan, as `GET /plans` lists it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PlanSummary {
+    pub plan_name: String,
+    pub plan_id: String,
+    pub plan_checksum: String,
+    pub workflow: String,
+    pub version: String,
+    pub target: String,
+    pub run_dir: String,
+    pub created_at: String,
+    /// The run that executed it, if any.
+    pub run_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PlanList {
+    pub plans: Vec<PlanSummary>,
+}
+
+impl PlanList {
+    /// Every stored plan, newest first, with the run that executed it.
+    pub fn from_store(engine: &cairn_engine::Engine) -> Result<PlanList, cairn_engine::EngineError> {
+        let mut plans = Vec::new();
+        for p in engine.store.plans()? {
+            plans.push(PlanSummary {
+                run_id: engine.store.run_of_plan(&p.plan_id)?,
+                created_at: time(p.created_at),
+                plan_name: p.plan_name,
+                plan_id: p.plan_id,
+                plan_checksum: p.plan_checksum,
+                workflow: p.workflow,
+                version: p.version,
+                target: p.target,
+                run_dir: p.run_dir,
+            });
+        }
+        Ok(PlanList { plans })
+    }
+}

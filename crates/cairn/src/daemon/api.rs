@@ -16,11 +16,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use cairn_core::store::StoreError;
 use cairn_engine::plan::PlanRequest;
-use cairn_engine::registry::{load_record, load_workflow};
+use cairn_engine::registry::load_workflow;
 use cairn_engine::replay::ReplayRequest;
-use cairn_engine::runner::{RunReport, RunRequest};
+use cairn_engine::runner::RunRequest;
 use cairn_engine::session::SessionKernel;
-use cairn_engine::{Engine, EngineError, ErrorKind};
+use cairn_engine::{Engine, EngineError, ErrorKind, StopSignal};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -28,7 +28,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
 use super::auth::{Role, Tokens, host_is_loopback};
 use super::pool::{Pool, Work, owner_is_alive};
-use crate::wire::{self, EventList, Job, JobList, RunList, RunResult, WorkflowList};
+use crate::wire::{self, EventList, Job, JobList, PlanList, PlanSummary, RunList, RunResult, WorkflowList};
 
 /// Bodies above this are refused with 413 before they are parsed.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -335,23 +335,7 @@ fn accepted(engine: &Engine, run_id: &str) -> Result<Response, ApiError> {
 }
 
 fn run_result(engine: &Engine, run_id: &str) -> Result<RunResult, ApiError> {
-    Ok(RunResult::from_report(&report(engine, run_id)?))
-}
-
-fn report(engine: &Engine, run_id: &str) -> Result<RunReport, ApiError> {
-    let run =
-        engine.store.run(run_id).map_err(EngineError::from)?.ok_or_else(|| {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("run `{run_id}` was not found"))
-        })?;
-    let record =
-        engine.store.workflow(&run.workflow, Some(&run.version)).map_err(EngineError::from)?.ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("workflow {}@{} of run `{run_id}` is not registered", run.workflow, run.version),
-            )
-        })?;
-    Ok(engine.report(run_id, &load_record(record)?)?)
+    Ok(RunResult::from_report(&engine.run_report(run_id)?))
 }
 
 /// Creates the run (or finds it), queues it on the worker pool, and answers with its current
@@ -380,7 +364,7 @@ async fn submit_run(State(state): State<AppRef>, ApiJson(body): ApiJson<SubmitRu
         let engine = &state.engine;
         let pool = &state.pool;
         let owner = Some(pool.owner().to_string());
-        let stop = Some(pool.signal());
+        let stop = Some(StopSignal::new());
         let thread_id = Some(body.thread_id.clone());
         let (run, created, work) = match body.replay {
             Some(replay) => {
@@ -486,19 +470,7 @@ async fn list_runs(
         None => None,
     };
     blocking(move || {
-        let runs = match status {
-            // Filtered in memory over a bounded window: the registry is small next to this.
-            Some(st) => state
-                .engine
-                .store
-                .runs(100_000)
-                .map_err(EngineError::from)?
-                .into_iter()
-                .filter(|r| r.status == st)
-                .take(limit)
-                .collect(),
-            None => state.engine.store.runs(limit).map_err(EngineError::from)?,
-        };
+        let runs = state.engine.store.runs(limit, status).map_err(EngineError::from)?;
         Ok(Json(RunList::from_records(&runs)))
     })
     .await
@@ -659,7 +631,7 @@ async fn step_log(
         return Err(ApiError::invalid("lines must be between 1 and 10000"));
     }
     blocking(move || {
-        let report = report(&state.engine, &run_id)?;
+        let report = state.engine.run_report(&run_id)?;
         let view = report.steps.iter().find(|s| s.step_id == step_id).ok_or_else(|| {
             let known: Vec<&str> = report.steps.iter().map(|s| s.step_id.as_str()).collect();
             ApiError::new(
@@ -779,26 +751,6 @@ pub struct ExecutePlan {
     pub plan_checksum: String,
 }
 
-/// A stored plan, as `GET /plans` lists it.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PlanSummary {
-    pub plan_name: String,
-    pub plan_id: String,
-    pub plan_checksum: String,
-    pub workflow: String,
-    pub version: String,
-    pub target: String,
-    pub run_dir: String,
-    pub created_at: String,
-    /// The run that executed it, if any.
-    pub run_id: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PlanList {
-    pub plans: Vec<PlanSummary>,
-}
-
 /// Plans a run and stores the immutable plan: the workflow version, every resolved command,
 /// every input file with its SHA-256, every effect. Nothing is created at `run_dir`.
 #[utoipa::path(post, path = "/plans", tag = "plans", request_body = CreatePlan,
@@ -833,31 +785,7 @@ async fn create_plan(State(state): State<AppRef>, ApiJson(body): ApiJson<CreateP
 #[utoipa::path(get, path = "/plans", tag = "plans",
     responses((status = 200, body = PlanList), (status = 401, body = ErrorBody)), security(("bearer" = [])))]
 async fn list_plans(State(state): State<AppRef>) -> Result<Json<PlanList>, ApiError> {
-    blocking(move || {
-        let engine = &state.engine;
-        let plans = engine
-            .store
-            .plans()
-            .map_err(EngineError::from)?
-            .into_iter()
-            .map(|p| {
-                let run_id = engine.store.run_of_plan(&p.plan_id).ok().flatten();
-                PlanSummary {
-                    created_at: wire::time(p.created_at),
-                    plan_name: p.plan_name,
-                    plan_id: p.plan_id,
-                    plan_checksum: p.plan_checksum,
-                    workflow: p.workflow,
-                    version: p.version,
-                    target: p.target,
-                    run_dir: p.run_dir,
-                    run_id,
-                }
-            })
-            .collect();
-        Ok(Json(PlanList { plans }))
-    })
-    .await
+    blocking(move || Ok(Json(PlanList::from_store(&state.engine)?))).await
 }
 
 /// One stored plan, checked against the checksum it was stored with (409 if it was altered).
@@ -898,7 +826,7 @@ async fn execute_plan(
         let owner = Some(pool.owner().to_string());
         let work = match engine.replay_request(&plan, &run.run_id) {
             Some(req) => Work::Replay {
-                req: ReplayRequest { owner, thread_id: run.thread_id.clone(), stop: Some(pool.signal()), ..req },
+                req: ReplayRequest { owner, thread_id: run.thread_id.clone(), stop: Some(StopSignal::new()), ..req },
             },
             None => Work::Run {
                 wf: Box::new(wf),
@@ -909,7 +837,7 @@ async fn execute_plan(
                     parallelism: 1,
                     owner,
                     thread_id: run.thread_id.clone(),
-                    stop: Some(pool.signal()),
+                    stop: Some(StopSignal::new()),
                 },
             },
         };

@@ -76,11 +76,6 @@ impl Pool {
         &self.owner
     }
 
-    /// A fresh stop signal for a run about to be submitted.
-    pub fn signal(&self) -> StopSignal {
-        StopSignal::new()
-    }
-
     /// Queues a created run unless it is already queued or executing here. Returns whether it
     /// was queued now.
     pub fn submit(&self, run_id: &str, work: Work) -> bool {
