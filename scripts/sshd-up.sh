@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # sshd-up.sh - a private sshd on 127.0.0.1:2222 for the SSH target tests: key-only root login, no
-# systemd, its own pinned known_hosts. Idempotent: keeps existing keys; restarts nothing running.
+# systemd, its own pinned known_hosts. Idempotent: keeps existing keys; restarts a running sshd
+# only when its config changed.
 set -euo pipefail
 D=${SSHD_DIR:-/tmp/cairn-sshd}
 PORT=${SSHD_PORT:-2222}
@@ -14,7 +15,13 @@ install -d -m 0755 /run/sshd                      # privilege-separation dir, mu
 [ -f "$D/id_ed25519" ]   || ssh-keygen -q -t ed25519 -N '' -C ci-user -f "$D/id_ed25519"
 cp "$D/id_ed25519.pub" "$D/authorized_keys"; chmod 0644 "$D/authorized_keys"
 
+# With CAIRN_TEST_VENV set, remote commands find the test venv's snakemake and python3 first.
+# SHLVL=1 makes bash skip ~/.bashrc, which Debian's bash otherwise sources for every ssh command:
+# root's bashrc here puts pyenv shims ahead of the venv and costs ~190 ms a command.
+SETENV=${CAIRN_TEST_VENV:+"SetEnv PATH=$CAIRN_TEST_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SHLVL=1"}
+OLD=$(cat "$D/sshd_config" 2>/dev/null || true)
 cat > "$D/sshd_config" <<EOF
+${SETENV}
 Port $PORT
 ListenAddress 127.0.0.1
 HostKey $D/host_ed25519
@@ -51,6 +58,10 @@ Host ci
 EOF
 
 /usr/sbin/sshd -t -f "$D/sshd_config"             # config check
+if [ "$OLD" != "$(cat "$D/sshd_config")" ] && [ -s "$D/sshd.pid" ] && kill "$(cat "$D/sshd.pid")" 2>/dev/null; then
+  for i in $(seq 50); do kill -0 "$(cat "$D/sshd.pid" 2>/dev/null)" 2>/dev/null || break; sleep 0.1; done
+  ssh -F "$D/ssh_config" -O exit ci 2>/dev/null || true   # a master would keep the old environment
+fi
 if ! { [ -s "$D/sshd.pid" ] && kill -0 "$(cat "$D/sshd.pid")" 2>/dev/null; }; then
   /usr/sbin/sshd -f "$D/sshd_config" -E "$D/sshd.log"   # daemonizes, writes $D/sshd.pid
 fi

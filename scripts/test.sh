@@ -40,15 +40,28 @@ log "sshd for the SSH target tests"
 SSHD_DIR=$SSHD_DIR scripts/sshd-up.sh >/dev/null
 export CAIRN_TEST_SSHD_DIR="$SSHD_DIR"
 
+# A single-node Slurm on loopback for the Slurm target tests (installs slurm and munge if needed).
+# Optional: if it does not come up, CAIRN_TEST_SLURM stays unset and those tests skip.
+SLURM_DIR=${SLURM_DIR:-/tmp/cairn-slurm}
+SLURM_WAS_RUNNING=no
+if [ -s "$SLURM_DIR/slurmctld.pid" ] && kill -0 "$(cat "$SLURM_DIR/slurmctld.pid")" 2>/dev/null; then SLURM_WAS_RUNNING=yes; fi
+log "Slurm for the Slurm target tests"
+if SLURM_DIR=$SLURM_DIR scripts/slurm-up.sh >/dev/null; then
+  export CAIRN_TEST_SLURM=1
+else
+  log "WARNING: Slurm did not come up; the Slurm target tests will skip"
+fi
+
 # Tests start daemons (each on its own temporary state root, and each exits when its root is
 # removed) and ssh control connections; this stops any a crashed test run left behind, and the
-# sshd if this script started it.
+# sshd and Slurm if this script started them.
 cleanup() {
   pkill -f -- "--home ${TMPDIR:-/tmp}/cairn-home-" 2>/dev/null || true
   pkill -f -- "ControlPath=${TMPDIR:-/tmp}/cairn-home-" 2>/dev/null || true
   if [ "$SSHD_WAS_RUNNING" = no ] && [ -s "$SSHD_DIR/sshd.pid" ]; then
     kill "$(cat "$SSHD_DIR/sshd.pid")" 2>/dev/null || true
   fi
+  if [ "$SLURM_WAS_RUNNING" = no ]; then SLURM_DIR=$SLURM_DIR scripts/slurm-down.sh || true; fi
 }
 trap cleanup EXIT
 

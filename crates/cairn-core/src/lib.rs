@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod canonical;
+pub mod controller;
 pub mod dag;
 pub mod document;
 pub mod ids;

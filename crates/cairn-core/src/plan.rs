@@ -89,6 +89,10 @@ pub struct Plan {
     pub commands: Vec<PlannedCommand>,
     pub inputs: Vec<InputFile>,
     pub effects: Vec<Effect>,
+    /// The facts observed on the target that the plan relies on (run_dir's parent writable,
+    /// run_dir absent, programs found); execution re-checks them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Value>,
     /// For a planned replay: `{source_run_id, step_ids}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<Value>,
@@ -125,6 +129,7 @@ impl Plan {
             "commands": self.commands,
             "inputs": self.inputs,
             "effects": self.effects,
+            "readiness": self.readiness,
             "replay": self.replay,
         })
     }

@@ -31,14 +31,19 @@ pub struct ToolFile {
 pub fn tool_digest(tool: &ToolDef, files: &[ToolFile]) -> Result<String, CanonicalError> {
     let mut files: Vec<&ToolFile> = files.iter().collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    hash_json(&json!({
+    let mut doc = json!({
         "format": SIGNATURE_FORMAT,
         "command": tool.command,
         "version": tool.version,
         "timeout_secs": tool.timeout_secs,
         "env": tool.env,
         "files": files.iter().map(|f| json!({"path": f.path, "sha256": f.sha256})).collect::<Vec<_>>(),
-    }))
+    });
+    // Only a controller names its kind, so every digest recorded before kinds existed still holds.
+    if !tool.kind.is_process() {
+        doc["kind"] = json!(tool.kind);
+    }
+    hash_json(&doc)
 }
 
 /// `sha256(JCS(args))`.
@@ -178,6 +183,7 @@ mod tests {
     fn tool_digest_covers_every_part_of_the_definition() {
         let tool = ToolDef {
             name: "t".into(),
+            kind: Default::default(),
             command: vec!["python3".into(), "t.py".into()],
             timeout_secs: 60,
             version: None,
@@ -187,6 +193,7 @@ mod tests {
         let base = tool_digest(&tool, &files).unwrap();
         let variants = [
             ToolDef { timeout_secs: 61, ..tool.clone() },
+            ToolDef { kind: crate::workflow::ToolKind::Snakemake, ..tool.clone() },
             ToolDef { version: Some("2".into()), ..tool.clone() },
             ToolDef { env: vec!["LANG".into()], ..tool.clone() },
             ToolDef { command: vec!["python3".into(), "-u".into(), "t.py".into()], ..tool.clone() },

@@ -83,6 +83,26 @@ pub struct ProcessInfo {
     pub pid: u32,
     pub pgid: u32,
     pub start_time: Option<u64>,
+    /// Set when the step agent supervises the attempt (on a target, or a local controller): how
+    /// to find the launch again. `pid`/`pgid` are then on the controller host, not here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteProcess>,
+}
+
+/// How a recorded launch is found again: the attempt directory on the controller host and the
+/// nonce the launch wrote there. Stored before the launch, completed with what the launch saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteProcess {
+    /// The target's name (`local` for a controller on this machine).
+    pub target: String,
+    pub attempt_dir: String,
+    pub nonce: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -269,6 +289,16 @@ pub trait RunStore {
     /// Records the attempt's process identity, if the token still owns the step.
     fn record_process(&self, run_id: &str, step_id: &str, token: &str, process: &ProcessInfo)
     -> Result<(), StoreError>;
+    /// Hands a RUNNING attempt to a new token without starting another attempt (a successor
+    /// re-attaching to a launch it verified), with a `step.reattached` event.
+    fn adopt_attempt(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        previous_token: &str,
+        token: &str,
+        at: i64,
+    ) -> Result<(), StoreError>;
     /// Writes COMPLETED with its result and a `step.completed` event, if the token owns the step.
     fn complete_attempt(&self, finish: &FinishAttempt) -> Result<(), StoreError>;
     /// Writes the step FAILED and the run FAILED with `run_error`, in one transaction.
@@ -327,6 +357,8 @@ pub trait RunStore {
     fn remove_target(&self, name: &str) -> Result<bool, StoreError>;
     /// The run that consumed a receipt of this plan, if any.
     fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError>;
+    /// The target a planned run was reserved on; None for a run not made from a plan.
+    fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError>;
     /// The run reserved for `target + run_dir`, if any.
     fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError>;
 }

@@ -158,3 +158,35 @@ mod tests {
         ));
     }
 }
+
+/// What the readiness facts observed on a target (by the step agent's `ready`) say is wrong for
+/// a run_dir, in words; empty when the target is ready. `programs` lists what the plan needs on
+/// the target's PATH with the reason.
+pub fn readiness_problems(target: &str, facts: &serde_json::Value, programs: &[(String, String)]) -> Vec<String> {
+    let flag = |k: &str| facts.get(k).and_then(serde_json::Value::as_bool).unwrap_or(false);
+    let text = |k: &str| facts.get(k).and_then(serde_json::Value::as_str).unwrap_or("?").to_string();
+    let mut out = Vec::new();
+    if !flag("run_dir_absent") {
+        out.push(format!(
+            "run_dir {} exists already on `{target}`; a run creates its own new directory",
+            text("run_dir")
+        ));
+    }
+    if !flag("parent_is_dir") {
+        out.push(format!("the parent of run_dir, {}, is not a directory on `{target}`", text("parent")));
+    } else if !flag("parent_real") {
+        out.push(format!(
+            "the parent of run_dir, {}, goes through a symlink on `{target}`; give the real path",
+            text("parent")
+        ));
+    } else if !flag("parent_writable") {
+        out.push(format!("the parent of run_dir, {}, is not writable on `{target}`", text("parent")));
+    }
+    for (program, why) in programs {
+        let found = facts.get("programs").and_then(|p| p.get(program)).and_then(serde_json::Value::as_str);
+        if found.is_none() {
+            out.push(format!("`{program}` is not on the PATH of `{target}` (observed: none), but {why}"));
+        }
+    }
+    out
+}

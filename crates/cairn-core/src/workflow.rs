@@ -18,11 +18,39 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 2;
 pub const MAX_MAX_ATTEMPTS: u32 = 100;
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
+/// What a tool is: a command (argv, JSON on stdin and stdout), or a built-in pipeline controller
+/// whose step args name its pipeline source inside the workflow folder.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolKind {
+    #[default]
+    Process,
+    Snakemake,
+    Nextflow,
+}
+
+impl ToolKind {
+    pub fn is_process(&self) -> bool {
+        *self == ToolKind::Process
+    }
+
+    /// The program a controller kind runs on the target; None for a plain command.
+    pub fn program(&self) -> Option<&'static str> {
+        match self {
+            ToolKind::Process => None,
+            ToolKind::Snakemake => Some("snakemake"),
+            ToolKind::Nextflow => Some("nextflow"),
+        }
+    }
+}
+
 /// A tool: a named executable contract.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDef {
     pub name: String,
-    /// argv; relative paths name files inside the workflow folder.
+    #[serde(default, skip_serializing_if = "ToolKind::is_process")]
+    pub kind: ToolKind,
+    /// argv; relative paths name files inside the workflow folder. Empty for a controller kind.
     pub command: Vec<String>,
     pub timeout_secs: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,7 +153,8 @@ struct RawMeta {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTool {
-    command: Spanned<Vec<String>>,
+    kind: Option<Spanned<String>>,
+    command: Option<Spanned<Vec<String>>>,
     timeout_secs: Option<Spanned<i64>>,
     version: Option<String>,
     #[serde(default)]
@@ -265,9 +294,36 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 "a tool name may use only letters, digits, `_` and `-`",
             ));
         }
-        let command_at = t.command.span().start;
-        let command = t.command.into_inner();
-        if command.is_empty() || command[0].is_empty() {
+        let kind = match &t.kind {
+            None => ToolKind::Process,
+            Some(k) => match k.get_ref().as_str() {
+                "process" => ToolKind::Process,
+                "snakemake" => ToolKind::Snakemake,
+                "nextflow" => ToolKind::Nextflow,
+                other => {
+                    return Err(loc.err(
+                        Some(k.span().start),
+                        None,
+                        Some(&field("kind")),
+                        format!("`{other}` is not a tool kind; use `process` (the default), `snakemake` or `nextflow`"),
+                    ));
+                }
+            },
+        };
+        let (command_at, command) = match (t.command, kind) {
+            (Some(c), ToolKind::Process) => (c.span().start, c.into_inner()),
+            (None, ToolKind::Process) => (at, Vec::new()),
+            (None, _) => (at, Vec::new()),
+            (Some(c), _) => {
+                return Err(loc.err(
+                    Some(c.span().start),
+                    None,
+                    Some(&field("command")),
+                    "a pipeline controller takes no command: Cairn runs it; its steps' args name the pipeline source (e.g. `snakefile`, `configfile`, `cores`)",
+                ));
+            }
+        };
+        if kind.is_process() && (command.is_empty() || command[0].is_empty()) {
             return Err(loc.err(
                 Some(command_at),
                 None,
@@ -303,7 +359,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 ));
             }
         }
-        tools.insert(name.clone(), ToolDef { name, command, timeout_secs, version: t.version, env: t.env });
+        tools.insert(name.clone(), ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env });
     }
 
     let mut steps = Vec::with_capacity(raw.steps.len());

@@ -5,6 +5,7 @@ mod env;
 mod error;
 pub mod plan;
 pub mod registry;
+pub mod remote;
 pub mod replay;
 pub mod runner;
 pub mod session;

@@ -104,12 +104,7 @@ fn snapshot_files(dir: &Path) -> Result<Vec<InputFile>, EngineError> {
 /// writable directory reached without a symlink.
 fn check_run_dir(run_dir: &Path) -> Result<(), String> {
     let text = run_dir.display().to_string();
-    if !run_dir.is_absolute() {
-        return Err(format!("run_dir `{text}` is relative; give an absolute path"));
-    }
-    if run_dir.components().any(|c| matches!(c, std::path::Component::ParentDir | std::path::Component::CurDir)) {
-        return Err(format!("run_dir `{text}` holds `.` or `..`; give a normalised absolute path"));
-    }
+    check_run_dir_text(run_dir)?;
     if std::fs::symlink_metadata(run_dir).is_ok() {
         return Err(format!("run_dir `{text}` exists already; a run creates its own new directory"));
     }
@@ -179,15 +174,15 @@ impl Engine {
     /// Plans a run: checks everything, resolves every command, hashes every input file, lists
     /// every effect, and stores the plan. Creates nothing in or at `run_dir`.
     pub fn make_plan(&self, req: &PlanRequest) -> Result<Plan, EngineError> {
-        if req.target != LOCAL_TARGET {
-            return Err(EngineError::NotFound(format!(
-                "target `{}` is not configured; the only target is `local`",
-                req.target
-            )));
-        }
         // One spelling per directory (`/a//b/` is `/a/b`), so a reservation cannot be dodged.
         let run_dir_path: PathBuf = req.run_dir.components().collect();
-        check_run_dir(&run_dir_path).map_err(EngineError::Invalid)?;
+        let remote = req.target != LOCAL_TARGET;
+        if remote {
+            self.target(&req.target)?;
+            check_run_dir_text(&run_dir_path).map_err(EngineError::Invalid)?;
+        } else {
+            check_run_dir(&run_dir_path).map_err(EngineError::Invalid)?;
+        }
         let (wf, input, replay) = match &req.replay {
             None => {
                 let wf = load_workflow(self.store.as_ref(), &req.workflow)?;
@@ -222,11 +217,26 @@ impl Engine {
         }
         let run_dir = run_dir_path.display().to_string();
         let mut inputs = Vec::new();
-        for p in absolute_path_strings(&input) {
-            if Path::new(&p).is_file() {
-                let sha256 = hash_file(Path::new(&p))
-                    .map_err(|e| EngineError::Invalid(format!("{p}: cannot read this input file: {e}")))?;
-                inputs.push(InputFile { path: p, sha256 });
+        let mut readiness = None;
+        if remote {
+            // On a target, input files are read where the run will read them: on the target.
+            let facts = self.target_ready(&req.target, &run_dir, &wf, &input)?;
+            if let Some(found) = facts.get("inputs").and_then(Value::as_object) {
+                for (path, sha) in found {
+                    if let Some(sha256) = sha.as_str() {
+                        inputs.push(InputFile { path: path.clone(), sha256: sha256.to_string() });
+                    }
+                }
+            }
+            readiness = Some(facts);
+        } else {
+            local_programs(&wf)?;
+            for p in absolute_path_strings(&input) {
+                if Path::new(&p).is_file() {
+                    let sha256 = hash_file(Path::new(&p))
+                        .map_err(|e| EngineError::Invalid(format!("{p}: cannot read this input file: {e}")))?;
+                    inputs.push(InputFile { path: p, sha256 });
+                }
             }
         }
         let input_text = format!("{}\n", serde_json::to_string_pretty(&input).unwrap_or_default());
@@ -238,14 +248,32 @@ impl Engine {
             .iter()
             .map(|&i| {
                 let step = &wf.spec().steps[i];
-                let argv = wf.tools[&step.tool]
-                    .argv
-                    .iter()
-                    .map(|a| match Path::new(a).strip_prefix(&snapshot) {
-                        Ok(rel) => deployed.join(rel).display().to_string(),
-                        Err(_) => a.clone(),
-                    })
-                    .collect();
+                let kind = wf.spec().tools[&step.tool].kind;
+                let argv = if kind.is_process() {
+                    wf.tools[&step.tool]
+                        .argv
+                        .iter()
+                        .map(|a| match Path::new(a).strip_prefix(&snapshot) {
+                            Ok(rel) => deployed.join(rel).display().to_string(),
+                            Err(_) => a.clone(),
+                        })
+                        .collect()
+                } else {
+                    // A controller's argv comes from the step's args; shown when they are known
+                    // before the run (they do not depend on an earlier step's result).
+                    cairn_core::template::resolve(&step.args, &input, &|_| None)
+                        .ok()
+                        .and_then(|args| {
+                            cairn_core::controller::controller_argv(
+                                kind,
+                                &args,
+                                &deployed.display().to_string(),
+                                &run_dir,
+                            )
+                            .ok()
+                        })
+                        .unwrap_or_else(|| vec![kind.program().unwrap_or_default().to_string()])
+                };
                 PlannedCommand {
                     step_id: step.id.clone(),
                     tool: step.tool.clone(),
@@ -291,6 +319,7 @@ impl Engine {
             commands,
             inputs,
             effects,
+            readiness,
             replay,
             created_at: self.clock.now_ms(),
             plan_checksum: String::new(),
@@ -378,7 +407,7 @@ impl Engine {
                 plan.run_dir, plan.target
             )));
         }
-        for f in &plan.inputs {
+        for f in plan.inputs.iter().filter(|_| plan.target == LOCAL_TARGET) {
             let now = hash_file(Path::new(&f.path))
                 .map_err(|e| conflict(format!("input file {} is no longer readable: {e}", f.path)))?;
             if now != f.sha256 {
@@ -390,8 +419,27 @@ impl Engine {
                 )));
             }
         }
-        check_run_dir(Path::new(&plan.run_dir))
-            .map_err(|why| conflict(format!("the target is no longer ready: {why}")))?;
+        if plan.target == LOCAL_TARGET {
+            check_run_dir(Path::new(&plan.run_dir))
+                .map_err(|why| conflict(format!("the target is no longer ready: {why}")))?;
+        } else {
+            let wf = self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)?;
+            let facts = self
+                .target_ready(&plan.target, &plan.run_dir, &wf, &plan.input)
+                .map_err(|e| conflict(format!("target `{}` is no longer ready: {e}", plan.target)))?;
+            for f in &plan.inputs {
+                let now = facts.get("inputs").and_then(|i| i.get(&f.path)).and_then(Value::as_str);
+                if now != Some(f.sha256.as_str()) {
+                    return Err(conflict(format!(
+                        "input file {} on `{}` changed since planning (sha256 {} then, {} now); plan again",
+                        f.path,
+                        plan.target,
+                        &f.sha256[..12],
+                        now.map(|n| &n[..12.min(n.len())]).unwrap_or("unreadable")
+                    )));
+                }
+            }
+        }
         let record = self.store.workflow(&plan.workflow, Some(&plan.version))?;
         if record.as_ref().map(|r| r.digest.as_str()) != Some(plan.workflow_digest.as_str()) {
             return Err(conflict(format!(
@@ -489,15 +537,41 @@ impl Engine {
 
     /// The workflow as deployed into the plan's run_dir (its tools run from there).
     pub fn deployed_workflow(&self, plan: &Plan) -> Result<LoadedWorkflow, EngineError> {
-        let mut record = self.store.workflow(&plan.workflow, Some(&plan.version))?.ok_or_else(|| {
-            EngineError::NotFound(format!("workflow {}@{} is not registered", plan.workflow, plan.version))
-        })?;
-        record.path = Path::new(&plan.run_dir).join("workflow").display().to_string();
+        self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)
+    }
+
+    /// The workflow a run executes: for a run planned on this machine, the copy its approval
+    /// deployed into its run_dir; for one on a target, the registry snapshot (byte-identical to
+    /// the deployed copy, which the agent re-checks before each launch); else the registry's.
+    pub fn workflow_of_run(&self, run: &RunRecord) -> Result<LoadedWorkflow, EngineError> {
+        match (&run.plan_id, self.store.target_of_run(&run.run_id)?) {
+            (Some(_), Some(target)) => self.planned_workflow(&run.workflow, &run.version, &target, &run.run_dir),
+            _ => load_workflow(self.store.as_ref(), &format!("{}@{}", run.workflow, run.version)),
+        }
+    }
+
+    fn planned_workflow(
+        &self,
+        name: &str,
+        version: &str,
+        target: &str,
+        run_dir: &str,
+    ) -> Result<LoadedWorkflow, EngineError> {
+        let mut record = self
+            .store
+            .workflow(name, Some(version))?
+            .ok_or_else(|| EngineError::NotFound(format!("workflow {name}@{version} is no longer registered")))?;
+        if target == LOCAL_TARGET {
+            record.path = Path::new(run_dir).join("workflow").display().to_string();
+        }
         load_record(record)
     }
 
     /// Applies every effect in order; the first failure is returned, naming the effect.
     fn apply_effects(&self, plan: &Plan) -> Result<(), String> {
+        if plan.target != LOCAL_TARGET {
+            return self.apply_effects_on_target(plan);
+        }
         let run_dir = Path::new(&plan.run_dir);
         for effect in &plan.effects {
             let fail = |why: String| format!("effect `{}` failed: {why}", effect.describe());
@@ -533,6 +607,128 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+impl Engine {
+    /// The target's readiness facts for `run_dir`, observed by the step agent there, checked:
+    /// an unusable run_dir or a program the plan needs that is missing is an error naming it.
+    fn target_ready(
+        &self,
+        target: &str,
+        run_dir: &str,
+        wf: &LoadedWorkflow,
+        input: &Value,
+    ) -> Result<Value, EngineError> {
+        let spec = self.target(target)?;
+        let mut needs: Vec<(String, String)> = Vec::new();
+        if spec.executor == cairn_core::target::Executor::Slurm {
+            for p in ["sbatch", "squeue", "scancel", "scontrol"] {
+                needs.push((p.to_string(), format!("target `{target}` uses the slurm executor")));
+            }
+        }
+        for step in &wf.spec().steps {
+            let kind = wf.spec().tools[&step.tool].kind;
+            if let Some(p) = kind.program()
+                && !needs.iter().any(|(n, _)| n == p)
+            {
+                let mut why = format!("step `{}` runs a {p} pipeline", step.id);
+                if p == "nextflow" {
+                    why.push_str(" (Nextflow cannot be installed from the registries these machines reach; run it where it is installed)");
+                }
+                needs.push((p.to_string(), why));
+            }
+        }
+        let request = serde_json::json!({
+            "op": "ready",
+            "run_dir": run_dir,
+            "workspace_root": spec.workspace_root,
+            "inputs": absolute_path_strings(input),
+            "programs": needs.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+        });
+        let agent = cairn_exec::agent::Agent { ssh: Some(self.transport(&spec)) };
+        let answer = agent
+            .call(&request, std::time::Duration::from_secs(60))
+            .map_err(|e| EngineError::Invalid(format!("target `{target}` could not be checked: {e}")))?;
+        let facts = answer.get("ready").cloned().unwrap_or(Value::Null);
+        let problems = cairn_core::target::readiness_problems(target, &facts, &needs);
+        if !problems.is_empty() {
+            return Err(EngineError::Invalid(format!("target `{target}` is not ready: {}", problems.join("; "))));
+        }
+        Ok(
+            serde_json::json!({"target": target, "executor": spec.executor, "observed": facts, "checked_at": self.clock.now_ms()}),
+        )
+    }
+
+    /// The effects on a target, in one call to the agent there: it creates run_dir (refusing an
+    /// existing one or a symlinked parent) and writes every file new, each checked against its
+    /// checksum. The workflow's files come from the registry snapshot, checked here first.
+    fn apply_effects_on_target(&self, plan: &Plan) -> Result<(), String> {
+        let mut files = Vec::new();
+        for effect in &plan.effects {
+            let fail = |why: String| format!("effect `{}` failed: {why}", effect.describe());
+            check_effect_path(effect.path()).map_err(|e| fail(e.to_string()))?;
+            match effect {
+                Effect::CreateRunDir => {}
+                Effect::WriteFile { path, sha256, content } => {
+                    if &sha256_hex(content.as_bytes()) != sha256 {
+                        return Err(fail("its content does not match its checksum".into()));
+                    }
+                    files.push(cairn_exec::agent::deploy_file(path, content.as_bytes(), 0o644));
+                }
+                Effect::DeployWorkflow { path, digest, files: listed } => {
+                    let source = self.state.registry().join(digest);
+                    for f in listed {
+                        check_effect_path(&f.path).map_err(|e| fail(e.to_string()))?;
+                        let abs = source.join(&f.path);
+                        let bytes = std::fs::read(&abs).map_err(|e| fail(format!("{}: {e}", abs.display())))?;
+                        if sha256_hex(&bytes) != f.sha256 {
+                            return Err(fail(format!("{} no longer has its planned checksum", f.path)));
+                        }
+                        use std::os::unix::fs::PermissionsExt;
+                        let mode = std::fs::metadata(&abs).map(|m| m.permissions().mode() & 0o777).unwrap_or(0o644);
+                        files.push(cairn_exec::agent::deploy_file(&format!("{path}/{}", f.path), &bytes, mode));
+                    }
+                }
+            }
+        }
+        let agent = self.agent(&plan.target).map_err(|e| e.to_string())?;
+        let request = serde_json::json!({"op": "deploy", "run_dir": plan.run_dir, "files": files});
+        agent
+            .call(&request, std::time::Duration::from_secs(300))
+            .map(|_| ())
+            .map_err(|e| format!("effects on target `{}` failed: {e}", plan.target))
+    }
+}
+
+/// A pipeline controller the workflow needs must be on this machine's PATH.
+fn local_programs(wf: &LoadedWorkflow) -> Result<(), EngineError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for step in &wf.spec().steps {
+        if let Some(p) = wf.spec().tools[&step.tool].kind.program()
+            && !std::env::split_paths(&path).any(|d| d.join(p).is_file())
+        {
+            return Err(EngineError::Invalid(format!(
+                "target `local` is not ready: `{p}` is not on this machine's PATH, but step `{}` runs a {p} pipeline",
+                step.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The checks of a run_dir that need no filesystem (for a target, whose filesystem is there).
+fn check_run_dir_text(run_dir: &Path) -> Result<(), String> {
+    let text = run_dir.display().to_string();
+    if !run_dir.is_absolute() {
+        return Err(format!("run_dir `{text}` is relative; give an absolute path"));
+    }
+    if run_dir.components().any(|c| matches!(c, std::path::Component::ParentDir | std::path::Component::CurDir)) {
+        return Err(format!("run_dir `{text}` holds `.` or `..`; give a normalised absolute path"));
+    }
+    if run_dir.parent().is_none() {
+        return Err(format!("run_dir `{text}` has no parent directory"));
+    }
+    Ok(())
 }
 
 /// Writes a new file at `rel` under `root`, creating its folders, refusing any symlink on the way

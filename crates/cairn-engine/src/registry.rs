@@ -107,6 +107,10 @@ fn tool_files(
     let mut out = BTreeMap::new();
     for (name, tool) in &spec.tools {
         let mut found = Vec::new();
+        if !tool.kind.is_process() {
+            // A pipeline controller may read any file of the pipeline source: all are its files.
+            found = files.iter().map(|(p, sha)| ToolFile { path: p.clone(), sha256: sha.clone() }).collect();
+        }
         for (i, arg) in tool.command.iter().enumerate() {
             if !tool_path_candidate(arg) {
                 continue;
@@ -280,6 +284,14 @@ pub fn load_record(record: WorkflowRecord) -> Result<LoadedWorkflow, EngineError
     let mut tools = BTreeMap::new();
     for (name, tool) in &record.spec.tools {
         let mut files = Vec::new();
+        if !tool.kind.is_process() {
+            // A pipeline controller may read any file of the pipeline source: all are its files.
+            for rel in list_files(&dir)? {
+                let abs = dir.join(&rel);
+                let bytes = std::fs::read(&abs).map_err(|e| EngineError::io(&abs, e))?;
+                files.push(ToolFile { path: rel, sha256: sha256_hex(&bytes) });
+            }
+        }
         let mut argv = Vec::with_capacity(tool.command.len());
         for arg in &tool.command {
             let rel = arg.trim_start_matches("./");

@@ -19,10 +19,11 @@ use cairn_core::status::{Outcome, RunStatus};
 use cairn_core::store::*;
 use cairn_core::template::{self, Root};
 use cairn_core::validator;
-use cairn_exec::{ProcessIdentity, ToolCommand, run_tool, sandbox_env};
+use cairn_exec::{ProcessIdentity, ToolCommand, ToolRun, run_tool, sandbox_env};
 use serde_json::Value;
 
 use crate::registry::LoadedWorkflow;
+use crate::remote::{AgentLaunch, Followed, Placement};
 use crate::{Engine, EngineError, StopKind, StopSignal};
 
 /// What a caller asks for.
@@ -262,16 +263,20 @@ impl Engine {
         let ExecOptions { resume, parallelism, stop: stop_signal, .. } = opts;
         let halted = || stop_signal.and_then(StopSignal::requested);
         let spec = wf.spec();
-        let run_dir = PathBuf::from(&run.run_dir);
-        std::fs::create_dir_all(run_dir.join("steps")).map_err(|e| EngineError::io(&run_dir, e))?;
-        let input_file = run_dir.join("input.json");
-        if !input_file.exists() {
-            let text = serde_json::to_vec_pretty(input).map_err(|e| EngineError::io(&input_file, e))?;
-            std::fs::write(&input_file, text).map_err(|e| EngineError::io(&input_file, e))?;
+        let placement = self.placement(&run.run_id)?;
+        // A target's run_dir is on the target: its approval created it there with input.json.
+        if !placement.is_remote() {
+            let run_dir = PathBuf::from(&run.run_dir);
+            std::fs::create_dir_all(run_dir.join("steps")).map_err(|e| EngineError::io(&run_dir, e))?;
+            let input_file = run_dir.join("input.json");
+            if !input_file.exists() {
+                let text = serde_json::to_vec_pretty(input).map_err(|e| EngineError::io(&input_file, e))?;
+                std::fs::write(&input_file, text).map_err(|e| EngineError::io(&input_file, e))?;
+            }
         }
         let existing: HashMap<String, StepRecord> =
             self.store.steps(&run.run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
-        let ctx = RunCtx { run_id: run.run_id.clone(), run_dir: run.run_dir.clone() };
+        let ctx = RunCtx { run_id: run.run_id.clone(), run_dir: run.run_dir.clone(), placement };
         let mut results: HashMap<String, Value> = HashMap::new();
         obs.run_started(&run.run_id, wf.dag.len());
 
@@ -401,13 +406,19 @@ impl Engine {
         let sig = StepSignature { tool: step.tool.clone(), tool_digest: tool.digest.clone(), args_hash };
         let row = existing.get(&step.id);
         let mut orphan = None;
+        let mut reattach = None;
         let (attempt, start, finished) = match decide_step(row.map(|r| (r.status, &r.signature)), &sig, resume) {
             StepAction::Reuse => return Prepared::Reused(row.and_then(|r| r.result.clone()).unwrap_or(Value::Null)),
             StepAction::Execute => (1, AttemptStart::First, 0),
             StepAction::ResumeInterrupted => {
                 let Some(r) = row else { return Prepared::Error(missing_row(&step.id)) };
-                orphan = r.process.clone();
                 let previous_token = r.attempt_token.clone().unwrap_or_default();
+                match r.process.as_ref().and_then(|p| p.remote.clone()) {
+                    // A supervised launch outlives its follower: follow it again rather than start
+                    // the step over.
+                    Some(remote) => reattach = Some((remote, previous_token.clone())),
+                    None => orphan = r.process.clone(),
+                }
                 // The abandoned attempt ended with no outcome, so it does not use up a retry.
                 let finished = r.attempt_count.saturating_sub(r.interrupted_count + 1);
                 (r.attempt_count + 1, AttemptStart::ResumeInterrupted { previous_token }, finished)
@@ -437,7 +448,7 @@ impl Engine {
                 ));
             }
         };
-        Prepared::Job(Box::new(Job { step_index: i, sig, args, attempt, start, finished, orphan }))
+        Prepared::Job(Box::new(Job { step_index: i, sig, args, attempt, start, finished, orphan, reattach }))
     }
 
     /// Runs attempts until one completes (its result), or the step fails for good (`None`).
@@ -450,86 +461,135 @@ impl Engine {
         progress: &dyn Fn(Progress),
     ) -> Result<Option<Value>, EngineError> {
         let halted = || stop.and_then(StopSignal::requested).is_some();
-        let Job { step_index, sig, args, mut attempt, mut start, mut finished, mut orphan } = job;
+        let Job { step_index, sig, args, mut attempt, mut start, mut finished, mut orphan, reattach } = job;
         let (sig, args) = (&sig, &args);
         let step = &wf.spec().steps[step_index];
         let tool_def = &wf.spec().tools[&step.tool];
         let tool = &wf.tools[&step.tool];
         let stdin = canonical_json(args).map_err(|e| EngineError::Invalid(e.to_string()))?.into_bytes();
         let step_dir = PathBuf::from(&run.run_dir).join("steps").join(&step.id);
-        std::fs::create_dir_all(&step_dir).map_err(|e| EngineError::io(&step_dir, e))?;
-        loop {
+        let local_sandbox = !run.placement.is_remote() && tool_def.kind.is_process();
+        if !run.placement.is_remote() {
+            std::fs::create_dir_all(&step_dir).map_err(|e| EngineError::io(&step_dir, e))?;
+        }
+        let command = |env: Vec<(String, String)>| ToolCommand {
+            argv: tool.argv.clone(),
+            cwd: step_dir.clone(),
+            env,
+            stdin: stdin.clone(),
+            timeout: Duration::from_secs(tool_def.timeout_secs),
+            grace: self.options.kill_grace,
+            max_stdout: self.options.max_stdout,
+            stderr_tail: self.options.stderr_tail,
+        };
+        // An attempt that ended while no one followed it: its end, and the token now holding it.
+        let mut pending: Option<(String, ToolRun)> = None;
+        if let Some((remote, previous_token)) = reattach {
             let token = self.ids.token();
-            self.store.begin_attempt(&BeginAttempt {
-                run_id: run.run_id.clone(),
-                step_id: step.id.clone(),
-                signature: sig.clone(),
-                args: args.clone(),
-                token: token.clone(),
-                attempt,
-                start: start.clone(),
-                at: self.clock.now_ms(),
-            })?;
-            // Only now that the new token owns the step may the abandoned process be stopped: its
-            // runner, if still alive, then finds its token stale and cannot write.
-            if let Some(p) = orphan.take() {
-                self.reap_orphan(&p);
-            }
-            progress(Progress::Started { step_id: step.id.clone(), attempt });
-            let env = sandbox_env(
-                &tool_def.env,
-                &[
-                    ("CAIRN_RUN_ID".into(), run.run_id.clone()),
-                    ("CAIRN_STEP_ID".into(), step.id.clone()),
-                    ("CAIRN_ATTEMPT".into(), attempt.to_string()),
-                    ("CAIRN_RUN_DIR".into(), run.run_dir.clone()),
-                ],
-            );
-            let cmd = ToolCommand {
-                argv: tool.argv.clone(),
-                cwd: step_dir.clone(),
-                env,
-                stdin: stdin.clone(),
-                timeout: Duration::from_secs(tool_def.timeout_secs),
-                grace: self.options.kill_grace,
-                max_stdout: self.options.max_stdout,
-                stderr_tail: self.options.stderr_tail,
-            };
-            // The files the tool's digest was computed from must still be those bytes: a tool
-            // changed on disk since the run loaded it is never run under the old signature.
-            if let Some(why) = changed_tool_file(wf, tool) {
-                let error = format!("step `{}`: {why}; it was not run", step.id);
-                let finish = FinishAttempt {
-                    run_id: run.run_id.clone(),
-                    step_id: step.id.clone(),
-                    token: token.clone(),
-                    attempt,
-                    outcome: Outcome::Failed,
-                    result: None,
-                    error: Some(error.clone()),
-                    log_tail: None,
-                    duration_us: 0,
-                    at: self.clock.now_ms(),
-                };
-                self.store.fail_attempt(&finish, &error)?;
-                return Ok(None);
-            }
-            let out = run_tool(&cmd, &mut |p: &ProcessIdentity| {
-                let info = ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time };
-                // A failure here (a stale token) resurfaces when the outcome is written, which the
-                // same token guard then rejects; the process itself still ends by its timeout.
-                let _ = self.store.record_process(&run.run_id, &step.id, &token, &info);
-                // A stop that came between the attempt's start and its process being recorded
-                // found no process to stop: stop it here.
-                if halted() {
-                    cairn_exec::kill_own_group(p.pgid);
+            self.store.adopt_attempt(&run.run_id, &step.id, &previous_token, &token, self.clock.now_ms())?;
+            match self.reattach(&remote, tool_def, &command(Vec::new()), &halted) {
+                Followed::Ended(out) => {
+                    // The adopted attempt ends under its own number.
+                    attempt -= 1;
+                    pending = Some((token, out));
                 }
-            });
-            if halted() {
-                // Nothing is written: a cancel has finalised the step, a shutdown leaves it
-                // RUNNING for the next daemon to resume as interrupted.
-                return Ok(None);
+                Followed::Halted => return Ok(None),
+                // Verifiably nothing runs any more (the agent found no launch, or its supervisor
+                // died without an end): the step starts over as interrupted.
+                Followed::Lost(_) => start = AttemptStart::ResumeInterrupted { previous_token: token },
+                Followed::Mismatch(why) => {
+                    let error = format!(
+                        "step `{}`: the recorded launch could not be verified ({why}); nothing was resumed or stopped",
+                        step.id
+                    );
+                    let finish = self.finish_record(run, step, &token, attempt - 1, Outcome::Failed, None, &error);
+                    self.store.fail_attempt(&finish, &error)?;
+                    return Ok(None);
+                }
             }
+        }
+        loop {
+            let (token, out) = match pending.take() {
+                Some(p) => p,
+                None => {
+                    let token = self.ids.token();
+                    self.store.begin_attempt(&BeginAttempt {
+                        run_id: run.run_id.clone(),
+                        step_id: step.id.clone(),
+                        signature: sig.clone(),
+                        args: args.clone(),
+                        token: token.clone(),
+                        attempt,
+                        start: start.clone(),
+                        at: self.clock.now_ms(),
+                    })?;
+                    // Only now that the new token owns the step may the abandoned process be
+                    // stopped: its runner, if still alive, then finds its token stale and cannot write.
+                    if let Some(p) = orphan.take() {
+                        self.reap_orphan(&p);
+                    }
+                    progress(Progress::Started { step_id: step.id.clone(), attempt });
+                    let extra = [
+                        ("CAIRN_RUN_ID".to_string(), run.run_id.clone()),
+                        ("CAIRN_STEP_ID".into(), step.id.clone()),
+                        ("CAIRN_ATTEMPT".into(), attempt.to_string()),
+                        ("CAIRN_RUN_DIR".into(), run.run_dir.clone()),
+                    ];
+                    // The files the tool's digest was computed from must still be those bytes: a
+                    // tool changed on disk since the run loaded it is never run under the old signature.
+                    if let Some(why) = changed_tool_file(wf, tool) {
+                        let error = format!("step `{}`: {why}; it was not run", step.id);
+                        let finish = self.finish_record(run, step, &token, attempt, Outcome::Failed, None, &error);
+                        self.store.fail_attempt(&finish, &error)?;
+                        return Ok(None);
+                    }
+                    let mut record = |info: &ProcessInfo| {
+                        // A failure here (a stale token) resurfaces when the outcome is written,
+                        // which the same token guard then rejects.
+                        let _ = self.store.record_process(&run.run_id, &step.id, &token, info);
+                    };
+                    let out = if local_sandbox {
+                        let cmd = command(sandbox_env(&tool_def.env, &extra));
+                        run_tool(&cmd, &mut |p: &ProcessIdentity| {
+                            record(&ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time, remote: None });
+                            // A stop that came between the attempt's start and its process being
+                            // recorded found no process to stop: stop it here.
+                            if halted() {
+                                cairn_exec::kill_own_group(p.pgid);
+                            }
+                        })
+                    } else {
+                        let source = self.step_source(wf, run);
+                        let launch = AgentLaunch {
+                            tool_def,
+                            argv: tool.argv.iter().map(|a| rebase(a, &wf.record.path, &source)).collect(),
+                            args,
+                            run_dir: &run.run_dir,
+                            step_id: &step.id,
+                            attempt,
+                            env: extra.to_vec(),
+                            check_files: tool
+                                .files
+                                .iter()
+                                .map(|f| (format!("{source}/{}", f.path), f.sha256.clone()))
+                                .collect(),
+                            source,
+                            cmd: &command(Vec::new()),
+                        };
+                        match self.launch_with_agent(&run.placement, &launch, &mut record, &halted) {
+                            Followed::Ended(out) => out,
+                            Followed::Halted => return Ok(None),
+                            Followed::Lost(why) | Followed::Mismatch(why) => ToolRun::failed(why),
+                        }
+                    };
+                    if halted() {
+                        // Nothing is written: a cancel has finalised the step, a shutdown leaves it
+                        // RUNNING for the next daemon to resume as interrupted.
+                        return Ok(None);
+                    }
+                    (token, out)
+                }
+            };
             // The tool's own time, from spawn to exit (not the commit recording its pid).
             let duration_us = out.duration.as_micros() as i64;
             finished += 1;
@@ -588,6 +648,38 @@ impl Engine {
         }
     }
 
+    /// The record of an attempt that ended before its tool ran (or could be verified).
+    #[allow(clippy::too_many_arguments)]
+    fn finish_record(
+        &self,
+        run: &RunCtx,
+        step: &cairn_core::workflow::StepDef,
+        token: &str,
+        attempt: u32,
+        outcome: Outcome,
+        result: Option<Value>,
+        error: &str,
+    ) -> FinishAttempt {
+        FinishAttempt {
+            run_id: run.run_id.clone(),
+            step_id: step.id.clone(),
+            token: token.to_string(),
+            attempt,
+            outcome,
+            result,
+            error: Some(error.to_string()),
+            log_tail: None,
+            duration_us: 0,
+            at: self.clock.now_ms(),
+        }
+    }
+
+    /// The workflow's folder where the step runs: the copy deployed into a target's run_dir, or
+    /// the folder the run loaded here.
+    fn step_source(&self, wf: &LoadedWorkflow, run: &RunCtx) -> String {
+        if run.placement.is_remote() { format!("{}/workflow", run.run_dir) } else { wf.record.path.clone() }
+    }
+
     fn fail_run(&self, run: &mut RunRecord, error: &str) -> Result<(), EngineError> {
         *run = self.store.finish_run(
             &run.run_id,
@@ -614,6 +706,7 @@ impl Engine {
 struct RunCtx {
     run_id: String,
     run_dir: String,
+    placement: Placement,
 }
 
 /// A step ready to execute: its signature, resolved arguments and where its attempts start.
@@ -627,6 +720,9 @@ struct Job {
     finished: u32,
     /// The abandoned attempt's process, stopped once the new token owns the step.
     orphan: Option<ProcessInfo>,
+    /// A launch the agent supervises, to re-attach to under a new token (same attempt), with
+    /// the token that held it.
+    reattach: Option<(RemoteProcess, String)>,
 }
 
 enum Prepared {
@@ -659,6 +755,14 @@ fn changed_tool_file(wf: &LoadedWorkflow, tool: &crate::registry::LoadedTool) ->
             Err(e) => Some(format!("tool file {} cannot be read: {e}", path.display())),
         }
     })
+}
+
+/// `arg` with the folder prefix `from` replaced by `to` (a tool file named by its deployed path).
+fn rebase(arg: &str, from: &str, to: &str) -> String {
+    match std::path::Path::new(arg).strip_prefix(from) {
+        Ok(rel) if from != to => format!("{to}/{}", rel.display()),
+        _ => arg.to_string(),
+    }
 }
 
 fn missing_row(step: &str) -> EngineError {

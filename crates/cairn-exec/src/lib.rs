@@ -3,6 +3,7 @@
 //! then SIGKILL), bounded stdout that must hold one JSON value, and a bounded stderr tail. The
 //! attempt's outcome is classified by `cairn_core::status::classify_exit`.
 
+pub mod agent;
 pub mod kernel;
 pub mod sandbox;
 pub mod ssh;

@@ -76,6 +76,22 @@ pub struct ToolRun {
     pub duration: Duration,
 }
 
+impl ToolRun {
+    /// An attempt that failed for a reason outside the tool, in words.
+    pub fn failed(error: String) -> ToolRun {
+        ToolRun {
+            outcome: Outcome::Failed,
+            result: None,
+            exit_code: None,
+            signal: None,
+            error: Some(error),
+            stderr_tail: String::new(),
+            spawn: Duration::ZERO,
+            duration: Duration::ZERO,
+        }
+    }
+}
+
 /// Why an attempt did not complete; the text is what `ToolRun::error` carries.
 #[derive(Debug, thiserror::Error)]
 enum AttemptError {
@@ -117,6 +133,8 @@ enum AttemptError {
     EmptyStdout,
     #[error("printed invalid JSON on stdout: {0}")]
     InvalidJson(serde_json::Error),
+    #[error("{0}")]
+    Agent(String),
 }
 
 /// What the helper threads tell the main thread. One channel carries them all.
@@ -481,6 +499,39 @@ fn not_started(err: AttemptError, spawn: Duration, started: Instant) -> ToolRun 
         spawn,
         duration: started.elapsed(),
     }
+}
+
+/// How an attempt supervised elsewhere (by the step agent, on a target) ended, as it recorded it.
+#[derive(Debug, Clone, Default)]
+pub struct RecordedEnd {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub killed_after_grace: bool,
+    /// Why the tool could not be started or supervised, in words.
+    pub error: Option<String>,
+    pub stdout: Vec<u8>,
+    /// The full size of stdout; only up to `max_stdout` bytes are ever transferred.
+    pub stdout_bytes: u64,
+    pub stderr_tail: String,
+}
+
+/// Classifies an attempt that ran elsewhere exactly as `run_tool` classifies a local one.
+pub fn classify_recorded(cmd: &ToolCommand, end: RecordedEnd, duration: Duration) -> ToolRun {
+    let status = match (end.exit_code, end.signal) {
+        (Some(code), _) => Ok(ExitStatus::from_raw((code & 0xff) << 8)),
+        (None, Some(sig)) => Ok(ExitStatus::from_raw(sig & 0x7f)),
+        // Stopped for its time (a Slurm job cancelled at the deadline) before it recorded an end.
+        (None, None) if end.timed_out => Ok(ExitStatus::from_raw(Signal::SIGTERM as i32)),
+        (None, None) => Err(AttemptError::Agent(end.error.clone().unwrap_or_else(|| "ended without a status".into()))),
+    };
+    let overflow = end.stdout_bytes > cmd.max_stdout as u64;
+    let ended = Ended { status, timed_out: end.timed_out, killed_after_grace: end.killed_after_grace, overflow };
+    let problem = end.error.filter(|_| end.exit_code.is_some() || end.signal.is_some()).map(AttemptError::Agent);
+    let mut run = classify(cmd, ended, end.stdout, problem);
+    run.stderr_tail = end.stderr_tail;
+    run.duration = duration;
+    run
 }
 
 /// Turns how the process ended and what it printed into the attempt's outcome.

@@ -57,6 +57,9 @@ impl SshTransport {
         opt("ControlMaster=auto".into());
         opt(format!("ControlPath={}/{}-%C", self.control_dir.display(), self.control_tag));
         opt("ControlPersist=60".into());
+        // A dead connection is noticed within ~15 s, so a follower re-attaches instead of hanging.
+        opt("ServerAliveInterval=5".into());
+        opt("ServerAliveCountMax=3".into());
         if let Some(k) = &self.known_hosts {
             opt(format!("UserKnownHostsFile={}", k.display()));
             opt("GlobalKnownHostsFile=/dev/null".into());
@@ -76,7 +79,7 @@ impl SshTransport {
         a
     }
 
-    fn label(&self) -> String {
+    pub fn label(&self) -> String {
         format!("{}@{}:{}", self.user, self.host, self.port)
     }
 
@@ -84,35 +87,30 @@ impl SshTransport {
     pub fn probe(&self, workspace_root: &str) -> Result<Value, ProbeError> {
         let _ = std::fs::create_dir_all(&self.control_dir);
         let out = run_probe(self.argv("python3 -"), workspace_root);
-        let host = self.label();
-        match out {
-            Ok(v) => Ok(v),
-            Err(stderr) => {
-                let known_hosts = self
-                    .known_hosts
-                    .as_ref()
-                    .map(|k| k.display().to_string())
-                    .unwrap_or_else(|| "~/.ssh/known_hosts".into());
-                let detail = stderr.trim().lines().last().unwrap_or("no detail").to_string();
-                Err(
-                    if stderr.contains("Host key verification failed")
-                        || stderr.contains("HOST IDENTIFICATION HAS CHANGED")
-                    {
-                        ProbeError::HostKey { host, known_hosts }
-                    } else if stderr.contains("Permission denied") {
-                        ProbeError::Auth { host, detail }
-                    } else if stderr.contains("Connection refused")
-                        || stderr.contains("timed out")
-                        || stderr.contains("Could not resolve")
-                        || stderr.contains("No route")
-                    {
-                        ProbeError::Unreachable { host, detail }
-                    } else {
-                        ProbeError::Failed { host, detail }
-                    },
-                )
-            }
-        }
+        out.map_err(|stderr| classify_ssh_failure(self, &stderr))
+    }
+}
+
+/// Names what went wrong with an ssh connection from the client's stderr.
+pub fn classify_ssh_failure(t: &SshTransport, stderr: &str) -> ProbeError {
+    let host = t.label();
+    let known_hosts =
+        t.known_hosts.as_ref().map(|k| k.display().to_string()).unwrap_or_else(|| "~/.ssh/known_hosts".into());
+    let detail = stderr.trim().lines().last().unwrap_or("no detail").to_string();
+    if stderr.contains("Host key verification failed") || stderr.contains("HOST IDENTIFICATION HAS CHANGED") {
+        ProbeError::HostKey { host, known_hosts }
+    } else if stderr.contains("Permission denied") {
+        ProbeError::Auth { host, detail }
+    } else if stderr.contains("Connection refused")
+        || stderr.contains("timed out")
+        || stderr.contains("Could not resolve")
+        || stderr.contains("No route")
+        || stderr.contains("Connection reset")
+        || stderr.contains("Broken pipe")
+    {
+        ProbeError::Unreachable { host, detail }
+    } else {
+        ProbeError::Failed { host, detail }
     }
 }
 

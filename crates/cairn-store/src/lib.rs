@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0003_daemon.sql"),
     include_str!("../migrations/0004_plans.sql"),
     include_str!("../migrations/0005_targets.sql"),
+    include_str!("../migrations/0006_remote.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -246,7 +247,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Result<KernelJob, StoreError>> 
 
 const STEP_COLUMNS: &str = "run_id, step_id, status, tool, tool_digest, args_hash, args_json, attempt_count, \
      interrupted_count, attempt_token, outcome, result_json, error, log_tail, pid, pgid, proc_start_time, started_at, \
-     finished_at, duration_us, reused_from";
+     finished_at, duration_us, reused_from, remote_json";
 
 fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Result<StepRecord, StoreError>> {
     let status: String = r.get(2)?;
@@ -254,6 +255,7 @@ fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Result<StepRecord, StoreError>
     let outcome: Option<String> = r.get(10)?;
     let result: Option<String> = r.get(11)?;
     let pid: Option<u32> = r.get(14)?;
+    let remote: Option<String> = r.get(21)?;
     let build = || -> Result<StepRecord, StoreError> {
         Ok(StepRecord {
             run_id: r.get(0).map_err(db)?,
@@ -272,13 +274,21 @@ fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Result<StepRecord, StoreError>
             result: result.as_deref().map(|t| parse_json(t, "step result")).transpose()?,
             error: r.get(12).map_err(db)?,
             log_tail: r.get(13).map_err(db)?,
-            process: match pid {
-                Some(pid) => Some(ProcessInfo {
+            process: match (pid, remote) {
+                (Some(pid), remote) => Some(ProcessInfo {
                     pid,
                     pgid: r.get::<_, Option<u32>>(15).map_err(db)?.unwrap_or(pid),
                     start_time: r.get::<_, Option<i64>>(16).map_err(db)?.map(|t| t as u64),
+                    remote: remote.as_deref().map(|t| parse_json(t, "step launch record")).transpose()?,
                 }),
-                None => None,
+                // A launch recorded before its process was known: only the remote record locates it.
+                (None, Some(remote)) => Some(ProcessInfo {
+                    pid: 0,
+                    pgid: 0,
+                    start_time: None,
+                    remote: Some(parse_json(&remote, "step launch record")?),
+                }),
+                (None, None) => None,
             },
             started_at: r.get(17).map_err(db)?,
             finished_at: r.get(18).map_err(db)?,
@@ -521,7 +531,7 @@ impl RunStore for SqliteStore {
                     check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
                     tx.execute(
                         "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, outcome = NULL, error = NULL, \
-                         pid = NULL, pgid = NULL, proc_start_time = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
+                         pid = NULL, pgid = NULL, proc_start_time = NULL, remote_json = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
                         params![b.run_id, b.step_id, b.token, b.attempt, b.at],
                     )
                     .map_err(db)?;
@@ -539,7 +549,7 @@ impl RunStore for SqliteStore {
                     check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
                     tx.execute(
                         "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, interrupted_count = interrupted_count + 1, \
-                         pid = NULL, pgid = NULL, proc_start_time = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
+                         pid = NULL, pgid = NULL, proc_start_time = NULL, remote_json = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
                         params![b.run_id, b.step_id, b.token, b.attempt, b.at],
                     )
                     .map_err(db)?;
@@ -573,11 +583,53 @@ impl RunStore for SqliteStore {
         self.write_relaxed(|tx| {
             check_token(tx, run_id, step_id, token)?;
             tx.execute(
-                "UPDATE tool_calls SET pid = ?3, pgid = ?4, proc_start_time = ?5 WHERE run_id = ?1 AND step_id = ?2",
-                params![run_id, step_id, p.pid, p.pgid, p.start_time.map(|t| t as i64)],
+                "UPDATE tool_calls SET pid = ?3, pgid = ?4, proc_start_time = ?5, remote_json = ?6 \
+                 WHERE run_id = ?1 AND step_id = ?2",
+                params![
+                    run_id,
+                    step_id,
+                    (p.pid != 0).then_some(p.pid),
+                    (p.pgid != 0).then_some(p.pgid),
+                    p.start_time.map(|t| t as i64),
+                    p.remote.as_ref().map(to_json)
+                ],
             )
             .map_err(db)?;
             Ok(())
+        })
+    }
+
+    fn adopt_attempt(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        previous_token: &str,
+        token: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        self.write(|tx| {
+            check_running_token(tx, run_id, step_id, previous_token)?;
+            let attempt: u32 = tx
+                .query_row(
+                    "SELECT attempt_count FROM tool_calls WHERE run_id = ?1 AND step_id = ?2",
+                    params![run_id, step_id],
+                    |r| r.get(0),
+                )
+                .map_err(db)?;
+            tx.execute(
+                "UPDATE tool_calls SET attempt_token = ?3 WHERE run_id = ?1 AND step_id = ?2",
+                params![run_id, step_id, token],
+            )
+            .map_err(db)?;
+            insert_event(
+                tx,
+                run_id,
+                "step.reattached",
+                Some(step_id),
+                Some(attempt),
+                at,
+                &json!({"abandoned_token": previous_token}),
+            )
         })
     }
 
@@ -1076,6 +1128,13 @@ impl RunStore for SqliteStore {
     fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError> {
         let conn = self.conn();
         conn.query_row("SELECT run_id FROM receipts WHERE plan_id = ?1", [plan_id], |r| r.get(0)).optional().map_err(db)
+    }
+
+    fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.conn();
+        conn.query_row("SELECT target FROM reservations WHERE run_id = ?1", params![run_id], |r| r.get(0))
+            .optional()
+            .map_err(db)
     }
 
     fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError> {

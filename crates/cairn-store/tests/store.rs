@@ -271,7 +271,7 @@ fn record_process_is_fenced_by_the_token() {
     let Db { _dir, path: _, store } = db();
     created(&store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
-    let p = ProcessInfo { pid: 4242, pgid: 4242, start_time: Some(77) };
+    let p = ProcessInfo { pid: 4242, pgid: 4242, start_time: Some(77), remote: None };
     assert!(matches!(store.record_process("r", "a", "tok-x", &p), Err(StoreError::StaleToken { .. })));
     assert_eq!(step(&store, "r", "a").process, None);
     store.record_process("r", "a", "tok-1", &p).unwrap();
@@ -316,7 +316,7 @@ fn resume_interrupted_is_conditional_on_the_previous_token() {
     let Db { _dir, path: _, store } = db();
     created(&store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
-    store.record_process("r", "a", "tok-1", &ProcessInfo { pid: 9, pgid: 9, start_time: None }).unwrap();
+    store.record_process("r", "a", "tok-1", &ProcessInfo { pid: 9, pgid: 9, start_time: None, remote: None }).unwrap();
     let before = store.steps("r").unwrap();
 
     let stale = AttemptStart::ResumeInterrupted { previous_token: "tok-old".into() };

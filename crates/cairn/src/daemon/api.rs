@@ -615,6 +615,9 @@ pub struct StepLog {
     pub truncated: bool,
 }
 
+/// The most of a running step's output read from its target for one log request.
+const LIVE_TAIL_BYTES: usize = 64 << 10;
+
 /// The tail of one step's log.
 #[utoipa::path(get, path = "/runs/{run_id}/steps/{step_id}/log", tag = "runs",
     params(("run_id" = String, Path), ("step_id" = String, Path), LogQuery),
@@ -640,7 +643,9 @@ async fn step_log(
                 format!("run `{run_id}` has no step `{step_id}`; its steps are: {}", known.join(", ")),
             )
         })?;
-        let tail = view.record.as_ref().and_then(|r| r.log_tail.clone()).unwrap_or_default();
+        // A step running through the step agent is read where it runs: a bounded tail over SSH.
+        let live = view.record.as_ref().and_then(|r| state.engine.live_tail(r, LIVE_TAIL_BYTES));
+        let tail = live.or_else(|| view.record.as_ref().and_then(|r| r.log_tail.clone())).unwrap_or_default();
         let all: Vec<&str> = tail.lines().collect();
         let from = all.len().saturating_sub(wanted);
         Ok(Json(StepLog {

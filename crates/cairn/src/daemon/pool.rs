@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cairn_core::status::StepStatus;
-use cairn_core::store::{ProcessInfo, RunRecord};
-use cairn_engine::registry::{LoadedWorkflow, load_record};
+use cairn_core::store::{RemoteProcess, RunRecord};
+use cairn_engine::registry::LoadedWorkflow;
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, RunRequest};
 use cairn_engine::{Engine, EngineError, StopKind, StopSignal};
@@ -148,12 +148,22 @@ impl Pool {
         if let Some(stop) = lock(&self.active).get(run_id) {
             stop.request(StopKind::Cancel);
         }
-        let processes = running_processes(&self.engine, run_id)?;
+        let (processes, launches) = running_processes(&self.engine, run_id)?;
         let run = self.engine.store.cancel_run(run_id, "cancelled by an operator", self.engine.clock.now_ms())?;
         for p in &processes {
             terminate_if_same(p, self.engine.options.kill_grace);
         }
-        log(format!("run {run_id} cancelled; {} process group(s) stopped", processes.len()));
+        for l in &launches {
+            match self.engine.stop_launch(l) {
+                Ok(_) => {}
+                Err(e) => log(format!("run {run_id}: {e}")),
+            }
+        }
+        log(format!(
+            "run {run_id} cancelled; {} process group(s) and {} supervised launch(es) stopped",
+            processes.len(),
+            launches.len()
+        ));
         Ok(run)
     }
 
@@ -211,15 +221,8 @@ impl Pool {
                 },
             });
         }
-        let mut record = self.engine.store.workflow(&run.workflow, Some(&run.version))?.ok_or_else(|| {
-            EngineError::NotFound(format!("workflow {}@{} is no longer registered", run.workflow, run.version))
-        })?;
-        if run.plan_id.is_some() {
-            // A planned run executes the workflow its approval deployed into its run_dir.
-            record.path = std::path::Path::new(&run.run_dir).join("workflow").display().to_string();
-        }
         Ok(Work::Run {
-            wf: Box::new(load_record(record)?),
+            wf: Box::new(self.engine.workflow_of_run(run)?),
             req: RunRequest {
                 run_id: Some(run.run_id.clone()),
                 input: run.input.clone(),
@@ -244,8 +247,10 @@ impl Pool {
         for (_, stop) in &active {
             stop.request(StopKind::Shutdown);
         }
+        // Launches the step agent supervises (on targets, and pipeline controllers) go on: the
+        // next daemon re-attaches to them.
         for (run_id, _) in &active {
-            if let Ok(processes) = running_processes(&self.engine, run_id) {
+            if let Ok((processes, _)) = running_processes(&self.engine, run_id) {
                 for p in &processes {
                     terminate_if_same(p, self.engine.options.kill_grace);
                 }
@@ -265,16 +270,21 @@ impl Pool {
     }
 }
 
-/// The recorded processes of a run's RUNNING steps.
-fn running_processes(engine: &Engine, run_id: &str) -> Result<Vec<ProcessIdentity>, EngineError> {
-    Ok(engine
-        .store
-        .steps(run_id)?
-        .into_iter()
-        .filter(|s| s.status == StepStatus::Running)
-        .filter_map(|s| s.process)
-        .map(|ProcessInfo { pid, pgid, start_time }| ProcessIdentity { pid, pgid, start_time })
-        .collect())
+/// The recorded processes of a run's RUNNING steps: local process groups, and launches the
+/// step agent supervises.
+fn running_processes(engine: &Engine, run_id: &str) -> Result<(Vec<ProcessIdentity>, Vec<RemoteProcess>), EngineError> {
+    let mut local = Vec::new();
+    let mut launches = Vec::new();
+    for s in engine.store.steps(run_id)? {
+        match s.process {
+            Some(p) if s.status == StepStatus::Running => match p.remote {
+                Some(remote) => launches.push(remote),
+                None => local.push(ProcessIdentity { pid: p.pid, pgid: p.pgid, start_time: p.start_time }),
+            },
+            _ => {}
+        }
+    }
+    Ok((local, launches))
 }
 
 /// Whether a recorded owner (`pid:start_time`) is still that process.

@@ -1,0 +1,293 @@
+//! Steps supervised by the step agent: every step of a run planned on an SSH target (a process
+//! there, or a Slurm job with the `slurm` executor), and pipeline controllers on any target.
+//!
+//! **Invariant:** the launch is recorded (target, attempt directory, nonce) before it happens and
+//! its identity (pid and start time, or Slurm job id) as soon as the agent reports it; a successor
+//! re-attaches only after the agent matched the nonce, and a mismatch is reported, never guessed.
+
+use std::time::{Duration, Instant};
+
+use cairn_core::controller::controller_argv;
+use cairn_core::status::StepStatus;
+use cairn_core::store::{ProcessInfo, RemoteProcess, StepRecord};
+use cairn_core::target::{Executor, LOCAL, TargetSpec};
+use cairn_core::workflow::{ToolDef, ToolKind};
+use cairn_exec::agent::{Agent, StepEnd, recorded_end};
+use cairn_exec::{ToolCommand, ToolRun, classify_recorded};
+use serde_json::{Value, json};
+
+use crate::{Engine, EngineError};
+
+/// How long a follower keeps trying to re-attach after its connection dropped, beyond the step's
+/// own time limit, before it gives the attempt up as lost.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(600);
+
+/// Where a run's steps execute.
+pub enum Placement {
+    /// This machine: plain tools through the local sandbox, controllers through the local agent.
+    Local,
+    /// An SSH target; every step goes through the agent there.
+    Target(Box<TargetSpec>, Agent),
+}
+
+impl Placement {
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Placement::Target(..))
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Placement::Local => LOCAL,
+            Placement::Target(spec, _) => &spec.name,
+        }
+    }
+}
+
+/// One attempt for the agent to launch.
+pub(crate) struct AgentLaunch<'a> {
+    pub tool_def: &'a ToolDef,
+    /// The tool's argv on the controller host (ignored for a controller kind).
+    pub argv: Vec<String>,
+    /// The step's resolved args (a controller's argv is built from them).
+    pub args: &'a Value,
+    /// The workflow's folder on the controller host.
+    pub source: String,
+    pub run_dir: &'a str,
+    pub step_id: &'a str,
+    pub attempt: u32,
+    pub env: Vec<(String, String)>,
+    /// The tool files as deployed, with the SHA-256 the step's signature was computed from.
+    pub check_files: Vec<(String, String)>,
+    pub cmd: &'a ToolCommand,
+}
+
+/// What following a launch gave.
+pub(crate) enum Followed {
+    Ended(ToolRun),
+    /// Nothing is left to observe: the launch never happened, or its supervisor died silently.
+    Lost(String),
+    /// Another launch is recorded where this one was expected: nothing was touched.
+    Mismatch(String),
+    /// The caller stopped following (cancel or shutdown); the step goes on or is being stopped.
+    Halted,
+}
+
+impl Engine {
+    /// The agent for a target by name (`local` runs it on this machine).
+    pub fn agent(&self, target: &str) -> Result<Agent, EngineError> {
+        if target == LOCAL {
+            return Ok(Agent::local());
+        }
+        let spec = self.target(target)?;
+        Ok(Agent { ssh: Some(self.transport(&spec)) })
+    }
+
+    /// Where `run_id` executes: the target it was planned and reserved on, else this machine.
+    pub fn placement(&self, run_id: &str) -> Result<Placement, EngineError> {
+        match self.store.target_of_run(run_id)? {
+            None => Ok(Placement::Local),
+            Some(t) if t == LOCAL => Ok(Placement::Local),
+            Some(t) => {
+                let spec = self.target(&t)?;
+                let agent = Agent { ssh: Some(self.transport(&spec)) };
+                Ok(Placement::Target(Box::new(spec), agent))
+            }
+        }
+    }
+
+    /// Launches one attempt through the agent and follows it to its end. `record` is called with
+    /// the launch record before the launch and again with the identity the agent reported.
+    pub(crate) fn launch_with_agent(
+        &self,
+        placement: &Placement,
+        launch: &AgentLaunch<'_>,
+        record: &mut dyn FnMut(&ProcessInfo),
+        halted: &dyn Fn() -> bool,
+    ) -> Followed {
+        let started = Instant::now();
+        let kind = launch.tool_def.kind;
+        let argv = if kind.is_process() {
+            launch.argv.clone()
+        } else {
+            match controller_argv(kind, launch.args, &launch.source, launch.run_dir) {
+                Ok(a) => a,
+                Err(e) => return Followed::Ended(not_launched(launch.cmd, format!("could not be started: {e}"))),
+            }
+        };
+        let agent = match placement {
+            Placement::Local => Agent::local(),
+            Placement::Target(_, agent) => agent.clone(),
+        };
+        let slurm = match placement {
+            Placement::Target(spec, _) if spec.executor == Executor::Slurm && kind.is_process() => {
+                let secs = launch.cmd.timeout.as_secs() + launch.cmd.grace.as_secs();
+                Some(json!({
+                    "partition": spec.partition,
+                    "account": spec.account,
+                    // Slurm enforces the limit even when no daemon follows the job.
+                    "time_minutes": secs.div_ceil(60) + 1,
+                }))
+            }
+            _ => None,
+        };
+        let nonce = self.ids.token();
+        let attempt_dir = format!("{}/steps/{}/.cairn/attempt-{}", launch.run_dir, launch.step_id, launch.attempt);
+        let mut remote = RemoteProcess {
+            target: placement.name().to_string(),
+            attempt_dir: attempt_dir.clone(),
+            nonce: nonce.clone(),
+            pid: None,
+            start_time: None,
+            job_id: None,
+        };
+        record(&ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) });
+        let request = json!({
+            "op": "run",
+            "attempt_dir": attempt_dir,
+            "nonce": nonce,
+            "argv": argv,
+            "cwd": format!("{}/steps/{}", launch.run_dir, launch.step_id),
+            "run_dir": launch.run_dir,
+            "env": launch.env.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+            "allow_env": launch.tool_def.env,
+            "stdin": String::from_utf8_lossy(&launch.cmd.stdin),
+            "timeout": launch.cmd.timeout.as_secs_f64(),
+            "grace": launch.cmd.grace.as_secs_f64(),
+            "stop_signal": stop_signal(kind),
+            "max_stdout": launch.cmd.max_stdout,
+            "stderr_tail": launch.cmd.stderr_tail,
+            "controller": kind.program(),
+            "slurm": slurm,
+            "check_files": launch.check_files.iter().map(|(p, s)| json!({"path": p, "sha256": s})).collect::<Vec<_>>(),
+        });
+        let mut on_identity = |id: &Value| {
+            remote.pid = id.get("pid").and_then(Value::as_u64).map(|p| p as u32);
+            remote.start_time = id.get("start_time").and_then(Value::as_u64);
+            remote.job_id = id.get("job_id").and_then(Value::as_str).map(String::from);
+            let pid = remote.pid.unwrap_or(0);
+            record(&ProcessInfo { pid, pgid: pid, start_time: remote.start_time, remote: Some(remote.clone()) });
+            // A cancel that came before the launch was identified found nothing to stop there.
+            if halted() {
+                let _ = self.stop_launch(&remote);
+            }
+        };
+        let end = agent.run_step(&request, &mut on_identity, halted);
+        self.settle(&agent, &attempt_dir, &nonce, end, launch.cmd, kind, started, halted)
+    }
+
+    /// Re-attaches to a recorded launch (a successor taking over, or after a dropped connection)
+    /// and follows it to its end.
+    pub(crate) fn reattach(
+        &self,
+        remote: &RemoteProcess,
+        tool_def: &ToolDef,
+        cmd: &ToolCommand,
+        halted: &dyn Fn() -> bool,
+    ) -> Followed {
+        let agent = match self.agent(&remote.target) {
+            Ok(a) => a,
+            Err(e) => return Followed::Lost(format!("cannot reach target `{}` again: {e}", remote.target)),
+        };
+        let end = agent.wait_step(&wait_request(remote), halted);
+        self.settle(&agent, &remote.attempt_dir, &remote.nonce, end, cmd, tool_def.kind, Instant::now(), halted)
+    }
+
+    /// Turns what the agent said into the attempt's end; a dropped connection is retried with
+    /// `wait` (the step goes on meanwhile) until it answers or the window closes.
+    #[allow(clippy::too_many_arguments)]
+    fn settle(
+        &self,
+        agent: &Agent,
+        attempt_dir: &str,
+        nonce: &str,
+        mut end: Result<StepEnd, cairn_exec::agent::AgentError>,
+        cmd: &ToolCommand,
+        kind: ToolKind,
+        started: Instant,
+        halted: &dyn Fn() -> bool,
+    ) -> Followed {
+        let give_up = Instant::now() + cmd.timeout + cmd.grace + RECONNECT_WINDOW;
+        let mut delay = Duration::from_millis(250);
+        let request = json!({"op": "wait", "attempt_dir": attempt_dir, "nonce": nonce});
+        loop {
+            let why = match end {
+                Ok(StepEnd::Ended { record }) => {
+                    // The tool's own time, as its supervisor measured it there; else what we saw.
+                    let duration = record
+                        .get("duration_s")
+                        .and_then(Value::as_f64)
+                        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                        .unwrap_or_else(|| started.elapsed());
+                    let run = classify_recorded(cmd, recorded_end(&record, !kind.is_process()), duration);
+                    return Followed::Ended(run);
+                }
+                Ok(StepEnd::Mismatch(m)) => return Followed::Mismatch(m),
+                Ok(StepEnd::Lost(m)) => return Followed::Lost(m),
+                Ok(StepEnd::Detached) => return Followed::Halted,
+                Ok(StepEnd::Dropped(why)) => why,
+                // The agent itself refused (a changed tool file, an unusable attempt directory):
+                // the attempt failed before the tool ran.
+                Err(cairn_exec::agent::AgentError::Failed { detail, .. }) => {
+                    return Followed::Ended(not_launched(cmd, format!("could not be started: {detail}")));
+                }
+                Err(e) => e.to_string(),
+            };
+            if halted() {
+                return Followed::Halted;
+            }
+            if Instant::now() > give_up {
+                return Followed::Lost(format!(
+                    "lost contact with the target for too long ({why}); the step may still be running in {attempt_dir}"
+                ));
+            }
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_secs(10));
+            end = agent.wait_step(&request, halted);
+        }
+    }
+
+    /// Stops a recorded launch on its target (SIGTERM, or SIGINT for a controller, to its process
+    /// group, then SIGKILL; `scancel` for a Slurm job), after the agent matched its nonce.
+    pub fn stop_launch(&self, remote: &RemoteProcess) -> Result<String, EngineError> {
+        let agent = self.agent(&remote.target)?;
+        let request = json!({
+            "op": "cancel",
+            "attempt_dir": remote.attempt_dir,
+            "nonce": remote.nonce,
+            "grace": self.options.kill_grace.as_secs_f64(),
+        });
+        let answer = agent
+            .call(&request, Duration::from_secs(60) + self.options.kill_grace)
+            .map_err(|e| EngineError::Conflict(format!("could not stop the step on `{}`: {e}", remote.target)))?;
+        if let Some(m) = answer.get("mismatch").and_then(Value::as_str) {
+            return Err(EngineError::Conflict(format!("not stopped: {m}; the recorded launch is not the one found")));
+        }
+        Ok(answer.get("detail").and_then(Value::as_str).unwrap_or_default().to_string())
+    }
+
+    /// The last `max_bytes` of a step's live output on its target (stderr, or a controller's log),
+    /// read over SSH, never copied whole.
+    pub fn live_tail(&self, step: &StepRecord, max_bytes: usize) -> Option<String> {
+        if step.status != StepStatus::Running {
+            return None;
+        }
+        let remote = step.process.as_ref()?.remote.as_ref()?;
+        let agent = self.agent(&remote.target).ok()?;
+        let request = json!({"op": "tail", "path": format!("{}/stderr", remote.attempt_dir), "max_bytes": max_bytes});
+        let answer = agent.call(&request, Duration::from_secs(30)).ok()?;
+        answer.get("tail").and_then(Value::as_str).map(String::from)
+    }
+}
+
+fn wait_request(remote: &RemoteProcess) -> Value {
+    json!({"op": "wait", "attempt_dir": remote.attempt_dir, "nonce": remote.nonce})
+}
+
+/// SIGINT lets a pipeline controller stop its jobs and release its lock; SIGTERM for the rest.
+fn stop_signal(kind: ToolKind) -> &'static str {
+    if kind.is_process() { "SIGTERM" } else { "SIGINT" }
+}
+
+fn not_launched(cmd: &ToolCommand, error: String) -> ToolRun {
+    classify_recorded(cmd, cairn_exec::RecordedEnd { error: Some(error), ..Default::default() }, Duration::ZERO)
+}

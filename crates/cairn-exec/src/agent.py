@@ -1,0 +1,462 @@
+# Cairn's step agent: stdlib only, sent whole with every request (nothing is installed on the
+# target). It runs on the controller host, locally or over SSH, reads one JSON line
+# {"agent": <this source>, "request": {...}} from stdin, and answers with JSON lines on stdout.
+#
+# A step runs detached from the connection that started it: a supervisor in its own session owns
+# the tool and records, in the attempt directory, who the tool is (pid.json, with a nonce) and how
+# it ended (exit.json). A dropped connection or a dead daemon therefore loses nothing; a later
+# `wait` re-attaches after checking the nonce, and never guesses.
+import base64, hashlib, json, os, shutil, signal, subprocess, sys, time
+
+BASE_ENV = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"]
+TERMINAL_SLURM = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                  "BOOT_FAIL", "DEADLINE"}
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def fail(message):
+    emit({"error": message})
+    sys.exit(0)
+
+
+def start_time(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+        return int(stat[stat.rindex(")") + 1:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(pid, started):
+    st = start_time(pid)
+    if st is None or st != started:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 16), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_atomic(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def tail(path, limit):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode("utf-8", "replace"), size
+    except OSError:
+        return "", 0
+
+
+def real_parent_ok(path):
+    parent = os.path.dirname(path.rstrip("/")) or "/"
+    return os.path.realpath(parent) == parent
+
+
+# --- readiness and deployment --------------------------------------------------------------------
+
+def op_ready(r):
+    run_dir = r["run_dir"]
+    parent = os.path.dirname(run_dir.rstrip("/")) or "/"
+    root = r.get("workspace_root") or ""
+    facts = {
+        "run_dir": run_dir,
+        "parent": parent,
+        "parent_is_dir": os.path.isdir(parent),
+        "parent_real": os.path.realpath(parent) == parent,
+        "parent_writable": os.access(parent, os.W_OK | os.X_OK),
+        "run_dir_absent": not os.path.lexists(run_dir),
+        "inside_workspace_root": bool(root) and (run_dir + "/").startswith(root.rstrip("/") + "/"),
+        "programs": {p: shutil.which(p) for p in r.get("programs", [])},
+        "inputs": {},
+    }
+    try:
+        facts["free_bytes"] = shutil.disk_usage(parent).free if facts["parent_is_dir"] else None
+    except OSError:
+        facts["free_bytes"] = None
+    for p in r.get("inputs", []):
+        facts["inputs"][p] = sha256_file(p) if os.path.isfile(p) else None
+    emit({"ready": facts})
+
+
+def op_deploy(r):
+    run_dir = r["run_dir"]
+    if not real_parent_ok(run_dir):
+        fail("the parent of %s goes through a symlink or is missing" % run_dir)
+    try:
+        os.mkdir(run_dir)
+    except OSError as e:
+        fail("cannot create %s: %s" % (run_dir, e))
+    for f in r["files"]:
+        data = base64.b64decode(f["b64"])
+        if hashlib.sha256(data).hexdigest() != f["sha256"]:
+            fail("%s: its content does not match its checksum" % f["path"])
+        target = os.path.join(run_dir, f["path"])
+        d = run_dir
+        for part in f["path"].split("/")[:-1]:
+            d = os.path.join(d, part)
+            if os.path.islink(d):
+                fail("%s is a symlink" % d)
+            if not os.path.isdir(d):
+                os.mkdir(d)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, f.get("mode", 0o644))
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+    emit({"deployed": len(r["files"])})
+
+
+# --- one step attempt -----------------------------------------------------------------------------
+
+def step_env(r):
+    env = {}
+    for name in BASE_ENV + r.get("allow_env", []):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env.update(r.get("env", {}))
+    return env
+
+
+def supervise(r, report_fd):
+    """The supervisor: its own session, no connection to the caller. Runs the tool, enforces the
+    timeout on the tool's process group and writes exit.json last."""
+    d = r["attempt_dir"]
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    result = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False}
+    try:
+        with open(os.path.join(d, "stdin.json"), "rb") as sin, open(os.path.join(d, "stdout"), "wb") as sout, \
+                open(os.path.join(d, "stderr"), "wb") as serr:
+            child = subprocess.Popen(r["argv"], cwd=r["cwd"], env=step_env(r), stdin=sin, stdout=sout,
+                                     stderr=serr, start_new_session=True)
+        began = time.monotonic()
+        ident = {"nonce": r["nonce"], "pid": child.pid, "pgid": child.pid, "start_time": start_time(child.pid),
+                 "supervisor_pid": os.getpid(), "supervisor_start_time": start_time(os.getpid())}
+        write_atomic(os.path.join(d, "pid.json"), json.dumps(ident).encode())
+        os.write(report_fd, (json.dumps({"identity": ident}) + "\n").encode())
+        os.close(report_fd)
+        deadline = time.monotonic() + r["timeout"]
+        sig = getattr(signal, r.get("stop_signal", "SIGTERM"))
+        status = None
+        while status is None:
+            try:
+                status = child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                result["timed_out"] = True
+                kill_group(child.pid, sig)
+                try:
+                    status = child.wait(timeout=r["grace"])
+                except subprocess.TimeoutExpired:
+                    result["killed_after_grace"] = True
+                    kill_group(child.pid, signal.SIGKILL)
+                    status = child.wait()
+        result["duration_s"] = time.monotonic() - began
+        kill_group(child.pid, signal.SIGKILL)
+        if status < 0:
+            result["signal"] = -status
+        else:
+            result["exit_code"] = status
+    except Exception as e:  # the tool could not be started: recorded, like any other end
+        result["error"] = "could not be started: %s" % e
+        try:
+            os.write(report_fd, (json.dumps({"error": result["error"]}) + "\n").encode())
+        except OSError:
+            pass
+    write_atomic(os.path.join(d, "exit.json"), json.dumps(result).encode())
+
+
+def kill_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def prepare_attempt(r):
+    for f in r.get("check_files", []):
+        try:
+            now = sha256_file(f["path"])
+        except OSError as e:
+            fail("tool file %s cannot be read: %s" % (f["path"], e))
+        if now != f["sha256"]:
+            fail("tool file %s changed since it was deployed" % f["path"])
+    d = r["attempt_dir"]
+    os.makedirs(r["cwd"], exist_ok=True)
+    try:
+        os.makedirs(d)
+    except FileExistsError:
+        fail("attempt directory %s exists already: this attempt was launched before" % d)
+    with open(os.path.join(d, "stdin.json"), "wb") as f:
+        f.write(r["stdin"].encode())
+    write_atomic(os.path.join(d, "request.json"), json.dumps(r).encode())
+
+
+def launch_process(r):
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        try:
+            # A second fork: the supervisor is nobody's child here, so the caller may exit at once.
+            if os.fork() == 0:
+                supervise(r, wfd)
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    os.waitpid(pid, 0)
+    with os.fdopen(rfd) as f:
+        line = f.readline()
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        fail("the supervisor ended before it started the tool")
+    if "error" in msg:
+        return None, msg["error"]
+    return msg["identity"], None
+
+
+def launch_slurm(r):
+    d = r["attempt_dir"]
+    s = r["slurm"]
+    runner = {"argv": r["argv"], "cwd": r["cwd"], "env": step_env(r), "attempt_dir": d}
+    write_atomic(os.path.join(d, "runner.json"), json.dumps(runner).encode())
+    # The batch script is fixed text: everything variable is in runner.json, read by Python.
+    # The controller's Python when the node has it at the same path, else the node's python3.
+    script = "#!/bin/sh\np=%s\n[ -x \"$p\" ] || p=python3\nexec \"$p\" -c %s\n" % (
+        shell_word(sys.executable), shell_word(SLURM_RUNNER))
+    write_atomic(os.path.join(d, "job.sh"), script.encode())
+    argv = ["sbatch", "--parsable", "--chdir", d, "--job-name", "cairn-" + r["nonce"],
+            "--output", os.path.join(d, "slurm.out"), "--time", str(s["time_minutes"]), "--export", "NONE"]
+    if s.get("partition"):
+        argv += ["--partition", s["partition"]]
+    if s.get("account"):
+        argv += ["--account", s["account"]]
+    argv.append(os.path.join(d, "job.sh"))
+    if not shutil.which("sbatch"):
+        return None, "sbatch is not on the target's PATH"
+    out = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        return None, "sbatch refused the job: %s" % (out.stderr.strip() or out.stdout.strip())
+    job_id = out.stdout.strip().split(";")[0]
+    ident = {"nonce": r["nonce"], "job_id": job_id}
+    write_atomic(os.path.join(d, "pid.json"), json.dumps(ident).encode())
+    return ident, None
+
+
+def shell_word(s):
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+SLURM_RUNNER = r"""
+import json, os, subprocess, time
+r = json.load(open("runner.json"))
+d = r["attempt_dir"]
+res = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False}
+try:
+    with open(os.path.join(d, "stdin.json"), "rb") as i, open(os.path.join(d, "stdout"), "wb") as o, open(os.path.join(d, "stderr"), "wb") as e:
+        began = time.monotonic()
+        st = subprocess.call(r["argv"], cwd=r["cwd"], env=r["env"], stdin=i, stdout=o, stderr=e)
+        res["duration_s"] = time.monotonic() - began
+    if st < 0:
+        res["signal"] = -st
+    else:
+        res["exit_code"] = st
+except Exception as ex:
+    res["error"] = "could not be started: %s" % ex
+tmp = os.path.join(d, "exit.json.tmp")
+open(tmp, "w").write(json.dumps(res))
+os.rename(tmp, os.path.join(d, "exit.json"))
+"""
+
+
+def slurm_state(job_id):
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        return None, out.stderr.strip()
+    fields = dict(kv.split("=", 1) for kv in out.stdout.split() if "=" in kv)
+    return fields.get("JobState"), fields.get("ExitCode")
+
+
+def outcome(r, ident):
+    """Waits for the attempt to end and returns its record plus bounded output."""
+    d = r["attempt_dir"]
+    exit_path = os.path.join(d, "exit.json")
+    deadline = time.monotonic() + r["timeout"]
+    cancelled_for_time = False
+    delay = 0.005
+    while True:
+        res = read_json(exit_path)
+        if res is not None:
+            break
+        if "job_id" in ident:
+            state, code = slurm_state(ident["job_id"])
+            if state in TERMINAL_SLURM:
+                # The runner may still be writing exit.json when the state turns terminal.
+                time.sleep(0.2)
+                res = read_json(exit_path) or {"exit_code": None, "signal": None, "timed_out": state == "TIMEOUT",
+                                               "killed_after_grace": False, "slurm_state": state,
+                                               "slurm_exit_code": code}
+                if cancelled_for_time:
+                    res["timed_out"] = True
+                res["slurm_state"] = state
+                break
+            if not cancelled_for_time and time.monotonic() > deadline:
+                cancelled_for_time = True
+                subprocess.run(["scancel", ident["job_id"]], capture_output=True, stdin=subprocess.DEVNULL)
+        elif not alive(ident["supervisor_pid"], ident["supervisor_start_time"]):
+            res = read_json(exit_path)
+            if res is None:
+                emit({"lost": "the step's supervisor (pid %d) ended without recording how the tool ended"
+                      % ident["supervisor_pid"]})
+                return
+            break
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25 if "job_id" in ident else 0.05)
+    stdout_path = os.path.join(d, "stdout")
+    size = os.path.getsize(stdout_path) if os.path.exists(stdout_path) else 0
+    out = b""
+    if size <= r["max_stdout"]:
+        with open(stdout_path, "rb") as f:
+            out = f.read()
+    err, _ = tail(os.path.join(d, "stderr"), r["stderr_tail"])
+    res["stdout_b64"] = base64.b64encode(out).decode()
+    res["stdout_bytes"] = size
+    res["stderr_tail"] = err
+    if r.get("controller") == "snakemake":
+        res["controller"] = controller_report(r)
+    emit({"exit": res})
+
+
+def controller_report(r):
+    results = os.path.join(r["run_dir"], "results")
+    files = []
+    for base, dirs, names in os.walk(results):
+        dirs.sort()
+        for n in sorted(names):
+            p = os.path.join(base, n)
+            files.append({"path": os.path.relpath(p, r["run_dir"]), "bytes": os.path.getsize(p)})
+    log, _ = tail(os.path.join(r["attempt_dir"], "stderr"), 64 << 10)
+    progress = [l.strip() for l in log.splitlines() if "steps (" in l and ") done" in l]
+    locks = os.path.join(r["run_dir"], ".snakemake", "locks")
+    return {"kind": "snakemake", "results_dir": results, "results": files,
+            "progress": progress[-1] if progress else None,
+            "lock_released": not (os.path.isdir(locks) and os.listdir(locks))}
+
+
+def op_run(r):
+    prepare_attempt(r)
+    ident, err = launch_slurm(r) if r.get("slurm") else launch_process(r)
+    if err is not None:
+        emit({"exit": {"error": err, "exit_code": None, "signal": None, "timed_out": False,
+                       "killed_after_grace": False, "stdout_b64": "", "stdout_bytes": 0, "stderr_tail": ""}})
+        return
+    emit({"identity": ident})
+    if r.get("wait", True):
+        outcome(r, ident)
+
+
+def recorded_identity(r):
+    ident = read_json(os.path.join(r["attempt_dir"], "pid.json"))
+    if ident is None:
+        return None, "no launch was recorded in %s" % r["attempt_dir"]
+    if ident.get("nonce") != r["nonce"]:
+        return None, "mismatch"
+    return ident, None
+
+
+def op_wait(r):
+    # The launch's own request holds its limits and what to report; the caller only locates it.
+    launched = read_json(os.path.join(r["attempt_dir"], "request.json"))
+    if launched is not None and launched.get("nonce") == r["nonce"]:
+        r = launched
+    ident, why = recorded_identity(r)
+    if why == "mismatch":
+        emit({"mismatch": "%s/pid.json holds another launch's nonce" % r["attempt_dir"]})
+        return
+    if ident is None:
+        emit({"lost": why})
+        return
+    emit({"identity": ident})
+    outcome(r, ident)
+
+
+def op_cancel(r):
+    launched = read_json(os.path.join(r["attempt_dir"], "request.json"))
+    if launched is not None and launched.get("nonce") == r["nonce"]:
+        r = dict(launched, grace=r.get("grace", launched["grace"]))
+    ident, why = recorded_identity(r)
+    if why == "mismatch":
+        emit({"mismatch": "%s/pid.json holds another launch's nonce" % r["attempt_dir"]})
+        return
+    if ident is None:
+        emit({"cancelled": False, "detail": why})
+        return
+    if "job_id" in ident:
+        out = subprocess.run(["scancel", ident["job_id"]], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        emit({"cancelled": out.returncode == 0, "detail": out.stderr.strip()})
+        return
+    if not alive(ident["pid"], ident["start_time"]):
+        emit({"cancelled": False, "detail": "the tool had already ended"})
+        return
+    kill_group(ident["pgid"], getattr(signal, r.get("stop_signal", "SIGTERM")))
+    end = time.monotonic() + r["grace"]
+    while time.monotonic() < end and alive(ident["pid"], ident["start_time"]):
+        time.sleep(0.02)
+    if alive(ident["pid"], ident["start_time"]):
+        kill_group(ident["pgid"], signal.SIGKILL)
+    # The supervisor records the end (exit.json); give it a moment so a later wait finds it.
+    end = time.monotonic() + 2
+    while time.monotonic() < end and not os.path.exists(os.path.join(r["attempt_dir"], "exit.json")):
+        time.sleep(0.02)
+    emit({"cancelled": True, "detail": ""})
+
+
+def op_tail(r):
+    text, size = tail(r["path"], r["max_bytes"])
+    emit({"tail": text, "bytes": size})
+
+
+OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "wait": op_wait, "cancel": op_cancel,
+       "tail": op_tail}
+
+try:
+    OPS[REQUEST["op"]](REQUEST)
+except SystemExit:
+    raise
+except Exception as e:  # every failure is an answer, never a traceback on stdout
+    emit({"error": "%s: %s" % (type(e).__name__, e)})
