@@ -19,6 +19,20 @@ cp "$D/id_ed25519.pub" "$D/authorized_keys"; chmod 0644 "$D/authorized_keys"
 # SHLVL=1 makes bash skip ~/.bashrc, which Debian's bash otherwise sources for every ssh command:
 # root's bashrc here puts pyenv shims ahead of the venv and costs ~190 ms a command.
 SETENV=${CAIRN_TEST_VENV:+"SetEnv PATH=$CAIRN_TEST_VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SHLVL=1"}
+# A second login, `cairnlite`, whose PATH holds python3 and nothing else (no sbatch, squeue, ...):
+# the Slurm readiness tests plan on it to see a missing program refused. Same key as root (the
+# AuthorizedKeysFile above is shared). Its python3 is one a non-root user can run: the venv's
+# links into root's pyenv, behind /root's mode 0700, so the system's /usr/bin/python3.
+LITE=
+if [ -n "${CAIRN_TEST_VENV:-}" ] && [ -x /usr/bin/python3 ]; then
+  id cairnlite >/dev/null 2>&1 || useradd -m -s /bin/sh cairnlite
+  usermod -p '*' cairnlite                        # no password, but not locked: sshd refuses locked accounts
+  install -d -m 0755 "$D/lite-bin"
+  ln -sfn /usr/bin/python3 "$D/lite-bin/python3"
+  # Match blocks must come last in sshd_config.
+  LITE="Match User cairnlite
+  SetEnv PATH=$D/lite-bin"
+fi
 OLD=$(cat "$D/sshd_config" 2>/dev/null || true)
 cat > "$D/sshd_config" <<EOF
 ${SETENV}
@@ -36,6 +50,7 @@ MaxStartups 100:30:200
 MaxSessions 100
 AcceptEnv LANG LC_*
 Subsystem sftp /usr/lib/openssh/sftp-server
+${LITE}
 EOF
 
 # client side: known_hosts pinned to our host key; use with  ssh -F $D/ssh_config ci

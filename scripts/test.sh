@@ -32,25 +32,14 @@ if [ -s scripts/requirements-test.txt ] && ! cmp -s scripts/requirements-test.tx
 fi
 export CAIRN_TEST_VENV="$VENV"
 
-# A private sshd on 127.0.0.1:2222 for the SSH target tests (installs openssh-server if needed).
+# Services for the target tests: a private sshd on 127.0.0.1:2222 (installs openssh-server if
+# needed) and a single-node Slurm on loopback (installs slurm and munge if needed). The tests that
+# need them fail, not skip, without them; so does this script.
 SSHD_DIR=${SSHD_DIR:-/tmp/cairn-sshd}
-SSHD_WAS_RUNNING=no
-if [ -s "$SSHD_DIR/sshd.pid" ] && kill -0 "$(cat "$SSHD_DIR/sshd.pid")" 2>/dev/null; then SSHD_WAS_RUNNING=yes; fi
-log "sshd for the SSH target tests"
-SSHD_DIR=$SSHD_DIR scripts/sshd-up.sh >/dev/null
-export CAIRN_TEST_SSHD_DIR="$SSHD_DIR"
-
-# A single-node Slurm on loopback for the Slurm target tests (installs slurm and munge if needed).
-# Optional: if it does not come up, CAIRN_TEST_SLURM stays unset and those tests skip.
 SLURM_DIR=${SLURM_DIR:-/tmp/cairn-slurm}
-SLURM_WAS_RUNNING=no
-if [ -s "$SLURM_DIR/slurmctld.pid" ] && kill -0 "$(cat "$SLURM_DIR/slurmctld.pid")" 2>/dev/null; then SLURM_WAS_RUNNING=yes; fi
-log "Slurm for the Slurm target tests"
-if SLURM_DIR=$SLURM_DIR scripts/slurm-up.sh >/dev/null; then
-  export CAIRN_TEST_SLURM=1
-else
-  log "WARNING: Slurm did not come up; the Slurm target tests will skip"
-fi
+running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+SSHD_WAS_RUNNING=no; running "$SSHD_DIR/sshd.pid" && SSHD_WAS_RUNNING=yes
+SLURM_WAS_RUNNING=no; running "$SLURM_DIR/slurmctld.pid" && SLURM_WAS_RUNNING=yes
 
 # Tests start daemons (each on its own temporary state root, and each exits when its root is
 # removed) and ssh control connections; this stops any a crashed test run left behind, and the
@@ -61,9 +50,16 @@ cleanup() {
   if [ "$SSHD_WAS_RUNNING" = no ] && [ -s "$SSHD_DIR/sshd.pid" ]; then
     kill "$(cat "$SSHD_DIR/sshd.pid")" 2>/dev/null || true
   fi
-  if [ "$SLURM_WAS_RUNNING" = no ]; then SLURM_DIR=$SLURM_DIR scripts/slurm-down.sh || true; fi
+  if [ "$SLURM_WAS_RUNNING" = no ]; then SLURM_DIR=$SLURM_DIR scripts/slurm-down.sh >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
+
+log "sshd for the SSH target tests"
+SSHD_DIR=$SSHD_DIR scripts/sshd-up.sh >/dev/null
+export CAIRN_TEST_SSHD_DIR="$SSHD_DIR"
+log "Slurm for the Slurm target tests"
+SLURM_DIR=$SLURM_DIR scripts/slurm-up.sh >/dev/null
+export CAIRN_TEST_SLURM=1
 
 # --- checks and tests ----------------------------------------------------------------------
 log "cargo fmt --check"

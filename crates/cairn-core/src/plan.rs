@@ -280,6 +280,7 @@ mod tests {
             }],
             inputs: vec![InputFile { path: "/data/a.csv".into(), sha256: "0".repeat(64) }],
             effects: vec![Effect::CreateRunDir],
+            readiness: None,
             replay: None,
             created_at: 1,
             plan_checksum: String::new(),

@@ -272,7 +272,7 @@ def launch_slurm(r):
     if out.returncode != 0:
         return None, "sbatch refused the job: %s" % (out.stderr.strip() or out.stdout.strip())
     job_id = out.stdout.strip().split(";")[0]
-    ident = {"nonce": r["nonce"], "job_id": job_id}
+    ident = {"nonce": r["nonce"], "job_id": job_id, "launched_at": time.time()}
     write_atomic(os.path.join(d, "pid.json"), json.dumps(ident).encode())
     return ident, None
 
@@ -316,8 +316,11 @@ def outcome(r, ident):
     """Waits for the attempt to end and returns its record plus bounded output."""
     d = r["attempt_dir"]
     exit_path = os.path.join(d, "exit.json")
-    deadline = time.monotonic() + r["timeout"]
-    cancelled_for_time = False
+    marker = os.path.join(d, "timed_out")
+    # The deadline counts from the launch, not from this wait: a re-attach does not extend it.
+    launched = ident.get("launched_at", time.time())
+    deadline = time.monotonic() + max(0.0, launched + r["timeout"] - time.time())
+    cancelled_for_time = os.path.exists(marker)
     delay = 0.005
     while True:
         res = read_json(exit_path)
@@ -331,11 +334,14 @@ def outcome(r, ident):
                 res = read_json(exit_path) or {"exit_code": None, "signal": None, "timed_out": state == "TIMEOUT",
                                                "killed_after_grace": False, "slurm_state": state,
                                                "slurm_exit_code": code}
-                if cancelled_for_time:
+                if cancelled_for_time or os.path.exists(marker):
                     res["timed_out"] = True
                 res["slurm_state"] = state
                 break
             if not cancelled_for_time and time.monotonic() > deadline:
+                # Recorded before the cancel, so whoever reads the end (maybe a successor's agent)
+                # knows the job was stopped for its time.
+                write_atomic(marker, b"")
                 cancelled_for_time = True
                 subprocess.run(["scancel", ident["job_id"]], capture_output=True, stdin=subprocess.DEVNULL)
         elif not alive(ident["supervisor_pid"], ident["supervisor_start_time"]):
@@ -392,6 +398,15 @@ def op_run(r):
 
 def recorded_identity(r):
     ident = read_json(os.path.join(r["attempt_dir"], "pid.json"))
+    if ident is None and r.get("slurm") and shutil.which("squeue"):
+        # The agent may have died between sbatch and writing pid.json: the job carries the nonce
+        # in its name, so it is found, never submitted twice.
+        out = subprocess.run(["squeue", "-h", "-t", "all", "--name", "cairn-" + r["nonce"], "-o", "%i"],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        ids = out.stdout.split()
+        if out.returncode == 0 and len(ids) == 1:
+            ident = {"nonce": r["nonce"], "job_id": ids[0]}
+            write_atomic(os.path.join(r["attempt_dir"], "pid.json"), json.dumps(ident).encode())
     if ident is None:
         return None, "no launch was recorded in %s" % r["attempt_dir"]
     if ident.get("nonce") != r["nonce"]:

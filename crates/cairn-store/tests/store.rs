@@ -279,6 +279,41 @@ fn record_process_is_fenced_by_the_token() {
 }
 
 #[test]
+fn a_launch_record_is_kept_before_and_after_its_identity_and_adopted_only_with_the_token() {
+    let Db { _dir, path: _, store } = db();
+    created(&store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    let mut remote = RemoteProcess {
+        target: "hpc".into(),
+        attempt_dir: "/w/r/steps/a/.cairn/attempt-1".into(),
+        nonce: "att_x".into(),
+        pid: None,
+        start_time: None,
+        job_id: None,
+    };
+    // Before the launch: only where to find it.
+    let before = ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) };
+    store.record_process("r", "a", "tok-1", &before).unwrap();
+    assert_eq!(step(&store, "r", "a").process, Some(before));
+    // After it: the identity the agent reported.
+    remote.job_id = Some("31".into());
+    let after = ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) };
+    store.record_process("r", "a", "tok-1", &after).unwrap();
+    assert_eq!(step(&store, "r", "a").process, Some(after.clone()));
+
+    let err = store.adopt_attempt("r", "a", "tok-old", "tok-2", 5_000).unwrap_err();
+    assert!(matches!(err, StoreError::StaleToken { .. }), "{err:?}");
+    store.adopt_attempt("r", "a", "tok-1", "tok-2", 5_000).unwrap();
+    let row = step(&store, "r", "a");
+    assert_eq!((row.attempt_token.as_deref(), row.attempt_count), (Some("tok-2"), 1));
+    assert_eq!(row.process, Some(after), "adopting keeps the launch record");
+    assert_eq!(kinds(&store, "r"), ["run.created", "step.started", "step.reattached"]);
+    // The predecessor's token can no longer write.
+    assert!(store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).is_err());
+    store.complete_attempt(&finish("r", "a", "tok-2", 1, Outcome::Completed)).unwrap();
+}
+
+#[test]
 fn retry_is_conditional_on_the_previous_token() {
     let Db { _dir, path: _, store } = db();
     created(&store, "r");

@@ -396,6 +396,26 @@ fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
     println!("  workflow  {}@{} (snapshot {})", plan.workflow, plan.version, &plan.workflow_digest[..16]);
     println!("  target    {}", plan.target);
     println!("  run_dir   {}", plan.run_dir);
+    if let Some(r) = &plan.readiness {
+        let o = &r["observed"];
+        let programs: Vec<String> = o["programs"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, path)| format!("{name}={}", path.as_str().unwrap_or("missing")))
+            .collect();
+        println!(
+            "  ready     {} executor; {} writable, run_dir absent; {} free{}{}",
+            r["executor"].as_str().unwrap_or("?"),
+            o["parent"].as_str().unwrap_or("?"),
+            o["free_bytes"]
+                .as_u64()
+                .map(|b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64))
+                .unwrap_or("?".into()),
+            if o["inside_workspace_root"] == true { "" } else { "; outside the workspace root" },
+            if programs.is_empty() { String::new() } else { format!("; {}", programs.join(" ")) },
+        );
+    }
     if let Some(r) = &plan.replay {
         println!("  replay of {} (requested: {})", r["source_run_id"].as_str().unwrap_or(""), r["step_ids"]);
         for d in r["decisions"].as_array().into_iter().flatten() {
