@@ -73,20 +73,8 @@ pub fn controller_argv(
             )?;
             let snakefile =
                 rel_path(args, "snakefile")?.ok_or(ControllerError::Missing("snakefile", "snakemake", "Snakefile"))?;
-            let mut argv = vec![
-                "snakemake".to_string(),
-                "--snakefile".into(),
-                format!("{source}/{snakefile}"),
-                "--directory".into(),
-                run_dir.to_string(),
-                "--cores".into(),
-                cores.to_string(),
-                "--nocolor".into(),
-            ];
-            if let Some(config) = rel_path(args, "configfile")? {
-                argv.push("--configfile".into());
-                argv.push(format!("{source}/{config}"));
-            }
+            // Targets come first: `--configfile` takes several values and would swallow them.
+            let mut argv = vec!["snakemake".to_string()];
             match args.get("targets") {
                 None | Some(Value::Null) => {}
                 Some(Value::Array(items)) => {
@@ -100,6 +88,19 @@ pub fn controller_argv(
                     }
                 }
                 Some(other) => return Err(ControllerError::Targets(other.to_string())),
+            }
+            argv.extend([
+                "--snakefile".into(),
+                format!("{source}/{snakefile}"),
+                "--directory".into(),
+                run_dir.to_string(),
+                "--cores".into(),
+                cores.to_string(),
+                "--nocolor".into(),
+            ]);
+            if let Some(config) = rel_path(args, "configfile")? {
+                argv.push("--configfile".into());
+                argv.push(format!("{source}/{config}"));
             }
             Ok(argv)
         }
@@ -146,6 +147,7 @@ mod tests {
             argv,
             [
                 "snakemake",
+                "all",
                 "--snakefile",
                 "/r/workflow/Snakefile",
                 "--directory",
@@ -155,7 +157,6 @@ mod tests {
                 "--nocolor",
                 "--configfile",
                 "/r/workflow/config.yaml",
-                "all"
             ]
         );
     }

@@ -445,6 +445,14 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 out
             }
         };
+        // A controller's args that hold no template are checked now: a bad one is never registered.
+        let kind = tools[s.tool.get_ref()].kind;
+        if !kind.is_process()
+            && !args.to_string().contains("${")
+            && let Err(e) = crate::controller::controller_argv(kind, &args, "/", "/")
+        {
+            return Err(loc.err(Some(at), Some(&id), Some("args"), e.to_string()));
+        }
         steps.push(StepDef {
             id,
             tool: s.tool.into_inner(),

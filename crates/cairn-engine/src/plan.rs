@@ -230,7 +230,7 @@ impl Engine {
             }
             readiness = Some(facts);
         } else {
-            local_programs(&wf)?;
+            crate::remote::local_programs(&wf)?;
             for p in absolute_path_strings(&input) {
                 if Path::new(&p).is_file() {
                     let sha256 = hash_file(Path::new(&p))
@@ -261,27 +261,25 @@ impl Engine {
                 } else {
                     // A controller's argv comes from the step's args; shown when they are known
                     // before the run (they do not depend on an earlier step's result).
-                    cairn_core::template::resolve(&step.args, &input, &|_| None)
-                        .ok()
-                        .and_then(|args| {
-                            cairn_core::controller::controller_argv(
-                                kind,
-                                &args,
-                                &deployed.display().to_string(),
-                                &run_dir,
-                            )
-                            .ok()
-                        })
-                        .unwrap_or_else(|| vec![kind.program().unwrap_or_default().to_string()])
+                    crate::remote::planned_controller_argv(
+                        kind,
+                        step,
+                        &input,
+                        &deployed.display().to_string(),
+                        &run_dir,
+                    )?
+                    .unwrap_or_else(|| {
+                        vec![kind.program().unwrap_or_default().to_string(), "(args from earlier steps)".into()]
+                    })
                 };
-                PlannedCommand {
+                Ok(PlannedCommand {
                     step_id: step.id.clone(),
                     tool: step.tool.clone(),
                     argv,
                     cwd: run_dir_path.join("steps").join(&step.id).display().to_string(),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>, EngineError>>()?;
         let files = snapshot_files(&snapshot)?;
         let hashes: serde_json::Map<String, Value> =
             files.iter().map(|f| (f.path.clone(), Value::String(f.sha256.clone()))).collect();
@@ -698,22 +696,6 @@ impl Engine {
             .map(|_| ())
             .map_err(|e| format!("effects on target `{}` failed: {e}", plan.target))
     }
-}
-
-/// A pipeline controller the workflow needs must be on this machine's PATH.
-fn local_programs(wf: &LoadedWorkflow) -> Result<(), EngineError> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for step in &wf.spec().steps {
-        if let Some(p) = wf.spec().tools[&step.tool].kind.program()
-            && !std::env::split_paths(&path).any(|d| d.join(p).is_file())
-        {
-            return Err(EngineError::Invalid(format!(
-                "target `local` is not ready: `{p}` is not on this machine's PATH, but step `{}` runs a {p} pipeline",
-                step.id
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The checks of a run_dir that need no filesystem (for a target, whose filesystem is there).

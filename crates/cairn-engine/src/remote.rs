@@ -279,6 +279,50 @@ impl Engine {
     }
 }
 
+/// A controller step's argv as far as the run input decides it: `None` when its args need an
+/// earlier step's result; an error naming the step and the arg when they are wrong.
+pub(crate) fn planned_controller_argv(
+    kind: ToolKind,
+    step: &cairn_core::workflow::StepDef,
+    input: &Value,
+    source: &str,
+    run_dir: &str,
+) -> Result<Option<Vec<String>>, EngineError> {
+    let Ok(args) = cairn_core::template::resolve(&step.args, input, &|_| None) else { return Ok(None) };
+    controller_argv(kind, &args, source, run_dir)
+        .map(Some)
+        .map_err(|e| EngineError::Invalid(format!("step `{}`: {e}", step.id)))
+}
+
+/// Before a run here: each controller step's args as far as the input decides them, and its
+/// program on this machine's PATH (the daemon's, which it inherited from the command that
+/// started it).
+pub(crate) fn check_local_controllers(wf: &crate::registry::LoadedWorkflow, input: &Value) -> Result<(), EngineError> {
+    for step in &wf.spec().steps {
+        let kind = wf.spec().tools[&step.tool].kind;
+        if !kind.is_process() {
+            planned_controller_argv(kind, step, input, "/", "/")?;
+        }
+    }
+    local_programs(wf)
+}
+
+/// A pipeline controller the workflow needs must be on this machine's PATH.
+pub(crate) fn local_programs(wf: &crate::registry::LoadedWorkflow) -> Result<(), EngineError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for step in &wf.spec().steps {
+        if let Some(p) = wf.spec().tools[&step.tool].kind.program()
+            && !std::env::split_paths(&path).any(|d| d.join(p).is_file())
+        {
+            return Err(EngineError::Invalid(format!(
+                "target `local` is not ready: `{p}` is not on this machine's PATH, but step `{}` runs a {p} pipeline",
+                step.id
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn wait_request(remote: &RemoteProcess) -> Value {
     json!({"op": "wait", "attempt_dir": remote.attempt_dir, "nonce": remote.nonce})
 }

@@ -144,6 +144,7 @@ impl Engine {
     /// The record a run request would create: its input checked, its identity computed.
     fn requested_run(&self, wf: &LoadedWorkflow, req: &RunRequest) -> Result<NewRun, EngineError> {
         check_input(wf, &req.input)?;
+        crate::remote::check_local_controllers(wf, &req.input)?;
         let spec = wf.spec();
         let identity = run_identity(&spec.name, &spec.version, &req.input, None)
             .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;

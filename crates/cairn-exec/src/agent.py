@@ -372,10 +372,10 @@ def controller_report(r):
     results = os.path.join(r["run_dir"], "results")
     files = []
     for base, dirs, names in os.walk(results):
-        dirs.sort()
-        for n in sorted(names):
+        for n in names:
             p = os.path.join(base, n)
             files.append({"path": os.path.relpath(p, r["run_dir"]), "bytes": os.path.getsize(p)})
+    files.sort(key=lambda f: f["path"])
     log, _ = tail(os.path.join(r["attempt_dir"], "stderr"), 64 << 10)
     progress = [l.strip() for l in log.splitlines() if "steps (" in l and ") done" in l]
     locks = os.path.join(r["run_dir"], ".snakemake", "locks")
