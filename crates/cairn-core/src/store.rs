@@ -330,6 +330,7 @@ pub trait RunStore {
     fn finish_verification(&self, v: &VerificationRecord) -> Result<(), StoreError>;
     /// Newest first.
     fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, StoreError>;
+    fn verification(&self, id: &str) -> Result<Option<VerificationRecord>, StoreError>;
     /// Bumps the run's revision to take it over for an explicit resume, recording its new owner.
     fn claim_run(&self, run_id: &str, expected_revision: i64, owner: Option<&str>, at: i64) -> Result<i64, StoreError>;
     /// Runs that are PENDING or RUNNING, oldest first.
@@ -357,6 +358,10 @@ pub trait RunStore {
     fn remove_target(&self, name: &str) -> Result<bool, StoreError>;
     /// The run that consumed a receipt of this plan, if any.
     fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError>;
+    /// Keeps a target's last probe (replacing the one before).
+    fn record_probe(&self, target: &str, observed: &Value, at: i64) -> Result<(), StoreError>;
+    /// A target's last probe and when it ran.
+    fn last_probe(&self, target: &str) -> Result<Option<(Value, i64)>, StoreError>;
     /// The target a planned run was reserved on; None for a run not made from a plan.
     fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError>;
     /// The run reserved for `target + run_dir`, if any.

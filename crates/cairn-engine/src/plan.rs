@@ -102,7 +102,7 @@ fn snapshot_files(dir: &Path) -> Result<Vec<InputFile>, EngineError> {
 
 /// Readiness of a run_dir on the local target: absolute, absent, its parent an existing,
 /// writable directory reached without a symlink.
-fn check_run_dir(run_dir: &Path) -> Result<(), String> {
+pub(crate) fn check_run_dir(run_dir: &Path) -> Result<(), String> {
     let text = run_dir.display().to_string();
     check_run_dir_text(run_dir)?;
     if std::fs::symlink_metadata(run_dir).is_ok() {
@@ -220,7 +220,7 @@ impl Engine {
         let mut readiness = None;
         if remote {
             // On a target, input files are read where the run will read them: on the target.
-            let facts = self.target_ready(&req.target, &run_dir, &wf, &input)?;
+            let facts = self.target_ready(&req.target, &run_dir, &Self::workflow_needs(&wf), &input)?;
             if let Some(found) = facts.get("inputs").and_then(Value::as_object) {
                 for (path, sha) in found {
                     if let Some(sha256) = sha.as_str() {
@@ -423,7 +423,7 @@ impl Engine {
         } else {
             let wf = self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)?;
             let facts = self
-                .target_ready(&plan.target, &plan.run_dir, &wf, &plan.input)
+                .target_ready(&plan.target, &plan.run_dir, &Self::workflow_needs(&wf), &plan.input)
                 .map_err(|e| conflict(format!("target `{}` is no longer ready: {e}", plan.target)))?;
             for f in &plan.inputs {
                 let now = facts.get("inputs").and_then(|i| i.get(&f.path)).and_then(Value::as_str);
@@ -610,11 +610,11 @@ impl Engine {
 impl Engine {
     /// The target's readiness facts for `run_dir`, observed by the step agent there, checked:
     /// an unusable run_dir or a program the plan needs that is missing is an error naming it.
-    fn target_ready(
+    pub(crate) fn target_ready(
         &self,
         target: &str,
         run_dir: &str,
-        wf: &LoadedWorkflow,
+        steps_need: &[(String, String)],
         input: &Value,
     ) -> Result<Value, EngineError> {
         let spec = self.target(target)?;
@@ -624,18 +624,7 @@ impl Engine {
                 needs.push((p.to_string(), format!("target `{target}` uses the slurm executor")));
             }
         }
-        for step in &wf.spec().steps {
-            let kind = wf.spec().tools[&step.tool].kind;
-            if let Some(p) = kind.program()
-                && !needs.iter().any(|(n, _)| n == p)
-            {
-                let mut why = format!("step `{}` runs a {p} pipeline", step.id);
-                if p == "nextflow" {
-                    why.push_str(" (Nextflow cannot be installed from the registries these machines reach; run it where it is installed)");
-                }
-                needs.push((p.to_string(), why));
-            }
-        }
+        needs.extend(steps_need.iter().cloned());
         let request = serde_json::json!({
             "op": "ready",
             "run_dir": run_dir,
@@ -655,6 +644,23 @@ impl Engine {
         Ok(
             serde_json::json!({"target": target, "executor": spec.executor, "observed": facts, "checked_at": self.clock.now_ms()}),
         )
+    }
+
+    /// What a workflow's steps need on a target's PATH, with the reason: its pipeline controllers.
+    fn workflow_needs(wf: &LoadedWorkflow) -> Vec<(String, String)> {
+        let mut needs: Vec<(String, String)> = Vec::new();
+        for step in &wf.spec().steps {
+            if let Some(p) = wf.spec().tools[&step.tool].kind.program()
+                && !needs.iter().any(|(n, _)| n == p)
+            {
+                let mut why = format!("step `{}` runs a {p} pipeline", step.id);
+                if p == "nextflow" {
+                    why.push_str(" (Nextflow cannot be installed from the registries these machines reach; run it where it is installed)");
+                }
+                needs.push((p.to_string(), why));
+            }
+        }
+        needs
     }
 
     /// The effects on a target, in one call to the agent there: it creates run_dir (refusing an
@@ -699,7 +705,7 @@ impl Engine {
 }
 
 /// The checks of a run_dir that need no filesystem (for a target, whose filesystem is there).
-fn check_run_dir_text(run_dir: &Path) -> Result<(), String> {
+pub(crate) fn check_run_dir_text(run_dir: &Path) -> Result<(), String> {
     let text = run_dir.display().to_string();
     if !run_dir.is_absolute() {
         return Err(format!("run_dir `{text}` is relative; give an absolute path"));

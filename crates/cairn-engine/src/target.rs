@@ -81,6 +81,44 @@ impl Engine {
             (self.transport(&spec).probe(&spec.workspace_root), spec.workspace_root.clone())
         };
         let observed = observed.map_err(|e| EngineError::Invalid(e.to_string()))?;
-        Ok(json!({"target": name, "workspace_root": workspace, "observed": observed, "probed_at": self.clock.now_ms()}))
+        let at = self.clock.now_ms();
+        let probed = json!({"target": name, "workspace_root": workspace, "observed": observed, "probed_at": at});
+        self.store.record_probe(name, &probed, at)?;
+        Ok(probed)
+    }
+
+    /// Every target, `local` first, each with its last probe (`null` if never probed).
+    pub fn targets_overview(&self) -> Result<Value, EngineError> {
+        let last = |name: &str| -> Result<Value, EngineError> {
+            Ok(self.store.last_probe(name)?.map(|(v, _)| v).unwrap_or(Value::Null))
+        };
+        let mut all = vec![json!({
+            "name": LOCAL,
+            "builtin": true,
+            "executor": Executor::Process,
+            "workspace_root": self.state.runs().display().to_string(),
+            "last_probe": last(LOCAL)?,
+        })];
+        for t in self.store.targets()? {
+            let mut v = serde_json::to_value(&t).map_err(|e| EngineError::Invalid(e.to_string()))?;
+            v["last_probe"] = last(&t.name)?;
+            all.push(v);
+        }
+        Ok(json!({"targets": all}))
+    }
+
+    /// Whether `run_dir` on `target` could take a new run now: absent, its parent an existing,
+    /// writable directory reached without a symlink, and the executor's programs present. The
+    /// facts observed, or an error naming what is missing.
+    pub fn check_readiness(&self, target: &str, run_dir: &str) -> Result<Value, EngineError> {
+        let path: PathBuf = Path::new(run_dir).components().collect();
+        if target == LOCAL {
+            crate::plan::check_run_dir(&path).map_err(EngineError::Invalid)?;
+            return Ok(json!({"target": LOCAL, "run_dir": path.display().to_string(), "ready": true}));
+        }
+        crate::plan::check_run_dir_text(&path).map_err(EngineError::Invalid)?;
+        let mut facts = self.target_ready(target, &path.display().to_string(), &[], &Value::Null)?;
+        facts["ready"] = json!(true);
+        Ok(facts)
     }
 }

@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_plans.sql"),
     include_str!("../migrations/0005_targets.sql"),
     include_str!("../migrations/0006_remote.sql"),
+    include_str!("../migrations/0007_probes.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -358,6 +359,50 @@ fn check_running_token(
     token: &str,
 ) -> Result<(), StoreError> {
     guard_token(tx, run_id, step_id, token, true)
+}
+
+impl SqliteStore {
+    /// Verifications selected by `clause` (with one parameter, `?1`), their cells parsed.
+    fn select_verifications(
+        &self,
+        clause: &str,
+        param: &dyn rusqlite::ToSql,
+    ) -> Result<Vec<VerificationRecord>, StoreError> {
+        let conn = self.conn();
+        let sql = format!(
+            "SELECT id, title, document, document_sha256, verdict, cells_json, notebook, draft, error, created_at, \
+             finished_at FROM verifications {clause}"
+        );
+        let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+        let rows = stmt
+            .query_map([param], |r| {
+                Ok((
+                    VerificationRecord {
+                        id: r.get(0)?,
+                        title: r.get(1)?,
+                        document: r.get(2)?,
+                        document_sha256: r.get(3)?,
+                        verdict: r.get(4)?,
+                        cells: Value::Null,
+                        notebook: r.get(6)?,
+                        draft: r.get(7)?,
+                        error: r.get(8)?,
+                        created_at: r.get(9)?,
+                        finished_at: r.get(10)?,
+                    },
+                    r.get::<_, String>(5)?,
+                ))
+            })
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?;
+        rows.into_iter()
+            .map(|(mut v, cells)| {
+                v.cells = parse_json(&cells, "verification cells")?;
+                Ok(v)
+            })
+            .collect()
+    }
 }
 
 impl RunStore for SqliteStore {
@@ -824,41 +869,11 @@ impl RunStore for SqliteStore {
     }
 
     fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT id, title, document, document_sha256, verdict, cells_json, notebook, draft, error, created_at, finished_at \
-                 FROM verifications ORDER BY created_at DESC, rowid DESC LIMIT ?1",
-            )
-            .map_err(db)?;
-        let rows = stmt
-            .query_map([limit as i64], |r| {
-                Ok((
-                    VerificationRecord {
-                        id: r.get(0)?,
-                        title: r.get(1)?,
-                        document: r.get(2)?,
-                        document_sha256: r.get(3)?,
-                        verdict: r.get(4)?,
-                        cells: Value::Null,
-                        notebook: r.get(6)?,
-                        draft: r.get(7)?,
-                        error: r.get(8)?,
-                        created_at: r.get(9)?,
-                        finished_at: r.get(10)?,
-                    },
-                    r.get::<_, String>(5)?,
-                ))
-            })
-            .map_err(db)?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(db)?;
-        rows.into_iter()
-            .map(|(mut v, cells)| {
-                v.cells = parse_json(&cells, "verification cells")?;
-                Ok(v)
-            })
-            .collect()
+        self.select_verifications("ORDER BY created_at DESC, rowid DESC LIMIT ?1", &(limit as i64))
+    }
+
+    fn verification(&self, id: &str) -> Result<Option<VerificationRecord>, StoreError> {
+        Ok(self.select_verifications("WHERE id = ?1", &id)?.pop())
     }
 
     fn claim_run(&self, run_id: &str, expected_revision: i64, owner: Option<&str>, at: i64) -> Result<i64, StoreError> {
@@ -1119,6 +1134,29 @@ impl RunStore for SqliteStore {
             .optional()
             .map_err(db)?;
         text.map(|t| parse_json(&t, "target")).transpose()
+    }
+
+    fn record_probe(&self, target: &str, observed: &Value, at: i64) -> Result<(), StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO probes (target, observed_json, probed_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (target) DO UPDATE SET observed_json = ?2, probed_at = ?3",
+                params![target, to_json(observed), at],
+            )
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn last_probe(&self, target: &str) -> Result<Option<(Value, i64)>, StoreError> {
+        let conn = self.conn();
+        let row: Option<(String, i64)> = conn
+            .query_row("SELECT observed_json, probed_at FROM probes WHERE target = ?1", [target], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(db)?;
+        row.map(|(t, at)| parse_json(&t, "probe").map(|v| (v, at))).transpose()
     }
 
     fn remove_target(&self, name: &str) -> Result<bool, StoreError> {

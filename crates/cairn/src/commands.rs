@@ -321,9 +321,7 @@ fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure
         TargetCommand::List { json } => {
             let targets = engine.store.targets().map_err(EngineError::from)?;
             if json {
-                let mut all = vec![json!({"name": "local", "builtin": true})];
-                all.extend(targets.iter().map(|t| serde_json::to_value(t).unwrap_or_default()));
-                print_json(&json!({"targets": all}));
+                print_json(&engine.targets_overview()?);
             } else {
                 println!("{:<20} {:<32} {:<8} WORKSPACE", "NAME", "SSH", "EXECUTOR");
                 println!("{:<20} {:<32} {:<8} {}", "local", "(this machine)", "process", engine.state.runs().display());

@@ -468,6 +468,25 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
             FORBIDDEN,
             NOT_FOUND,
         ),
+        protected("GET", "/runs/R1/steps/b/explain", None, OK, OK),
+        protected("GET", "/runs/R1/steps/zz/explain", None, NOT_FOUND, NOT_FOUND),
+        // Compute. The operator's registration is refused for its relative workspace root and
+        // the probe and readiness name unknown targets, so nothing is contacted or stored.
+        protected("GET", "/targets", None, OK, OK),
+        protected(
+            "POST",
+            "/targets",
+            Some(json!({"name": "t", "ssh": "me@host", "workspace_root": "relative"})),
+            FORBIDDEN,
+            (422, Some("invalid_request")),
+        ),
+        protected("POST", "/targets/nope/probe", None, FORBIDDEN, NOT_FOUND),
+        protected("POST", "/targets/nope/readiness", Some(json!({"run_dir": "/tmp/x"})), FORBIDDEN, NOT_FOUND),
+        // Verifications. The operator's request is refused for naming no document.
+        protected("GET", "/verifications", None, OK, OK),
+        protected("POST", "/verifications", Some(json!({})), FORBIDDEN, (422, Some("invalid_request"))),
+        protected("GET", "/verifications/nope", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/verifications/nope/notebook", None, NOT_FOUND, NOT_FOUND),
         // Not an endpoint: 404 for everyone, as JSON.
         public("GET", "/nope", NOT_FOUND),
         public("DELETE", "/runs/R1", (405, Some("method_not_allowed"))),

@@ -28,6 +28,12 @@ use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
 use super::auth::{Role, Tokens, host_is_loopback};
 use super::pool::{Pool, Work, owner_is_alive};
+use super::targets_api::{
+    self, __path_check_readiness, __path_create_target, __path_list_targets, __path_probe_target,
+};
+use super::verify_api::{
+    self, __path_create_verification, __path_get_verification, __path_list_verifications, __path_verification_notebook,
+};
 use crate::wire::{self, EventList, Job, JobList, PlanList, PlanSummary, RunList, RunResult, WorkflowList};
 
 /// Bodies above this are refused with 413 before they are parsed.
@@ -48,7 +54,7 @@ pub struct AppState {
     pub commits: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
-type AppRef = Arc<AppState>;
+pub(super) type AppRef = Arc<AppState>;
 
 // ------------------------------------------------------------------------------------ errors
 
@@ -78,7 +84,7 @@ impl ApiError {
         ApiError { status, code, message: message.into() }
     }
 
-    fn invalid(message: impl Into<String>) -> ApiError {
+    pub(super) fn invalid(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
     }
 }
@@ -155,7 +161,9 @@ pub struct ApiQuery<T>(pub T);
 pub struct ApiPath<T>(pub T);
 
 /// Runs engine work off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("the request's worker failed: {e}"))
     })?
@@ -169,6 +177,7 @@ pub fn router(state: AppRef) -> Router {
         .route("/runs/{run_id}", get(get_run))
         .route("/runs/{run_id}/events", get(run_events))
         .route("/runs/{run_id}/steps/{step_id}/log", get(step_log))
+        .route("/runs/{run_id}/steps/{step_id}/explain", get(explain_step))
         .route("/runs/{run_id}/cancel", post(cancel_run))
         .route("/workflows", get(list_workflows))
         .route("/workflows/{name}", get(get_workflow))
@@ -180,6 +189,12 @@ pub fn router(state: AppRef) -> Router {
         .route("/kernel/interrupt", post(interrupt_kernel))
         .route("/kernel/restart", post(restart_kernel))
         .route("/kernel/audit", get(kernel_audit))
+        .route("/targets", get(targets_api::list_targets).post(targets_api::create_target))
+        .route("/targets/{name}/probe", post(targets_api::probe_target))
+        .route("/targets/{name}/readiness", post(targets_api::check_readiness))
+        .route("/verifications", get(verify_api::list_verifications).post(verify_api::create_verification))
+        .route("/verifications/{id}", get(verify_api::get_verification))
+        .route("/verifications/{id}/notebook", get(verify_api::verification_notebook))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/health", get(health))
@@ -659,6 +674,30 @@ async fn step_log(
     .await
 }
 
+/// Why a step of a run was reused, run or invalidated, with its signature and attempts.
+#[utoipa::path(get, path = "/runs/{run_id}/steps/{step_id}/explain", tag = "runs",
+    params(("run_id" = String, Path), ("step_id" = String, Path)),
+    responses((status = 200, description = "The step's decision, reason and record", body = Object),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn explain_step(
+    State(state): State<AppRef>,
+    ApiPath((run_id, step_id)): ApiPath<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(move || {
+        let report = state.engine.run_report(&run_id)?;
+        crate::output::explain(&report, &step_id).map(Json).ok_or_else(|| {
+            let known: Vec<&str> = report.steps.iter().map(|s| s.step_id.as_str()).collect();
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("run `{run_id}` has no step `{step_id}`; its steps are: {}", known.join(", ")),
+            )
+        })
+    })
+    .await
+}
+
 /// Cancels a run: its process groups are stopped (SIGTERM, grace, SIGKILL) and it ends CANCELLED.
 #[utoipa::path(post, path = "/runs/{run_id}/cancel", tag = "runs", params(("run_id" = String, Path)),
     responses((status = 200, body = RunResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -955,12 +994,15 @@ async fn kernel_audit(State(state): State<AppRef>) -> Result<Json<Value>, ApiErr
 #[openapi(
     info(title = "Cairn daemon", description = "Durable, approved, reproducible workflow runs. Loopback only; \
         bearer tokens from <state>/auth/viewer.token (read) and operator.token (read and change)."),
-    paths(health, openapi_json, submit_run, list_runs, get_run, run_events, step_log, cancel_run, list_workflows, get_workflow,
-        create_plan, list_plans, get_plan, execute_plan,
-        submit_job, list_jobs, get_job, interrupt_kernel, restart_kernel, kernel_audit),
+    paths(health, openapi_json, submit_run, list_runs, get_run, run_events, step_log, explain_step, cancel_run,
+        list_workflows, get_workflow, create_plan, list_plans, get_plan, execute_plan,
+        submit_job, list_jobs, get_job, interrupt_kernel, restart_kernel, kernel_audit,
+        list_targets, create_target, probe_target, check_readiness,
+        create_verification, list_verifications, get_verification, verification_notebook),
     components(schemas(ErrorBody, ErrorDetail, Health, SubmitRun, ReplayDirective, RunResult, RunList, EventList, StepLog,
         WorkflowList, SubmitJob, Job, JobList, Interrupted, Restarted, SseEventSchema, CreatePlan, ExecutePlan,
-        PlanSummary, PlanList)),
+        PlanSummary, PlanList, targets_api::CreateTarget, targets_api::CheckReadiness,
+        verify_api::CreateVerification)),
     modifiers(&BearerAuth, &CommonResponses),
 )]
 pub struct ApiDoc;

@@ -8,6 +8,8 @@
 pub mod api;
 pub mod auth;
 pub mod pool;
+mod targets_api;
+mod verify_api;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};

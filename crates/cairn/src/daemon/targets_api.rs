@@ -1,0 +1,118 @@
+//! The compute endpoints: targets with their last probe, registering one, probing one, and
+//! checking a run directory's readiness on one. Probing and readiness contact the target (over
+//! SSH) and change nothing there; they need the Operator token because they run commands.
+
+use std::path::PathBuf;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use cairn_core::target::Executor;
+use cairn_engine::target::AddTarget;
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::api::{ApiError, ApiJson, ApiPath, AppRef, ErrorBody, blocking};
+
+/// Every target, `local` first, each with its last probe (`null` if never probed).
+#[utoipa::path(get, path = "/targets", tag = "compute",
+    responses((status = 200, description = "`{targets: [...]}`", body = Object), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn list_targets(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
+    blocking(move || Ok(Json(state.engine.targets_overview()?))).await
+}
+
+/// `POST /targets`: register an SSH host. Nothing is contacted; probe it next.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTarget {
+    /// 1 to 64 of A-Z a-z 0-9 . _ -, not `local`.
+    #[schema(min_length = 1, max_length = 64)]
+    pub name: String,
+    /// `USER@HOST[:PORT]`.
+    #[schema(min_length = 3)]
+    pub ssh: String,
+    /// Absolute, on the target: the default parent of run directories.
+    #[schema(min_length = 1)]
+    pub workspace_root: String,
+    /// A private key file on this machine.
+    pub identity: Option<String>,
+    /// The known_hosts file host keys are checked against, strictly.
+    pub known_hosts: Option<String>,
+    /// `process` (default) or `slurm`.
+    pub executor: Option<String>,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+}
+
+#[utoipa::path(post, path = "/targets", tag = "compute", request_body = CreateTarget,
+    responses((status = 201, description = "The registered target", body = Object), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn create_target(
+    State(state): State<AppRef>,
+    ApiJson(body): ApiJson<CreateTarget>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    blocking(move || {
+        let executor = match body.executor.as_deref() {
+            None | Some("process") => Executor::Process,
+            Some("slurm") => Executor::Slurm,
+            Some(other) => {
+                return Err(ApiError::invalid(format!("executor `{other}` is not `process` or `slurm`")));
+            }
+        };
+        let spec = state.engine.add_target(&AddTarget {
+            name: body.name,
+            ssh: body.ssh,
+            identity: body.identity.map(PathBuf::from),
+            known_hosts: body.known_hosts.map(PathBuf::from),
+            workspace_root: body.workspace_root,
+            executor,
+            partition: body.partition,
+            account: body.account,
+        })?;
+        Ok((StatusCode::CREATED, Json(serde_json::to_value(&spec).unwrap_or_default())))
+    })
+    .await
+}
+
+/// Runs the fixed read-only probe on a target and keeps what it observed as its last probe.
+#[utoipa::path(post, path = "/targets/{name}/probe", tag = "compute", params(("name" = String, Path)),
+    responses((status = 200, description = "`{target, workspace_root, observed, probed_at}`", body = Object),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn probe_target(
+    State(state): State<AppRef>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(move || Ok(Json(state.engine.probe_target(&name)?))).await
+}
+
+/// `POST /targets/{name}/readiness`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckReadiness {
+    /// Absolute, on the target: the directory a run would create.
+    #[schema(min_length = 1)]
+    pub run_dir: String,
+}
+
+/// Whether `run_dir` on the target could take a new run now (absent, its parent a writable
+/// directory without a symlink, the executor's programs present). Read-only.
+#[utoipa::path(post, path = "/targets/{name}/readiness", tag = "compute", params(("name" = String, Path)),
+    request_body = CheckReadiness,
+    responses((status = 200, description = "The facts observed, with `ready: true`", body = Object),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, description = "Not ready: the message names what is wrong", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn check_readiness(
+    State(state): State<AppRef>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<CheckReadiness>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(move || Ok(Json(state.engine.check_readiness(&name, &body.run_dir)?))).await
+}
