@@ -201,6 +201,22 @@ pub enum Command {
         #[command(subcommand)]
         command: DaemonCommand,
     },
+    /// Serve an MCP server over stdio for an agent (logs on stderr); it calls the daemon.
+    Mcp {
+        #[arg(value_enum)]
+        server: McpServer,
+    },
+}
+
+/// The MCP servers.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum McpServer {
+    /// Plan, approve, run, replay, verify, and the session kernel (Operator token).
+    Workbench,
+    /// Targets: list, add, probe, readiness (Operator token).
+    Compute,
+    /// Read-only views for a person (Viewer token only).
+    App,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]

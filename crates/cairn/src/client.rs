@@ -30,6 +30,17 @@ pub struct Answer {
 impl Client {
     /// Connects to the daemon of `root`, starting it (detached, with an idle exit) if none runs.
     pub fn connect(root: &Path) -> Result<Client, Failure> {
+        let (base, token) = Client::endpoint(root, auth::Role::Operator)?;
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        Ok(Client { base, token, agent })
+    }
+
+    /// The URL of the daemon of `root` (started if none runs) and the token of `role`.
+    pub fn endpoint(root: &Path, role: auth::Role) -> Result<(String, String), Failure> {
         let info = match daemon::running(root) {
             Some(info) => {
                 if !info.build.is_empty() && info.build != daemon::build_id() {
@@ -50,18 +61,13 @@ impl Client {
                 info
             }
         };
-        let token = auth::read_token(root, auth::Role::Operator)?.ok_or_else(|| {
+        let token = auth::read_token(root, role)?.ok_or_else(|| {
             Failure::usage(format!(
                 "the daemon runs but {} is missing; stop it with `cairn daemon stop` and start it again",
-                auth::token_path(root, auth::Role::Operator).display()
+                auth::token_path(root, role).display()
             ))
         })?;
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        Ok(Client { base: info.url, token, agent })
+        Ok((info.url, token))
     }
 
     fn auth(&self) -> String {

@@ -13,7 +13,7 @@ use cairn_engine::verify::VerifyRequest;
 use cairn_engine::{Engine, EngineError};
 use serde_json::{Value, json};
 
-use crate::cli::{Cli, Command, DaemonCommand, ExecutorArg, PlanCommand, TargetCommand, WorkflowCommand};
+use crate::cli::{Cli, Command, DaemonCommand, ExecutorArg, McpServer, PlanCommand, TargetCommand, WorkflowCommand};
 use crate::client::{Client, failure_of};
 use crate::daemon::{self, ServeOptions, StartOptions};
 use crate::output::{self, print_json};
@@ -224,6 +224,16 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Daemon { command } => daemon_command(&state_root(cli.home)?, command),
+        Command::Mcp { server } => {
+            let root = state_root(cli.home)?;
+            let (kind, role) = match server {
+                McpServer::Workbench => (crate::mcp::Kind::Workbench, crate::daemon::auth::Role::Operator),
+                McpServer::Compute => (crate::mcp::Kind::Compute, crate::daemon::auth::Role::Operator),
+                McpServer::App => (crate::mcp::Kind::App, crate::daemon::auth::Role::Viewer),
+            };
+            let (base, token) = crate::client::Client::endpoint(&root, role)?;
+            crate::mcp::serve_stdio(kind, crate::mcp::Daemon::fixed(&base, &token))
+        }
         Command::Plan { command: Some(PlanCommand::Show { plan_name, json }), .. } => {
             let engine = open_engine(cli.home)?;
             let plan = engine.load_plan(&plan_name)?;

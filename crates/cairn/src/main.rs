@@ -8,6 +8,7 @@ mod client;
 mod commands;
 mod daemon;
 mod kernel;
+mod mcp;
 mod output;
 mod progress;
 mod quickstart;

@@ -40,6 +40,8 @@ use crate::wire::{self, EventList, Job, JobList, PlanList, PlanSummary, RunList,
 pub const BODY_LIMIT: usize = 1 << 20;
 
 pub struct AppState {
+    /// This daemon's own URL (`http://127.0.0.1:PORT`): the MCP servers call the API there.
+    pub url: String,
     pub engine: Arc<Engine>,
     pub pool: Arc<Pool>,
     pub session: Arc<SessionKernel>,
@@ -196,10 +198,13 @@ pub fn router(state: AppRef) -> Router {
         .route("/verifications/{id}", get(verify_api::get_verification))
         .route("/verifications/{id}/notebook", get(verify_api::verification_notebook))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let mcp = crate::mcp::http_router(&state.url, &state.tokens.viewer)
+        .layer(middleware::from_fn_with_state(state.clone(), require_any_token));
     Router::new()
         .route("/health", get(health))
         .route("/openapi.json", get(openapi_json))
         .merge(authed)
+        .merge(mcp)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -237,7 +242,18 @@ async fn check_host(State(state): State<AppRef>, req: Request, next: Next) -> Re
 }
 
 /// A token is required; reads need a Viewer's, anything else an Operator's.
-async fn require_token(State(state): State<AppRef>, req: Request, next: Next) -> Response {
+/// MCP over HTTP: any valid token may connect; each tool call is then made to this API with that
+/// same token, so what a Viewer may not do here, it may not do there either.
+async fn require_any_token(State(state): State<AppRef>, req: Request, next: Next) -> Response {
+    match presented_role(&state, &req) {
+        Ok(_) => next.run(req).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The role of the request's bearer token, or the 401 that refuses it.
+#[allow(clippy::result_large_err)]
+fn presented_role(state: &AppState, req: &Request) -> Result<Role, Response> {
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -246,13 +262,20 @@ async fn require_token(State(state): State<AppRef>, req: Request, next: Next) ->
         // The scheme is case-insensitive (RFC 9110 §11.1).
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
-    let Some(role) = presented.and_then(|t| state.tokens.role_of(t)) else {
+    presented.and_then(|t| state.tokens.role_of(t)).ok_or_else(|| {
         let message = if presented.is_some() {
             "the bearer token is not valid for this daemon; use the contents of <state>/auth/viewer.token or operator.token"
         } else {
             "send `Authorization: Bearer <token>`; the tokens are in <state>/auth/viewer.token (read) and operator.token (read and change)"
         };
-        return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response()
+    })
+}
+
+async fn require_token(State(state): State<AppRef>, req: Request, next: Next) -> Response {
+    let role = match presented_role(&state, &req) {
+        Ok(role) => role,
+        Err(refused) => return refused,
     };
     let reads = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
     if !reads && role < Role::Operator {
@@ -774,7 +797,7 @@ pub struct CreatePlan {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
-    /// `local` (SSH and Slurm targets come later).
+    /// `local`, or a configured SSH target (see `GET /targets`).
     pub target: String,
     /// Absolute; must not exist; its parent must be writable.
     pub run_dir: String,

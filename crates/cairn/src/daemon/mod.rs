@@ -324,6 +324,7 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
     let last_activity = Arc::new(AtomicI64::new(0));
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     let state = Arc::new(api::AppState {
+        url: url.clone(),
         engine: engine.clone(),
         pool: pool.clone(),
         session: session.clone(),

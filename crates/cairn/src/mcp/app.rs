@@ -1,0 +1,122 @@
+//! The app server: read-only projections for a person's view, bounded in size. It holds the
+//! Viewer token only, so it cannot plan, approve, execute or cancel even if asked to.
+
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::CallToolResult;
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, tool, tool_router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::daemon::{Daemon, seg, structured};
+use super::resources::server_handler;
+
+/// Rows in an overview, and events in a run's detail.
+const MAX_ROWS: usize = 100;
+/// Longer strings are cut (a step's result or log can be large).
+const MAX_TEXT: usize = 2000;
+
+#[derive(Clone)]
+pub struct App {
+    daemon: Daemon,
+    tool_router: ToolRouter<Self>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RunRef {
+    pub run_id: String,
+}
+
+/// `v` with every string longer than `MAX_TEXT` cut, and every array longer than `MAX_ROWS`
+/// reduced to its last `MAX_ROWS` items.
+fn bounded(v: Value) -> Value {
+    match v {
+        Value::String(s) if s.chars().count() > MAX_TEXT => {
+            Value::String(format!("{}… (cut)", s.chars().take(MAX_TEXT).collect::<String>()))
+        }
+        Value::Array(items) => {
+            let skip = items.len().saturating_sub(MAX_ROWS);
+            Value::Array(items.into_iter().skip(skip).map(bounded).collect())
+        }
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, bounded(v))).collect()),
+        other => other,
+    }
+}
+
+#[tool_router]
+impl App {
+    pub fn new(daemon: Daemon) -> App {
+        App { daemon, tool_router: Self::tool_router() }
+    }
+
+    #[tool(
+        description = "The newest runs (at most 100): id, workflow@version, status, times, replay source. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn runs_overview(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        match self.daemon.call(&ctx, "GET", format!("/runs?limit={MAX_ROWS}"), None).await {
+            Ok(list) => {
+                let runs: Vec<Value> = list["runs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| {
+                        json!({
+                            "run_id": r["run_id"], "workflow": r["workflow"], "version": r["version"],
+                            "status": r["status"], "created_at": r["created_at"], "finished_at": r["finished_at"],
+                            "source_run_id": r["source_run_id"], "error": r["error"],
+                        })
+                    })
+                    .collect();
+                structured(bounded(json!({"runs": runs})))
+            }
+            Err(e) => e.tool_result(),
+        }
+    }
+
+    #[tool(
+        description = "One run for a person: its steps, findings, replay decisions and its latest events (at most 100), long texts cut. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn run_detail(&self, Parameters(p): Parameters<RunRef>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        let id = seg(&p.run_id);
+        let mut run = match self.daemon.call(&ctx, "GET", format!("/runs/{id}"), None).await {
+            Ok(run) => run,
+            Err(e) => return e.tool_result(),
+        };
+        match self.daemon.call(&ctx, "GET", format!("/runs/{id}/events"), None).await {
+            Ok(events) => run["events"] = events["events"].clone(),
+            Err(e) => return e.tool_result(),
+        }
+        structured(bounded(run))
+    }
+
+    #[tool(
+        description = "Registered workflows and their versions. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn workflows_overview(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        match self.daemon.call(&ctx, "GET", "/workflows".into(), None).await {
+            Ok(v) => structured(bounded(v)),
+            Err(e) => e.tool_result(),
+        }
+    }
+
+    #[tool(
+        description = "Compute targets with their last probe's facts (nothing is contacted). Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn targets_overview(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        match self.daemon.call(&ctx, "GET", "/targets".into(), None).await {
+            Ok(v) => structured(bounded(v)),
+            Err(e) => e.tool_result(),
+        }
+    }
+}
+
+server_handler!(
+    App,
+    "cairn-app",
+    "Read-only views of Cairn for a person: runs, one run's detail, workflows and targets. This server holds a Viewer token: it cannot plan, approve, execute or cancel."
+);

@@ -1,0 +1,118 @@
+//! The compute server: targets. It defines no workflows and approves nothing.
+
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::CallToolResult;
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, tool, tool_router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::daemon::{Daemon, seg};
+use super::resources::server_handler;
+
+#[derive(Clone)]
+pub struct Compute {
+    daemon: Daemon,
+    tool_router: ToolRouter<Self>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AddTarget {
+    /// 1 to 64 of A-Z a-z 0-9 . _ -, not `local`.
+    pub name: String,
+    /// `USER@HOST[:PORT]`.
+    pub ssh: String,
+    /// Absolute path on the host: the default parent of run directories.
+    pub workspace_root: String,
+    /// A private key file on the daemon's machine.
+    pub identity: Option<String>,
+    /// The known_hosts file the host key is checked against, strictly (never turned off).
+    pub known_hosts: Option<String>,
+    /// `process` (default) or `slurm`.
+    pub executor: Option<String>,
+    /// Slurm partition (slurm executor only).
+    pub partition: Option<String>,
+    /// Slurm account (slurm executor only).
+    pub account: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct TargetRef {
+    pub name: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Readiness {
+    /// `local` or a configured target.
+    pub target: String,
+    /// Absolute path on the target of the directory a run would create.
+    pub run_dir: String,
+}
+
+#[tool_router]
+impl Compute {
+    pub fn new(daemon: Daemon) -> Compute {
+        Compute { daemon, tool_router: Self::tool_router() }
+    }
+
+    #[tool(
+        description = "Compute targets (`local` first), each with its last probe's facts. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list_targets(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", "/targets".into(), None).await
+    }
+
+    #[tool(
+        description = "Register an SSH host as a target (host keys checked strictly against known_hosts; executor process or slurm). Nothing is contacted: probe_target does that.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn add_target(
+        &self,
+        Parameters(p): Parameters<AddTarget>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let body = json!({
+            "name": p.name, "ssh": p.ssh, "workspace_root": p.workspace_root, "identity": p.identity,
+            "known_hosts": p.known_hosts, "executor": p.executor, "partition": p.partition, "account": p.account,
+        });
+        self.daemon.tool(&ctx, "POST", "/targets".into(), Some(body)).await
+    }
+
+    #[tool(
+        description = "Run Cairn's fixed, read-only probe on a target and return what it observed: OS, kernel, CPUs, memory, free disk at the workspace root, Python, Snakemake, Nextflow, Java, sbatch/squeue/scancel. It claims nothing it did not observe (not worker readiness, not a shared filesystem).",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn probe_target(
+        &self,
+        Parameters(p): Parameters<TargetRef>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        self.daemon.tool(&ctx, "POST", format!("/targets/{}/probe", seg(&p.name)), None).await
+    }
+
+    #[tool(
+        description = "Whether run_dir on a target could take a new run now: absent, its parent an existing writable directory without a symlink, the executor's programs present. Read-only; an error names what is wrong.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn check_readiness(
+        &self,
+        Parameters(p): Parameters<Readiness>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let body = json!({"run_dir": p.run_dir});
+        self.daemon.tool(&ctx, "POST", format!("/targets/{}/readiness", seg(&p.target)), Some(body)).await
+    }
+}
+
+server_handler!(
+    Compute,
+    "cairn-compute",
+    "Cairn's compute targets: list, register, probe (read-only) and check a run directory's readiness. It defines no workflows and approves nothing."
+);

@@ -1,0 +1,159 @@
+//! How an MCP server reaches the daemon: its HTTP API, with a fixed token (stdio, and the app
+//! server, which only ever holds the Viewer token) or with the token of the MCP request itself
+//! (the daemon's own HTTP endpoints forward it, so the API decides what the caller may do).
+
+use std::time::Duration;
+
+use rmcp::RoleServer;
+use rmcp::model::CallToolResult;
+use rmcp::service::RequestContext;
+use serde_json::{Value, json};
+
+/// One request to the daemon failed: the API's status and message, or why it was not reached.
+#[derive(Debug, Clone)]
+pub struct CallError {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+}
+
+impl CallError {
+    fn new(status: u16, code: &str, message: impl Into<String>) -> CallError {
+        CallError { status, code: code.into(), message: message.into() }
+    }
+
+    /// The tool result for this failure: `isError`, the message with what to do next.
+    pub fn tool_result(&self) -> CallToolResult {
+        let hint = match self.status {
+            401 => " (the MCP client must send the daemon's token as `Authorization: Bearer …`)",
+            403 => " (this server holds a read-only Viewer token; changes need the Operator token)",
+            _ => "",
+        };
+        CallToolResult::structured_error(json!({
+            "error": {"status": self.status, "code": self.code, "message": format!("{}{hint}", self.message)}
+        }))
+    }
+}
+
+#[derive(Clone)]
+pub struct Daemon {
+    base: String,
+    /// `None`: use the bearer token of the MCP request.
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Daemon {
+    fn with(base: &str, token: Option<String>) -> Daemon {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        Daemon { base: base.trim_end_matches('/').to_string(), token, agent }
+    }
+
+    /// Calls with this token whatever the MCP request carried.
+    pub fn fixed(base: &str, token: &str) -> Daemon {
+        Daemon::with(base, Some(token.to_string()))
+    }
+
+    /// Calls with the bearer token of each MCP request (the daemon's HTTP endpoints).
+    pub fn forwarding(base: &str) -> Daemon {
+        Daemon::with(base, None)
+    }
+
+    fn token_for(&self, ctx: &RequestContext<RoleServer>) -> Result<String, CallError> {
+        if let Some(t) = &self.token {
+            return Ok(t.clone());
+        }
+        ctx.extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.headers.get(axum::http::header::AUTHORIZATION))
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim().to_string())
+            .ok_or_else(|| CallError::new(401, "unauthorized", "no bearer token came with this MCP request"))
+    }
+
+    /// `method path` with an optional JSON body; the answer's JSON when it is a 2xx.
+    pub async fn call(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        method: &'static str,
+        path: String,
+        body: Option<Value>,
+    ) -> Result<Value, CallError> {
+        let token = self.token_for(ctx)?;
+        let (agent, url) = (self.agent.clone(), format!("{}{path}", self.base));
+        tokio::task::spawn_blocking(move || {
+            let auth = format!("Bearer {token}");
+            let sent = match (method, body) {
+                ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
+                (_, Some(b)) => agent.post(&url).header("Authorization", &auth).send_json(&b),
+                (_, None) => agent.post(&url).header("Authorization", &auth).send_empty(),
+            };
+            let mut resp = sent.map_err(|e| {
+                CallError::new(503, "daemon_unreachable", format!("cannot reach the cairn daemon at {url}: {e}"))
+            })?;
+            let status = resp.status().as_u16();
+            let body: Value = resp.body_mut().with_config().limit(64 << 20).read_json().map_err(|e| {
+                CallError::new(
+                    status,
+                    "bad_answer",
+                    format!("the daemon answered {status} with a body that is not JSON: {e}"),
+                )
+            })?;
+            if (200..300).contains(&status) {
+                return Ok(body);
+            }
+            let code = body["error"]["code"].as_str().unwrap_or("error").to_string();
+            let message = body["error"]["message"].as_str().map(String::from).unwrap_or_else(|| body.to_string());
+            Err(CallError { status, code, message })
+        })
+        .await
+        .map_err(|e| CallError::new(500, "internal", format!("the request's worker failed: {e}")))?
+    }
+
+    /// A tool's whole answer: the daemon's JSON as structured content, or an `isError` result.
+    pub async fn tool(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        method: &'static str,
+        path: String,
+        body: Option<Value>,
+    ) -> CallToolResult {
+        match self.call(ctx, method, path, body).await {
+            Ok(v) => structured(v),
+            Err(e) => e.tool_result(),
+        }
+    }
+}
+
+/// Structured content must be an object; anything else is wrapped as `{"value": …}`.
+pub fn structured(v: Value) -> CallToolResult {
+    match v {
+        Value::Object(_) => CallToolResult::structured(v),
+        other => CallToolResult::structured(json!({"value": other})),
+    }
+}
+
+/// A path segment from user input, percent-encoded (ids and names never need it, but a bad one
+/// must not change the path).
+pub fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A bad argument, before anything is asked of the daemon.
+pub fn invalid(message: impl Into<String>) -> CallToolResult {
+    CallError::new(422, "invalid_arguments", message).tool_result()
+}

@@ -1,0 +1,97 @@
+//! MCP servers for agents (the `rmcp` SDK): `workbench` (plan, approve, run, replay, verify, the
+//! session kernel), `compute` (targets) and `app` (read-only projections for a person's view).
+//!
+//! The servers are thin: every tool and resource is one call to the daemon's HTTP API, with the
+//! caller's token, so the API's roles hold here too (a Viewer token reads and never changes
+//! anything). None touches the registry or starts a process. They are served over stdio by
+//! `cairn mcp …` and over streamable HTTP by the daemon at `/mcp/{workbench,compute,app}`.
+
+mod app;
+mod compute;
+mod daemon;
+mod resources;
+mod workbench;
+
+use std::sync::Arc;
+
+use axum::Router;
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+pub use app::App;
+pub use compute::Compute;
+pub use daemon::Daemon;
+pub use workbench::Workbench;
+
+use crate::Failure;
+
+/// Which server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Workbench,
+    Compute,
+    App,
+}
+
+/// Serves one server over stdio until its client closes stdin. Logs go to stderr only.
+pub fn serve_stdio(kind: Kind, daemon: Daemon) -> Result<u8, Failure> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::usage(format!("cannot start the MCP server's runtime: {e}")))?;
+    rt.block_on(async move {
+        let transport = rmcp::transport::stdio();
+        let waited = match kind {
+            Kind::Workbench => Workbench::new(daemon).serve(transport).await.map(|s| tokio::spawn(s.waiting())),
+            Kind::Compute => Compute::new(daemon).serve(transport).await.map(|s| tokio::spawn(s.waiting())),
+            Kind::App => App::new(daemon).serve(transport).await.map(|s| tokio::spawn(s.waiting())),
+        };
+        let handle = waited.map_err(|e| Failure::usage(format!("the MCP session could not start: {e}")))?;
+        handle
+            .await
+            .map_err(|e| Failure::usage(format!("the MCP server stopped: {e}")))?
+            .map_err(|e| Failure::usage(format!("the MCP server stopped: {e}")))?;
+        Ok(0)
+    })
+}
+
+/// The three servers over streamable HTTP, to mount in the daemon's router (token checked there).
+/// `base` is the daemon's own URL; `viewer` the Viewer token the app server always uses.
+pub fn http_router<S: Clone + Send + Sync + 'static>(base: &str, viewer: &str) -> Router<S> {
+    let config = || {
+        StreamableHttpServerConfig::default()
+            // DNS-rebinding protection: a loopback Host only, and a browser Origin only from loopback.
+            .with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
+            .with_allowed_origins(["http://127.0.0.1:*", "http://localhost:*"])
+    };
+    let forwarded = Daemon::forwarding(base);
+    let app = Daemon::fixed(base, viewer);
+    let (w, c) = (forwarded.clone(), forwarded);
+    Router::new()
+        .nest_service(
+            "/mcp/workbench",
+            StreamableHttpService::new(
+                move || Ok(Workbench::new(w.clone())),
+                Arc::new(LocalSessionManager::default()),
+                config(),
+            ),
+        )
+        .nest_service(
+            "/mcp/compute",
+            StreamableHttpService::new(
+                move || Ok(Compute::new(c.clone())),
+                Arc::new(LocalSessionManager::default()),
+                config(),
+            ),
+        )
+        .nest_service(
+            "/mcp/app",
+            StreamableHttpService::new(
+                move || Ok(App::new(app.clone())),
+                Arc::new(LocalSessionManager::default()),
+                config(),
+            ),
+        )
+}

@@ -1,0 +1,406 @@
+//! The workbench server: an agent's operations. Planning is read-only; `execute_plan` is the only
+//! tool that executes anything, and only the exact plan the person was shown.
+
+use std::time::{Duration, Instant};
+
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::CallToolResult;
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, tool, tool_router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::daemon::{Daemon, invalid, seg, structured};
+use super::resources::server_handler;
+
+/// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
+const WAIT_FOR_END: Duration = Duration::from_secs(60);
+
+#[derive(Clone)]
+pub struct Workbench {
+    daemon: Daemon,
+    tool_router: ToolRouter<Self>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct DescribeWorkflow {
+    /// The workflow's name.
+    pub name: String,
+    /// An exact version (default: the highest registered).
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct PlanRun {
+    /// The registered workflow's name.
+    pub workflow: String,
+    /// Its version (default: the highest registered).
+    pub version: Option<String>,
+    /// The run input, checked against the workflow's input schema.
+    pub input: Value,
+    /// `local`, or a configured SSH target (see the compute server's `list_targets`).
+    pub target: String,
+    /// Absolute path on the target of a new directory for the run; it must not exist yet.
+    pub run_dir: String,
+    /// Name the plan (`[A-Za-z0-9._-]{1,128}`); default: the workflow's name and a short id.
+    pub plan_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct PlanReplay {
+    /// The finished run to replay; it never changes.
+    pub source_run_id: String,
+    /// Steps to re-execute; their descendants re-execute too, the rest is reused.
+    pub step_ids: Vec<String>,
+    /// A new input (default: the source's).
+    pub input: Option<Value>,
+    /// `local` (default) or a configured SSH target.
+    pub target: Option<String>,
+    /// Absolute path of a new directory for the child run.
+    pub run_dir: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ExecutePlan {
+    /// The plan's name, as `plan_run` returned it.
+    pub plan_name: String,
+    /// The plan's id, as shown to the person.
+    pub plan_id: String,
+    /// The plan's checksum, as shown to the person.
+    pub plan_checksum: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListRuns {
+    /// Only runs with this status: RUNNING, READY, BLOCKED, FAILED or CANCELLED.
+    pub status: Option<String>,
+    /// At most this many, newest first (default 50).
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RunRef {
+    pub run_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct StepRef {
+    pub run_id: String,
+    pub step_id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct TailLog {
+    pub run_id: String,
+    pub step_id: String,
+    /// The last N lines (default 100, at most 10000).
+    pub lines: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct VerifyWorkflow {
+    /// The document itself: markdown with fenced python cells, or an .ipynb's JSON.
+    pub document: Option<String>,
+    /// Or an absolute path of such a file on the daemon's machine.
+    pub path: Option<String>,
+    /// Names the verification, its notebook and its draft.
+    pub title: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ExecuteCode {
+    /// Python source (IPython syntax) for the session kernel.
+    pub code: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct JobRef {
+    pub job_id: String,
+}
+
+/// A plan as the tools return it: what to show the person, and what to approve it with.
+fn plan_view(plan: &Value) -> Value {
+    let mut summary = format!(
+        "Plan {} for {}@{} on target `{}`, in the new directory {}.\nCommands:\n",
+        plan["plan_name"].as_str().unwrap_or("?"),
+        plan["workflow"].as_str().unwrap_or("?"),
+        plan["version"].as_str().unwrap_or("?"),
+        plan["target"].as_str().unwrap_or("?"),
+        plan["run_dir"].as_str().unwrap_or("?"),
+    );
+    for c in plan["commands"].as_array().into_iter().flatten() {
+        let argv: Vec<&str> = c["argv"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        summary.push_str(&format!("  {}: {}\n", c["step_id"].as_str().unwrap_or("?"), argv.join(" ")));
+    }
+    let inputs = plan["inputs"].as_array().map(Vec::len).unwrap_or(0);
+    summary.push_str(&format!("Input files bound by checksum: {inputs}.\nEffects:\n"));
+    for e in plan["effects"].as_array().into_iter().flatten() {
+        let kind = e["kind"].as_str().or_else(|| e.as_object().and_then(|m| m.keys().next().map(String::as_str)));
+        summary.push_str(&format!("  {}\n", kind.unwrap_or("?")));
+    }
+    summary.push_str(
+        "Nothing has been created. To run exactly this plan, call execute_plan with its name, id and checksum.",
+    );
+    json!({
+        "plan_name": plan["plan_name"],
+        "plan_id": plan["plan_id"],
+        "plan_checksum": plan["plan_checksum"],
+        "summary": summary,
+        "workflow": plan["workflow"],
+        "version": plan["version"],
+        "target": plan["target"],
+        "run_dir": plan["run_dir"],
+        "commands": plan["commands"],
+        "inputs": plan["inputs"],
+        "effects": plan["effects"],
+        "readiness": plan["readiness"],
+    })
+}
+
+fn terminal(status: &Value) -> bool {
+    matches!(status.as_str(), Some("READY" | "BLOCKED" | "FAILED" | "CANCELLED"))
+}
+
+#[tool_router]
+impl Workbench {
+    pub fn new(daemon: Daemon) -> Workbench {
+        Workbench { daemon, tool_router: Self::tool_router() }
+    }
+
+    #[tool(
+        description = "List registered workflows and their versions. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list_workflows(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", "/workflows".into(), None).await
+    }
+
+    #[tool(
+        description = "One workflow version: its steps in order, tools with digests, validator rules and input schema. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn describe_workflow(
+        &self,
+        Parameters(p): Parameters<DescribeWorkflow>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let mut path = format!("/workflows/{}", seg(&p.name));
+        if let Some(v) = &p.version {
+            path.push_str(&format!("?version={}", seg(v)));
+        }
+        self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
+        description = "Plan a run. Read-only: checks the input and the target's readiness, then stores an immutable plan (every command, input file checksum and effect) and creates nothing. Returns plan_name, plan_id, plan_checksum and a summary to show the person before execute_plan.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn plan_run(&self, Parameters(p): Parameters<PlanRun>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        let body = json!({
+            "workflow": p.workflow, "version": p.version, "input": p.input, "target": p.target,
+            "run_dir": p.run_dir, "plan_name": p.plan_name,
+        });
+        match self.daemon.call(&ctx, "POST", "/plans".into(), Some(body)).await {
+            Ok(plan) => structured(plan_view(&plan)),
+            Err(e) => e.tool_result(),
+        }
+    }
+
+    #[tool(
+        description = "Plan a selective replay of a finished run into a new child run: the dry-run decisions (per step: reuse the source's evidence, with the reason, or re-execute), then a plan like plan_run's. Read-only; the source run never changes.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn plan_replay(
+        &self,
+        Parameters(p): Parameters<PlanReplay>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        if p.step_ids.is_empty() {
+            return invalid("step_ids is empty; name at least one step to re-execute");
+        }
+        let source = match self.daemon.call(&ctx, "GET", format!("/runs/{}", seg(&p.source_run_id)), None).await {
+            Ok(run) => run,
+            Err(e) => return e.tool_result(),
+        };
+        let body = json!({
+            "workflow": source["workflow"], "input": p.input, "target": p.target.unwrap_or_else(|| "local".into()),
+            "run_dir": p.run_dir, "replay": {"source_run_id": p.source_run_id, "step_ids": p.step_ids},
+        });
+        match self.daemon.call(&ctx, "POST", "/plans".into(), Some(body)).await {
+            Ok(plan) => {
+                let mut view = plan_view(&plan);
+                view["decisions"] = plan["replay"]["decisions"].clone();
+                view["source_run_id"] = plan["replay"]["source_run_id"].clone();
+                structured(view)
+            }
+            Err(e) => e.tool_result(),
+        }
+    }
+
+    #[tool(
+        description = "Approve and execute exactly the plan shown to the person: the only tool that executes anything. It is refused if the plan, an input file or the target's readiness changed, or if the plan ran already. Waits up to 60 s for the run to end and returns the run (status RUNNING if it goes on: follow it with get_run).",
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn execute_plan(
+        &self,
+        Parameters(p): Parameters<ExecutePlan>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let body = json!({"plan_id": p.plan_id, "plan_checksum": p.plan_checksum});
+        let mut run =
+            match self.daemon.call(&ctx, "POST", format!("/plans/{}/execute", seg(&p.plan_name)), Some(body)).await {
+                Ok(run) => run,
+                Err(e) => return e.tool_result(),
+            };
+        let started = Instant::now();
+        while !terminal(&run["status"]) && started.elapsed() < WAIT_FOR_END {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let id = run["run_id"].as_str().unwrap_or_default().to_string();
+            match self.daemon.call(&ctx, "GET", format!("/runs/{}", seg(&id)), None).await {
+                Ok(now) => run = now,
+                Err(e) => return e.tool_result(),
+            }
+        }
+        structured(run)
+    }
+
+    #[tool(
+        description = "Runs, newest first, optionally of one status. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list_runs(&self, Parameters(p): Parameters<ListRuns>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        let mut path = format!("/runs?limit={}", p.limit.unwrap_or(50));
+        if let Some(s) = &p.status {
+            path.push_str(&format!("&status={}", seg(s)));
+        }
+        self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
+        description = "One run: status, steps with attempts, outcomes and timings, validator findings, and for a replay child its decisions with reasons. READY means the steps completed and the validator's rules held, not that the science is right. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn get_run(&self, Parameters(p): Parameters<RunRef>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", format!("/runs/{}", seg(&p.run_id)), None).await
+    }
+
+    #[tool(
+        description = "Why one step of a run was executed, reused or invalidated, with its signature and attempts. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn explain_step(
+        &self,
+        Parameters(p): Parameters<StepRef>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let path = format!("/runs/{}/steps/{}/explain", seg(&p.run_id), seg(&p.step_id));
+        self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
+        description = "The last lines of a step's log (its stderr; read over SSH, bounded, while a remote step runs). Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn tail_log(&self, Parameters(p): Parameters<TailLog>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        let path = format!("/runs/{}/steps/{}/log?lines={}", seg(&p.run_id), seg(&p.step_id), p.lines.unwrap_or(100));
+        self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
+        description = "Cancel a running run: its running steps are stopped (process groups, Slurm jobs, pipeline controllers) and it ends CANCELLED. Completed steps stay recorded.",
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn cancel_run(&self, Parameters(p): Parameters<RunRef>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "POST", format!("/runs/{}/cancel", seg(&p.run_id)), None).await
+    }
+
+    #[tool(
+        description = "Verify a workflow document (markdown with fenced python cells, or an .ipynb; give its text as `document` or a file as `path`) in a fresh, disposable kernel: stops at the first failing cell, keeps the proven notebook (a provenance cell first) or a draft to fix. The cells really run: their side effects are not undone.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn verify_workflow(
+        &self,
+        Parameters(p): Parameters<VerifyWorkflow>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        if p.document.is_some() == p.path.is_some() {
+            return invalid("give exactly one of `document` (the text) and `path` (an absolute file path)");
+        }
+        let body = json!({"document": p.document, "path": p.path, "title": p.title});
+        self.daemon.tool(&ctx, "POST", "/verifications".into(), Some(body)).await
+    }
+
+    #[tool(
+        description = "Run code in the session kernel (one long-lived kernel; state carries between jobs). Waits up to 60 s and returns the job with its outputs (status queued or running if it goes on: poll_job). Refused while a verification holds the kernel slot.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn execute_code(
+        &self,
+        Parameters(p): Parameters<ExecuteCode>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let mut job = match self.daemon.call(&ctx, "POST", "/kernel/jobs".into(), Some(json!({"code": p.code}))).await {
+            Ok(j) => j,
+            Err(e) => return e.tool_result(),
+        };
+        let started = Instant::now();
+        while matches!(job["status"].as_str(), Some("queued" | "running")) && started.elapsed() < WAIT_FOR_END {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let id = job["job_id"].as_str().unwrap_or_default().to_string();
+            match self.daemon.call(&ctx, "GET", format!("/kernel/jobs/{}", seg(&id)), None).await {
+                Ok(now) => job = now,
+                Err(e) => return e.tool_result(),
+            }
+        }
+        structured(job)
+    }
+
+    #[tool(
+        description = "One session-kernel job: status, outputs so far, timings. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn poll_job(&self, Parameters(p): Parameters<JobRef>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", format!("/kernel/jobs/{}", seg(&p.job_id)), None).await
+    }
+
+    #[tool(
+        description = "The session kernel's jobs, oldest first. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list_jobs(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", "/kernel/jobs".into(), None).await
+    }
+
+    #[tool(
+        description = "Send KeyboardInterrupt to the running session job; the kernel and its state survive.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn interrupt_kernel(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "POST", "/kernel/interrupt".into(), None).await
+    }
+
+    #[tool(
+        description = "Kill the session kernel: its state is lost, queued and running jobs end cancelled; the next job starts a fresh kernel.",
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn restart_kernel(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "POST", "/kernel/restart".into(), None).await
+    }
+}
+
+server_handler!(
+    Workbench,
+    "cairn-workbench",
+    "Cairn's workbench: plan, approve and run registered workflows durably, replay them selectively, verify documents, and use a session kernel. Planning is read-only; execute_plan runs exactly the plan shown to the person. Read cairn://guide first."
+);
