@@ -39,7 +39,8 @@ install -d -m 0755 "$D" "$D/ctld" "$D/spool" /etc/slurm
 MEM=$(free -m | awk '/^Mem:/{print $2}')
 # OverTimeLimit=0 and KillWait=2: a job past its limit is killed at the next time-limit sweep
 # (slurmctld runs one every ~30 s) with SIGKILL 2 s after SIGTERM, instead of 30 s after.
-# batch_sched_delay/sched_min_interval=0: a submitted job starts at once, not on the next pass.
+# batch_sched_delay/sched_min_interval=0 ask for no delay between scheduling passes; measured, a
+# job still usually starts on the next pass, about 1 s after submission (BENCHMARKS.md §7).
 CONF=$(cat <<EOF
 ClusterName=cairn
 SlurmctldHost=localhost

@@ -32,6 +32,19 @@ if [ -s scripts/requirements-test.txt ] && ! cmp -s scripts/requirements-test.tx
 fi
 export CAIRN_TEST_VENV="$VENV"
 
+# The official MCP conformance suite and the Node 22 it runs on, pinned in
+# tools/mcp-conformance/package-lock.json; installed when the lock file changed, reused after.
+MCP_CONFORMANCE="$ROOT/tools/mcp-conformance"
+if ! cmp -s "$MCP_CONFORMANCE/package-lock.json" "$MCP_CONFORMANCE/node_modules/.installed" 2>/dev/null; then
+  if ! command -v npm >/dev/null; then
+    log "installing npm (the MCP conformance suite comes from the npm registry)"
+    apt-get update -q && apt-get install -y -q --no-install-recommends npm
+  fi
+  log "installing the MCP conformance suite (npm ci in tools/mcp-conformance)"
+  (cd "$MCP_CONFORMANCE" && npm ci --no-audit --no-fund --engine-strict=false --loglevel=error)
+  cp "$MCP_CONFORMANCE/package-lock.json" "$MCP_CONFORMANCE/node_modules/.installed"
+fi
+
 # Services for the target tests: a private sshd on 127.0.0.1:2222 (installs openssh-server if
 # needed) and a single-node Slurm on loopback (installs slurm and munge if needed). The tests that
 # need them fail, not skip, without them; so does this script.

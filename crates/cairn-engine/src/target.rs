@@ -64,10 +64,32 @@ impl Engine {
             port: spec.ssh.port,
             identity: spec.identity.as_ref().map(PathBuf::from),
             known_hosts: spec.known_hosts.as_ref().map(PathBuf::from),
-            control_dir: self.state.path().join("ssh"),
+            control_dir: self.control_dir(),
             control_tag: serde_json::to_vec(spec)
                 .map(|b| cairn_core::canonical::sha256_hex(&b)[..12].to_string())
                 .unwrap_or_else(|_| spec.name.clone()),
+        }
+    }
+
+    /// Where ssh control sockets live: `<state>/ssh`, unless that path is too long for a Unix
+    /// socket (108 bytes with the tag and ssh's 40-character `%C`), then a private directory
+    /// under /tmp named after the state root.
+    fn control_dir(&self) -> PathBuf {
+        let dir = self.state.path().join("ssh");
+        // `<dir>/<12-char tag>-<40-char %C>` plus ssh's temporary suffix (about 17 characters).
+        if dir.as_os_str().len() + 1 + 12 + 1 + 40 + 17 < 108 {
+            return dir;
+        }
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        // This process's uid, as the owner of its /proc entry.
+        let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else { return dir };
+        let tag = &cairn_core::canonical::sha256_hex(self.state.path().display().to_string().as_bytes())[..12];
+        let short = PathBuf::from(format!("/tmp/cairn-ssh-{uid}-{tag}"));
+        // Private to this user: refuse a directory someone else made there.
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&short);
+        match std::fs::symlink_metadata(&short) {
+            Ok(m) if m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0 => short,
+            _ => dir,
         }
     }
 

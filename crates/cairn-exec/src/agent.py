@@ -2,25 +2,77 @@
 # target). It runs on the controller host, locally or over SSH, reads one JSON line
 # {"agent": <this source>, "request": {...}} from stdin, and answers with JSON lines on stdout.
 #
-# A step runs detached from the connection that started it: a supervisor in its own session owns
-# the tool and records, in the attempt directory, who the tool is (pid.json, with a nonce) and how
+# A step runs detached from the connection that started it: a supervisor owns the tool (in its own
+# session) and records, in the attempt directory, who the tool is (pid.json, with a nonce) and how
 # it ended (exit.json). A dropped connection or a dead daemon therefore loses nothing; a later
 # `wait` re-attaches after checking the nonce, and never guesses.
-import base64, hashlib, json, os, shutil, signal, subprocess, sys, time
+#
+# `serve` keeps one agent per target connection for a daemon's run requests (each line a request
+# with an id, answered by lines with that id): no ssh session or Python start per step. There the
+# agent itself supervises each tool on a thread, and finishes recording them when its connection
+# ends before it leaves.
+import base64, hashlib, json, os, select, shutil, signal, subprocess, sys, threading, time
 
 BASE_ENV = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"]
 TERMINAL_SLURM = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                   "BOOT_FAIL", "DEADLINE"}
 
 
+OUT = threading.Lock()
+CURRENT = threading.local()
+
+
+class Failed(Exception):
+    """An answer was emitted already; stop handling this request."""
+
+
 def emit(obj):
-    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
-    sys.stdout.flush()
+    rid = getattr(CURRENT, "id", None)
+    if rid is not None:
+        obj = dict(obj, id=rid)
+    line = json.dumps(obj, sort_keys=True) + "\n"
+    with OUT:
+        try:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the follower went away; the step goes on and its end is recorded on disk
 
 
 def fail(message):
     emit({"error": message})
-    sys.exit(0)
+    raise Failed()
+
+
+def wait_pid(pid, seconds, child=None):
+    """Blocks until process `pid` exits or `seconds` pass (exactly: a pidfd, not a poll loop).
+    True if it exited. `child` (a Popen) is reaped afterwards when given."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is None:
+        if child is not None:
+            try:
+                child.wait(timeout=max(0.0, seconds))
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if start_time(pid) is None:
+                return True
+            time.sleep(0.01)
+        return start_time(pid) is None
+    try:
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        done = bool(p.poll(max(0.0, seconds) * 1000))
+    finally:
+        os.close(fd)
+    if done and child is not None:
+        child.wait()
+    return done
 
 
 def start_time(pid):
@@ -149,54 +201,69 @@ def step_env(r):
     return env
 
 
+def start_tool(r):
+    """Starts the tool in its own session with the attempt's files as stdin, stdout and stderr and
+    records who it is (pid.json). Returns (child, identity, began)."""
+    d = r["attempt_dir"]
+    with open(os.path.join(d, "stdin.json"), "rb") as sin, open(os.path.join(d, "stdout"), "wb") as sout, \
+            open(os.path.join(d, "stderr"), "wb") as serr:
+        child = subprocess.Popen(r["argv"], cwd=r["cwd"], env=step_env(r), stdin=sin, stdout=sout,
+                                 stderr=serr, start_new_session=True)
+    began = time.monotonic()
+    ident = {"nonce": r["nonce"], "pid": child.pid, "pgid": child.pid, "start_time": start_time(child.pid),
+             "supervisor_pid": os.getpid(), "supervisor_start_time": start_time(os.getpid()),
+             "launched_at": time.time()}
+    write_atomic(os.path.join(d, "pid.json"), json.dumps(ident).encode())
+    return child, ident, began
+
+
+def wait_tool(r, child, began):
+    """Waits for the tool, enforcing its timeout on its process group (the stop signal, the grace,
+    then SIGKILL), and returns how it ended."""
+    result = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False}
+    if not wait_pid(child.pid, r["timeout"], child):
+        result["timed_out"] = True
+        kill_group(child.pid, getattr(signal, r.get("stop_signal", "SIGTERM")))
+        if not wait_pid(child.pid, r["grace"], child):
+            result["killed_after_grace"] = True
+            kill_group(child.pid, signal.SIGKILL)
+            child.wait()
+    status = child.returncode
+    result["duration_s"] = time.monotonic() - began
+    # Nothing of the tool's group outlives it.
+    kill_group(child.pid, signal.SIGKILL)
+    if status < 0:
+        result["signal"] = -status
+    else:
+        result["exit_code"] = status
+    return result
+
+
 def supervise(r, report_fd):
-    """The supervisor: its own session, no connection to the caller. Runs the tool, enforces the
-    timeout on the tool's process group and writes exit.json last."""
+    """The one-shot supervisor: its own session, no connection to the caller. Runs the tool and
+    writes exit.json last, then tells the caller (if it still listens) that it is done."""
     d = r["attempt_dir"]
     os.setsid()
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    result = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False}
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:
-        with open(os.path.join(d, "stdin.json"), "rb") as sin, open(os.path.join(d, "stdout"), "wb") as sout, \
-                open(os.path.join(d, "stderr"), "wb") as serr:
-            child = subprocess.Popen(r["argv"], cwd=r["cwd"], env=step_env(r), stdin=sin, stdout=sout,
-                                     stderr=serr, start_new_session=True)
-        began = time.monotonic()
-        ident = {"nonce": r["nonce"], "pid": child.pid, "pgid": child.pid, "start_time": start_time(child.pid),
-                 "supervisor_pid": os.getpid(), "supervisor_start_time": start_time(os.getpid())}
-        write_atomic(os.path.join(d, "pid.json"), json.dumps(ident).encode())
+        child, ident, began = start_tool(r)
         os.write(report_fd, (json.dumps({"identity": ident}) + "\n").encode())
-        os.close(report_fd)
-        deadline = time.monotonic() + r["timeout"]
-        sig = getattr(signal, r.get("stop_signal", "SIGTERM"))
-        status = None
-        while status is None:
-            try:
-                status = child.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                result["timed_out"] = True
-                kill_group(child.pid, sig)
-                try:
-                    status = child.wait(timeout=r["grace"])
-                except subprocess.TimeoutExpired:
-                    result["killed_after_grace"] = True
-                    kill_group(child.pid, signal.SIGKILL)
-                    status = child.wait()
-        result["duration_s"] = time.monotonic() - began
-        kill_group(child.pid, signal.SIGKILL)
-        if status < 0:
-            result["signal"] = -status
-        else:
-            result["exit_code"] = status
+        result = wait_tool(r, child, began)
     except Exception as e:  # the tool could not be started: recorded, like any other end
-        result["error"] = "could not be started: %s" % e
+        result = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False,
+                  "error": "could not be started: %s" % e}
         try:
             os.write(report_fd, (json.dumps({"error": result["error"]}) + "\n").encode())
         except OSError:
             pass
     write_atomic(os.path.join(d, "exit.json"), json.dumps(result).encode())
+    try:
+        os.write(report_fd, b'{"done": true}\n')
+    except OSError:
+        pass
 
 
 def kill_group(pgid, sig):
@@ -226,6 +293,8 @@ def prepare_attempt(r):
 
 
 def launch_process(r):
+    """Starts a one-shot supervisor; returns (identity, error, pipe): the pipe says `done` when
+    exit.json is written (or closes if the supervisor died)."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -238,15 +307,15 @@ def launch_process(r):
             os._exit(0)
     os.close(wfd)
     os.waitpid(pid, 0)
-    with os.fdopen(rfd) as f:
-        line = f.readline()
+    pipe = os.fdopen(rfd)
+    line = pipe.readline()
     try:
         msg = json.loads(line)
     except ValueError:
         fail("the supervisor ended before it started the tool")
     if "error" in msg:
-        return None, msg["error"]
-    return msg["identity"], None
+        return None, msg["error"], pipe
+    return msg["identity"], None, pipe
 
 
 def launch_slurm(r):
@@ -313,7 +382,7 @@ def slurm_state(job_id):
 
 
 def outcome(r, ident):
-    """Waits for the attempt to end and returns its record plus bounded output."""
+    """Waits for the attempt to end and answers with its record plus bounded output."""
     d = r["attempt_dir"]
     exit_path = os.path.join(d, "exit.json")
     marker = os.path.join(d, "timed_out")
@@ -321,7 +390,6 @@ def outcome(r, ident):
     launched = ident.get("launched_at", time.time())
     deadline = time.monotonic() + max(0.0, launched + r["timeout"] - time.time())
     cancelled_for_time = os.path.exists(marker)
-    delay = 0.005
     while True:
         res = read_json(exit_path)
         if res is not None:
@@ -344,15 +412,29 @@ def outcome(r, ident):
                 write_atomic(marker, b"")
                 cancelled_for_time = True
                 subprocess.run(["scancel", ident["job_id"]], capture_output=True, stdin=subprocess.DEVNULL)
+            time.sleep(0.1)
         elif not alive(ident["supervisor_pid"], ident["supervisor_start_time"]):
             res = read_json(exit_path)
             if res is None:
+                # Nobody supervises the tool any more: stop it (verified by pid and start time)
+                # rather than let it run beside a new attempt.
+                if alive(ident["pid"], ident["start_time"]):
+                    kill_group(ident["pgid"], signal.SIGKILL)
                 emit({"lost": "the step's supervisor (pid %d) ended without recording how the tool ended"
                       % ident["supervisor_pid"]})
                 return
             break
-        time.sleep(delay)
-        delay = min(delay * 2, 0.25 if "job_id" in ident else 0.05)
+        elif alive(ident["pid"], ident["start_time"]):
+            wait_pid(ident["pid"], 1.0)
+        else:
+            # The tool has ended; its supervisor writes exit.json next.
+            time.sleep(0.005)
+    report(r, res)
+
+
+def report(r, res):
+    """Answers with an attempt's end: the record, bounded stdout, the stderr tail."""
+    d = r["attempt_dir"]
     stdout_path = os.path.join(d, "stdout")
     size = os.path.getsize(stdout_path) if os.path.exists(stdout_path) else 0
     out = b""
@@ -384,16 +466,79 @@ def controller_report(r):
             "lock_released": not (os.path.isdir(locks) and os.listdir(locks))}
 
 
+def not_started(err):
+    emit({"exit": {"error": err, "exit_code": None, "signal": None, "timed_out": False,
+                   "killed_after_grace": False, "stdout_b64": "", "stdout_bytes": 0, "stderr_tail": ""}})
+
+
 def op_run(r):
     prepare_attempt(r)
-    ident, err = launch_slurm(r) if r.get("slurm") else launch_process(r)
+    if r.get("slurm"):
+        ident, err = launch_slurm(r)
+        if err is not None:
+            return not_started(err)
+        emit({"identity": ident})
+        return outcome(r, ident)
+    ident, err, pipe = launch_process(r)
     if err is not None:
-        emit({"exit": {"error": err, "exit_code": None, "signal": None, "timed_out": False,
-                       "killed_after_grace": False, "stdout_b64": "", "stdout_bytes": 0, "stderr_tail": ""}})
-        return
+        return not_started(err)
     emit({"identity": ident})
-    if r.get("wait", True):
-        outcome(r, ident)
+    # The supervisor says `done` right after exit.json (or the pipe closes if it died).
+    pipe.readline()
+    pipe.close()
+    outcome(r, ident)
+
+
+def run_supervised_here(r):
+    """`run` in a serving agent: this agent is the supervisor, on this thread."""
+    prepare_attempt(r)
+    if r.get("slurm"):
+        ident, err = launch_slurm(r)
+        if err is not None:
+            return not_started(err)
+        emit({"identity": ident})
+        return outcome(r, ident)
+    try:
+        child, ident, began = start_tool(r)
+    except Exception as e:  # recorded like any other end
+        res = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False,
+               "error": "could not be started: %s" % e}
+        write_atomic(os.path.join(r["attempt_dir"], "exit.json"), json.dumps(res).encode())
+        return not_started(res["error"])
+    emit({"identity": ident})
+    res = wait_tool(r, child, began)
+    write_atomic(os.path.join(r["attempt_dir"], "exit.json"), json.dumps(res).encode())
+    report(r, res)
+
+
+def serve_one(req):
+    CURRENT.id = req.get("id")
+    try:
+        if req.get("op") != "run":
+            fail("a serving agent takes `run` requests only, not `%s`" % req.get("op"))
+        run_supervised_here(req)
+    except Failed:
+        pass
+    except Exception as e:  # every failure is an answer
+        emit({"error": "%s: %s" % (type(e).__name__, e)})
+
+
+def op_serve(r):
+    # The steps it supervises outlive the connection: a hangup must not stop it before their
+    # ends are recorded.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    emit({"serving": os.getpid()})
+    workers = []
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            continue
+        t = threading.Thread(target=serve_one, args=(req,))
+        t.start()
+        workers = [w for w in workers if w.is_alive()] + [t]
+    for w in workers:
+        w.join()
 
 
 def recorded_identity(r):
@@ -466,12 +611,12 @@ def op_tail(r):
     emit({"tail": text, "bytes": size})
 
 
-OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "wait": op_wait, "cancel": op_cancel,
+OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "serve": op_serve, "wait": op_wait, "cancel": op_cancel,
        "tail": op_tail}
 
 try:
     OPS[REQUEST["op"]](REQUEST)
-except SystemExit:
-    raise
+except Failed:
+    pass
 except Exception as e:  # every failure is an answer, never a traceback on stdout
     emit({"error": "%s: %s" % (type(e).__name__, e)})

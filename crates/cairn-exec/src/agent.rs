@@ -6,10 +6,12 @@
 //! The remote command is a constant: the agent and its request travel as one JSON line on stdin,
 //! so no shell string is ever built from user input.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -64,7 +66,15 @@ impl Agent {
         self.ssh.as_ref().map(SshTransport::label).unwrap_or_else(|| "local".into())
     }
 
+    /// Starts the agent with `request` and closes its stdin (a one-shot request).
     fn spawn(&self, request: &Value) -> Result<Child, AgentError> {
+        let (child, stdin) = self.spawn_open(request)?;
+        drop(stdin);
+        Ok(child)
+    }
+
+    /// Starts the agent with `request`, keeping its stdin open for more lines.
+    fn spawn_open(&self, request: &Value) -> Result<(Child, Option<ChildStdin>), AgentError> {
         let argv = match &self.ssh {
             Some(t) => {
                 let _ = std::fs::create_dir_all(&t.control_dir);
@@ -88,11 +98,12 @@ impl Agent {
                 detail: format!("cannot start `{}`: {e}", argv[0]),
             })?;
         let line = json!({"agent": AGENT_PY, "request": request}).to_string() + "\n";
-        if let Some(mut stdin) = child.stdin.take() {
-            // The agent reads one line and closes nothing else; a write error shows up as its exit.
-            let _ = stdin.write_all(line.as_bytes());
+        let mut stdin = child.stdin.take();
+        if let Some(s) = stdin.as_mut() {
+            // A write error shows up as the agent's exit.
+            let _ = s.write_all(line.as_bytes());
         }
-        Ok(child)
+        Ok((child, stdin))
     }
 
     /// A request with a single answer, within `timeout`.
@@ -189,14 +200,35 @@ impl Agent {
     }
 
     /// Launches a step (`op: run`) and follows it to its end. `on_identity` is called with the
-    /// launch's identity as soon as the agent reports it, before anything else is awaited.
+    /// launch's identity as soon as the agent reports it, before anything else is awaited. On an
+    /// SSH target it goes through the target's serving agent (one per transport, started on first
+    /// need): no new ssh session or Python start per step.
     pub fn run_step(
         &self,
         request: &Value,
         on_identity: &mut dyn FnMut(&Value),
         stop: &dyn Fn() -> bool,
     ) -> Result<StepEnd, AgentError> {
-        self.follow(request, on_identity, stop)
+        match self.session() {
+            Some(session) => session.run(request, on_identity, stop, &self.host()),
+            None => self.follow(request, on_identity, stop),
+        }
+    }
+
+    /// The serving agent of this SSH transport, started if none is alive; `None` locally, or if
+    /// it cannot start (the one-shot path then reports why).
+    fn session(&self) -> Option<Arc<Session>> {
+        let t = self.ssh.as_ref()?;
+        let key = format!("{}#{}", t.label(), t.control_tag);
+        let mut sessions = SESSIONS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = sessions.get(&key)
+            && s.alive.load(Ordering::SeqCst)
+        {
+            return Some(s.clone());
+        }
+        let session = Arc::new(Session::start(self)?);
+        sessions.insert(key, session.clone());
+        Some(session)
     }
 
     /// Re-attaches to a recorded launch (`op: wait`) and follows it to its end.
@@ -243,6 +275,115 @@ impl Agent {
             return Err(AgentError::Failed { host: self.host(), detail: e });
         }
         Ok(end.unwrap_or_else(|| StepEnd::Dropped("the agent ended without reporting the step's end".into())))
+    }
+}
+
+/// Serving agents, one per SSH transport (its label and configuration tag).
+static SESSIONS: LazyLock<Mutex<HashMap<String, Arc<Session>>>> = LazyLock::new(Default::default);
+
+/// How long a serving agent may take to say it serves.
+const SESSION_START: Duration = Duration::from_secs(30);
+
+/// A serving agent (`op: serve`) on one target: requests go down its stdin with an id, answers
+/// come back on its stdout with that id and are routed to whoever waits for them.
+struct Session {
+    stdin: Mutex<ChildStdin>,
+    routes: Arc<Mutex<HashMap<u64, mpsc::Sender<Value>>>>,
+    alive: Arc<AtomicBool>,
+    next: AtomicU64,
+    /// Kept so the ssh client is reaped when the session is dropped.
+    _child: Mutex<Child>,
+}
+
+impl Session {
+    fn start(agent: &Agent) -> Option<Session> {
+        let (mut child, stdin) = agent.spawn_open(&json!({"op": "serve"})).ok()?;
+        let stdin = stdin?;
+        let stdout = child.stdout.take()?;
+        if let Some(mut err) = child.stderr.take() {
+            // Drained so the agent never blocks on a full pipe; its stderr is not an answer.
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut err, &mut std::io::sink());
+            });
+        }
+        let routes: Arc<Mutex<HashMap<u64, mpsc::Sender<Value>>>> = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (r, a) = (routes.clone(), alive.clone());
+        std::thread::Builder::new()
+            .name("cairn-agent-session".into())
+            .spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                    if v.get("serving").is_some() {
+                        let _ = ready_tx.send(());
+                        continue;
+                    }
+                    let Some(id) = v.get("id").and_then(Value::as_u64) else { continue };
+                    let routes = r.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(tx) = routes.get(&id) {
+                        let _ = tx.send(v);
+                    }
+                }
+                a.store(false, Ordering::SeqCst);
+                // Every follower sees its channel close: the connection dropped.
+                r.lock().unwrap_or_else(PoisonError::into_inner).clear();
+            })
+            .ok()?;
+        if ready_rx.recv_timeout(SESSION_START).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        Some(Session { stdin: Mutex::new(stdin), routes, alive, next: AtomicU64::new(1), _child: Mutex::new(child) })
+    }
+
+    fn run(
+        &self,
+        request: &Value,
+        on_identity: &mut dyn FnMut(&Value),
+        stop: &dyn Fn() -> bool,
+        host: &str,
+    ) -> Result<StepEnd, AgentError> {
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel();
+        self.routes.lock().unwrap_or_else(PoisonError::into_inner).insert(id, tx);
+        let forget = || {
+            self.routes.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+        };
+        let mut req = request.clone();
+        req["id"] = json!(id);
+        let line = req.to_string() + "\n";
+        let written = self.stdin.lock().unwrap_or_else(PoisonError::into_inner).write_all(line.as_bytes());
+        if let Err(e) = written {
+            forget();
+            self.alive.store(false, Ordering::SeqCst);
+            return Ok(StepEnd::Dropped(format!("the agent session on {host} ended: {e}")));
+        }
+        loop {
+            if stop() {
+                forget();
+                return Ok(StepEnd::Detached);
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(v) => {
+                    if let Some(ident) = v.get("identity") {
+                        on_identity(ident);
+                    } else if let Some(rec) = v.get("exit") {
+                        forget();
+                        return Ok(StepEnd::Ended { record: rec.clone() });
+                    } else if let Some(e) = v.get("error").and_then(Value::as_str) {
+                        forget();
+                        return Err(AgentError::Failed { host: host.to_string(), detail: e.to_string() });
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Ok(StepEnd::Dropped(format!("the agent session on {host} ended")));
+                }
+            }
+        }
     }
 }
 

@@ -151,7 +151,7 @@ pub enum Command {
         /// A step to re-execute in the replay (repeatable); its descendants re-execute too.
         #[arg(long = "step", value_name = "ID", requires = "replay")]
         steps: Vec<String>,
-        /// Where it runs (`local`).
+        /// Where it runs: `local`, or a configured SSH target (`cairn target list`).
         #[arg(long, value_name = "TARGET", default_value = "local")]
         target: String,
         /// The absolute directory the run will create (it must not exist; its parent must be writable).
