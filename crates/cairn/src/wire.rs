@@ -110,6 +110,9 @@ pub struct RunSummary {
     /// How many findings the validator reported.
     pub findings: usize,
     pub error: Option<String>,
+    /// For a replay child: the run it replays.
+    #[serde(default)]
+    pub source_run_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -131,6 +134,7 @@ impl RunList {
                     finished_at: r.finished_at.map(time),
                     findings: r.findings.len(),
                     error: r.error.clone(),
+                    source_run_id: r.source_run_id.clone(),
                 })
                 .collect(),
         }

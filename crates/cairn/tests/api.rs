@@ -481,7 +481,7 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
             (422, Some("invalid_request")),
         ),
         protected("POST", "/targets/nope/probe", None, FORBIDDEN, NOT_FOUND),
-        protected("POST", "/targets/nope/readiness", Some(json!({"run_dir": "/tmp/x"})), FORBIDDEN, NOT_FOUND),
+        protected("GET", "/targets/nope/readiness?run_dir=/tmp/x", None, NOT_FOUND, NOT_FOUND),
         // Verifications. The operator's request is refused for naming no document.
         protected("GET", "/verifications", None, OK, OK),
         protected("POST", "/verifications", Some(json!({})), FORBIDDEN, (422, Some("invalid_request"))),

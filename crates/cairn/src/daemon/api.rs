@@ -52,6 +52,8 @@ pub struct AppState {
     /// Becomes true when the daemon stops: open event streams end, so shutdown does not wait on
     /// their followers.
     pub closing: tokio::sync::watch::Receiver<bool>,
+    /// Cancelled when the daemon stops: ends the MCP sessions' streams.
+    pub mcp_closing: tokio_util::sync::CancellationToken,
     /// Bumped after every committed write to the registry.
     pub commits: Arc<tokio::sync::watch::Sender<u64>>,
 }
@@ -193,12 +195,12 @@ pub fn router(state: AppRef) -> Router {
         .route("/kernel/audit", get(kernel_audit))
         .route("/targets", get(targets_api::list_targets).post(targets_api::create_target))
         .route("/targets/{name}/probe", post(targets_api::probe_target))
-        .route("/targets/{name}/readiness", post(targets_api::check_readiness))
+        .route("/targets/{name}/readiness", get(targets_api::check_readiness))
         .route("/verifications", get(verify_api::list_verifications).post(verify_api::create_verification))
         .route("/verifications/{id}", get(verify_api::get_verification))
         .route("/verifications/{id}/notebook", get(verify_api::verification_notebook))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    let mcp = crate::mcp::http_router(&state.url, &state.tokens.viewer)
+    let mcp = crate::mcp::http_router(&state.url, &state.tokens.viewer, state.mcp_closing.clone())
         .layer(middleware::from_fn_with_state(state.clone(), require_any_token));
     Router::new()
         .route("/health", get(health))
@@ -1024,7 +1026,7 @@ async fn kernel_audit(State(state): State<AppRef>) -> Result<Json<Value>, ApiErr
         create_verification, list_verifications, get_verification, verification_notebook),
     components(schemas(ErrorBody, ErrorDetail, Health, SubmitRun, ReplayDirective, RunResult, RunList, EventList, StepLog,
         WorkflowList, SubmitJob, Job, JobList, Interrupted, Restarted, SseEventSchema, CreatePlan, ExecutePlan,
-        PlanSummary, PlanList, targets_api::CreateTarget, targets_api::CheckReadiness,
+        PlanSummary, PlanList, targets_api::CreateTarget,
         verify_api::CreateVerification)),
     modifiers(&BearerAuth, &CommonResponses),
 )]

@@ -323,6 +323,7 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
     )?;
     let last_activity = Arc::new(AtomicI64::new(0));
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let mcp_closing = tokio_util::sync::CancellationToken::new();
     let state = Arc::new(api::AppState {
         url: url.clone(),
         engine: engine.clone(),
@@ -332,6 +333,7 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         started,
         last_activity: last_activity.clone(),
         closing,
+        mcp_closing: mcp_closing.clone(),
         commits,
     });
 
@@ -361,8 +363,10 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         let signal = shutdown_signal(root_owned, opts.idle_exit, idle, last_activity, started);
         let shutdown = async move {
             signal.await;
-            // End the event streams first: graceful shutdown waits for open connections.
+            // End the event streams and MCP sessions first: graceful shutdown waits for open
+            // connections.
             let _ = closing_tx.send(true);
+            mcp_closing.cancel();
         };
         // Without TCP_NODELAY, small event frames wait on the client's delayed ACK (~40 ms each).
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {

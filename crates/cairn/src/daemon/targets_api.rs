@@ -1,6 +1,7 @@
 //! The compute endpoints: targets with their last probe, registering one, probing one, and
 //! checking a run directory's readiness on one. Probing and readiness contact the target (over
-//! SSH) and change nothing there; they need the Operator token because they run commands.
+//! SSH) and change nothing there; a probe records what it observed (Operator), readiness only
+//! reads (Viewer too).
 
 use std::path::PathBuf;
 
@@ -11,9 +12,9 @@ use cairn_core::target::Executor;
 use cairn_engine::target::AddTarget;
 use serde::Deserialize;
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
-use super::api::{ApiError, ApiJson, ApiPath, AppRef, ErrorBody, blocking};
+use super::api::{ApiError, ApiJson, ApiPath, ApiQuery, AppRef, ErrorBody, blocking};
 
 /// Every target, `local` first, each with its last probe (`null` if never probed).
 #[utoipa::path(get, path = "/targets", tag = "compute",
@@ -91,28 +92,26 @@ pub(super) async fn probe_target(
     blocking(move || Ok(Json(state.engine.probe_target(&name)?))).await
 }
 
-/// `POST /targets/{name}/readiness`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+/// `GET /targets/{name}/readiness?run_dir=ABS`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct CheckReadiness {
     /// Absolute, on the target: the directory a run would create.
-    #[schema(min_length = 1)]
+    #[param(min_length = 1)]
     pub run_dir: String,
 }
 
 /// Whether `run_dir` on the target could take a new run now (absent, its parent a writable
 /// directory without a symlink, the executor's programs present). Read-only.
-#[utoipa::path(post, path = "/targets/{name}/readiness", tag = "compute", params(("name" = String, Path)),
-    request_body = CheckReadiness,
+#[utoipa::path(get, path = "/targets/{name}/readiness", tag = "compute", params(("name" = String, Path), CheckReadiness),
     responses((status = 200, description = "The facts observed, with `ready: true`", body = Object),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, description = "Not ready: the message names what is wrong", body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn check_readiness(
     State(state): State<AppRef>,
     ApiPath(name): ApiPath<String>,
-    ApiJson(body): ApiJson<CheckReadiness>,
+    ApiQuery(body): ApiQuery<CheckReadiness>,
 ) -> Result<Json<Value>, ApiError> {
     blocking(move || Ok(Json(state.engine.check_readiness(&name, &body.run_dir)?))).await
 }

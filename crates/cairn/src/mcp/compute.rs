@@ -86,8 +86,8 @@ impl Compute {
     }
 
     #[tool(
-        description = "Run Cairn's fixed, read-only probe on a target and return what it observed: OS, kernel, CPUs, memory, free disk at the workspace root, Python, Snakemake, Nextflow, Java, sbatch/squeue/scancel. It claims nothing it did not observe (not worker readiness, not a shared filesystem).",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        description = "Run Cairn's fixed, read-only probe on a target and return what it observed: OS, kernel, CPUs, memory, free disk at the workspace root, Python, Snakemake, Nextflow, Java, sbatch/squeue/scancel. It changes nothing on the target and claims nothing it did not observe (not worker readiness, not a shared filesystem); Cairn keeps the result as the target's last probe.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
     )]
     async fn probe_target(
         &self,
@@ -106,8 +106,8 @@ impl Compute {
         Parameters(p): Parameters<Readiness>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let body = json!({"run_dir": p.run_dir});
-        self.daemon.tool(&ctx, "POST", format!("/targets/{}/readiness", seg(&p.target)), Some(body)).await
+        let path = format!("/targets/{}/readiness?run_dir={}", seg(&p.target), seg(&p.run_dir));
+        self.daemon.tool(&ctx, "GET", path, None).await
     }
 }
 

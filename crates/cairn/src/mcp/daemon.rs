@@ -26,7 +26,7 @@ impl CallError {
     pub fn tool_result(&self) -> CallToolResult {
         let hint = match self.status {
             401 => " (the MCP client must send the daemon's token as `Authorization: Bearer …`)",
-            403 => " (this server holds a read-only Viewer token; changes need the Operator token)",
+            403 => " (the token this server calls the daemon with may only read; changes need the Operator token)",
             _ => "",
         };
         CallToolResult::structured_error(json!({
@@ -151,6 +151,27 @@ pub fn seg(s: &str) -> String {
         }
     }
     out
+}
+
+/// Every failure carries `{error: {status, code, message}}`: one the SDK made itself (arguments
+/// that do not fit the tool's input schema) gets it here, from its text.
+pub fn with_structured_error(r: CallToolResult) -> CallToolResult {
+    if r.is_error != Some(true) || r.structured_content.is_some() {
+        return r;
+    }
+    let text: Vec<String> = serde_json::to_value(&r.content)
+        .ok()
+        .and_then(|c| c.as_array().cloned())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str().map(String::from))
+        .collect();
+    CallError::new(
+        422,
+        "invalid_arguments",
+        format!("{}; the tool's inputSchema lists its arguments and their types", text.join(" ")),
+    )
+    .tool_result()
 }
 
 /// A bad argument, before anything is asked of the daemon.

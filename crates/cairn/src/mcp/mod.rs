@@ -58,13 +58,19 @@ pub fn serve_stdio(kind: Kind, daemon: Daemon) -> Result<u8, Failure> {
 }
 
 /// The three servers over streamable HTTP, to mount in the daemon's router (token checked there).
-/// `base` is the daemon's own URL; `viewer` the Viewer token the app server always uses.
-pub fn http_router<S: Clone + Send + Sync + 'static>(base: &str, viewer: &str) -> Router<S> {
+/// `base` is the daemon's own URL; `viewer` the Viewer token the app server always uses. Cancelling
+/// `closing` ends every open MCP session and stream, so a stopping daemon does not wait on them.
+pub fn http_router<S: Clone + Send + Sync + 'static>(
+    base: &str,
+    viewer: &str,
+    closing: tokio_util::sync::CancellationToken,
+) -> Router<S> {
     let config = || {
         StreamableHttpServerConfig::default()
+            .with_cancellation_token(closing.child_token())
             // DNS-rebinding protection: a loopback Host only, and a browser Origin only from loopback.
             .with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
-            .with_allowed_origins(["http://127.0.0.1:*", "http://localhost:*"])
+            .with_allowed_origins(["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
     };
     let forwarded = Daemon::forwarding(base);
     let app = Daemon::fixed(base, viewer);

@@ -82,6 +82,20 @@ macro_rules! server_handler {
                 .with_instructions($instructions)
             }
 
+            async fn call_tool(
+                &self,
+                request: rmcp::model::CallToolRequestParams,
+                context: rmcp::service::RequestContext<rmcp::RoleServer>,
+            ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+                let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+                match self.tool_router.call(tcc).await? {
+                    rmcp::model::CallToolResponse::Complete(r) => {
+                        Ok(rmcp::model::CallToolResponse::Complete(crate::mcp::daemon::with_structured_error(r)))
+                    }
+                    other => Ok(other),
+                }
+            }
+
             async fn list_resources(
                 &self,
                 _request: Option<rmcp::model::PaginatedRequestParams>,

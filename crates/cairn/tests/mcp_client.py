@@ -1,0 +1,209 @@
+"""The MCP client of `tests/mcp.rs`: the official Python SDK (`mcp`, pinned in
+scripts/requirements-test.txt), driven line by line by the Rust test, which makes every assertion.
+
+It reads one JSON request per line on stdin and answers each with exactly one JSON line on stdout
+(nothing else is written there; the SDK's logs and the stdio servers' stderr go to stderr):
+
+    {"op": "connect", "session": S, "mode": "stdio", "cairn": BIN, "home": DIR, "server": NAME}
+        spawns `BIN --home DIR mcp NAME` (with this process's whole environment: the SDK would
+        otherwise pass only a few variables, and a daemon the server starts inherits them)
+    {"op": "connect", "session": S, "mode": "http", "url": URL, "token": TOKEN or null}
+        streamable HTTP, with `Authorization: Bearer TOKEN` when a token is given
+        -> both: the server's InitializeResult (the session is initialised)
+    {"op": "list_tools" | "list_resources" | "list_templates", "session": S}
+    {"op": "call", "session": S, "name": TOOL, "arguments": {...}}  -> the CallToolResult
+    {"op": "read", "session": S, "uri": URI}                        -> the ReadResourceResult
+    {"op": "close", "session": S}                                   -> {"closed": true}
+    {"op": "exit"}   closes every session and exits 0 (so does the end of stdin)
+
+An answer is {"ok": RESULT}, the result as it came over the wire (camelCase names, isError tool
+results included), or {"error": {"kind", "message", "code"?, "data"?}} when the request raised: a
+JSON-RPC error is kind "mcp" with its code. Each session runs in its own task, so one that dies
+(or never connects) answers with errors and leaves the others alone. If the SDK cannot be
+imported the first line is {"fatal": ..., "missing_sdk": true} and the exit code 3.
+"""
+
+import json
+import os
+import sys
+import traceback
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+try:
+    import anyio
+    import httpx2
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+except ImportError as e:
+    emit({"fatal": f"the Python MCP SDK is not importable: {e}", "missing_sdk": True})
+    sys.exit(3)
+
+
+def dump(result):
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def leaves(e):
+    """The exceptions inside (nested) exception groups of task groups, or `e` itself."""
+    inner = getattr(e, "exceptions", None)
+    return [x for sub in inner for x in leaves(sub)] if inner else [e]
+
+
+def failure(e):
+    mcp_errors = [x for x in leaves(e) if isinstance(x, MCPError)]
+    if mcp_errors:
+        e = mcp_errors[0]
+    if isinstance(e, MCPError):
+        return {"error": {"kind": "mcp", "code": e.code, "message": e.message, "data": e.data}}
+    message = "; ".join(f"{type(x).__name__}: {x}" for x in leaves(e))
+    return {"error": {"kind": type(e).__name__, "message": message, "trace": traceback.format_exc()}}
+
+
+class Pending:
+    def __init__(self, req):
+        self.req = req
+        self.done = anyio.Event()
+        self.answer = None
+
+    def finish(self, answer):
+        if not self.done.is_set():
+            self.answer = answer
+            self.done.set()
+
+
+class Conn:
+    def __init__(self, spec):
+        self.spec = spec
+        self.send, self.recv = anyio.create_memory_object_stream(1)
+        self.ready = anyio.Event()
+        self.first = None  # the answer to `connect`
+        self.current = None  # the request being handled
+        self.dead = None  # why the session is gone
+
+
+def connection(spec):
+    if spec["mode"] == "stdio":
+        params = StdioServerParameters(
+            command=spec["cairn"], args=["--home", spec["home"], "mcp", spec["server"]], env=dict(os.environ)
+        )
+        return stdio_client(params)
+    headers = {"Authorization": f"Bearer {spec['token']}"} if spec.get("token") else {}
+    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=120.0))
+    return _http(spec["url"], client)
+
+
+class _http:
+    """streamable_http_client with an httpx2 client that carries the token, closed after it."""
+
+    def __init__(self, url, client):
+        self.url, self.client, self.inner = url, client, None
+
+    async def __aenter__(self):
+        await self.client.__aenter__()
+        self.inner = streamable_http_client(self.url, http_client=self.client)
+        return await self.inner.__aenter__()
+
+    async def __aexit__(self, *exc):
+        try:
+            return await self.inner.__aexit__(*exc)
+        finally:
+            await self.client.__aexit__(None, None, None)
+
+
+async def answer(session, req):
+    op = req["op"]
+    try:
+        if op == "list_tools":
+            return {"ok": dump(await session.list_tools())}
+        if op == "call":
+            return {"ok": dump(await session.call_tool(req["name"], req.get("arguments")))}
+        if op == "list_resources":
+            return {"ok": dump(await session.list_resources())}
+        if op == "list_templates":
+            return {"ok": dump(await session.list_resource_templates())}
+        if op == "read":
+            return {"ok": dump(await session.read_resource(req["uri"]))}
+        return {"error": {"kind": "usage", "message": f"unknown op {op!r}"}}
+    except Exception as e:  # noqa: BLE001 - every failure goes back to the Rust test
+        return failure(e)
+
+
+async def run_conn(conn):
+    try:
+        async with connection(conn.spec) as (read, write):
+            async with ClientSession(read, write) as session:
+                conn.first = {"ok": dump(await session.initialize())}
+                conn.ready.set()
+                async with conn.recv:
+                    async for pending in conn.recv:
+                        conn.current = pending
+                        if pending.req["op"] == "close":
+                            pending.finish({"ok": {"closed": True}})
+                            break
+                        pending.finish(await answer(session, pending.req))
+                        conn.current = None
+    except Exception as e:  # noqa: BLE001
+        conn.dead = failure(e)
+    finally:
+        if conn.dead is None:
+            conn.dead = {"error": {"kind": "closed", "message": "the session was closed"}}
+        if conn.first is None:
+            conn.first = conn.dead
+        conn.ready.set()
+        if conn.current is not None:
+            conn.current.finish(conn.dead)
+
+
+async def main():
+    conns = {}
+    async with anyio.create_task_group() as tg:
+        while True:
+            line = await anyio.to_thread.run_sync(sys.stdin.readline)
+            if not line or not line.strip():
+                if not line:
+                    break
+                continue
+            req = json.loads(line)
+            op, sid = req.get("op"), req.get("session")
+            if op == "exit":
+                break
+            if op == "connect":
+                if sid in conns:
+                    emit({"error": {"kind": "usage", "message": f"session {sid!r} exists"}})
+                    continue
+                conn = conns[sid] = Conn(req)
+                tg.start_soon(run_conn, conn)
+                await conn.ready.wait()
+                emit(conn.first)
+                continue
+            conn = conns.get(sid)
+            if conn is None:
+                emit({"error": {"kind": "usage", "message": f"no session {sid!r}"}})
+                continue
+            if conn.dead is not None:
+                emit({"ok": {"closed": True}} if op == "close" else conn.dead)
+                continue
+            pending = Pending(req)
+            try:
+                await conn.send.send(pending)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                emit(conn.dead or {"error": {"kind": "closed", "message": "the session is gone"}})
+                continue
+            await pending.done.wait()
+            emit(pending.answer)
+        for conn in conns.values():
+            conn.send.close()
+
+
+if __name__ == "__main__":
+    try:
+        anyio.run(main)
+    except Exception as e:  # noqa: BLE001
+        emit({"fatal": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
+        sys.exit(3)
