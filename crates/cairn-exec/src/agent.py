@@ -471,14 +471,18 @@ def not_started(err):
                    "killed_after_grace": False, "stdout_b64": "", "stdout_bytes": 0, "stderr_tail": ""}})
 
 
+def run_slurm(r):
+    ident, err = launch_slurm(r)
+    if err is not None:
+        return not_started(err)
+    emit({"identity": ident})
+    outcome(r, ident)
+
+
 def op_run(r):
     prepare_attempt(r)
     if r.get("slurm"):
-        ident, err = launch_slurm(r)
-        if err is not None:
-            return not_started(err)
-        emit({"identity": ident})
-        return outcome(r, ident)
+        return run_slurm(r)
     ident, err, pipe = launch_process(r)
     if err is not None:
         return not_started(err)
@@ -493,11 +497,7 @@ def run_supervised_here(r):
     """`run` in a serving agent: this agent is the supervisor, on this thread."""
     prepare_attempt(r)
     if r.get("slurm"):
-        ident, err = launch_slurm(r)
-        if err is not None:
-            return not_started(err)
-        emit({"identity": ident})
-        return outcome(r, ident)
+        return run_slurm(r)
     try:
         child, ident, began = start_tool(r)
     except Exception as e:  # recorded like any other end

@@ -33,10 +33,6 @@ const TARGET: &str = "ci";
 /// is 2 s; the rest is slack for a loaded machine.
 const CANCEL_WITHIN: Duration = Duration::from_secs(10);
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
 /// The test venv's `bin` folder, holding `snakemake`. Under CI its absence is a failure.
 fn venv_bin() -> Option<PathBuf> {
     let venv = std::env::var_os("CAIRN_TEST_VENV")
@@ -51,22 +47,6 @@ fn venv_bin() -> Option<PathBuf> {
     }
     eprintln!("SKIPPED: no snakemake in {} (run scripts/test.sh)", bin.display());
     None
-}
-
-/// The test sshd's directory (keys, known_hosts). Under CI it must exist: a missing service fails.
-fn sshd() -> Option<PathBuf> {
-    let dir = std::env::var_os("CAIRN_TEST_SSHD_DIR").map(PathBuf::from).or_else(|| {
-        let d = PathBuf::from("/tmp/cairn-sshd");
-        d.join("known_hosts").is_file().then_some(d)
-    });
-    match dir {
-        Some(d) if d.join("id_ed25519").is_file() && d.join("known_hosts").is_file() => Some(d),
-        _ if ci() => panic!("no test sshd: run scripts/test.sh (it starts one with scripts/sshd-up.sh)"),
-        _ => {
-            eprintln!("SKIPPED: no test sshd (run scripts/sshd-up.sh, or scripts/test.sh)");
-            None
-        }
-    }
 }
 
 fn port() -> String {

@@ -48,26 +48,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 
 // ------------------------------------------------------------------------------------ services
 
-/// The test sshd's directory (keys, known_hosts). Under CI it must exist: a missing service fails.
-fn sshd() -> Option<PathBuf> {
-    let dir = std::env::var_os("CAIRN_TEST_SSHD_DIR").map(PathBuf::from).or_else(|| {
-        let d = PathBuf::from("/tmp/cairn-sshd");
-        d.join("known_hosts").is_file().then_some(d)
-    });
-    match dir {
-        Some(d) if d.join("id_ed25519").is_file() && d.join("known_hosts").is_file() => Some(d),
-        _ if ci() => panic!("no test sshd: run scripts/test.sh (it starts one with scripts/sshd-up.sh)"),
-        _ => {
-            eprintln!("SKIPPED: no test sshd (run scripts/sshd-up.sh, or scripts/test.sh)");
-            None
-        }
-    }
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
 /// Whether the test Slurm takes jobs on partition `debug`. `CAIRN_TEST_SLURM=1` (exported by
 /// scripts/test.sh once Slurm came up) makes it a requirement: then an unusable Slurm fails the
 /// test. Unset, a running Slurm is used and a missing one skips (scripts/test.sh leaves it unset

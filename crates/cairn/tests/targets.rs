@@ -4,28 +4,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use serde_json::Value;
-
-/// The test sshd's directory (keys, known_hosts). Under CI it must exist: a missing service fails.
-fn sshd() -> Option<PathBuf> {
-    let dir = std::env::var_os("CAIRN_TEST_SSHD_DIR").map(PathBuf::from).or_else(|| {
-        let d = PathBuf::from("/tmp/cairn-sshd");
-        d.join("known_hosts").is_file().then_some(d)
-    });
-    match dir {
-        Some(d) if d.join("id_ed25519").is_file() && d.join("known_hosts").is_file() => Some(d),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("no test sshd: run scripts/test.sh (it starts one with scripts/sshd-up.sh)")
-        }
-        _ => {
-            eprintln!("SKIPPED: no test sshd (run scripts/sshd-up.sh, or scripts/test.sh)");
-            None
-        }
-    }
-}
 
 fn port() -> String {
     std::env::var("CAIRN_TEST_SSHD_PORT").unwrap_or_else(|_| "2222".into())

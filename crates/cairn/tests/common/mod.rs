@@ -595,3 +595,27 @@ pub fn describe_pid(pid: i32) -> String {
     let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     format!("{pid}: {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
 }
+
+/// Whether this is CI (`CI=true`): a missing service then fails a test instead of skipping it.
+#[allow(dead_code)]
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The test sshd's directory (keys, known_hosts), from `CAIRN_TEST_SSHD_DIR` (set by
+/// scripts/test.sh) or /tmp/cairn-sshd. Under CI it must exist: a missing service fails.
+#[allow(dead_code)]
+pub fn sshd() -> Option<PathBuf> {
+    let dir = std::env::var_os("CAIRN_TEST_SSHD_DIR").map(PathBuf::from).or_else(|| {
+        let d = PathBuf::from("/tmp/cairn-sshd");
+        d.join("known_hosts").is_file().then_some(d)
+    });
+    match dir {
+        Some(d) if d.join("id_ed25519").is_file() && d.join("known_hosts").is_file() => Some(d),
+        _ if ci() => panic!("no test sshd: run scripts/test.sh (it starts one with scripts/sshd-up.sh)"),
+        _ => {
+            eprintln!("SKIPPED: no test sshd (run scripts/sshd-up.sh, or scripts/test.sh)");
+            None
+        }
+    }
+}
