@@ -64,6 +64,18 @@ fn a_target_is_registered_probed_over_ssh_and_removed() {
     assert!(o["python"]["version"].as_str().unwrap().starts_with('3'), "{o:#}");
     assert_eq!(o["workspace"]["path"], "/tmp/cairn-test-workspace/ws");
     assert!(o["workspace"]["free_bytes"].as_u64().unwrap() > 0);
+    // scripts/test.sh puts the test venv (with its pinned Snakemake) on the sshd's PATH: the probe
+    // reads the version the installed package declares.
+    if std::env::var_os("CAIRN_TEST_VENV").is_some() {
+        let pinned =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/requirements-test.txt"))
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("snakemake==").map(str::to_string))
+                .unwrap();
+        assert_eq!(o["snakemake"]["version"], pinned.as_str(), "{o:#}");
+        assert!(o["snakemake"]["path"].as_str().unwrap().ends_with("/bin/snakemake"), "{o:#}");
+    }
     for tool in ["sbatch", "squeue", "scancel"] {
         assert!(o["slurm"].get(tool).is_some(), "the probe reports {tool}: {o:#}");
     }
