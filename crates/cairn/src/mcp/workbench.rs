@@ -162,6 +162,29 @@ fn terminal(status: &Value) -> bool {
     matches!(status.as_str(), Some("READY" | "BLOCKED" | "FAILED" | "CANCELLED"))
 }
 
+impl Workbench {
+    /// Reads `path` every `every` until `done` holds for what it answers, or `WAIT_FOR_END`
+    /// passes; answers with the last state read (`now` to begin with).
+    async fn until(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        mut now: Value,
+        path: String,
+        every: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> CallToolResult {
+        let started = Instant::now();
+        while !done(&now) && started.elapsed() < WAIT_FOR_END {
+            tokio::time::sleep(every).await;
+            match self.daemon.call(ctx, "GET", path.clone(), None).await {
+                Ok(v) => now = v,
+                Err(e) => return e.tool_result(),
+            }
+        }
+        structured(now)
+    }
+}
+
 #[tool_router]
 impl Workbench {
     pub fn new(daemon: Daemon) -> Workbench {
@@ -258,21 +281,13 @@ impl Workbench {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let body = json!({"plan_id": p.plan_id, "plan_checksum": p.plan_checksum});
-        let mut run =
-            match self.daemon.call(&ctx, "POST", format!("/plans/{}/execute", seg(&p.plan_name)), Some(body)).await {
-                Ok(run) => run,
-                Err(e) => return e.tool_result(),
-            };
-        let started = Instant::now();
-        while !terminal(&run["status"]) && started.elapsed() < WAIT_FOR_END {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let id = run["run_id"].as_str().unwrap_or_default().to_string();
-            match self.daemon.call(&ctx, "GET", format!("/runs/{}", seg(&id)), None).await {
-                Ok(now) => run = now,
-                Err(e) => return e.tool_result(),
+        match self.daemon.call(&ctx, "POST", format!("/plans/{}/execute", seg(&p.plan_name)), Some(body)).await {
+            Ok(run) => {
+                let path = format!("/runs/{}", seg(run["run_id"].as_str().unwrap_or_default()));
+                self.until(&ctx, run, path, Duration::from_millis(200), |r| terminal(&r["status"])).await
             }
+            Err(e) => e.tool_result(),
         }
-        structured(run)
     }
 
     #[tool(
@@ -350,20 +365,14 @@ impl Workbench {
         Parameters(p): Parameters<ExecuteCode>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let mut job = match self.daemon.call(&ctx, "POST", "/kernel/jobs".into(), Some(json!({"code": p.code}))).await {
-            Ok(j) => j,
-            Err(e) => return e.tool_result(),
-        };
-        let started = Instant::now();
-        while matches!(job["status"].as_str(), Some("queued" | "running")) && started.elapsed() < WAIT_FOR_END {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let id = job["job_id"].as_str().unwrap_or_default().to_string();
-            match self.daemon.call(&ctx, "GET", format!("/kernel/jobs/{}", seg(&id)), None).await {
-                Ok(now) => job = now,
-                Err(e) => return e.tool_result(),
+        match self.daemon.call(&ctx, "POST", "/kernel/jobs".into(), Some(json!({"code": p.code}))).await {
+            Ok(job) => {
+                let path = format!("/kernel/jobs/{}", seg(job["job_id"].as_str().unwrap_or_default()));
+                let ended = |j: &Value| !matches!(j["status"].as_str(), Some("queued" | "running"));
+                self.until(&ctx, job, path, Duration::from_millis(50), ended).await
             }
+            Err(e) => e.tool_result(),
         }
-        structured(job)
     }
 
     #[tool(
