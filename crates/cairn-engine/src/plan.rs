@@ -405,38 +405,41 @@ impl Engine {
                 plan.run_dir, plan.target
             )));
         }
-        for f in plan.inputs.iter().filter(|_| plan.target == LOCAL_TARGET) {
-            let now = hash_file(Path::new(&f.path))
-                .map_err(|e| conflict(format!("input file {} is no longer readable: {e}", f.path)))?;
+        // A target's readiness, observed there with the input files' hashes; here, each file is
+        // hashed now and the run_dir checked after.
+        let facts = if plan.target == LOCAL_TARGET {
+            None
+        } else {
+            let wf = self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)?;
+            Some(
+                self.target_ready(&plan.target, &plan.run_dir, &Self::workflow_needs(&wf), &plan.input)
+                    .map_err(|e| conflict(format!("target `{}` is no longer ready: {e}", plan.target)))?,
+            )
+        };
+        for f in &plan.inputs {
+            let (now, place) = match &facts {
+                None => (
+                    hash_file(Path::new(&f.path))
+                        .map_err(|e| conflict(format!("input file {} is no longer readable: {e}", f.path)))?,
+                    String::new(),
+                ),
+                Some(facts) => (
+                    facts["inputs"][&f.path].as_str().unwrap_or("unreadable").to_string(),
+                    format!(" on `{}`", plan.target),
+                ),
+            };
             if now != f.sha256 {
                 return Err(conflict(format!(
-                    "input file {} changed since planning (sha256 {} then, {} now); plan again",
+                    "input file {}{place} changed since planning (sha256 {} then, {} now); plan again",
                     f.path,
                     &f.sha256[..12],
-                    &now[..12]
+                    &now[..12.min(now.len())]
                 )));
             }
         }
-        if plan.target == LOCAL_TARGET {
+        if facts.is_none() {
             check_run_dir(Path::new(&plan.run_dir))
                 .map_err(|why| conflict(format!("the target is no longer ready: {why}")))?;
-        } else {
-            let wf = self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)?;
-            let facts = self
-                .target_ready(&plan.target, &plan.run_dir, &Self::workflow_needs(&wf), &plan.input)
-                .map_err(|e| conflict(format!("target `{}` is no longer ready: {e}", plan.target)))?;
-            for f in &plan.inputs {
-                let now = facts.get("inputs").and_then(|i| i.get(&f.path)).and_then(Value::as_str);
-                if now != Some(f.sha256.as_str()) {
-                    return Err(conflict(format!(
-                        "input file {} on `{}` changed since planning (sha256 {} then, {} now); plan again",
-                        f.path,
-                        plan.target,
-                        &f.sha256[..12],
-                        now.map(|n| &n[..12.min(n.len())]).unwrap_or("unreadable")
-                    )));
-                }
-            }
         }
         let record = self.store.workflow(&plan.workflow, Some(&plan.version))?;
         if record.as_ref().map(|r| r.digest.as_str()) != Some(plan.workflow_digest.as_str()) {

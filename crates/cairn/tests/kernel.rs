@@ -90,6 +90,19 @@ fn text(job: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// After `what` ended kernel `pid1` of session `s1`: the state `x` is lost, the next job runs in a
+/// new session and a new kernel. Returns the new kernel's pid.
+#[track_caller]
+fn assert_new_session(k: &K, pid1: i32, s1: &str, what: &str) -> i32 {
+    let n = k.exec("print(x)").expect(1);
+    assert!(n.json["error"].as_str().unwrap().contains("NameError"), "the state is lost: {:#}", n.json);
+    assert_ne!(session(&n.json), s1, "the next job runs in a new session");
+    let (pid2, s2) = k.kernel_pid();
+    assert_ne!(pid2, pid1);
+    assert!(s2.starts_with("ses_") && s2 != s1, "a new session after {what}: `{s2}`, was `{s1}`");
+    pid2
+}
+
 fn session(job: &Value) -> String {
     job["session"].as_str().unwrap_or_else(|| panic!("no session in {job:#}")).to_string()
 }
@@ -566,12 +579,7 @@ fn restart_kills_the_kernel_cancels_its_jobs_and_starts_a_new_session() {
     assert!(wait_until(Duration::from_secs(3), || !alive(pid1)), "the old kernel {pid1} survived the restart");
     assert!(k.kernel_processes().is_empty(), "kernel processes after a restart: {:?}", k.kernel_processes());
 
-    let n = k.exec("print(x)").expect(1);
-    assert!(n.json["error"].as_str().unwrap().contains("NameError"), "the state is lost: {:#}", n.json);
-    assert_ne!(session(&n.json), s1, "the next job runs in a new session");
-    let (pid2, s2) = k.kernel_pid();
-    assert_ne!(pid2, pid1);
-    assert!(s2.starts_with("ses_") && s2 != s1, "a new session after the restart: `{s2}`, was `{s1}`");
+    let pid2 = assert_new_session(&k, pid1, &s1, "the restart");
     assert_eq!(k.kernel_processes(), vec![pid2], "only the new kernel runs");
     k.finish();
 }
@@ -598,12 +606,7 @@ fn a_job_that_ignores_the_interrupt_times_out_and_its_kernel_is_killed() {
     assert!(wait_until(Duration::from_secs(2), || !alive(pid1)), "the timed-out kernel {pid1} survived");
     assert!(k.kernel_processes().is_empty(), "kernel processes after a timeout: {:?}", k.kernel_processes());
 
-    let n = k.exec("print(x)").expect(1);
-    assert!(n.json["error"].as_str().unwrap().contains("NameError"), "{:#}", n.json);
-    assert_ne!(session(&n.json), s1, "the next job starts a new session");
-    let (pid2, s2) = k.kernel_pid();
-    assert_ne!(pid2, pid1);
-    assert!(s2.starts_with("ses_") && s2 != s1, "a new session after the timeout: `{s2}`, was `{s1}`");
+    assert_new_session(&k, pid1, &s1, "the timeout");
     k.finish();
 }
 
@@ -623,12 +626,7 @@ fn a_job_that_kills_its_kernel_ends_died_and_the_next_starts_a_new_session() {
     assert!(wait_until(Duration::from_secs(2), || !alive(pid1)));
     assert!(k.kernel_processes().is_empty(), "{:?}", k.kernel_processes());
 
-    let n = k.exec("print(x)").expect(1);
-    assert!(n.json["error"].as_str().unwrap().contains("NameError"), "{:#}", n.json);
-    assert_ne!(session(&n.json), s1, "the next job starts a new session");
-    let (pid2, s2) = k.kernel_pid();
-    assert_ne!(pid2, pid1);
-    assert!(s2.starts_with("ses_") && s2 != s1, "a new session after the death: `{s2}`, was `{s1}`");
+    assert_new_session(&k, pid1, &s1, "the death");
     k.finish();
 }
 

@@ -154,9 +154,8 @@ impl Pool {
             terminate_if_same(p, self.engine.options.kill_grace);
         }
         for l in &launches {
-            match self.engine.stop_launch(l) {
-                Ok(_) => {}
-                Err(e) => log(format!("run {run_id}: {e}")),
+            if let Err(e) = self.engine.stop_launch(l) {
+                log(format!("run {run_id}: {e}"));
             }
         }
         log(format!(
