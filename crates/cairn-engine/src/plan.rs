@@ -221,7 +221,7 @@ impl Engine {
         if remote {
             // On a target, input files are read where the run will read them: on the target.
             let facts = self.target_ready(&req.target, &run_dir, &Self::workflow_needs(&wf), &input)?;
-            if let Some(found) = facts.get("inputs").and_then(Value::as_object) {
+            if let Some(found) = facts["observed"]["inputs"].as_object() {
                 for (path, sha) in found {
                     if let Some(sha256) = sha.as_str() {
                         inputs.push(InputFile { path: path.clone(), sha256: sha256.to_string() });
@@ -424,7 +424,7 @@ impl Engine {
                     String::new(),
                 ),
                 Some(facts) => (
-                    facts["inputs"][&f.path].as_str().unwrap_or("unreadable").to_string(),
+                    facts["observed"]["inputs"][&f.path].as_str().unwrap_or("unreadable").to_string(),
                     format!(" on `{}`", plan.target),
                 ),
             };

@@ -891,6 +891,35 @@ fn kill_ssh_of(c: &Cairn) -> Vec<i32> {
 /// Plan-time refusals on a target (exit 2, a clear message): a host key other than the pinned
 /// one, an unreachable host, a run_dir that exists, a parent that does not. Nothing is created:
 /// no plan, no run, no run_dir, no daemon.
+/// A file named in the input is hashed where the run reads it, on the target; the approval
+/// re-hashes it there and refuses a changed one, creating nothing.
+#[test]
+fn an_input_file_on_the_target_is_bound_by_its_checksum() {
+    let Some(d) = sshd() else { return };
+    let rt = Rt::new(d, "t", "process");
+    rt.remote_workflow(30);
+    let data = rt.p("data.csv");
+    std::fs::write(&data, "a,b\n1,2\n").unwrap();
+    let input = rt.c.input(&json!({"sleep": 0, "exit": 0, "stderr": [], "data": data.to_str().unwrap()}));
+
+    let run_dir = rt.p("bound");
+    let plan = rt.plan("remote", &input, "t", &run_dir, "bound").expect(0).json;
+    let sha = cairn_core::canonical::sha256_hex(b"a,b\n1,2\n");
+    assert_eq!(plan["inputs"], json!([{"path": data.to_str().unwrap(), "sha256": sha}]), "{plan:#}");
+
+    std::fs::write(&data, "a,b\n1,3\n").unwrap();
+    let refused = rt.execute(&rt.approval("bound"));
+    assert_eq!(refused.code, 4, "stdout: {}\nstderr: {}", refused.stdout, refused.stderr);
+    assert!(refused.stderr.contains("changed since planning"), "{}", refused.stderr);
+    assert!(!run_dir.exists(), "a refused approval created {}", run_dir.display());
+    assert_eq!(rt.c.json(&["runs"]).expect(0).json["runs"], json!([]));
+
+    let again = rt.p("rebound");
+    rt.plan("remote", &input, "t", &again, "rebound").expect(0);
+    assert_eq!(rt.execute(&rt.approval("rebound")).expect(0).json["status"], "READY");
+    rt.stop();
+}
+
 #[test]
 fn plan_time_refusals_on_a_target_create_nothing() {
     let Some(d) = sshd() else { return };
