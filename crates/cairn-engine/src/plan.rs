@@ -635,7 +635,7 @@ impl Engine {
             "inputs": absolute_path_strings(input),
             "programs": needs.iter().map(|(p, _)| p).collect::<Vec<_>>(),
         });
-        let agent = cairn_exec::agent::Agent { ssh: Some(self.transport(&spec)) };
+        let agent = self.agent_of(&spec);
         let answer = agent
             .call(&request, std::time::Duration::from_secs(60))
             .map_err(|e| EngineError::Invalid(format!("target `{target}` could not be checked: {e}")))?;

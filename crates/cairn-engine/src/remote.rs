@@ -78,8 +78,12 @@ impl Engine {
         if target == LOCAL {
             return Ok(Agent::local());
         }
-        let spec = self.target(target)?;
-        Ok(Agent { ssh: Some(self.transport(&spec)) })
+        Ok(self.agent_of(&self.target(target)?))
+    }
+
+    /// The agent of a configured SSH target.
+    pub(crate) fn agent_of(&self, spec: &TargetSpec) -> Agent {
+        Agent { ssh: Some(self.transport(spec)) }
     }
 
     /// Where `run_id` executes: the target it was planned and reserved on, else this machine.
@@ -89,7 +93,7 @@ impl Engine {
             Some(t) if t == LOCAL => Ok(Placement::Local),
             Some(t) => {
                 let spec = self.target(&t)?;
-                let agent = Agent { ssh: Some(self.transport(&spec)) };
+                let agent = self.agent_of(&spec);
                 Ok(Placement::Target(Box::new(spec), agent))
             }
         }
@@ -188,7 +192,7 @@ impl Engine {
             Ok(a) => a,
             Err(e) => return Followed::Lost(format!("cannot reach target `{}` again: {e}", remote.target)),
         };
-        let end = agent.wait_step(&wait_request(remote), halted);
+        let end = agent.wait_step(&wait_request(&remote.attempt_dir, &remote.nonce), halted);
         self.settle(&agent, &remote.attempt_dir, &remote.nonce, end, cmd, tool_def.kind, Instant::now(), halted)
     }
 
@@ -208,7 +212,7 @@ impl Engine {
     ) -> Followed {
         let give_up = Instant::now() + cmd.timeout + cmd.grace + RECONNECT_WINDOW;
         let mut delay = Duration::from_millis(250);
-        let request = json!({"op": "wait", "attempt_dir": attempt_dir, "nonce": nonce});
+        let request = wait_request(attempt_dir, nonce);
         loop {
             let why = match end {
                 Ok(StepEnd::Ended { record }) => {
@@ -323,8 +327,9 @@ pub(crate) fn local_programs(wf: &crate::registry::LoadedWorkflow) -> Result<(),
     Ok(())
 }
 
-fn wait_request(remote: &RemoteProcess) -> Value {
-    json!({"op": "wait", "attempt_dir": remote.attempt_dir, "nonce": remote.nonce})
+/// The agent's `wait`: follow the launch recorded in `attempt_dir` if it carries `nonce`.
+fn wait_request(attempt_dir: &str, nonce: &str) -> Value {
+    json!({"op": "wait", "attempt_dir": attempt_dir, "nonce": nonce})
 }
 
 /// SIGINT lets a pipeline controller stop its jobs and release its lock; SIGTERM for the rest.
