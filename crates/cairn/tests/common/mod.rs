@@ -619,3 +619,23 @@ pub fn sshd() -> Option<PathBuf> {
         }
     }
 }
+
+/// The chain `a → b → c` of the crash tests, resumed after its first `b` attempt was abandoned:
+/// `a` and `c` ran once, `b` twice and only its second attempt ended, before `c` started; the
+/// events record the one interruption.
+#[allow(dead_code)]
+#[track_caller]
+pub fn assert_b_resumed_once(lines: &[String], events: &[Value]) {
+    assert_eq!(count(lines, "a:start:"), 1, "a must not run again: {lines:?}");
+    assert_eq!(count(lines, "c:start:"), 1, "c must run once: {lines:?}");
+    assert_eq!(count(lines, "b:start:1:"), 1, "{lines:?}");
+    assert_eq!(count(lines, "b:start:2:"), 1, "{lines:?}");
+    assert_eq!(count(lines, "b:end:2"), 1, "{lines:?}");
+    assert_eq!(count(lines, "b:end:1"), 0, "the abandoned attempt must never finish: {lines:?}");
+    let pos = |p: &str| lines.iter().position(|l| l.starts_with(p)).unwrap();
+    assert!(pos("b:end:2") < pos("c:start:"), "{lines:?}");
+    let interrupted = events_of(events, "step.interrupted", Some("b"));
+    assert_eq!(interrupted.len(), 1, "{:?}", kinds(events));
+    assert_eq!(interrupted[0]["attempt"], 1);
+    assert_eq!(interrupted[0]["data"]["next_attempt"], 2);
+}
