@@ -100,6 +100,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_probe_names_what_stands_in_the_way() {
+        let good = serde_json::json!({"workspace": {"path": "/w", "writable": true},
+            "slurm": {"sbatch": "/b/sbatch", "squeue": "/b/squeue", "scancel": "/b/scancel", "scontrol": "/b/scontrol"}});
+        assert!(probe_problems("t", Executor::Slurm, &good).is_empty());
+        let bad = serde_json::json!({"workspace": {"path": "/w", "writable": false, "nearest_existing": "/"},
+            "slurm": {"sbatch": null}});
+        let process = probe_problems("t", Executor::Process, &bad);
+        assert_eq!(process.len(), 1, "{process:?}");
+        assert!(process[0].contains("/w") && process[0].contains("nearest existing directory: /"), "{process:?}");
+        let slurm = probe_problems("t", Executor::Slurm, &bad);
+        assert_eq!(slurm.len(), 5, "{slurm:?}");
+        assert!(slurm[1].contains("`sbatch`"), "{slurm:?}");
+    }
+
+    #[test]
     fn ssh_addresses_are_plain_names_only() {
         assert_eq!(
             parse_ssh("root@127.0.0.1:2222"),
@@ -157,6 +172,29 @@ mod tests {
             Err(TargetError::Word { field: "account", .. })
         ));
     }
+}
+
+/// What a target's last probe says stands in the way of running there, in words; empty when
+/// nothing does. A probe knows no run_dir, so this is the target's general readiness (a writable
+/// workspace root, the executor's programs); a plan still checks its own run_dir.
+pub fn probe_problems(target: &str, executor: Executor, observed: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let ws = &observed["workspace"];
+    let path = ws["path"].as_str().unwrap_or("?");
+    if ws["writable"].as_bool() != Some(true) {
+        let nearest = ws["nearest_existing"].as_str().unwrap_or("?");
+        out.push(format!(
+            "the workspace root {path} cannot be created or written on `{target}` (nearest existing directory: {nearest})"
+        ));
+    }
+    if executor == Executor::Slurm {
+        for program in ["sbatch", "squeue", "scancel", "scontrol"] {
+            if observed["slurm"][program].as_str().is_none() {
+                out.push(format!("`{program}` is not on the PATH of `{target}`, but its executor is slurm"));
+            }
+        }
+    }
+    out
 }
 
 /// What the readiness facts observed on a target (by the step agent's `ready`) say is wrong for

@@ -109,22 +109,31 @@ impl Engine {
         Ok(probed)
     }
 
-    /// Every target, `local` first, each with its last probe (`null` if never probed).
+    /// Every target, `local` first, each with its last probe (`null` if never probed) and what
+    /// that probe says of its readiness (`{ready, problems}`, `null` if never probed).
     pub fn targets_overview(&self) -> Result<Value, EngineError> {
-        let last = |name: &str| -> Result<Value, EngineError> {
-            Ok(self.store.last_probe(name)?.map(|(v, _)| v).unwrap_or(Value::Null))
+        let with_probe = |mut v: Value, name: &str, executor: Executor| -> Result<Value, EngineError> {
+            let last = self.store.last_probe(name)?.map(|(v, _)| v);
+            v["readiness"] = match &last {
+                Some(p) => {
+                    let problems = cairn_core::target::probe_problems(name, executor, &p["observed"]);
+                    json!({"ready": problems.is_empty(), "problems": problems})
+                }
+                None => Value::Null,
+            };
+            v["last_probe"] = last.unwrap_or(Value::Null);
+            Ok(v)
         };
-        let mut all = vec![json!({
+        let local = json!({
             "name": LOCAL,
             "builtin": true,
             "executor": Executor::Process,
             "workspace_root": self.state.runs().display().to_string(),
-            "last_probe": last(LOCAL)?,
-        })];
+        });
+        let mut all = vec![with_probe(local, LOCAL, Executor::Process)?];
         for t in self.store.targets()? {
-            let mut v = serde_json::to_value(&t).map_err(|e| EngineError::Invalid(e.to_string()))?;
-            v["last_probe"] = last(&t.name)?;
-            all.push(v);
+            let v = serde_json::to_value(&t).map_err(|e| EngineError::Invalid(e.to_string()))?;
+            all.push(with_probe(v, &t.name, t.executor)?);
         }
         Ok(json!({"targets": all}))
     }

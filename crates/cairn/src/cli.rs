@@ -206,6 +206,15 @@ pub enum Command {
         #[arg(value_enum)]
         server: McpServer,
     },
+    /// Open the read-only web app: prints a login link (valid two minutes, once) and opens it in
+    /// a browser when one can be started. The page reads with the Viewer token only.
+    Ui {
+        /// Only print the link.
+        #[arg(long)]
+        no_open: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The MCP servers.

@@ -170,7 +170,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let engine = open_engine(cli.home)?;
             let runs = engine.store.runs(limit, None).map_err(EngineError::from)?;
             if json {
-                print_json(&output::runs_json(&runs));
+                print_json(&output::runs_json(engine.store.as_ref(), &runs).map_err(EngineError::from)?);
             } else {
                 output::print_runs(&runs);
             }
@@ -234,6 +234,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let (base, token) = crate::client::Client::endpoint(&root, role)?;
             crate::mcp::serve_stdio(kind, crate::mcp::Daemon::fixed(&base, &token))
         }
+        Command::Ui { no_open, json } => ui(&state_root(cli.home)?, no_open, json),
         Command::Plan { command: Some(PlanCommand::Show { plan_name, json }), .. } => {
             let engine = open_engine(cli.home)?;
             let plan = engine.load_plan(&plan_name)?;
@@ -618,4 +619,47 @@ fn workflow_show(engine: &Engine, reference: &str, json: bool) -> Result<u8, Fai
         output::print_workflow(&wf);
     }
     Ok(0)
+}
+
+/// `cairn ui`: a login link for the web app, made here from the Viewer token (see
+/// `auth::login_code`), printed, and opened when a browser can be started.
+fn ui(root: &Path, no_open: bool, json: bool) -> Result<u8, Failure> {
+    let (url, viewer) = Client::endpoint(root, daemon::auth::Role::Viewer)?;
+    let (code, expires) = daemon::auth::login_code(&viewer, jiff::Timestamp::now().as_millisecond());
+    let login_url = format!("{url}/#login={code}");
+    let opened = !no_open && open_browser(&login_url);
+    if json {
+        print_json(&json!({
+            "url": format!("{url}/"),
+            "login_url": login_url,
+            "expires_at": crate::wire::time(expires),
+            "opened": opened,
+        }));
+    } else {
+        println!("{login_url}");
+        eprintln!(
+            "{} this link within 2 minutes; it works once (run `cairn ui` again for another). The web app reads with \
+             the Viewer token and cannot change anything.",
+            if opened { "Opened" } else { "Open" }
+        );
+    }
+    Ok(0)
+}
+
+/// Starts `$BROWSER`, else `xdg-open` when there is a display, with the link as its one argument
+/// (no shell). Whether one was started; it is not waited for.
+fn open_browser(link: &str) -> bool {
+    let display = ["DISPLAY", "WAYLAND_DISPLAY"].iter().any(|v| std::env::var_os(v).is_some_and(|d| !d.is_empty()));
+    let program = match std::env::var("BROWSER") {
+        Ok(b) if !b.trim().is_empty() => b,
+        _ if display => "xdg-open".to_string(),
+        _ => return false,
+    };
+    std::process::Command::new(program.trim())
+        .arg(link)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .is_ok()
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cairn_engine::{Engine, EngineError};
+use cairn_engine::Engine;
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -235,11 +235,8 @@ fn export_audit(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'stat
 fn export_workflow(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'static str), Failure> {
     let engine = Engine::open(root)?;
     let passed = engine
-        .store
-        .verifications(1000)
-        .map_err(EngineError::from)?
-        .into_iter()
-        .find_map(|v| v.notebook.filter(|n| v.verdict.as_deref() == Some("passed") && Path::new(n).is_file()))
+        .newest_pass()?
+        .and_then(|v| v.notebook)
         .ok_or_else(|| {
             Failure::usage("no verified workflow notebook exists yet; verify a document with `cairn verify DOC`")
         })?;

@@ -1,7 +1,7 @@
 //! What commands print: the JSON objects of the CLI contract and their human renderings.
 
 use cairn_core::replay::Decision;
-use cairn_core::store::{EventRecord, RunRecord, WorkflowRecord};
+use cairn_core::store::{EventRecord, RunRecord, StoreError, WorkflowRecord};
 use cairn_engine::registry::LoadedWorkflow;
 use cairn_engine::replay::PreparedReplay;
 use cairn_engine::runner::RunReport;
@@ -27,8 +27,8 @@ pub fn run_json(report: &RunReport) -> Value {
     to_value(&wire::RunResult::from_report(report))
 }
 
-pub fn runs_json(runs: &[RunRecord]) -> Value {
-    to_value(&wire::RunList::from_records(runs))
+pub fn runs_json(store: &dyn cairn_core::store::RunStore, runs: &[RunRecord]) -> Result<Value, StoreError> {
+    Ok(to_value(&wire::RunList::from_records(store, runs)?))
 }
 
 pub fn events_json(run_id: &str, events: &[EventRecord]) -> Value {

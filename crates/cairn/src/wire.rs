@@ -2,7 +2,7 @@
 //! domain by hand, so `cairn run --json` and `GET /runs/{id}` print the same fields and the
 //! OpenAPI document is generated from what is actually sent.
 
-use cairn_core::store::{EventRecord, KernelJob, RunRecord, WorkflowRecord};
+use cairn_core::store::{EventRecord, KernelJob, RunRecord, RunStore, StoreError, WorkflowRecord};
 use cairn_engine::runner::{RunReport, StepView};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,7 +25,8 @@ pub struct StepResult {
     pub outcome: Option<String>,
     pub duration_ms: Option<f64>,
     pub error: Option<String>,
-    /// For a replay child: `replayed`, `reused` or `invalidated`.
+    /// For a replay child: `reuse` or `replay` (the replay summary lists which replays were
+    /// invalidations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<String>,
     /// For a replay child: why, in words.
@@ -113,6 +114,13 @@ pub struct RunSummary {
     /// For a replay child: the run it replays.
     #[serde(default)]
     pub source_run_id: Option<String>,
+    /// Where it executes: `local`, or the target its plan named.
+    #[serde(default = "local")]
+    pub target: String,
+}
+
+fn local() -> String {
+    cairn_core::target::LOCAL.to_string()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -121,11 +129,17 @@ pub struct RunList {
 }
 
 impl RunList {
-    pub fn from_records(runs: &[RunRecord]) -> RunList {
-        RunList {
+    /// The runs, each with the target its plan named (`local` when it had none).
+    pub fn from_records(store: &dyn RunStore, runs: &[RunRecord]) -> Result<RunList, StoreError> {
+        let mut targets = Vec::with_capacity(runs.len());
+        for r in runs {
+            targets.push(store.target_of_run(&r.run_id)?.unwrap_or_else(local));
+        }
+        Ok(RunList {
             runs: runs
                 .iter()
-                .map(|r| RunSummary {
+                .zip(targets)
+                .map(|(r, target)| RunSummary {
                     run_id: r.run_id.clone(),
                     workflow: r.workflow.clone(),
                     version: r.version.clone(),
@@ -135,9 +149,10 @@ impl RunList {
                     findings: r.findings.len(),
                     error: r.error.clone(),
                     source_run_id: r.source_run_id.clone(),
+                    target,
                 })
                 .collect(),
-        }
+        })
     }
 }
 

@@ -349,9 +349,10 @@ fn router_routes() -> Vec<(String, String)> {
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         assert!(!text.contains(".nest("), "{} nests a router: teach router_routes() its prefix", f.display());
-        for line in text.lines() {
-            let Some(at) = line.find(".route(\"") else { continue };
+        // Each `.route("` of a line (rustfmt puts a short chain on one line).
+        for (line, at) in text.lines().flat_map(|l| l.match_indices(".route(\"").map(move |(at, _)| (l, at))) {
             let rest = &line[at + ".route(\"".len()..];
+            let rest = &rest[..rest[1..].find(".route(\"").map_or(rest.len(), |n| n + 1)];
             let Some(end) = rest.find('"') else { continue };
             let path = rest[..end].to_string();
             let handlers = &rest[end..];
@@ -379,8 +380,22 @@ fn fits(template: &str, path: &str) -> bool {
     t.len() == p.len() && t.iter().zip(&p).all(|(t, p)| if t.starts_with('{') { !p.is_empty() } else { t == p })
 }
 
-/// Routes that answer without a token.
-const PUBLIC: [&str; 2] = ["/health", "/openapi.json"];
+/// Routes that answer without a token: the daemon's health and document, and the web app's page,
+/// files and login (which holds no data; its data comes from the API with the Viewer token).
+const PUBLIC: [&str; 5] = ["/health", "/openapi.json", "/", "/assets/{file}", "/ui/login"];
+
+/// The content type a successful answer to `path` has: JSON but for the web app's page and files,
+/// event streams, and notebook downloads.
+fn content_type_of(path: &str) -> &'static str {
+    match path.split('?').next().unwrap_or("") {
+        "/" => "text/html",
+        p if p.starts_with("/assets/") && p.ends_with(".js") => "text/javascript",
+        p if p.starts_with("/assets/") && p.ends_with(".css") => "text/css",
+        "/api/notebook" => "application/x-ipynb+json",
+        _ if path.contains("follow=true") => "text/event-stream",
+        _ => "application/json",
+    }
+}
 
 // ------------------------------------------------------------------------------------ 1. auth
 
@@ -421,8 +436,20 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
     let rows = vec![
         public("GET", "/health", OK),
         public("GET", "/openapi.json", OK),
+        // The web app: its page and files for anyone, its login only with a code of `cairn ui`.
+        public("GET", "/", OK),
+        public("GET", "/assets/app.js", OK),
+        public("GET", "/assets/style.css", OK),
+        public("GET", "/assets/nope.js", NOT_FOUND),
+        public("GET", "/assets/index.html", NOT_FOUND),
+        public("GET", "/ui/login?code=1.2.3", (401, Some("invalid_login"))),
+        public("GET", "/ui/login", (400, Some("invalid_query"))),
         protected("GET", "/runs", None, OK, OK),
         protected("GET", "/runs?status=READY&limit=5", None, OK, OK),
+        protected("GET", "/runs?workflow=demo", None, OK, OK),
+        protected("GET", "/runs?workflow=%20", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),
+        // No run is active, so the stream sends the list once and ends.
+        protected("GET", "/runs?follow=true", None, OK, OK),
         // The operator re-submits R1 itself: idempotent, 200, nothing new.
         protected("POST", "/runs", Some(same_as_r1), FORBIDDEN, OK),
         // A viewer's POST is refused before its body is read, even a bad one.
@@ -450,6 +477,17 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         protected("POST", "/kernel/interrupt", None, FORBIDDEN, OK),
         protected("POST", "/kernel/restart", None, FORBIDDEN, OK),
         protected("GET", "/kernel/audit", None, OK, OK),
+        // The notebook exports: the audit (empty), and the workflow, of which there is none yet.
+        protected("GET", "/api/notebook", None, OK, OK),
+        protected("GET", "/api/notebook?workflow=0", None, OK, OK),
+        protected("GET", "/api/notebook?workflow=1", None, NOT_FOUND, NOT_FOUND),
+        protected(
+            "GET",
+            "/api/notebook?workflow=yes",
+            None,
+            (422, Some("invalid_request")),
+            (422, Some("invalid_request")),
+        ),
         // Plans. The operator's plan is refused for its relative run_dir and its execution of an
         // unknown plan is 404, so nothing is planned or executed.
         protected("GET", "/plans", None, OK, OK),
@@ -511,8 +549,11 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
             let r = api.send(row.method, &row.path, *who, row.body.as_ref().map(Body::json), &[]);
             expect(&r, status, code, &what);
             if status < 400 {
-                assert!(r.header("content-type").starts_with("application/json"), "{what}: {}", r.text);
-                assert!(r.body.is_object(), "{what}: a JSON object: {}", r.text);
+                let kind = content_type_of(&row.path);
+                assert!(r.header("content-type").starts_with(kind), "{what}: not {kind}: {}", r.header("content-type"));
+                if kind.ends_with("json") {
+                    assert!(r.body.is_object(), "{what}: a JSON object: {}", r.text);
+                }
             }
             if row.method == "POST" && *who == Caller::Viewer {
                 assert!(message(&r).contains("Operator"), "{what}: the 403 says which token is needed: {}", r.text);
@@ -1126,4 +1167,118 @@ fn bearer_scheme_is_case_insensitive() {
         let r = api.send("GET", "/runs", Caller::Anonymous, None, &[("Authorization", &header)]);
         expect(&r, 200, None, &format!("GET /runs with `Authorization: {scheme} <operator>`"));
     }
+}
+
+// ------------------------------------------------------------------------------------ 6. web app
+
+/// The web app's login: `cairn ui` prints a link whose code the daemon exchanges, once, for the
+/// Viewer token (never the Operator's); a used, altered or foreign code is refused. The page and
+/// its files carry a policy that loads nothing from anywhere but the daemon.
+#[test]
+fn web_login_gives_the_viewer_token_once() {
+    let api = Api::start();
+    let ui = api.c.json(&["ui", "--no-open"]).expect(0).json;
+    assert_eq!(ui["url"], format!("{}/", api.url), "{ui:#}");
+    assert_eq!(ui["opened"], false, "--no-open opens nothing: {ui:#}");
+    let link = ui["login_url"].as_str().unwrap();
+    let code = link.split_once("#login=").map(|(_, c)| c).unwrap_or_else(|| panic!("no #login= in {link}"));
+    assert!(link.starts_with(&api.url), "{link}");
+
+    let path = format!("/ui/login?code={code}");
+    let first = api.get(&path, Caller::Anonymous);
+    expect(&first, 200, None, "GET /ui/login with a fresh code");
+    assert_eq!(first.body["role"], "viewer");
+    assert_eq!(first.body["token"].as_str(), Some(api.viewer.as_str()), "the login gives the Viewer token");
+    assert_ne!(first.body["token"].as_str(), Some(api.operator.as_str()));
+    assert_eq!(first.header("cache-control"), "no-store");
+    let again = api.get(&path, Caller::Anonymous);
+    expect(&again, 401, Some("invalid_login"), "the same code again");
+    assert!(message(&again).contains("used already"), "{}", again.text);
+
+    // Altered codes: the MAC of another code, a later expiry, and garbage.
+    let other = api.c.json(&["ui", "--no-open"]).expect(0).json;
+    let other = other["login_url"].as_str().unwrap().split_once("#login=").unwrap().1.to_string();
+    let (expiry, rest) = other.split_once('.').unwrap();
+    let later: i64 = expiry.parse::<i64>().unwrap() + 60_000;
+    for (bad, says) in [
+        (format!("{later}.{rest}"), "not made by"),
+        (format!("{}.{}", &code[..code.rfind('.').unwrap()], other.rsplit('.').next().unwrap()), "not made by"),
+        ("not-a-code".to_string(), "malformed"),
+    ] {
+        let r = api.get(&format!("/ui/login?code={bad}"), Caller::Anonymous);
+        expect(&r, 401, Some("invalid_login"), &format!("GET /ui/login?code={bad}"));
+        assert!(message(&r).contains(says), "{bad}: {}", r.text);
+    }
+    // The untouched second code still works: a refused code uses up nothing.
+    expect(&api.get(&format!("/ui/login?code={other}"), Caller::Anonymous), 200, None, "the second code");
+
+    // The page and its files: no token needed, a strict policy, nothing cached stale.
+    for (path, kind) in
+        [("/", "text/html"), ("/assets/app.js", "text/javascript"), ("/assets/dag.js", "text/javascript")]
+    {
+        let r = api.get(path, Caller::Anonymous);
+        expect(&r, 200, None, path);
+        assert!(r.header("content-type").starts_with(kind), "{path}: {}", r.header("content-type"));
+        let csp = r.header("content-security-policy");
+        for part in ["default-src 'none'", "script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"] {
+            assert!(csp.contains(part), "{path}: the policy lacks {part}: {csp}");
+        }
+        assert_eq!(r.header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(r.header("cache-control"), "no-cache", "{path}");
+    }
+    let page = api.get("/", Caller::Anonymous).text;
+    assert!(!page.contains("http://") && !page.contains("https://"), "the page names no other origin: {page}");
+    for path in ["/assets/..%2Fsrc%2Fmain.rs", "/assets/.hidden", "/assets/index.html"] {
+        expect(&api.get(path, Caller::Anonymous), 404, Some("not_found"), path);
+    }
+}
+
+/// `GET /runs?follow=true` streams the list while a run is active (the run appears RUNNING, then
+/// READY) and ends once nothing is active; `workflow=` filters by name.
+#[test]
+fn the_run_list_streams_while_runs_are_active() {
+    let api = Api::start();
+    let log = api.c.path("log");
+    api.finished_run("done");
+    let r = api.post("/runs", Caller::Operator, &api.submit_body(&["wait"], Some("live")));
+    expect(&r, 202, None, "POST /runs run_id=live");
+    assert!(
+        wait_until(Duration::from_secs(15), || count(&log_lines(&log), "a:start:") == 1),
+        "the waiting tool never started"
+    );
+    let streamed = std::thread::scope(|s| {
+        let follower =
+            s.spawn(|| api.send_within(Duration::from_secs(30), "GET", "/runs?follow=true", Caller::Viewer, None, &[]));
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::write(api.c.path("release"), "").unwrap();
+        follower.join().unwrap()
+    });
+    expect(&streamed, 200, None, "GET /runs?follow=true");
+    assert!(streamed.header("content-type").starts_with("text/event-stream"), "{}", streamed.header("content-type"));
+    let lists = sse(&streamed.text);
+    let status_of = |list: &Value, id: &str| -> String {
+        list["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == id)
+            .map(|r| r["status"].to_string())
+            .unwrap_or_default()
+    };
+    assert!(lists.len() >= 2, "a list when following began and one when the run finished: {}", streamed.text);
+    assert!(lists.iter().all(|(_, event, _)| event == "runs"), "{}", streamed.text);
+    assert_eq!(status_of(&lists[0].2, "live"), "\"RUNNING\"", "{}", streamed.text);
+    assert_eq!(
+        status_of(&lists.last().unwrap().2, "live"),
+        "\"READY\"",
+        "the stream ends with the run READY: {}",
+        streamed.text
+    );
+    assert_eq!(lists.last().unwrap().2["runs"][0]["target"], "local");
+    for w in lists.windows(2) {
+        assert_ne!(w[0].2, w[1].2, "a list is sent only when it changed");
+    }
+    let other = api.get("/runs?workflow=nope", Caller::Viewer);
+    assert_eq!(other.body["runs"], json!([]), "{}", other.text);
+    assert_eq!(api.get("/runs?workflow=demo&limit=1", Caller::Viewer).body["runs"].as_array().unwrap().len(), 1);
 }

@@ -88,6 +88,14 @@ impl Engine {
         self.workflows_dir().join("drafts")
     }
 
+    /// The newest passed verification whose notebook is still on disk: what the workflow export
+    /// offers (`cairn kernel export --workflow`, `GET /api/notebook?workflow=1`).
+    pub fn newest_pass(&self) -> Result<Option<VerificationRecord>, EngineError> {
+        Ok(self.store.verifications(1000)?.into_iter().find(|v| {
+            v.verdict.as_deref() == Some("passed") && v.notebook.as_deref().is_some_and(|n| Path::new(n).is_file())
+        }))
+    }
+
     /// Takes the kernel admission slot (an exclusive lock, released when the returned value is
     /// dropped, including by a crash). Waits for it unless `no_wait`.
     pub fn acquire_slot(

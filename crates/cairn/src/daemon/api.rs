@@ -14,6 +14,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use cairn_core::status::RunStatus;
 use cairn_core::store::StoreError;
 use cairn_engine::plan::PlanRequest;
 use cairn_engine::registry::load_workflow;
@@ -34,6 +35,7 @@ use super::targets_api::{
 use super::verify_api::{
     self, __path_create_verification, __path_get_verification, __path_list_verifications, __path_verification_notebook,
 };
+use super::web::{self, __path_asset, __path_index, __path_login, __path_notebook_export};
 use crate::wire::{self, EventList, Job, JobList, PlanList, PlanSummary, RunList, RunResult, WorkflowList};
 
 /// Bodies above this are refused with 413 before they are parsed.
@@ -56,6 +58,8 @@ pub struct AppState {
     pub mcp_closing: tokio_util::sync::CancellationToken,
     /// Bumped after every committed write to the registry.
     pub commits: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The web app's login codes already used, so each works once.
+    pub logins: super::web::UsedLogins,
 }
 
 pub(super) type AppRef = Arc<AppState>;
@@ -199,12 +203,14 @@ pub fn router(state: AppRef) -> Router {
         .route("/verifications", get(verify_api::list_verifications).post(verify_api::create_verification))
         .route("/verifications/{id}", get(verify_api::get_verification))
         .route("/verifications/{id}/notebook", get(verify_api::verification_notebook))
+        .route("/api/notebook", get(web::notebook_export))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let mcp = crate::mcp::http_router(&state.url, &state.tokens.viewer, state.mcp_closing.clone())
         .layer(middleware::from_fn_with_state(state.clone(), require_any_token));
     Router::new()
         .route("/health", get(health))
         .route("/openapi.json", get(openapi_json))
+        .merge(web::routes())
         .merge(authed)
         .merge(mcp)
         .fallback(not_found)
@@ -489,16 +495,24 @@ pub struct ListRunsQuery {
     /// Only runs with this status.
     #[param(pattern = "^(PENDING|RUNNING|READY|BLOCKED|FAILED|CANCELLED)$")]
     pub status: Option<String>,
+    /// Only runs of this workflow (by name).
+    #[param(min_length = 1)]
+    pub workflow: Option<String>,
+    /// Stream the list as Server-Sent Events instead: now, and again after every change, until no
+    /// run is pending or running (a client reconnects to watch for new runs).
+    pub follow: Option<bool>,
 }
 
-/// Runs, newest first.
+/// Runs, newest first; with `follow=true`, a Server-Sent Events stream of the list (`event` is
+/// `runs`, `data` the list) that ends once no run is pending or running.
 #[utoipa::path(get, path = "/runs", tag = "runs", params(ListRunsQuery),
-    responses((status = 200, body = RunList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses(
+        (status = 200, description = "The runs (or, with follow=true, a stream of the list)", content(
+            (RunList = "application/json"),
+            (SseRunsSchema = "text/event-stream"))),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
-async fn list_runs(
-    State(state): State<AppRef>,
-    ApiQuery(q): ApiQuery<ListRunsQuery>,
-) -> Result<Json<RunList>, ApiError> {
+async fn list_runs(State(state): State<AppRef>, ApiQuery(q): ApiQuery<ListRunsQuery>) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::invalid("limit must be between 1 and 1000"));
@@ -509,11 +523,101 @@ async fn list_runs(
         }
         None => None,
     };
-    blocking(move || {
-        let runs = state.engine.store.runs(limit, status).map_err(EngineError::from)?;
-        Ok(Json(RunList::from_records(&runs)))
-    })
-    .await
+    if q.workflow.as_deref().is_some_and(|w| w.trim().is_empty()) {
+        return Err(ApiError::invalid("workflow must name a workflow; see GET /workflows"));
+    }
+    let filter = RunFilter { limit, status, workflow: q.workflow };
+    if !q.follow.unwrap_or(false) {
+        let st = state.clone();
+        let (list, _) = blocking(move || filter.read(&st)).await?;
+        return Ok(Json(list).into_response());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(16);
+    tokio::spawn(follow_runs(state, filter, tx));
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<SseEvent, Infallible>(e), rx))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// Which runs `GET /runs` lists.
+#[derive(Clone)]
+struct RunFilter {
+    limit: usize,
+    status: Option<cairn_core::status::RunStatus>,
+    workflow: Option<String>,
+}
+
+impl RunFilter {
+    /// The list, and whether any run (listed or not) is pending or running.
+    fn read(&self, state: &AppState) -> Result<(RunList, bool), ApiError> {
+        let store = state.engine.store.as_ref();
+        let read = || -> Result<_, StoreError> {
+            let runs = match &self.workflow {
+                // The filter applies before the limit: the newest `limit` runs of that workflow.
+                Some(w) => {
+                    let mut all = store.runs(usize::MAX >> 1, self.status)?;
+                    all.retain(|r| &r.workflow == w);
+                    all.truncate(self.limit);
+                    all
+                }
+                None => store.runs(self.limit, self.status)?,
+            };
+            let active = [RunStatus::Pending, RunStatus::Running]
+                .into_iter()
+                .map(|s| store.runs(1, Some(s)).map(|r| !r.is_empty()))
+                .collect::<Result<Vec<_>, _>>()?
+                .contains(&true);
+            Ok((RunList::from_records(store, &runs)?, active))
+        };
+        read().map_err(|e| ApiError::from(EngineError::from(e)))
+    }
+}
+
+/// One Server-Sent Event of `GET /runs?follow=true`.
+#[derive(ToSchema)]
+#[schema(as = SseRuns)]
+#[expect(dead_code, reason = "only describes the stream; axum's sse::Event writes it")]
+pub struct SseRunsSchema {
+    /// Always `runs`.
+    pub event: String,
+    /// The list as JSON (the `RunList` schema).
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
+}
+
+/// Feeds a follower of the run list: the list now, then each changed list (woken by commits,
+/// with a 1 s poll for runs other processes write), until no run is active, the follower leaves,
+/// or the daemon stops.
+async fn follow_runs(state: AppRef, filter: RunFilter, tx: tokio::sync::mpsc::Sender<SseEvent>) {
+    let mut commits = state.commits.subscribe();
+    let mut closing = state.closing.clone();
+    let mut last = String::new();
+    loop {
+        commits.borrow_and_update();
+        let (st, f) = (state.clone(), filter.clone());
+        let Ok(Ok((list, active))) = tokio::task::spawn_blocking(move || f.read(&st)).await else { return };
+        let data = serde_json::to_string(&list).unwrap_or_default();
+        if data != last {
+            if tx.send(SseEvent::default().event("runs").data(&data)).await.is_err() {
+                return;
+            }
+            last = data;
+        }
+        if !active {
+            return;
+        }
+        tokio::select! {
+            _ = commits.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = closing.changed() => return,
+        }
+        if tx.is_closed() || *closing.borrow() {
+            return;
+        }
+        // A step's end is several commits in a row: one list for all of them.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// One run: status, steps in execution order, findings, replay summary.
@@ -1023,11 +1127,12 @@ async fn kernel_audit(State(state): State<AppRef>) -> Result<Json<Value>, ApiErr
         list_workflows, get_workflow, create_plan, list_plans, get_plan, execute_plan,
         submit_job, list_jobs, get_job, interrupt_kernel, restart_kernel, kernel_audit,
         list_targets, create_target, probe_target, check_readiness,
-        create_verification, list_verifications, get_verification, verification_notebook),
+        create_verification, list_verifications, get_verification, verification_notebook,
+        index, asset, login, notebook_export),
     components(schemas(ErrorBody, ErrorDetail, Health, SubmitRun, ReplayDirective, RunResult, RunList, EventList, StepLog,
-        WorkflowList, SubmitJob, Job, JobList, Interrupted, Restarted, SseEventSchema, CreatePlan, ExecutePlan,
+        WorkflowList, SubmitJob, Job, JobList, Interrupted, Restarted, SseEventSchema, SseRunsSchema, CreatePlan, ExecutePlan,
         PlanSummary, PlanList, targets_api::CreateTarget,
-        verify_api::CreateVerification)),
+        verify_api::CreateVerification, web::UiLogin)),
     modifiers(&BearerAuth, &CommonResponses),
 )]
 pub struct ApiDoc;

@@ -5,6 +5,9 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
 use crate::Failure;
 
 /// Who a request is.
@@ -39,6 +42,65 @@ impl Tokens {
             None
         }
     }
+}
+
+/// How long a login link of `cairn ui` may be used: long enough to click, short enough that one
+/// found later in a terminal's scrollback or a browser's history is dead.
+pub const LOGIN_LIFETIME_MS: i64 = 120_000;
+
+/// Why a login code was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LoginRefused {
+    Malformed,
+    Forged,
+    Expired,
+}
+
+impl std::fmt::Display for LoginRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LoginRefused::Malformed => "the login code is malformed; run `cairn ui` for a new login link",
+            LoginRefused::Forged => "the login code was not made by this daemon's `cairn ui`; run it for a new link",
+            LoginRefused::Expired => "the login link expired (they last two minutes); run `cairn ui` for a new one",
+        })
+    }
+}
+
+/// A login code for the web app: `EXPIRES.NONCE.MAC`, where the MAC is an HMAC-SHA256 keyed with
+/// the Viewer token. Whoever can read the Viewer token can make one, which is exactly who may
+/// read: so `cairn ui` makes it without asking the daemon, and the daemon stores nothing until
+/// the code is used (then only its nonce, so it works once).
+pub fn login_code(viewer: &str, now_ms: i64) -> (String, i64) {
+    let expires = now_ms + LOGIN_LIFETIME_MS;
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let mac = hex::encode(login_mac(viewer, expires, &nonce).finalize().into_bytes());
+    (format!("{expires}.{nonce}.{mac}"), expires)
+}
+
+/// Checks a login code; its nonce and expiry (for the daemon's single-use memory) if it is good.
+pub fn check_login_code(viewer: &str, code: &str, now_ms: i64) -> Result<(String, i64), LoginRefused> {
+    let mut parts = code.trim().splitn(3, '.');
+    let (Some(expires), Some(nonce), Some(mac)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(LoginRefused::Malformed);
+    };
+    let expires: i64 = expires.parse().map_err(|_| LoginRefused::Malformed)?;
+    let given = hex::decode(mac).map_err(|_| LoginRefused::Malformed)?;
+    if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(LoginRefused::Malformed);
+    }
+    login_mac(viewer, expires, nonce).verify_slice(&given).map_err(|_| LoginRefused::Forged)?;
+    // A code dated further ahead than any `cairn ui` makes is refused too: it would outlive the
+    // two minutes.
+    if now_ms > expires || expires - now_ms > LOGIN_LIFETIME_MS + 5_000 {
+        return Err(LoginRefused::Expired);
+    }
+    Ok((nonce.to_string(), expires))
+}
+
+fn login_mac(viewer: &str, expires: i64, nonce: &str) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(viewer.as_bytes()).expect("HMAC accepts any key length");
+    mac.update(format!("cairn-ui-login\0{expires}\0{nonce}").as_bytes());
+    mac
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -150,6 +212,23 @@ mod tests {
             ["", "evil.example", "evil.example:80", "127.0.0.1.evil.example", "localhost:x", "[::2]:1", "0.0.0.0"]
         {
             assert!(!host_is_loopback(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn login_codes_are_checked_for_forgery_and_age() {
+        let viewer = "v".repeat(72);
+        let (code, expires) = login_code(&viewer, 1_000_000);
+        assert_eq!(expires, 1_000_000 + LOGIN_LIFETIME_MS);
+        let (nonce, at) = check_login_code(&viewer, &code, 1_000_001).unwrap();
+        assert_eq!((nonce.len(), at), (32, expires));
+        assert_eq!(check_login_code(&viewer, &code, expires + 1), Err(LoginRefused::Expired));
+        assert_eq!(check_login_code("another token", &code, 1_000_001), Err(LoginRefused::Forged));
+        // A later expiry under the same MAC is a forgery, not a longer login.
+        let later = code.replacen(&expires.to_string(), &(expires + 1).to_string(), 1);
+        assert_eq!(check_login_code(&viewer, &later, 1_000_001), Err(LoginRefused::Forged));
+        for bad in ["", "x", "1.2", "1.2.3", "a.0123456789abcdef0123456789abcdef.00", &format!("{expires}.short.00")] {
+            assert_eq!(check_login_code(&viewer, bad, 1_000_001), Err(LoginRefused::Malformed), "{bad}");
         }
     }
 

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod pool;
 mod targets_api;
 mod verify_api;
+pub mod web;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -335,6 +336,7 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         closing,
         mcp_closing: mcp_closing.clone(),
         commits,
+        logins: Default::default(),
     });
 
     let info = DaemonInfo {

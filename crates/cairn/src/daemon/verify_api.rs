@@ -148,7 +148,7 @@ fn find(state: &AppRef, id: &str) -> Result<cairn_core::store::VerificationRecor
     })
 }
 
-/// One verification: verdict, per-cell status, notebook or draft.
+/// One verification: verdict, per-cell status, notebook or draft (its path, and as `draft_text` its text).
 #[utoipa::path(get, path = "/verifications/{id}", tag = "verifications", params(("id" = String, Path)),
     responses((status = 200, description = "The verification", body = Object), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
@@ -157,7 +157,13 @@ pub(super) async fn get_verification(
     State(state): State<AppRef>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(record_json(&find(&state, &id)?)))).await
+    blocking(move || {
+        let v = find(&state, &id)?;
+        let mut out = record_json(&v);
+        out["draft_text"] = v.draft.as_deref().map(draft_text).into();
+        Ok(Json(out))
+    })
+    .await
 }
 
 /// The notebook a passed verification proved (nbformat 4.5 JSON, a provenance cell first); a
@@ -188,4 +194,20 @@ pub(super) async fn verification_notebook(
         Ok(([(header::CONTENT_TYPE, "application/x-ipynb+json")], bytes).into_response())
     })
     .await
+}
+
+/// The most of a draft `GET /verifications/{id}` carries.
+const DRAFT_TEXT_LIMIT: usize = 256 << 10;
+
+/// A failed verification's draft as text, cut at [`DRAFT_TEXT_LIMIT`] (with a note saying so), or
+/// why it cannot be read: the draft is overwritten by the next failure of the same title.
+fn draft_text(path: &str) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) if bytes.len() > DRAFT_TEXT_LIMIT => format!(
+            "{}\n[… cut at {DRAFT_TEXT_LIMIT} bytes; the whole draft is {path}]",
+            String::from_utf8_lossy(&bytes[..DRAFT_TEXT_LIMIT])
+        ),
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => format!("[the draft {path} cannot be read: {e}]"),
+    }
 }

@@ -1,0 +1,623 @@
+// Cairn's read-only web app. Plain ES modules, no build step: the daemon serves these files
+// from the binary. Every request to the API carries the Viewer token and is a GET; the page
+// has no control that plans, approves, executes or cancels anything.
+
+import { drawDag } from './dag.js';
+
+const TOKEN_KEY = 'cairn.viewer';
+const STATUSES = ['PENDING', 'RUNNING', 'READY', 'BLOCKED', 'FAILED', 'CANCELLED'];
+const main = document.getElementById('main');
+let token = sessionStorage.getItem(TOKEN_KEY);
+// Aborted when the page changes: ends its streams and timers.
+let pageLife = new AbortController();
+// The runs list filters survive moving between pages.
+const runFilters = { status: '', workflow: '' };
+
+// ------------------------------------------------------------------------------------ DOM
+
+/** An element: `h('td', {class: 'num', 'data-col': 'x'}, 'text', child)`. Text is always text. */
+export function h(tag, attrs = {}, ...children) {
+  const svg = ['svg', 'g', 'rect', 'text', 'path', 'title', 'desc', 'tspan', 'defs', 'marker'].includes(tag);
+  const el = svg ? document.createElementNS('http://www.w3.org/2000/svg', tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+function badge(status, extra = {}) {
+  return h('span', { class: `badge s-${status || 'none'}`, ...extra }, status || '—');
+}
+
+function time(iso) {
+  if (!iso) return '—';
+  return h('time', { datetime: iso }, iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z'));
+}
+
+function ms(n) {
+  if (n === null || n === undefined) return '—';
+  if (n < 1000) return `${Math.round(n)} ms`;
+  if (n < 60000) return `${(n / 1000).toFixed(1)} s`;
+  const m = Math.floor(n / 60000);
+  return `${m} min ${Math.round((n % 60000) / 1000)} s`;
+}
+
+function span(from, to) {
+  if (!from) return null;
+  const end = to ? Date.parse(to) : Date.now();
+  return end - Date.parse(from);
+}
+
+function table(id, caption, headers, rows) {
+  return h('table', { id },
+    caption ? h('caption', {}, caption) : null,
+    h('thead', {}, h('tr', {}, headers.map((t) => h('th', { scope: 'col', class: /^(Attempts|Duration|Findings|Steps|Count)$/.test(t) ? 'num' : null }, t)))),
+    h('tbody', {}, rows));
+}
+
+/** Replaces the page: one h1, the body, `data-page` for tests and styles. */
+function page(name, title, ...body) {
+  main.replaceChildren(h('h1', {}, title), ...body);
+  main.dataset.page = name;
+  delete main.dataset.loaded;
+  document.title = `${typeof title === 'string' ? title : main.querySelector('h1').textContent} · Cairn`;
+  for (const a of document.querySelectorAll('nav a[data-section]')) {
+    if (a.dataset.section === section(name)) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+}
+
+function section(name) {
+  return { run: 'runs', workflow: 'workflows' }[name] || name;
+}
+
+function loaded() {
+  main.dataset.loaded = 'true';
+}
+
+function errorBox(e) {
+  return h('div', { class: 'error', role: 'alert' }, e instanceof Error ? e.message : String(e));
+}
+
+// ------------------------------------------------------------------------------------ API
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.error?.message || `the daemon answered ${status}`);
+    this.status = status;
+    this.code = body?.error?.code;
+  }
+}
+
+function headers() {
+  return { Authorization: `Bearer ${token}` };
+}
+
+async function api(path, signal = pageLife.signal) {
+  const r = await fetch(path, { headers: headers(), signal, cache: 'no-store' });
+  const body = await r.json().catch(() => null);
+  if (r.status === 401) signOut('The daemon no longer accepts this page\'s token (it may have been restarted with a new one).');
+  if (!r.ok) throw new ApiError(r.status, body);
+  return body;
+}
+
+/** Follows a Server-Sent Events stream with the token (EventSource cannot send headers). */
+async function stream(path, onEvent, signal) {
+  const r = await fetch(path, { headers: { ...headers(), Accept: 'text/event-stream' }, signal, cache: 'no-store' });
+  if (!r.ok) throw new ApiError(r.status, await r.json().catch(() => null));
+  const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value.replace(/\r\n/g, '\n');
+    let at;
+    while ((at = buf.indexOf('\n\n')) >= 0) {
+      const chunk = buf.slice(0, at);
+      buf = buf.slice(at + 2);
+      const ev = { event: 'message', data: '', id: null };
+      for (const line of chunk.split('\n')) {
+        if (line.startsWith(':')) continue;
+        const [k, ...rest] = line.split(':');
+        const v = rest.join(':').replace(/^ /, '');
+        if (k === 'event') ev.event = v;
+        else if (k === 'data') ev.data += (ev.data ? '\n' : '') + v;
+        else if (k === 'id') ev.id = v;
+      }
+      if (ev.data) onEvent(ev);
+    }
+  }
+}
+
+/** Downloads with the token: fetch, then save the body under the server's file name. */
+async function download(path, fallback, status) {
+  status.textContent = 'Downloading…';
+  try {
+    const r = await fetch(path, { headers: headers(), cache: 'no-store' });
+    if (!r.ok) throw new ApiError(r.status, await r.json().catch(() => null));
+    const name = /filename="([^"]+)"/.exec(r.headers.get('content-disposition') || '')?.[1] || fallback;
+    const url = URL.createObjectURL(await r.blob());
+    const a = h('a', { href: url, download: name, class: 'visually-hidden' }, name);
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    status.textContent = `Saved ${name}.`;
+  } catch (e) {
+    status.textContent = e.message;
+  }
+}
+
+// ------------------------------------------------------------------------------------ sign-in
+
+/** Exchanges a login link's code for the Viewer token. False when it was refused and the page
+ *  has no token to go on with (the sign-in page, with the reason, is shown then). */
+async function signIn() {
+  const m = /^#login=([0-9a-f.]+)$/.exec(location.hash);
+  if (!m) return true;
+  history.replaceState(null, '', '#/runs');
+  const r = await fetch(`/ui/login?code=${encodeURIComponent(m[1])}`, { cache: 'no-store' });
+  const body = await r.json().catch(() => null);
+  if (r.ok) {
+    token = body.token;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    return true;
+  }
+  if (token) return true;
+  signOut(body?.error?.message || `the daemon refused the login link (${r.status})`);
+  return false;
+}
+
+function signOut(why) {
+  token = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  pageLife.abort();
+  page('signin', 'Sign in',
+    why ? h('div', { class: 'error', role: 'alert' }, why) : null,
+    h('p', {}, 'This page needs a login link. In a terminal, run:'),
+    h('pre', {}, 'cairn ui'),
+    h('p', {}, 'and open the link it prints within two minutes. The link works once; the page then reads with the Viewer token, which can change nothing.'));
+  loaded();
+}
+
+// ------------------------------------------------------------------------------------ routes
+
+async function route() {
+  pageLife.abort();
+  pageLife = new AbortController();
+  if (!token) return signOut();
+  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  const [top, a, b] = parts;
+  try {
+    if (top === 'runs' && a) await runPage(a);
+    else if (top === 'workflows' && a && b) await workflowPage(a, b);
+    else if (top === 'workflows') await workflowsPage();
+    else if (top === 'compute') await computePage();
+    else if (top === 'verifications') await verificationsPage();
+    else if (top === 'runs' || !top) await runsPage();
+    else {
+      page('missing', 'Not found', h('p', {}, 'This page does not exist. ', h('a', { href: '#/runs' }, 'Go to the runs.')));
+      loaded();
+    }
+  } catch (e) {
+    if (e.name === 'AbortError') return;
+    main.append(errorBox(e));
+    loaded();
+  }
+  main.focus({ preventScroll: true });
+}
+
+// ------------------------------------------------------------------------------------ runs
+
+async function runsPage() {
+  const life = pageLife;
+  const live = h('p', { class: 'live', role: 'status' }, 'Connecting…');
+  const statusSel = h('select', { id: 'filter-status' },
+    h('option', { value: '' }, 'all'), STATUSES.map((s) => h('option', { value: s }, s)));
+  const wfSel = h('select', { id: 'filter-workflow' }, h('option', { value: '' }, 'all'));
+  const tbody = h('tbody');
+  const tbl = h('table', { id: 'runs-table' },
+    h('caption', { class: 'visually-hidden' }, 'Runs, newest first'),
+    h('thead', {}, h('tr', {}, ['Run', 'Status', 'Workflow', 'Target', 'Started', 'Duration', 'Findings', 'Replay of']
+      .map((t) => h('th', { scope: 'col', class: ['Duration', 'Findings'].includes(t) ? 'num' : null }, t)))),
+    tbody);
+  const empty = h('p', { class: 'muted', hidden: true }, 'No runs match.');
+  const problem = h('div', { class: 'error', role: 'alert' });
+  page('runs', 'Runs',
+    h('div', { class: 'filters' },
+      h('label', {}, 'Status', statusSel),
+      h('label', {}, 'Workflow', wfSel),
+      live),
+    problem, tbl, empty);
+  statusSel.value = runFilters.status;
+  let runs = [];
+  const render = () => {
+    const names = [...new Set(runs.map((r) => r.workflow))].sort();
+    const chosen = runFilters.workflow;
+    wfSel.replaceChildren(h('option', { value: '' }, 'all'), names.map((n) => h('option', { value: n }, n)));
+    if (chosen && !names.includes(chosen)) wfSel.append(h('option', { value: chosen }, chosen));
+    wfSel.value = chosen;
+    const shown = runs.filter((r) => (!runFilters.status || r.status === runFilters.status)
+      && (!runFilters.workflow || r.workflow === runFilters.workflow));
+    tbody.replaceChildren(...shown.map((r) => h('tr', { 'data-run-id': r.run_id },
+      h('td', { 'data-col': 'run' }, h('a', { href: `#/runs/${encodeURIComponent(r.run_id)}` }, r.run_id)),
+      h('td', { 'data-col': 'status' }, badge(r.status)),
+      h('td', { 'data-col': 'workflow' }, `${r.workflow}@${r.version}`),
+      h('td', { 'data-col': 'target' }, r.target || 'local'),
+      h('td', { 'data-col': 'started' }, time(r.created_at)),
+      h('td', { 'data-col': 'duration', class: 'num' }, r.finished_at ? ms(span(r.created_at, r.finished_at)) : `running ${ms(span(r.created_at))}`),
+      h('td', { 'data-col': 'findings', class: 'num' }, r.findings),
+      h('td', { 'data-col': 'source' }, r.source_run_id ? h('a', { href: `#/runs/${encodeURIComponent(r.source_run_id)}` }, r.source_run_id) : '—'))));
+    empty.hidden = shown.length > 0;
+  };
+  statusSel.addEventListener('change', () => { runFilters.status = statusSel.value; render(); });
+  wfSel.addEventListener('change', () => { runFilters.workflow = wfSel.value; render(); });
+  // The stream sends the list now and on every change, and ends when no run is active; then
+  // the page looks again every 2 s, so a new run shows up without a reload.
+  const follow = async () => {
+    while (!life.signal.aborted) {
+      try {
+        live.textContent = 'Live: updates as runs change.';
+        await stream('/runs?follow=true&limit=200', (ev) => {
+          if (ev.event !== 'runs') return;
+          runs = JSON.parse(ev.data).runs;
+          problem.replaceChildren();
+          render();
+          loaded();
+        }, life.signal);
+        live.textContent = 'Live: no run is active; checking every 2 s.';
+      } catch (e) {
+        if (life.signal.aborted) return;
+        problem.textContent = `Cannot follow the runs: ${e.message}. Retrying.`;
+        loaded();
+      }
+      await sleep(2000, life.signal);
+    }
+  };
+  follow();
+}
+
+function sleep(n, signal) {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, n);
+    signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+  });
+}
+
+// ------------------------------------------------------------------------------------ one run
+
+async function runPage(runId) {
+  const life = pageLife;
+  const enc = encodeURIComponent(runId);
+  const [run, list] = await Promise.all([api(`/runs/${enc}`), api('/runs?limit=1000')]);
+  const wf = await api(`/workflows/${encodeURIComponent(run.workflow)}?version=${encodeURIComponent(run.version)}`)
+    .catch(() => null);
+  const summary = list.runs.find((r) => r.run_id === runId);
+  const children = list.runs.filter((r) => r.source_run_id === runId);
+  const source = run.replay?.source_run_id || summary?.source_run_id;
+
+  const status = h('span', { id: 'run-status', class: `badge s-${run.status}` }, run.status);
+  const meta = h('dl', { class: 'meta' });
+  const dagBox = h('div', { class: 'dag-wrap' });
+  const stepsBox = h('div');
+  const findingsBox = h('div');
+  const eventsBox = h('ol', { id: 'events', class: 'timeline', 'aria-label': 'Events, oldest first' });
+  const logsBox = h('div');
+  const lineage = h('div', { id: 'lineage' });
+  const liveNote = h('p', { class: 'live', role: 'status' });
+  page('run', 'Run', liveNote);
+  main.querySelector('h1').replaceChildren(`Run ${runId} `, status);
+  main.append(meta,
+    h('section', { 'aria-labelledby': 'h-lineage' }, h('h2', { id: 'h-lineage' }, 'Lineage'), lineage),
+    h('section', { 'aria-labelledby': 'h-dag' }, h('h2', { id: 'h-dag' }, 'Steps as a graph'), legend(), dagBox),
+    h('section', { 'aria-labelledby': 'h-steps' }, h('h2', { id: 'h-steps' }, 'Steps'), stepsBox),
+    h('section', { 'aria-labelledby': 'h-findings' }, h('h2', { id: 'h-findings' }, 'Findings'), findingsBox),
+    h('section', { 'aria-labelledby': 'h-events' }, h('h2', { id: 'h-events' }, 'Event timeline'), eventsBox),
+    h('section', { 'aria-labelledby': 'h-logs' }, h('h2', { id: 'h-logs' }, 'Log tails'),
+      h('p', { class: 'muted small' }, 'The last 200 lines of each step\'s output, read when you open it.'), logsBox));
+
+  // Lineage: the run it replays, and the runs that replay it.
+  lineage.append(
+    source ? h('p', {}, 'Replay of ', h('a', { href: `#/runs/${encodeURIComponent(source)}` }, source),
+      run.replay ? ` (requested: ${(run.replay.requested || []).join(', ') || '—'})` : '') : h('p', {}, 'Not a replay.'),
+    children.length ? h('p', {}, 'Replayed by ', children.flatMap((c, i) => [i ? ', ' : '', h('a', { href: `#/runs/${encodeURIComponent(c.run_id)}` }, c.run_id), ` (${c.status})`])) : h('p', { class: 'muted' }, 'No replay of this run.'));
+
+  for (const s of run.steps) {
+    const pre = h('pre', { 'aria-live': 'off' }, 'Loading…');
+    const d = h('details', { class: 'log', 'data-step': s.step_id }, h('summary', {}, `Log of ${s.step_id}`), pre);
+    d.addEventListener('toggle', async () => {
+      if (!d.open) return;
+      try {
+        const log = await api(`/runs/${enc}/steps/${encodeURIComponent(s.step_id)}/log?lines=200`);
+        pre.textContent = (log.truncated ? '[… earlier lines left out]\n' : '') + (log.lines.join('\n') || '(no output)');
+      } catch (e) {
+        pre.textContent = e.message;
+      }
+    });
+    logsBox.append(d);
+  }
+
+  let events = [];
+  const render = (r) => {
+    status.textContent = r.status;
+    status.className = `badge s-${r.status}`;
+    meta.replaceChildren(
+      h('dt', {}, 'Workflow'), h('dd', {}, h('a', { href: `#/workflows/${encodeURIComponent(r.workflow)}/${encodeURIComponent(r.version)}` }, `${r.workflow}@${r.version}`)),
+      h('dt', {}, 'Target'), h('dd', {}, summary?.target || 'local'),
+      h('dt', {}, 'Run directory'), h('dd', { class: 'mono wrap' }, r.run_dir),
+      h('dt', {}, 'Started'), h('dd', {}, time(r.created_at)),
+      h('dt', {}, 'Finished'), h('dd', {}, r.finished_at ? time(r.finished_at) : 'not yet'),
+      h('dt', {}, 'Duration'), h('dd', {}, ms(span(r.created_at, r.finished_at))),
+      ...(r.thread_id ? [h('dt', {}, 'Thread'), h('dd', {}, r.thread_id)] : []),
+      ...(r.error ? [h('dt', {}, 'Error'), h('dd', {}, r.error)] : []));
+    const byStep = Object.fromEntries(r.steps.map((s) => [s.step_id, s]));
+    dagBox.replaceChildren(drawDag(h, wf ? wf.steps : r.steps.map((s) => ({ id: s.step_id, needs: [] })), byStep,
+      `Steps of run ${r.run_id} and what each needs, coloured by status`));
+    const attempts = attemptsOf(events);
+    stepsBox.replaceChildren(table('steps-table', null,
+      ['Step', 'Status', 'Attempts', 'Outcome', 'Duration', 'Attempt timings', 'Decision', 'Reason'],
+      r.steps.map((s) => h('tr', { 'data-step': s.step_id },
+        h('th', { scope: 'row', 'data-col': 'step' }, s.step_id),
+        h('td', { 'data-col': 'status' }, badge(s.status), s.reused ? h('span', { class: 'muted small' }, ' reused') : null),
+        h('td', { 'data-col': 'attempts', class: 'num' }, s.attempts),
+        h('td', { 'data-col': 'outcome' }, s.outcome || '—', s.error ? h('div', { class: 'small muted wrap' }, s.error) : null),
+        h('td', { 'data-col': 'duration', class: 'num' }, ms(s.duration_ms)),
+        h('td', { 'data-col': 'timings', class: 'small' }, (attempts[s.step_id] || []).map((a) => h('div', {},
+          `#${a.attempt} `, time(a.start), a.end ? ` → ${ms(span(a.start, a.end))} ${a.how}` : ' → running'))),
+        h('td', { 'data-col': 'decision' }, decision(s, r.replay)),
+        h('td', { 'data-col': 'reason' }, reason(s))))));
+    findingsBox.replaceChildren(r.findings.length
+      ? h('ul', { id: 'findings', class: 'findings' }, r.findings.map((f) => h('li', {},
+        h('strong', {}, f.rule), `: ${f.finding} (step ${f.step}, ${f.pointer}`,
+        'observed' in f ? `, observed ${JSON.stringify(f.observed)}` : ', nothing observed', ')')))
+      : h('p', { id: 'findings', class: 'muted' }, r.status === 'READY' ? 'None: every validator rule held.' : 'None.'));
+    eventsBox.replaceChildren(...events.map((e) => h('li', { 'data-kind': e.kind },
+      h('span', { class: 'muted' }, `#${e.seq}`), time(e.at), h('span', {}, e.kind),
+      h('span', { class: 'data' }, [e.step_id, e.attempt ? `attempt ${e.attempt}` : null].filter(Boolean).join(' · '),
+        Object.keys(e.data || {}).length ? ` ${JSON.stringify(e.data)}` : ''))));
+  };
+
+  const finished = (s) => ['READY', 'BLOCKED', 'FAILED', 'CANCELLED'].includes(s);
+  events = (await api(`/runs/${enc}/events`)).events;
+  render(run);
+  loaded();
+  if (finished(run.status)) return;
+
+  // Live: follow the event stream; each event re-reads the run (at most every 250 ms).
+  liveNote.textContent = 'Live: this run is active; the page follows it.';
+  let pending = null;
+  const refresh = () => {
+    if (pending) return;
+    pending = setTimeout(async () => {
+      pending = null;
+      try {
+        const r = await api(`/runs/${enc}`, life.signal);
+        render(r);
+        if (finished(r.status)) liveNote.textContent = `Finished: ${r.status}.`;
+      } catch (e) {
+        if (!life.signal.aborted) liveNote.textContent = e.message;
+      }
+    }, 250);
+  };
+  const after = events.length ? events[events.length - 1].seq : 0;
+  try {
+    await stream(`/runs/${enc}/events?follow=true&after=${after}`, (ev) => {
+      events.push(JSON.parse(ev.data));
+      refresh();
+    }, life.signal);
+  } catch (e) {
+    if (!life.signal.aborted) liveNote.textContent = `Stopped following: ${e.message}`;
+  }
+  refresh();
+}
+
+function legend() {
+  return h('p', { class: 'legend' }, ['PENDING', 'RUNNING', 'COMPLETED', 'FAILED'].map((s) => h('span', {}, badge(s))),
+    h('span', {}, 'Dashed border: reused from the source run, not executed.'));
+}
+
+/** The replay decision in words: reused, replayed (asked for) or invalidated (re-run because
+ *  something it depends on changed). */
+function decision(s, replay) {
+  if (s.decision === 'reuse') return 'reused';
+  if (s.decision === 'replay') return (replay?.invalidated || []).includes(s.step_id) ? 'invalidated' : 'replayed';
+  return s.reused ? 'reused' : s.attempts ? 'executed' : '—';
+}
+
+function reason(s) {
+  if (s.reason) return s.reason;
+  return s.attempts ? 'executed in this run (not a replay)' : '—';
+}
+
+/** Each step's attempts from the event log: start, end and how it ended. */
+function attemptsOf(events) {
+  const out = {};
+  for (const e of events) {
+    if (!e.step_id || !e.attempt) continue;
+    const list = (out[e.step_id] ||= []);
+    let a = list.find((x) => x.attempt === e.attempt);
+    if (e.kind === 'step.started') {
+      if (!a) list.push({ attempt: e.attempt, start: e.at, end: null, how: '' });
+    } else if (a && !a.end && /^step\.(completed|failed|cancelled|interrupted|retrying)$/.test(e.kind)) {
+      a.end = e.at;
+      a.how = e.kind.slice(5);
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------ workflows
+
+async function workflowsPage() {
+  const { workflows } = await api('/workflows');
+  page('workflows', 'Workflows',
+    workflows.length ? table('workflows-table', 'Every registered version', ['Workflow', 'Version', 'Steps', 'Digest', 'Registered', 'Description'],
+      workflows.map((w) => h('tr', { 'data-workflow': w.name, 'data-version': w.version },
+        h('th', { scope: 'row' }, w.name),
+        h('td', {}, h('a', { href: `#/workflows/${encodeURIComponent(w.name)}/${encodeURIComponent(w.version)}`, 'aria-label': `${w.name} version ${w.version}` }, w.version)),
+        h('td', { class: 'num' }, w.steps),
+        h('td', { class: 'mono', title: w.digest }, short(w.digest)),
+        h('td', {}, time(w.registered_at)),
+        h('td', {}, w.description || ''))))
+      : h('p', { class: 'muted' }, 'No workflow is registered yet; add one with cairn workflow add PATH.'));
+  loaded();
+}
+
+function short(digest) {
+  const hex = String(digest || '').replace(/^sha256:/, '');
+  return hex.length > 16 ? `${hex.slice(0, 16)}…` : hex;
+}
+
+async function workflowPage(name, version) {
+  const wf = await api(`/workflows/${encodeURIComponent(name)}?version=${encodeURIComponent(version)}`);
+  const { workflows } = await api('/workflows');
+  const versions = workflows.filter((w) => w.name === name);
+  page('workflow', `${wf.name}@${wf.version}`,
+    wf.description ? h('p', {}, wf.description) : null,
+    h('dl', { class: 'meta' },
+      h('dt', {}, 'Digest'), h('dd', { class: 'mono wrap' }, wf.digest),
+      h('dt', {}, 'Versions'), h('dd', {}, versions.flatMap((v, i) => [i ? ', ' : '',
+        v.version === wf.version ? h('strong', {}, v.version) : h('a', { href: `#/workflows/${encodeURIComponent(name)}/${encodeURIComponent(v.version)}` }, v.version)]))),
+    h('section', { 'aria-labelledby': 'h-dag' }, h('h2', { id: 'h-dag' }, 'Steps as a graph'),
+      h('div', { class: 'dag-wrap' }, drawDag(h, wf.steps, null, `Steps of ${wf.name}@${wf.version} and what each needs`))),
+    h('section', { 'aria-labelledby': 'h-steps' }, h('h2', { id: 'h-steps' }, 'Steps'),
+      table('wf-steps-table', 'In execution order', ['Step', 'Tool', 'Needs', 'Max attempts', 'Retry on', 'Arguments'],
+        wf.order.map((id) => wf.steps.find((s) => s.id === id)).filter(Boolean).map((s) => h('tr', { 'data-step': s.id },
+          h('th', { scope: 'row' }, s.id), h('td', {}, s.tool), h('td', {}, (s.needs || []).join(', ') || '—'),
+          h('td', { class: 'num' }, s.max_attempts ?? 1), h('td', {}, (s.retry_on || []).join(', ') || '—'),
+          h('td', { class: 'mono small wrap' }, JSON.stringify(s.args)))))),
+    h('section', { 'aria-labelledby': 'h-tools' }, h('h2', { id: 'h-tools' }, 'Tools'),
+      table('tools-table', 'Each tool\'s digest covers its command, files and settings: a change re-runs the steps that use it', ['Tool', 'Command', 'Version', 'Timeout', 'Files', 'Digest'],
+        wf.tools.map((t) => h('tr', { 'data-tool': t.name },
+          h('th', { scope: 'row' }, t.name),
+          h('td', { class: 'mono small wrap' }, (t.command || []).join(' ')),
+          h('td', {}, t.version ?? '—'),
+          h('td', { class: 'num' }, t.timeout_secs ? `${t.timeout_secs} s` : '—'),
+          h('td', { class: 'small' }, (t.files || []).map((f) => h('div', { class: 'mono' }, typeof f === 'string' ? f : (f.path || JSON.stringify(f))))),
+          h('td', { 'data-col': 'digest', class: 'mono small wrap' }, t.digest))))),
+    h('section', { id: 'rules', 'aria-labelledby': 'h-rules' }, h('h2', { id: 'h-rules' }, 'Validator rules'),
+      wf.rules.length ? table('rules-table', 'A finished run is READY when every rule holds, BLOCKED otherwise', ['Rule', 'Step', 'Pointer', 'Check', 'Finding when it fails'],
+        wf.rules.map((r) => h('tr', { 'data-rule': r.id },
+          h('th', { scope: 'row' }, r.id), h('td', {}, r.step), h('td', { class: 'mono' }, r.pointer),
+          h('td', { class: 'mono' }, `${r.op}${'value' in r ? ` ${JSON.stringify(r.value)}` : ''}`), h('td', {}, r.finding))))
+        : h('p', { class: 'muted' }, 'No rules: a run that completes every step is READY.')),
+    h('section', { 'aria-labelledby': 'h-input' }, h('h2', { id: 'h-input' }, 'Input schema'),
+      h('details', {}, h('summary', {}, 'Show the JSON schema'), h('pre', {}, JSON.stringify(wf.input_schema, null, 2)))));
+  loaded();
+}
+
+// ------------------------------------------------------------------------------------ compute
+
+async function computePage() {
+  const { targets } = await api('/targets');
+  page('compute', 'Compute',
+    h('p', { class: 'muted' }, 'Readiness here is what the last probe saw (run cairn target probe NAME to look again). A plan still checks its own run directory when it is made.'),
+    table('targets-table', null, ['Target', 'Address', 'Executor', 'Workspace root', 'Readiness', 'Last probe', 'Facts'],
+      targets.map((t) => {
+        const p = t.last_probe;
+        const o = p?.observed || {};
+        const ready = t.readiness;
+        return h('tr', { 'data-target': t.name },
+          h('th', { scope: 'row' }, t.name),
+          h('td', { class: 'mono small' }, t.ssh ? `${t.ssh.user}@${t.ssh.host}:${t.ssh.port}` : 'this machine'),
+          h('td', {}, t.executor, t.partition ? ` (partition ${t.partition})` : ''),
+          h('td', { class: 'mono small wrap' }, t.workspace_root),
+          h('td', { 'data-col': 'readiness' }, ready === null || ready === undefined
+            ? badge('unknown') : ready.ready ? badge('ready') : [h('span', { class: 'badge s-notready' }, 'not ready'),
+              h('ul', { class: 'plain small' }, ready.problems.map((x) => h('li', {}, x)))]),
+          h('td', { 'data-col': 'probe' }, p ? time(new Date(p.probed_at).toISOString()) : 'never'),
+          h('td', { 'data-col': 'facts', class: 'small' }, p ? facts(o) : '—'));
+      })));
+  loaded();
+}
+
+function facts(o) {
+  const gb = (b) => (b ? `${(b / 2 ** 30).toFixed(1)} GiB` : '?');
+  const rows = [
+    ['Host', `${o.hostname || '?'} · ${o.os || '?'} · ${o.machine || '?'}`],
+    ['CPUs · memory', `${o.cpus ?? '?'} · ${gb(o.memory?.available_bytes)} free of ${gb(o.memory?.total_bytes)}`],
+    ['Workspace', `${o.workspace?.exists ? 'exists' : 'absent'}, ${o.workspace?.writable ? 'writable' : 'not writable'}, ${gb(o.workspace?.free_bytes)} free`],
+    ['Python', o.python?.version || '—'],
+    ['Snakemake', o.snakemake?.version || 'absent'],
+    ['Nextflow', o.nextflow?.version || 'absent'],
+    ['Slurm', Object.values(o.slurm || {}).every(Boolean) ? 'sbatch, squeue, scancel, scontrol' : 'absent'],
+  ];
+  return h('dl', { class: 'meta' }, rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+}
+
+// ------------------------------------------------------------------------------------ verifications
+
+async function verificationsPage() {
+  const [{ verifications }, { jobs }] = await Promise.all([api('/verifications?limit=200'), api('/kernel/jobs')]);
+  const drafts = await Promise.all(verifications.filter((v) => v.verdict && v.verdict !== 'passed' && v.draft)
+    .map((v) => api(`/verifications/${encodeURIComponent(v.verification_id)}`).catch(() => null)));
+  const draftOf = Object.fromEntries(drafts.filter(Boolean).map((v) => [v.verification_id, v.draft_text]));
+  const newestPass = verifications.find((v) => v.verdict === 'passed' && v.notebook);
+  const said = h('p', { class: 'small muted', role: 'status' });
+  const exportsSaid = h('p', { class: 'small muted', role: 'status' });
+
+  page('verifications', 'Verifications',
+    h('p', { class: 'muted' }, 'A verification runs a document\'s cells in order in a fresh kernel and stops at the first failure. A pass proves the cells run, not that their numbers are right.'),
+    h('section', { 'aria-labelledby': 'h-newest' }, h('h2', { id: 'h-newest' }, 'Newest pass'),
+      newestPass ? h('div', { class: 'actions' },
+        h('span', {}, `${newestPass.title} (${newestPass.verification_id}), `, time(newestPass.finished_at ? new Date(newestPass.finished_at).toISOString() : null)),
+        h('button', { id: 'download-notebook', type: 'button', onclick: () => download(`/verifications/${encodeURIComponent(newestPass.verification_id)}/notebook`, `${newestPass.verification_id}.ipynb`, said) }, 'Download notebook'),
+        said)
+        : h('p', { class: 'muted' }, 'No verification has passed yet.')),
+    h('section', { 'aria-labelledby': 'h-all' }, h('h2', { id: 'h-all' }, 'All verifications'),
+      verifications.length ? table('verifications-table', 'Newest first', ['Verification', 'Title', 'Verdict', 'Cells', 'Started', 'Duration', 'Result'],
+        verifications.map((v) => h('tr', { 'data-verification': v.verification_id, 'data-verdict': v.verdict || 'running' },
+          h('th', { scope: 'row', class: 'mono small' }, v.verification_id),
+          h('td', {}, v.title),
+          h('td', {}, badge(v.verdict || 'running')),
+          h('td', {}, h('div', { class: 'cells' }, (v.cells || []).map((c) => h('span', { class: `cell s-${c.status}`, 'data-status': c.status, title: `cell ${c.index}: ${c.status}${c.duration_ms != null ? `, ${ms(c.duration_ms)}` : ''}` }, `${c.index}: ${c.status}`)))),
+          h('td', {}, time(v.created_at ? new Date(v.created_at).toISOString() : null)),
+          h('td', { class: 'num' }, v.finished_at ? ms(v.finished_at - v.created_at) : '—'),
+          h('td', { class: 'small wrap' },
+            v.error ? h('div', {}, v.error) : null,
+            v.notebook ? h('div', { class: 'mono' }, v.notebook) : null,
+            v.draft ? h('details', { class: 'draft' }, h('summary', {}, 'Draft'),
+              h('p', { class: 'mono small' }, v.draft),
+              h('pre', {}, draftOf[v.verification_id] ?? '(not loaded)')) : null))))
+        : h('p', { class: 'muted' }, 'No verification yet; run cairn verify DOC.')),
+    h('section', { 'aria-labelledby': 'h-jobs' }, h('h2', { id: 'h-jobs' }, 'Session kernel jobs'),
+      jobs.length ? table('jobs-table', 'Oldest first', ['Job', 'Status', 'Code', 'Submitted', 'Duration', 'Session'],
+        jobs.map((j) => h('tr', { 'data-job': j.job_id },
+          h('th', { scope: 'row', class: 'mono small' }, j.job_id),
+          h('td', { 'data-col': 'status' }, badge(j.status)),
+          h('td', { class: 'mono small wrap' }, firstLines(j.code), j.error ? h('div', { class: 'muted' }, j.error) : null),
+          h('td', {}, time(j.submitted_at)),
+          h('td', { class: 'num' }, ms(j.duration_ms)),
+          h('td', { class: 'mono small' }, j.session))))
+        : h('p', { class: 'muted' }, 'The session kernel has run no job.')),
+    h('section', { 'aria-labelledby': 'h-exports' }, h('h2', { id: 'h-exports' }, 'Exports'),
+      h('div', { class: 'actions' },
+        h('button', { id: 'download-audit', type: 'button', onclick: () => download('/api/notebook', 'cairn-audit.ipynb', exportsSaid) }, 'Download the audit notebook'),
+        h('button', { id: 'download-workflow', type: 'button', onclick: () => download('/api/notebook?workflow=1', 'workflow.ipynb', exportsSaid) }, 'Download the workflow notebook'),
+        exportsSaid),
+      h('p', { class: 'small muted' }, 'The audit notebook is every retained session job in order, dead ends included, each with a provenance header. The workflow notebook is the newest passed verification: the verified cells and an introduction stating what the run proved and what it did not.')));
+  loaded();
+}
+
+function firstLines(code) {
+  const lines = String(code).split('\n');
+  return lines.length > 3 ? `${lines.slice(0, 3).join('\n')}\n…` : code;
+}
+
+// ------------------------------------------------------------------------------------ start
+
+window.addEventListener('hashchange', () => {
+  if (location.hash.startsWith('#login=')) signIn().then((ok) => ok && route());
+  else route();
+});
+signIn().then((ok) => ok && route());
