@@ -45,6 +45,24 @@ if ! cmp -s "$MCP_CONFORMANCE/package-lock.json" "$MCP_CONFORMANCE/node_modules/
   cp "$MCP_CONFORMANCE/package-lock.json" "$MCP_CONFORMANCE/node_modules/.installed"
 fi
 
+# The web app's browser test (crates/cairn/tests/webapp.rs) drives Debian's chromium headless
+# through playwright-core (no browser download), with axe-core; both pinned in
+# tools/webapp-e2e/package-lock.json and installed when the lock file changed.
+if [ ! -x /usr/bin/chromium ]; then
+  log "installing chromium (the web app's browser test drives it headless)"
+  apt-get update -q && apt-get install -y -q --no-install-recommends chromium
+fi
+WEBAPP_E2E="$ROOT/tools/webapp-e2e"
+if ! cmp -s "$WEBAPP_E2E/package-lock.json" "$WEBAPP_E2E/node_modules/.installed" 2>/dev/null; then
+  if ! command -v npm >/dev/null; then
+    log "installing npm (the browser test's packages come from the npm registry)"
+    apt-get update -q && apt-get install -y -q --no-install-recommends npm
+  fi
+  log "installing the browser test's packages (npm ci in tools/webapp-e2e)"
+  (cd "$WEBAPP_E2E" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$WEBAPP_E2E/package-lock.json" "$WEBAPP_E2E/node_modules/.installed"
+fi
+
 # Services for the target tests: a private sshd on 127.0.0.1:2222 (installs openssh-server if
 # needed) and a single-node Slurm on loopback (installs slurm and munge if needed). The tests that
 # need them fail, not skip, without them; so does this script.

@@ -234,12 +234,9 @@ fn export_audit(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'stat
 
 fn export_workflow(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'static str), Failure> {
     let engine = Engine::open(root)?;
-    let passed = engine
-        .newest_pass()?
-        .and_then(|v| v.notebook)
-        .ok_or_else(|| {
-            Failure::usage("no verified workflow notebook exists yet; verify a document with `cairn verify DOC`")
-        })?;
+    let passed = engine.newest_pass()?.and_then(|v| v.notebook).ok_or_else(|| {
+        Failure::usage("no verified workflow notebook exists yet; verify a document with `cairn verify DOC`")
+    })?;
     match output {
         Some(p) => {
             std::fs::copy(&passed, &p)

@@ -88,6 +88,7 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         eprintln!("  cairn show {blocked}   # the BLOCKED run and its finding");
         eprintln!("  cairn events {ready} # the durable event log");
         eprintln!("  cairn workflow show release-validation@1.1.0");
+        eprintln!("  cairn ui                        # the same runs in the read-only web app");
     }
     Ok(if as_expected { 0 } else { 3 })
 }

@@ -67,7 +67,7 @@ function table(id, caption, headers, rows) {
 
 /** Replaces the page: one h1, the body, `data-page` for tests and styles. */
 function page(name, title, ...body) {
-  main.replaceChildren(h('h1', {}, title), ...body);
+  main.replaceChildren(h('h1', {}, title), ...body.flat().filter((c) => c !== null && c !== undefined && c !== false));
   main.dataset.page = name;
   delete main.dataset.loaded;
   document.title = `${typeof title === 'string' ? title : main.querySelector('h1').textContent} · Cairn`;
@@ -244,7 +244,7 @@ async function runsPage() {
   const render = () => {
     const names = [...new Set(runs.map((r) => r.workflow))].sort();
     const chosen = runFilters.workflow;
-    wfSel.replaceChildren(h('option', { value: '' }, 'all'), names.map((n) => h('option', { value: n }, n)));
+    wfSel.replaceChildren(h('option', { value: '' }, 'all'), ...names.map((n) => h('option', { value: n }, n)));
     if (chosen && !names.includes(chosen)) wfSel.append(h('option', { value: chosen }, chosen));
     wfSel.value = chosen;
     const shown = runs.filter((r) => (!runFilters.status || r.status === runFilters.status)
@@ -308,10 +308,11 @@ async function runPage(runId) {
 
   const status = h('span', { id: 'run-status', class: `badge s-${run.status}` }, run.status);
   const meta = h('dl', { class: 'meta' });
-  const dagBox = h('div', { class: 'dag-wrap' });
+  const dagBox = h('div', { class: 'dag-wrap', role: 'region', 'aria-label': 'Step graph', tabindex: 0 });
   const stepsBox = h('div');
   const findingsBox = h('div');
-  const eventsBox = h('ol', { id: 'events', class: 'timeline', 'aria-label': 'Events, oldest first' });
+  // Scrollable boxes take focus, so a keyboard can scroll them.
+  const eventsBox = h('ol', { id: 'events', class: 'timeline', 'aria-label': 'Events, oldest first', tabindex: 0 });
   const logsBox = h('div');
   const lineage = h('div', { id: 'lineage' });
   const liveNote = h('p', { class: 'live', role: 'status' });
@@ -333,7 +334,7 @@ async function runPage(runId) {
     children.length ? h('p', {}, 'Replayed by ', children.flatMap((c, i) => [i ? ', ' : '', h('a', { href: `#/runs/${encodeURIComponent(c.run_id)}` }, c.run_id), ` (${c.status})`])) : h('p', { class: 'muted' }, 'No replay of this run.'));
 
   for (const s of run.steps) {
-    const pre = h('pre', { 'aria-live': 'off' }, 'Loading…');
+    const pre = h('pre', { tabindex: 0, 'aria-label': `Last lines of ${s.step_id}'s output` }, 'Loading…');
     const d = h('details', { class: 'log', 'data-step': s.step_id }, h('summary', {}, `Log of ${s.step_id}`), pre);
     d.addEventListener('toggle', async () => {
       if (!d.open) return;
@@ -489,7 +490,7 @@ async function workflowPage(name, version) {
       h('dt', {}, 'Versions'), h('dd', {}, versions.flatMap((v, i) => [i ? ', ' : '',
         v.version === wf.version ? h('strong', {}, v.version) : h('a', { href: `#/workflows/${encodeURIComponent(name)}/${encodeURIComponent(v.version)}` }, v.version)]))),
     h('section', { 'aria-labelledby': 'h-dag' }, h('h2', { id: 'h-dag' }, 'Steps as a graph'),
-      h('div', { class: 'dag-wrap' }, drawDag(h, wf.steps, null, `Steps of ${wf.name}@${wf.version} and what each needs`))),
+      h('div', { class: 'dag-wrap', role: 'region', 'aria-label': 'Step graph', tabindex: 0 }, drawDag(h, wf.steps, null, `Steps of ${wf.name}@${wf.version} and what each needs`))),
     h('section', { 'aria-labelledby': 'h-steps' }, h('h2', { id: 'h-steps' }, 'Steps'),
       table('wf-steps-table', 'In execution order', ['Step', 'Tool', 'Needs', 'Max attempts', 'Retry on', 'Arguments'],
         wf.order.map((id) => wf.steps.find((s) => s.id === id)).filter(Boolean).map((s) => h('tr', { 'data-step': s.id },
@@ -512,7 +513,7 @@ async function workflowPage(name, version) {
           h('td', { class: 'mono' }, `${r.op}${'value' in r ? ` ${JSON.stringify(r.value)}` : ''}`), h('td', {}, r.finding))))
         : h('p', { class: 'muted' }, 'No rules: a run that completes every step is READY.')),
     h('section', { 'aria-labelledby': 'h-input' }, h('h2', { id: 'h-input' }, 'Input schema'),
-      h('details', {}, h('summary', {}, 'Show the JSON schema'), h('pre', {}, JSON.stringify(wf.input_schema, null, 2)))));
+      h('details', {}, h('summary', {}, 'Show the JSON schema'), h('pre', { tabindex: 0, 'aria-label': 'Input schema' }, JSON.stringify(wf.input_schema, null, 2)))));
   loaded();
 }
 
@@ -588,7 +589,7 @@ async function verificationsPage() {
             v.notebook ? h('div', { class: 'mono' }, v.notebook) : null,
             v.draft ? h('details', { class: 'draft' }, h('summary', {}, 'Draft'),
               h('p', { class: 'mono small' }, v.draft),
-              h('pre', {}, draftOf[v.verification_id] ?? '(not loaded)')) : null))))
+              h('pre', { tabindex: 0, 'aria-label': `Draft of ${v.title}` }, draftOf[v.verification_id] ?? '(not loaded)')) : null))))
         : h('p', { class: 'muted' }, 'No verification yet; run cairn verify DOC.')),
     h('section', { 'aria-labelledby': 'h-jobs' }, h('h2', { id: 'h-jobs' }, 'Session kernel jobs'),
       jobs.length ? table('jobs-table', 'Oldest first', ['Job', 'Status', 'Code', 'Submitted', 'Duration', 'Session'],

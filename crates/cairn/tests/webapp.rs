@@ -1,0 +1,466 @@
+//! The read-only web app end to end, in a real browser: one state root filled through the real CLI
+//! and daemon (READY, BLOCKED and FAILED runs, a replay child with a reused step, a passed and a
+//! failed verification, session-kernel jobs, the test sshd's target, and a run that is still
+//! RUNNING), then `cairn ui --no-open --json` for a login link, then `tools/webapp-e2e/e2e.mjs`
+//! drives Debian's chromium headless through playwright-core: every page against the DOM
+//! contract, axe-core on each, the live run turning READY without a reload, the notebook
+//! downloads, and a network log with only GETs carrying the Viewer token.
+//!
+//! Needs `/usr/bin/chromium`, node and `npm ci` in tools/webapp-e2e (scripts/test.sh installs all
+//! three); without them the test fails under `CI=true` and skips loudly otherwise. Screenshots,
+//! downloads and the network log land in `target/webapp-artifacts/`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// How long node may take for the whole browser test (it has its own, shorter deadline).
+const NODE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The demo workflow's tool: prints a log line on stderr (the web app shows log tails), then acts
+/// on `args.mode`: `ok` prints `args.result` (or `{step}`), `exit:N` fails with code N, `gate`
+/// waits until the file `args.gate` exists (at most `args.timeout` seconds, then fails).
+const TOOL: &str = r#"import json, os, sys, time
+raw = sys.stdin.read()
+args = json.loads(raw) if raw.strip() else {}
+step = os.environ.get("CAIRN_STEP_ID", "?")
+sys.stderr.write("webapp-e2e: step %s says hello\n" % step)
+sys.stderr.flush()
+mode = args.get("mode", "ok")
+if mode.startswith("exit:"):
+    sys.stderr.write("webapp-e2e: step %s fails on purpose\n" % step)
+    sys.exit(int(mode[5:]))
+if mode == "gate":
+    if args.get("started"):
+        open(args["started"], "w").close()
+    deadline = time.time() + float(args.get("timeout", 120))
+    while not os.path.exists(args["gate"]):
+        if time.time() > deadline:
+            sys.stderr.write("webapp-e2e: the gate %s never opened\n" % args["gate"])
+            sys.exit(1)
+        time.sleep(0.1)
+result = args.get("result") or {"step": step}
+sys.stdout.write(json.dumps(result))
+"#;
+
+const DEMO: &str = "webapp-demo";
+const LIVE: &str = "webapp-live";
+const VERSION: &str = "1.0.0";
+const STEPS: [&str; 3] = ["prepare", "analyse", "report"];
+const LIVE_STEPS: [&str; 2] = ["hold", "finish"];
+const TOOLS: [&str; 2] = ["worker", "reporter"];
+const FINDING: &str = "the report did not pass";
+
+/// A line only the passed verification's document holds (the download check looks for it).
+const PASSED_CODE: &str = "print('cairn webapp e2e: the answer is', 6 * 7)";
+/// A line only the failed verification's document holds (its draft shows it).
+const FAILED_CODE: &str = "raise RuntimeError('cairn webapp e2e: this verification fails on purpose')";
+
+fn demo_toml() -> String {
+    format!(
+        r#"
+[workflow]
+name = "{DEMO}"
+version = "{VERSION}"
+description = "The web app's browser test: three steps and one rule."
+
+[tools.worker]
+command = ["python3", "tools/tool.py"]
+
+[tools.reporter]
+command = ["python3", "tools/tool.py", "report"]
+
+[[steps]]
+id = "prepare"
+tool = "worker"
+args = {{ mode = "${{input.modes.prepare}}" }}
+
+[[steps]]
+id = "analyse"
+tool = "worker"
+needs = ["prepare"]
+args = {{ mode = "${{input.modes.analyse}}", after = "${{steps.prepare.result.step}}" }}
+
+[[steps]]
+id = "report"
+tool = "reporter"
+needs = ["analyse"]
+args = {{ mode = "ok", result = "${{input.report}}", after = "${{steps.analyse.result.step}}" }}
+
+[[validator.rules]]
+id = "report-passed"
+step = "report"
+pointer = "/verdict"
+op = "eq"
+value = "pass"
+finding = "{FINDING}"
+"#
+    )
+}
+
+fn live_toml() -> String {
+    format!(
+        r#"
+[workflow]
+name = "{LIVE}"
+version = "{VERSION}"
+description = "The web app's browser test: a run that waits for a gate file."
+
+[tools.gate]
+command = ["python3", "tools/tool.py"]
+timeout_secs = 600
+
+[[steps]]
+id = "hold"
+tool = "gate"
+args = {{ mode = "gate", gate = "${{input.gate}}", started = "${{input.started}}", timeout = 240 }}
+
+[[steps]]
+id = "finish"
+tool = "gate"
+needs = ["hold"]
+args = {{ mode = "ok", after = "${{steps.hold.result.step}}" }}
+"#
+    )
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The test venv (ipykernel for verifications and the session kernel): `CAIRN_TEST_VENV`, else
+/// `<repo>/.venv`. Missing is a failure, as in the kernel and verify tests.
+fn python() -> PathBuf {
+    let venv = std::env::var_os("CAIRN_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| repo().join(".venv"));
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "no test venv at {} (run scripts/test.sh, which creates it, or set CAIRN_TEST_VENV)",
+        venv.display()
+    );
+    py
+}
+
+/// What the browser test needs: chromium, node, and the npm packages. `None` (after saying so)
+/// when something is missing outside CI; a panic under CI.
+fn browser() -> Option<(PathBuf, PathBuf)> {
+    let dir = repo().join("tools/webapp-e2e");
+    let node = ["/usr/bin/node", "/usr/local/bin/node"].into_iter().map(PathBuf::from).find(|p| p.exists());
+    let mut missing = Vec::new();
+    if !Path::new(CHROMIUM).exists() {
+        missing.push(format!("{CHROMIUM} (apt-get install chromium)"));
+    }
+    if node.is_none() {
+        missing.push("node (apt-get install nodejs npm)".to_string());
+    }
+    for f in ["node_modules/playwright-core/package.json", "node_modules/axe-core/axe.min.js"] {
+        if !dir.join(f).exists() {
+            missing.push(format!("{} (npm ci in tools/webapp-e2e)", dir.join(f).display()));
+        }
+    }
+    if missing.is_empty() {
+        return Some((node.unwrap(), dir));
+    }
+    let msg = format!("the browser test needs {}; scripts/test.sh installs them", missing.join(", "));
+    assert!(!ci(), "{msg}");
+    eprintln!("SKIPPED webapp end-to-end test: {msg}");
+    None
+}
+
+/// A state root whose commands and daemon see the venv's python and an empty `CAIRN_CONFIG`.
+struct Env {
+    c: Cairn,
+    config: TempDir,
+    python: PathBuf,
+    /// Control sockets of ssh probes, closed at the end.
+    ssh: bool,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            c: Cairn::new(),
+            config: tempfile::Builder::new().prefix("cairn-wcfg-").tempdir().unwrap(),
+            python: python(),
+            ssh: false,
+        }
+    }
+
+    fn std_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(Cairn::bin());
+        c.env("CAIRN_HOME", self.c.home.path())
+            .env_remove("XDG_STATE_HOME")
+            .env("CAIRN_PYTHON", &self.python)
+            .env("CAIRN_CONFIG", self.config.path())
+            .env("CAIRN_QUIET_DAEMON", "1")
+            .current_dir(self.c.work.path())
+            .args(args);
+        c
+    }
+
+    /// `cairn ARGS --json`, with the `--json` contract checked.
+    fn json(&self, args: &[&str]) -> Out {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let out = assert_cmd::Command::from_std(self.std_command(&all)).timeout(CMD_TIMEOUT).output().unwrap();
+        let code = out.status.code().unwrap_or_else(|| panic!("`cairn {all:?}` died by a signal"));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let json = parse_stdout(&stdout, code, &all.join(" "));
+        Out { code, json, stdout, stderr }
+    }
+
+    /// `cairn run WF --input FILE --json` expecting exit `code`: the run object.
+    #[track_caller]
+    fn run(&self, workflow: &str, input: &Value, code: i32) -> Value {
+        let file = self.c.input(input);
+        self.json(&["run", workflow, "--input", file.to_str().unwrap()]).expect(code).json
+    }
+
+    /// Stops the control connections of the ssh probes (they would linger for ControlPersist).
+    fn close_masters(&self) {
+        for e in std::fs::read_dir(self.c.home().join("ssh")).into_iter().flatten().flatten() {
+            let _ = Command::new("ssh")
+                .args(["-o", &format!("ControlPath={}", e.path().display()), "-O", "exit", "x"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for Env {
+    /// A failing test leaves nothing running: the daemon, ssh masters, kernels of this root.
+    fn drop(&mut self) {
+        let _ = assert_cmd::Command::from_std(self.std_command(&["daemon", "stop", "--json"]))
+            .timeout(Duration::from_secs(20))
+            .output();
+        if self.ssh {
+            self.close_masters();
+        }
+        for pid in kernel_processes(self.c.home.path()) {
+            kill_group(pid);
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// The background `cairn run` of the live run; killed if the test fails before it ends.
+struct Background(Option<Child>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn id(v: &Value, key: &str) -> String {
+    v[key].as_str().unwrap_or_else(|| panic!("no `{key}` in {v:#}")).to_string()
+}
+
+/// The data of the web app, made through the real CLI and daemon; returns what the browser test
+/// must find (`CAIRN_EXPECT`) and the live run's background process.
+fn fill(e: &Env, gate: &Path) -> (Value, Background) {
+    let c = &e.c;
+    e.json(&["daemon", "start"]).expect(0);
+
+    let files = [("tools/tool.py", TOOL)];
+    c.add(&write_workflow(&c.path(DEMO), &demo_toml(), &files));
+    c.add(&write_workflow(&c.path(LIVE), &live_toml(), &files));
+
+    // Runs: READY, BLOCKED (the rule is not met), FAILED (a step exits 3).
+    let input = |analyse: &str, verdict: &str| json!({"modes": {"prepare": "ok", "analyse": analyse}, "report": {"verdict": verdict}});
+    let ready = e.run(DEMO, &input("ok", "pass"), 0);
+    assert_eq!(ready["status"], "READY", "{ready:#}");
+    let blocked = e.run(DEMO, &input("ok", "fail"), 1);
+    assert_eq!(blocked["status"], "BLOCKED", "{blocked:#}");
+    assert!(!blocked["findings"].as_array().unwrap().is_empty(), "{blocked:#}");
+    let failed = e.run(DEMO, &input("exit:3", "pass"), 3);
+    assert_eq!(failed["status"], "FAILED", "{failed:#}");
+    assert_eq!(step(&failed, "analyse")["status"], "FAILED", "{failed:#}");
+
+    // A replay child of the READY run: `prepare` is reused, the rest runs again.
+    let ready_id = id(&ready, "run_id");
+    let child = e.json(&["replay", &ready_id, "--step", "analyse"]).expect(0).json;
+    assert_eq!(child["status"], "READY", "{child:#}");
+    assert_eq!(step(&child, "prepare")["decision"], "reuse", "{child:#}");
+    assert_eq!(child["replay"]["source_run_id"], ready_id.as_str(), "{child:#}");
+
+    // Verifications: one passes, one fails.
+    let pass_doc = c.path("passing.md");
+    std::fs::write(&pass_doc, format!("# A passing analysis\n\nThe answer.\n\n```python\n{PASSED_CODE}\n```\n"))
+        .unwrap();
+    let passed = e.json(&["verify", pass_doc.to_str().unwrap()]).expect(0).json;
+    assert_eq!(passed["verdict"], "passed", "{passed:#}");
+    let fail_doc = c.path("failing.md");
+    std::fs::write(
+        &fail_doc,
+        format!("# A failing analysis\n\n```python\nx = 1\n```\n\nThen it breaks.\n\n```python\n{FAILED_CODE}\n```\n"),
+    )
+    .unwrap();
+    let failed_v = e.json(&["verify", fail_doc.to_str().unwrap()]).expect(1).json;
+    assert_eq!(failed_v["verdict"], "failed", "{failed_v:#}");
+
+    // Session-kernel jobs: two that pass and one that errors.
+    let mut jobs = Vec::new();
+    for (code, exit, status) in
+        [("x = 6 * 7", 0, "ok"), ("print('cairn webapp e2e job', x)", 0, "ok"), ("1 / 0", 1, "error")]
+    {
+        let job = e.json(&["kernel", "exec", code]).expect(exit).json;
+        assert_eq!(job["status"], status, "{job:#}");
+        jobs.push(json!({"id": id(&job, "job_id"), "status": status, "code": code}));
+    }
+
+    // The test sshd's target, registered and probed.
+    let target = sshd().map(|d| {
+        let port = std::env::var("CAIRN_TEST_SSHD_PORT").unwrap_or_else(|_| "2222".into());
+        let ssh = format!("root@127.0.0.1:{port}");
+        let (identity, known_hosts) = (d.join("id_ed25519"), d.join("known_hosts"));
+        e.json(&[
+            "target",
+            "add",
+            "test-sshd",
+            "--ssh",
+            &ssh,
+            "--identity",
+            identity.to_str().unwrap(),
+            "--known-hosts",
+            known_hosts.to_str().unwrap(),
+            "--workspace-root",
+            "/tmp/cairn-test-workspace/ws",
+        ])
+        .expect(0);
+        e.json(&["target", "probe", "test-sshd"]).expect(0);
+        "test-sshd".to_string()
+    });
+
+    // The live run: started in the background through the daemon, RUNNING until the gate opens.
+    let started = c.path("live-started");
+    let live_input = c.input(&json!({"gate": gate, "started": started}));
+    let bg = Background(Some(
+        e.std_command(&["run", LIVE, "--input", live_input.to_str().unwrap(), "--json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    assert!(wait_until(Duration::from_secs(30), || started.exists()), "the live run's step never started");
+    let mut live = Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            live = e.json(&["runs"]).expect(0).json["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["workflow"] == LIVE)
+                .cloned()
+                .unwrap_or(Value::Null);
+            live["status"] == "RUNNING"
+        }),
+        "the live run is not RUNNING: {live:#}"
+    );
+    let live_id = id(&live, "run_id");
+    assert_eq!(step(&c.show(&live_id), "hold")["status"], "RUNNING");
+
+    let expect = json!({
+        "ready": ready_id,
+        "blocked": id(&blocked, "run_id"),
+        "failed": id(&failed, "run_id"),
+        "failed_step": "analyse",
+        "replay_child": id(&child, "run_id"),
+        "replay_source": ready_id,
+        "live": live_id,
+        "reused_step": "prepare",
+        "workflow": DEMO,
+        "live_workflow": LIVE,
+        "version": VERSION,
+        "steps": STEPS,
+        "live_steps": LIVE_STEPS,
+        "tools": TOOLS,
+        "finding": FINDING,
+        "log_text": "webapp-e2e: step prepare says hello",
+        "fail_text": "webapp-e2e: step analyse fails on purpose",
+        "passed_verification": id(&passed, "verification_id"),
+        "failed_verification": id(&failed_v, "verification_id"),
+        "passed_code": PASSED_CODE,
+        "failed_code": FAILED_CODE,
+        "jobs": jobs,
+        "target": target,
+    });
+    (expect, bg)
+}
+
+#[test]
+fn the_web_app_shows_every_page_follows_a_live_run_and_only_reads() {
+    let Some((node, e2e)) = browser() else { return };
+    let started = Instant::now();
+    let mut e = Env::new();
+    e.ssh = true;
+    let gate = e.c.path("gate");
+    let (expect, mut bg) = fill(&e, &gate);
+    eprintln!("webapp: data ready in {:?}: {expect:#}", started.elapsed());
+
+    let ui = e.json(&["ui", "--no-open"]).expect(0).json;
+    for key in ["url", "login_url", "expires_at"] {
+        assert!(ui[key].is_string(), "`cairn ui --no-open --json` has no `{key}`: {ui:#}");
+    }
+    let url = id(&ui, "url");
+    let login = id(&ui, "login_url");
+    assert!(login.starts_with(url.trim_end_matches('/')) && login.contains("#login="), "{ui:#}");
+
+    let artifacts = repo().join("target/webapp-artifacts");
+    let _ = std::fs::remove_dir_all(&artifacts);
+    std::fs::create_dir_all(&artifacts).unwrap();
+
+    let out = assert_cmd::Command::new(&node)
+        .arg(e2e.join("e2e.mjs"))
+        .current_dir(&e2e)
+        .env("CAIRN_URL", &url)
+        .env("CAIRN_LOGIN_URL", &login)
+        .env("CAIRN_VIEWER_TOKEN", e.c.token("viewer"))
+        .env("CAIRN_OPERATOR_TOKEN", e.c.token("operator"))
+        .env("CAIRN_GATE_FILE", &gate)
+        .env("CAIRN_ARTIFACTS", &artifacts)
+        .env("CAIRN_EXPECT", expect.to_string())
+        .timeout(NODE_TIMEOUT)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("webapp: node finished in {:?} (total {:?})", started.elapsed(), started.elapsed());
+    assert!(
+        out.status.success(),
+        "the browser test failed ({:?}); artifacts in {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status,
+        artifacts.display()
+    );
+    let summary: Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON summary on node's stdout:\n{stdout}\n{stderr}"));
+    assert_eq!(summary["ok"], true, "{summary:#}");
+    eprintln!("webapp: {summary}");
+
+    // The live run finished READY once the browser opened its gate.
+    let child = bg.0.take().unwrap();
+    let run = child.wait_with_output().unwrap();
+    assert_eq!(run.status.code(), Some(0), "the live run: {}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(e.c.show(&id(&expect, "live"))["status"], "READY");
+
+    e.json(&["daemon", "stop"]).expect(0);
+    e.close_masters();
+}

@@ -1,0 +1,747 @@
+// The end-to-end browser test of Cairn's read-only web app. crates/cairn/tests/webapp.rs builds a
+// state root with real runs, verifications, kernel jobs and targets, starts `cairn ui`, and runs
+// this script with:
+//
+//   CAIRN_URL             the daemon's base URL (http://127.0.0.1:PORT/)
+//   CAIRN_LOGIN_URL       the one-time login link (…/#login=CODE)
+//   CAIRN_VIEWER_TOKEN    what every API request must carry as `Authorization: Bearer …`
+//   CAIRN_OPERATOR_TOKEN  what no request may ever carry
+//   CAIRN_GATE_FILE       creating it lets the live run's step finish
+//   CAIRN_ARTIFACTS       where screenshots, downloads and network.json go
+//   CAIRN_EXPECT          JSON: the ids the pages must show (see webapp.rs)
+//   CAIRN_E2E_DEADLINE_S  optional global deadline in seconds (default 240)
+//
+// It drives Debian's /usr/bin/chromium (headless, fresh profile) through playwright-core, checks
+// every page against the DOM contract, runs axe-core on each, follows a live run to READY without
+// a reload, checks the three notebook downloads, and at the end checks the network log: GET only,
+// the Viewer token on every API request, never the Operator token, nothing outside the daemon.
+// Prints one JSON summary line and exits 0, or says what failed and exits 1.
+
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { chromium } from 'playwright-core';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const AXE = path.join(HERE, 'node_modules', 'axe-core', 'axe.min.js');
+const CHROMIUM = process.env.CAIRN_CHROMIUM || '/usr/bin/chromium';
+const STEP_MS = 15_000;
+const LIVE_MS = 30_000;
+const DEADLINE_MS = Number(process.env.CAIRN_E2E_DEADLINE_S || 240) * 1000;
+
+function env(name) {
+  const v = process.env[name];
+  if (!v) fatal(`the environment variable ${name} is not set (webapp.rs sets it)`);
+  return v;
+}
+
+const BASE = new URL(env('CAIRN_URL'));
+const ORIGIN = BASE.origin;
+const LOGIN_URL = env('CAIRN_LOGIN_URL');
+const VIEWER = env('CAIRN_VIEWER_TOKEN');
+const OPERATOR = env('CAIRN_OPERATOR_TOKEN');
+const GATE = env('CAIRN_GATE_FILE');
+const ARTIFACTS = env('CAIRN_ARTIFACTS');
+const EXPECT = JSON.parse(env('CAIRN_EXPECT'));
+
+fs.mkdirSync(ARTIFACTS, { recursive: true });
+
+// ------------------------------------------------------------------------------------------------
+// bookkeeping
+
+/** Every request the browser made: method, url, authorization, and (later) the status. */
+const network = [];
+/** Promises of the full header sets (allHeaders), settled before the network checks. */
+const pendingHeaders = [];
+/** Uncaught exceptions in the page, console errors, and accessibility violations. */
+const pageErrors = [];
+const consoleErrors = [];
+const axeFailures = [];
+/** Pages visited (for the summary). */
+const pages = [];
+let context = null;
+let profile = null;
+let current = 'start';
+
+function log(msg) {
+  process.stderr.write(`[e2e] ${msg}\n`);
+}
+
+function writeNetwork() {
+  try {
+    fs.writeFileSync(path.join(ARTIFACTS, 'network.json'), JSON.stringify(network, null, 2));
+  } catch (e) {
+    log(`could not write network.json: ${e}`);
+  }
+}
+
+async function shutdown() {
+  const ctx = context;
+  context = null;
+  if (ctx) await Promise.race([ctx.close().catch(() => {}), sleep(5000)]);
+  if (profile) fs.rmSync(profile, { recursive: true, force: true });
+}
+
+function fatal(msg) {
+  if (profile) fs.rmSync(profile, { recursive: true, force: true });
+  process.stderr.write(`\nE2E FAILED (${current}): ${msg}\n`);
+  writeNetwork();
+  process.stdout.write(JSON.stringify({ ok: false, at: current, error: msg }) + '\n');
+  process.exit(1);
+}
+
+class Failure extends Error {}
+
+function fail(msg) {
+  throw new Failure(msg);
+}
+
+function check(cond, msg) {
+  if (!cond) fail(msg);
+}
+
+function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Polls `fn` until it returns a truthy value; fails with `what()` after `ms`. */
+async function poll(what, fn, ms = STEP_MS) {
+  const end = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > end) fail(`timed out after ${ms / 1000} s waiting for ${typeof what === 'function' ? what(last) : what}`);
+    await sleep(100);
+  }
+}
+
+const norm = (s) => (s ?? '').replace(/\s+/g, ' ').trim();
+
+async function text(page, selector) {
+  const el = await page.$(selector);
+  return el ? norm(await el.textContent()) : null;
+}
+
+/** Waits until the text of `selector` satisfies `pred` (or equals it, when a string). */
+async function waitText(page, selector, pred, ms = STEP_MS) {
+  const test = typeof pred === 'string' ? (t) => t === pred : pred;
+  let seen = null;
+  await poll(
+    () => `${selector} to read ${typeof pred === 'string' ? JSON.stringify(pred) : pred.toString()} (it reads ${JSON.stringify(seen)})`,
+    async () => {
+      seen = await text(page, selector);
+      return seen !== null && test(seen);
+    },
+    ms,
+  );
+  return seen;
+}
+
+async function count(page, selector) {
+  return (await page.$$(selector)).length;
+}
+
+async function mustExist(page, selector, what) {
+  await poll(`${what ?? selector} (selector ${selector})`, async () => (await page.$(selector)) !== null);
+}
+
+const attr = (v) => JSON.stringify(String(v));
+
+// ------------------------------------------------------------------------------------------------
+// page-level checks shared by every page
+
+async function waitPage(page, name) {
+  await page
+    .waitForSelector(`main#main[data-page=${attr(name)}][data-loaded="true"]`, { timeout: STEP_MS, state: 'attached' })
+    .catch(async () => {
+      const main = await page.$('main#main');
+      const dp = main ? await main.getAttribute('data-page') : null;
+      const dl = main ? await main.getAttribute('data-loaded') : null;
+      fail(
+        `main#main[data-page=${name}][data-loaded=true] never appeared (main ${main ? `has data-page=${dp} data-loaded=${dl}` : 'is missing'}; ` +
+          `location ${page.url()}; body text: ${JSON.stringify(norm(await page.textContent('body').catch(() => '')).slice(0, 400))})`,
+      );
+    });
+}
+
+async function checkChrome(page, name) {
+  const nav = page.locator('nav[aria-label="Sections"]');
+  check((await nav.count()) === 1, `${name}: expected one <nav aria-label="Sections">, found ${await nav.count()}`);
+  for (const link of ['Runs', 'Workflows', 'Compute', 'Verifications']) {
+    const n = await nav.getByRole('link', { name: link, exact: true }).count();
+    check(n === 1, `${name}: the Sections nav must hold one link named ${link}, found ${n}`);
+  }
+  const h1 = await count(page, 'main#main h1');
+  check(h1 === 1, `${name}: main#main must hold exactly one <h1>, found ${h1}`);
+}
+
+async function axe(page, name) {
+  // Not page.addScriptTag: that injects an inline <script>, which the app's Content Security
+  // Policy (script-src 'self') rightly blocks. Evaluating the source over the DevTools protocol is
+  // not subject to the page's CSP, so the policy stays on for the app itself.
+  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.evaluate(fs.readFileSync(AXE, 'utf8'));
+  const result = await page.evaluate(() => window.axe.run());
+  for (const v of result.violations) {
+    if (v.impact !== 'serious' && v.impact !== 'critical') {
+      log(`${name}: axe (${v.impact}) ${v.id}: ${v.help}`);
+      continue;
+    }
+    const targets = v.nodes.map((n) => n.target.join(' ')).slice(0, 10);
+    axeFailures.push({ page: name, id: v.id, impact: v.impact, help: v.help, targets });
+  }
+}
+
+async function screenshot(page, name) {
+  await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
+}
+
+/** Everything every page gets once its data is shown: the shared chrome, axe, a screenshot. */
+async function finishPage(page, kind, name = kind) {
+  await checkChrome(page, name);
+  await axe(page, name);
+  await screenshot(page, name);
+  pages.push(name);
+  log(`page ${name}: ok`);
+}
+
+/** Goes to a hash route inside the loaded app (no reload; the token lives in the page). */
+async function go(page, hash, kind) {
+  current = hash;
+  await page.evaluate((h) => {
+    window.location.hash = h;
+  }, hash);
+  await poll(`the location to become ${hash} (it is ${page.url()})`, async () => new URL(page.url()).hash === hash);
+  await waitPage(page, kind);
+}
+
+// ------------------------------------------------------------------------------------------------
+// the pages
+
+const RUNS = [
+  ['ready', 'READY'],
+  ['blocked', 'BLOCKED'],
+  ['failed', 'FAILED'],
+  ['replay_child', 'READY'],
+  ['live', 'RUNNING'],
+];
+
+const rowIds = (page) => page.$$eval('table#runs-table tr[data-run-id]', (rs) => rs.map((r) => r.getAttribute('data-run-id')).sort());
+
+async function runsList(page) {
+  const runs = RUNS;
+  await mustExist(page, 'table#runs-table', 'the runs table');
+  for (const [key, status] of runs) {
+    const id = EXPECT[key];
+    const row = `table#runs-table tr[data-run-id=${attr(id)}]`;
+    await mustExist(page, row, `the row of the ${key} run ${id}`);
+    await waitText(page, `${row} td[data-col=status]`, status);
+    const wf = key === 'live' ? `${EXPECT.live_workflow}@${EXPECT.version}` : `${EXPECT.workflow}@${EXPECT.version}`;
+    await waitText(page, `${row} td[data-col=workflow]`, wf);
+    await waitText(page, `${row} td[data-col=target]`, 'local');
+    await waitText(page, `${row} td[data-col=started]`, (t) => t.length > 0);
+    await mustExist(page, `${row} td[data-col=duration]`);
+  }
+}
+
+/** The status filter keeps only matching rows. */
+async function statusFilter(page) {
+  const runs = RUNS;
+  let got;
+  const statusValues = await page.$$eval('select#filter-status option', (os) => os.map((o) => o.value));
+  const wantStatus = ['', 'PENDING', 'RUNNING', 'READY', 'BLOCKED', 'FAILED', 'CANCELLED'];
+  check(
+    JSON.stringify(statusValues) === JSON.stringify(wantStatus),
+    `select#filter-status must offer ${JSON.stringify(wantStatus)}, offers ${JSON.stringify(statusValues)}`,
+  );
+  for (const [status, keys] of [
+    ['BLOCKED', ['blocked']],
+    ['FAILED', ['failed']],
+    ['RUNNING', ['live']],
+  ]) {
+    await page.selectOption('select#filter-status', status);
+    const want = keys.map((k) => EXPECT[k]).sort();
+    let got;
+    await poll(
+      () => `the ${status} filter to leave only ${JSON.stringify(want)} (rows: ${JSON.stringify(got)})`,
+      async () => JSON.stringify((got = await rowIds(page))) === JSON.stringify(want),
+    );
+  }
+  await page.selectOption('select#filter-status', 'READY');
+  const ready = [EXPECT.ready, EXPECT.replay_child];
+  await poll(
+    () => `the READY filter to show ${JSON.stringify(ready)} and nothing that is not READY (rows: ${JSON.stringify(got)})`,
+    async () => {
+      got = await rowIds(page);
+      const statuses = await page.$$eval('table#runs-table tr[data-run-id] td[data-col=status]', (ts) => ts.map((t) => t.textContent.trim()));
+      return ready.every((id) => got.includes(id)) && statuses.every((s) => s === 'READY');
+    },
+  );
+  await page.selectOption('select#filter-status', '');
+  await poll(
+    () => `clearing the status filter to bring every run back (rows: ${JSON.stringify(got)})`,
+    async () => {
+      got = await rowIds(page);
+      return runs.every(([k]) => got.includes(EXPECT[k]));
+    },
+  );
+
+}
+
+/** The workflow filter keeps only that workflow's runs. */
+async function workflowFilter(page) {
+  const runs = RUNS;
+  let got;
+  const wfValues = await page.$$eval('select#filter-workflow option', (os) => os.map((o) => o.value));
+  for (const v of ['', EXPECT.workflow, EXPECT.live_workflow]) {
+    check(wfValues.includes(v), `select#filter-workflow must offer ${JSON.stringify(v)}, offers ${JSON.stringify(wfValues)}`);
+  }
+  await page.selectOption('select#filter-workflow', EXPECT.live_workflow);
+  await poll(
+    () => `the workflow filter ${EXPECT.live_workflow} to leave only ${EXPECT.live} (rows: ${JSON.stringify(got)})`,
+    async () => JSON.stringify((got = await rowIds(page))) === JSON.stringify([EXPECT.live]),
+  );
+  await page.selectOption('select#filter-workflow', '');
+  await poll(
+    () => `clearing the workflow filter to bring every run back (rows: ${JSON.stringify(got)})`,
+    async () => {
+      got = await rowIds(page);
+      return runs.every(([k]) => got.includes(EXPECT[k]));
+    },
+  );
+}
+
+const stepRow = (step) => `table#steps-table tr[data-step=${attr(step)}]`;
+const dagNode = (step) => `svg#dag g.node[data-step=${attr(step)}]`;
+
+async function checkSteps(page, steps, statuses) {
+  for (const step of steps) {
+    await mustExist(page, dagNode(step), `the DAG node of step ${step}`);
+    await mustExist(page, stepRow(step), `the step table row of ${step}`);
+    for (const col of ['status', 'attempts', 'duration', 'decision', 'reason']) {
+      await mustExist(page, `${stepRow(step)} td[data-col=${col}]`);
+    }
+    const want = statuses[step];
+    if (want) {
+      const got = await page.getAttribute(dagNode(step), 'data-status');
+      check(got === want, `the DAG node of ${step} must have data-status=${want}, has ${got}`);
+      await waitText(page, `${stepRow(step)} td[data-col=status]`, (t) => t.toUpperCase().includes(want));
+    }
+  }
+  const nodes = await count(page, 'svg#dag g.node');
+  check(nodes === steps.length, `svg#dag must hold ${steps.length} g.node (one a step), holds ${nodes}`);
+}
+
+async function openLog(page, step, wantText) {
+  const sel = `details.log[data-step=${attr(step)}]`;
+  await mustExist(page, sel, `the log of step ${step}`);
+  await page.click(`${sel} summary`);
+  await waitText(page, `${sel} pre`, (t) => (wantText ? t.includes(wantText) : t.length > 0), STEP_MS);
+}
+
+const allDone = () => Object.fromEntries(EXPECT.steps.map((s) => [s, 'COMPLETED']));
+
+/** The READY run, which is the replay source. */
+async function readyRun(page) {
+  const steps = EXPECT.steps;
+  const done = allDone();
+  await go(page, `#/runs/${EXPECT.ready}`, 'run');
+  await waitText(page, '#run-status', 'READY');
+  await checkSteps(page, steps, done);
+  for (const step of steps) {
+    await waitText(page, `${stepRow(step)} td[data-col=attempts]`, '1');
+  }
+  await mustExist(page, `#lineage a[href=${attr(`#/runs/${EXPECT.replay_child}`)}]`, 'the lineage link from the source to its replay child');
+  await mustExist(page, '#events li[data-kind="run.finished"]', 'the run.finished event');
+  check((await count(page, '#findings li')) === 0, 'a READY run has no findings');
+  await openLog(page, steps[0], EXPECT.log_text);
+  await finishPage(page, 'run');
+}
+
+/** The replay child: lineage back to the source, the reused step marked. */
+async function replayRun(page) {
+  const steps = EXPECT.steps;
+  const done = allDone();
+  await go(page, `#/runs/${EXPECT.replay_child}`, 'run');
+  await waitText(page, '#run-status', 'READY');
+  await checkSteps(page, steps, done);
+  await mustExist(page, `#lineage a[href=${attr(`#/runs/${EXPECT.replay_source}`)}]`, 'the lineage link from the child to its source');
+  const reused = EXPECT.reused_step;
+  check(
+    (await page.getAttribute(dagNode(reused), 'data-reused')) === 'true',
+    `the DAG node of the reused step ${reused} must have data-reused="true"`,
+  );
+  for (const step of steps.filter((s) => s !== reused)) {
+    check((await page.getAttribute(dagNode(step), 'data-reused')) !== 'true', `the replayed step ${step} must not be marked reused`);
+  }
+  await waitText(page, `${stepRow(reused)} td[data-col=decision]`, 'reused');
+  await waitText(page, `${stepRow(reused)} td[data-col=reason]`, (t) => t.toLowerCase().startsWith('reused'));
+  await finishPage(page, 'run', 'run-replay');
+}
+
+/** The BLOCKED run: its finding. */
+async function blockedRun(page) {
+  const steps = EXPECT.steps;
+  const done = allDone();
+  await go(page, `#/runs/${EXPECT.blocked}`, 'run');
+  await waitText(page, '#run-status', 'BLOCKED');
+  await checkSteps(page, steps, done);
+  await poll('#findings li (a BLOCKED run has at least one finding)', async () => (await count(page, '#findings li')) >= 1);
+  await waitText(page, '#findings', (t) => t.includes(EXPECT.finding));
+  await mustExist(page, '#events li[data-kind="run.finished"]', 'the run.finished event');
+  await finishPage(page, 'run', 'run-blocked');
+}
+
+/** The FAILED run: the failed step, its log. */
+async function failedRun(page) {
+  const steps = EXPECT.steps;
+  await go(page, `#/runs/${EXPECT.failed}`, 'run');
+  await waitText(page, '#run-status', 'FAILED');
+  await checkSteps(page, steps, { [steps[0]]: 'COMPLETED', [EXPECT.failed_step]: 'FAILED' });
+  await mustExist(page, '#events li[data-kind="run.finished"]', 'the run.finished event');
+  await openLog(page, EXPECT.failed_step, EXPECT.fail_text);
+  await finishPage(page, 'run', 'run-failed');
+}
+
+async function workflowsList(page) {
+  await go(page, '#/workflows', 'workflows');
+  for (const wf of [EXPECT.workflow, EXPECT.live_workflow]) {
+    const row = `table#workflows-table tr[data-workflow=${attr(wf)}][data-version=${attr(EXPECT.version)}]`;
+    await mustExist(page, row, `the row of workflow ${wf}@${EXPECT.version}`);
+    await mustExist(page, `${row} a[href=${attr(`#/workflows/${wf}/${EXPECT.version}`)}]`, `the link to workflow ${wf}`);
+  }
+  await finishPage(page, 'workflows');
+}
+
+/** One workflow, reached through its link in the list (a hash navigation). */
+async function workflowPage(page) {
+  await go(page, '#/workflows', 'workflows');
+  current = `#/workflows/${EXPECT.workflow}/${EXPECT.version}`;
+  const row = `table#workflows-table tr[data-workflow=${attr(EXPECT.workflow)}][data-version=${attr(EXPECT.version)}]`;
+  const link = `${row} a[href=${attr(current)}]`;
+  if (await page.$(link)) await page.click(link);
+  else await go(page, current, 'workflow');
+  await waitPage(page, 'workflow');
+  for (const step of EXPECT.steps) await mustExist(page, dagNode(step), `the DAG node of step ${step}`);
+  const nodes = await count(page, 'svg#dag g.node');
+  check(nodes === EXPECT.steps.length, `the workflow's svg#dag must hold ${EXPECT.steps.length} g.node, holds ${nodes}`);
+  for (const tool of EXPECT.tools) {
+    const sel = `table#tools-table tr[data-tool=${attr(tool)}] td[data-col=digest]`;
+    await mustExist(page, sel, `the digest of tool ${tool}`);
+    await waitText(page, sel, (t) => /[0-9a-f]{12,}/.test(t));
+  }
+  await mustExist(page, '#rules', 'the rules section');
+  await finishPage(page, 'workflow');
+}
+
+async function computePage(page) {
+  await go(page, '#/compute', 'compute');
+  const targets = ['local', ...(EXPECT.target ? [EXPECT.target] : [])];
+  for (const t of targets) {
+    const row = `table#targets-table tr[data-target=${attr(t)}]`;
+    await mustExist(page, row, `the row of target ${t}`);
+    await waitText(page, `${row} td[data-col=readiness]`, (s) => s.length > 0);
+    await waitText(page, `${row} td[data-col=probe]`, (s) => s.length > 0);
+  }
+  if (EXPECT.target) {
+    const probe = await text(page, `table#targets-table tr[data-target=${attr(EXPECT.target)}] td[data-col=probe]`);
+    check(probe.toLowerCase() !== 'never', `the target ${EXPECT.target} was probed, but its probe cell says ${JSON.stringify(probe)}`);
+  }
+  await finishPage(page, 'compute');
+}
+
+function notebookText(nb) {
+  const src = (s) => (Array.isArray(s) ? s.join('') : String(s ?? ''));
+  return (nb.cells ?? []).map((c) => src(c.source)).join('\n');
+}
+
+async function download(page, button, name) {
+  await mustExist(page, button);
+  const [dl] = await Promise.all([page.waitForEvent('download', { timeout: STEP_MS }), page.click(button)]).catch((e) =>
+    fail(`clicking ${button} started no download within ${STEP_MS / 1000} s (${e.message.split('\n')[0]})`),
+  );
+  const failure = await dl.failure();
+  check(failure === null, `the download of ${button} failed: ${failure}`);
+  const file = path.join(ARTIFACTS, name);
+  await dl.saveAs(file);
+  const raw = fs.readFileSync(file, 'utf8');
+  let nb;
+  try {
+    nb = JSON.parse(raw);
+  } catch (e) {
+    fail(`the download of ${button} (${dl.suggestedFilename()}) is not JSON: ${e.message}; it begins ${JSON.stringify(raw.slice(0, 200))}`);
+  }
+  check(nb.nbformat === 4, `the download of ${button} must be an nbformat 4 notebook; nbformat is ${JSON.stringify(nb.nbformat)}`);
+  check(Array.isArray(nb.cells), `the download of ${button} has no cells`);
+  log(`download ${button}: ${dl.suggestedFilename()} -> ${file} (${nb.cells.length} cells)`);
+  return nb;
+}
+
+async function verificationsTable(page) {
+  await go(page, '#/verifications', 'verifications');
+  const passed = `table#verifications-table tr[data-verification=${attr(EXPECT.passed_verification)}]`;
+  const failed = `table#verifications-table tr[data-verification=${attr(EXPECT.failed_verification)}]`;
+  await mustExist(page, passed, `the row of the passed verification ${EXPECT.passed_verification}`);
+  await mustExist(page, failed, `the row of the failed verification ${EXPECT.failed_verification}`);
+  check((await page.getAttribute(passed, 'data-verdict')) === 'passed', 'the passed verification must have data-verdict="passed"');
+  check((await page.getAttribute(failed, 'data-verdict')) === 'failed', 'the failed verification must have data-verdict="failed"');
+  const chips = async (row) => page.$$eval(`${row} .cell[data-status]`, (cs) => cs.map((c) => c.getAttribute('data-status')));
+  const pc = await chips(passed);
+  check(pc.length >= 1 && pc.every((s) => s === 'passed'), `the passed verification's cell chips must all be passed: ${JSON.stringify(pc)}`);
+  const fc = await chips(failed);
+  check(fc.includes('failed'), `the failed verification's cell chips must include a failed one: ${JSON.stringify(fc)}`);
+  await mustExist(page, `${failed} details.draft`, "the failed verification's draft");
+  await page.click(`${failed} details.draft summary`);
+  await waitText(page, `${failed} details.draft pre`, (t) => t.includes(EXPECT.failed_code));
+
+  for (const job of EXPECT.jobs) {
+    const row = `table#jobs-table tr[data-job=${attr(job.id)}]`;
+    await mustExist(page, row, `the row of kernel job ${job.id}`);
+    await waitText(page, `${row} td[data-col=status]`, (t) => t.toLowerCase().includes(job.status));
+  }
+  await finishPage(page, 'verifications');
+}
+
+async function verifiedNotebook(page) {
+  await go(page, '#/verifications', 'verifications');
+  const nb = await download(page, 'button#download-notebook', 'verified-notebook.ipynb');
+  check(notebookText(nb).includes(EXPECT.passed_code), `the verified notebook must hold the passed code ${JSON.stringify(EXPECT.passed_code)}`);
+}
+
+async function auditNotebook(page) {
+  await go(page, '#/verifications', 'verifications');
+  const audit = await download(page, 'button#download-audit', 'audit-notebook.ipynb');
+  for (const job of EXPECT.jobs) {
+    check(notebookText(audit).includes(job.code), `the audit notebook must hold job ${job.id}'s code ${JSON.stringify(job.code)}`);
+  }
+}
+
+async function workflowNotebook(page) {
+  await go(page, '#/verifications', 'verifications');
+  const wf = await download(page, 'button#download-workflow', 'workflow-notebook.ipynb');
+  check(notebookText(wf).includes(EXPECT.passed_code), `the workflow export must hold the last verified code ${JSON.stringify(EXPECT.passed_code)}`);
+}
+
+async function liveRun(page) {
+  await go(page, `#/runs/${EXPECT.live}`, 'run');
+  await waitText(page, '#run-status', 'RUNNING');
+  const hold = EXPECT.live_steps[0];
+  await poll(`the DAG node of ${hold} to be RUNNING`, async () => (await page.getAttribute(dagNode(hold), 'data-status')) === 'RUNNING');
+  await finishPage(page, 'run', 'run-live');
+
+  // From here on nothing may reload or navigate the page: it has to update itself.
+  const navigations = [];
+  const onNav = (frame) => {
+    if (frame === page.mainFrame()) navigations.push(frame.url());
+  };
+  page.on('framenavigated', onNav);
+  await page.evaluate(() => {
+    window.__cairnE2eMarker = 'still the same document';
+  });
+  fs.writeFileSync(GATE, 'go\n');
+  log(`created the gate file ${GATE}`);
+  current = `${EXPECT.live} live`;
+  await waitText(page, '#run-status', 'READY', LIVE_MS);
+  for (const step of EXPECT.live_steps) {
+    await poll(`the DAG node of ${step} to be COMPLETED`, async () => (await page.getAttribute(dagNode(step), 'data-status')) === 'COMPLETED');
+  }
+  page.off('framenavigated', onNav);
+  check(navigations.length === 0, `the live run page navigated while following the run: ${JSON.stringify(navigations)}`);
+  const marker = await page.evaluate(() => window.__cairnE2eMarker);
+  check(marker === 'still the same document', 'the live run page was reloaded while following the run');
+  await screenshot(page, 'run-live-ready');
+
+  // Back to the list through the nav link: the run is READY there too.
+  current = 'runs (after the live run)';
+  await page.locator('nav[aria-label="Sections"]').getByRole('link', { name: 'Runs', exact: true }).click();
+  await waitPage(page, 'runs');
+  await waitText(page, `table#runs-table tr[data-run-id=${attr(EXPECT.live)}] td[data-col=status]`, 'READY');
+}
+
+/** Failures of sections: each section is checked on its own, so one report lists them all. */
+const sectionFailures = [];
+
+async function section(page, name, fn) {
+  current = name;
+  try {
+    await fn(page);
+  } catch (e) {
+    const msg = e instanceof Failure ? e.message : (e?.message ?? String(e)).split('\n')[0];
+    sectionFailures.push(`${name} (at ${current}): ${msg}`);
+    log(`FAILED ${name} (at ${current}): ${msg}`);
+    const file = `failure-${name.replace(/[^a-z0-9]+/gi, '-')}.png`;
+    await Promise.race([page.screenshot({ path: path.join(ARTIFACTS, file), fullPage: true }).catch(() => {}), sleep(5000)]);
+    // Undo what a failed filter check may have left chosen (the app keeps filters across pages).
+    for (const sel of ['select#filter-status', 'select#filter-workflow']) {
+      if (await page.$(sel).catch(() => null)) await page.selectOption(sel, '', { timeout: 2000 }).catch(() => {});
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// the network log
+
+async function checkNetwork() {
+  await Promise.race([Promise.allSettled(pendingHeaders), sleep(5000)]);
+  const problems = [];
+  const open = new Set(['/', '/ui/login']);
+  for (const r of network) {
+    let u;
+    try {
+      u = new URL(r.url);
+    } catch {
+      problems.push(`an unparsable request URL: ${r.url}`);
+      continue;
+    }
+    if (u.protocol === 'data:') continue;
+    if (u.protocol === 'blob:') {
+      if (new URL(u.pathname).origin !== ORIGIN) problems.push(`a blob of another origin: ${r.url}`);
+      continue;
+    }
+    if (u.origin !== ORIGIN) {
+      problems.push(`a request outside the daemon's origin ${ORIGIN}: ${r.method} ${r.url}`);
+      continue;
+    }
+    if (r.method !== 'GET' && r.method !== 'HEAD') problems.push(`a ${r.method} request (the web app is read-only): ${r.url}`);
+    if (r.authorization && r.authorization.includes(OPERATOR)) problems.push(`the Operator token was sent: ${r.method} ${r.url}`);
+    if (r.url.includes(OPERATOR) || r.url.includes(VIEWER)) problems.push(`a token in a URL: ${r.method} ${u.pathname}`);
+    const free = open.has(u.pathname) || u.pathname.startsWith('/assets/');
+    if (!free && r.authorization !== `Bearer ${VIEWER}`) {
+      const had = r.authorization === null ? 'no Authorization header' : r.authorization.startsWith('Bearer ') ? 'another bearer token' : 'another Authorization header';
+      problems.push(`an API request without the Viewer token (${had}): ${r.method} ${u.pathname}`);
+    }
+  }
+  const daemon = network.filter((r) => r.url.startsWith(ORIGIN));
+  if (daemon.length === 0) problems.push('no request reached the daemon at all');
+  if (!daemon.some((r) => new URL(r.url).pathname !== '/' && !new URL(r.url).pathname.startsWith('/assets/') && new URL(r.url).pathname !== '/ui/login')) {
+    problems.push('no API request was made (the pages show nothing fetched?)');
+  }
+  return problems;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+async function main() {
+  profile = fs.mkdtempSync(path.join(os.tmpdir(), 'cairn-e2e-profile-'));
+  check(fs.existsSync(CHROMIUM), `no chromium at ${CHROMIUM} (scripts/test.sh installs Debian's chromium)`);
+  current = 'launch';
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+    acceptDownloads: true,
+    viewport: { width: 1280, height: 900 },
+    timeout: STEP_MS * 2,
+  });
+  context.setDefaultTimeout(STEP_MS);
+  context.on('request', (req) => {
+    const h = req.headers();
+    const entry = { method: req.method(), url: req.url(), authorization: h.authorization ?? null, type: req.resourceType(), status: null };
+    network.push(entry);
+    pendingHeaders.push(
+      req
+        .allHeaders()
+        .then((all) => {
+          if (all.authorization !== undefined) entry.authorization = all.authorization;
+        })
+        .catch(() => {}),
+    );
+  });
+  context.on('response', (resp) => {
+    const entry = network.findLast((r) => r.url === resp.url() && r.status === null);
+    if (entry) entry.status = resp.status();
+  });
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.on('pageerror', (e) => pageErrors.push(`${current}: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') consoleErrors.push(`${current}: ${m.text()}`);
+  });
+
+  // Log in with the one-time link: the page trades the code for the Viewer token and shows Runs.
+  current = 'login';
+  await page.goto(LOGIN_URL, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+  await poll(() => `the login to land on #/runs (location ${page.url()})`, async () => new URL(page.url()).hash === '#/runs');
+  check(!page.url().includes('login='), `the login code stayed in the location: ${page.url()}`);
+  current = '#/runs';
+  await waitPage(page, 'runs');
+  const sections = [
+    ['runs list', runsList],
+    ['runs status filter', statusFilter],
+    ['runs workflow filter', workflowFilter],
+    ['runs page', async (p) => (await go(p, '#/runs', 'runs'), finishPage(p, 'runs'))],
+    ['READY run', readyRun],
+    ['replay child', replayRun],
+    ['BLOCKED run', blockedRun],
+    ['FAILED run', failedRun],
+    ['workflows', workflowsList],
+    ['workflow', workflowPage],
+    ['compute', computePage],
+    ['verifications', verificationsTable],
+    ['download notebook', verifiedNotebook],
+    ['download audit', auditNotebook],
+    ['download workflow', workflowNotebook],
+    ['live run', liveRun],
+  ];
+  for (const [name, fn] of sections) await section(page, name, fn);
+
+  current = 'final checks';
+  const problems = await checkNetwork();
+  writeNetwork();
+  const failures = sectionFailures.slice();
+  for (const a of axeFailures) {
+    failures.push(`accessibility (${a.page}): ${a.impact} ${a.id}: ${a.help}\n      at ${a.targets.join('\n      at ')}`);
+  }
+  for (const p of problems) failures.push(`network: ${p}`);
+  for (const e of pageErrors) failures.push(`uncaught exception in the page (${e})`);
+  const cspSeen = new Set();
+  for (const e of consoleErrors) {
+    log(`console error: ${e}`);
+    // Something the app tried was blocked by its own policy: a bug, whatever it was.
+    const what = e.replace(/^[^:]*: /, '');
+    if (/Content Security Policy/i.test(e) && !cspSeen.has(what)) {
+      cspSeen.add(what);
+      failures.push(`a Content Security Policy violation (first at ${e})`);
+    }
+  }
+  const bad = network.filter((r) => r.status !== null && r.status >= 400);
+  for (const r of bad) log(`HTTP ${r.status}: ${r.method} ${r.url}`);
+  if (failures.length) fail(`${failures.length} problem(s):\n  - ${failures.join('\n  - ')}`);
+  return { ok: true, pages, requests: network.length };
+}
+
+const deadline = setTimeout(() => {
+  fatal(`the global deadline of ${DEADLINE_MS / 1000} s passed`);
+}, DEADLINE_MS);
+
+try {
+  const summary = await main();
+  clearTimeout(deadline);
+  await shutdown();
+  process.stdout.write(JSON.stringify(summary) + '\n');
+  process.exit(0);
+} catch (e) {
+  clearTimeout(deadline);
+  const msg = e instanceof Failure ? e.message : e?.stack ?? String(e);
+  const at = current;
+  const page = context?.pages()[0];
+  if (page) await Promise.race([page.screenshot({ path: path.join(ARTIFACTS, 'failure.png'), fullPage: true }).catch(() => {}), sleep(5000)]);
+  await shutdown().catch(() => {});
+  current = at;
+  for (const err of pageErrors) process.stderr.write(`[e2e] uncaught exception in the page: ${err}\n`);
+  fatal(msg);
+}
