@@ -210,12 +210,7 @@ impl Env {
     fn json(&self, args: &[&str]) -> Out {
         let mut all = args.to_vec();
         all.push("--json");
-        let out = assert_cmd::Command::from_std(self.std_command(&all)).timeout(CMD_TIMEOUT).output().unwrap();
-        let code = out.status.code().unwrap_or_else(|| panic!("`cairn {all:?}` died by a signal"));
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let json = parse_stdout(&stdout, code, &all.join(" "));
-        Out { code, json, stdout, stderr }
+        out_of(assert_cmd::Command::from_std(self.std_command(&all)).timeout(CMD_TIMEOUT).output().unwrap(), &all)
     }
 
     /// `cairn run WF --input FILE --json` expecting exit `code`: the run object.

@@ -574,6 +574,21 @@ impl RunFilter {
     }
 }
 
+/// Waits for the next commit, or 1 s (writes of other processes wake no one); false when the
+/// follower left or the daemon is stopping.
+async fn next_change<T>(
+    commits: &mut tokio::sync::watch::Receiver<u64>,
+    closing: &mut tokio::sync::watch::Receiver<bool>,
+    tx: &tokio::sync::mpsc::Sender<T>,
+) -> bool {
+    tokio::select! {
+        _ = commits.changed() => {}
+        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        _ = closing.changed() => return false,
+    }
+    !(tx.is_closed() || *closing.borrow())
+}
+
 /// One Server-Sent Event of `GET /runs?follow=true`.
 #[derive(ToSchema)]
 #[schema(as = SseRuns)]
@@ -604,15 +619,7 @@ async fn follow_runs(state: AppRef, filter: RunFilter, tx: tokio::sync::mpsc::Se
             }
             last = data;
         }
-        if !active {
-            return;
-        }
-        tokio::select! {
-            _ = commits.changed() => {}
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = closing.changed() => return,
-        }
-        if tx.is_closed() || *closing.borrow() {
+        if !active || !next_change(&mut commits, &mut closing, &tx).await {
             return;
         }
         // A step's end is several commits in a row: one list for all of them.
@@ -713,12 +720,7 @@ async fn follow_events(
                 return;
             }
         }
-        tokio::select! {
-            _ = commits.changed() => {}
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = closing.changed() => return,
-        }
-        if tx.is_closed() || *closing.borrow() {
+        if !next_change(&mut commits, &mut closing, &tx).await {
             return;
         }
         commits.borrow_and_update();

@@ -163,6 +163,15 @@ pub fn step<'a>(run: &'a Value, id: &str) -> &'a Value {
 /// Checks the `--json` contract on one call's stdout: exactly one JSON object (nothing else), or
 /// nothing at all when the command failed before producing a result.
 #[track_caller]
+/// What `cairn ARGS --json` printed, with the `--json` contract checked.
+pub fn out_of(out: Output, args: &[&str]) -> Out {
+    let code = out.status.code().unwrap_or_else(|| panic!("`cairn {args:?}` died by a signal"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = parse_stdout(&stdout, code, &args.join(" "));
+    Out { code, json, stdout, stderr }
+}
+
 pub fn parse_stdout(stdout: &str, code: i32, what: &str) -> Value {
     if stdout.trim().is_empty() {
         assert!(
@@ -244,12 +253,7 @@ impl Cairn {
     pub fn json(&self, args: &[&str]) -> Out {
         let mut all: Vec<&str> = args.to_vec();
         all.push("--json");
-        let out = self.cmd(&all);
-        let code = out.status.code().unwrap_or_else(|| panic!("`cairn {all:?}` died by a signal"));
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let json = parse_stdout(&stdout, code, &all.join(" "));
-        Out { code, json, stdout, stderr }
+        out_of(self.cmd(&all), &all)
     }
 
     /// `cairn workflow add DIR --json`, expecting success.
