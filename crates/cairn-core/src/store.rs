@@ -278,8 +278,13 @@ pub trait RunStore {
     /// Creates a RUNNING run with a `run.created` event, or returns the existing one.
     fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError>;
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
-    /// Newest first; only those with `status` when given.
-    fn runs(&self, limit: usize, status: Option<RunStatus>) -> Result<Vec<RunRecord>, StoreError>;
+    /// Newest first; only those with `status`, and only those of `workflow` (a name), when given.
+    fn runs(
+        &self,
+        limit: usize,
+        status: Option<RunStatus>,
+        workflow: Option<&str>,
+    ) -> Result<Vec<RunRecord>, StoreError>;
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
     fn events(&self, run_id: &str, after_seq: i64) -> Result<Vec<EventRecord>, StoreError>;
 

@@ -487,15 +487,20 @@ impl RunStore for SqliteStore {
         load_run(&self.conn(), run_id)
     }
 
-    fn runs(&self, limit: usize, status: Option<RunStatus>) -> Result<Vec<RunRecord>, StoreError> {
+    fn runs(
+        &self,
+        limit: usize,
+        status: Option<RunStatus>,
+        workflow: Option<&str>,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT {RUN_COLUMNS} FROM workflow_executions WHERE ?2 IS NULL OR status = ?2 \
-                 ORDER BY created_at DESC, rowid DESC LIMIT ?1"
+                "SELECT {RUN_COLUMNS} FROM workflow_executions WHERE (?2 IS NULL OR status = ?2) \
+                 AND (?3 IS NULL OR workflow = ?3) ORDER BY created_at DESC, rowid DESC LIMIT ?1"
             ))
             .map_err(db)?;
-        stmt.query_map(params![limit as i64, status.map(|s| s.as_str())], run_from_row)
+        stmt.query_map(params![limit.min(i64::MAX as usize) as i64, status.map(|s| s.as_str()), workflow], run_from_row)
             .map_err(db)?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(db)?

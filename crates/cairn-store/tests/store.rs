@@ -206,7 +206,7 @@ fn create_run_returns_created_then_existing() {
         CreateRun::Created(_) => panic!("a run was created twice"),
     }
     assert_eq!(kinds(&store, "run-1"), ["run.created"]);
-    assert_eq!(store.runs(10, None).unwrap().len(), 1);
+    assert_eq!(store.runs(10, None, None).unwrap().len(), 1);
 }
 
 #[test]

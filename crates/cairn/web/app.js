@@ -5,6 +5,7 @@
 import { drawDag } from './dag.js';
 
 const TOKEN_KEY = 'cairn.viewer';
+const RUNS_SHOWN = 200;
 const STATUSES = ['PENDING', 'RUNNING', 'READY', 'BLOCKED', 'FAILED', 'CANCELLED'];
 const main = document.getElementById('main');
 let token = sessionStorage.getItem(TOKEN_KEY);
@@ -232,13 +233,15 @@ async function runsPage() {
       .map((t) => h('th', { scope: 'col', class: ['Duration', 'Findings'].includes(t) ? 'num' : null }, t)))),
     tbody);
   const empty = h('p', { class: 'muted', hidden: true }, 'No runs match.');
+  const capped = h('p', { class: 'muted small', hidden: true },
+    `Showing the newest ${RUNS_SHOWN} runs; cairn runs --limit N lists more.`);
   const problem = h('div', { class: 'error', role: 'alert' });
   page('runs', 'Runs',
     h('div', { class: 'filters' },
       h('label', {}, 'Status', statusSel),
       h('label', {}, 'Workflow', wfSel),
       live),
-    problem, tbl, empty);
+    problem, tbl, empty, capped);
   statusSel.value = runFilters.status;
   let runs = [];
   const render = () => {
@@ -259,6 +262,7 @@ async function runsPage() {
       h('td', { 'data-col': 'findings', class: 'num' }, r.findings),
       h('td', { 'data-col': 'source' }, r.source_run_id ? h('a', { href: `#/runs/${encodeURIComponent(r.source_run_id)}` }, r.source_run_id) : '—'))));
     empty.hidden = shown.length > 0;
+    capped.hidden = runs.length < RUNS_SHOWN;
   };
   statusSel.addEventListener('change', () => { runFilters.status = statusSel.value; render(); });
   wfSel.addEventListener('change', () => { runFilters.workflow = wfSel.value; render(); });
@@ -268,7 +272,7 @@ async function runsPage() {
     while (!life.signal.aborted) {
       try {
         live.textContent = 'Live: updates as runs change.';
-        await stream('/runs?follow=true&limit=200', (ev) => {
+        await stream(`/runs?follow=true&limit=${RUNS_SHOWN}`, (ev) => {
           if (ev.event !== 'runs') return;
           runs = JSON.parse(ev.data).runs;
           problem.replaceChildren();

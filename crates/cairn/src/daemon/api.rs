@@ -553,19 +553,10 @@ impl RunFilter {
     fn read(&self, state: &AppState) -> Result<(RunList, bool), ApiError> {
         let store = state.engine.store.as_ref();
         let read = || -> Result<_, StoreError> {
-            let runs = match &self.workflow {
-                // The filter applies before the limit: the newest `limit` runs of that workflow.
-                Some(w) => {
-                    let mut all = store.runs(usize::MAX >> 1, self.status)?;
-                    all.retain(|r| &r.workflow == w);
-                    all.truncate(self.limit);
-                    all
-                }
-                None => store.runs(self.limit, self.status)?,
-            };
+            let runs = store.runs(self.limit, self.status, self.workflow.as_deref())?;
             let active = [RunStatus::Pending, RunStatus::Running]
                 .into_iter()
-                .map(|s| store.runs(1, Some(s)).map(|r| !r.is_empty()))
+                .map(|s| store.runs(1, Some(s), None).map(|r| !r.is_empty()))
                 .collect::<Result<Vec<_>, _>>()?
                 .contains(&true);
             Ok((RunList::from_records(store, &runs)?, active))
