@@ -369,6 +369,8 @@ pub trait RunStore {
     fn last_probe(&self, target: &str) -> Result<Option<(Value, i64)>, StoreError>;
     /// The target a planned run was reserved on; None for a run not made from a plan.
     fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError>;
+    /// The runs that replay `run_id` (their `source_run_id` is it), newest first.
+    fn replays_of(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError>;
     /// The run reserved for `target + run_dir`, if any.
     fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError>;
 }

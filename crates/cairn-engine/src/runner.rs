@@ -67,6 +67,8 @@ impl Observer for NoProgress {}
 pub struct RunReport {
     pub run: RunRecord,
     pub steps: Vec<StepView>,
+    /// Where it executes: `local`, or the target its plan named.
+    pub target: String,
 }
 
 #[derive(Debug, Clone)]
@@ -249,7 +251,8 @@ impl Engine {
                 StepView { record: rows.remove(&id), step_id: id }
             })
             .collect();
-        Ok(RunReport { run, steps })
+        let target = self.store.target_of_run(run_id)?.unwrap_or_else(|| cairn_core::target::LOCAL.to_string());
+        Ok(RunReport { run, steps, target })
     }
 
     #[allow(clippy::too_many_arguments)]

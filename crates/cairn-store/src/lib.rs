@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_targets.sql"),
     include_str!("../migrations/0006_remote.sql"),
     include_str!("../migrations/0007_probes.sql"),
+    include_str!("../migrations/0008_run_lookups.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -1178,6 +1179,22 @@ impl RunStore for SqliteStore {
         conn.query_row("SELECT target FROM reservations WHERE run_id = ?1", params![run_id], |r| r.get(0))
             .optional()
             .map_err(db)
+    }
+
+    fn replays_of(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM workflow_executions WHERE source_run_id = ?1 \
+                 ORDER BY created_at DESC, rowid DESC"
+            ))
+            .map_err(db)?;
+        stmt.query_map([run_id], run_from_row)
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db)?
+            .into_iter()
+            .collect()
     }
 
     fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError> {

@@ -209,6 +209,28 @@ fn create_run_returns_created_then_existing() {
     assert_eq!(store.runs(10, None, None).unwrap().len(), 1);
 }
 
+/// The run list filters by status and workflow before its limit; a run knows its replays, and a
+/// run made without a plan has no target.
+#[test]
+fn runs_filter_and_replays_are_found() {
+    let Db { _dir, path: _, store } = db();
+    let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+    created(&store, "source");
+    for (n, id) in ["child-1", "child-2"].into_iter().enumerate() {
+        let mut child = new_run(id);
+        child.source_run_id = Some("source".into());
+        child.at = 3_000 + n as i64;
+        assert!(matches!(store.create_run(&child).unwrap(), CreateRun::Created(_)));
+    }
+    assert_eq!(ids(store.replays_of("source").unwrap()), ["child-2", "child-1"]);
+    assert!(store.replays_of("child-1").unwrap().is_empty());
+    assert_eq!(store.target_of_run("source").unwrap(), None);
+    assert_eq!(ids(store.runs(2, None, Some("wf")).unwrap()), ["child-2", "child-1"]);
+    assert!(store.runs(10, None, Some("other")).unwrap().is_empty());
+    assert_eq!(store.runs(10, Some(RunStatus::Running), Some("wf")).unwrap().len(), 3);
+    assert!(store.runs(10, Some(RunStatus::Ready), Some("wf")).unwrap().is_empty());
+}
+
 #[test]
 fn a_run_of_an_unregistered_workflow_is_refused_by_the_foreign_key() {
     let Db { _dir, path: _, store } = db();

@@ -51,6 +51,9 @@ pub struct RunResult {
     pub finished_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
+    /// Where it executes: `local`, or the target its plan named.
+    #[serde(default = "local")]
+    pub target: String,
     /// For a replay child: the source run, the requested, replayed, reused and invalidated steps
     /// and every decision with its reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +76,7 @@ impl RunResult {
             created_at: time(run.created_at),
             finished_at: run.finished_at.map(time),
             thread_id: run.thread_id.clone(),
+            target: report.target.clone(),
             replay: run.replay.clone(),
         }
     }

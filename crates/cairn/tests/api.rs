@@ -447,6 +447,7 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         protected("GET", "/runs", None, OK, OK),
         protected("GET", "/runs?status=READY&limit=5", None, OK, OK),
         protected("GET", "/runs?workflow=demo", None, OK, OK),
+        protected("GET", "/runs?source_run_id=R1", None, OK, OK),
         protected("GET", "/runs?workflow=%20", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),
         // No run is active, so the stream sends the list once and ends.
         protected("GET", "/runs?follow=true", None, OK, OK),
@@ -1278,6 +1279,17 @@ fn the_run_list_streams_while_runs_are_active() {
     for w in lists.windows(2) {
         assert_ne!(w[0].2, w[1].2, "a list is sent only when it changed");
     }
+    // A run's replays, by their source.
+    let body = json!({"thread_id": "t", "agent_id": "demo", "run_id": "child",
+        "replay": {"source_run_id": "done", "step_ids": ["b"]}});
+    expect(&api.post("/runs", Caller::Operator, &body), 202, None, "POST /runs (a replay of `done`)");
+    api.wait_status("child", "READY");
+    let replays = api.get("/runs?source_run_id=done", Caller::Viewer).body;
+    let ids: Vec<&str> = replays["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["child"], "{replays:#}");
+    assert_eq!(replays["runs"][0]["source_run_id"], "done");
+    assert_eq!(api.get("/runs?source_run_id=live", Caller::Viewer).body["runs"], json!([]));
+    assert_eq!(api.get("/runs?source_run_id=done&status=FAILED", Caller::Viewer).body["runs"], json!([]));
     let other = api.get("/runs?workflow=nope", Caller::Viewer);
     assert_eq!(other.body["runs"], json!([]), "{}", other.text);
     assert_eq!(api.get("/runs?workflow=demo&limit=1", Caller::Viewer).body["runs"].as_array().unwrap().len(), 1);

@@ -988,6 +988,7 @@ fn lineage_of_a_child_of_a_child_and_copied_evidence() {
     assert_eq!(lineage("grand"), ["child", "src"]);
     assert_eq!(lineage("child"), ["src"]);
     assert_eq!(lineage("src"), Vec::<String>::new());
+    assert_eq!(env.show("grand")["target"], "local", "a run made without a plan runs on `local`");
     let human = env.raw(&["show", "grand"]).expect(0).stdout;
     assert!(human.contains("lineage") && human.contains("child") && human.contains("src"), "{human}");
 

@@ -303,12 +303,15 @@ function sleep(n, signal) {
 async function runPage(runId) {
   const life = pageLife;
   const enc = encodeURIComponent(runId);
-  const [run, list] = await Promise.all([api(`/runs/${enc}`), api('/runs?limit=1000')]);
-  const wf = await api(`/workflows/${encodeURIComponent(run.workflow)}?version=${encodeURIComponent(run.version)}`)
-    .catch(() => null);
-  const summary = list.runs.find((r) => r.run_id === runId);
-  const children = list.runs.filter((r) => r.source_run_id === runId);
-  const source = run.replay?.source_run_id || summary?.source_run_id;
+  const run = await api(`/runs/${enc}`);
+  // The graph needs the workflow's edges; a run whose workflow cannot be read still shows its steps.
+  const [wf, firstEvents, replays] = await Promise.all([
+    api(`/workflows/${encodeURIComponent(run.workflow)}?version=${encodeURIComponent(run.version)}`).catch(() => null),
+    api(`/runs/${enc}/events`),
+    api(`/runs?source_run_id=${enc}&limit=1000`),
+  ]);
+  const children = replays.runs;
+  const source = run.replay?.source_run_id;
 
   const status = h('span', { id: 'run-status', class: `badge s-${run.status}` }, run.status);
   const meta = h('dl', { class: 'meta' });
@@ -358,7 +361,7 @@ async function runPage(runId) {
     status.className = `badge s-${r.status}`;
     meta.replaceChildren(
       h('dt', {}, 'Workflow'), h('dd', {}, h('a', { href: `#/workflows/${encodeURIComponent(r.workflow)}/${encodeURIComponent(r.version)}` }, `${r.workflow}@${r.version}`)),
-      h('dt', {}, 'Target'), h('dd', {}, summary?.target || 'local'),
+      h('dt', {}, 'Target'), h('dd', {}, r.target || 'local'),
       h('dt', {}, 'Run directory'), h('dd', { class: 'mono wrap' }, r.run_dir),
       h('dt', {}, 'Started'), h('dd', {}, time(r.created_at)),
       h('dt', {}, 'Finished'), h('dd', {}, r.finished_at ? time(r.finished_at) : 'not yet'),
@@ -393,7 +396,7 @@ async function runPage(runId) {
   };
 
   const finished = (s) => ['READY', 'BLOCKED', 'FAILED', 'CANCELLED'].includes(s);
-  events = (await api(`/runs/${enc}/events`)).events;
+  events = firstEvents.events;
   render(run);
   loaded();
   if (finished(run.status)) return;

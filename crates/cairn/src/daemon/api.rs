@@ -498,6 +498,9 @@ pub struct ListRunsQuery {
     /// Only runs of this workflow (by name).
     #[param(min_length = 1)]
     pub workflow: Option<String>,
+    /// Only the replays of this run.
+    #[param(min_length = 1)]
+    pub source_run_id: Option<String>,
     /// Stream the list as Server-Sent Events instead: now, and again after every change, until no
     /// run is pending or running (a client reconnects to watch for new runs).
     pub follow: Option<bool>,
@@ -526,7 +529,10 @@ async fn list_runs(State(state): State<AppRef>, ApiQuery(q): ApiQuery<ListRunsQu
     if q.workflow.as_deref().is_some_and(|w| w.trim().is_empty()) {
         return Err(ApiError::invalid("workflow must name a workflow; see GET /workflows"));
     }
-    let filter = RunFilter { limit, status, workflow: q.workflow };
+    if q.source_run_id.as_deref().is_some_and(|w| w.trim().is_empty()) {
+        return Err(ApiError::invalid("source_run_id must name a run; see GET /runs"));
+    }
+    let filter = RunFilter { limit, status, workflow: q.workflow, source_run_id: q.source_run_id };
     if !q.follow.unwrap_or(false) {
         let st = state.clone();
         let (list, _) = blocking(move || filter.read(&st)).await?;
@@ -546,6 +552,7 @@ struct RunFilter {
     limit: usize,
     status: Option<cairn_core::status::RunStatus>,
     workflow: Option<String>,
+    source_run_id: Option<String>,
 }
 
 impl RunFilter {
@@ -553,7 +560,19 @@ impl RunFilter {
     fn read(&self, state: &AppState) -> Result<(RunList, bool), ApiError> {
         let store = state.engine.store.as_ref();
         let read = || -> Result<_, StoreError> {
-            let runs = store.runs(self.limit, self.status, self.workflow.as_deref())?;
+            let runs = match &self.source_run_id {
+                // A run's replays are few: filtered here rather than in another query shape.
+                Some(source) => {
+                    let mut runs = store.replays_of(source)?;
+                    runs.retain(|r| {
+                        self.status.is_none_or(|s| r.status == s)
+                            && self.workflow.as_ref().is_none_or(|w| &r.workflow == w)
+                    });
+                    runs.truncate(self.limit);
+                    runs
+                }
+                None => store.runs(self.limit, self.status, self.workflow.as_deref())?,
+            };
             let active = [RunStatus::Pending, RunStatus::Running]
                 .into_iter()
                 .map(|s| store.runs(1, Some(s), None).map(|r| !r.is_empty()))
