@@ -22,9 +22,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { chromium } from 'playwright-core';
+import { CHROMIUM, launch } from './browser.mjs';
 
-const CHROMIUM = process.env.CAIRN_CHROMIUM || '/usr/bin/chromium';
 const TIMEOUT_MS = 30_000;
 
 function env(name) {
@@ -127,22 +126,7 @@ async function reloadNav(page, hash, want) {
 async function main() {
   if (!fs.existsSync(CHROMIUM)) fatal(`no chromium at ${CHROMIUM}`);
   profile = fs.mkdtempSync(path.join(os.tmpdir(), 'cairn-bench-profile-'));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: { width: 1280, height: 900 },
-    timeout: TIMEOUT_MS,
-  });
+  context = await launch(profile, { timeout: TIMEOUT_MS });
   context.setDefaultTimeout(TIMEOUT_MS);
   await context.addInitScript(INIT);
   const page = context.pages()[0] ?? (await context.newPage());

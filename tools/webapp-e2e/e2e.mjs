@@ -22,11 +22,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { chromium } from 'playwright-core';
+import { CHROMIUM, launch } from './browser.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const AXE = path.join(HERE, 'node_modules', 'axe-core', 'axe.min.js');
-const CHROMIUM = process.env.CAIRN_CHROMIUM || '/usr/bin/chromium';
 const STEP_MS = 15_000;
 const LIVE_MS = 30_000;
 const DEADLINE_MS = Number(process.env.CAIRN_E2E_DEADLINE_S || 240) * 1000;
@@ -631,23 +630,7 @@ async function main() {
   profile = fs.mkdtempSync(path.join(os.tmpdir(), 'cairn-e2e-profile-'));
   check(fs.existsSync(CHROMIUM), `no chromium at ${CHROMIUM} (scripts/test.sh installs Debian's chromium)`);
   current = 'launch';
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    acceptDownloads: true,
-    viewport: { width: 1280, height: 900 },
-    timeout: STEP_MS * 2,
-  });
+  context = await launch(profile, { acceptDownloads: true, timeout: STEP_MS * 2 });
   context.setDefaultTimeout(STEP_MS);
   context.on('request', (req) => {
     const h = req.headers();
