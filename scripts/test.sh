@@ -32,36 +32,33 @@ if [ -s scripts/requirements-test.txt ] && ! cmp -s scripts/requirements-test.tx
 fi
 export CAIRN_TEST_VENV="$VENV"
 
-# The official MCP conformance suite and the Node 22 it runs on, pinned in
-# tools/mcp-conformance/package-lock.json; installed when the lock file changed, reused after.
-MCP_CONFORMANCE="$ROOT/tools/mcp-conformance"
-if ! cmp -s "$MCP_CONFORMANCE/package-lock.json" "$MCP_CONFORMANCE/node_modules/.installed" 2>/dev/null; then
+# `npm ci` in DIR when its package-lock.json changed since the last install (a marker in
+# node_modules), installing npm first if the machine has none.
+npm_ci() {
+  local dir=$1 what=$2
+  shift 2
+  cmp -s "$dir/package-lock.json" "$dir/node_modules/.installed" 2>/dev/null && return 0
   if ! command -v npm >/dev/null; then
-    log "installing npm (the MCP conformance suite comes from the npm registry)"
+    log "installing npm ($what comes from the npm registry)"
     apt-get update -q && apt-get install -y -q --no-install-recommends npm
   fi
-  log "installing the MCP conformance suite (npm ci in tools/mcp-conformance)"
-  (cd "$MCP_CONFORMANCE" && npm ci --no-audit --no-fund --engine-strict=false --loglevel=error)
-  cp "$MCP_CONFORMANCE/package-lock.json" "$MCP_CONFORMANCE/node_modules/.installed"
-fi
+  log "installing $what (npm ci in ${dir#"$ROOT"/})"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error "$@")
+  cp "$dir/package-lock.json" "$dir/node_modules/.installed"
+}
+
+# The official MCP conformance suite and the Node 22 it runs on, pinned in
+# tools/mcp-conformance/package-lock.json.
+npm_ci "$ROOT/tools/mcp-conformance" "the MCP conformance suite" --engine-strict=false
 
 # The web app's browser test (crates/cairn/tests/webapp.rs) drives Debian's chromium headless
 # through playwright-core (no browser download), with axe-core; both pinned in
-# tools/webapp-e2e/package-lock.json and installed when the lock file changed.
+# tools/webapp-e2e/package-lock.json.
 if [ ! -x /usr/bin/chromium ]; then
   log "installing chromium (the web app's browser test drives it headless)"
   apt-get update -q && apt-get install -y -q --no-install-recommends chromium
 fi
-WEBAPP_E2E="$ROOT/tools/webapp-e2e"
-if ! cmp -s "$WEBAPP_E2E/package-lock.json" "$WEBAPP_E2E/node_modules/.installed" 2>/dev/null; then
-  if ! command -v npm >/dev/null; then
-    log "installing npm (the browser test's packages come from the npm registry)"
-    apt-get update -q && apt-get install -y -q --no-install-recommends npm
-  fi
-  log "installing the browser test's packages (npm ci in tools/webapp-e2e)"
-  (cd "$WEBAPP_E2E" && npm ci --no-audit --no-fund --loglevel=error)
-  cp "$WEBAPP_E2E/package-lock.json" "$WEBAPP_E2E/node_modules/.installed"
-fi
+npm_ci "$ROOT/tools/webapp-e2e" "the browser test's packages"
 
 # Services for the target tests: a private sshd on 127.0.0.1:2222 (installs openssh-server if
 # needed) and a single-node Slurm on loopback (installs slurm and munge if needed). The tests that
