@@ -563,6 +563,33 @@ async function liveRun(page) {
   await waitText(page, `table#runs-table tr[data-run-id=${attr(EXPECT.live)}] td[data-col=status]`, 'READY');
 }
 
+/** The tab of [`signInRefusals`], whose requests carry [`WRONG_TOKEN`] on purpose. */
+let wrongTokenTab = null;
+const WRONG_TOKEN = 'not-a-cairn-token';
+
+/** A used login link, and a token the daemon does not know, both end on the sign-in page saying
+ *  why (in a second tab, so the first keeps its session). */
+async function signInRefusals() {
+  const tab = await context.newPage();
+  wrongTokenTab = tab;
+  tab.on('pageerror', (e) => pageErrors.push(`${current}: ${e.message}`));
+  try {
+    current = 'the login link, used again';
+    await tab.goto(LOGIN_URL, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+    await waitPage(tab, 'signin');
+    await waitText(tab, 'main [role=alert]', (t) => t.includes('used already'));
+    check(!tab.url().includes('login='), `the used code stayed in the location: ${tab.url()}`);
+    current = 'a token the daemon does not know';
+    await tab.evaluate((t) => sessionStorage.setItem('cairn.viewer', t), WRONG_TOKEN);
+    await tab.reload({ waitUntil: 'domcontentloaded', timeout: STEP_MS });
+    await waitPage(tab, 'signin');
+    await waitText(tab, 'main [role=alert]', (t) => t.includes('does not accept'));
+    await screenshot(tab, 'signin');
+  } finally {
+    await tab.close();
+  }
+}
+
 /** Failures of sections: each section is checked on its own, so one report lists them all. */
 const sectionFailures = [];
 
@@ -611,7 +638,9 @@ async function checkNetwork() {
     if (r.authorization && r.authorization.includes(OPERATOR)) problems.push(`the Operator token was sent: ${r.method} ${r.url}`);
     if (r.url.includes(OPERATOR) || r.url.includes(VIEWER)) problems.push(`a token in a URL: ${r.method} ${u.pathname}`);
     const free = open.has(u.pathname) || u.pathname.startsWith('/assets/');
-    if (!free && r.authorization !== `Bearer ${VIEWER}`) {
+    // The refusals tab presents a wrong token on purpose, and only that one.
+    const planted = r.wrongTokenTab && r.authorization === `Bearer ${WRONG_TOKEN}`;
+    if (!free && !planted && r.authorization !== `Bearer ${VIEWER}`) {
       const had = r.authorization === null ? 'no Authorization header' : r.authorization.startsWith('Bearer ') ? 'another bearer token' : 'another Authorization header';
       problems.push(`an API request without the Viewer token (${had}): ${r.method} ${u.pathname}`);
     }
@@ -635,6 +664,11 @@ async function main() {
   context.on('request', (req) => {
     const h = req.headers();
     const entry = { method: req.method(), url: req.url(), authorization: h.authorization ?? null, type: req.resourceType(), status: null };
+    try {
+      entry.wrongTokenTab = wrongTokenTab !== null && req.frame().page() === wrongTokenTab;
+    } catch {
+      entry.wrongTokenTab = false;
+    }
     network.push(entry);
     pendingHeaders.push(
       req
@@ -679,6 +713,7 @@ async function main() {
     ['download audit', auditNotebook],
     ['download workflow', workflowNotebook],
     ['live run', liveRun],
+    ['sign-in refusals', signInRefusals],
   ];
   for (const [name, fn] of sections) await section(page, name, fn);
 

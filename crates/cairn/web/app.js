@@ -107,15 +107,20 @@ function headers() {
 async function api(path, signal = pageLife.signal) {
   const r = await fetch(path, { headers: headers(), signal, cache: 'no-store' });
   const body = await r.json().catch(() => null);
-  if (r.status === 401) signOut('The daemon no longer accepts this page\'s token (it may have been restarted with a new one).');
-  if (!r.ok) throw new ApiError(r.status, body);
+  if (!r.ok) throw refused(r, body);
   return body;
+}
+
+/** The error of a refused request; a refused token also signs the page out. */
+function refused(r, body) {
+  if (r.status === 401) signOut('The daemon does not accept this page\'s token (its tokens may have been replaced). Sign in again.');
+  return new ApiError(r.status, body);
 }
 
 /** Follows a Server-Sent Events stream with the token (EventSource cannot send headers). */
 async function stream(path, onEvent, signal) {
   const r = await fetch(path, { headers: { ...headers(), Accept: 'text/event-stream' }, signal, cache: 'no-store' });
-  if (!r.ok) throw new ApiError(r.status, await r.json().catch(() => null));
+  if (!r.ok) throw refused(r, await r.json().catch(() => null));
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
   for (;;) {
@@ -145,7 +150,7 @@ async function download(path, fallback, status) {
   status.textContent = 'Downloading…';
   try {
     const r = await fetch(path, { headers: headers(), cache: 'no-store' });
-    if (!r.ok) throw new ApiError(r.status, await r.json().catch(() => null));
+    if (!r.ok) throw refused(r, await r.json().catch(() => null));
     const name = /filename="([^"]+)"/.exec(r.headers.get('content-disposition') || '')?.[1] || fallback;
     const url = URL.createObjectURL(await r.blob());
     const a = h('a', { href: url, download: name, class: 'visually-hidden' }, name);
@@ -211,7 +216,7 @@ async function route() {
       loaded();
     }
   } catch (e) {
-    if (e.name === 'AbortError') return;
+    if (e.name === 'AbortError' || !token) return; // left the page, or signed out (the sign-in page says why)
     main.append(errorBox(e));
     loaded();
   }
