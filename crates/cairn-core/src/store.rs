@@ -56,6 +56,24 @@ pub struct RunRecord {
     pub plan_id: Option<String>,
 }
 
+/// Which runs a list holds: newest first, at most `limit`, each filter applied when given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunQuery<'a> {
+    pub limit: usize,
+    pub status: Option<RunStatus>,
+    /// A workflow's name.
+    pub workflow: Option<&'a str>,
+    /// Only the replays of this run.
+    pub source_run_id: Option<&'a str>,
+}
+
+impl RunQuery<'_> {
+    /// The newest `limit` runs, unfiltered.
+    pub fn newest(limit: usize) -> RunQuery<'static> {
+        RunQuery { limit, ..RunQuery::default() }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
     pub run_id: String,
@@ -278,13 +296,8 @@ pub trait RunStore {
     /// Creates a RUNNING run with a `run.created` event, or returns the existing one.
     fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError>;
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
-    /// Newest first; only those with `status`, and only those of `workflow` (a name), when given.
-    fn runs(
-        &self,
-        limit: usize,
-        status: Option<RunStatus>,
-        workflow: Option<&str>,
-    ) -> Result<Vec<RunRecord>, StoreError>;
+    /// The runs `query` selects, newest first.
+    fn runs(&self, query: &RunQuery<'_>) -> Result<Vec<RunRecord>, StoreError>;
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
     fn events(&self, run_id: &str, after_seq: i64) -> Result<Vec<EventRecord>, StoreError>;
 
@@ -369,8 +382,6 @@ pub trait RunStore {
     fn last_probe(&self, target: &str) -> Result<Option<(Value, i64)>, StoreError>;
     /// The target a planned run was reserved on; None for a run not made from a plan.
     fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError>;
-    /// The runs that replay `run_id` (their `source_run_id` is it), newest first.
-    fn replays_of(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError>;
     /// The run reserved for `target + run_dir`, if any.
     fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError>;
 }

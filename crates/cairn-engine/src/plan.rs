@@ -220,7 +220,7 @@ impl Engine {
         let mut readiness = None;
         if remote {
             // On a target, input files are read where the run will read them: on the target.
-            let facts = self.target_ready(&req.target, &run_dir, &Self::workflow_needs(&wf), &input)?;
+            let facts = self.target_ready(&req.target, &run_dir, &crate::remote::workflow_needs(&wf), &input)?;
             if let Some(found) = facts["observed"]["inputs"].as_object() {
                 for (path, sha) in found {
                     if let Some(sha256) = sha.as_str() {
@@ -412,7 +412,7 @@ impl Engine {
         } else {
             let wf = self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)?;
             Some(
-                self.target_ready(&plan.target, &plan.run_dir, &Self::workflow_needs(&wf), &plan.input)
+                self.target_ready(&plan.target, &plan.run_dir, &crate::remote::workflow_needs(&wf), &plan.input)
                     .map_err(|e| conflict(format!("target `{}` is no longer ready: {e}", plan.target)))?,
             )
         };
@@ -647,23 +647,6 @@ impl Engine {
         Ok(
             serde_json::json!({"target": target, "executor": spec.executor, "observed": facts, "checked_at": self.clock.now_ms()}),
         )
-    }
-
-    /// What a workflow's steps need on a target's PATH, with the reason: its pipeline controllers.
-    fn workflow_needs(wf: &LoadedWorkflow) -> Vec<(String, String)> {
-        let mut needs: Vec<(String, String)> = Vec::new();
-        for step in &wf.spec().steps {
-            if let Some(p) = wf.spec().tools[&step.tool].kind.program()
-                && !needs.iter().any(|(n, _)| n == p)
-            {
-                let mut why = format!("step `{}` runs a {p} pipeline", step.id);
-                if p == "nextflow" {
-                    why.push_str(" (Nextflow cannot be installed from the registries these machines reach; run it where it is installed)");
-                }
-                needs.push((p.to_string(), why));
-            }
-        }
-        needs
     }
 
     /// The effects on a target, in one call to the agent there: it creates run_dir (refusing an

@@ -311,16 +311,31 @@ pub(crate) fn check_local_controllers(wf: &crate::registry::LoadedWorkflow, inpu
     local_programs(wf)
 }
 
+/// What a workflow's steps need on the PATH where they run, with the reason: its pipeline
+/// controllers.
+pub(crate) fn workflow_needs(wf: &crate::registry::LoadedWorkflow) -> Vec<(String, String)> {
+    let mut needs: Vec<(String, String)> = Vec::new();
+    for step in &wf.spec().steps {
+        if let Some(p) = wf.spec().tools[&step.tool].kind.program()
+            && !needs.iter().any(|(n, _)| n == p)
+        {
+            let mut why = format!("step `{}` runs a {p} pipeline", step.id);
+            if p == "nextflow" {
+                why.push_str(" (Nextflow cannot be installed from the registries these machines reach; run it where it is installed)");
+            }
+            needs.push((p.to_string(), why));
+        }
+    }
+    needs
+}
+
 /// A pipeline controller the workflow needs must be on this machine's PATH.
 pub(crate) fn local_programs(wf: &crate::registry::LoadedWorkflow) -> Result<(), EngineError> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    for step in &wf.spec().steps {
-        if let Some(p) = wf.spec().tools[&step.tool].kind.program()
-            && !std::env::split_paths(&path).any(|d| d.join(p).is_file())
-        {
+    for (p, why) in workflow_needs(wf) {
+        if !std::env::split_paths(&path).any(|d| d.join(&p).is_file()) {
             return Err(EngineError::Invalid(format!(
-                "target `local` is not ready: `{p}` is not on this machine's PATH, but step `{}` runs a {p} pipeline",
-                step.id
+                "target `local` is not ready: `{p}` is not on this machine's PATH, but {why}"
             )));
         }
     }

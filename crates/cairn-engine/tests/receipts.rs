@@ -147,7 +147,7 @@ fn refused(out: Consumed) -> EngineError {
 }
 
 fn runs(e: &Engine) -> Vec<RunRecord> {
-    e.store.runs(1000, None, None).unwrap()
+    e.store.runs(&cairn_core::store::RunQuery::newest(1000)).unwrap()
 }
 
 fn runs_of(e: &Engine, p: &Plan) -> Vec<RunRecord> {

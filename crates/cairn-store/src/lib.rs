@@ -488,20 +488,33 @@ impl RunStore for SqliteStore {
         load_run(&self.conn(), run_id)
     }
 
-    fn runs(
-        &self,
-        limit: usize,
-        status: Option<RunStatus>,
-        workflow: Option<&str>,
-    ) -> Result<Vec<RunRecord>, StoreError> {
+    fn runs(&self, q: &RunQuery<'_>) -> Result<Vec<RunRecord>, StoreError> {
+        // Only the filters given are in the statement, so each one can use its index (a run's
+        // replays by `source_run_id`, the newest runs by `created_at`).
+        let status = q.status.map(|s| s.as_str());
+        let mut clauses = Vec::new();
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::new();
+        for (column, value) in [
+            ("status", status.as_ref()),
+            ("workflow", q.workflow.as_ref()),
+            ("source_run_id", q.source_run_id.as_ref()),
+        ] {
+            if let Some(v) = value {
+                clauses.push(format!("{column} = ?{}", values.len() + 1));
+                values.push(v);
+            }
+        }
+        let limit = q.limit.min(i64::MAX as usize) as i64;
+        values.push(&limit);
+        let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT {RUN_COLUMNS} FROM workflow_executions WHERE (?2 IS NULL OR status = ?2) \
-                 AND (?3 IS NULL OR workflow = ?3) ORDER BY created_at DESC, rowid DESC LIMIT ?1"
+                "SELECT {RUN_COLUMNS} FROM workflow_executions {filter} ORDER BY created_at DESC, rowid DESC LIMIT ?{}",
+                values.len()
             ))
             .map_err(db)?;
-        stmt.query_map(params![limit.min(i64::MAX as usize) as i64, status.map(|s| s.as_str()), workflow], run_from_row)
+        stmt.query_map(values.as_slice(), run_from_row)
             .map_err(db)?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(db)?
@@ -1179,22 +1192,6 @@ impl RunStore for SqliteStore {
         conn.query_row("SELECT target FROM reservations WHERE run_id = ?1", params![run_id], |r| r.get(0))
             .optional()
             .map_err(db)
-    }
-
-    fn replays_of(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {RUN_COLUMNS} FROM workflow_executions WHERE source_run_id = ?1 \
-                 ORDER BY created_at DESC, rowid DESC"
-            ))
-            .map_err(db)?;
-        stmt.query_map([run_id], run_from_row)
-            .map_err(db)?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(db)?
-            .into_iter()
-            .collect()
     }
 
     fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError> {

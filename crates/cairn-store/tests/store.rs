@@ -206,7 +206,7 @@ fn create_run_returns_created_then_existing() {
         CreateRun::Created(_) => panic!("a run was created twice"),
     }
     assert_eq!(kinds(&store, "run-1"), ["run.created"]);
-    assert_eq!(store.runs(10, None, None).unwrap().len(), 1);
+    assert_eq!(store.runs(&RunQuery::newest(10)).unwrap().len(), 1);
 }
 
 /// The run list filters by status and workflow before its limit; a run knows its replays, and a
@@ -222,13 +222,16 @@ fn runs_filter_and_replays_are_found() {
         child.at = 3_000 + n as i64;
         assert!(matches!(store.create_run(&child).unwrap(), CreateRun::Created(_)));
     }
-    assert_eq!(ids(store.replays_of("source").unwrap()), ["child-2", "child-1"]);
-    assert!(store.replays_of("child-1").unwrap().is_empty());
+    let replays_of = |run| store.runs(&RunQuery { source_run_id: Some(run), ..RunQuery::newest(10) }).unwrap();
+    assert_eq!(ids(replays_of("source")), ["child-2", "child-1"]);
+    assert!(replays_of("child-1").is_empty());
     assert_eq!(store.target_of_run("source").unwrap(), None);
-    assert_eq!(ids(store.runs(2, None, Some("wf")).unwrap()), ["child-2", "child-1"]);
-    assert!(store.runs(10, None, Some("other")).unwrap().is_empty());
-    assert_eq!(store.runs(10, Some(RunStatus::Running), Some("wf")).unwrap().len(), 3);
-    assert!(store.runs(10, Some(RunStatus::Ready), Some("wf")).unwrap().is_empty());
+    let runs =
+        |limit, status, workflow| store.runs(&RunQuery { limit, status, workflow, source_run_id: None }).unwrap();
+    assert_eq!(ids(runs(2, None, Some("wf"))), ["child-2", "child-1"]);
+    assert!(runs(10, None, Some("other")).is_empty());
+    assert_eq!(runs(10, Some(RunStatus::Running), Some("wf")).len(), 3);
+    assert!(runs(10, Some(RunStatus::Ready), Some("wf")).is_empty());
 }
 
 #[test]

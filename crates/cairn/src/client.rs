@@ -15,6 +15,15 @@ use crate::daemon::{self, StartOptions, auth};
 /// one that stays.
 pub const AUTO_IDLE_EXIT: Duration = Duration::from_secs(15 * 60);
 
+/// The HTTP client of every caller of the daemon's API: statuses are answers, not errors.
+pub fn http_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(5)))
+        .build()
+        .into()
+}
+
 pub struct Client {
     base: String,
     token: String,
@@ -31,12 +40,7 @@ impl Client {
     /// Connects to the daemon of `root`, starting it (detached, with an idle exit) if none runs.
     pub fn connect(root: &Path) -> Result<Client, Failure> {
         let (base, token) = Client::endpoint(root, auth::Role::Operator)?;
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        Ok(Client { base, token, agent })
+        Ok(Client { base, token, agent: http_agent() })
     }
 
     /// The URL of the daemon of `root` (started if none runs) and the token of `role`.

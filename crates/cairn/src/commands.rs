@@ -168,7 +168,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Runs { limit, json } => {
             let engine = open_engine(cli.home)?;
-            let runs = engine.store.runs(limit, None, None).map_err(EngineError::from)?;
+            let runs = engine.store.runs(&cairn_core::store::RunQuery::newest(limit)).map_err(EngineError::from)?;
             if json {
                 print_json(&output::runs_json(engine.store.as_ref(), &runs).map_err(EngineError::from)?);
             } else {

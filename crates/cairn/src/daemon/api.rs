@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use cairn_core::status::RunStatus;
-use cairn_core::store::StoreError;
+use cairn_core::store::{RunQuery, StoreError};
 use cairn_engine::plan::PlanRequest;
 use cairn_engine::registry::load_workflow;
 use cairn_engine::replay::ReplayRequest;
@@ -262,14 +262,7 @@ async fn require_any_token(State(state): State<AppRef>, req: Request, next: Next
 /// The role of the request's bearer token, or the 401 that refuses it.
 #[allow(clippy::result_large_err)]
 fn presented_role(state: &AppState, req: &Request) -> Result<Role, Response> {
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.split_once(' '))
-        // The scheme is case-insensitive (RFC 9110 §11.1).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
+    let presented = super::auth::bearer(req.headers());
     presented.and_then(|t| state.tokens.role_of(t)).ok_or_else(|| {
         let message = if presented.is_some() {
             "the bearer token is not valid for this daemon; use the contents of <state>/auth/viewer.token or operator.token"
@@ -550,7 +543,7 @@ async fn list_runs(State(state): State<AppRef>, ApiQuery(q): ApiQuery<ListRunsQu
 #[derive(Clone)]
 struct RunFilter {
     limit: usize,
-    status: Option<cairn_core::status::RunStatus>,
+    status: Option<RunStatus>,
     workflow: Option<String>,
     source_run_id: Option<String>,
 }
@@ -560,22 +553,15 @@ impl RunFilter {
     fn read(&self, state: &AppState) -> Result<(RunList, bool), ApiError> {
         let store = state.engine.store.as_ref();
         let read = || -> Result<_, StoreError> {
-            let runs = match &self.source_run_id {
-                // A run's replays are few: filtered here rather than in another query shape.
-                Some(source) => {
-                    let mut runs = store.replays_of(source)?;
-                    runs.retain(|r| {
-                        self.status.is_none_or(|s| r.status == s)
-                            && self.workflow.as_ref().is_none_or(|w| &r.workflow == w)
-                    });
-                    runs.truncate(self.limit);
-                    runs
-                }
-                None => store.runs(self.limit, self.status, self.workflow.as_deref())?,
-            };
+            let runs = store.runs(&RunQuery {
+                limit: self.limit,
+                status: self.status,
+                workflow: self.workflow.as_deref(),
+                source_run_id: self.source_run_id.as_deref(),
+            })?;
             let active = [RunStatus::Pending, RunStatus::Running]
                 .into_iter()
-                .map(|s| store.runs(1, Some(s), None).map(|r| !r.is_empty()))
+                .map(|s| store.runs(&RunQuery { status: Some(s), ..RunQuery::newest(1) }).map(|r| !r.is_empty()))
                 .collect::<Result<Vec<_>, _>>()?
                 .contains(&true);
             Ok((RunList::from_records(store, &runs)?, active))

@@ -177,6 +177,17 @@ fn new_token() -> String {
     )
 }
 
+/// The token of an `Authorization: Bearer TOKEN` header (the scheme is case-insensitive, RFC 9110
+/// §11.1); `None` for no header or another scheme.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+}
+
 /// Whether a `Host` header names this machine's loopback: `127.0.0.1`, `localhost` or `[::1]`,
 /// with or without a port. Anything else (a DNS name that resolves here) is refused.
 pub fn host_is_loopback(host: &str) -> bool {

@@ -3,12 +3,11 @@
 
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::CallToolResult;
-use rmcp::schemars::{self, JsonSchema};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::RunRef;
 use super::daemon::{Daemon, seg, structured};
 use super::resources::server_handler;
 
@@ -21,11 +20,6 @@ const MAX_TEXT: usize = 2000;
 pub struct App {
     daemon: Daemon,
     tool_router: ToolRouter<Self>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct RunRef {
-    pub run_id: String,
 }
 
 /// `v` with every string longer than `MAX_TEXT` cut, and every array longer than `MAX_ROWS`

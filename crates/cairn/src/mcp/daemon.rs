@@ -2,8 +2,6 @@
 //! server, which only ever holds the Viewer token) or with the token of the MCP request itself
 //! (the daemon's own HTTP endpoints forward it, so the API decides what the caller may do).
 
-use std::time::Duration;
-
 use rmcp::RoleServer;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
@@ -45,12 +43,7 @@ pub struct Daemon {
 
 impl Daemon {
     fn with(base: &str, token: Option<String>) -> Daemon {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        Daemon { base: base.trim_end_matches('/').to_string(), token, agent }
+        Daemon { base: base.trim_end_matches('/').to_string(), token, agent: crate::client::http_agent() }
     }
 
     /// Calls with this token whatever the MCP request carried.
@@ -69,11 +62,8 @@ impl Daemon {
         }
         ctx.extensions
             .get::<axum::http::request::Parts>()
-            .and_then(|p| p.headers.get(axum::http::header::AUTHORIZATION))
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, t)| t.trim().to_string())
+            .and_then(|p| crate::daemon::auth::bearer(&p.headers))
+            .map(String::from)
             .ok_or_else(|| CallError::new(401, "unauthorized", "no bearer token came with this MCP request"))
     }
 

@@ -27,6 +27,13 @@ pub use workbench::Workbench;
 use crate::Failure;
 
 /// Which server.
+/// A tool's argument naming one run (the workbench's and the app's).
+#[derive(Debug, serde::Deserialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RunRef {
+    pub run_id: String,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Workbench,

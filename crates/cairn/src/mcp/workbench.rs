@@ -11,6 +11,7 @@ use rmcp::{RoleServer, tool, tool_router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::RunRef;
 use super::daemon::{Daemon, invalid, seg, structured};
 use super::resources::server_handler;
 
@@ -77,11 +78,6 @@ pub struct ListRuns {
     pub status: Option<String>,
     /// At most this many, newest first (default 50).
     pub limit: Option<u32>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct RunRef {
-    pub run_id: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -159,7 +155,7 @@ fn plan_view(plan: &Value) -> Value {
 }
 
 fn terminal(status: &Value) -> bool {
-    matches!(status.as_str(), Some("READY" | "BLOCKED" | "FAILED" | "CANCELLED"))
+    status.as_str().and_then(|s| s.parse::<cairn_core::status::RunStatus>().ok()).is_some_and(|s| s.is_terminal())
 }
 
 impl Workbench {
