@@ -18,7 +18,7 @@ mod common;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -47,10 +47,6 @@ fn venv_bin() -> Option<PathBuf> {
     }
     eprintln!("SKIPPED: no snakemake in {} (run scripts/test.sh)", bin.display());
     None
-}
-
-fn port() -> String {
-    std::env::var("CAIRN_TEST_SSHD_PORT").unwrap_or_else(|_| "2222".into())
 }
 
 #[track_caller]
@@ -167,21 +163,16 @@ impl Drop for Fx {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
             }
         }
-        for e in std::fs::read_dir(self.c.home().join("ssh")).into_iter().flatten().flatten() {
-            let _ = Command::new("ssh")
-                .args(["-o", &format!("ControlPath={}", e.path().display()), "-O", "exit", "x"])
-                .stdin(Stdio::null())
-                .output();
-        }
+        close_ssh_masters(&self.c);
     }
 }
 
 impl Fx {
     fn new() -> Option<Fx> {
         let venv_bin = venv_bin()?;
-        let c = Cairn::new();
-        let base = c.work.path().canonicalize().unwrap();
         let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
+        let c = Cairn::new().with_env("PATH", &path);
+        let base = c.work.path().canonicalize().unwrap();
         Some(Fx { c, base, path, spawned: RefCell::new(Vec::new()) })
     }
 
@@ -191,30 +182,13 @@ impl Fx {
 
     /// `cairn ARGS --json` with this test's PATH, checking the `--json` contract.
     fn json(&self, args: &[&str]) -> Out {
-        let mut all: Vec<&str> = args.to_vec();
-        all.push("--json");
-        let out = self.c.command(&all).env("PATH", &self.path).output().unwrap();
-        let code = out.status.code().unwrap_or_else(|| panic!("`cairn {all:?}` died by a signal"));
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let json = parse_stdout(&stdout, code, &all.join(" "));
-        Out { code, json, stdout, stderr }
+        self.c.json(args)
     }
 
     /// Starts `cairn ARGS` in the background with this test's PATH; returns its index for
     /// [`Fx::wait_spawned`]. Killed when the test ends, if still running.
     fn spawn(&self, args: &[String]) -> usize {
-        let child = Command::new(Cairn::bin())
-            .env("CAIRN_HOME", self.c.home.path())
-            .env_remove("XDG_STATE_HOME")
-            .env("PATH", &self.path)
-            .current_dir(self.c.work.path())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = self.c.spawn(args);
         let mut spawned = self.spawned.borrow_mut();
         spawned.push(child);
         spawned.len() - 1
@@ -293,7 +267,7 @@ impl Fx {
     fn add_target(&self, d: &Path) -> &'static str {
         let ws = self.p("ws");
         std::fs::create_dir_all(&ws).unwrap();
-        let ssh = format!("root@127.0.0.1:{}", port());
+        let ssh = format!("root@127.0.0.1:{}", sshd_port());
         self.json(&[
             "target",
             "add",

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Cairn, alive, describe_pid, http, kernel_processes, parse_stdout, wait_until};
+use common::{Cairn, alive, ci, describe_pid, http, kernel_processes, parse_stdout, wait_until};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -39,7 +39,7 @@ fn venv() -> PathBuf {
         v.join("bin/python").exists(),
         "no test venv at {} (run scripts/test.sh, which creates it, or set CAIRN_TEST_VENV){}",
         v.display(),
-        if std::env::var("CI").is_ok_and(|c| c == "true") { "; CI requires it" } else { "" }
+        if ci() { "; CI requires it" } else { "" }
     );
     v
 }

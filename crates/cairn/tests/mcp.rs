@@ -28,7 +28,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{Cairn, contract, http, kernel_processes, parse_stdout, step};
+use common::{Cairn, ci, contract, daemon_info, http, kernel_processes, read_token, step};
 use serde_json::{Value, json};
 
 // ------------------------------------------------------------------------------------------------
@@ -134,10 +134,6 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 // ------------------------------------------------------------------------------------------------
 // the test venv
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
 /// The test venv's python, with the MCP SDK importable. `None` (a loud skip) only outside CI.
 fn client_python() -> Option<PathBuf> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -212,6 +208,8 @@ impl Fx {
         let base = c.work.path().canonicalize().unwrap();
         let config = base.join("config");
         std::fs::create_dir_all(&config).unwrap();
+        let c =
+            c.with_env("CAIRN_PYTHON", &python).with_env("CAIRN_CONFIG", &config).with_env("CAIRN_QUIET_DAEMON", "1");
         Some(Fx { c, base, python, config })
     }
 
@@ -236,20 +234,13 @@ impl Fx {
 
     /// `cairn ARGS` with this state root, the venv's python and the empty config.
     fn command(&self, args: &[&str]) -> assert_cmd::Command {
-        let mut c = self.c.command(args);
-        c.env("CAIRN_PYTHON", &self.python).env("CAIRN_CONFIG", &self.config).env("CAIRN_QUIET_DAEMON", "1");
-        c
+        self.c.command(args)
     }
 
     /// `cairn ARGS --json`: exit code, the JSON object, and everything printed (for messages).
     fn json(&self, args: &[&str]) -> (i32, Value, String) {
-        let mut all = args.to_vec();
-        all.push("--json");
-        let out = self.command(&all).output().unwrap();
-        let code = out.status.code().unwrap_or_else(|| panic!("`cairn {all:?}` died by a signal"));
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let json = parse_stdout(&stdout, code, &all.join(" "));
-        (code, json, format!("stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr)))
+        let out = self.c.json(args);
+        (out.code, out.json, format!("stdout: {}\nstderr: {}", out.stdout, out.stderr))
     }
 
     fn start_daemon(&self) {
@@ -406,7 +397,7 @@ impl Client {
                 "op": "connect", "session": id, "mode": "stdio", "cairn": self.cairn, "home": self.home, "server": server,
             }),
             Over::Http => {
-                let url = read_url(&self.home);
+                let url = daemon_info(&self.home).url;
                 json!({"op": "connect", "session": id, "mode": "http", "url": format!("{url}/mcp/{server}"), "token": token})
             }
         };
@@ -473,15 +464,6 @@ impl Client {
         let w = stdin.as_mut().ok_or("closed")?;
         writeln!(w, "{}", json!({"op": "exit"})).map_err(|e| e.to_string())
     }
-}
-
-fn read_url(home: &Path) -> String {
-    let text = std::fs::read_to_string(home.join("daemon.json")).expect("daemon.json (is the daemon running?)");
-    serde_json::from_str::<Value>(&text).unwrap()["url"].as_str().unwrap().to_string()
-}
-
-fn read_token(home: &Path, role: &str) -> String {
-    std::fs::read_to_string(home.join("auth").join(format!("{role}.token"))).unwrap().trim().to_string()
 }
 
 /// One MCP session of a [`Client`].

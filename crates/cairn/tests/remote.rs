@@ -57,8 +57,7 @@ fn slurm() -> bool {
         .args(["-h", "-p", "debug", "-o", "%a"])
         .output()
         .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "up");
-    let required =
-        std::env::var("CAIRN_TEST_SLURM").is_ok_and(|v| v == "1") || std::env::var("CI").is_ok_and(|v| v == "true");
+    let required = std::env::var("CAIRN_TEST_SLURM").is_ok_and(|v| v == "1") || ci();
     match usable {
         true => true,
         false if required => {
@@ -69,10 +68,6 @@ fn slurm() -> bool {
             false
         }
     }
-}
-
-fn port() -> String {
-    std::env::var("CAIRN_TEST_SSHD_PORT").unwrap_or_else(|_| "2222".into())
 }
 
 // ------------------------------------------------------------------------------------ fixture
@@ -103,7 +98,7 @@ impl Drop for Rt {
                 let _ = Command::new("scancel").arg(&job).output();
             }
         }
-        close_masters(&self.c);
+        close_ssh_masters(&self.c);
     }
 }
 
@@ -118,7 +113,7 @@ impl Rt {
     }
 
     fn add_target(&self, name: &str, user: &str, executor: &str, known_hosts: &Path) -> Out {
-        let ssh = format!("{user}@127.0.0.1:{}", port());
+        let ssh = format!("{user}@127.0.0.1:{}", sshd_port());
         let identity = self.sshd.join("id_ed25519");
         let mut args = vec![
             "target",
@@ -287,16 +282,6 @@ fn s(v: &Value) -> &str {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }
 
-/// Stops the control connections the test's daemon and CLI left (they would linger for
-/// ControlPersist).
-fn close_masters(c: &Cairn) {
-    for e in std::fs::read_dir(c.home().join("ssh")).into_iter().flatten().flatten() {
-        let _ = Command::new("ssh")
-            .args(["-o", &format!("ControlPath={}", e.path().display()), "-O", "exit", "x"])
-            .output();
-    }
-}
-
 /// `(step, attempt, pid)` of every launch the tool recorded in `<run_dir>/launches`.
 fn launches(run_dir: &Path) -> Vec<(String, u32, i32)> {
     log_lines(&run_dir.join("launches"))
@@ -460,7 +445,7 @@ fn spoofed_known_hosts(dir: &Path) -> PathBuf {
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let fields: Vec<&str> = public.split_whitespace().take(2).collect();
     let path = dir.join("spoofed_known_hosts");
-    std::fs::write(&path, format!("[127.0.0.1]:{} {}\n", port(), fields.join(" "))).unwrap();
+    std::fs::write(&path, format!("[127.0.0.1]:{} {}\n", sshd_port(), fields.join(" "))).unwrap();
     path
 }
 

@@ -155,7 +155,9 @@ impl Env {
         let out = match Command::new("sqlite3").arg("-readonly").arg(&db).arg(query).output() {
             Ok(out) => out,
             // scripts/test.sh installs sqlite3; in CI its absence is a failure, not a skip.
-            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("sqlite3 is required in CI: {e}"),
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
+                panic!("sqlite3 is required in CI: {e}")
+            }
             Err(_) => return None,
         };
         assert!(out.status.success(), "sqlite3 {query}: {}", String::from_utf8_lossy(&out.stderr));

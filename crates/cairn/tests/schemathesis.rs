@@ -41,7 +41,7 @@ const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_co
 /// The test venv: `CAIRN_TEST_VENV` (required under `CI=true`), else `<repo>/.venv`. `None` (the
 /// test is skipped, loudly) only outside CI when no venv with schemathesis is found.
 fn venv() -> Option<PathBuf> {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let ci = ci();
     let (venv, from_env) = match std::env::var_os("CAIRN_TEST_VENV") {
         Some(v) => (PathBuf::from(v), true),
         None => {

@@ -9,10 +9,6 @@ use std::path::Path;
 use common::*;
 use serde_json::Value;
 
-fn port() -> String {
-    std::env::var("CAIRN_TEST_SSHD_PORT").unwrap_or_else(|_| "2222".into())
-}
-
 fn add(c: &Cairn, name: &str, ssh: &str, identity: &Path, known_hosts: &Path, extra: &[&str]) -> Out {
     let mut args = vec![
         "target",
@@ -35,23 +31,14 @@ fn targets(c: &Cairn) -> Vec<Value> {
     c.json(&["target", "list"]).expect(0).json["targets"].as_array().unwrap().clone()
 }
 
-/// Stops the control connections a test's probes left (they would linger for ControlPersist).
-fn close_masters(c: &Cairn) {
-    for e in std::fs::read_dir(c.home().join("ssh")).into_iter().flatten().flatten() {
-        let _ = std::process::Command::new("ssh")
-            .args(["-o", &format!("ControlPath={}", e.path().display()), "-O", "exit", "x"])
-            .output();
-    }
-}
-
 #[test]
 fn a_target_is_registered_probed_over_ssh_and_removed() {
     let Some(d) = sshd() else { return };
     let c = Cairn::new();
-    let ssh = format!("root@127.0.0.1:{}", port());
+    let ssh = format!("root@127.0.0.1:{}", sshd_port());
     let added = add(&c, "ci", &ssh, &d.join("id_ed25519"), &d.join("known_hosts"), &[]).expect(0).json;
     assert_eq!(added["name"], "ci");
-    assert_eq!(added["ssh"]["port"].as_u64().unwrap().to_string(), port());
+    assert_eq!(added["ssh"]["port"].as_u64().unwrap().to_string(), sshd_port());
     let names: Vec<String> = targets(&c).iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(names, ["local", "ci"]);
 
@@ -91,7 +78,7 @@ fn a_target_is_registered_probed_over_ssh_and_removed() {
     assert_eq!(targets(&c).len(), 1);
     let gone = c.json(&["target", "probe", "ci"]).expect(2);
     assert!(gone.stderr.contains("not configured"), "{}", gone.stderr);
-    close_masters(&c);
+    close_ssh_masters(&c);
 }
 
 /// A refused registration: name, ssh, identity, known_hosts, extra flags, and what the error says.
@@ -135,7 +122,7 @@ fn registration_refuses_bad_input_and_stores_nothing() {
 fn a_wrong_host_key_or_a_closed_port_is_refused_clearly() {
     let Some(d) = sshd() else { return };
     let c = Cairn::new();
-    let ssh = format!("root@127.0.0.1:{}", port());
+    let ssh = format!("root@127.0.0.1:{}", sshd_port());
     add(&c, "good", &ssh, &d.join("id_ed25519"), &d.join("known_hosts"), &[]).expect(0);
     c.json(&["target", "probe", "good"]).expect(0);
 
@@ -148,7 +135,7 @@ fn a_wrong_host_key_or_a_closed_port_is_refused_clearly() {
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let fields: Vec<&str> = public.split_whitespace().take(2).collect();
     let bad_known = c.path("bad_known_hosts");
-    std::fs::write(&bad_known, format!("[127.0.0.1]:{} {}\n", port(), fields.join(" "))).unwrap();
+    std::fs::write(&bad_known, format!("[127.0.0.1]:{} {}\n", sshd_port(), fields.join(" "))).unwrap();
     add(&c, "spoofed", &ssh, &d.join("id_ed25519"), &bad_known, &[]).expect(0);
     let out = c.json(&["target", "probe", "spoofed"]);
     assert_eq!(out.code, 2, "a wrong host key must refuse: {}", out.stdout);
@@ -159,5 +146,5 @@ fn a_wrong_host_key_or_a_closed_port_is_refused_clearly() {
     let out = c.json(&["target", "probe", "closed"]);
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("cannot reach"), "{}", out.stderr);
-    close_masters(&c);
+    close_ssh_masters(&c);
 }

@@ -13,7 +13,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -178,69 +178,40 @@ fn browser() -> Option<(PathBuf, PathBuf)> {
 /// A state root whose commands and daemon see the venv's python and an empty `CAIRN_CONFIG`.
 struct Env {
     c: Cairn,
-    config: TempDir,
-    python: PathBuf,
+    /// The empty `CAIRN_CONFIG`, kept for the test's length.
+    _config: TempDir,
     /// Control sockets of ssh probes, closed at the end.
     ssh: bool,
 }
 
 impl Env {
     fn new() -> Env {
-        Env {
-            c: Cairn::new(),
-            config: tempfile::Builder::new().prefix("cairn-wcfg-").tempdir().unwrap(),
-            python: python(),
-            ssh: false,
-        }
-    }
-
-    fn std_command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(Cairn::bin());
-        c.env("CAIRN_HOME", self.c.home.path())
-            .env_remove("XDG_STATE_HOME")
-            .env("CAIRN_PYTHON", &self.python)
-            .env("CAIRN_CONFIG", self.config.path())
-            .env("CAIRN_QUIET_DAEMON", "1")
-            .current_dir(self.c.work.path())
-            .args(args);
-        c
+        let config = tempfile::Builder::new().prefix("cairn-wcfg-").tempdir().unwrap();
+        let c = Cairn::new()
+            .with_env("CAIRN_PYTHON", python())
+            .with_env("CAIRN_CONFIG", config.path())
+            .with_env("CAIRN_QUIET_DAEMON", "1");
+        Env { c, _config: config, ssh: false }
     }
 
     /// `cairn ARGS --json`, with the `--json` contract checked.
     fn json(&self, args: &[&str]) -> Out {
-        let mut all = args.to_vec();
-        all.push("--json");
-        out_of(assert_cmd::Command::from_std(self.std_command(&all)).timeout(CMD_TIMEOUT).output().unwrap(), &all)
+        self.c.json(args)
     }
 
     /// `cairn run WF --input FILE --json` expecting exit `code`: the run object.
     #[track_caller]
     fn run(&self, workflow: &str, input: &Value, code: i32) -> Value {
-        let file = self.c.input(input);
-        self.json(&["run", workflow, "--input", file.to_str().unwrap()]).expect(code).json
-    }
-
-    /// Stops the control connections of the ssh probes (they would linger for ControlPersist).
-    fn close_masters(&self) {
-        for e in std::fs::read_dir(self.c.home().join("ssh")).into_iter().flatten().flatten() {
-            let _ = Command::new("ssh")
-                .args(["-o", &format!("ControlPath={}", e.path().display()), "-O", "exit", "x"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
+        self.c.run(workflow, input, &[]).expect(code).json
     }
 }
 
 impl Drop for Env {
     /// A failing test leaves nothing running: the daemon, ssh masters, kernels of this root.
     fn drop(&mut self) {
-        let _ = assert_cmd::Command::from_std(self.std_command(&["daemon", "stop", "--json"]))
-            .timeout(Duration::from_secs(20))
-            .output();
+        let _ = self.c.command(&["daemon", "stop", "--json"]).timeout(Duration::from_secs(20)).output();
         if self.ssh {
-            self.close_masters();
+            close_ssh_masters(&self.c);
         }
         for pid in kernel_processes(self.c.home.path()) {
             kill_group(pid);
@@ -320,8 +291,7 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
 
     // The test sshd's target, registered and probed.
     let target = sshd().map(|d| {
-        let port = std::env::var("CAIRN_TEST_SSHD_PORT").unwrap_or_else(|_| "2222".into());
-        let ssh = format!("root@127.0.0.1:{port}");
+        let ssh = format!("root@127.0.0.1:{}", sshd_port());
         let (identity, known_hosts) = (d.join("id_ed25519"), d.join("known_hosts"));
         e.json(&[
             "target",
@@ -343,15 +313,9 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
 
     // The live run: started in the background through the daemon, RUNNING until the gate opens.
     let started = c.path("live-started");
-    let live_input = c.input(&json!({"gate": gate, "started": started}));
-    let bg = Background(Some(
-        e.std_command(&["run", LIVE, "--input", live_input.to_str().unwrap(), "--json"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    ));
+    let mut args = c.run_args(LIVE, &json!({"gate": gate, "started": started}), &[]);
+    args.push("--json".into());
+    let bg = Background(Some(c.spawn(&args)));
     assert!(wait_until(Duration::from_secs(30), || started.exists()), "the live run's step never started");
     let mut live = Value::Null;
     assert!(
@@ -457,5 +421,5 @@ fn the_web_app_shows_every_page_follows_a_live_run_and_only_reads() {
     assert_eq!(e.c.show(&id(&expect, "live"))["status"], "READY");
 
     e.json(&["daemon", "stop"]).expect(0);
-    e.close_masters();
+    close_ssh_masters(&e.c);
 }

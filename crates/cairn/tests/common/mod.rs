@@ -160,10 +160,8 @@ pub fn step<'a>(run: &'a Value, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no step `{id}` in {run:#}"))
 }
 
-/// Checks the `--json` contract on one call's stdout: exactly one JSON object (nothing else), or
-/// nothing at all when the command failed before producing a result.
-#[track_caller]
 /// What `cairn ARGS --json` printed, with the `--json` contract checked.
+#[track_caller]
 pub fn out_of(out: Output, args: &[&str]) -> Out {
     let code = out.status.code().unwrap_or_else(|| panic!("`cairn {args:?}` died by a signal"));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -172,6 +170,9 @@ pub fn out_of(out: Output, args: &[&str]) -> Out {
     Out { code, json, stdout, stderr }
 }
 
+/// Checks the `--json` contract on one call's stdout: exactly one JSON object (nothing else), or
+/// nothing at all when the command failed before producing a result.
+#[track_caller]
 pub fn parse_stdout(stdout: &str, code: i32, what: &str) -> Value {
     if stdout.trim().is_empty() {
         assert!(
@@ -196,6 +197,8 @@ static INPUTS: AtomicUsize = AtomicUsize::new(0);
 pub struct Cairn {
     pub home: TempDir,
     pub work: TempDir,
+    /// Set for every command of this state root (see [`Cairn::with_env`]).
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
 }
 
 impl Default for Cairn {
@@ -209,7 +212,14 @@ impl Cairn {
         Cairn {
             home: tempfile::Builder::new().prefix("cairn-home-").tempdir().unwrap(),
             work: tempfile::Builder::new().prefix("cairn-work-").tempdir().unwrap(),
+            env: Vec::new(),
         }
+    }
+
+    /// Every command of this state root gets `key=value` too (a PATH, the kernel's python, …).
+    pub fn with_env(mut self, key: impl AsRef<std::ffi::OsStr>, value: impl AsRef<std::ffi::OsStr>) -> Cairn {
+        self.env.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
     }
 
     pub fn bin() -> PathBuf {
@@ -234,6 +244,7 @@ impl Cairn {
     fn std_command(&self, args: &[&str]) -> std::process::Command {
         let mut c = std::process::Command::new(Self::bin());
         c.env("CAIRN_HOME", self.home.path()).env_remove("XDG_STATE_HOME").current_dir(self.work.path()).args(args);
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c
     }
 
@@ -454,9 +465,7 @@ impl Cairn {
     /// The running daemon, from `<state>/daemon.json`.
     #[track_caller]
     pub fn daemon(&self) -> DaemonInfo {
-        let text = std::fs::read_to_string(self.home().join("daemon.json")).expect("daemon.json");
-        let v: Value = serde_json::from_str(&text).unwrap();
-        DaemonInfo { pid: v["pid"].as_i64().unwrap() as i32, url: v["url"].as_str().unwrap().to_string() }
+        daemon_info(&self.home())
     }
 
     /// `cairn daemon stop`, expecting success.
@@ -467,8 +476,22 @@ impl Cairn {
     /// The token of `role` (`viewer` or `operator`).
     #[track_caller]
     pub fn token(&self, role: &str) -> String {
-        std::fs::read_to_string(self.home().join("auth").join(format!("{role}.token"))).unwrap().trim().to_string()
+        read_token(&self.home(), role)
     }
+}
+
+/// The running daemon of the state root `home`, from its `daemon.json`.
+#[track_caller]
+pub fn daemon_info(home: &Path) -> DaemonInfo {
+    let text = std::fs::read_to_string(home.join("daemon.json")).expect("daemon.json (is the daemon running?)");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    DaemonInfo { pid: v["pid"].as_i64().unwrap() as i32, url: v["url"].as_str().unwrap().to_string() }
+}
+
+/// The token of `role` (`viewer` or `operator`) of the state root `home`.
+#[track_caller]
+pub fn read_token(home: &Path, role: &str) -> String {
+    std::fs::read_to_string(home.join("auth").join(format!("{role}.token"))).unwrap().trim().to_string()
 }
 
 /// One HTTP request to the daemon. `headers` are sent as given (use it for a `Host` override).
@@ -600,10 +623,10 @@ pub fn describe_pid(pid: i32) -> String {
     format!("{pid}: {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
 }
 
-/// Whether this is CI (`CI=true`): a missing service then fails a test instead of skipping it.
-#[allow(dead_code)]
+/// Whether this is CI (`CI=true`, or `CI=1`): a missing service then fails a test instead of
+/// skipping it.
 pub fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// The test sshd's directory (keys, known_hosts), from `CAIRN_TEST_SSHD_DIR` (set by
@@ -621,6 +644,21 @@ pub fn sshd() -> Option<PathBuf> {
             eprintln!("SKIPPED: no test sshd (run scripts/sshd-up.sh, or scripts/test.sh)");
             None
         }
+    }
+}
+
+/// The test sshd's port on 127.0.0.1 (`CAIRN_TEST_SSHD_PORT`, default 2222).
+pub fn sshd_port() -> String {
+    std::env::var("CAIRN_TEST_SSHD_PORT").unwrap_or_else(|_| "2222".into())
+}
+
+/// Stops the ssh control connections of a state root (they would linger for ControlPersist).
+pub fn close_ssh_masters(c: &Cairn) {
+    for e in std::fs::read_dir(c.home().join("ssh")).into_iter().flatten().flatten() {
+        let _ = std::process::Command::new("ssh")
+            .args(["-o", &format!("ControlPath={}", e.path().display()), "-O", "exit", "x"])
+            .stdin(std::process::Stdio::null())
+            .output();
     }
 }
 
