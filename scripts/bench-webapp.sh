@@ -84,7 +84,6 @@ API_REPS = int(os.environ.get("BENCH_API_REPS", 50))
 CLI_REPS = int(os.environ.get("BENCH_CLI_REPS", 10))
 LIST = min(RUNS, 1000)  # the API's largest limit
 WF = "bench-echo-1"
-TERMINAL = {"READY", "BLOCKED", "FAILED", "CANCELLED"}
 
 
 def log(msg):
@@ -220,14 +219,13 @@ for rep in range(API_REPS):
 
 # --- the CLI, reading the registry in-process ----------------------------------------------------
 log(f"CLI: `cairn runs --limit N --json` x {CLI_REPS} for N = {LIST}, 50 (whole command)")
-env = dict(os.environ)
 cli = {"cli_runs_max": [], "cli_runs_50": [], "cli_version": []}
 for rep in range(CLI_REPS + 1):
     for key, args in (("cli_runs_max", ["runs", "--limit", str(LIST), "--json"]),
                       ("cli_runs_50", ["runs", "--limit", "50", "--json"]),
                       ("cli_version", ["--version"])):
         t = time.perf_counter()
-        p = subprocess.run([CAIRN, *args], env=env, capture_output=True, check=True)
+        p = subprocess.run([CAIRN, *args], capture_output=True, check=True)
         took = time.perf_counter() - t
         if rep > 0:
             cli[key].append(took)
@@ -241,11 +239,9 @@ PY
 
 if [ "$BROWSER" = 1 ]; then
   "$CAIRN" ui --no-open --json > "$OUT/ui.json"
-  log "browser: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$OUT/ui.json") (chromium, ${BENCH_PAGE_REPS:-10} loads per page and way)"
-  CAIRN_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$OUT/ui.json") \
-  CAIRN_LOGIN_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["login_url"])' "$OUT/ui.json") \
-  CAIRN_RUN_ID=$(cat "$OUT/run-id") BENCH_OUT=$OUT \
-    node "$E2E/bench.mjs" > "$OUT/browser.json"
+  LOGIN_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["login_url"])' "$OUT/ui.json")
+  log "browser: ${LOGIN_URL%%#*} (chromium, ${BENCH_PAGE_REPS:-10} loads per page and way)"
+  CAIRN_LOGIN_URL=$LOGIN_URL CAIRN_RUN_ID=$(cat "$OUT/run-id") BENCH_OUT=$OUT node "$E2E/bench.mjs"
 fi
 
 LOAD_AFTER=$(uptime)
@@ -253,7 +249,7 @@ log "load after: $LOAD_AFTER"
 BENCH_OUT=$OUT BENCH_LOAD_BEFORE=$LOAD_BEFORE BENCH_LOAD_AFTER=$LOAD_AFTER BENCH_STARTED=$STARTED \
   BENCH_REV=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo '+dirty') python3 - <<'PY'
 """The report: medians and p95 of the raw samples."""
-import json, os, platform, statistics, subprocess, time
+import json, os, platform, statistics, time
 
 OUT = os.environ["BENCH_OUT"]
 A = json.load(open(f"{OUT}/api-samples.json"))

@@ -1,6 +1,5 @@
 // Page-load timings of Cairn's read-only web app in a real browser; run by scripts/bench-webapp.sh.
 //
-//   CAIRN_URL         the daemon's base URL (http://127.0.0.1:PORT/)
 //   CAIRN_LOGIN_URL   the one-time login link (…/#login=CODE); used once, then the Viewer token
 //                     stays in the tab's sessionStorage, so reloads of the same tab stay signed in
 //   CAIRN_RUN_ID      the run whose page is timed
@@ -22,7 +21,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { CHROMIUM, launch } from './browser.mjs';
+import { CHROMIUM, close, launch } from './browser.mjs';
 
 const TIMEOUT_MS = 30_000;
 
@@ -46,7 +45,6 @@ function fatal(msg) {
   process.exit(1);
 }
 
-const BASE = new URL(env('CAIRN_URL'));
 const LOGIN_URL = env('CAIRN_LOGIN_URL');
 const RUN_ID = env('CAIRN_RUN_ID');
 const REPS = Number(process.env.BENCH_PAGE_REPS || 10);
@@ -173,9 +171,7 @@ async function main() {
   const runRows = await page.evaluate(() => document.querySelectorAll('table#steps-table tr[data-step]').length);
   const result = { ok: true, runs_rows: rows, run_steps: runRows, login, samples, breakdown, page_errors: errors, user_agent: await page.evaluate(() => navigator.userAgent) };
   fs.writeFileSync(path.join(OUT, 'browser-samples.json'), JSON.stringify(result, null, 1));
-  await Promise.race([context.close().catch(() => {}), new Promise((r) => setTimeout(r, 5000))]);
-  fs.rmSync(profile, { recursive: true, force: true });
-  process.stdout.write(JSON.stringify(result) + '\n');
+  await close(context, profile);
 }
 
 main().catch((e) => fatal(e?.stack || String(e)));

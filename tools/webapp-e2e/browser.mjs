@@ -2,6 +2,8 @@
 // tests run as root), with every background connection off (this machine's network is closed, and
 // chromium would retry its refused connections), in a profile of the caller's.
 
+import fs from 'node:fs';
+
 import { chromium } from 'playwright-core';
 
 export const CHROMIUM = process.env.CAIRN_CHROMIUM || '/usr/bin/chromium';
@@ -16,6 +18,12 @@ export const FLAGS = [
   '--disable-component-update',
   '--disable-sync',
 ];
+
+/** Closes `context` (at most 5 s: a wedged browser must not hang the caller) and deletes `profile`. */
+export async function close(context, profile) {
+  if (context) await Promise.race([context.close().catch(() => {}), new Promise((r) => setTimeout(r, 5000))]);
+  if (profile) fs.rmSync(profile, { recursive: true, force: true });
+}
 
 /** A persistent context in `profile` (a fresh directory), 1280×900; `options` add to or override. */
 export function launch(profile, options = {}) {

@@ -7,6 +7,8 @@ import { drawDag } from './dag.js';
 const TOKEN_KEY = 'cairn.viewer';
 const RUNS_SHOWN = 200;
 const STATUSES = ['PENDING', 'RUNNING', 'READY', 'BLOCKED', 'FAILED', 'CANCELLED'];
+/** A run in one of these has ended. */
+const FINISHED = ['READY', 'BLOCKED', 'FAILED', 'CANCELLED'];
 const main = document.getElementById('main');
 let token = sessionStorage.getItem(TOKEN_KEY);
 // Aborted when the page changes: ends its streams and timers.
@@ -17,8 +19,8 @@ const runFilters = { status: '', workflow: '' };
 // ------------------------------------------------------------------------------------ DOM
 
 /** An element: `h('td', {class: 'num', 'data-col': 'x'}, 'text', child)`. Text is always text. */
-export function h(tag, attrs = {}, ...children) {
-  const svg = ['svg', 'g', 'rect', 'text', 'path', 'title', 'desc', 'tspan', 'defs', 'marker'].includes(tag);
+function h(tag, attrs = {}, ...children) {
+  const svg = ['svg', 'g', 'rect', 'text', 'path', 'title', 'defs', 'marker'].includes(tag);
   const el = svg ? document.createElementNS('http://www.w3.org/2000/svg', tag) : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
@@ -59,9 +61,10 @@ function span(from, to) {
   return end - Date.parse(from);
 }
 
+/** A table; `caption` is its text, or a caption element of the caller's. */
 function table(id, caption, headers, rows) {
   return h('table', { id },
-    caption ? h('caption', {}, caption) : null,
+    caption instanceof Node ? caption : caption ? h('caption', {}, caption) : null,
     h('thead', {}, h('tr', {}, headers.map((t) => h('th', { scope: 'col', class: /^(Attempts|Duration|Findings|Steps|Count)$/.test(t) ? 'num' : null }, t)))),
     h('tbody', {}, rows));
 }
@@ -71,7 +74,7 @@ function page(name, title, ...body) {
   main.replaceChildren(h('h1', {}, title), ...body.flat().filter((c) => c !== null && c !== undefined && c !== false));
   main.dataset.page = name;
   delete main.dataset.loaded;
-  document.title = `${typeof title === 'string' ? title : main.querySelector('h1').textContent} · Cairn`;
+  document.title = `${title} · Cairn`;
   for (const a of document.querySelectorAll('nav a[data-section]')) {
     if (a.dataset.section === section(name)) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
@@ -231,12 +234,9 @@ async function runsPage() {
   const statusSel = h('select', { id: 'filter-status' },
     h('option', { value: '' }, 'all'), STATUSES.map((s) => h('option', { value: s }, s)));
   const wfSel = h('select', { id: 'filter-workflow' }, h('option', { value: '' }, 'all'));
-  const tbody = h('tbody');
-  const tbl = h('table', { id: 'runs-table' },
-    h('caption', { class: 'visually-hidden' }, 'Runs, newest first'),
-    h('thead', {}, h('tr', {}, ['Run', 'Status', 'Workflow', 'Target', 'Started', 'Duration', 'Findings', 'Replay of']
-      .map((t) => h('th', { scope: 'col', class: ['Duration', 'Findings'].includes(t) ? 'num' : null }, t)))),
-    tbody);
+  const tbl = table('runs-table', h('caption', { class: 'visually-hidden' }, 'Runs, newest first'),
+    ['Run', 'Status', 'Workflow', 'Target', 'Started', 'Duration', 'Findings', 'Replay of'], []);
+  const tbody = tbl.querySelector('tbody');
   const empty = h('p', { class: 'muted', hidden: true }, 'No runs match.');
   const capped = h('p', { class: 'muted small', hidden: true },
     `Showing the newest ${RUNS_SHOWN} runs; cairn runs --limit N lists more.`);
@@ -249,6 +249,7 @@ async function runsPage() {
     problem, tbl, empty, capped);
   statusSel.value = runFilters.status;
   let runs = [];
+  let shownData = null;
   const render = () => {
     const names = [...new Set(runs.map((r) => r.workflow))].sort();
     const chosen = runFilters.workflow;
@@ -278,7 +279,10 @@ async function runsPage() {
       try {
         live.textContent = 'Live: updates as runs change.';
         await stream(`/runs?follow=true&limit=${RUNS_SHOWN}`, (ev) => {
-          if (ev.event !== 'runs') return;
+          // Each new stream begins with the whole list: an unchanged one is not drawn again (an
+          // open filter menu would close).
+          if (ev.event !== 'runs' || ev.data === shownData) return;
+          shownData = ev.data;
           runs = JSON.parse(ev.data).runs;
           problem.replaceChildren();
           render();
@@ -318,7 +322,7 @@ async function runPage(runId) {
   const children = replays.runs;
   const source = run.replay?.source_run_id;
 
-  const status = h('span', { id: 'run-status', class: `badge s-${run.status}` }, run.status);
+  const status = badge(run.status, { id: 'run-status' });
   const meta = h('dl', { class: 'meta' });
   const dagBox = h('div', { class: 'dag-wrap', role: 'region', 'aria-label': 'Step graph', tabindex: 0 });
   const stepsBox = h('div');
@@ -346,18 +350,11 @@ async function runPage(runId) {
     children.length ? h('p', {}, 'Replayed by ', children.flatMap((c, i) => [i ? ', ' : '', h('a', { href: `#/runs/${encodeURIComponent(c.run_id)}` }, c.run_id), ` (${c.status})`])) : h('p', { class: 'muted' }, 'No replay of this run.'));
 
   for (const s of run.steps) {
-    const pre = h('pre', { tabindex: 0, 'aria-label': `Last lines of ${s.step_id}'s output` }, 'Loading…');
-    const d = h('details', { class: 'log', 'data-step': s.step_id }, h('summary', {}, `Log of ${s.step_id}`), pre);
-    d.addEventListener('toggle', async () => {
-      if (!d.open) return;
-      try {
+    logsBox.append(loadOnOpen({ class: 'log', 'data-step': s.step_id }, `Log of ${s.step_id}`,
+      `Last lines of ${s.step_id}'s output`, async () => {
         const log = await api(`/runs/${enc}/steps/${encodeURIComponent(s.step_id)}/log?lines=200`);
-        pre.textContent = (log.truncated ? '[… earlier lines left out]\n' : '') + (log.lines.join('\n') || '(no output)');
-      } catch (e) {
-        pre.textContent = e.message;
-      }
-    });
-    logsBox.append(d);
+        return (log.truncated ? '[… earlier lines left out]\n' : '') + (log.lines.join('\n') || '(no output)');
+      }));
   }
 
   let events = [];
@@ -400,7 +397,7 @@ async function runPage(runId) {
         Object.keys(e.data || {}).length ? ` ${JSON.stringify(e.data)}` : ''))));
   };
 
-  const finished = (s) => ['READY', 'BLOCKED', 'FAILED', 'CANCELLED'].includes(s);
+  const finished = (s) => FINISHED.includes(s);
   events = firstEvents.events;
   render(run);
   loaded();
@@ -432,6 +429,22 @@ async function runPage(runId) {
     if (!life.signal.aborted) liveNote.textContent = `Stopped following: ${e.message}`;
   }
   refresh();
+}
+
+/** A `<details>` whose `<pre>` is read by `load()` (text) each time it is opened: log tails and
+ *  drafts are read only when someone looks. */
+function loadOnOpen(attrs, summary, label, load, ...before) {
+  const pre = h('pre', { tabindex: 0, 'aria-label': label }, 'Loading…');
+  const d = h('details', attrs, h('summary', {}, summary), ...before, pre);
+  d.addEventListener('toggle', async () => {
+    if (!d.open) return;
+    try {
+      pre.textContent = await load();
+    } catch (e) {
+      pre.textContent = e.message;
+    }
+  });
+  return d;
 }
 
 function legend() {
@@ -492,8 +505,8 @@ function short(digest) {
 }
 
 async function workflowPage(name, version) {
-  const wf = await api(`/workflows/${encodeURIComponent(name)}?version=${encodeURIComponent(version)}`);
-  const { workflows } = await api('/workflows');
+  const [wf, { workflows }] = await Promise.all([
+    api(`/workflows/${encodeURIComponent(name)}?version=${encodeURIComponent(version)}`), api('/workflows')]);
   const versions = workflows.filter((w) => w.name === name);
   page('workflow', `${wf.name}@${wf.version}`,
     wf.description ? h('p', {}, wf.description) : null,
@@ -572,9 +585,6 @@ function facts(o) {
 
 async function verificationsPage() {
   const [{ verifications }, { jobs }] = await Promise.all([api('/verifications?limit=200'), api('/kernel/jobs')]);
-  const drafts = await Promise.all(verifications.filter((v) => v.verdict && v.verdict !== 'passed' && v.draft)
-    .map((v) => api(`/verifications/${encodeURIComponent(v.verification_id)}`).catch(() => null)));
-  const draftOf = Object.fromEntries(drafts.filter(Boolean).map((v) => [v.verification_id, v.draft_text]));
   const newestPass = verifications.find((v) => v.verdict === 'passed' && v.notebook);
   const said = h('p', { class: 'small muted', role: 'status' });
   const exportsSaid = h('p', { class: 'small muted', role: 'status' });
@@ -599,9 +609,9 @@ async function verificationsPage() {
           h('td', { class: 'small wrap' },
             v.error ? h('div', {}, v.error) : null,
             v.notebook ? h('div', { class: 'mono' }, v.notebook) : null,
-            v.draft ? h('details', { class: 'draft' }, h('summary', {}, 'Draft'),
-              h('p', { class: 'mono small' }, v.draft),
-              h('pre', { tabindex: 0, 'aria-label': `Draft of ${v.title}` }, draftOf[v.verification_id] ?? '(not loaded)')) : null))))
+            v.draft ? loadOnOpen({ class: 'draft' }, 'Draft', `Draft of ${v.title}`,
+              async () => (await api(`/verifications/${encodeURIComponent(v.verification_id)}`)).draft_text ?? '(no draft)',
+              h('p', { class: 'mono small' }, v.draft)) : null))))
         : h('p', { class: 'muted' }, 'No verification yet; run cairn verify DOC.')),
     h('section', { 'aria-labelledby': 'h-jobs' }, h('h2', { id: 'h-jobs' }, 'Session kernel jobs'),
       jobs.length ? table('jobs-table', 'Oldest first', ['Job', 'Status', 'Code', 'Submitted', 'Duration', 'Session'],
