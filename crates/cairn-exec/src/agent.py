@@ -390,6 +390,8 @@ def outcome(r, ident):
     launched = ident.get("launched_at", time.time())
     deadline = time.monotonic() + max(0.0, launched + r["timeout"] - time.time())
     cancelled_for_time = os.path.exists(marker)
+    # Slurm is asked less often as a job goes on (each check is a call to slurmctld).
+    poll = 0.01
     while True:
         res = read_json(exit_path)
         if res is not None:
@@ -412,7 +414,8 @@ def outcome(r, ident):
                 write_atomic(marker, b"")
                 cancelled_for_time = True
                 subprocess.run(["scancel", ident["job_id"]], capture_output=True, stdin=subprocess.DEVNULL)
-            time.sleep(0.1)
+            time.sleep(poll)
+            poll = min(poll * 2, 0.25)
         elif not alive(ident["supervisor_pid"], ident["supervisor_start_time"]):
             res = read_json(exit_path)
             if res is None:
@@ -550,7 +553,11 @@ def recorded_identity(r):
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         ids = out.stdout.split()
         if out.returncode == 0 and len(ids) == 1:
-            ident = {"nonce": r["nonce"], "job_id": ids[0]}
+            # job.sh is written just before sbatch: its time is the launch's, so the deadline
+            # still counts from the launch.
+            job_sh = os.path.join(r["attempt_dir"], "job.sh")
+            launched = os.path.getmtime(job_sh) if os.path.exists(job_sh) else time.time()
+            ident = {"nonce": r["nonce"], "job_id": ids[0], "launched_at": launched}
             write_atomic(os.path.join(r["attempt_dir"], "pid.json"), json.dumps(ident).encode())
     if ident is None:
         return None, "no launch was recorded in %s" % r["attempt_dir"]
