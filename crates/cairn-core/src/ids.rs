@@ -49,6 +49,49 @@ impl fmt::Display for AttemptToken {
     }
 }
 
+/// The process that executes a run (a daemon, or a CLI running `--in-process`): its pid and its
+/// start time (clock ticks since boot, from `/proc`), so a successor can tell a live owner from a
+/// later process that reuses the pid. Stored and shown as `pid:start_time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub pid: u32,
+    pub start_time: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not a run owner: expected PID:START_TIME")]
+pub struct InvalidOwner {
+    pub given: String,
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.pid, self.start_time)
+    }
+}
+
+impl std::str::FromStr for Owner {
+    type Err = InvalidOwner;
+    fn from_str(s: &str) -> Result<Owner, InvalidOwner> {
+        let bad = || InvalidOwner { given: s.to_string() };
+        let (pid, start) = s.split_once(':').ok_or_else(bad)?;
+        Ok(Owner { pid: pid.parse().map_err(|_| bad())?, start_time: start.parse().map_err(|_| bad())? })
+    }
+}
+
+impl serde::Serialize for Owner {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Owner {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Owner, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +104,15 @@ mod tests {
         assert!(RunId::parse("a/b").is_err());
         assert!(RunId::parse(&"x".repeat(129)).is_err());
         assert!(RunId::parse(&"x".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn owners_round_trip_through_their_text() {
+        let o = Owner { pid: 42, start_time: 12345 };
+        assert_eq!(o.to_string(), "42:12345");
+        assert_eq!("42:12345".parse::<Owner>(), Ok(o));
+        for bad in ["", "42", "42:", ":1", "a:1", "1:b", "1:2:3"] {
+            assert!(bad.parse::<Owner>().is_err(), "{bad}");
+        }
     }
 }

@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod controller;
 pub mod dag;
 pub mod document;
+pub mod event;
 pub mod ids;
 pub mod plan;
 pub mod replay;

@@ -46,6 +46,16 @@ pub fn tool_digest(tool: &ToolDef, files: &[ToolFile]) -> Result<String, Canonic
     hash_json(&doc)
 }
 
+/// The content digest of a workflow folder: what a registered `name@version` is addressed by,
+/// and what a plan's deployed copy is checked against. `files` are relative paths with their
+/// SHA-256, in any order.
+pub fn folder_digest(files: &[ToolFile]) -> String {
+    // JCS orders the keys; only strings and a small integer, so canonicalising cannot fail.
+    let files: serde_json::Map<String, Value> =
+        files.iter().map(|f| (f.path.clone(), Value::String(f.sha256.clone()))).collect();
+    hash_json(&json!({"format": 1, "files": files})).unwrap_or_default()
+}
+
 /// `sha256(JCS(args))`.
 pub fn args_hash(args: &Value) -> Result<String, CanonicalError> {
     hash_json(args)

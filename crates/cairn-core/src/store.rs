@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::event::RunEvent;
+use crate::ids::Owner;
 use crate::signature::StepSignature;
 use crate::status::{Outcome, RunStatus, StepStatus};
 use crate::validator::Finding;
@@ -47,9 +49,9 @@ pub struct RunRecord {
     pub error: Option<String>,
     pub source_run_id: Option<String>,
     pub replay: Option<Value>,
-    /// The daemon instance executing the run (`pid:start_time`), so a successor daemon recovers
-    /// only what a dead owner left; `None` for a run executed in-process.
-    pub owner: Option<String>,
+    /// The process executing the run (a daemon, or a CLI in-process), so a successor daemon
+    /// recovers only what a dead owner left.
+    pub owner: Option<Owner>,
     /// The conversation the run was submitted in (the API's `thread_id`).
     pub thread_id: Option<String>,
     /// The approved plan it executes, if any.
@@ -84,7 +86,7 @@ pub struct NewRun {
     pub run_dir: String,
     pub source_run_id: Option<String>,
     pub replay: Option<Value>,
-    pub owner: Option<String>,
+    pub owner: Option<Owner>,
     pub thread_id: Option<String>,
     pub at: i64,
 }
@@ -152,11 +154,10 @@ pub struct StepRecord {
 pub struct EventRecord {
     pub seq: i64,
     pub run_id: String,
-    pub kind: String,
     pub step_id: Option<String>,
     pub attempt: Option<u32>,
     pub at: i64,
-    pub data: Value,
+    pub event: RunEvent,
 }
 
 /// How an attempt begins.
@@ -350,7 +351,13 @@ pub trait RunStore {
     fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, StoreError>;
     fn verification(&self, id: &str) -> Result<Option<VerificationRecord>, StoreError>;
     /// Bumps the run's revision to take it over for an explicit resume, recording its new owner.
-    fn claim_run(&self, run_id: &str, expected_revision: i64, owner: Option<&str>, at: i64) -> Result<i64, StoreError>;
+    fn claim_run(
+        &self,
+        run_id: &str,
+        expected_revision: i64,
+        owner: Option<&Owner>,
+        at: i64,
+    ) -> Result<i64, StoreError>;
     /// Runs that are PENDING or RUNNING, oldest first.
     fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
     /// Moves a non-terminal run to CANCELLED and its RUNNING steps to FAILED with their tokens

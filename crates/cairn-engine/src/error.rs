@@ -1,31 +1,229 @@
-//! The engine's errors, grouped by what a caller can do about them.
+//! The engine's errors: one variant per failure a caller can act on, each a sentence that names
+//! the thing and says how to fix it, and each with a stable machine [`ErrorCode`]. The code
+//! decides the [`ErrorKind`], and the kind alone decides the exit code, the HTTP status and the
+//! MCP error result, in one table at the binary's edge, so the surfaces cannot disagree.
 
+use cairn_core::ids::InvalidRunId;
+use cairn_core::status::RunStatus;
 use cairn_core::store::StoreError;
+use cairn_core::target::TargetError;
 use cairn_core::workflow::WorkflowError;
 
-/// What kind of failure an error is; the CLI maps it to an exit code, the API to a status.
+/// What kind of failure an error is: what a caller can do about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
-    /// Bad input or usage: fix the request (exit 2).
+    /// Bad input or usage: fix the request (exit 2, HTTP 422).
     Invalid,
-    /// Something named does not exist (exit 2).
+    /// Something named does not exist (exit 2, HTTP 404).
     NotFound,
-    /// The request conflicts with stored state: identity mismatch, stale token, running step (exit 4).
+    /// The request conflicts with stored state: identity mismatch, stale token, running step,
+    /// a refused approval (exit 4, HTTP 409).
     Conflict,
-    /// The machine failed us: IO, the database (exit 2, with the cause).
+    /// The machine failed us: IO, the database (exit 2, HTTP 500, with the cause).
     Internal,
-    /// Stopped by the person (Ctrl-C) before anything ran (exit 130).
+    /// Stopped by the person (Ctrl-C) or a cancel before it finished (exit 130, HTTP 409).
     Interrupted,
+}
+
+macro_rules! error_codes {
+    ($($variant:ident => $text:literal, $kind:ident;)+) => {
+        /// The stable machine code of an error. Each is one failure a caller can branch on.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode { $($variant),+ }
+
+        impl ErrorCode {
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $text),+ }
+            }
+
+            pub fn kind(self) -> ErrorKind {
+                match self { $(ErrorCode::$variant => ErrorKind::$kind),+ }
+            }
+
+            /// The code a stored or received text names, if any.
+            pub fn parse(text: &str) -> Option<ErrorCode> {
+                match text { $($text => Some(ErrorCode::$variant),)+ _ => None }
+            }
+        }
+    };
+}
+
+error_codes! {
+    RunNotFound => "run_not_found", NotFound;
+    SourceRunNotFound => "source_run_not_found", NotFound;
+    WorkflowNotFound => "workflow_not_found", NotFound;
+    StepNotFound => "step_not_found", NotFound;
+    PlanNotFound => "plan_not_found", NotFound;
+    TargetNotFound => "target_not_found", NotFound;
+    JobNotFound => "job_not_found", NotFound;
+    VerificationNotFound => "verification_not_found", NotFound;
+    DraftNotFound => "draft_not_found", NotFound;
+    NothingVerified => "nothing_verified", NotFound;
+    NotebookUnreadable => "notebook_unreadable", NotFound;
+    NoNotebook => "no_notebook", NotFound;
+    InvalidWorkflow => "invalid_workflow", Invalid;
+    InvalidWorkflowFolder => "invalid_workflow_folder", Invalid;
+    InvalidReference => "invalid_reference", Invalid;
+    InvalidRunId => "invalid_run_id", Invalid;
+    InvalidPlanName => "invalid_plan_name", Invalid;
+    InvalidInput => "invalid_input", Invalid;
+    InvalidField => "invalid_field", Invalid;
+    InvalidRunDir => "invalid_run_dir", Invalid;
+    InvalidTarget => "invalid_target", Invalid;
+    TargetNotReady => "target_not_ready", Invalid;
+    TargetUnreachable => "target_unreachable", Invalid;
+    ReplayOfItself => "replay_of_itself", Invalid;
+    ReplaySourceNotFinished => "replay_source_not_finished", Invalid;
+    ReplayOtherWorkflow => "replay_other_workflow", Invalid;
+    ReplayNoSteps => "replay_no_steps", Invalid;
+    ReplayUnknownSteps => "replay_unknown_steps", Invalid;
+    InvalidDocument => "invalid_document", Invalid;
+    NoDocument => "no_document", Invalid;
+    EmptyJob => "empty_job", Invalid;
+    KernelUnavailable => "kernel_unavailable", Invalid;
+    ExecutionInputMismatch => "execution_input_mismatch", Conflict;
+    StepRunning => "step_running", Conflict;
+    RunOwnedElsewhere => "run_owned_elsewhere", Conflict;
+    WorkflowVersionConflict => "workflow_version_conflict", Conflict;
+    SnapshotChanged => "snapshot_changed", Conflict;
+    PlanAltered => "plan_altered", Conflict;
+    PlanMismatch => "plan_mismatch", Conflict;
+    PlanExecuted => "plan_executed", Conflict;
+    PlanStale => "plan_stale", Conflict;
+    ReceiptRefused => "receipt_refused", Conflict;
+    KernelSlotTaken => "kernel_slot_taken", Conflict;
+    DaemonStopping => "daemon_stopping", Conflict;
+    StopRefused => "stop_refused", Conflict;
+    StaleToken => "stale_token", Conflict;
+    StaleRevision => "stale_revision", Conflict;
+    RunFinished => "run_finished", Conflict;
+    StepExists => "step_exists", Conflict;
+    PlanExists => "plan_exists", Conflict;
+    ReceiptConsumed => "receipt_consumed", Conflict;
+    RunDirReserved => "run_dir_reserved", Conflict;
+    TargetExists => "target_exists", Conflict;
+    Database => "database", Internal;
+    Corrupt => "corrupt", Internal;
+    Io => "io", Internal;
+    Internal => "internal", Internal;
+    Interrupted => "interrupted", Interrupted;
+    Stopped => "stopped", Interrupted;
+}
+
+impl ErrorCode {
+    /// The code an HTTP or MCP error body carries. Invalid requests and missing things keep the
+    /// two names the API has always answered with (clients branch on them); every other failure
+    /// is named exactly.
+    pub fn wire_name(self) -> &'static str {
+        match self.kind() {
+            ErrorKind::Invalid => "invalid_request",
+            ErrorKind::NotFound => "not_found",
+            _ => self.as_str(),
+        }
+    }
+}
+
+impl ErrorKind {
+    /// The kind of an error a client received as a wire code (an engine code, or one of the
+    /// API's own codes such as `unauthorized` or `invalid_json`, which are all usage errors).
+    pub fn of_wire_code(code: &str) -> ErrorKind {
+        match code {
+            "not_found" => ErrorKind::NotFound,
+            "invalid_request" => ErrorKind::Invalid,
+            other => ErrorCode::parse(other).map(ErrorCode::kind).unwrap_or(ErrorKind::Invalid),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    // --- not found
+    #[error("run `{run_id}` was not found; list runs with `cairn runs`")]
+    RunNotFound { run_id: String },
+    #[error("source run `{run_id}` was not found; list runs with `cairn runs`")]
+    SourceRunNotFound { run_id: String },
+    #[error("{}", workflow_not_found(name, version.as_deref()))]
+    WorkflowNotFound { name: String, version: Option<String> },
+    #[error("run `{run_id}` has no step `{step_id}`; its steps are: {}", steps.join(", "))]
+    StepNotFound { run_id: String, step_id: String, steps: Vec<String> },
+    #[error("plan `{name}` was not found; list plans with `cairn plans`")]
+    PlanNotFound { name: String },
+    #[error("target `{name}` is not configured; see `cairn target list` (`local` is built in)")]
+    TargetNotFound { name: String },
+    #[error("job `{job_id}` was not found; list jobs with `cairn kernel jobs`")]
+    JobNotFound { job_id: String },
+    #[error("verification `{id}` was not found; list them with GET /verifications")]
+    VerificationNotFound { id: String },
+    #[error("there is no draft for title `{title}` ({path}); give the document to verify")]
+    DraftNotFound { title: String, path: String },
+    #[error(
+        "no verification has passed yet, so there is no verified workflow notebook; verify a document with `cairn verify DOC`"
+    )]
+    NothingVerified,
+    #[error("the notebook {path} cannot be read: {message}")]
+    NotebookUnreadable { path: String, message: String },
+    /// A verification that proved no notebook (it failed, or has no verdict yet).
+    #[error("{message}")]
+    NoNotebook { message: String },
+
+    // --- invalid
     #[error("{0}")]
     Workflow(#[from] WorkflowError),
+    #[error("{path}: {message}")]
+    WorkflowFolder { path: String, message: String },
+    #[error("`{given}` is not a workflow reference; write NAME or NAME@VERSION")]
+    InvalidReference { given: String },
     #[error("{0}")]
-    Invalid(String),
+    InvalidRunId(InvalidRunId),
+    #[error("plan name: {0}")]
+    InvalidPlanName(InvalidRunId),
+    /// The run input (or what a step derives from it) is not what the workflow needs.
+    #[error("{message}")]
+    InvalidInput { message: String },
+    /// A field of a request is out of its range or empty.
+    #[error("{message}")]
+    InvalidField { field: &'static str, message: String },
+    #[error("{message}")]
+    InvalidRunDir { message: String },
     #[error("{0}")]
-    NotFound(String),
+    InvalidTarget(#[from] TargetError),
+    #[error("{what} {path}: {message}")]
+    TargetFile { what: &'static str, path: String, message: String },
+    #[error("target `{target}` is not ready: {}", problems.join("; "))]
+    TargetNotReady { target: String, problems: Vec<String> },
+    #[error("target `{target}` could not be checked: {message}")]
+    TargetUnreachable { target: String, message: String },
+    #[error(
+        "a replay creates a new child run and never changes its source; choose a --run-id other than `{source_run_id}`"
+    )]
+    ReplayOfItself { source_run_id: String },
+    #[error("{}", replay_not_finished(run_id, *status))]
+    ReplaySourceNotFinished { run_id: String, status: RunStatus },
+    #[error(
+        "source run `{run_id}` is a run of workflow `{workflow}`, not `{given}`; a replay stays within one workflow"
+    )]
+    ReplayOtherWorkflow { run_id: String, workflow: String, given: String },
+    #[error("name at least one step to replay with --step ID")]
+    ReplayNoSteps,
+    #[error(
+        "{reference} has no step {}; its steps are: {}",
+        unknown.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", "),
+        known.join(", ")
+    )]
+    ReplayUnknownSteps { reference: String, unknown: Vec<String>, known: Vec<String> },
+    #[error("{path}: {message}")]
+    InvalidDocument { path: String, message: String },
+    #[error("give a document to verify, or --title T to re-verify its draft")]
+    NoDocument,
+    #[error("the job has no code; send the Python to run")]
+    EmptyJob,
+    /// No interpreter with ipykernel, or the kernel would not start.
+    #[error("{message}")]
+    KernelUnavailable { message: String },
+
+    // --- conflict
     #[error(
         "ExecutionInputMismatch: run `{run_id}` already exists with other identity data (stored {stored}, requested {requested}); reuse a run id only with the same workflow, version and input, or choose another --run-id"
     )]
@@ -34,41 +232,186 @@ pub enum EngineError {
         "step `{step_id}` of run `{run_id}` is RUNNING (attempt {attempt}); it may still be alive, so it is not restarted. If its process is gone (a crash), rerun with --resume-interrupted"
     )]
     StepRunning { run_id: String, step_id: String, attempt: u32 },
-    #[error("{0}")]
-    Conflict(String),
+    #[error("run `{run_id}` is executing in another live process ({owner})")]
+    RunOwnedElsewhere { run_id: String, owner: String },
+    #[error(
+        "{name}@{version} is already registered with other content (digest {}…, this folder {}…); a registered version never changes, so bump `version` in workflow.toml",
+        short(existing),
+        short(new)
+    )]
+    WorkflowVersionConflict { name: String, version: String, existing: String, new: String },
+    #[error(
+        "the registered snapshot of {reference} ({path}) was changed on disk (digest {} now, {} registered); register the workflow again under a new version",
+        short(now),
+        short(registered)
+    )]
+    SnapshotChanged { reference: String, path: String, now: String, registered: String },
+    #[error("the stored plan `{name}` ({path}) was altered: {why}")]
+    PlanAltered { name: String, path: String, why: String },
+    /// The approver's id or checksum is not the stored plan's.
+    #[error("{message}")]
+    PlanMismatch { message: String },
+    #[error("plan `{name}` was executed already, as run `{run_id}`; a plan executes once")]
+    PlanExecuted { name: String, run_id: String },
+    /// Something the plan bound changed since planning (an input file, readiness, the workflow).
+    #[error("{message}")]
+    PlanStale { message: String },
+    #[error("{message}")]
+    ReceiptRefused { message: String },
+    #[error("{message}")]
+    KernelSlotTaken { message: String },
+    #[error("the daemon is stopping; {what} takes nothing new")]
+    DaemonStopping { what: &'static str },
+    #[error("{message}")]
+    StopRefused { message: String },
     #[error("{0}")]
     Store(#[from] StoreError),
+
+    // --- internal
     #[error("{path}: {message}")]
     Io { path: String, message: String },
-    #[error("{0}")]
-    Interrupted(String),
+    #[error("internal error: {message}")]
+    Internal { message: String },
+
+    // --- interrupted
+    #[error("{message}")]
+    Interrupted { message: String },
     /// The run was stopped (cancelled, or its daemon stopping) before it finished.
     #[error("run `{run_id}` was stopped: {why}")]
     Stopped { run_id: String, why: String },
 }
 
+fn short(hash: &str) -> &str {
+    &hash[..12.min(hash.len())]
+}
+
+fn workflow_not_found(name: &str, version: Option<&str>) -> String {
+    match version {
+        Some(v) => format!(
+            "workflow {name}@{v} is not registered; see `cairn workflow list`, or add it with `cairn workflow add PATH`"
+        ),
+        None => format!("workflow `{name}` is not registered; add it with `cairn workflow add PATH`"),
+    }
+}
+
+fn replay_not_finished(run_id: &str, status: RunStatus) -> String {
+    let hint =
+        if status == RunStatus::Failed { " (a FAILED run has no complete evidence: run it again instead)" } else { "" };
+    format!("source run `{run_id}` is {status}; only a finished READY or BLOCKED run can be replayed{hint}")
+}
+
 impl EngineError {
-    pub fn kind(&self) -> ErrorKind {
+    pub fn code(&self) -> ErrorCode {
+        use EngineError as E;
         match self {
-            EngineError::Workflow(_) | EngineError::Invalid(_) => ErrorKind::Invalid,
-            EngineError::NotFound(_) | EngineError::Store(StoreError::RunNotFound(_)) => ErrorKind::NotFound,
-            EngineError::ExecutionInputMismatch { .. }
-            | EngineError::StepRunning { .. }
-            | EngineError::Conflict(_)
-            | EngineError::Store(StoreError::StaleToken { .. })
-            | EngineError::Store(StoreError::StaleRevision { .. })
-            | EngineError::Store(StoreError::StepExists { .. })
-            | EngineError::Store(StoreError::RunFinished { .. })
-            | EngineError::Store(StoreError::PlanExists(_))
-            | EngineError::Store(StoreError::TargetExists(_))
-            | EngineError::Store(StoreError::ReceiptConsumed(_))
-            | EngineError::Store(StoreError::RunDirReserved { .. }) => ErrorKind::Conflict,
-            EngineError::Store(_) | EngineError::Io { .. } => ErrorKind::Internal,
-            EngineError::Interrupted(_) | EngineError::Stopped { .. } => ErrorKind::Interrupted,
+            E::RunNotFound { .. } => ErrorCode::RunNotFound,
+            E::SourceRunNotFound { .. } => ErrorCode::SourceRunNotFound,
+            E::WorkflowNotFound { .. } => ErrorCode::WorkflowNotFound,
+            E::StepNotFound { .. } => ErrorCode::StepNotFound,
+            E::PlanNotFound { .. } => ErrorCode::PlanNotFound,
+            E::TargetNotFound { .. } => ErrorCode::TargetNotFound,
+            E::JobNotFound { .. } => ErrorCode::JobNotFound,
+            E::VerificationNotFound { .. } => ErrorCode::VerificationNotFound,
+            E::DraftNotFound { .. } => ErrorCode::DraftNotFound,
+            E::NothingVerified => ErrorCode::NothingVerified,
+            E::NotebookUnreadable { .. } => ErrorCode::NotebookUnreadable,
+            E::NoNotebook { .. } => ErrorCode::NoNotebook,
+            E::Workflow(_) => ErrorCode::InvalidWorkflow,
+            E::WorkflowFolder { .. } => ErrorCode::InvalidWorkflowFolder,
+            E::InvalidReference { .. } => ErrorCode::InvalidReference,
+            E::InvalidRunId(_) => ErrorCode::InvalidRunId,
+            E::InvalidPlanName(_) => ErrorCode::InvalidPlanName,
+            E::InvalidInput { .. } => ErrorCode::InvalidInput,
+            E::InvalidField { .. } => ErrorCode::InvalidField,
+            E::InvalidRunDir { .. } => ErrorCode::InvalidRunDir,
+            E::InvalidTarget(_) | E::TargetFile { .. } => ErrorCode::InvalidTarget,
+            E::TargetNotReady { .. } => ErrorCode::TargetNotReady,
+            E::TargetUnreachable { .. } => ErrorCode::TargetUnreachable,
+            E::ReplayOfItself { .. } => ErrorCode::ReplayOfItself,
+            E::ReplaySourceNotFinished { .. } => ErrorCode::ReplaySourceNotFinished,
+            E::ReplayOtherWorkflow { .. } => ErrorCode::ReplayOtherWorkflow,
+            E::ReplayNoSteps => ErrorCode::ReplayNoSteps,
+            E::ReplayUnknownSteps { .. } => ErrorCode::ReplayUnknownSteps,
+            E::InvalidDocument { .. } => ErrorCode::InvalidDocument,
+            E::NoDocument => ErrorCode::NoDocument,
+            E::EmptyJob => ErrorCode::EmptyJob,
+            E::KernelUnavailable { .. } => ErrorCode::KernelUnavailable,
+            E::ExecutionInputMismatch { .. } => ErrorCode::ExecutionInputMismatch,
+            E::StepRunning { .. } => ErrorCode::StepRunning,
+            E::RunOwnedElsewhere { .. } => ErrorCode::RunOwnedElsewhere,
+            E::WorkflowVersionConflict { .. } => ErrorCode::WorkflowVersionConflict,
+            E::SnapshotChanged { .. } => ErrorCode::SnapshotChanged,
+            E::PlanAltered { .. } => ErrorCode::PlanAltered,
+            E::PlanMismatch { .. } => ErrorCode::PlanMismatch,
+            E::PlanExecuted { .. } => ErrorCode::PlanExecuted,
+            E::PlanStale { .. } => ErrorCode::PlanStale,
+            E::ReceiptRefused { .. } => ErrorCode::ReceiptRefused,
+            E::KernelSlotTaken { .. } => ErrorCode::KernelSlotTaken,
+            E::DaemonStopping { .. } => ErrorCode::DaemonStopping,
+            E::StopRefused { .. } => ErrorCode::StopRefused,
+            E::Store(e) => store_code(e),
+            E::Io { .. } => ErrorCode::Io,
+            E::Internal { .. } => ErrorCode::Internal,
+            E::Interrupted { .. } => ErrorCode::Interrupted,
+            E::Stopped { .. } => ErrorCode::Stopped,
         }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.code().kind()
     }
 
     pub fn io(path: impl AsRef<std::path::Path>, e: impl std::fmt::Display) -> EngineError {
         EngineError::Io { path: path.as_ref().display().to_string(), message: e.to_string() }
+    }
+
+    pub(crate) fn input(message: impl Into<String>) -> EngineError {
+        EngineError::InvalidInput { message: message.into() }
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> EngineError {
+        EngineError::Internal { message: message.into() }
+    }
+}
+
+fn store_code(e: &StoreError) -> ErrorCode {
+    match e {
+        StoreError::RunNotFound(_) => ErrorCode::RunNotFound,
+        StoreError::StaleToken { .. } => ErrorCode::StaleToken,
+        StoreError::StaleRevision { .. } => ErrorCode::StaleRevision,
+        StoreError::RunFinished { .. } => ErrorCode::RunFinished,
+        StoreError::StepExists { .. } => ErrorCode::StepExists,
+        StoreError::PlanExists(_) => ErrorCode::PlanExists,
+        StoreError::ReceiptConsumed(_) => ErrorCode::ReceiptConsumed,
+        StoreError::RunDirReserved { .. } => ErrorCode::RunDirReserved,
+        StoreError::TargetExists(_) => ErrorCode::TargetExists,
+        StoreError::Database(_) => ErrorCode::Database,
+        StoreError::Corrupt(_) => ErrorCode::Corrupt,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_and_keeps_the_api_names_for_invalid_and_missing() {
+        for c in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(c.as_str()), Some(*c));
+            assert_eq!(ErrorKind::of_wire_code(c.wire_name()), c.kind(), "{c:?}");
+        }
+        assert_eq!(ErrorCode::ReplayNoSteps.wire_name(), "invalid_request");
+        assert_eq!(ErrorCode::PlanNotFound.wire_name(), "not_found");
+        assert_eq!(ErrorCode::RunFinished.wire_name(), "run_finished");
+        assert_eq!(ErrorCode::ExecutionInputMismatch.wire_name(), "execution_input_mismatch");
+        assert_eq!(ErrorKind::of_wire_code("unauthorized"), ErrorKind::Invalid);
+    }
+
+    #[test]
+    fn store_errors_keep_their_kind() {
+        let e = EngineError::from(StoreError::ReceiptConsumed("r".into()));
+        assert_eq!((e.code(), e.kind()), (ErrorCode::ReceiptConsumed, ErrorKind::Conflict));
+        let e = EngineError::from(StoreError::RunNotFound("r".into()));
+        assert_eq!(e.kind(), ErrorKind::NotFound);
     }
 }

@@ -1,23 +1,38 @@
-//! Cairn's use cases over the store and the executors: registering workflows, running them
-//! durably (retries, fencing, explicit recovery) and reporting on runs.
+//! Cairn's use cases over the store and the executors. Every thing a person or an agent can do
+//! is one public function here taking one typed request and returning one typed result:
+//! registering workflows, running and replaying them durably (retries, fencing, explicit
+//! recovery), planning and approving, targets, verification and the session kernel. The
+//! [`Service`] adds what only a long-lived owner of execution (the daemon) does: its worker pool,
+//! cancel, startup recovery and the session kernel.
+//!
+//! **Invariant:** nothing outside this crate reads or writes the registry; the store is private
+//! to [`Engine`].
 
 mod env;
 mod error;
 pub mod plan;
+mod pool;
+pub mod process;
 pub mod registry;
 pub mod remote;
 pub mod replay;
 pub mod runner;
+mod runs;
+mod service;
 pub mod session;
 mod stop;
 pub mod target;
 pub mod verify;
 
+use std::path::Path;
 use std::time::Duration;
 
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
-pub use error::{EngineError, ErrorKind};
-pub use stop::{StopKind, StopSignal};
+pub use error::{EngineError, ErrorCode, ErrorKind};
+pub use pool::Work;
+pub use runs::{EventBatch, RunListing, RunView, StepExplanation, StepLog, StepView};
+pub use service::{Service, ServiceConfig, SubmitRun, Submitted};
+pub use stop::{StopHook, StopKind, StopSignal};
 
 use cairn_core::store::RunStore;
 
@@ -37,24 +52,83 @@ impl Default for EngineOptions {
 }
 
 pub struct Engine {
-    pub state: StateRoot,
-    pub store: Box<dyn RunStore + Send + Sync>,
-    pub clock: Box<dyn Clock>,
-    pub ids: Box<dyn IdGen>,
-    pub options: EngineOptions,
+    state: StateRoot,
+    store: Box<dyn RunStore + Send + Sync>,
+    clock: Box<dyn Clock>,
+    ids: Box<dyn IdGen>,
+    options: EngineOptions,
+}
+
+/// How an [`Engine`] is opened: the state root and what is injected (a clock and ids for
+/// deterministic tests, a hook after every committed write for the daemon's event followers).
+pub struct EngineBuilder {
+    root: std::path::PathBuf,
+    clock: Box<dyn Clock>,
+    ids: Box<dyn IdGen>,
+    options: EngineOptions,
+    on_commit: Option<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl EngineBuilder {
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Box::new(clock);
+        self
+    }
+
+    pub fn ids(mut self, ids: impl IdGen + 'static) -> Self {
+        self.ids = Box::new(ids);
+        self
+    }
+
+    pub fn options(mut self, options: EngineOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Called after every committed write to the registry (after its lock is released).
+    pub fn on_commit(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_commit = Some(Box::new(hook));
+        self
+    }
+
+    /// Opens the state root (creating it, mode 0700) and its registry.
+    pub fn open(self) -> Result<Engine, EngineError> {
+        let state = StateRoot::open(&self.root)?;
+        let mut store = cairn_store::SqliteStore::open(&state.db())?;
+        if let Some(hook) = self.on_commit {
+            store = store.on_commit(hook);
+        }
+        Ok(Engine { state, store: Box::new(store), clock: self.clock, ids: self.ids, options: self.options })
+    }
 }
 
 impl Engine {
     /// The engine over a state root, with its SQLite registry, the system clock and random ids.
-    pub fn open(root: &std::path::Path) -> Result<Engine, EngineError> {
-        let state = StateRoot::open(root)?;
-        let store = cairn_store::SqliteStore::open(&state.db())?;
-        Ok(Engine {
-            state,
-            store: Box::new(store),
+    pub fn open(root: &Path) -> Result<Engine, EngineError> {
+        Engine::builder(root).open()
+    }
+
+    pub fn builder(root: &Path) -> EngineBuilder {
+        EngineBuilder {
+            root: root.to_path_buf(),
             clock: Box::new(SystemClock),
             ids: Box::new(RandomIds),
             options: EngineOptions::default(),
-        })
+            on_commit: None,
+        }
+    }
+
+    /// The state root and where things live in it.
+    pub fn state(&self) -> &StateRoot {
+        &self.state
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    /// Now, by the engine's clock (Unix milliseconds).
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 }

@@ -11,7 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use cairn_core::canonical::sha256_hex;
-use cairn_core::ids::RunId;
+use cairn_core::ids::{Owner, RunId};
 use cairn_core::plan::{
     Effect, InputFile, PLAN_FORMAT, Plan, PlannedCommand, Receipt, absolute_path_strings, check_effect_path,
     sign_receipt, verify_receipt,
@@ -19,10 +19,11 @@ use cairn_core::plan::{
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
 use cairn_core::store::{ConsumeReceipt, NewRun, PlanRecord, RunRecord};
+use cairn_core::target::LOCAL;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::registry::{LoadedWorkflow, load_record, load_workflow};
+use crate::registry::{LoadedWorkflow, load_record};
 use crate::replay::ReplayRequest;
 use crate::runner::check_input;
 use crate::{Engine, EngineError};
@@ -30,28 +31,32 @@ use crate::{Engine, EngineError};
 /// How long a receipt approves its request.
 pub const RECEIPT_TTL_MS: i64 = 60_000;
 
-/// The only target until SSH and Slurm targets land.
-pub const LOCAL_TARGET: &str = "local";
-
 #[derive(Debug, Clone)]
 pub struct PlanRequest {
-    /// NAME or NAME@VERSION.
-    pub workflow: String,
+    /// NAME or NAME@VERSION. For a replay it may be omitted (the source's workflow); when given,
+    /// it must name the source's workflow, and its version may be another registered one.
+    pub workflow: Option<String>,
     pub input: Value,
     pub target: String,
     pub run_dir: PathBuf,
     pub name: Option<String>,
-    /// Plan a replay instead: `(source_run_id, step_ids)`; `workflow` then only names the
-    /// source's workflow (its version may be another registered one).
+    /// Plan a replay instead: `(source_run_id, step_ids)`.
     pub replay: Option<(String, Vec<String>)>,
 }
 
-fn conflict(m: impl Into<String>) -> EngineError {
-    EngineError::Conflict(m.into())
+/// A stored plan, as plans are listed: its index row and the run that executed it, if any.
+#[derive(Debug, Clone)]
+pub struct PlanListing {
+    pub record: PlanRecord,
+    pub run_id: Option<String>,
+}
+
+fn stale(m: impl Into<String>) -> EngineError {
+    EngineError::PlanStale { message: m.into() }
 }
 
 /// SHA-256 of a file, streamed.
-fn hash_file(path: &Path) -> std::io::Result<String> {
+pub(crate) fn hash_file(path: &Path) -> std::io::Result<String> {
     let mut f = std::fs::File::open(path)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -65,39 +70,8 @@ fn hash_file(path: &Path) -> std::io::Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// Every regular file under `dir`, relative, sorted, with its SHA-256. Symlinks are refused.
-fn snapshot_files(dir: &Path) -> Result<Vec<InputFile>, EngineError> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<InputFile>) -> Result<(), EngineError> {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|e| EngineError::io(dir, e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| EngineError::io(dir, e))?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let path = e.path();
-            // As `workflow add` lists a folder: hidden files and Python caches are not part of it.
-            let name = e.file_name();
-            if name.to_string_lossy().starts_with('.') || name == "__pycache__" {
-                continue;
-            }
-            let kind = e.file_type().map_err(|err| EngineError::io(&path, err))?;
-            if kind.is_dir() {
-                walk(root, &path, out)?;
-            } else if kind.is_file() {
-                let rel = path.strip_prefix(root).unwrap_or(&path).display().to_string();
-                out.push(InputFile { sha256: hash_file(&path).map_err(|err| EngineError::io(&path, err))?, path: rel });
-            } else {
-                return Err(EngineError::Invalid(format!(
-                    "{}: the workflow snapshot holds something other than files and folders",
-                    path.display()
-                )));
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out)?;
-    Ok(out)
+pub(crate) fn run_dir_err(message: String) -> EngineError {
+    EngineError::InvalidRunDir { message }
 }
 
 /// Readiness of a run_dir on the local target: absolute, absent, its parent an existing,
@@ -163,10 +137,7 @@ impl Engine {
         }
         let key = std::fs::read(&path).map_err(|e| EngineError::io(&path, e))?;
         if key.len() < 32 {
-            return Err(EngineError::Invalid(format!(
-                "{}: the receipt key is too short; remove it to make a new one",
-                path.display()
-            )));
+            return Err(EngineError::io(&path, "the receipt key is too short; remove it to make a new one"));
         }
         Ok(key)
     }
@@ -176,27 +147,39 @@ impl Engine {
     pub fn make_plan(&self, req: &PlanRequest) -> Result<Plan, EngineError> {
         // One spelling per directory (`/a//b/` is `/a/b`), so a reservation cannot be dodged.
         let run_dir_path: PathBuf = req.run_dir.components().collect();
-        let remote = req.target != LOCAL_TARGET;
+        let remote = req.target != LOCAL;
         if remote {
             self.target(&req.target)?;
-            check_run_dir_text(&run_dir_path).map_err(EngineError::Invalid)?;
+            check_run_dir_text(&run_dir_path).map_err(run_dir_err)?;
         } else {
-            check_run_dir(&run_dir_path).map_err(EngineError::Invalid)?;
+            check_run_dir(&run_dir_path).map_err(run_dir_err)?;
         }
         let (wf, input, replay) = match &req.replay {
             None => {
-                let wf = load_workflow(self.store.as_ref(), &req.workflow)?;
+                let Some(reference) = &req.workflow else {
+                    return Err(EngineError::input("name the workflow to plan (NAME or NAME@VERSION)"));
+                };
+                if req.input.is_null() {
+                    return Err(EngineError::input("input is required (only a replay plan may omit it)"));
+                }
+                let wf = self.load_workflow(reference)?;
                 check_input(&wf, &req.input)?;
                 (wf, req.input.clone(), None)
             }
             Some((source, steps)) => {
-                let (name, version) = crate::registry::parse_reference(&req.workflow)?;
+                let (name, version) = match &req.workflow {
+                    Some(reference) => {
+                        let (n, v) = crate::registry::parse_reference(reference)?;
+                        (Some(n.to_string()), v.map(String::from))
+                    }
+                    None => (None, None),
+                };
                 let prepared = self.prepare_replay(&ReplayRequest {
                     source_run_id: source.clone(),
                     step_ids: steps.clone(),
                     input: (!req.input.is_null()).then(|| req.input.clone()),
-                    version: version.map(String::from),
-                    workflow: Some(name.to_string()),
+                    version,
+                    workflow: name,
                     ..ReplayRequest::default()
                 })?;
                 let replay = serde_json::json!({
@@ -209,7 +192,7 @@ impl Engine {
         };
         let plan_id = format!("plan_{}", self.ids.run_suffix());
         let name = match &req.name {
-            Some(n) => RunId::parse(n).map_err(|e| EngineError::Invalid(format!("plan name: {e}")))?.to_string(),
+            Some(n) => RunId::parse(n).map_err(EngineError::InvalidPlanName)?.to_string(),
             None => format!("{}-{}", wf.spec().name, &plan_id[plan_id.len() - 8..]),
         };
         if self.store.plan(&name)?.is_some() {
@@ -234,7 +217,7 @@ impl Engine {
             for p in absolute_path_strings(&input) {
                 if Path::new(&p).is_file() {
                     let sha256 = hash_file(Path::new(&p))
-                        .map_err(|e| EngineError::Invalid(format!("{p}: cannot read this input file: {e}")))?;
+                        .map_err(|e| EngineError::input(format!("{p}: cannot read this input file: {e}")))?;
                     inputs.push(InputFile { path: p, sha256 });
                 }
             }
@@ -280,21 +263,16 @@ impl Engine {
                 })
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
-        let files = snapshot_files(&snapshot)?;
-        let hashes: serde_json::Map<String, Value> =
-            files.iter().map(|f| (f.path.clone(), Value::String(f.sha256.clone()))).collect();
-        let on_disk = cairn_core::canonical::hash_json(&serde_json::json!({"format": 1, "files": hashes}))
-            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let (files, on_disk) = crate::registry::hash_folder(&snapshot)?;
         if on_disk != wf.record.digest {
-            return Err(conflict(format!(
-                "the registered snapshot of {}@{} ({}) was changed on disk (digest {} now, {} registered); register the workflow again under a new version",
-                wf.spec().name,
-                wf.spec().version,
-                snapshot.display(),
-                &on_disk[..12],
-                &wf.record.digest[..12]
-            )));
+            return Err(EngineError::SnapshotChanged {
+                reference: wf.spec().reference(),
+                path: snapshot.display().to_string(),
+                now: on_disk,
+                registered: wf.record.digest.clone(),
+            });
         }
+        let files: Vec<InputFile> = files.into_iter().map(|f| InputFile { path: f.path, sha256: f.sha256 }).collect();
         let effects = vec![
             Effect::CreateRunDir,
             Effect::WriteFile {
@@ -322,7 +300,7 @@ impl Engine {
             created_at: self.clock.now_ms(),
             plan_checksum: String::new(),
         };
-        plan.plan_checksum = plan.compute_checksum().map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
+        plan.plan_checksum = plan.compute_checksum().map_err(|e| EngineError::input(format!("run input: {e}")))?;
         self.store_plan(&plan)?;
         Ok(plan)
     }
@@ -358,14 +336,21 @@ impl Engine {
         Ok(())
     }
 
+    /// Every stored plan, newest first, with the run that executed it.
+    pub fn plans(&self) -> Result<Vec<PlanListing>, EngineError> {
+        self.store
+            .plans()?
+            .into_iter()
+            .map(|record| Ok(PlanListing { run_id: self.store.run_of_plan(&record.plan_id)?, record }))
+            .collect()
+    }
+
     /// A stored plan, checked: its file parses and still has the checksum it was stored with.
     pub fn load_plan(&self, name: &str) -> Result<Plan, EngineError> {
-        let record = self.store.plan(name)?.ok_or_else(|| {
-            EngineError::NotFound(format!("plan `{name}` was not found; list plans with `cairn plans`"))
-        })?;
+        let record = self.store.plan(name)?.ok_or_else(|| EngineError::PlanNotFound { name: name.to_string() })?;
         let path = self.plan_file(name);
         let altered =
-            |why: String| conflict(format!("the stored plan `{name}` ({}) was altered: {why}", path.display()));
+            |why: String| EngineError::PlanAltered { name: name.to_string(), path: path.display().to_string(), why };
         let text = std::fs::read(&path).map_err(|e| altered(format!("cannot read it: {e}")))?;
         let plan: Plan = serde_json::from_slice(&text).map_err(|e| altered(format!("it no longer parses: {e}")))?;
         if plan.format != PLAN_FORMAT {
@@ -383,44 +368,47 @@ impl Engine {
     pub fn approve_plan(&self, name: &str, plan_id: &str, checksum: &str) -> Result<(Plan, Receipt), EngineError> {
         let plan = self.load_plan(name)?;
         if plan.plan_id != plan_id {
-            return Err(conflict(format!(
-                "plan `{name}` has id {}, not {plan_id}; approve the plan you were shown",
-                plan.plan_id
-            )));
+            return Err(EngineError::PlanMismatch {
+                message: format!(
+                    "plan `{name}` has id {}, not {plan_id}; approve the plan you were shown",
+                    plan.plan_id
+                ),
+            });
         }
         if plan.plan_checksum != checksum {
-            return Err(conflict(format!(
-                "the checksum given ({checksum}) is not plan `{name}`'s ({}); approve the plan you were shown",
-                plan.plan_checksum
-            )));
+            return Err(EngineError::PlanMismatch {
+                message: format!(
+                    "the checksum given ({checksum}) is not plan `{name}`'s ({}); approve the plan you were shown",
+                    plan.plan_checksum
+                ),
+            });
         }
         if let Some(run_id) = self.store.run_of_plan(&plan.plan_id)? {
-            return Err(conflict(format!(
-                "plan `{name}` was executed already, as run `{run_id}`; a plan executes once"
-            )));
+            return Err(EngineError::PlanExecuted { name: name.to_string(), run_id });
         }
         if let Some(run_id) = self.store.reservation(&plan.target, &plan.run_dir)? {
-            return Err(conflict(format!(
-                "{} on target `{}` is reserved by run `{run_id}` of another plan; one run per target and run_dir",
-                plan.run_dir, plan.target
-            )));
+            return Err(EngineError::Store(cairn_core::store::StoreError::RunDirReserved {
+                target: plan.target.clone(),
+                run_dir: plan.run_dir.clone(),
+                run_id,
+            }));
         }
         // A target's readiness, observed there with the input files' hashes; here, each file is
         // hashed now and the run_dir checked after.
-        let facts = if plan.target == LOCAL_TARGET {
+        let facts = if plan.target == LOCAL {
             None
         } else {
             let wf = self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)?;
             Some(
                 self.target_ready(&plan.target, &plan.run_dir, &crate::remote::workflow_needs(&wf), &plan.input)
-                    .map_err(|e| conflict(format!("target `{}` is no longer ready: {e}", plan.target)))?,
+                    .map_err(|e| stale(format!("target `{}` is no longer ready: {e}", plan.target)))?,
             )
         };
         for f in &plan.inputs {
             let (now, place) = match &facts {
                 None => (
                     hash_file(Path::new(&f.path))
-                        .map_err(|e| conflict(format!("input file {} is no longer readable: {e}", f.path)))?,
+                        .map_err(|e| stale(format!("input file {} is no longer readable: {e}", f.path)))?,
                     String::new(),
                 ),
                 Some(facts) => (
@@ -429,7 +417,7 @@ impl Engine {
                 ),
             };
             if now != f.sha256 {
-                return Err(conflict(format!(
+                return Err(stale(format!(
                     "input file {}{place} changed since planning (sha256 {} then, {} now); plan again",
                     f.path,
                     &f.sha256[..12],
@@ -439,11 +427,11 @@ impl Engine {
         }
         if facts.is_none() {
             check_run_dir(Path::new(&plan.run_dir))
-                .map_err(|why| conflict(format!("the target is no longer ready: {why}")))?;
+                .map_err(|why| stale(format!("the target is no longer ready: {why}")))?;
         }
         let record = self.store.workflow(&plan.workflow, Some(&plan.version))?;
         if record.as_ref().map(|r| r.digest.as_str()) != Some(plan.workflow_digest.as_str()) {
-            return Err(conflict(format!(
+            return Err(stale(format!(
                 "workflow {}@{} is no longer registered as planned",
                 plan.workflow, plan.version
             )));
@@ -453,12 +441,13 @@ impl Engine {
             plan_name: plan.plan_name.clone(),
             plan_id: plan.plan_id.clone(),
             plan_checksum: plan.plan_checksum.clone(),
-            request_hash: plan.request_hash().map_err(|e| EngineError::Invalid(e.to_string()))?,
+            request_hash: plan.request_hash().map_err(|e| EngineError::input(format!("run input: {e}")))?,
             nonce: self.ids.token(),
             expires_at: self.clock.now_ms() + RECEIPT_TTL_MS,
             mac: String::new(),
         };
-        let receipt = sign_receipt(&self.receipt_key()?, receipt).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let receipt = sign_receipt(&self.receipt_key()?, receipt)
+            .map_err(|e| EngineError::ReceiptRefused { message: e.to_string() })?;
         Ok((plan, receipt))
     }
 
@@ -469,11 +458,11 @@ impl Engine {
         &self,
         plan: &Plan,
         receipt: &Receipt,
-        owner: Option<String>,
+        owner: Option<Owner>,
         thread_id: Option<String>,
     ) -> Result<(RunRecord, LoadedWorkflow), EngineError> {
         verify_receipt(&self.receipt_key()?, receipt, plan, self.clock.now_ms())
-            .map_err(|e| conflict(e.to_string()))?;
+            .map_err(|e| EngineError::ReceiptRefused { message: e.to_string() })?;
         let run_id = RunId::generated(&self.ids.run_suffix()).to_string();
         let run = match self.replay_request(plan, &run_id) {
             None => NewRun {
@@ -481,7 +470,7 @@ impl Engine {
                 workflow: plan.workflow.clone(),
                 version: plan.version.clone(),
                 identity_hash: run_identity(&plan.workflow, &plan.version, &plan.input, None)
-                    .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?,
+                    .map_err(|e| EngineError::input(format!("run input: {e}")))?,
                 input: plan.input.clone(),
                 run_dir: plan.run_dir.clone(),
                 source_run_id: None,
@@ -514,7 +503,7 @@ impl Engine {
                 Some(&why),
                 self.clock.now_ms(),
             )?;
-            let wf = load_workflow(self.store.as_ref(), &format!("{}@{}", plan.workflow, plan.version))?;
+            let wf = self.load_workflow(&format!("{}@{}", plan.workflow, plan.version))?;
             return Ok((failed, wf));
         }
         Ok((run, self.deployed_workflow(plan)?))
@@ -547,7 +536,7 @@ impl Engine {
     pub fn workflow_of_run(&self, run: &RunRecord) -> Result<LoadedWorkflow, EngineError> {
         match (&run.plan_id, self.store.target_of_run(&run.run_id)?) {
             (Some(_), Some(target)) => self.planned_workflow(&run.workflow, &run.version, &target, &run.run_dir),
-            _ => load_workflow(self.store.as_ref(), &format!("{}@{}", run.workflow, run.version)),
+            _ => self.load_workflow(&format!("{}@{}", run.workflow, run.version)),
         }
     }
 
@@ -558,11 +547,8 @@ impl Engine {
         target: &str,
         run_dir: &str,
     ) -> Result<LoadedWorkflow, EngineError> {
-        let mut record = self
-            .store
-            .workflow(name, Some(version))?
-            .ok_or_else(|| EngineError::NotFound(format!("workflow {name}@{version} is no longer registered")))?;
-        if target == LOCAL_TARGET {
+        let mut record = self.workflow_record(name, Some(version))?;
+        if target == LOCAL {
             record.path = Path::new(run_dir).join("workflow").display().to_string();
         }
         load_record(record)
@@ -570,7 +556,7 @@ impl Engine {
 
     /// Applies every effect in order; the first failure is returned, naming the effect.
     fn apply_effects(&self, plan: &Plan) -> Result<(), String> {
-        if plan.target != LOCAL_TARGET {
+        if plan.target != LOCAL {
             return self.apply_effects_on_target(plan);
         }
         let run_dir = Path::new(&plan.run_dir);
@@ -638,11 +624,11 @@ impl Engine {
         let agent = self.agent_of(&spec);
         let answer = agent
             .call(&request, std::time::Duration::from_secs(60))
-            .map_err(|e| EngineError::Invalid(format!("target `{target}` could not be checked: {e}")))?;
+            .map_err(|e| EngineError::TargetUnreachable { target: target.to_string(), message: e.to_string() })?;
         let facts = answer.get("ready").cloned().unwrap_or(Value::Null);
         let problems = cairn_core::target::readiness_problems(target, &facts, &needs);
         if !problems.is_empty() {
-            return Err(EngineError::Invalid(format!("target `{target}` is not ready: {}", problems.join("; "))));
+            return Err(EngineError::TargetNotReady { target: target.to_string(), problems });
         }
         Ok(
             serde_json::json!({"target": target, "executor": spec.executor, "observed": facts, "checked_at": self.clock.now_ms()}),

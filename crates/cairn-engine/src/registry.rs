@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use cairn_core::canonical::{hash_json, sha256_hex};
+use cairn_core::canonical::sha256_hex;
 use cairn_core::dag::Dag;
-use cairn_core::signature::{ToolFile, tool_digest};
-use cairn_core::store::{RegisterOutcome, RunStore, WorkflowRecord};
+use cairn_core::signature::{ToolFile, folder_digest, tool_digest};
+use cairn_core::store::{RegisterOutcome, WorkflowRecord};
 use cairn_core::workflow::{WorkflowError, WorkflowSpec, parse_workflow, tool_path_candidate};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::EngineError;
+use crate::{Engine, EngineError};
 
 const MAX_FILES: usize = 10_000;
 const MAX_BYTES: u64 = 256 << 20;
@@ -50,8 +50,14 @@ fn wf_err(file: &str, field: &str, message: String) -> EngineError {
     })
 }
 
+fn folder_err(path: &Path, message: impl Into<String>) -> EngineError {
+    EngineError::WorkflowFolder { path: path.display().to_string(), message: message.into() }
+}
+
 /// Every regular file below `dir` (relative, `/`-separated, sorted), skipping dot-entries and
-/// `__pycache__`. A symlink is refused: the snapshot must not depend on anything outside.
+/// `__pycache__`: what a workflow folder holds, at registration and in its snapshot. A symlink
+/// (or anything but files and folders) is refused: the snapshot must not depend on anything
+/// outside.
 fn list_files(dir: &Path) -> Result<Vec<String>, EngineError> {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
@@ -63,10 +69,7 @@ fn list_files(dir: &Path) -> Result<Vec<String>, EngineError> {
             let entry = entry.map_err(|e| EngineError::io(&abs, e))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else {
-                return Err(EngineError::Invalid(format!(
-                    "{}: file names in a workflow folder must be UTF-8",
-                    entry.path().display()
-                )));
+                return Err(folder_err(&entry.path(), "file names in a workflow folder must be UTF-8"));
             };
             if name.starts_with('.') || name == "__pycache__" {
                 continue;
@@ -74,27 +77,44 @@ fn list_files(dir: &Path) -> Result<Vec<String>, EngineError> {
             let rel_child = rel.join(name);
             let ft = entry.file_type().map_err(|e| EngineError::io(entry.path(), e))?;
             if ft.is_symlink() {
-                return Err(EngineError::Invalid(format!(
-                    "{}: the workflow folder contains a symlink; copy the file in instead, so the registered snapshot is self-contained",
-                    entry.path().display()
-                )));
+                return Err(folder_err(
+                    &entry.path(),
+                    "the workflow folder contains a symlink; copy the file in instead, so the registered snapshot is self-contained",
+                ));
             } else if ft.is_dir() {
                 stack.push(rel_child);
             } else if ft.is_file() {
                 bytes += entry.metadata().map_err(|e| EngineError::io(entry.path(), e))?.len();
                 out.push(rel_child.to_string_lossy().into_owned());
                 if out.len() > MAX_FILES || bytes > MAX_BYTES {
-                    return Err(EngineError::Invalid(format!(
-                        "{}: the workflow folder is larger than {MAX_FILES} files or {} MiB; keep data out of it and pass it as input",
-                        dir.display(),
-                        MAX_BYTES >> 20
-                    )));
+                    return Err(folder_err(
+                        dir,
+                        format!(
+                            "the workflow folder is larger than {MAX_FILES} files or {} MiB; keep data out of it and pass it as input",
+                            MAX_BYTES >> 20
+                        ),
+                    ));
                 }
+            } else {
+                return Err(folder_err(&entry.path(), "a workflow folder holds only files and folders"));
             }
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// Every file of a workflow folder (as [`list_files`] lists it) with its SHA-256, and the
+/// folder's digest.
+pub(crate) fn hash_folder(dir: &Path) -> Result<(Vec<ToolFile>, String), EngineError> {
+    let mut files = Vec::new();
+    for rel in list_files(dir)? {
+        let abs = dir.join(&rel);
+        let sha256 = crate::plan::hash_file(&abs).map_err(|e| EngineError::io(&abs, e))?;
+        files.push(ToolFile { path: rel, sha256 });
+    }
+    let digest = folder_digest(&files);
+    Ok((files, digest))
 }
 
 /// The tool files of each tool (argv elements naming files in the folder) and their hashes.
@@ -160,34 +180,34 @@ fn read_schema(dir: &Path, rel: &str, label: &str) -> Result<jsonschema::Validat
     compile_schema(&schema, &path.display().to_string())
 }
 
-/// Validates a workflow folder without registering it.
-pub fn inspect_folder(path: &Path) -> Result<(WorkflowSpec, PathBuf, Vec<String>, String), EngineError> {
+/// A workflow folder, validated: its spec, its canonical path, its files with their hashes and
+/// its digest.
+pub struct InspectedFolder {
+    pub spec: WorkflowSpec,
+    pub dir: PathBuf,
+    pub files: Vec<ToolFile>,
+    pub digest: String,
+}
+
+/// Validates a workflow folder (or its `workflow.toml`) without registering it.
+pub fn inspect_folder(path: &Path) -> Result<InspectedFolder, EngineError> {
     let dir =
         if path.is_file() { path.parent().map(Path::to_path_buf).unwrap_or_default() } else { path.to_path_buf() };
     let dir = dir.canonicalize().map_err(|e| EngineError::io(path, e))?;
     let toml_path = dir.join("workflow.toml");
-    let label = toml_path.display().to_string();
     let bytes = std::fs::read(&toml_path).map_err(|e| {
-        EngineError::Invalid(format!(
-            "{label}: cannot read the workflow file ({e}); a workflow folder holds a workflow.toml"
-        ))
+        folder_err(&toml_path, format!("cannot read the workflow file ({e}); a workflow folder holds a workflow.toml"))
     })?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| EngineError::Invalid(format!("{label}: the workflow file is not UTF-8 text")))?;
+    let text = String::from_utf8(bytes).map_err(|_| folder_err(&toml_path, "the workflow file is not UTF-8 text"))?;
+    let label = toml_path.display().to_string();
     let spec = parse_workflow(&text, &label)?;
-    let files = list_files(&dir)?;
-    let mut hashes = BTreeMap::new();
-    for f in &files {
-        let p = dir.join(f);
-        hashes.insert(f.clone(), sha256_hex(&std::fs::read(&p).map_err(|e| EngineError::io(&p, e))?));
-    }
+    let (files, digest) = hash_folder(&dir)?;
+    let hashes: BTreeMap<String, String> = files.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();
     tool_files(&spec, &dir, &label, &hashes)?;
     if let Some(rel) = &spec.input_schema {
         read_schema(&dir, rel, &label)?;
     }
-    let digest =
-        hash_json(&json!({"format": 1, "files": hashes})).map_err(|e| EngineError::Invalid(format!("{label}: {e}")))?;
-    Ok((spec, dir, files, digest))
+    Ok(InspectedFolder { spec, dir, files, digest })
 }
 
 /// What `workflow add` did.
@@ -196,59 +216,13 @@ pub struct Added {
     pub newly_registered: bool,
 }
 
-/// Registers a workflow folder (or its `workflow.toml`).
-pub fn add_workflow(store: &dyn RunStore, registry_dir: &Path, path: &Path, now_ms: i64) -> Result<Added, EngineError> {
-    let (spec, dir, files, digest) = inspect_folder(path)?;
-    // Refuse a changed version before anything is written, so a refusal leaves nothing behind.
-    if let Some(existing) = store.workflow(&spec.name, Some(&spec.version))?
-        && existing.digest != digest
-    {
-        return Err(conflict(&spec.name, &spec.version, &existing.digest, &digest));
+fn version_conflict(name: &str, version: &str, existing: &str, new: &str) -> EngineError {
+    EngineError::WorkflowVersionConflict {
+        name: name.into(),
+        version: version.into(),
+        existing: existing.into(),
+        new: new.into(),
     }
-    let snapshot = registry_dir.join(&digest);
-    if !snapshot.join("workflow.toml").exists() {
-        // Copy into a private temporary folder, then rename: a crash never leaves half a snapshot.
-        let tmp = registry_dir.join(format!(".tmp-{digest}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        for f in &files {
-            let to = tmp.join(f);
-            if let Some(parent) = to.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| EngineError::io(parent, e))?;
-            }
-            std::fs::copy(dir.join(f), &to).map_err(|e| EngineError::io(&to, e))?;
-        }
-        match std::fs::rename(&tmp, &snapshot) {
-            Ok(()) => {}
-            // Another process registered the same content first: theirs is identical.
-            Err(_) if snapshot.join("workflow.toml").exists() => {
-                let _ = std::fs::remove_dir_all(&tmp);
-            }
-            Err(e) => return Err(EngineError::io(&snapshot, e)),
-        }
-    }
-    let record = WorkflowRecord {
-        name: spec.name.clone(),
-        version: spec.version.clone(),
-        digest: digest.clone(),
-        path: snapshot.display().to_string(),
-        spec,
-        registered_at: now_ms,
-    };
-    match store.register_workflow(&record)? {
-        RegisterOutcome::Inserted => Ok(Added { record, newly_registered: true }),
-        RegisterOutcome::AlreadyRegistered => Ok(Added { record, newly_registered: false }),
-        RegisterOutcome::Conflict { existing_digest } => {
-            Err(conflict(&record.name, &record.version, &existing_digest, &digest))
-        }
-    }
-}
-
-fn conflict(name: &str, version: &str, existing: &str, new: &str) -> EngineError {
-    EngineError::Conflict(format!(
-        "{name}@{version} is already registered with other content (digest {}…, this folder {}…); a registered version never changes, so bump `version` in workflow.toml",
-        &existing[..12.min(existing.len())],
-        &new[..12.min(new.len())]
-    ))
 }
 
 /// Parses `NAME[@VERSION]`.
@@ -258,39 +232,91 @@ pub fn parse_reference(reference: &str) -> Result<(&str, Option<&str>), EngineEr
         None => (reference, None),
     };
     if name.is_empty() || version.is_some_and(str::is_empty) {
-        return Err(EngineError::Invalid(format!(
-            "`{reference}` is not a workflow reference; write NAME or NAME@VERSION"
-        )));
+        return Err(EngineError::InvalidReference { given: reference.to_string() });
     }
     Ok((name, version))
 }
 
-/// Loads a registered workflow, hashing its tool files as they are now in the snapshot.
-pub fn load_workflow(store: &dyn RunStore, reference: &str) -> Result<LoadedWorkflow, EngineError> {
-    let (name, version) = parse_reference(reference)?;
-    let record = store.workflow(name, version)?.ok_or_else(|| {
-        EngineError::NotFound(match version {
-            Some(v) => format!("workflow {name}@{v} is not registered; see `cairn workflow list`, or add it with `cairn workflow add PATH`"),
-            None => format!("workflow `{name}` is not registered; add it with `cairn workflow add PATH`"),
-        })
-    })?;
-    load_record(record)
+impl Engine {
+    /// Registers a workflow folder (or its `workflow.toml`): validated, copied content-addressed
+    /// into the state root, recorded. Re-adding the same content is a no-op; other content under
+    /// a registered `name@version` is refused before anything is written.
+    pub fn add_workflow(&self, path: &Path) -> Result<Added, EngineError> {
+        let InspectedFolder { spec, dir, files, digest } = inspect_folder(path)?;
+        if let Some(existing) = self.store.workflow(&spec.name, Some(&spec.version))?
+            && existing.digest != digest
+        {
+            return Err(version_conflict(&spec.name, &spec.version, &existing.digest, &digest));
+        }
+        let registry_dir = self.state.registry();
+        let snapshot = registry_dir.join(&digest);
+        if !snapshot.join("workflow.toml").exists() {
+            // Copy into a private temporary folder, then rename: a crash never leaves half a snapshot.
+            let tmp = registry_dir.join(format!(".tmp-{digest}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&tmp);
+            for f in &files {
+                let to = tmp.join(&f.path);
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| EngineError::io(parent, e))?;
+                }
+                std::fs::copy(dir.join(&f.path), &to).map_err(|e| EngineError::io(&to, e))?;
+            }
+            match std::fs::rename(&tmp, &snapshot) {
+                Ok(()) => {}
+                // Another process registered the same content first: theirs is identical.
+                Err(_) if snapshot.join("workflow.toml").exists() => {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                }
+                Err(e) => return Err(EngineError::io(&snapshot, e)),
+            }
+        }
+        let record = WorkflowRecord {
+            name: spec.name.clone(),
+            version: spec.version.clone(),
+            digest: digest.clone(),
+            path: snapshot.display().to_string(),
+            spec,
+            registered_at: self.clock.now_ms(),
+        };
+        match self.store.register_workflow(&record)? {
+            RegisterOutcome::Inserted => Ok(Added { record, newly_registered: true }),
+            RegisterOutcome::AlreadyRegistered => Ok(Added { record, newly_registered: false }),
+            RegisterOutcome::Conflict { existing_digest } => {
+                Err(version_conflict(&record.name, &record.version, &existing_digest, &digest))
+            }
+        }
+    }
+
+    /// Every registered workflow version, by name then version.
+    pub fn workflows(&self) -> Result<Vec<WorkflowRecord>, EngineError> {
+        Ok(self.store.workflows()?)
+    }
+
+    /// A registered workflow's record: by name and exact version, or its highest version.
+    pub(crate) fn workflow_record(&self, name: &str, version: Option<&str>) -> Result<WorkflowRecord, EngineError> {
+        self.store
+            .workflow(name, version)?
+            .ok_or_else(|| EngineError::WorkflowNotFound { name: name.to_string(), version: version.map(String::from) })
+    }
+
+    /// Loads a registered workflow (`NAME[@VERSION]`), hashing its tool files as they are now in
+    /// the snapshot.
+    pub fn load_workflow(&self, reference: &str) -> Result<LoadedWorkflow, EngineError> {
+        let (name, version) = parse_reference(reference)?;
+        load_record(self.workflow_record(name, version)?)
+    }
 }
 
 pub fn load_record(record: WorkflowRecord) -> Result<LoadedWorkflow, EngineError> {
     let dir = PathBuf::from(&record.path);
     let label = dir.join("workflow.toml").display().to_string();
-    let dag = record.spec.dag().map_err(|e| EngineError::Invalid(format!("{label}: {e}")))?;
+    let dag = record.spec.dag().map_err(|e| EngineError::internal(format!("{label}: {e}")))?;
     let mut tools = BTreeMap::new();
     for (name, tool) in &record.spec.tools {
         let mut files = Vec::new();
         if !tool.kind.is_process() {
             // A pipeline controller may read any file of the pipeline source: all are its files.
-            for rel in list_files(&dir)? {
-                let abs = dir.join(&rel);
-                let bytes = std::fs::read(&abs).map_err(|e| EngineError::io(&abs, e))?;
-                files.push(ToolFile { path: rel, sha256: sha256_hex(&bytes) });
-            }
+            files = hash_folder(&dir)?.0;
         }
         let mut argv = Vec::with_capacity(tool.command.len());
         for arg in &tool.command {
@@ -305,7 +331,7 @@ pub fn load_record(record: WorkflowRecord) -> Result<LoadedWorkflow, EngineError
             }
         }
         let digest =
-            tool_digest(tool, &files).map_err(|e| EngineError::Invalid(format!("{label}: tools.{name}: {e}")))?;
+            tool_digest(tool, &files).map_err(|e| EngineError::internal(format!("{label}: tools.{name}: {e}")))?;
         tools.insert(name.clone(), LoadedTool { digest, argv, files });
     }
     let schema = match &record.spec.input_schema {

@@ -260,11 +260,13 @@ impl Engine {
             "nonce": remote.nonce,
             "grace": self.options.kill_grace.as_secs_f64(),
         });
-        let answer = agent
-            .call(&request, Duration::from_secs(60) + self.options.kill_grace)
-            .map_err(|e| EngineError::Conflict(format!("could not stop the step on `{}`: {e}", remote.target)))?;
+        let answer = agent.call(&request, Duration::from_secs(60) + self.options.kill_grace).map_err(|e| {
+            EngineError::StopRefused { message: format!("could not stop the step on `{}`: {e}", remote.target) }
+        })?;
         if let Some(m) = answer.get("mismatch").and_then(Value::as_str) {
-            return Err(EngineError::Conflict(format!("not stopped: {m}; the recorded launch is not the one found")));
+            return Err(EngineError::StopRefused {
+                message: format!("not stopped: {m}; the recorded launch is not the one found"),
+            });
         }
         Ok(answer.get("detail").and_then(Value::as_str).unwrap_or_default().to_string())
     }
@@ -295,7 +297,7 @@ pub(crate) fn planned_controller_argv(
     let Ok(args) = cairn_core::template::resolve(&step.args, input, &|_| None) else { return Ok(None) };
     controller_argv(kind, &args, source, run_dir)
         .map(Some)
-        .map_err(|e| EngineError::Invalid(format!("step `{}`: {e}", step.id)))
+        .map_err(|e| EngineError::input(format!("step `{}`: {e}", step.id)))
 }
 
 /// Before a run here: each controller step's args as far as the input decides them, and its
@@ -334,9 +336,10 @@ pub(crate) fn local_programs(wf: &crate::registry::LoadedWorkflow) -> Result<(),
     let path = std::env::var_os("PATH").unwrap_or_default();
     for (p, why) in workflow_needs(wf) {
         if !std::env::split_paths(&path).any(|d| d.join(&p).is_file()) {
-            return Err(EngineError::Invalid(format!(
-                "target `local` is not ready: `{p}` is not on this machine's PATH, but {why}"
-            )));
+            return Err(EngineError::TargetNotReady {
+                target: LOCAL.to_string(),
+                problems: vec![format!("`{p}` is not on this machine's PATH, but {why}")],
+            });
         }
     }
     Ok(())

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use cairn_core::ids::RunId;
+use cairn_core::ids::{Owner, RunId};
 use cairn_core::replay::{self, ReplayInput, ReplayPlan, ReplaySummary, SourceStep};
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
@@ -14,8 +14,8 @@ use cairn_core::store::{NewRun, RunRecord, StepRecord};
 use serde_json::{Value, json};
 
 use crate::registry::{LoadedWorkflow, load_record};
-use crate::runner::{ExecOptions, Observer, RunReport, check_input};
-use crate::{Engine, EngineError, StopSignal};
+use crate::runner::{ExecOptions, Observer, check_input};
+use crate::{Engine, EngineError, RunView, StopSignal};
 
 #[derive(Debug, Clone, Default)]
 pub struct ReplayRequest {
@@ -31,7 +31,7 @@ pub struct ReplayRequest {
     pub resume_interrupted: bool,
     /// How many ready steps may run at once (1: serial, the reference semantics).
     pub parallelism: usize,
-    pub owner: Option<String>,
+    pub owner: Option<Owner>,
     pub thread_id: Option<String>,
     pub stop: Option<StopSignal>,
     /// Load the workflow from this folder instead of its registry snapshot (an approved plan's
@@ -73,58 +73,39 @@ impl Engine {
     /// Plans a replay: checks the source and the request, and decides every step. Creates nothing.
     pub fn prepare_replay(&self, req: &ReplayRequest) -> Result<PreparedReplay, EngineError> {
         let src_id = &req.source_run_id;
-        let source = self.store.run(src_id)?.ok_or_else(|| {
-            EngineError::NotFound(format!("source run `{src_id}` was not found; list runs with `cairn runs`"))
-        })?;
+        let source =
+            self.store.run(src_id)?.ok_or_else(|| EngineError::SourceRunNotFound { run_id: src_id.to_string() })?;
         if req.run_id.as_deref() == Some(src_id.as_str()) {
-            return Err(EngineError::Invalid(format!(
-                "a replay creates a new child run and never changes its source; choose a --run-id other than `{src_id}`"
-            )));
+            return Err(EngineError::ReplayOfItself { source_run_id: src_id.to_string() });
         }
         match source.status {
             RunStatus::Ready | RunStatus::Blocked => {}
-            status => {
-                return Err(EngineError::Invalid(format!(
-                    "source run `{src_id}` is {status}; only a finished READY or BLOCKED run can be replayed{}",
-                    if status == RunStatus::Failed {
-                        " (a FAILED run has no complete evidence: run it again instead)"
-                    } else {
-                        ""
-                    }
-                )));
-            }
+            status => return Err(EngineError::ReplaySourceNotFinished { run_id: src_id.to_string(), status }),
         }
         if let Some(name) = &req.workflow
             && name != &source.workflow
         {
-            return Err(EngineError::Invalid(format!(
-                "source run `{src_id}` is a run of workflow `{}`, not `{name}`; a replay stays within one workflow",
-                source.workflow
-            )));
+            return Err(EngineError::ReplayOtherWorkflow {
+                run_id: src_id.to_string(),
+                workflow: source.workflow.clone(),
+                given: name.clone(),
+            });
         }
         let version = req.version.clone().unwrap_or_else(|| source.version.clone());
-        let record = self.store.workflow(&source.workflow, Some(&version))?.ok_or_else(|| {
-            EngineError::NotFound(format!(
-                "workflow {}@{version} is not registered; see `cairn workflow list`",
-                source.workflow
-            ))
-        })?;
-        let mut record = record;
+        let mut record = self.workflow_record(&source.workflow, Some(&version))?;
         if let Some(dir) = &req.workflow_dir {
             record.path = dir.display().to_string();
         }
         let workflow = load_record(record)?;
         if req.step_ids.is_empty() {
-            return Err(EngineError::Invalid("name at least one step to replay with --step ID".into()));
+            return Err(EngineError::ReplayNoSteps);
         }
         let requested = replay::normalise_requested(&workflow.dag, &req.step_ids).map_err(|unknown| {
-            let known: Vec<&str> = workflow.spec().steps.iter().map(|s| s.id.as_str()).collect();
-            EngineError::Invalid(format!(
-                "{} has no step {}; its steps are: {}",
-                workflow.spec().reference(),
-                unknown.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", "),
-                known.join(", ")
-            ))
+            EngineError::ReplayUnknownSteps {
+                reference: workflow.spec().reference(),
+                unknown,
+                known: workflow.spec().steps.iter().map(|s| s.id.clone()).collect(),
+            }
         })?;
         let input = req.input.clone().unwrap_or_else(|| source.input.clone());
         check_input(&workflow, &input)?;
@@ -173,7 +154,7 @@ impl Engine {
     pub fn dry_run_replay(&self, req: &ReplayRequest) -> Result<PreparedReplay, EngineError> {
         let prepared = self.prepare_replay(req)?;
         if let Some(id) = &req.run_id {
-            let id = RunId::parse(id).map_err(|e| EngineError::Invalid(e.to_string()))?;
+            let id = RunId::parse(id).map_err(EngineError::InvalidRunId)?;
             if let Some(existing) = self.store.run(id.as_str())? {
                 let identity = self.replay_identity(&prepared)?;
                 if existing.identity_hash != identity {
@@ -196,7 +177,7 @@ impl Engine {
     pub(crate) fn replay_identity(&self, prepared: &PreparedReplay) -> Result<String, EngineError> {
         let spec = prepared.workflow.spec();
         run_identity(&spec.name, &spec.version, &prepared.input, Some(&prepared.directive()))
-            .map_err(|e| EngineError::Invalid(format!("run input: {e}")))
+            .map_err(|e| EngineError::input(format!("run input: {e}")))
     }
 
     /// The child run's record, before anything is created.
@@ -211,7 +192,7 @@ impl Engine {
             Some(prepared.source.run_id.clone()),
             Some(prepared.record()),
         )?;
-        Ok(NewRun { owner: req.owner.clone(), thread_id: req.thread_id.clone(), ..new })
+        Ok(NewRun { owner: req.owner, thread_id: req.thread_id.clone(), ..new })
     }
 
     /// Plans a replay and creates its child run (or finds the existing one with the same
@@ -228,7 +209,7 @@ impl Engine {
         &self,
         req: &ReplayRequest,
         obs: &mut dyn Observer,
-    ) -> Result<(RunReport, PreparedReplay), EngineError> {
+    ) -> Result<(RunView, PreparedReplay), EngineError> {
         let prepared = self.prepare_replay(req)?;
         let new = self.replay_run(req, &prepared)?;
         let reused: Vec<StepRecord> =
@@ -241,7 +222,7 @@ impl Engine {
         let opts = ExecOptions {
             resume: req.resume_interrupted,
             parallelism: req.parallelism,
-            owner: req.owner.as_deref(),
+            owner: req.owner.as_ref(),
             stop: req.stop.as_ref(),
         };
         let report = self.create_and_execute(&prepared.workflow, &new, opts, &mut copy, obs)?;
@@ -264,22 +245,6 @@ impl Engine {
             workflow_dir: run.plan_id.as_ref().map(|_| std::path::Path::new(&run.run_dir).join("workflow")),
             ..ReplayRequest::default()
         })
-    }
-
-    /// The chain of source runs above a run, nearest first.
-    pub fn lineage(&self, run_id: &str) -> Result<Vec<RunRecord>, EngineError> {
-        let mut chain = Vec::new();
-        let mut next = self.store.run(run_id)?.and_then(|r| r.source_run_id);
-        while let Some(id) = next {
-            // Source ids always exist (a foreign key) and never form a cycle (a source is older).
-            let Some(run) = self.store.run(&id)? else { break };
-            if chain.len() > 10_000 {
-                break;
-            }
-            next = run.source_run_id.clone();
-            chain.push(run);
-        }
-        Ok(chain)
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use cairn_core::canonical::{canonical_json, check_exact_numbers};
-use cairn_core::ids::RunId;
+use cairn_core::ids::{Owner, RunId};
 use cairn_core::signature::{
     AfterAttempt, StepAction, StepSignature, after_attempt, args_hash, decide_step, run_identity,
 };
@@ -24,18 +24,20 @@ use serde_json::Value;
 
 use crate::registry::LoadedWorkflow;
 use crate::remote::{AgentLaunch, Followed, Placement};
-use crate::{Engine, EngineError, StopKind, StopSignal};
+use crate::{Engine, EngineError, RunView, StopKind, StopSignal};
 
 /// What a caller asks for.
 #[derive(Debug, Clone, Default)]
 pub struct RunRequest {
+    /// `NAME` or `NAME@VERSION` (default: the highest registered version).
+    pub workflow: String,
     pub run_id: Option<String>,
     pub input: Value,
     pub resume_interrupted: bool,
     /// How many ready steps may run at once; 1 (serial) is the reference semantics.
     pub parallelism: usize,
-    /// The daemon instance executing the run (recorded, so a successor recovers it).
-    pub owner: Option<String>,
+    /// The process executing the run (recorded, so a successor recovers it).
+    pub owner: Option<Owner>,
     /// The conversation the run was submitted in.
     pub thread_id: Option<String>,
     /// Set by another thread to cancel the run or stop its daemon.
@@ -47,7 +49,7 @@ pub struct RunRequest {
 pub(crate) struct ExecOptions<'a> {
     pub resume: bool,
     pub parallelism: usize,
-    pub owner: Option<&'a str>,
+    pub owner: Option<&'a Owner>,
     pub stop: Option<&'a StopSignal>,
 }
 
@@ -62,32 +64,10 @@ pub trait Observer {
 pub struct NoProgress;
 impl Observer for NoProgress {}
 
-/// A run as reported: its record and its steps in execution order.
-#[derive(Debug, Clone)]
-pub struct RunReport {
-    pub run: RunRecord,
-    pub steps: Vec<StepView>,
-    /// Where it executes: `local`, or the target its plan named.
-    pub target: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct StepView {
-    pub step_id: String,
-    /// `None` when the step has no record yet (PENDING).
-    pub record: Option<StepRecord>,
-}
-
-impl StepView {
-    pub fn status(&self) -> &'static str {
-        self.record.as_ref().map(|r| r.status.as_str()).unwrap_or("PENDING")
-    }
-}
-
 /// Validates the input against the schema and checks that every `${input…}` resolves, so a bad
 /// input is refused before anything is created.
 pub fn check_input(wf: &LoadedWorkflow, input: &Value) -> Result<(), EngineError> {
-    check_exact_numbers(input, &mut String::new()).map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
+    check_exact_numbers(input, &mut String::new()).map_err(|e| EngineError::input(format!("run input: {e}")))?;
     if let Some(schema) = &wf.schema {
         let errors: Vec<String> = schema
             .iter_errors(input)
@@ -98,7 +78,7 @@ pub fn check_input(wf: &LoadedWorkflow, input: &Value) -> Result<(), EngineError
             })
             .collect();
         if !errors.is_empty() {
-            return Err(EngineError::Invalid(format!(
+            return Err(EngineError::input(format!(
                 "the run input does not match the input schema of {} ({}):\n{}",
                 wf.spec().reference(),
                 wf.spec().input_schema.as_deref().unwrap_or(""),
@@ -107,13 +87,13 @@ pub fn check_input(wf: &LoadedWorkflow, input: &Value) -> Result<(), EngineError
         }
     }
     for step in &wf.spec().steps {
-        let refs =
-            template::references(&step.args).map_err(|e| EngineError::Invalid(format!("step `{}`: {e}", step.id)))?;
+        let refs = template::references(&step.args)
+            .map_err(|e| EngineError::internal(format!("step `{}` of a registered workflow: {e}", step.id)))?;
         for (pointer, r) in refs {
             if r.root == Root::Input
                 && let Err(missing) = template::lookup(input, &r.path)
             {
-                return Err(EngineError::Invalid(format!(
+                return Err(EngineError::input(format!(
                     "the run input lacks a field step `{}` needs: `${{{}}}` (args at `{pointer}`): {missing}",
                     step.id, r.text
                 )));
@@ -124,22 +104,38 @@ pub fn check_input(wf: &LoadedWorkflow, input: &Value) -> Result<(), EngineError
 }
 
 impl Engine {
-    /// Runs (or continues, or returns) a run of a registered workflow.
-    pub fn run(&self, wf: &LoadedWorkflow, req: &RunRequest, obs: &mut dyn Observer) -> Result<RunReport, EngineError> {
+    /// Runs (or continues, or returns) a run of a registered workflow in this process.
+    pub fn run(&self, req: &RunRequest, obs: &mut dyn Observer) -> Result<RunView, EngineError> {
+        let wf = self.load_workflow(&req.workflow)?;
+        self.run_loaded(&wf, req, obs)
+    }
+
+    /// [`Engine::run`] with the workflow loaded already (the daemon loads it when it accepts the
+    /// run, and its worker executes it later).
+    pub(crate) fn run_loaded(
+        &self,
+        wf: &LoadedWorkflow,
+        req: &RunRequest,
+        obs: &mut dyn Observer,
+    ) -> Result<RunView, EngineError> {
         let new = self.requested_run(wf, req)?;
         let opts = ExecOptions {
             resume: req.resume_interrupted,
             parallelism: req.parallelism,
-            owner: req.owner.as_deref(),
+            owner: req.owner.as_ref(),
             stop: req.stop.as_ref(),
         };
         self.create_and_execute(wf, &new, opts, &mut |_| Ok(()), obs)
     }
 
     /// Creates a run (or finds the existing one with the same identity) without executing it:
-    /// what the daemon acknowledges before its worker pool executes the run with [`Engine::run`].
-    /// Returns the run and whether it was created now.
-    pub fn submit(&self, wf: &LoadedWorkflow, req: &RunRequest) -> Result<(RunRecord, bool), EngineError> {
+    /// what the daemon acknowledges before its worker pool executes it. Returns the run and
+    /// whether it was created now.
+    pub(crate) fn submit_loaded(
+        &self,
+        wf: &LoadedWorkflow,
+        req: &RunRequest,
+    ) -> Result<(RunRecord, bool), EngineError> {
         self.create_checked(&self.requested_run(wf, req)?)
     }
 
@@ -149,9 +145,9 @@ impl Engine {
         crate::remote::check_local_controllers(wf, &req.input)?;
         let spec = wf.spec();
         let identity = run_identity(&spec.name, &spec.version, &req.input, None)
-            .map_err(|e| EngineError::Invalid(format!("run input: {e}")))?;
+            .map_err(|e| EngineError::input(format!("run input: {e}")))?;
         let new = self.new_run(req.run_id.as_deref(), spec, identity, &req.input, None, None)?;
-        Ok(NewRun { owner: req.owner.clone(), thread_id: req.thread_id.clone(), ..new })
+        Ok(NewRun { owner: req.owner, thread_id: req.thread_id.clone(), ..new })
     }
 
     /// Creates the run, or returns the existing one after checking its identity.
@@ -182,7 +178,7 @@ impl Engine {
         replay: Option<Value>,
     ) -> Result<NewRun, EngineError> {
         let run_id = match run_id {
-            Some(id) => RunId::parse(id).map_err(|e| EngineError::Invalid(e.to_string()))?,
+            Some(id) => RunId::parse(id).map_err(EngineError::InvalidRunId)?,
             None => RunId::generated(&self.ids.run_suffix()),
         };
         Ok(NewRun {
@@ -209,7 +205,7 @@ impl Engine {
         opts: ExecOptions<'_>,
         prepare: &mut dyn FnMut(&RunRecord) -> Result<(), EngineError>,
         obs: &mut dyn Observer,
-    ) -> Result<RunReport, EngineError> {
+    ) -> Result<RunView, EngineError> {
         let (mut run, _) = self.create_checked(new)?;
         if !run.status.is_terminal() {
             if opts.resume {
@@ -218,41 +214,7 @@ impl Engine {
             prepare(&run)?;
             self.execute(wf, &mut run, &new.input, opts, obs)?;
         }
-        self.report(&run.run_id, wf)
-    }
-
-    /// The stored view of a run found by id alone, with the workflow version it ran.
-    pub fn run_report(&self, run_id: &str) -> Result<RunReport, EngineError> {
-        let run = self.store.run(run_id)?.ok_or_else(|| {
-            EngineError::NotFound(format!("run `{run_id}` was not found; list runs with `cairn runs`"))
-        })?;
-        let record = self.store.workflow(&run.workflow, Some(&run.version))?.ok_or_else(|| {
-            EngineError::NotFound(format!(
-                "workflow {}@{} of run `{run_id}` is not registered",
-                run.workflow, run.version
-            ))
-        })?;
-        self.report(run_id, &crate::registry::load_record(record)?)
-    }
-
-    /// The stored view of a run, steps in the DAG's order.
-    pub fn report(&self, run_id: &str, wf: &LoadedWorkflow) -> Result<RunReport, EngineError> {
-        let run = self.store.run(run_id)?.ok_or_else(|| {
-            EngineError::NotFound(format!("run `{run_id}` was not found; list runs with `cairn runs`"))
-        })?;
-        let mut rows: HashMap<String, StepRecord> =
-            self.store.steps(run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
-        let steps = wf
-            .dag
-            .order()
-            .iter()
-            .map(|&i| {
-                let id = wf.dag.id(i).to_string();
-                StepView { record: rows.remove(&id), step_id: id }
-            })
-            .collect();
-        let target = self.store.target_of_run(run_id)?.unwrap_or_else(|| cairn_core::target::LOCAL.to_string());
-        Ok(RunReport { run, steps, target })
+        self.show_run(&run.run_id)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -470,7 +432,7 @@ impl Engine {
         let step = &wf.spec().steps[step_index];
         let tool_def = &wf.spec().tools[&step.tool];
         let tool = &wf.tools[&step.tool];
-        let stdin = canonical_json(args).map_err(|e| EngineError::Invalid(e.to_string()))?.into_bytes();
+        let stdin = canonical_json(args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
         let step_dir = PathBuf::from(&run.run_dir).join("steps").join(&step.id);
         let local_sandbox = !run.placement.is_remote() && tool_def.kind.is_process();
         if !run.placement.is_remote() {
@@ -530,7 +492,7 @@ impl Engine {
                     // Only now that the new token owns the step may the abandoned process be
                     // stopped: its runner, if still alive, then finds its token stale and cannot write.
                     if let Some(p) = orphan.take() {
-                        self.reap_orphan(&p);
+                        self.reap_recorded(&p);
                     }
                     progress(Progress::Started { step_id: step.id.clone(), attempt });
                     let extra = [
@@ -698,7 +660,7 @@ impl Engine {
 
     /// Before resuming an interrupted step, stop its abandoned process if it is verifiably still
     /// the one recorded (same pid and start time), so two attempts never run at once.
-    fn reap_orphan(&self, p: &ProcessInfo) {
+    pub(crate) fn reap_recorded(&self, p: &ProcessInfo) {
         cairn_exec::terminate_if_same(
             &ProcessIdentity { pid: p.pid, pgid: p.pgid, start_time: p.start_time },
             self.options.kill_grace,
@@ -770,7 +732,7 @@ fn rebase(arg: &str, from: &str, to: &str) -> String {
 }
 
 fn missing_row(step: &str) -> EngineError {
-    EngineError::Invalid(format!("step `{step}`: internal error: resume without a stored row"))
+    EngineError::internal(format!("step `{step}`: resume without a stored row"))
 }
 
 fn short(hash: &str) -> &str {

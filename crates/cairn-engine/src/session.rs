@@ -104,17 +104,17 @@ impl SessionKernel {
     /// Queues a job. Refused (a conflict) while a verification holds the kernel slot.
     pub fn submit(self: &Arc<Self>, code: &str, timeout: Option<Duration>) -> Result<KernelJob, EngineError> {
         if code.trim().is_empty() {
-            return Err(EngineError::Invalid("the job has no code; send the Python to run".into()));
+            return Err(EngineError::EmptyJob);
         }
         let mut st = lock(&self.state);
         if st.closing {
-            return Err(EngineError::Conflict("the daemon is stopping; the session kernel takes no new job".into()));
+            return Err(EngineError::DaemonStopping { what: "the session kernel" });
         }
         if st.slot.is_none() {
             let slot = self.engine.acquire_slot(true, None, &mut Quiet).map_err(|e| match e {
-                EngineError::Conflict(_) => EngineError::Conflict(
-                    "a verification holds the kernel slot; the session kernel takes no job while it runs, so try again when it has finished".into(),
-                ),
+                EngineError::KernelSlotTaken { .. } => EngineError::KernelSlotTaken {
+                    message: "a verification holds the kernel slot; the session kernel takes no job while it runs, so try again when it has finished".into(),
+                },
                 other => other,
             })?;
             st.slot = Some(slot);
@@ -146,9 +146,7 @@ impl SessionKernel {
     }
 
     pub fn job(&self, job_id: &str) -> Result<KernelJob, EngineError> {
-        self.engine.store.kernel_job(job_id)?.ok_or_else(|| {
-            EngineError::NotFound(format!("job `{job_id}` was not found; list jobs with `cairn kernel jobs`"))
-        })
+        self.engine.store.kernel_job(job_id)?.ok_or_else(|| EngineError::JobNotFound { job_id: job_id.to_string() })
     }
 
     pub fn jobs(&self) -> Result<Vec<KernelJob>, EngineError> {
@@ -235,7 +233,7 @@ impl SessionKernel {
         let t = std::thread::Builder::new()
             .name("cairn-session".into())
             .spawn(move || me.work())
-            .map_err(|e| EngineError::Conflict(format!("cannot start the session kernel's thread: {e}")))?;
+            .map_err(|e| EngineError::internal(format!("cannot start the session kernel's thread: {e}")))?;
         *w = Some(t);
         Ok(())
     }
@@ -374,15 +372,18 @@ impl SessionKernel {
         let runtime_dir = self.engine.state.path().join("kernels").join(&session[session.len().saturating_sub(12)..]);
         let mut cfg = KernelConfig::new(&python, &self.config.workdir, &runtime_dir);
         cfg.env = kernel_env();
-        let mut k = ScratchKernel::start(&cfg)
-            .map_err(|e| EngineError::Invalid(format!("failed to start the session kernel: {e}")))?;
+        let mut k = ScratchKernel::start(&cfg).map_err(|e| EngineError::KernelUnavailable {
+            message: format!("failed to start the session kernel: {e}"),
+        })?;
         let boot = k.execute(BOOTSTRAP, Duration::from_secs(60), &mut |_| {});
         if boot.status != kernel::CellStatus::Ok {
-            return Err(EngineError::Invalid(format!(
-                "the session kernel's bootstrap failed: {:?}; see {}",
-                boot.status,
-                k.log_path().display()
-            )));
+            return Err(EngineError::KernelUnavailable {
+                message: format!(
+                    "the session kernel's bootstrap failed: {:?}; see {}",
+                    boot.status,
+                    k.log_path().display()
+                ),
+            });
         }
         Ok((k, session))
     }

@@ -23,10 +23,18 @@ pub struct AddTarget {
 }
 
 /// A local file the ssh client will read, made absolute; it must exist.
-fn local_file(path: &Path, what: &str) -> Result<String, EngineError> {
-    let abs = path.canonicalize().map_err(|e| EngineError::Invalid(format!("{what} {}: {e}", path.display())))?;
+fn local_file(path: &Path, what: &'static str) -> Result<String, EngineError> {
+    let abs = path.canonicalize().map_err(|e| EngineError::TargetFile {
+        what,
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
     if !abs.is_file() {
-        return Err(EngineError::Invalid(format!("{what} {} is not a file", abs.display())));
+        return Err(EngineError::TargetFile {
+            what,
+            path: abs.display().to_string(),
+            message: "it is not a file".into(),
+        });
     }
     Ok(abs.display().to_string())
 }
@@ -36,7 +44,7 @@ impl Engine {
     pub fn add_target(&self, req: &AddTarget) -> Result<TargetSpec, EngineError> {
         let spec = TargetSpec {
             name: req.name.clone(),
-            ssh: parse_ssh(&req.ssh).map_err(|e| EngineError::Invalid(e.to_string()))?,
+            ssh: parse_ssh(&req.ssh)?,
             identity: req.identity.as_deref().map(|p| local_file(p, "--identity")).transpose()?,
             known_hosts: req.known_hosts.as_deref().map(|p| local_file(p, "--known-hosts")).transpose()?,
             workspace_root: req.workspace_root.clone(),
@@ -44,20 +52,30 @@ impl Engine {
             partition: req.partition.clone(),
             account: req.account.clone(),
         };
-        spec.validate().map_err(|e| EngineError::Invalid(e.to_string()))?;
+        spec.validate()?;
         self.store.add_target(&spec, self.clock.now_ms())?;
         Ok(spec)
     }
 
-    pub fn target(&self, name: &str) -> Result<TargetSpec, EngineError> {
-        self.store.target(name)?.ok_or_else(|| {
-            EngineError::NotFound(format!(
-                "target `{name}` is not configured; see `cairn target list` (`local` is built in)"
-            ))
-        })
+    /// Removes a configured target; its runs and plans stay recorded.
+    pub fn remove_target(&self, name: &str) -> Result<(), EngineError> {
+        if self.store.remove_target(name)? {
+            Ok(())
+        } else {
+            Err(EngineError::TargetNotFound { name: name.to_string() })
+        }
     }
 
-    pub fn transport(&self, spec: &TargetSpec) -> SshTransport {
+    /// Every configured SSH target, by name (`local` is built in and not among them).
+    pub fn targets(&self) -> Result<Vec<TargetSpec>, EngineError> {
+        Ok(self.store.targets()?)
+    }
+
+    pub fn target(&self, name: &str) -> Result<TargetSpec, EngineError> {
+        self.store.target(name)?.ok_or_else(|| EngineError::TargetNotFound { name: name.to_string() })
+    }
+
+    pub(crate) fn transport(&self, spec: &TargetSpec) -> SshTransport {
         SshTransport {
             user: spec.ssh.user.clone(),
             host: spec.ssh.host.clone(),
@@ -102,7 +120,8 @@ impl Engine {
             let spec = self.target(name)?;
             (self.transport(&spec).probe(&spec.workspace_root), spec.workspace_root.clone())
         };
-        let observed = observed.map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let observed = observed
+            .map_err(|e| EngineError::TargetUnreachable { target: name.to_string(), message: e.to_string() })?;
         let at = self.clock.now_ms();
         let probed = json!({"target": name, "workspace_root": workspace, "observed": observed, "probed_at": at});
         self.store.record_probe(name, &probed, at)?;
@@ -132,7 +151,7 @@ impl Engine {
         });
         let mut all = vec![with_probe(local, LOCAL, Executor::Process)?];
         for t in self.store.targets()? {
-            let v = serde_json::to_value(&t).map_err(|e| EngineError::Invalid(e.to_string()))?;
+            let v = serde_json::to_value(&t).map_err(|e| EngineError::internal(e.to_string()))?;
             all.push(with_probe(v, &t.name, t.executor)?);
         }
         Ok(json!({"targets": all}))
@@ -144,10 +163,10 @@ impl Engine {
     pub fn check_readiness(&self, target: &str, run_dir: &str) -> Result<Value, EngineError> {
         let path: PathBuf = Path::new(run_dir).components().collect();
         if target == LOCAL {
-            crate::plan::check_run_dir(&path).map_err(EngineError::Invalid)?;
+            crate::plan::check_run_dir(&path).map_err(crate::plan::run_dir_err)?;
             return Ok(json!({"target": LOCAL, "run_dir": path.display().to_string(), "ready": true}));
         }
-        crate::plan::check_run_dir_text(&path).map_err(EngineError::Invalid)?;
+        crate::plan::check_run_dir_text(&path).map_err(crate::plan::run_dir_err)?;
         let mut facts = self.target_ready(target, &path.display().to_string(), &[], &Value::Null)?;
         facts["ready"] = json!(true);
         Ok(facts)

@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Barrier};
 
+use cairn_core::event::RunEvent;
 use cairn_core::plan::{Effect, Plan, Receipt, sign_receipt, verify_receipt};
 use cairn_core::store::{RunRecord, StoreError};
-use cairn_engine::plan::{LOCAL_TARGET, PlanRequest, RECEIPT_TTL_MS};
-use cairn_engine::registry::{LoadedWorkflow, add_workflow};
-use cairn_engine::{Clock, Engine, EngineError, EngineOptions, ErrorKind, RandomIds, StateRoot};
-use cairn_store::SqliteStore;
+use cairn_core::target::LOCAL as LOCAL_TARGET;
+use cairn_engine::plan::{PlanRequest, RECEIPT_TTL_MS};
+use cairn_engine::registry::LoadedWorkflow;
+use cairn_engine::{Clock, Engine, EngineError, ErrorKind};
 use serde_json::json;
 use tempfile::TempDir;
 
@@ -74,21 +75,13 @@ impl Fixture {
         std::fs::set_permissions(wf.join("tools/t.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
         let f = Fixture { _tmp: tmp, root, runs_parent, clock: TestClock(Arc::new(AtomicI64::new(T))) };
         let e = f.engine();
-        add_workflow(e.store.as_ref(), &e.state.registry(), &wf, T).unwrap();
+        e.add_workflow(&wf).unwrap();
         f
     }
 
     /// A fresh engine over the fixture's state root (a new SQLite connection, the shared clock).
     fn engine(&self) -> Engine {
-        let state = StateRoot::open(&self.root).unwrap();
-        let store = SqliteStore::open(&state.db()).unwrap();
-        Engine {
-            state,
-            store: Box::new(store),
-            clock: Box::new(self.clock.clone()),
-            ids: Box::new(RandomIds),
-            options: EngineOptions::default(),
-        }
+        Engine::builder(&self.root).clock(self.clock.clone()).open().unwrap()
     }
 
     fn run_dir(&self, name: &str) -> PathBuf {
@@ -102,7 +95,7 @@ impl Fixture {
 
 fn plan(e: &Engine, run_dir: &Path) -> Plan {
     e.make_plan(&PlanRequest {
-        workflow: "rcpt".into(),
+        workflow: Some("rcpt".into()),
         input: json!({"x": 1}),
         target: LOCAL_TARGET.into(),
         run_dir: run_dir.to_path_buf(),
@@ -147,7 +140,7 @@ fn refused(out: Consumed) -> EngineError {
 }
 
 fn runs(e: &Engine) -> Vec<RunRecord> {
-    e.store.runs(&cairn_core::store::RunQuery::newest(1000)).unwrap()
+    e.list_runs(&cairn_core::store::RunQuery::newest(1000)).unwrap().into_iter().map(|l| l.run).collect()
 }
 
 fn runs_of(e: &Engine, p: &Plan) -> Vec<RunRecord> {
@@ -157,7 +150,7 @@ fn runs_of(e: &Engine, p: &Plan) -> Vec<RunRecord> {
 /// Nothing exists for this plan's request: no run, no reservation, no run_dir.
 fn assert_nothing_created(e: &Engine, p: &Plan) {
     assert!(runs_of(e, p).is_empty(), "a refused receipt created a run: {:?}", runs_of(e, p));
-    assert_eq!(e.store.reservation(&p.target, &p.run_dir).unwrap(), None, "a refused receipt reserved {}", p.run_dir);
+    assert_eq!(e.reservation(&p.target, &p.run_dir).unwrap(), None, "a refused receipt reserved {}", p.run_dir);
     assert!(std::fs::symlink_metadata(&p.run_dir).is_err(), "a refused receipt created {}", p.run_dir);
 }
 
@@ -167,7 +160,7 @@ fn assert_one_run(e: &Engine, p: &Plan) -> RunRecord {
     assert_eq!(found.len(), 1, "exactly one run for plan {}: {found:?}", p.plan_id);
     let run = found.into_iter().next().unwrap();
     assert_eq!(run.plan_id.as_deref(), Some(p.plan_id.as_str()));
-    assert_eq!(e.store.reservation(&p.target, &p.run_dir).unwrap().as_deref(), Some(run.run_id.as_str()));
+    assert_eq!(e.reservation(&p.target, &p.run_dir).unwrap().as_deref(), Some(run.run_id.as_str()));
     let dir = Path::new(&p.run_dir);
     assert!(dir.is_dir(), "the run_dir was created");
     assert!(dir.join("input.json").is_file() && dir.join("workflow/tools/t.sh").is_file(), "effects applied");
@@ -275,9 +268,9 @@ fn a_replayed_receipt_creates_nothing() {
     let r = approve(&e, &p);
     let run = accepted(consume(&e, &p, &r));
     assert_eq!(run.plan_id.as_deref(), Some(p.plan_id.as_str()));
-    let events = e.store.events(&run.run_id, 0).unwrap();
-    assert_eq!(events.first().map(|ev| ev.kind.as_str()), Some("run.created"));
-    assert_eq!(events[0].data["receipt_id"], r.receipt_id.as_str());
+    let events = e.events(&run.run_id, 0).unwrap();
+    assert_eq!(events.first().map(|ev| ev.event.kind()), Some("run.created"));
+    assert_eq!(events[0].event.data()["receipt_id"], r.receipt_id.as_str());
     let before = std::fs::read_dir(&p.run_dir).unwrap().count();
 
     for _ in 0..3 {
@@ -287,10 +280,10 @@ fn a_replayed_receipt_creates_nothing() {
     }
     assert_eq!(runs(&e).len(), 1, "exactly one run");
     assert_eq!(assert_one_run(&e, &p).run_id, run.run_id);
-    assert_eq!(e.store.events(&run.run_id, 0).unwrap(), events, "the replays added no event");
+    assert_eq!(e.events(&run.run_id, 0).unwrap(), events, "the replays added no event");
     assert_eq!(std::fs::read_dir(&p.run_dir).unwrap().count(), before, "the replays wrote nothing");
     // Even within its lifetime: a consumed receipt is consumed even with time left.
-    assert!(e.clock.now_ms() < r.expires_at);
+    assert!(e.now_ms() < r.expires_at);
 }
 
 #[test]
@@ -404,13 +397,13 @@ fn a_receipt_never_consumed_expires_and_a_new_approval_works_once() {
     assert_ne!(fresh.nonce, stale.nonce);
     let run = accepted(consume(&e, &p, &fresh));
     assert_eq!(assert_one_run(&e, &p).run_id, run.run_id);
-    let events = e.store.events(&run.run_id, 0).unwrap();
+    let events = e.events(&run.run_id, 0).unwrap();
     let err = refused(consume(&e, &p, &fresh));
     assert!(is_consumed_conflict(&err), "{err:?}");
     let err = refused(consume(&e, &p, &stale));
     assert_eq!(err.kind(), ErrorKind::Conflict);
     assert_eq!(runs(&e).len(), 1);
-    assert_eq!(e.store.events(&run.run_id, 0).unwrap(), events);
+    assert_eq!(e.events(&run.run_id, 0).unwrap(), events);
 }
 
 #[test]
@@ -424,14 +417,14 @@ fn two_receipts_for_one_plan_create_one_run() {
 
     // Whichever is consumed first wins; here the later one.
     let run = accepted(consume(&e, &p, &r2));
-    let events = e.store.events(&run.run_id, 0).unwrap();
+    let events = e.events(&run.run_id, 0).unwrap();
     let listing: Vec<_> = walk(Path::new(&p.run_dir));
 
     let err = refused(consume(&e, &p, &r1));
     assert!(is_reserved_conflict(&err), "refused by the run_dir reservation, got: {err} ({err:?})");
     assert_eq!(runs(&e).len(), 1);
     assert_eq!(assert_one_run(&e, &p).run_id, run.run_id);
-    assert_eq!(e.store.events(&run.run_id, 0).unwrap(), events);
+    assert_eq!(e.events(&run.run_id, 0).unwrap(), events);
     assert_eq!(walk(Path::new(&p.run_dir)), listing, "the refused receipt touched nothing in run_dir");
 
     // The refused receipt was not consumed by its refusal either, but it can never win now.
@@ -466,8 +459,11 @@ fn assert_one_winner(round: usize, outcomes: &[Result<String, EngineError>], e: 
     }
     assert_eq!(runs(e).len(), 1, "round {round}");
     assert_eq!(&assert_one_run(e, p).run_id, won[0], "round {round}");
-    let run = e.store.run(won[0]).unwrap().unwrap();
-    assert_eq!(e.store.events(&run.run_id, 0).unwrap().iter().filter(|ev| ev.kind == "run.created").count(), 1);
+    let run = e.show_run(won[0]).unwrap().run;
+    assert_eq!(
+        e.events(&run.run_id, 0).unwrap().iter().filter(|ev| matches!(ev.event, RunEvent::RunCreated { .. })).count(),
+        1
+    );
 }
 
 /// Eight threads approve and consume the same plan at once through one shared engine.

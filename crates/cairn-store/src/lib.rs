@@ -9,12 +9,14 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use cairn_core::event::{PlannedOrigin, RunEvent};
+use cairn_core::ids::Owner;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{RunStatus, StepStatus};
 use cairn_core::store::*;
 use cairn_core::validator::Finding;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Numbered migrations, applied in order; `user_version` records the last one applied.
 const MIGRATIONS: &[&str] = &[
@@ -151,7 +153,7 @@ fn insert_run(tx: &rusqlite::Transaction<'_>, n: &NewRun, plan_id: Option<&str>)
             n.at,
             n.source_run_id,
             n.replay.as_ref().map(to_json),
-            n.owner,
+            n.owner.map(|o| o.to_string()),
             n.thread_id,
             plan_id,
         ],
@@ -163,15 +165,15 @@ fn insert_run(tx: &rusqlite::Transaction<'_>, n: &NewRun, plan_id: Option<&str>)
 fn insert_event(
     tx: &rusqlite::Transaction<'_>,
     run_id: &str,
-    kind: &str,
     step_id: Option<&str>,
     attempt: Option<u32>,
     at: i64,
-    data: &Value,
+    event: &RunEvent,
 ) -> Result<(), StoreError> {
+    let (kind, data) = (event.kind(), event.data());
     tx.execute(
         "INSERT INTO events (run_id, kind, step_id, attempt, at, data_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![run_id, kind, step_id, attempt, at, to_json(data)],
+        params![run_id, kind, step_id, attempt, at, to_json(&data)],
     )
     .map_err(db)?;
     Ok(())
@@ -203,7 +205,11 @@ fn run_from_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>> 
             finished_at: r.get(10).map_err(db)?,
             error: r.get(12).map_err(db)?,
             source_run_id: r.get(13).map_err(db)?,
-            owner: r.get(15).map_err(db)?,
+            owner: r
+                .get::<_, Option<String>>(15)
+                .map_err(db)?
+                .map(|o| parse_enum::<Owner>(&o, "run owner"))
+                .transpose()?,
             thread_id: r.get(16).map_err(db)?,
             plan_id: r.get(17).map_err(db)?,
         })
@@ -472,12 +478,14 @@ impl RunStore for SqliteStore {
                 return Ok(CreateRun::Existing(existing));
             }
             insert_run(tx, new, None)?;
-            let mut data =
-                json!({"workflow": new.workflow, "version": new.version, "identity_hash": new.identity_hash});
-            if let Some(src) = &new.source_run_id {
-                data["source_run_id"] = json!(src);
-            }
-            insert_event(tx, &new.run_id, "run.created", None, None, new.at, &data)?;
+            let event = RunEvent::RunCreated {
+                workflow: new.workflow.clone(),
+                version: new.version.clone(),
+                identity_hash: new.identity_hash.clone(),
+                source_run_id: new.source_run_id.clone(),
+                plan: None,
+            };
+            insert_event(tx, &new.run_id, None, None, new.at, &event)?;
             load_run(tx, &new.run_id)?
                 .map(CreateRun::Created)
                 .ok_or_else(|| StoreError::RunNotFound(new.run_id.clone()))
@@ -561,7 +569,9 @@ impl RunStore for SqliteStore {
             .map_err(db)?;
         rows.into_iter()
             .map(|(seq, run_id, kind, step_id, attempt, at, data)| {
-                Ok(EventRecord { seq, run_id, kind, step_id, attempt, at, data: parse_json(&data, "event data")? })
+                let event = RunEvent::from_parts(&kind, parse_json(&data, "event data")?)
+                    .map_err(|e| StoreError::Corrupt(format!("run `{run_id}`, event {seq}: {e}")))?;
+                Ok(EventRecord { seq, run_id, step_id, attempt, at, event })
             })
             .collect()
     }
@@ -602,11 +612,10 @@ impl RunStore for SqliteStore {
                     insert_event(
                         tx,
                         &b.run_id,
-                        "step.retrying",
                         Some(&b.step_id),
                         Some(b.attempt - 1),
                         b.at,
-                        &json!({"outcome": outcome, "error": error, "next_attempt": b.attempt}),
+                        &RunEvent::StepRetrying { outcome: *outcome, error: error.clone(), next_attempt: b.attempt },
                     )?;
                 }
                 AttemptStart::ResumeInterrupted { previous_token } => {
@@ -620,22 +629,24 @@ impl RunStore for SqliteStore {
                     insert_event(
                         tx,
                         &b.run_id,
-                        "step.interrupted",
                         Some(&b.step_id),
                         Some(b.attempt - 1),
                         b.at,
-                        &json!({"abandoned_token": previous_token, "next_attempt": b.attempt}),
+                        &RunEvent::StepInterrupted { abandoned_token: previous_token.clone(), next_attempt: b.attempt },
                     )?;
                 }
             }
             insert_event(
                 tx,
                 &b.run_id,
-                "step.started",
                 Some(&b.step_id),
                 Some(b.attempt),
                 b.at,
-                &json!({"tool": sig.tool, "tool_digest": sig.tool_digest, "args_hash": sig.args_hash}),
+                &RunEvent::StepStarted {
+                    tool: sig.tool.clone(),
+                    tool_digest: sig.tool_digest.clone(),
+                    args_hash: sig.args_hash.clone(),
+                },
             )
         })
     }
@@ -688,11 +699,10 @@ impl RunStore for SqliteStore {
             insert_event(
                 tx,
                 run_id,
-                "step.reattached",
                 Some(step_id),
                 Some(attempt),
                 at,
-                &json!({"abandoned_token": previous_token}),
+                &RunEvent::StepReattached { abandoned_token: previous_token.to_string() },
             )
         })
     }
@@ -709,11 +719,10 @@ impl RunStore for SqliteStore {
             insert_event(
                 tx,
                 &f.run_id,
-                "step.completed",
                 Some(&f.step_id),
                 Some(f.attempt),
                 f.at,
-                &json!({"duration_us": f.duration_us}),
+                &RunEvent::StepCompleted { duration_us: f.duration_us },
             )
         })
     }
@@ -730,11 +739,10 @@ impl RunStore for SqliteStore {
             insert_event(
                 tx,
                 &f.run_id,
-                "step.failed",
                 Some(&f.step_id),
                 Some(f.attempt),
                 f.at,
-                &json!({"outcome": f.outcome, "error": f.error, "duration_us": f.duration_us}),
+                &RunEvent::StepFailed { outcome: f.outcome, error: f.error.clone(), duration_us: f.duration_us },
             )?;
             let changed = tx
                 .execute(
@@ -747,11 +755,14 @@ impl RunStore for SqliteStore {
                 insert_event(
                     tx,
                     &f.run_id,
-                    "run.finished",
                     None,
                     None,
                     f.at,
-                    &json!({"status": "FAILED", "error": run_error}),
+                    &RunEvent::RunFinished {
+                        status: RunStatus::Failed,
+                        findings: 0,
+                        error: Some(run_error.to_string()),
+                    },
                 )?;
             }
             Ok(())
@@ -760,7 +771,14 @@ impl RunStore for SqliteStore {
 
     fn record_stale_write(&self, run_id: &str, step_id: &str, token: &str, at: i64) -> Result<(), StoreError> {
         self.write(|tx| {
-            insert_event(tx, run_id, "step.stale_write_rejected", Some(step_id), None, at, &json!({"token": token}))
+            insert_event(
+                tx,
+                run_id,
+                Some(step_id),
+                None,
+                at,
+                &RunEvent::StepStaleWriteRejected { token: token.to_string() },
+            )
         })
     }
 
@@ -791,11 +809,10 @@ impl RunStore for SqliteStore {
             insert_event(
                 tx,
                 run_id,
-                "run.finished",
                 None,
                 None,
                 at,
-                &json!({"status": status, "findings": findings.len(), "error": error}),
+                &RunEvent::RunFinished { status, findings: findings.len(), error: error.map(String::from) },
             )?;
             load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
         })
@@ -839,11 +856,14 @@ impl RunStore for SqliteStore {
                     insert_event(
                         tx,
                         run_id,
-                        "step.replay_reused",
                         Some(&s.step_id),
                         Some(0),
                         at,
-                        &json!({"source_run_id": source_run_id, "origin_run_id": origin, "args_hash": s.signature.args_hash}),
+                        &RunEvent::StepReplayReused {
+                            source_run_id: source_run_id.to_string(),
+                            origin_run_id: origin.to_string(),
+                            args_hash: s.signature.args_hash.clone(),
+                        },
                     )?;
                 }
             }
@@ -895,13 +915,19 @@ impl RunStore for SqliteStore {
         Ok(self.select_verifications("WHERE id = ?1", &id)?.pop())
     }
 
-    fn claim_run(&self, run_id: &str, expected_revision: i64, owner: Option<&str>, at: i64) -> Result<i64, StoreError> {
+    fn claim_run(
+        &self,
+        run_id: &str,
+        expected_revision: i64,
+        owner: Option<&Owner>,
+        at: i64,
+    ) -> Result<i64, StoreError> {
         self.write(|tx| {
             let changed = tx
                 .execute(
                     "UPDATE workflow_executions SET revision = revision + 1, updated_at = ?3, owner = ?4 \
                      WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
-                    params![run_id, expected_revision, at, owner],
+                    params![run_id, expected_revision, at, owner.map(|o| o.to_string())],
                 )
                 .map_err(db)?;
             if changed == 0 {
@@ -910,11 +936,10 @@ impl RunStore for SqliteStore {
             insert_event(
                 tx,
                 run_id,
-                "run.resumed",
                 None,
                 None,
                 at,
-                &json!({"revision": expected_revision + 1, "owner": owner}),
+                &RunEvent::RunResumed { revision: expected_revision + 1, owner: owner.map(|o| o.to_string()) },
             )?;
             Ok(expected_revision + 1)
         })
@@ -961,11 +986,10 @@ impl RunStore for SqliteStore {
                 insert_event(
                     tx,
                     run_id,
-                    "step.cancelled",
                     Some(step_id),
                     Some(*attempt),
                     at,
-                    &json!({"reason": reason}),
+                    &RunEvent::StepCancelled { reason: reason.to_string() },
                 )?;
             }
             tx.execute(
@@ -977,11 +1001,10 @@ impl RunStore for SqliteStore {
             insert_event(
                 tx,
                 run_id,
-                "run.finished",
                 None,
                 None,
                 at,
-                &json!({"status": "CANCELLED", "findings": 0, "error": reason}),
+                &RunEvent::RunFinished { status: RunStatus::Cancelled, findings: 0, error: Some(reason.to_string()) },
             )?;
             load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
         })
@@ -1116,9 +1139,19 @@ impl RunStore for SqliteStore {
                 params![c.target, n.run_dir, n.run_id, c.plan_id, n.at],
             )
             .map_err(db)?;
-            let data = json!({"workflow": n.workflow, "version": n.version, "identity_hash": n.identity_hash,
-                              "plan_id": c.plan_id, "receipt_id": c.receipt_id, "target": c.target, "run_dir": n.run_dir});
-            insert_event(tx, &n.run_id, "run.created", None, None, n.at, &data)?;
+            let event = RunEvent::RunCreated {
+                workflow: n.workflow.clone(),
+                version: n.version.clone(),
+                identity_hash: n.identity_hash.clone(),
+                source_run_id: n.source_run_id.clone(),
+                plan: Some(PlannedOrigin {
+                    plan_id: c.plan_id.clone(),
+                    receipt_id: c.receipt_id.clone(),
+                    target: c.target.clone(),
+                    run_dir: n.run_dir.clone(),
+                }),
+            };
+            insert_event(tx, &n.run_id, None, None, n.at, &event)?;
             load_run(tx, &n.run_id)?.ok_or_else(|| StoreError::RunNotFound(n.run_id.clone()))
         })
     }

@@ -127,7 +127,7 @@ fn step(store: &SqliteStore, run_id: &str, step_id: &str) -> StepRecord {
 }
 
 fn kinds(store: &SqliteStore, run_id: &str) -> Vec<String> {
-    store.events(run_id, 0).unwrap().into_iter().map(|e| e.kind).collect()
+    store.events(run_id, 0).unwrap().into_iter().map(|e| e.event.kind().to_string()).collect()
 }
 
 fn user_version(path: &Path) -> i64 {
@@ -391,8 +391,8 @@ fn resume_interrupted_is_conditional_on_the_previous_token() {
     assert_eq!((row.attempt_count, row.interrupted_count), (2, 1));
     assert_eq!(row.process, None, "the abandoned attempt's process identity is cleared");
     let events = store.events("r", 0).unwrap();
-    let interrupted = events.iter().find(|e| e.kind == "step.interrupted").expect("step.interrupted");
-    assert_eq!(interrupted.data["abandoned_token"], json!("tok-1"));
+    let interrupted = events.iter().find(|e| e.event.kind() == "step.interrupted").expect("step.interrupted");
+    assert_eq!(interrupted.event.data()["abandoned_token"], json!("tok-1"));
     assert_eq!(interrupted.attempt, Some(1));
     assert!(matches!(
         store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)),
@@ -424,9 +424,9 @@ fn fail_attempt_fails_the_step_and_the_run_in_one_go() {
     assert_eq!(after.finished_at, Some(4_000));
     assert_eq!(after.revision, run.revision + 1);
     let events = store.events("r", 0).unwrap();
-    let k: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let k: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
     assert_eq!(k, ["run.created", "step.started", "step.failed", "run.finished"]);
-    assert_eq!(events[3].data["status"], json!("FAILED"));
+    assert_eq!(events[3].event.data()["status"], json!("FAILED"));
     assert_eq!(events[2].at, events[3].at);
 
     // A terminal run is not finished again.
@@ -459,7 +459,8 @@ fn finish_run_with_a_stale_revision_is_refused() {
 fn claim_run_bumps_the_revision() {
     let Db { _dir, path: _, store } = db();
     let run = created(&store, "r");
-    let rev = store.claim_run("r", run.revision, Some("1:2"), 6_000).unwrap();
+    let rev =
+        store.claim_run("r", run.revision, Some(&cairn_core::ids::Owner { pid: 1, start_time: 2 }), 6_000).unwrap();
     assert_eq!(rev, run.revision + 1);
     let now = store.run("r").unwrap().unwrap();
     assert_eq!((now.revision, now.updated_at, now.status), (rev, 6_000, RunStatus::Running));
@@ -492,7 +493,7 @@ fn events_are_ordered_and_append_only() {
     store.finish_run("r", rev, RunStatus::Ready, &[], None, 5_000).unwrap();
 
     let events = store.events("r", 0).unwrap();
-    let k: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let k: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
     assert_eq!(
         k,
         [
@@ -590,10 +591,11 @@ fn open_runs_lists_non_terminal_runs_with_their_owner() {
     let one = created(store, "one");
     created(store, "two");
     store.finish_run("two", 1, RunStatus::Ready, &[], None, 3_000).unwrap();
-    store.claim_run("one", one.revision, Some("123:456"), 4_000).unwrap();
+    let owner = cairn_core::ids::Owner { pid: 123, start_time: 456 };
+    store.claim_run("one", one.revision, Some(&owner), 4_000).unwrap();
     let open = store.open_runs().unwrap();
     assert_eq!(open.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["one"]);
-    assert_eq!(open[0].owner.as_deref(), Some("123:456"));
+    assert_eq!(open[0].owner, Some(owner));
 }
 
 #[test]

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::wire;
+
 #[derive(Parser, Debug)]
 #[command(name = "cairn", version, about = "Durable, approved, reproducible workflow runs")]
 pub struct Cli {
@@ -92,23 +94,8 @@ pub enum Command {
     },
     /// Verify a workflow document (markdown with python fences, or .ipynb) in a fresh kernel.
     Verify {
-        /// The document; omit it with --title to re-verify that title's draft.
-        document: Option<PathBuf>,
-        /// Names the verification, its notebook and its draft (default: the file name).
-        #[arg(long)]
-        title: Option<String>,
-        /// Per-cell timeout in seconds: the cell is interrupted, then its kernel killed.
-        #[arg(long, value_name = "SECS", default_value_t = 600)]
-        timeout: u64,
-        /// Address-space limit of the kernel in bytes (RLIMIT_AS): "does not fit" becomes `died`.
-        #[arg(long, value_name = "BYTES")]
-        memory_limit: Option<u64>,
-        /// An interpreter with ipykernel (default: Cairn's own venv under the state root).
-        #[arg(long, env = "CAIRN_PYTHON", value_name = "PATH")]
-        python: Option<PathBuf>,
-        /// Refuse instead of waiting when a session job or another verification holds the kernel slot.
-        #[arg(long)]
-        no_wait: bool,
+        #[command(flatten)]
+        request: wire::Verify,
         #[arg(long)]
         json: bool,
     },
@@ -139,27 +126,8 @@ pub enum Command {
     Plan {
         #[command(subcommand)]
         command: Option<PlanCommand>,
-        /// NAME or NAME@VERSION (with --replay: omit it, or give NAME@VERSION to replay on another version).
-        #[arg(required_unless_present = "replay")]
-        workflow: Option<String>,
-        /// The run input: a JSON file, or - for stdin (with --replay: default the source's).
-        #[arg(long, value_name = "FILE", required_unless_present = "replay")]
-        input: Option<PathBuf>,
-        /// Plan a replay of this finished run instead (with --step).
-        #[arg(long, value_name = "SOURCE_RUN_ID", requires = "steps")]
-        replay: Option<String>,
-        /// A step to re-execute in the replay (repeatable); its descendants re-execute too.
-        #[arg(long = "step", value_name = "ID", requires = "replay")]
-        steps: Vec<String>,
-        /// Where it runs: `local`, or a configured SSH target (`cairn target list`).
-        #[arg(long, value_name = "TARGET", default_value = "local")]
-        target: String,
-        /// The absolute directory the run will create (it must not exist; its parent must be writable).
-        #[arg(long, value_name = "ABS_DIR", required = true)]
-        run_dir: Option<PathBuf>,
-        /// Name the plan (default: the workflow's name and a short id).
-        #[arg(long, value_name = "PLAN_NAME")]
-        name: Option<String>,
+        #[command(flatten)]
+        request: wire::PlanRun,
         #[arg(long)]
         json: bool,
     },
@@ -228,37 +196,12 @@ pub enum McpServer {
     App,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-pub enum ExecutorArg {
-    Process,
-    Slurm,
-}
-
 #[derive(Subcommand, Debug)]
 pub enum TargetCommand {
     /// Register an SSH host (nothing is contacted; `target probe` does that).
     Add {
-        name: String,
-        /// USER@HOST[:PORT]
-        #[arg(long, value_name = "USER@HOST[:PORT]")]
-        ssh: String,
-        /// The private key to log in with.
-        #[arg(long, value_name = "FILE")]
-        identity: Option<PathBuf>,
-        /// The known_hosts file the host key is checked against, strictly (default: ~/.ssh/known_hosts).
-        #[arg(long, value_name = "FILE")]
-        known_hosts: Option<PathBuf>,
-        /// Absolute path on the host: the default parent of run directories.
-        #[arg(long, value_name = "ABS")]
-        workspace_root: String,
-        #[arg(long, value_enum, default_value = "process")]
-        executor: ExecutorArg,
-        /// Slurm partition (with --executor slurm).
-        #[arg(long)]
-        partition: Option<String>,
-        /// Slurm account (with --executor slurm).
-        #[arg(long)]
-        account: Option<String>,
+        #[command(flatten)]
+        target: wire::AddTarget,
         #[arg(long)]
         json: bool,
     },

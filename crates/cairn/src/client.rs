@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::Failure;
-use crate::daemon::{self, StartOptions, auth};
+use crate::presence::{self, StartOptions};
+use crate::wire::Event;
+use crate::{Failure, auth};
 
 /// An auto-started daemon exits after this long with nothing to do; `cairn daemon start` starts
 /// one that stays.
@@ -45,9 +46,9 @@ impl Client {
 
     /// The URL of the daemon of `root` (started if none runs) and the token of `role`.
     pub fn endpoint(root: &Path, role: auth::Role) -> Result<(String, String), Failure> {
-        let info = match daemon::running(root) {
+        let info = match presence::running(root) {
             Some(info) => {
-                if !info.build.is_empty() && info.build != daemon::build_id() {
+                if !info.build.is_empty() && info.build != presence::build_id() {
                     eprintln!(
                         "note: the running daemon (pid {}) is another build of cairn than this command; \
                          `cairn daemon stop` and run again to use this one",
@@ -58,7 +59,7 @@ impl Client {
             }
             None => {
                 let (info, started) =
-                    daemon::start(root, &StartOptions { idle_exit: Some(AUTO_IDLE_EXIT), ..Default::default() })?;
+                    presence::start(root, &StartOptions { idle_exit: Some(AUTO_IDLE_EXIT), ..Default::default() })?;
                 if started && std::env::var_os("CAIRN_QUIET_DAEMON").is_none() {
                     eprintln!("started the cairn daemon (pid {}, {})", info.pid, info.url);
                 }
@@ -98,9 +99,9 @@ impl Client {
         answer(resp)
     }
 
-    /// Streams a run's events (Server-Sent Events) on a thread: each event's JSON arrives on the
-    /// returned channel; the channel closes after `run.finished` or when the stream ends.
-    pub fn follow(&self, run_id: &str, after: i64) -> Result<mpsc::Receiver<Value>, Failure> {
+    /// Streams a run's events (Server-Sent Events) on a thread: each event arrives on the
+    /// returned channel; the channel closes after the run's last event or when the stream ends.
+    pub fn follow(&self, run_id: &str, after: i64) -> Result<mpsc::Receiver<Event>, Failure> {
         let resp = self
             .agent
             .get(format!("{}/runs/{run_id}/events?follow=true&after={after}", self.base))
@@ -120,8 +121,8 @@ impl Client {
                 for line in reader.lines() {
                     let Ok(line) = line else { break };
                     if let Some(data) = line.strip_prefix("data:") {
-                        let Ok(event) = serde_json::from_str::<Value>(data.trim_start()) else { continue };
-                        let done = event["kind"] == "run.finished";
+                        let Ok(event) = serde_json::from_str::<Event>(data.trim_start()) else { continue };
+                        let done = event.event().is_some_and(|e| e.ends_run());
                         if tx.send(event).is_err() || done {
                             break;
                         }
@@ -148,13 +149,8 @@ fn unreachable_daemon(base: &str, e: ureq::Error) -> Failure {
     Failure::usage(format!("cannot reach the cairn daemon at {base}: {e}; see `cairn daemon status`"))
 }
 
-/// The CLI's exit code and message for an error answer: 409 is a conflict (4), the rest usage or
-/// input errors (2).
+/// The CLI's failure for an error answer, with the exit code its wire code maps to.
 pub fn failure_of(a: &Answer) -> Failure {
     let message = a.body["error"]["message"].as_str().map(String::from).unwrap_or_else(|| a.body.to_string());
-    let code = match a.status {
-        409 => 4,
-        _ => 2,
-    };
-    Failure { code, message }
+    Failure::of_answer(a.status, a.body["error"]["code"].as_str().unwrap_or(""), message)
 }

@@ -1,37 +1,28 @@
-//! One function per command: open the engine, call the use case, print the result.
+//! One function per command: call the use case (the engine in this process, or the daemon over
+//! HTTP), print its result (the wire object with `--json`, a rendering for a person otherwise),
+//! and give the exit code. Read-only commands and the ones that need no daemon (registering a
+//! workflow or a target, planning, verifying) call the engine here; everything that executes
+//! goes through the daemon, which owns execution.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use cairn_core::status::RunStatus;
-use cairn_engine::plan::PlanRequest;
-use cairn_engine::registry::{self, add_workflow, load_workflow};
+use cairn_core::store::RunQuery;
 use cairn_engine::replay::ReplayRequest;
-use cairn_engine::runner::{NoProgress, Observer, RunReport, RunRequest};
-use cairn_engine::target::AddTarget;
-use cairn_engine::verify::VerifyRequest;
-use cairn_engine::{Engine, EngineError};
-use serde_json::{Value, json};
+use cairn_engine::runner::{NoProgress, Observer, RunRequest};
+use cairn_engine::{Engine, RunView};
+use serde_json::json;
 
-use crate::cli::{Cli, Command, DaemonCommand, ExecutorArg, McpServer, PlanCommand, TargetCommand, WorkflowCommand};
+use crate::cli::{Cli, Command, DaemonCommand, McpServer, PlanCommand, TargetCommand, WorkflowCommand};
 use crate::client::{Client, failure_of};
-use crate::daemon::{self, ServeOptions, StartOptions};
-use crate::output::{self, print_json};
+use crate::daemon::{self, ServeOptions};
+use crate::input::{read_input, state_root};
+use crate::output::{self, print_json, print_wire};
+use crate::presence::{self, StartOptions};
 use crate::progress::TerminalProgress;
-use crate::{Failure, quickstart, remote};
-
-pub fn state_root(home: Option<PathBuf>) -> Result<PathBuf, Failure> {
-    if let Some(h) = home.filter(|h| !h.as_os_str().is_empty()) {
-        return Ok(h);
-    }
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(x) = env("XDG_STATE_HOME") {
-        return Ok(x.join("cairn"));
-    }
-    env("HOME")
-        .map(|h| h.join(".local/state/cairn"))
-        .ok_or_else(|| Failure::usage("cannot find a state root: set CAIRN_HOME (or HOME)"))
-}
+use crate::wire::{self, ReplayDirective, SubmitRun};
+use crate::{Failure, auth, follow, quickstart};
 
 pub fn open_engine(home: Option<PathBuf>) -> Result<Engine, Failure> {
     Ok(Engine::open(&state_root(home)?)?)
@@ -40,45 +31,36 @@ pub fn open_engine(home: Option<PathBuf>) -> Result<Engine, Failure> {
 pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Quickstart { json } => quickstart::run(&state_root(cli.home)?, json),
-        Command::Workflow { command } => {
-            let engine = open_engine(cli.home)?;
-            match command {
-                WorkflowCommand::Add { path, json } => workflow_add(&engine, &path, json),
-                WorkflowCommand::List { json } => workflow_list(&engine, json),
-                WorkflowCommand::Show { workflow, json } => workflow_show(&engine, &workflow, json),
-            }
-        }
+        Command::Workflow { command } => workflow_command(&open_engine(cli.home)?, command),
         Command::Run { workflow, input, run_id, resume_interrupted, parallel, in_process, json } => {
             let root = state_root(cli.home)?;
             let input = read_input(&input)?;
             if in_process {
-                let engine = Engine::open(&root)?;
-                let wf = load_workflow(engine.store.as_ref(), &workflow)?;
                 let req = RunRequest {
+                    workflow,
                     run_id,
                     input,
                     resume_interrupted,
                     parallelism: parallel as usize,
-                    owner: Some(this_process()),
+                    owner: Some(cairn_engine::process::this_process()),
                     thread_id: Some("cli".into()),
                     stop: None,
                 };
                 let mut observer = observer(json);
-                let report = engine.run(&wf, &req, observer.as_mut())?;
+                let view = Engine::open(&root)?.run(&req, observer.as_mut())?;
                 drop(observer);
-                return finish_run_output(&report, json);
+                return finish_run_output(&view, json);
             }
-            let (name, version) = registry::parse_reference(&workflow)?;
-            let body = json!({
-                "thread_id": "cli",
-                "agent_id": name,
-                "agent_version": version,
-                "input": input,
-                "run_id": run_id,
-                "parallel": parallel,
-            });
-            let report = remote::submit_and_follow(&root, &body, json)?;
-            finish_run_output(&report, json)
+            let run = SubmitRun {
+                thread_id: "cli".into(),
+                workflow: Some(workflow),
+                version: None,
+                input: Some(input),
+                run_id,
+                replay: None,
+                parallel: Some(parallel),
+            };
+            finish_run_output(&follow::submit_and_follow(&root, &run, json)?, json)
         }
         Command::Replay {
             source_run_id,
@@ -104,114 +86,80 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                     version,
                     resume_interrupted,
                     parallelism: parallel as usize,
-                    owner: Some(this_process()),
+                    owner: Some(cairn_engine::process::this_process()),
                     thread_id: Some("cli".into()),
                     ..ReplayRequest::default()
                 };
-                if in_process && !dry_run {
+                if !dry_run {
                     let mut observer = observer(json);
-                    let (report, _) = engine.replay(&req, observer.as_mut())?;
+                    let (view, _) = engine.replay(&req, observer.as_mut())?;
                     drop(observer);
-                    return finish_run_output(&report, json);
+                    return finish_run_output(&view, json);
                 }
                 let prepared = engine.dry_run_replay(&req)?;
                 if json {
-                    print_json(&output::dry_run_json(&prepared));
+                    print_wire(&wire::ReplayPreview::from_prepared(&prepared));
                 } else {
                     output::print_dry_run(&prepared);
                 }
                 return Ok(0);
             }
-            // The API names the workflow; a replay stays within its source's.
-            let source =
-                Engine::open(&root)?.store.run(&source_run_id).map_err(EngineError::from)?.ok_or_else(|| {
-                    Failure::usage(format!("source run `{source_run_id}` was not found; list runs with `cairn runs`"))
-                })?;
-            let body = json!({
-                "thread_id": "cli",
-                "agent_id": source.workflow,
-                "agent_version": version,
-                "input": input,
-                "run_id": run_id,
-                "parallel": parallel,
-                "replay": {"source_run_id": source_run_id, "step_ids": steps},
-            });
-            let report = remote::submit_and_follow(&root, &body, json)?;
-            finish_run_output(&report, json)
+            // The daemon finds the source's workflow: a replay stays within it.
+            let run = SubmitRun {
+                thread_id: "cli".into(),
+                workflow: None,
+                version,
+                input,
+                run_id,
+                replay: Some(ReplayDirective { source_run_id, step_ids: steps }),
+                parallel: Some(parallel),
+            };
+            finish_run_output(&follow::submit_and_follow(&root, &run, json)?, json)
         }
         Command::Explain { run_id, step_id, json } => {
-            let engine = open_engine(cli.home)?;
-            let report = report_of(&engine, &run_id)?;
-            let explained = output::explain(&report, &step_id).ok_or_else(|| {
-                let steps: Vec<&str> = report.steps.iter().map(|s| s.step_id.as_str()).collect();
-                Failure::usage(format!("run `{run_id}` has no step `{step_id}`; its steps are: {}", steps.join(", ")))
-            })?;
+            let explained = wire::Explanation::from_engine(&open_engine(cli.home)?.explain_step(&run_id, &step_id)?);
             if json {
-                print_json(&explained);
+                print_wire(&explained);
             } else {
                 output::print_explain(&explained);
             }
             Ok(0)
         }
-        Command::Verify { document, title, timeout, memory_limit, python, no_wait, json } => {
-            let engine = open_engine(cli.home)?;
-            let req = VerifyRequest {
-                document,
-                title,
-                cell_timeout: std::time::Duration::from_secs(timeout.max(1)),
-                memory_limit,
-                python,
-                no_wait,
-                cancel: None,
-            };
-            crate::verify::run(&engine, req, json)
-        }
+        Command::Verify { request, json } => crate::verify::run(&open_engine(cli.home)?, request, json),
         Command::Runs { limit, json } => {
-            let engine = open_engine(cli.home)?;
-            let runs = engine.store.runs(&cairn_core::store::RunQuery::newest(limit)).map_err(EngineError::from)?;
+            let runs = open_engine(cli.home)?.list_runs(&RunQuery::newest(limit))?;
             if json {
-                print_json(&output::runs_json(engine.store.as_ref(), &runs).map_err(EngineError::from)?);
+                print_wire(&wire::RunList::from_listings(&runs));
             } else {
                 output::print_runs(&runs);
             }
             Ok(0)
         }
         Command::Show { run_id, json } => {
-            let engine = open_engine(cli.home)?;
-            let report = report_of(&engine, &run_id)?;
-            let lineage = engine.lineage(&run_id)?;
+            let view = open_engine(cli.home)?.show_run(&run_id)?;
             if json {
-                let mut v = output::run_json(&report);
-                v["lineage"] = output::lineage_json(&lineage);
-                print_json(&v);
+                print_wire(&wire::RunResult::from_view(&view));
             } else {
-                output::print_run(&report, true);
-                output::print_lineage(&report.run, &lineage);
+                output::print_run(&view, true);
+                output::print_lineage(&view);
             }
             Ok(0)
         }
         Command::Events { run_id, follow, json } => {
             let root = state_root(cli.home)?;
-            let engine = Engine::open(&root)?;
-            engine
-                .store
-                .run(&run_id)
-                .map_err(EngineError::from)?
-                .ok_or_else(|| Failure::usage(format!("run `{run_id}` was not found; list runs with `cairn runs`")))?;
+            let events = Engine::open(&root)?.events(&run_id, 0)?;
             if follow {
                 return follow_events(&root, &run_id, json);
             }
-            let events = engine.store.events(&run_id, 0).map_err(EngineError::from)?;
             if json {
-                print_json(&output::events_json(&run_id, &events));
+                print_wire(&wire::EventList::from_records(&run_id, &events));
             } else {
                 output::print_events(&events);
             }
             Ok(0)
         }
         Command::Cancel { run_id, json } => {
-            let root = state_root(cli.home)?;
-            let client = Client::connect(&root)?;
+            let client = Client::connect(&state_root(cli.home)?)?;
             let answer = client.post(&format!("/runs/{run_id}/cancel"), &json!({}))?;
             if answer.status != 200 {
                 return Err(failure_of(&answer));
@@ -227,40 +175,20 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Mcp { server } => {
             let root = state_root(cli.home)?;
             let (kind, role) = match server {
-                McpServer::Workbench => (crate::mcp::Kind::Workbench, crate::daemon::auth::Role::Operator),
-                McpServer::Compute => (crate::mcp::Kind::Compute, crate::daemon::auth::Role::Operator),
-                McpServer::App => (crate::mcp::Kind::App, crate::daemon::auth::Role::Viewer),
+                McpServer::Workbench => (crate::mcp::Kind::Workbench, auth::Role::Operator),
+                McpServer::Compute => (crate::mcp::Kind::Compute, auth::Role::Operator),
+                McpServer::App => (crate::mcp::Kind::App, auth::Role::Viewer),
             };
-            let (base, token) = crate::client::Client::endpoint(&root, role)?;
-            crate::mcp::serve_stdio(kind, crate::mcp::Daemon::fixed(&base, &token))
+            let (base, token) = Client::endpoint(&root, role)?;
+            crate::mcp::serve_stdio(kind, crate::mcp::ApiClient::fixed(&base, &token))
         }
         Command::Ui { no_open, json } => ui(&state_root(cli.home)?, no_open, json),
         Command::Plan { command: Some(PlanCommand::Show { plan_name, json }), .. } => {
-            let engine = open_engine(cli.home)?;
-            let plan = engine.load_plan(&plan_name)?;
-            print_plan(&plan, json);
+            print_plan(&open_engine(cli.home)?.load_plan(&plan_name)?, json);
             Ok(0)
         }
-        Command::Plan { command: None, workflow, input, replay, steps, target, run_dir, name, json } => {
-            let engine = open_engine(cli.home)?;
-            let Some(run_dir) = run_dir else {
-                return Err(Failure::usage("cairn plan needs --run-dir ABS_DIR"));
-            };
-            let input = match input {
-                Some(f) => read_input(&f)?,
-                None => Value::Null,
-            };
-            let workflow = match (&replay, workflow) {
-                (_, Some(w)) => w,
-                (Some(source), None) => {
-                    engine.store.run(source).map_err(EngineError::from)?.map(|r| r.workflow).ok_or_else(|| {
-                        Failure::usage(format!("source run `{source}` was not found; list runs with `cairn runs`"))
-                    })?
-                }
-                (None, None) => return Err(Failure::usage("cairn plan needs WORKFLOW and --input FILE")),
-            };
-            let replay = replay.map(|source| (source, steps));
-            let plan = engine.make_plan(&PlanRequest { workflow, input, target, run_dir, name, replay })?;
+        Command::Plan { command: None, request, json } => {
+            let plan = open_engine(cli.home)?.make_plan(&request.into_request()?)?;
             print_plan(&plan, json);
             if !json {
                 eprintln!(
@@ -271,10 +199,9 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Plans { json } => {
-            let engine = open_engine(cli.home)?;
-            let list = crate::wire::PlanList::from_store(&engine)?;
+            let list = wire::PlanList::from_listings(open_engine(cli.home)?.plans()?);
             if json {
-                print_json(&serde_json::to_value(&list).unwrap_or_default());
+                print_wire(&list);
             } else if list.plans.is_empty() {
                 eprintln!("no plans yet; make one with `cairn plan WORKFLOW --input F --run-dir ABS_DIR`");
             } else {
@@ -295,50 +222,78 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::ExecutePlan { plan_name, plan_id, checksum, json } => {
             let root = state_root(cli.home)?;
-            let body = json!({"plan_id": plan_id, "plan_checksum": checksum});
-            let report = remote::post_and_follow(&root, &format!("/plans/{plan_name}/execute"), &body, json)?;
-            finish_run_output(&report, json)
+            let body = wire::to_value(&wire::requests::ExecutePlan { plan_id, plan_checksum: checksum });
+            let view = follow::post_and_follow(&root, &format!("/plans/{plan_name}/execute"), &body, json)?;
+            finish_run_output(&view, json)
         }
         Command::Kernel { command } => crate::kernel::run(&state_root(cli.home)?, command),
         Command::Target { command } => target_command(&open_engine(cli.home)?, command),
     }
 }
 
-fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure> {
-    use cairn_core::target::Executor;
+fn workflow_command(engine: &Engine, command: WorkflowCommand) -> Result<u8, Failure> {
     match command {
-        TargetCommand::Add { name, ssh, identity, known_hosts, workspace_root, executor, partition, account, json } => {
-            let executor = match executor {
-                ExecutorArg::Process => Executor::Process,
-                ExecutorArg::Slurm => Executor::Slurm,
-            };
-            let spec = engine.add_target(&AddTarget {
-                name,
-                ssh,
-                identity,
-                known_hosts,
-                workspace_root,
-                executor,
-                partition,
-                account,
-            })?;
+        WorkflowCommand::Add { path, json } => {
+            let added = engine.add_workflow(&path)?;
             if json {
-                print_json(&serde_json::to_value(&spec).unwrap_or_default());
+                print_wire(&wire::WorkflowAdded::from_added(&added));
+            } else {
+                let r = &added.record;
+                let verb = if added.newly_registered { "registered" } else { "already registered (same content)" };
+                println!("{}@{} {verb}: {} steps, digest {}", r.name, r.version, r.spec.steps.len(), &r.digest[..16]);
+            }
+        }
+        WorkflowCommand::List { json } => {
+            let all = engine.workflows()?;
+            if json {
+                print_wire(&wire::WorkflowList::from_records(&all));
+            } else if all.is_empty() {
+                eprintln!("no workflows registered; add one with `cairn workflow add PATH`");
+            } else {
+                println!("{:<32} {:<12} {:>5}  DIGEST", "NAME", "VERSION", "STEPS");
+                for w in &all {
+                    println!("{:<32} {:<12} {:>5}  {}", w.name, w.version, w.spec.steps.len(), &w.digest[..16]);
+                }
+            }
+        }
+        WorkflowCommand::Show { workflow, json } => {
+            let wf = engine.load_workflow(&workflow)?;
+            if json {
+                print_wire(&wire::WorkflowDetail::from_loaded(&wf));
+            } else {
+                output::print_workflow(&wf);
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure> {
+    match command {
+        TargetCommand::Add { target, json } => {
+            let spec = engine.add_target(&target.into_request())?;
+            if json {
+                print_json(&wire::to_value(&spec));
             } else {
                 println!("target {} added; check it with `cairn target probe {}`", spec.name, spec.name);
             }
             Ok(0)
         }
         TargetCommand::List { json } => {
-            let targets = engine.store.targets().map_err(EngineError::from)?;
             if json {
                 print_json(&engine.targets_overview()?);
             } else {
                 println!("{:<20} {:<32} {:<8} WORKSPACE", "NAME", "SSH", "EXECUTOR");
-                println!("{:<20} {:<32} {:<8} {}", "local", "(this machine)", "process", engine.state.runs().display());
-                for t in &targets {
+                println!(
+                    "{:<20} {:<32} {:<8} {}",
+                    "local",
+                    "(this machine)",
+                    "process",
+                    engine.state().runs().display()
+                );
+                for t in &engine.targets()? {
                     let ssh = format!("{}@{}:{}", t.ssh.user, t.ssh.host, t.ssh.port);
-                    let executor = serde_json::to_value(t.executor).unwrap_or_default();
+                    let executor = wire::to_value(&t.executor);
                     println!("{:<20} {:<32} {:<8} {}", t.name, ssh, executor.as_str().unwrap_or(""), t.workspace_root);
                 }
             }
@@ -382,10 +337,7 @@ fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure
             Ok(0)
         }
         TargetCommand::Remove { name, json } => {
-            let removed = engine.store.remove_target(&name).map_err(EngineError::from)?;
-            if !removed {
-                return Err(Failure::usage(format!("target `{name}` is not configured; see `cairn target list`")));
-            }
+            engine.remove_target(&name)?;
             if json {
                 print_json(&json!({"removed": name}));
             } else {
@@ -449,14 +401,8 @@ fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
     println!("  checksum  {}", plan.plan_checksum);
 }
 
-/// This process as a run owner (`pid:start_time`), so a daemon can tell when it is gone.
-fn this_process() -> String {
-    let pid = std::process::id();
-    format!("{pid}:{}", cairn_exec::process_start_time(pid).unwrap_or(0))
-}
-
 fn observer(json: bool) -> Box<dyn Observer> {
-    if !json && std::io::stderr().is_terminal() { Box::new(TerminalProgress::new()) } else { Box::new(NoProgress) }
+    if !json && std::io::stderr().is_terminal() { Box::new(TerminalProgress::default()) } else { Box::new(NoProgress) }
 }
 
 /// `cairn events RUN --follow`: every event so far, then new ones as they come, until the run
@@ -468,15 +414,9 @@ fn follow_events(root: &Path, run_id: &str, json: bool) -> Result<u8, Failure> {
         if json {
             println!("{}", serde_json::to_string(&event).unwrap_or_default());
         } else {
-            let step = event["step_id"].as_str().map(|s| format!(" {s}")).unwrap_or_default();
-            let attempt = event["attempt"].as_u64().map(|a| format!(" attempt {a}")).unwrap_or_default();
-            println!(
-                "{:>6}  {}  {}{step}{attempt}  {}",
-                event["seq"],
-                event["at"].as_str().unwrap_or(""),
-                event["kind"].as_str().unwrap_or(""),
-                event["data"]
-            );
+            let step = event.step_id.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
+            let attempt = event.attempt.map(|a| format!(" attempt {a}")).unwrap_or_default();
+            println!("{:>6}  {}  {}{step}{attempt}  {}", event.seq, event.at, event.kind, event.data);
         }
     }
     Ok(0)
@@ -486,7 +426,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
     match command {
         DaemonCommand::Start { port, workers, json } => {
             let opts = StartOptions { idle_exit: None, port, workers: workers.map(usize::from) };
-            let (info, started) = daemon::start(root, &opts)?;
+            let (info, started) = presence::start(root, &opts)?;
             if json {
                 print_json(&json!({"running": true, "pid": info.pid, "url": info.url, "started": started}));
             } else if started {
@@ -495,14 +435,14 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
                 println!(
                     "cairn daemon already running: pid {} holds {}, {}",
                     info.pid,
-                    daemon::lock_path(root).display(),
+                    presence::lock_path(root).display(),
                     info.url
                 );
             }
             Ok(0)
         }
         DaemonCommand::Stop { json } => {
-            let stopped = daemon::stop(root, std::time::Duration::from_secs(30))?;
+            let stopped = presence::stop(root, std::time::Duration::from_secs(30))?;
             if json {
                 print_json(&json!({"running": false, "stopped_pid": stopped}));
             } else {
@@ -514,7 +454,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
             Ok(0)
         }
         DaemonCommand::Status { json } => {
-            let status = daemon::status(root);
+            let status = presence::status(root);
             if json {
                 print_json(&serde_json::to_value(&status).unwrap_or_default());
             } else if status.running {
@@ -541,18 +481,14 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
     }
 }
 
-pub fn report_of(engine: &Engine, run_id: &str) -> Result<RunReport, Failure> {
-    Ok(engine.run_report(run_id)?)
-}
-
 /// Prints a run result and maps its status to the exit code.
-pub fn finish_run_output(report: &RunReport, json: bool) -> Result<u8, Failure> {
+pub fn finish_run_output(view: &RunView, json: bool) -> Result<u8, Failure> {
     if json {
-        print_json(&output::run_json(report));
+        print_wire(&wire::RunResult::from_view(view));
     } else {
-        output::print_run(report, false);
+        output::print_run(view, false);
     }
-    Ok(exit_code(report.run.status))
+    Ok(exit_code(view.run.status))
 }
 
 pub fn exit_code(status: RunStatus) -> u8 {
@@ -565,67 +501,11 @@ pub fn exit_code(status: RunStatus) -> u8 {
     }
 }
 
-pub fn read_input(path: &Path) -> Result<Value, Failure> {
-    let label = path.display().to_string();
-    let bytes = if label == "-" {
-        let mut buf = Vec::new();
-        std::io::stdin().read_to_end(&mut buf).map_err(|e| Failure::usage(format!("stdin: {e}")))?;
-        buf
-    } else {
-        std::fs::read(path).map_err(|e| Failure::usage(format!("{label}: cannot read the input file: {e}")))?
-    };
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
-        Failure::usage(format!("{label}: the input is not UTF-8 text (invalid byte at offset {})", e.valid_up_to()))
-    })?;
-    serde_json::from_str(text).map_err(|e| {
-        Failure::usage(format!(
-            "{label}: the input is not valid JSON: {e}; the run input is one JSON value, usually an object"
-        ))
-    })
-}
-
-fn workflow_add(engine: &Engine, path: &Path, json: bool) -> Result<u8, Failure> {
-    let added = add_workflow(engine.store.as_ref(), &engine.state.registry(), path, engine.clock.now_ms())?;
-    if json {
-        print_json(&output::workflow_added_json(&added.record, added.newly_registered));
-    } else {
-        let r = &added.record;
-        let verb = if added.newly_registered { "registered" } else { "already registered (same content)" };
-        println!("{}@{} {verb}: {} steps, digest {}", r.name, r.version, r.spec.steps.len(), &r.digest[..16]);
-    }
-    Ok(0)
-}
-
-fn workflow_list(engine: &Engine, json: bool) -> Result<u8, Failure> {
-    let all = engine.store.workflows().map_err(EngineError::from)?;
-    if json {
-        print_json(&output::workflows_json(&all));
-    } else if all.is_empty() {
-        eprintln!("no workflows registered; add one with `cairn workflow add PATH`");
-    } else {
-        println!("{:<32} {:<12} {:>5}  DIGEST", "NAME", "VERSION", "STEPS");
-        for w in &all {
-            println!("{:<32} {:<12} {:>5}  {}", w.name, w.version, w.spec.steps.len(), &w.digest[..16]);
-        }
-    }
-    Ok(0)
-}
-
-fn workflow_show(engine: &Engine, reference: &str, json: bool) -> Result<u8, Failure> {
-    let wf = load_workflow(engine.store.as_ref(), reference)?;
-    if json {
-        print_json(&output::workflow_json(&wf));
-    } else {
-        output::print_workflow(&wf);
-    }
-    Ok(0)
-}
-
 /// `cairn ui`: a login link for the web app, made here from the Viewer token (see
 /// `auth::login_code`), printed, and opened when a browser can be started.
 fn ui(root: &Path, no_open: bool, json: bool) -> Result<u8, Failure> {
-    let (url, viewer) = Client::endpoint(root, daemon::auth::Role::Viewer)?;
-    let (code, expires) = daemon::auth::login_code(&viewer, jiff::Timestamp::now().as_millisecond());
+    let (url, viewer) = Client::endpoint(root, auth::Role::Viewer)?;
+    let (code, expires) = auth::login_code(&viewer, jiff::Timestamp::now().as_millisecond());
     let login_url = format!("{url}/#login={code}");
     let opened = !no_open && open_browser(&login_url);
     if json {

@@ -14,8 +14,6 @@ use crate::cli::KernelCommand;
 use crate::client::{Client, failure_of};
 use crate::output::print_json;
 
-const TERMINAL: [&str; 6] = ["ok", "error", "died", "timed_out", "interrupted", "cancelled"];
-
 pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
     match command {
         KernelCommand::Exec { code, file, timeout, detach, json } => {
@@ -142,7 +140,7 @@ fn wait(client: &Client, job_id: &str, json: bool) -> Result<Value, Failure> {
         if !json {
             shown = print_outputs(&job, shown);
         }
-        if TERMINAL.contains(&job["status"].as_str().unwrap_or("")) {
+        if serde_json::from_value::<crate::wire::Job>(job.clone()).is_ok_and(|j| j.has_ended()) {
             if let Ok(id) = registered {
                 signal_hook::low_level::unregister(id);
             }
@@ -234,9 +232,7 @@ fn export_audit(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'stat
 
 fn export_workflow(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'static str), Failure> {
     let engine = Engine::open(root)?;
-    let passed = engine.newest_pass()?.and_then(|v| v.notebook).ok_or_else(|| {
-        Failure::usage("no verified workflow notebook exists yet; verify a document with `cairn verify DOC`")
-    })?;
+    let passed = engine.newest_pass()?.and_then(|v| v.notebook).ok_or(cairn_engine::EngineError::NothingVerified)?;
     match output {
         Some(p) => {
             std::fs::copy(&passed, &p)

@@ -1,11 +1,12 @@
-//! What commands print: the JSON objects of the CLI contract and their human renderings.
+//! What commands print for a person: the human renderings of the wire objects (`--json` prints
+//! the wire objects themselves, with [`print_json`]).
 
 use cairn_core::replay::Decision;
-use cairn_core::store::{EventRecord, RunRecord, StoreError, WorkflowRecord};
+use cairn_core::store::EventRecord;
 use cairn_engine::registry::LoadedWorkflow;
 use cairn_engine::replay::PreparedReplay;
-use cairn_engine::runner::RunReport;
-use serde_json::{Value, json};
+use cairn_engine::{RunListing, RunView};
+use serde_json::Value;
 
 use crate::wire;
 
@@ -18,51 +19,9 @@ pub fn print_json(v: &Value) {
 
 pub use crate::wire::time;
 
-fn to_value<T: serde::Serialize>(v: &T) -> Value {
-    // Our wire types hold only strings, numbers and JSON values: serialising them cannot fail.
-    serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
-pub fn run_json(report: &RunReport) -> Value {
-    to_value(&wire::RunResult::from_report(report))
-}
-
-pub fn runs_json(store: &dyn cairn_core::store::RunStore, runs: &[RunRecord]) -> Result<Value, StoreError> {
-    Ok(to_value(&wire::RunList::from_records(store, runs)?))
-}
-
-pub fn events_json(run_id: &str, events: &[EventRecord]) -> Value {
-    to_value(&wire::EventList::from_records(run_id, events))
-}
-
-pub fn workflow_added_json(r: &WorkflowRecord, newly: bool) -> Value {
-    json!({"name": r.name, "version": r.version, "digest": r.digest, "registered": newly, "steps": r.spec.steps.len()})
-}
-
-pub fn workflows_json(all: &[WorkflowRecord]) -> Value {
-    to_value(&wire::WorkflowList::from_records(all))
-}
-
-pub fn workflow_json(wf: &LoadedWorkflow) -> Value {
-    let spec = wf.spec();
-    json!({
-        "name": spec.name,
-        "version": spec.version,
-        "description": spec.description,
-        "digest": wf.record.digest,
-        "input_schema": spec.input_schema,
-        "order": wf.dag.order().iter().map(|&i| wf.dag.id(i)).collect::<Vec<_>>(),
-        "steps": spec.steps.iter().map(|s| json!({
-            "id": s.id, "tool": s.tool, "needs": s.needs, "args": s.args,
-            "max_attempts": s.max_attempts, "retry_on": s.retry_on,
-        })).collect::<Vec<_>>(),
-        "tools": wf.tools.iter().map(|(name, t)| {
-            let def = &spec.tools[name];
-            json!({"name": name, "command": def.command, "timeout_secs": def.timeout_secs, "version": def.version,
-                   "env": def.env, "digest": t.digest, "files": t.files})
-        }).collect::<Vec<_>>(),
-        "rules": spec.rules,
-    })
+/// A wire object on stdout, as `--json` prints it.
+pub fn print_wire<T: serde::Serialize>(v: &T) {
+    print_json(&wire::to_value(v));
 }
 
 fn duration(us: Option<i64>) -> String {
@@ -73,7 +32,7 @@ fn duration(us: Option<i64>) -> String {
     }
 }
 
-pub fn print_run(report: &RunReport, detail: bool) {
+pub fn print_run(report: &RunView, detail: bool) {
     let run = &report.run;
     println!("run {}  {}@{}", run.run_id, run.workflow, run.version);
     println!("  {:<28} {:<10} {:>8}  {:>9}", "STEP", "STATUS", "ATTEMPTS", "DURATION");
@@ -86,7 +45,7 @@ pub fn print_run(report: &RunReport, detail: bool) {
             r.map(|r| r.attempt_count).unwrap_or(0),
             duration(r.and_then(|r| r.duration_us))
         );
-        if let Some(d) = wire::decision_of(report, &s.step_id) {
+        if let Some(d) = report.decision_of(&s.step_id) {
             line.push_str(&format!("  {}", d["text"].as_str().unwrap_or("")));
         } else if let Some(from) = r.and_then(|r| r.reused_from.as_ref()) {
             line.push_str(&format!("  reused from {from}"));
@@ -132,13 +91,13 @@ pub fn print_run(report: &RunReport, detail: bool) {
     }
 }
 
-pub fn print_runs(runs: &[RunRecord]) {
+pub fn print_runs(runs: &[RunListing]) {
     if runs.is_empty() {
         eprintln!("no runs yet; start one with `cairn run NAME --input FILE`");
         return;
     }
     println!("{:<40} {:<10} {:<32} {:<24}", "RUN", "STATUS", "WORKFLOW", "CREATED");
-    for r in runs {
+    for RunListing { run: r, .. } in runs {
         println!(
             "{:<40} {:<10} {:<32} {:<24}",
             r.run_id,
@@ -153,7 +112,15 @@ pub fn print_events(events: &[EventRecord]) {
     for e in events {
         let step = e.step_id.as_deref().unwrap_or("-");
         let attempt = e.attempt.map(|a| a.to_string()).unwrap_or_else(|| "-".into());
-        println!("{:>5}  {}  {:<26} {:<24} {:>3}  {}", e.seq, time(e.at), e.kind, step, attempt, e.data);
+        println!(
+            "{:>5}  {}  {:<26} {:<24} {:>3}  {}",
+            e.seq,
+            time(e.at),
+            e.event.kind(),
+            step,
+            attempt,
+            e.event.data()
+        );
     }
 }
 
@@ -188,16 +155,8 @@ pub fn print_workflow(wf: &LoadedWorkflow) {
     }
 }
 
-pub fn lineage_json(chain: &[RunRecord]) -> Value {
-    Value::Array(
-        chain
-            .iter()
-            .map(|r| json!({"run_id": r.run_id, "workflow": r.workflow, "version": r.version, "status": r.status}))
-            .collect(),
-    )
-}
-
-pub fn print_lineage(run: &RunRecord, chain: &[RunRecord]) {
+pub fn print_lineage(view: &RunView) {
+    let (run, chain) = (&view.run, &view.lineage);
     if let Some(replay) = &run.replay {
         let list = |k: &str| {
             replay[k]
@@ -219,27 +178,6 @@ pub fn print_lineage(run: &RunRecord, chain: &[RunRecord]) {
     }
 }
 
-fn decisions_json(p: &PreparedReplay) -> Value {
-    Value::Array(
-        p.plan
-            .decisions
-            .iter()
-            .map(|d| json!({"step_id": d.step_id, "decision": d.decision, "reason": d.reason, "text": d.reason.text()}))
-            .collect(),
-    )
-}
-
-pub fn dry_run_json(p: &PreparedReplay) -> Value {
-    json!({
-        "dry_run": true,
-        "source_run_id": p.source.run_id,
-        "workflow": p.workflow.spec().name,
-        "version": p.workflow.spec().version,
-        "replay": p.summary,
-        "decisions": decisions_json(p),
-    })
-}
-
 pub fn print_dry_run(p: &PreparedReplay) {
     println!("replay of {} ({}) — dry run, nothing created", p.source.run_id, p.workflow.spec().reference());
     for d in &p.plan.decisions {
@@ -253,37 +191,8 @@ pub fn print_dry_run(p: &PreparedReplay) {
     println!("replayed {}, reused {}, invalidated {}", s.replayed.len(), s.reused.len(), s.invalidated.len());
 }
 
-/// Why a step of a run was executed, reused or invalidated; `None` for an unknown step.
-pub fn explain(report: &RunReport, step_id: &str) -> Option<Value> {
-    let view = report.steps.iter().find(|s| s.step_id == step_id)?;
-    let r = view.record.as_ref();
-    let (decision, reason, text) = match wire::decision_of(report, step_id) {
-        Some(d) => (d["decision"].clone(), d["reason"].clone(), d["text"].clone()),
-        None => (
-            json!("execute"),
-            json!({"kind": "not_a_replay"}),
-            json!(match r {
-                Some(_) => "executed in this run (it is not a replay, so nothing was reused)",
-                None => "not started yet",
-            }),
-        ),
-    };
-    Some(json!({
-        "run_id": report.run.run_id,
-        "step_id": step_id,
-        "status": view.status(),
-        "attempts": r.map(|r| r.attempt_count).unwrap_or(0),
-        "decision": decision,
-        "reason": reason,
-        "text": text,
-        "reused_from": r.and_then(|r| r.reused_from.clone()),
-        "signature": r.map(|r| json!(r.signature)),
-        "outcome": r.and_then(|r| r.outcome),
-        "error": r.and_then(|r| r.error.clone()),
-    }))
-}
-
-pub fn print_explain(v: &Value) {
+pub fn print_explain(e: &wire::Explanation) {
+    let v = wire::to_value(e);
     println!(
         "{} / {}: {}",
         v["run_id"].as_str().unwrap_or(""),

@@ -6,14 +6,9 @@ use cairn_core::status::Outcome;
 use cairn_engine::runner::Observer;
 use indicatif::{ProgressBar, ProgressStyle};
 
+#[derive(Default)]
 pub struct TerminalProgress {
     bar: Option<ProgressBar>,
-}
-
-impl TerminalProgress {
-    pub fn new() -> Self {
-        TerminalProgress { bar: None }
-    }
 }
 
 impl Observer for TerminalProgress {

@@ -4,14 +4,14 @@
 use std::path::Path;
 
 use cairn_engine::Engine;
-use cairn_engine::registry::add_workflow;
 use rust_embed::RustEmbed;
 use serde_json::json;
 
 use crate::Failure;
-use crate::commands::read_input;
-use crate::output::{print_json, print_run, run_json};
-use crate::remote::submit_and_follow;
+use crate::follow::submit_and_follow;
+use crate::input::read_input;
+use crate::output::{print_json, print_run};
+use crate::wire::{RunResult, SubmitRun, to_value};
 
 #[derive(RustEmbed)]
 #[folder = "../../examples/"]
@@ -39,7 +39,7 @@ fn extract(dest: &Path) -> Result<(), Failure> {
 
 pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
     let engine = &Engine::open(root)?;
-    let dest = engine.state.path().join("examples");
+    let dest = engine.state().path().join("examples");
     extract(&dest)?;
     let example = dest.join("release-validation");
     let say = |s: String| {
@@ -47,14 +47,9 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
             eprintln!("{s}");
         }
     };
-    say(format!("state root: {}", engine.state.path().display()));
+    say(format!("state root: {}", engine.state().path().display()));
     for version in ["1.0.0", "1.1.0"] {
-        let added = add_workflow(
-            engine.store.as_ref(),
-            &engine.state.registry(),
-            &example.join(version),
-            engine.clock.now_ms(),
-        )?;
+        let added = engine.add_workflow(&example.join(version))?;
         say(format!(
             "{} release-validation@{version} ({} steps)",
             if added.newly_registered { "registered" } else { "already registered" },
@@ -66,8 +61,16 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         let input_path = example.join("inputs").join(format!("{fixture}.json"));
         say(format!("\n$ cairn run release-validation@1.1.0 --input {}", input_path.display()));
         let input = read_input(&input_path)?;
-        let body = json!({"thread_id": "quickstart", "agent_id": "release-validation", "agent_version": "1.1.0", "input": input});
-        let report = submit_and_follow(root, &body, json)?;
+        let run = SubmitRun {
+            thread_id: "quickstart".into(),
+            workflow: Some("release-validation".into()),
+            version: Some("1.1.0".into()),
+            input: Some(input),
+            run_id: None,
+            replay: None,
+            parallel: None,
+        };
+        let report = submit_and_follow(root, &run, json)?;
         if !json {
             print_run(&report, false);
         }
@@ -76,9 +79,9 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
     let as_expected = results.iter().all(|(expected, r)| r.run.status.as_str() == *expected);
     if json {
         print_json(&json!({
-            "state_root": engine.state.path().display().to_string(),
+            "state_root": engine.state().path().display().to_string(),
             "registered": ["release-validation@1.0.0", "release-validation@1.1.0"],
-            "runs": results.iter().map(|(_, r)| run_json(r)).collect::<Vec<_>>(),
+            "runs": results.iter().map(|(_, r)| to_value(&RunResult::from_view(r))).collect::<Vec<_>>(),
             "as_expected": as_expected,
         }));
     } else {

@@ -1,21 +1,17 @@
 //! `cairn verify`: each cell's status live on stderr, then the verdict and the notebook or draft.
-//! Ctrl-C interrupts the verification: its kernel is killed and the verdict is `interrupted`.
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+//! Ctrl-C interrupts the verification: the engine kills its kernel and the verdict is
+//! `interrupted`; a second Ctrl-C exits at once.
 
 use cairn_core::verification::{CellStatus, Verdict};
-use cairn_engine::Engine;
-use cairn_engine::verify::{VerifyObserver, VerifyReport, VerifyRequest};
-use cairn_exec::kernel::KernelHandle;
-use serde_json::json;
+use cairn_engine::verify::{VerifyObserver, VerifyReport};
+use cairn_engine::{Engine, StopKind, StopSignal};
 
 use crate::Failure;
-use crate::output::print_json;
+use crate::output::print_wire;
+use crate::wire::{Verify, VerifyResult};
 
 struct Live {
     json: bool,
-    kernel: Arc<Mutex<Option<KernelHandle>>>,
 }
 
 impl VerifyObserver for Live {
@@ -34,17 +30,10 @@ impl VerifyObserver for Live {
             eprintln!("{} ({ms} ms)", status.as_str());
         }
     }
-
-    fn kernel_started(&mut self, handle: KernelHandle) {
-        if let Ok(mut k) = self.kernel.lock() {
-            *k = Some(handle);
-        }
-    }
 }
 
-/// On the first Ctrl-C, stop: before the kernel starts nothing runs; after, the running kernel is
-/// killed (the verification then ends `interrupted`). On the second, exit at once.
-fn install_interrupt(kernel: Arc<Mutex<Option<KernelHandle>>>, cancel: Arc<AtomicBool>) {
+/// On the first Ctrl-C, asks the verification to stop; on the second, exits at once.
+fn stop_on_interrupt(stop: StopSignal) {
     let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT]) else { return };
     std::thread::spawn(move || {
         let mut seen = 0;
@@ -53,52 +42,25 @@ fn install_interrupt(kernel: Arc<Mutex<Option<KernelHandle>>>, cancel: Arc<Atomi
             if seen > 1 {
                 std::process::exit(130);
             }
-            cancel.store(true, Ordering::SeqCst);
             eprintln!("\ninterrupting the verification (Ctrl-C again to quit at once)");
-            if let Ok(k) = kernel.lock()
-                && let Some(h) = k.as_ref()
-            {
-                h.kill();
-            }
+            stop.request(StopKind::Cancel);
         }
     });
 }
 
-pub fn run(engine: &Engine, mut req: VerifyRequest, json: bool) -> Result<u8, Failure> {
-    let kernel = Arc::new(Mutex::new(None));
-    let cancel = Arc::new(AtomicBool::new(false));
-    install_interrupt(kernel.clone(), cancel.clone());
-    req.cancel = Some(cancel);
-    let mut live = Live { json, kernel };
-    let report = engine.verify(&req, &mut live)?;
+pub fn run(engine: &Engine, request: Verify, json: bool) -> Result<u8, Failure> {
+    let cwd = std::env::current_dir().map_err(|e| Failure::usage(format!("cannot read the working directory: {e}")))?;
+    let mut req = request.into_request(Some(&cwd))?;
+    let stop = StopSignal::new();
+    stop_on_interrupt(stop.clone());
+    req.stop = Some(stop);
+    let report = engine.verify(&req, &mut Live { json })?;
     if json {
-        print_json(&report_json(&report));
+        print_wire(&VerifyResult::from_report(&report));
     } else {
         print_human(&report);
     }
     Ok(if report.verdict == Verdict::Passed { 0 } else { 1 })
-}
-
-pub fn report_json(r: &VerifyReport) -> serde_json::Value {
-    let mut v = json!({
-        "verification_id": r.record.id,
-        "title": r.record.title,
-        "document": r.record.document,
-        "document_sha256": r.record.document_sha256,
-        "verdict": r.verdict.as_str(),
-        "cells": r.cells.iter().map(|(i, s, ms)| json!({"index": i, "status": s.as_str(), "duration_ms": ms})).collect::<Vec<_>>(),
-        "error": r.failure,
-    });
-    if let Some(n) = &r.record.notebook {
-        v["notebook"] = json!(n);
-    }
-    if let Some(d) = &r.record.draft {
-        v["draft"] = json!(d);
-    }
-    if let Some(p) = &r.preserved_edit {
-        v["preserved_edit"] = json!(p.display().to_string());
-    }
-    v
 }
 
 fn print_human(r: &VerifyReport) {

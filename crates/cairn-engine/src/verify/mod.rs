@@ -9,20 +9,18 @@ mod python;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cairn_core::canonical::sha256_hex;
 use cairn_core::document::{CellKind, DocCell, parse_document};
 use cairn_core::store::VerificationRecord;
 use cairn_core::verification::{self, CellOutcome, CellStatus, Provenance, Verdict, slug};
-use cairn_exec::kernel::{self, KernelConfig, KernelHandle, ScratchKernel};
+use cairn_exec::kernel::{self, KernelConfig, ScratchKernel};
 use serde_json::{Value, json};
 
 pub use python::{IPYKERNEL_PIN, resolve_python};
 
-use crate::{Engine, EngineError};
+use crate::{Engine, EngineError, StopSignal};
 
 /// The bootstrap shipped with Cairn: stdlib only, run before the first cell and kept as the
 /// notebook's first code cell.
@@ -32,13 +30,29 @@ pub const BOOTSTRAP: &str = include_str!("bootstrap.py");
 /// replaced by a visible marker.
 pub const NOTEBOOK_OUTPUT_CAP: usize = 16 << 20;
 
+/// The most of a draft [`Engine::draft_text`] gives.
+pub const DRAFT_TEXT_LIMIT: usize = 256 << 10;
+
 /// Passes kept under `<state>/workflows/`; older ones are removed.
 pub const KEEP_PASSES: usize = 50;
 
+/// What to verify.
+#[derive(Debug, Clone)]
+pub enum Document {
+    /// A markdown or `.ipynb` file.
+    File(PathBuf),
+    /// A document's text (an `.ipynb`'s JSON, or markdown): kept under `<state>/documents/`,
+    /// named by its hash, so the verification records a file like any other.
+    Text(String),
+    /// The draft of the request's title, as a failed verification left it (maybe edited since).
+    Draft,
+}
+
 #[derive(Debug, Clone)]
 pub struct VerifyRequest {
-    /// The document; `None` re-verifies the draft of `title`.
-    pub document: Option<PathBuf>,
+    pub document: Document,
+    /// Names the verification, its notebook and its draft (default: the file's name, or
+    /// `document-<sha>` for a text).
     pub title: Option<String>,
     pub cell_timeout: Duration,
     pub memory_limit: Option<u64>,
@@ -46,9 +60,9 @@ pub struct VerifyRequest {
     pub python: Option<PathBuf>,
     /// Refuse instead of waiting when the kernel slot is taken.
     pub no_wait: bool,
-    /// Set from another thread (Ctrl-C, a cancel) to stop: before the kernel starts nothing
-    /// runs; after, the running cell's kernel is killed through [`VerifyObserver::kernel_started`].
-    pub cancel: Option<Arc<AtomicBool>>,
+    /// Requested from another thread (Ctrl-C, a cancel) to stop: before the kernel starts
+    /// nothing runs; after, the engine kills the kernel, and the verdict is `interrupted`.
+    pub stop: Option<StopSignal>,
 }
 
 /// Live progress of a verification.
@@ -56,8 +70,6 @@ pub trait VerifyObserver {
     fn message(&mut self, _text: &str) {}
     fn cell_started(&mut self, _index: usize, _total: usize) {}
     fn cell_finished(&mut self, _index: usize, _status: CellStatus, _duration_ms: u64) {}
-    /// Called once the kernel runs, so a Ctrl-C handler can kill it.
-    fn kernel_started(&mut self, _handle: KernelHandle) {}
 }
 
 pub struct Quiet;
@@ -96,12 +108,62 @@ impl Engine {
         }))
     }
 
+    /// The newest passed verification's notebook: its record and its bytes.
+    pub fn newest_notebook(&self) -> Result<(VerificationRecord, Vec<u8>), EngineError> {
+        let v = self.newest_pass()?.ok_or(EngineError::NothingVerified)?;
+        let path = v.notebook.clone().unwrap_or_default();
+        let bytes =
+            std::fs::read(&path).map_err(|e| EngineError::NotebookUnreadable { path, message: e.to_string() })?;
+        Ok((v, bytes))
+    }
+
+    /// Verifications, newest first.
+    pub fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, EngineError> {
+        Ok(self.store.verifications(limit)?)
+    }
+
+    pub fn verification(&self, id: &str) -> Result<VerificationRecord, EngineError> {
+        self.store.verification(id)?.ok_or_else(|| EngineError::VerificationNotFound { id: id.to_string() })
+    }
+
+    /// A failed verification's draft as text, cut at [`DRAFT_TEXT_LIMIT`] (with a note saying
+    /// so), or why it cannot be read (the next failure of the same title overwrites it); `None`
+    /// for a verification without a draft.
+    pub fn draft_text(&self, v: &VerificationRecord) -> Option<String> {
+        let path = v.draft.as_deref()?;
+        Some(match std::fs::read(path) {
+            Ok(bytes) if bytes.len() > DRAFT_TEXT_LIMIT => format!(
+                "{}\n[… cut at {DRAFT_TEXT_LIMIT} bytes; the whole draft is {path}]",
+                String::from_utf8_lossy(&bytes[..DRAFT_TEXT_LIMIT])
+            ),
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => format!("[the draft {path} cannot be read: {e}]"),
+        })
+    }
+
+    /// The notebook a passed verification proved; a failed one has none (its draft is named).
+    pub fn verification_notebook(&self, id: &str) -> Result<Vec<u8>, EngineError> {
+        let v = self.verification(id)?;
+        let Some(path) = v.notebook else {
+            return Err(EngineError::NoNotebook {
+                message: match &v.draft {
+                    Some(d) => format!("verification `{id}` did not pass, so it proved no notebook; its draft is {d}"),
+                    None => format!(
+                        "verification `{id}` has no notebook (verdict: {})",
+                        v.verdict.as_deref().unwrap_or("none yet")
+                    ),
+                },
+            });
+        };
+        std::fs::read(&path).map_err(|e| EngineError::NotebookUnreadable { path, message: e.to_string() })
+    }
+
     /// Takes the kernel admission slot (an exclusive lock, released when the returned value is
     /// dropped, including by a crash). Waits for it unless `no_wait`.
     pub fn acquire_slot(
         &self,
         no_wait: bool,
-        cancel: Option<&AtomicBool>,
+        stop: Option<&StopSignal>,
         obs: &mut dyn VerifyObserver,
     ) -> Result<Slot, EngineError> {
         let path = self.state.path().join("kernel.slot");
@@ -116,19 +178,19 @@ impl Engine {
             match file.try_lock() {
                 Ok(()) => return Ok(Slot { _file: file }),
                 Err(std::fs::TryLockError::WouldBlock) if no_wait => {
-                    return Err(EngineError::Conflict(
-                        "the kernel slot is taken by another verification or session job; wait for it, or run without --no-wait to queue".into(),
-                    ));
+                    return Err(EngineError::KernelSlotTaken {
+                        message: "the kernel slot is taken by another verification or session job; wait for it, or run without --no-wait to queue".into(),
+                    });
                 }
                 Err(std::fs::TryLockError::WouldBlock) => {
                     if !told {
                         obs.message("waiting for the kernel slot (another verification or session job runs)");
                         told = true;
                     }
-                    if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-                        return Err(EngineError::Interrupted(
-                            "interrupted while waiting for the kernel slot; nothing ran".into(),
-                        ));
+                    if stop.is_some_and(|s| s.requested().is_some()) {
+                        return Err(EngineError::Interrupted {
+                            message: "interrupted while waiting for the kernel slot; nothing ran".into(),
+                        });
                     }
                     // Polled rather than a blocking lock, so an interrupt is seen while waiting.
                     std::thread::sleep(Duration::from_millis(50));
@@ -140,14 +202,19 @@ impl Engine {
 
     pub fn verify(&self, req: &VerifyRequest, obs: &mut dyn VerifyObserver) -> Result<VerifyReport, EngineError> {
         let (doc_path, title) = self.document_and_title(req)?;
-        let doc_path = doc_path
-            .canonicalize()
-            .map_err(|e| EngineError::Invalid(format!("{}: cannot read the document: {e}", doc_path.display())))?;
-        let cancelled = || req.cancel.as_ref().is_some_and(|c| c.load(Ordering::SeqCst));
-        let bytes = std::fs::read(&doc_path)
-            .map_err(|e| EngineError::Invalid(format!("{}: cannot read the document: {e}", doc_path.display())))?;
+        let unreadable = |e: std::io::Error| EngineError::InvalidDocument {
+            path: doc_path.display().to_string(),
+            message: format!("cannot read the document: {e}"),
+        };
+        let doc_path = doc_path.canonicalize().map_err(unreadable)?;
+        let cancelled = || req.stop.as_ref().is_some_and(|s| s.requested().is_some());
+        let bytes = std::fs::read(&doc_path).map_err(|e| EngineError::InvalidDocument {
+            path: doc_path.display().to_string(),
+            message: format!("cannot read the document: {e}"),
+        })?;
         let label = doc_path.display().to_string();
-        let cells = parse_document(&bytes, &label).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let cells = parse_document(&bytes, &label)
+            .map_err(|e| EngineError::InvalidDocument { path: label.clone(), message: e.to_string() })?;
         let code: Vec<&DocCell> = cells.iter().filter(|c| c.kind == CellKind::Code).collect();
 
         let id = format!("ver_{}", self.ids.run_suffix());
@@ -165,9 +232,11 @@ impl Engine {
             finished_at: None,
         };
         let python = resolve_python(req.python.as_deref(), &self.state.path().join("python"), obs)?;
-        let _slot = self.acquire_slot(req.no_wait, req.cancel.as_deref(), obs)?;
+        let _slot = self.acquire_slot(req.no_wait, req.stop.as_ref(), obs)?;
         if cancelled() {
-            return Err(EngineError::Interrupted("interrupted before the kernel started; nothing ran".into()));
+            return Err(EngineError::Interrupted {
+                message: "interrupted before the kernel started; nothing ran".into(),
+            });
         }
 
         let runtime_dir = self.state.path().join("kernels").join(&id);
@@ -181,11 +250,13 @@ impl Engine {
                 // Nothing ran: leave nothing behind.
                 let _ = std::fs::remove_dir_all(&runtime_dir);
                 let _ = std::fs::remove_dir(self.state.path().join("kernels"));
-                return Err(EngineError::Invalid(format!("failed to start the kernel: {e}")));
+                return Err(EngineError::KernelUnavailable { message: format!("failed to start the kernel: {e}") });
             }
         };
         self.store.insert_verification(&record)?;
-        obs.kernel_started(kernel.handle());
+        // A stop from now on kills the kernel: the running cell ends `interrupted`.
+        let handle = kernel.handle();
+        let _kill_on_stop = req.stop.as_ref().map(|s| s.on_request(move |_| handle.kill()));
 
         // The bootstrap is the only thing run before the first cell.
         let boot = kernel.execute(BOOTSTRAP, req.cell_timeout, &mut |_| {});
@@ -304,26 +375,33 @@ impl Engine {
 
     fn document_and_title(&self, req: &VerifyRequest) -> Result<(PathBuf, String), EngineError> {
         match (&req.document, &req.title) {
-            (Some(doc), title) => {
+            (Document::File(doc), title) => {
                 let title = title.clone().unwrap_or_else(|| {
                     doc.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "untitled".into())
                 });
                 Ok((doc.clone(), title))
             }
-            (None, Some(title)) => {
+            (Document::Text(text), title) => {
+                let sha = sha256_hex(text.as_bytes());
+                // A notebook is JSON; anything else is read as markdown.
+                let ext = if text.trim_start().starts_with('{') { "ipynb" } else { "md" };
+                let dir = self.state.path().join("documents");
+                std::fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
+                let path = dir.join(format!("{}.{ext}", &sha[..16]));
+                if !path.exists() {
+                    write_atomic(&path, text.as_bytes())?;
+                }
+                Ok((path, title.clone().unwrap_or_else(|| format!("document-{}", &sha[..12]))))
+            }
+            (Document::Draft, Some(title)) => {
                 let draft = self.drafts_dir().join(format!("{}.md", slug(title)));
                 if draft.is_file() {
                     Ok((draft, title.clone()))
                 } else {
-                    Err(EngineError::Invalid(format!(
-                        "there is no draft for title `{title}` ({}); give the document to verify",
-                        draft.display()
-                    )))
+                    Err(EngineError::DraftNotFound { title: title.clone(), path: draft.display().to_string() })
                 }
             }
-            (None, None) => {
-                Err(EngineError::Invalid("give a document to verify, or --title T to re-verify its draft".into()))
-            }
+            (Document::Draft, None) => Err(EngineError::NoDocument),
         }
     }
 

@@ -10,6 +10,10 @@ use cairn_exec::kernel::python_has_ipykernel;
 use super::VerifyObserver;
 use crate::EngineError;
 
+fn kernel(message: String) -> EngineError {
+    EngineError::KernelUnavailable { message }
+}
+
 /// The ipykernel version Cairn installs into its own venv.
 pub const IPYKERNEL_PIN: &str = "ipykernel==7.4.0";
 
@@ -22,7 +26,7 @@ pub fn resolve_python(
         // No import check here: it costs an interpreter start on every verification, and a
         // kernel that cannot start says why (its stderr and a hint to install ipykernel).
         if !p.exists() {
-            return Err(EngineError::Invalid(format!(
+            return Err(kernel(format!(
                 "{} does not exist; give --python/CAIRN_PYTHON an interpreter that has ipykernel, or drop it to let Cairn manage its own",
                 p.display()
             )));
@@ -44,13 +48,13 @@ pub fn resolve_python(
         venv.display()
     ));
     let status = Command::new("python3").args(["-m", "venv", "--clear"]).arg(venv).status().map_err(|e| {
-        EngineError::Invalid(format!(
+        kernel(format!(
             "cannot run python3 to create {}: {e}; install python3 (with venv) or pass --python",
             venv.display()
         ))
     })?;
     if !status.success() {
-        return Err(EngineError::Invalid(format!(
+        return Err(kernel(format!(
             "python3 -m venv {} failed ({status}); install python3-venv or pass --python PATH",
             venv.display()
         )));
@@ -60,7 +64,7 @@ pub fn resolve_python(
         .output()
         .map_err(|e| EngineError::io(&python, e))?;
     if !out.status.success() {
-        return Err(EngineError::Invalid(format!(
+        return Err(kernel(format!(
             "installing {IPYKERNEL_PIN} into {} failed: {}",
             venv.display(),
             String::from_utf8_lossy(&out.stderr).lines().rev().take(5).collect::<Vec<_>>().join(" / ")

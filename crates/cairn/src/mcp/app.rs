@@ -8,7 +8,7 @@ use rmcp::{RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
 use super::RunRef;
-use super::daemon::{Daemon, seg, structured};
+use super::api_client::{ApiClient, seg, structured};
 use super::resources::server_handler;
 
 /// Rows in an overview, and events in a run's detail.
@@ -18,7 +18,7 @@ const MAX_TEXT: usize = 2000;
 
 #[derive(Clone)]
 pub struct App {
-    daemon: Daemon,
+    daemon: ApiClient,
     tool_router: ToolRouter<Self>,
 }
 
@@ -40,7 +40,7 @@ fn bounded(v: Value) -> Value {
 
 #[tool_router]
 impl App {
-    pub fn new(daemon: Daemon) -> App {
+    pub fn new(daemon: ApiClient) -> App {
         App { daemon, tool_router: Self::tool_router() }
     }
 

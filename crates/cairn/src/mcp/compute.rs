@@ -6,35 +6,15 @@ use rmcp::schemars::{self, JsonSchema};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 use serde::Deserialize;
-use serde_json::json;
 
-use super::daemon::{Daemon, seg};
+use super::api_client::{ApiClient, seg};
 use super::resources::server_handler;
+use crate::wire::{AddTarget, to_value};
 
 #[derive(Clone)]
 pub struct Compute {
-    daemon: Daemon,
+    daemon: ApiClient,
     tool_router: ToolRouter<Self>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct AddTarget {
-    /// 1 to 64 of A-Z a-z 0-9 . _ -, not `local`.
-    pub name: String,
-    /// `USER@HOST[:PORT]`.
-    pub ssh: String,
-    /// Absolute path on the host: the default parent of run directories.
-    pub workspace_root: String,
-    /// A private key file on the daemon's machine.
-    pub identity: Option<String>,
-    /// The known_hosts file the host key is checked against, strictly (never turned off).
-    pub known_hosts: Option<String>,
-    /// `process` (default) or `slurm`.
-    pub executor: Option<String>,
-    /// Slurm partition (slurm executor only).
-    pub partition: Option<String>,
-    /// Slurm account (slurm executor only).
-    pub account: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -52,7 +32,7 @@ pub struct Readiness {
 
 #[tool_router]
 impl Compute {
-    pub fn new(daemon: Daemon) -> Compute {
+    pub fn new(daemon: ApiClient) -> Compute {
         Compute { daemon, tool_router: Self::tool_router() }
     }
 
@@ -78,11 +58,7 @@ impl Compute {
         Parameters(p): Parameters<AddTarget>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let body = json!({
-            "name": p.name, "ssh": p.ssh, "workspace_root": p.workspace_root, "identity": p.identity,
-            "known_hosts": p.known_hosts, "executor": p.executor, "partition": p.partition, "account": p.account,
-        });
-        self.daemon.tool(&ctx, "POST", "/targets".into(), Some(body)).await
+        self.daemon.tool(&ctx, "POST", "/targets".into(), Some(to_value(&p))).await
     }
 
     #[tool(

@@ -1,14 +1,14 @@
 //! MCP servers for agents (the `rmcp` SDK): `workbench` (plan, approve, run, replay, verify, the
 //! session kernel), `compute` (targets) and `app` (read-only projections for a person's view).
 //!
-//! The servers are thin: every tool and resource is one call to the daemon's HTTP API, with the
-//! caller's token, so the API's roles hold here too (a Viewer token reads and never changes
+//! The servers are thin: every tool and resource is one call to the daemon's HTTP API (through
+//! [`ApiClient`]), with the caller's token and the same request types the API takes, so the API's roles hold here too (a Viewer token reads and never changes
 //! anything). None touches the registry or starts a process. They are served over stdio by
 //! `cairn mcp …` and over streamable HTTP by the daemon at `/mcp/{workbench,compute,app}`.
 
+mod api_client;
 mod app;
 mod compute;
-mod daemon;
 mod resources;
 mod workbench;
 
@@ -19,14 +19,13 @@ use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+pub use api_client::ApiClient;
 pub use app::App;
 pub use compute::Compute;
-pub use daemon::Daemon;
 pub use workbench::Workbench;
 
 use crate::Failure;
 
-/// Which server.
 /// A tool's argument naming one run (the workbench's and the app's).
 #[derive(Debug, serde::Deserialize, rmcp::schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
@@ -34,6 +33,7 @@ pub struct RunRef {
     pub run_id: String,
 }
 
+/// Which server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Workbench,
@@ -42,7 +42,7 @@ pub enum Kind {
 }
 
 /// Serves one server over stdio until its client closes stdin. Logs go to stderr only.
-pub fn serve_stdio(kind: Kind, daemon: Daemon) -> Result<u8, Failure> {
+pub fn serve_stdio(kind: Kind, daemon: ApiClient) -> Result<u8, Failure> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -79,8 +79,8 @@ pub fn http_router<S: Clone + Send + Sync + 'static>(
             .with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
             .with_allowed_origins(["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
     };
-    let forwarded = Daemon::forwarding(base);
-    let app = Daemon::fixed(base, viewer);
+    let forwarded = ApiClient::forwarding(base);
+    let app = ApiClient::fixed(base, viewer);
     let (w, c) = (forwarded.clone(), forwarded);
     Router::new()
         .nest_service(

@@ -7,7 +7,7 @@ use rmcp::model::{
 };
 use rmcp::{RoleServer, service::RequestContext};
 
-use super::daemon::{Daemon, seg};
+use super::api_client::{ApiClient, seg};
 
 pub const GUIDE_URI: &str = "cairn://guide";
 const GUIDE: &str = include_str!("guide.md");
@@ -36,7 +36,7 @@ pub fn templates() -> ListResourceTemplatesResult {
 
 /// Reads one resource. An unknown URI or a missing object is `resource_not_found`.
 pub async fn read(
-    daemon: &Daemon,
+    daemon: &ApiClient,
     uri: String,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<ReadResourceResponse, ErrorData> {
@@ -90,7 +90,7 @@ macro_rules! server_handler {
                 let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
                 match self.tool_router.call(tcc).await? {
                     rmcp::model::CallToolResponse::Complete(r) => {
-                        Ok(rmcp::model::CallToolResponse::Complete(crate::mcp::daemon::with_structured_error(r)))
+                        Ok(rmcp::model::CallToolResponse::Complete(crate::mcp::api_client::with_structured_error(r)))
                     }
                     other => Ok(other),
                 }

@@ -12,15 +12,16 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::RunRef;
-use super::daemon::{Daemon, invalid, seg, structured};
+use super::api_client::{ApiClient, invalid, seg, structured};
 use super::resources::server_handler;
+use crate::wire::{PlanReplay, PlanRun, Verify, to_value};
 
 /// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
 const WAIT_FOR_END: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 pub struct Workbench {
-    daemon: Daemon,
+    daemon: ApiClient,
     tool_router: ToolRouter<Self>,
 }
 
@@ -30,36 +31,6 @@ pub struct DescribeWorkflow {
     pub name: String,
     /// An exact version (default: the highest registered).
     pub version: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct PlanRun {
-    /// The registered workflow's name.
-    pub workflow: String,
-    /// Its version (default: the highest registered).
-    pub version: Option<String>,
-    /// The run input, checked against the workflow's input schema.
-    pub input: Value,
-    /// `local`, or a configured SSH target (see the compute server's `list_targets`).
-    pub target: String,
-    /// Absolute path on the target of a new directory for the run; it must not exist yet.
-    pub run_dir: String,
-    /// Name the plan (`[A-Za-z0-9._-]{1,128}`); default: the workflow's name and a short id.
-    pub plan_name: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct PlanReplay {
-    /// The finished run to replay; it never changes.
-    pub source_run_id: String,
-    /// Steps to re-execute; their descendants re-execute too, the rest is reused.
-    pub step_ids: Vec<String>,
-    /// A new input (default: the source's).
-    pub input: Option<Value>,
-    /// `local` (default) or a configured SSH target.
-    pub target: Option<String>,
-    /// Absolute path of a new directory for the child run.
-    pub run_dir: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -92,16 +63,6 @@ pub struct TailLog {
     pub step_id: String,
     /// The last N lines (default 100, at most 10000).
     pub lines: Option<u32>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct VerifyWorkflow {
-    /// The document itself: markdown with fenced python cells, or an .ipynb's JSON.
-    pub document: Option<String>,
-    /// Or an absolute path of such a file on the daemon's machine.
-    pub path: Option<String>,
-    /// Names the verification, its notebook and its draft.
-    pub title: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -183,7 +144,7 @@ impl Workbench {
 
 #[tool_router]
 impl Workbench {
-    pub fn new(daemon: Daemon) -> Workbench {
+    pub fn new(daemon: ApiClient) -> Workbench {
         Workbench { daemon, tool_router: Self::tool_router() }
     }
 
@@ -221,11 +182,7 @@ impl Workbench {
         )
     )]
     async fn plan_run(&self, Parameters(p): Parameters<PlanRun>, ctx: RequestContext<RoleServer>) -> CallToolResult {
-        let body = json!({
-            "workflow": p.workflow, "version": p.version, "input": p.input, "target": p.target,
-            "run_dir": p.run_dir, "plan_name": p.plan_name,
-        });
-        match self.daemon.call(&ctx, "POST", "/plans".into(), Some(body)).await {
+        match self.daemon.call(&ctx, "POST", "/plans".into(), Some(to_value(&p))).await {
             Ok(plan) => structured(plan_view(&plan)),
             Err(e) => e.tool_result(),
         }
@@ -248,14 +205,7 @@ impl Workbench {
         if p.step_ids.is_empty() {
             return invalid("step_ids is empty; name at least one step to re-execute");
         }
-        let source = match self.daemon.call(&ctx, "GET", format!("/runs/{}", seg(&p.source_run_id)), None).await {
-            Ok(run) => run,
-            Err(e) => return e.tool_result(),
-        };
-        let body = json!({
-            "workflow": source["workflow"], "input": p.input, "target": p.target.unwrap_or_else(|| "local".into()),
-            "run_dir": p.run_dir, "replay": {"source_run_id": p.source_run_id, "step_ids": p.step_ids},
-        });
+        let body = to_value(&PlanRun::from(p));
         match self.daemon.call(&ctx, "POST", "/plans".into(), Some(body)).await {
             Ok(plan) => {
                 let mut view = plan_view(&plan);
@@ -342,14 +292,10 @@ impl Workbench {
     )]
     async fn verify_workflow(
         &self,
-        Parameters(p): Parameters<VerifyWorkflow>,
+        Parameters(p): Parameters<Verify>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        if p.document.is_some() == p.path.is_some() {
-            return invalid("give exactly one of `document` (the text) and `path` (an absolute file path)");
-        }
-        let body = json!({"document": p.document, "path": p.path, "title": p.title});
-        self.daemon.tool(&ctx, "POST", "/verifications".into(), Some(body)).await
+        self.daemon.tool(&ctx, "POST", "/verifications".into(), Some(to_value(&p))).await
     }
 
     #[tool(

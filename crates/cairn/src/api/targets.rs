@@ -3,78 +3,38 @@
 //! SSH) and change nothing there; a probe records what it observed (Operator), readiness only
 //! reads (Viewer too).
 
-use std::path::PathBuf;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use cairn_core::target::Executor;
-use cairn_engine::target::AddTarget;
 use serde::Deserialize;
 use serde_json::Value;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
-use super::api::{ApiError, ApiJson, ApiPath, ApiQuery, AppRef, ErrorBody, blocking};
+use super::AppRef;
+use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
+use crate::wire::{AddTarget, to_value};
 
 /// Every target, `local` first, each with its last probe (`null` if never probed).
 #[utoipa::path(get, path = "/targets", tag = "compute",
     responses((status = 200, description = "`{targets: [...]}`", body = Object), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn list_targets(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(state.engine.targets_overview()?))).await
+    blocking(move || Ok(Json(state.service.engine().targets_overview()?))).await
 }
 
-/// `POST /targets`: register an SSH host. Nothing is contacted; probe it next.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTarget {
-    /// 1 to 64 of A-Z a-z 0-9 . _ -, not `local`.
-    #[schema(min_length = 1, max_length = 64)]
-    pub name: String,
-    /// `USER@HOST[:PORT]`.
-    #[schema(min_length = 3)]
-    pub ssh: String,
-    /// Absolute, on the target: the default parent of run directories.
-    #[schema(min_length = 1)]
-    pub workspace_root: String,
-    /// A private key file on this machine.
-    pub identity: Option<String>,
-    /// The known_hosts file host keys are checked against, strictly.
-    pub known_hosts: Option<String>,
-    /// `process` (default) or `slurm`.
-    pub executor: Option<String>,
-    pub partition: Option<String>,
-    pub account: Option<String>,
-}
-
-#[utoipa::path(post, path = "/targets", tag = "compute", request_body = CreateTarget,
+/// Registers an SSH host. Nothing is contacted; probe it next.
+#[utoipa::path(post, path = "/targets", tag = "compute", request_body = AddTarget,
     responses((status = 201, description = "The registered target", body = Object), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn create_target(
     State(state): State<AppRef>,
-    ApiJson(body): ApiJson<CreateTarget>,
+    ApiJson(body): ApiJson<AddTarget>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     blocking(move || {
-        let executor = match body.executor.as_deref() {
-            None | Some("process") => Executor::Process,
-            Some("slurm") => Executor::Slurm,
-            Some(other) => {
-                return Err(ApiError::invalid(format!("executor `{other}` is not `process` or `slurm`")));
-            }
-        };
-        let spec = state.engine.add_target(&AddTarget {
-            name: body.name,
-            ssh: body.ssh,
-            identity: body.identity.map(PathBuf::from),
-            known_hosts: body.known_hosts.map(PathBuf::from),
-            workspace_root: body.workspace_root,
-            executor,
-            partition: body.partition,
-            account: body.account,
-        })?;
-        Ok((StatusCode::CREATED, Json(serde_json::to_value(&spec).unwrap_or_default())))
+        let spec = state.service.engine().add_target(&body.into_request())?;
+        Ok((StatusCode::CREATED, Json(to_value(&spec))))
     })
     .await
 }
@@ -89,7 +49,7 @@ pub(super) async fn probe_target(
     State(state): State<AppRef>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(state.engine.probe_target(&name)?))).await
+    blocking(move || Ok(Json(state.service.engine().probe_target(&name)?))).await
 }
 
 /// `GET /targets/{name}/readiness?run_dir=ABS`.
@@ -113,5 +73,5 @@ pub(super) async fn check_readiness(
     ApiPath(name): ApiPath<String>,
     ApiQuery(body): ApiQuery<CheckReadiness>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(state.engine.check_readiness(&name, &body.run_dir)?))).await
+    blocking(move || Ok(Json(state.service.engine().check_readiness(&name, &body.run_dir)?))).await
 }

@@ -15,8 +15,9 @@ use rust_embed::RustEmbed;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::api::{ApiError, ApiPath, ApiQuery, AppRef, ErrorBody, blocking};
-use super::auth::{self, LoginRefused};
+use super::AppRef;
+use super::http::{ApiError, ApiPath, ApiQuery, ErrorBody, blocking};
+use crate::auth::{self, LoginRefused};
 
 #[derive(RustEmbed)]
 #[folder = "web/"]
@@ -152,20 +153,10 @@ pub(super) async fn notebook_export(
     };
     blocking(move || {
         let (name, bytes) = if workflow {
-            let Some(v) = state.engine.newest_pass()? else {
-                return Err(ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "not_found",
-                    "no verification has passed yet, so there is no workflow to export; verify a document with `cairn verify`",
-                ));
-            };
-            let path = v.notebook.unwrap_or_default();
-            let bytes = std::fs::read(&path).map_err(|e| {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("the notebook {path} cannot be read: {e}"))
-            })?;
+            let (v, bytes) = state.service.engine().newest_notebook()?;
             (format!("{}-{}.ipynb", file_stem(&v.title), v.id), bytes)
         } else {
-            let audit = state.session.audit(&crate::wire::time)?;
+            let audit = state.service.session().audit(&crate::wire::time)?;
             ("cairn-audit.ipynb".to_string(), serde_json::to_vec_pretty(&audit).unwrap_or_default())
         };
         let mut resp = ([(header::CONTENT_TYPE, "application/x-ipynb+json")], bytes).into_response();

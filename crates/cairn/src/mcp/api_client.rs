@@ -1,4 +1,4 @@
-//! How an MCP server reaches the daemon: its HTTP API, with a fixed token (stdio, and the app
+//! How an MCP server reaches the daemon (its only way in): its HTTP API, with a fixed token (stdio, and the app
 //! server, which only ever holds the Viewer token) or with the token of the MCP request itself
 //! (the daemon's own HTTP endpoints forward it, so the API decides what the caller may do).
 
@@ -34,26 +34,26 @@ impl CallError {
 }
 
 #[derive(Clone)]
-pub struct Daemon {
+pub struct ApiClient {
     base: String,
     /// `None`: use the bearer token of the MCP request.
     token: Option<String>,
     agent: ureq::Agent,
 }
 
-impl Daemon {
-    fn with(base: &str, token: Option<String>) -> Daemon {
-        Daemon { base: base.trim_end_matches('/').to_string(), token, agent: crate::client::http_agent() }
+impl ApiClient {
+    fn with(base: &str, token: Option<String>) -> ApiClient {
+        ApiClient { base: base.trim_end_matches('/').to_string(), token, agent: crate::client::http_agent() }
     }
 
     /// Calls with this token whatever the MCP request carried.
-    pub fn fixed(base: &str, token: &str) -> Daemon {
-        Daemon::with(base, Some(token.to_string()))
+    pub fn fixed(base: &str, token: &str) -> ApiClient {
+        ApiClient::with(base, Some(token.to_string()))
     }
 
     /// Calls with the bearer token of each MCP request (the daemon's HTTP endpoints).
-    pub fn forwarding(base: &str) -> Daemon {
-        Daemon::with(base, None)
+    pub fn forwarding(base: &str) -> ApiClient {
+        ApiClient::with(base, None)
     }
 
     fn token_for(&self, ctx: &RequestContext<RoleServer>) -> Result<String, CallError> {
@@ -62,7 +62,7 @@ impl Daemon {
         }
         ctx.extensions
             .get::<axum::http::request::Parts>()
-            .and_then(|p| crate::daemon::auth::bearer(&p.headers))
+            .and_then(|p| crate::auth::bearer(&p.headers))
             .map(String::from)
             .ok_or_else(|| CallError::new(401, "unauthorized", "no bearer token came with this MCP request"))
     }

@@ -8,25 +8,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
+use cairn_core::event::RunEvent;
 use cairn_core::status::Outcome;
-use cairn_engine::Engine;
-use cairn_engine::runner::{NoProgress, Observer, RunReport};
+use cairn_engine::runner::{NoProgress, Observer};
+use cairn_engine::{Engine, RunView};
 use serde_json::Value;
 
 use crate::Failure;
 use crate::client::{Client, failure_of};
-use crate::commands::report_of;
 use crate::progress::TerminalProgress;
+use crate::wire::{Event, SubmitRun};
 
-/// Submits `body` to `POST /runs`, follows the run until it finishes, and returns its report,
-/// read from the registry.
-pub fn submit_and_follow(root: &Path, body: &Value, json: bool) -> Result<RunReport, Failure> {
-    post_and_follow(root, "/runs", body, json)
+/// Submits a run to `POST /runs`, follows it until it finishes, and returns it as the registry
+/// holds it.
+pub fn submit_and_follow(root: &Path, run: &SubmitRun, json: bool) -> Result<RunView, Failure> {
+    post_and_follow(root, "/runs", &crate::wire::to_value(run), json)
 }
 
 /// POSTs `body` to an endpoint that answers with a run (202 queued, 200 finished), follows it
 /// until it finishes, and returns its report.
-pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Result<RunReport, Failure> {
+pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Result<RunView, Failure> {
     let client = Client::connect(root)?;
     let answer = client.post(path, body)?;
     if !matches!(answer.status, 200 | 202) {
@@ -40,8 +41,7 @@ pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Res
         let total = answer.body["steps"].as_array().map(Vec::len).unwrap_or(0);
         follow(&client, &run_id, total, json)?;
     }
-    let engine = Engine::open(root)?;
-    let report = report_of(&engine, &run_id)?;
+    let report = Engine::open(root)?.show_run(&run_id)?;
     if !report.run.status.is_terminal() {
         eprintln!(
             "lost the daemon's event stream while run {run_id} was {}: the daemon stopped or died. \
@@ -59,8 +59,11 @@ pub fn follow(client: &Client, run_id: &str, total: usize, json: bool) -> Result
     // Registering replaces the default action: Ctrl-C no longer kills this process, it detaches.
     let registered = signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone());
     let events = client.follow(run_id, 0)?;
-    let mut obs: Box<dyn Observer> =
-        if !json && std::io::stderr().is_terminal() { Box::new(TerminalProgress::new()) } else { Box::new(NoProgress) };
+    let mut obs: Box<dyn Observer> = if !json && std::io::stderr().is_terminal() {
+        Box::new(TerminalProgress::default())
+    } else {
+        Box::new(NoProgress)
+    };
     obs.run_started(run_id, total);
     loop {
         match events.recv_timeout(Duration::from_millis(100)) {
@@ -82,18 +85,20 @@ pub fn follow(client: &Client, run_id: &str, total: usize, json: bool) -> Result
     Ok(())
 }
 
-fn show(obs: &mut dyn Observer, event: &Value) {
-    let step = event["step_id"].as_str().unwrap_or("");
-    let attempt = event["attempt"].as_u64().unwrap_or(1) as u32;
-    let duration = Duration::from_micros(event["data"]["duration_us"].as_u64().unwrap_or(0));
-    match event["kind"].as_str().unwrap_or("") {
-        "step.started" => obs.step_started(step, attempt),
-        "step.completed" => obs.step_finished(step, Outcome::Completed, attempt, duration),
-        "step.failed" | "step.retrying" => {
-            let outcome = event["data"]["outcome"].as_str().and_then(|o| o.parse().ok()).unwrap_or(Outcome::Failed);
-            obs.step_finished(step, outcome, attempt, duration)
+fn show(obs: &mut dyn Observer, event: &Event) {
+    let step = event.step_id.as_deref().unwrap_or("");
+    let attempt = event.attempt.unwrap_or(1);
+    let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
+    match event.event() {
+        Some(RunEvent::StepStarted { .. }) => obs.step_started(step, attempt),
+        Some(RunEvent::StepCompleted { duration_us }) => {
+            obs.step_finished(step, Outcome::Completed, attempt, micros(duration_us))
         }
-        "step.replay_reused" => obs.step_skipped(step, "reused from the source run"),
+        Some(RunEvent::StepFailed { outcome, duration_us, .. }) => {
+            obs.step_finished(step, outcome, attempt, micros(duration_us))
+        }
+        Some(RunEvent::StepRetrying { outcome, .. }) => obs.step_finished(step, outcome, attempt, Duration::ZERO),
+        Some(RunEvent::StepReplayReused { .. }) => obs.step_skipped(step, "reused from the source run"),
         _ => {}
     }
 }

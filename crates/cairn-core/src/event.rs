@@ -1,0 +1,191 @@
+//! The vocabulary of a run's append-only event log, as one closed enum: what each event says and
+//! the data it carries. The store writes an event's `kind` and `data` as they serialise here, and
+//! every consumer (the CLI's progress, the event streams, the web app's timeline) matches on the
+//! enum, never on the kind's text.
+//!
+//! The `step_id` and `attempt` an event belongs to are columns of its record
+//! ([`crate::store::EventRecord`]), not part of its data.
+
+use serde::{Deserialize, Serialize};
+
+use crate::status::{Outcome, RunStatus};
+
+/// One event of a run. Each variant's doc says when it is written and what it changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "data")]
+pub enum RunEvent {
+    /// The run was created (RUNNING, revision 1), directly or by consuming a plan's receipt.
+    #[serde(rename = "run.created")]
+    RunCreated {
+        workflow: String,
+        version: String,
+        identity_hash: String,
+        /// For a replay child: the run it replays.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source_run_id: Option<String>,
+        /// For a run made from an approved plan: the plan, its receipt and its reservation.
+        #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+        plan: Option<PlannedOrigin>,
+    },
+    /// An owner took the run over for an explicit resume (its revision bumped).
+    #[serde(rename = "run.resumed")]
+    RunResumed { revision: i64, owner: Option<String> },
+    /// An attempt began under a fresh token (the step row is RUNNING).
+    #[serde(rename = "step.started")]
+    StepStarted { tool: String, tool_digest: String, args_hash: String },
+    /// The attempt (the event's `attempt`) ended with a retryable outcome; `next_attempt` begins.
+    #[serde(rename = "step.retrying")]
+    StepRetrying { outcome: Outcome, error: Option<String>, next_attempt: u32 },
+    /// The attempt was abandoned by a crash and is resumed explicitly: it does not use up a retry.
+    #[serde(rename = "step.interrupted")]
+    StepInterrupted { abandoned_token: String, next_attempt: u32 },
+    /// A successor re-attached to a supervised launch it verified: a new token, the same attempt.
+    #[serde(rename = "step.reattached")]
+    StepReattached { abandoned_token: String },
+    /// The attempt completed; its result is in the step row.
+    #[serde(rename = "step.completed")]
+    StepCompleted { duration_us: i64 },
+    /// The attempt failed for good; the run fails with it (in the same transaction).
+    #[serde(rename = "step.failed")]
+    StepFailed { outcome: Outcome, error: Option<String>, duration_us: i64 },
+    /// A write by a token that no longer owns the step was rejected, not applied.
+    #[serde(rename = "step.stale_write_rejected")]
+    StepStaleWriteRejected { token: String },
+    /// A replay child reused this step: its evidence was copied from `source_run_id` (first
+    /// recorded in `origin_run_id`, which differs when the source had reused it too).
+    #[serde(rename = "step.replay_reused")]
+    StepReplayReused { source_run_id: String, origin_run_id: String, args_hash: String },
+    /// The run was cancelled while this step ran: the step is FAILED and its token cleared.
+    #[serde(rename = "step.cancelled")]
+    StepCancelled { reason: String },
+    /// The run reached a terminal status; nothing is written to it after this.
+    #[serde(rename = "run.finished")]
+    RunFinished { status: RunStatus, findings: usize, error: Option<String> },
+}
+
+/// Where a planned run came from: its plan, the receipt consumed for it, its reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedOrigin {
+    pub plan_id: String,
+    pub receipt_id: String,
+    pub target: String,
+    pub run_dir: String,
+}
+
+/// A stored event that does not fit the vocabulary: written by another version of Cairn, or
+/// damaged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("event `{kind}` cannot be read: {reason}")]
+pub struct UnknownEvent {
+    pub kind: String,
+    pub reason: String,
+}
+
+impl RunEvent {
+    /// The kind as stored and shown (`run.created`, `step.started`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunEvent::RunCreated { .. } => "run.created",
+            RunEvent::RunResumed { .. } => "run.resumed",
+            RunEvent::StepStarted { .. } => "step.started",
+            RunEvent::StepRetrying { .. } => "step.retrying",
+            RunEvent::StepInterrupted { .. } => "step.interrupted",
+            RunEvent::StepReattached { .. } => "step.reattached",
+            RunEvent::StepCompleted { .. } => "step.completed",
+            RunEvent::StepFailed { .. } => "step.failed",
+            RunEvent::StepStaleWriteRejected { .. } => "step.stale_write_rejected",
+            RunEvent::StepReplayReused { .. } => "step.replay_reused",
+            RunEvent::StepCancelled { .. } => "step.cancelled",
+            RunEvent::RunFinished { .. } => "run.finished",
+        }
+    }
+
+    /// The event's data, as stored and shown.
+    pub fn data(&self) -> serde_json::Value {
+        // Serialising plain data with string keys cannot fail.
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(mut m)) => m.remove("data").unwrap_or(serde_json::Value::Null),
+            _ => serde_json::Value::Null,
+        }
+    }
+
+    /// The event a stored `kind` and `data` make.
+    pub fn from_parts(kind: &str, data: serde_json::Value) -> Result<RunEvent, UnknownEvent> {
+        serde_json::from_value(serde_json::json!({"kind": kind, "data": data}))
+            .map_err(|e| UnknownEvent { kind: kind.to_string(), reason: e.to_string() })
+    }
+
+    /// Whether the run ended with this event: a follower of the log stops after it.
+    pub fn ends_run(&self) -> bool {
+        matches!(self, RunEvent::RunFinished { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn every_kind() -> Vec<RunEvent> {
+        vec![
+            RunEvent::RunCreated {
+                workflow: "w".into(),
+                version: "1.0.0".into(),
+                identity_hash: "h".into(),
+                source_run_id: None,
+                plan: None,
+            },
+            RunEvent::RunResumed { revision: 2, owner: Some("1:2".into()) },
+            RunEvent::StepStarted { tool: "t".into(), tool_digest: "d".into(), args_hash: "a".into() },
+            RunEvent::StepRetrying { outcome: Outcome::TimedOut, error: None, next_attempt: 2 },
+            RunEvent::StepInterrupted { abandoned_token: "att_1".into(), next_attempt: 2 },
+            RunEvent::StepReattached { abandoned_token: "att_1".into() },
+            RunEvent::StepCompleted { duration_us: 5 },
+            RunEvent::StepFailed { outcome: Outcome::Failed, error: Some("boom".into()), duration_us: 5 },
+            RunEvent::StepStaleWriteRejected { token: "att_2".into() },
+            RunEvent::StepReplayReused { source_run_id: "a".into(), origin_run_id: "b".into(), args_hash: "h".into() },
+            RunEvent::StepCancelled { reason: "r".into() },
+            RunEvent::RunFinished { status: RunStatus::Ready, findings: 0, error: None },
+        ]
+    }
+
+    #[test]
+    fn every_event_round_trips_through_its_stored_parts() {
+        for e in every_kind() {
+            let back = RunEvent::from_parts(e.kind(), e.data()).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+
+    #[test]
+    fn stored_data_keeps_the_field_names_consumers_read() {
+        let finished = RunEvent::RunFinished { status: RunStatus::Blocked, findings: 2, error: None };
+        assert_eq!(finished.data(), json!({"status": "BLOCKED", "findings": 2, "error": null}));
+        let created = RunEvent::RunCreated {
+            workflow: "w".into(),
+            version: "1.0.0".into(),
+            identity_hash: "h".into(),
+            source_run_id: Some("src".into()),
+            plan: Some(PlannedOrigin {
+                plan_id: "plan_1".into(),
+                receipt_id: "rcpt_1".into(),
+                target: "local".into(),
+                run_dir: "/r".into(),
+            }),
+        };
+        assert_eq!(
+            created.data(),
+            json!({"workflow": "w", "version": "1.0.0", "identity_hash": "h", "source_run_id": "src",
+                   "plan_id": "plan_1", "receipt_id": "rcpt_1", "target": "local", "run_dir": "/r"})
+        );
+        let plain = RunEvent::from_parts("run.created", json!({"workflow": "w", "version": "1", "identity_hash": "h"}));
+        assert!(matches!(plain, Ok(RunEvent::RunCreated { source_run_id: None, plan: None, .. })));
+    }
+
+    #[test]
+    fn an_unknown_kind_is_refused_naming_it() {
+        let err = RunEvent::from_parts("step.teleported", json!({})).unwrap_err();
+        assert_eq!(err.kind, "step.teleported");
+        assert!(err.to_string().contains("step.teleported"));
+    }
+}

@@ -1,0 +1,160 @@
+//! The daemon's bounded worker pool: runs queued in submission order, at most `workers`
+//! executing at once (steps within a run keep the engine's order), each with a stop signal for
+//! cancel and shutdown. It decides nothing: [`crate::Service`] says what to queue and when to stop.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::registry::LoadedWorkflow;
+use crate::replay::ReplayRequest;
+use crate::runner::{NoProgress, RunRequest};
+use crate::service::Log;
+use crate::{Engine, EngineError, StopKind, StopSignal};
+
+/// One unit of work: a run or a replay child, created already, to execute (or continue).
+pub enum Work {
+    Run { wf: Box<LoadedWorkflow>, req: RunRequest },
+    Replay { req: ReplayRequest },
+}
+
+impl Work {
+    fn stop(&self) -> Option<&StopSignal> {
+        match self {
+            Work::Run { req, .. } => req.stop.as_ref(),
+            Work::Replay { req } => req.stop.as_ref(),
+        }
+    }
+}
+
+pub(crate) struct Pool {
+    engine: Arc<Engine>,
+    log: Log,
+    queue: Mutex<VecDeque<(String, Work)>>,
+    wake: Condvar,
+    /// Runs queued or executing here, with their stop signals.
+    active: Mutex<HashMap<String, StopSignal>>,
+    closing: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Pool {
+    pub(crate) fn new(engine: Arc<Engine>, workers: usize, log: Log) -> Arc<Pool> {
+        let pool = Arc::new(Pool {
+            engine,
+            log,
+            queue: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            active: Mutex::new(HashMap::new()),
+            closing: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+        });
+        for i in 0..workers.max(1) {
+            let p = pool.clone();
+            match std::thread::Builder::new().name(format!("cairn-worker-{i}")).spawn(move || p.work()) {
+                Ok(t) => lock(&pool.threads).push(t),
+                Err(e) => (pool.log)(&format!("could not start worker {i}: {e}")),
+            }
+        }
+        pool
+    }
+
+    /// Queues a created run unless it is already queued or executing here. Returns whether it
+    /// was queued now.
+    pub(crate) fn submit(&self, run_id: &str, work: Work) -> bool {
+        if self.closing.load(Ordering::SeqCst) {
+            return false;
+        }
+        {
+            let mut active = lock(&self.active);
+            if active.contains_key(run_id) {
+                return false;
+            }
+            active.insert(run_id.to_string(), work.stop().cloned().unwrap_or_default());
+        }
+        lock(&self.queue).push_back((run_id.to_string(), work));
+        self.wake.notify_one();
+        true
+    }
+
+    pub(crate) fn is_active(&self, run_id: &str) -> bool {
+        lock(&self.active).contains_key(run_id)
+    }
+
+    pub(crate) fn active_count(&self) -> usize {
+        lock(&self.active).len()
+    }
+
+    /// The stop signal of a run queued or executing here.
+    pub(crate) fn stop_signal(&self, run_id: &str) -> Option<StopSignal> {
+        lock(&self.active).get(run_id).cloned()
+    }
+
+    fn work(&self) {
+        loop {
+            let next = {
+                let mut q = lock(&self.queue);
+                loop {
+                    if self.closing.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if let Some(item) = q.pop_front() {
+                        break item;
+                    }
+                    q = self.wake.wait(q).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            let (run_id, work) = next;
+            if work.stop().and_then(StopSignal::requested).is_none() {
+                self.execute(&run_id, work);
+            }
+            lock(&self.active).remove(&run_id);
+        }
+    }
+
+    fn execute(&self, run_id: &str, work: Work) {
+        let started = Instant::now();
+        let outcome = match work {
+            Work::Run { wf, req } => self.engine.run_loaded(&wf, &req, &mut NoProgress).map(|r| r.run.status),
+            Work::Replay { req } => self.engine.replay(&req, &mut NoProgress).map(|(r, _)| r.run.status),
+        };
+        let line = match outcome {
+            Ok(status) => format!("run {run_id} {status} after {} ms", started.elapsed().as_millis()),
+            Err(EngineError::Stopped { why, .. }) => format!("run {run_id} stopped: {why}"),
+            Err(e) => format!("run {run_id} could not go on: {e}"),
+        };
+        (self.log)(&line);
+    }
+
+    /// Stops taking work and asks every run here to stop without writing; returns their ids.
+    pub(crate) fn close(&self) -> Vec<String> {
+        self.closing.store(true, Ordering::SeqCst);
+        self.wake.notify_all();
+        let active: Vec<(String, StopSignal)> =
+            lock(&self.active).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (_, stop) in &active {
+            stop.request(StopKind::Shutdown);
+        }
+        active.into_iter().map(|(id, _)| id).collect()
+    }
+
+    /// Joins the workers, waiting at most `wait` for them.
+    pub(crate) fn join(&self, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        let threads: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
+        for t in threads {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}

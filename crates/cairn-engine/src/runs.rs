@@ -1,0 +1,245 @@
+//! Reading runs: one run with its steps in the DAG's order and its lineage, the run list, the
+//! event log, why a step was executed or reused, and a step's log tail. Every surface (the CLI,
+//! the HTTP API and through it MCP and the web app) answers from these, so they show the same
+//! fields.
+
+use std::collections::HashMap;
+
+use cairn_core::signature::StepSignature;
+use cairn_core::status::{Outcome, RunStatus, StepStatus};
+use cairn_core::store::{EventRecord, RunQuery, RunRecord, StepRecord};
+use serde_json::{Value, json};
+
+use crate::{Engine, EngineError};
+
+/// A run as every surface shows it: its record, its steps in execution order, where it
+/// executes, and the chain of runs it was replayed from.
+#[derive(Debug, Clone)]
+pub struct RunView {
+    pub run: RunRecord,
+    pub steps: Vec<StepView>,
+    /// Where it executes: `local`, or the target its plan named.
+    pub target: String,
+    /// The source runs above it, nearest first (empty unless it is a replay child).
+    pub lineage: Vec<RunRecord>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StepView {
+    pub step_id: String,
+    /// `None` when the step has no record yet (PENDING).
+    pub record: Option<StepRecord>,
+}
+
+impl StepView {
+    pub fn status(&self) -> &'static str {
+        self.record.as_ref().map(|r| r.status.as_str()).unwrap_or("PENDING")
+    }
+}
+
+impl RunView {
+    /// The replay decision stored for a step (`{step_id, decision, reason, text}`), if the run is
+    /// a replay child.
+    pub fn decision_of(&self, step_id: &str) -> Option<&Value> {
+        self.run.replay.as_ref()?.get("decisions")?.as_array()?.iter().find(|d| d["step_id"] == step_id)
+    }
+
+    pub fn step(&self, step_id: &str) -> Result<&StepView, EngineError> {
+        self.steps.iter().find(|s| s.step_id == step_id).ok_or_else(|| EngineError::StepNotFound {
+            run_id: self.run.run_id.clone(),
+            step_id: step_id.to_string(),
+            steps: self.steps.iter().map(|s| s.step_id.clone()).collect(),
+        })
+    }
+}
+
+/// One run of a list, with where it executes.
+#[derive(Debug, Clone)]
+pub struct RunListing {
+    pub run: RunRecord,
+    pub target: String,
+}
+
+/// The events of a run after a sequence number, and whether the run had finished before they
+/// were read (so a follower that got them all can stop).
+#[derive(Debug, Clone)]
+pub struct EventBatch {
+    pub finished: bool,
+    pub events: Vec<EventRecord>,
+}
+
+/// Why a step of a run was executed, reused or invalidated.
+#[derive(Debug, Clone)]
+pub struct StepExplanation {
+    pub run_id: String,
+    pub step_id: String,
+    pub status: &'static str,
+    pub attempts: u32,
+    /// `reuse` or `replay` for a replay child, `execute` otherwise.
+    pub decision: Value,
+    /// The structured reason (`{kind, …}`).
+    pub reason: Value,
+    /// The reason in words.
+    pub text: Value,
+    pub reused_from: Option<String>,
+    pub signature: Option<StepSignature>,
+    pub outcome: Option<Outcome>,
+    pub error: Option<String>,
+}
+
+/// The bounded tail of a step's log: its stderr as its last attempt left it, or read live from
+/// its target while it runs there.
+#[derive(Debug, Clone)]
+pub struct StepLog {
+    pub run_id: String,
+    pub step_id: String,
+    pub status: &'static str,
+    pub lines: Vec<String>,
+    /// Whether earlier lines were left out.
+    pub truncated: bool,
+}
+
+/// The most of a running step's output read from its target for one log request.
+const LIVE_TAIL_BYTES: usize = 64 << 10;
+
+impl Engine {
+    pub(crate) fn run_record(&self, run_id: &str) -> Result<RunRecord, EngineError> {
+        self.store.run(run_id)?.ok_or_else(|| EngineError::RunNotFound { run_id: run_id.to_string() })
+    }
+
+    /// One run: its steps in the DAG's order of the version it ran, where it executes, and its
+    /// lineage.
+    pub fn show_run(&self, run_id: &str) -> Result<RunView, EngineError> {
+        let run = self.run_record(run_id)?;
+        let record = self.store.workflow(&run.workflow, Some(&run.version))?.ok_or_else(|| {
+            EngineError::WorkflowNotFound { name: run.workflow.clone(), version: Some(run.version.clone()) }
+        })?;
+        let dag = record.spec.dag().map_err(|e| EngineError::internal(format!("{}: {e}", record.spec.reference())))?;
+        let mut rows: HashMap<String, StepRecord> =
+            self.store.steps(run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
+        let steps = dag
+            .order()
+            .iter()
+            .map(|&i| {
+                let id = dag.id(i).to_string();
+                StepView { record: rows.remove(&id), step_id: id }
+            })
+            .collect();
+        let target = self.target_name_of_run(run_id)?;
+        let lineage = self.lineage_of(&run)?;
+        Ok(RunView { run, steps, target, lineage })
+    }
+
+    fn target_name_of_run(&self, run_id: &str) -> Result<String, EngineError> {
+        Ok(self.store.target_of_run(run_id)?.unwrap_or_else(|| cairn_core::target::LOCAL.to_string()))
+    }
+
+    /// The chain of source runs above `run`, nearest first.
+    fn lineage_of(&self, run: &RunRecord) -> Result<Vec<RunRecord>, EngineError> {
+        let mut chain = Vec::new();
+        let mut next = run.source_run_id.clone();
+        while let Some(id) = next {
+            // Source ids always exist (a foreign key) and never form a cycle (a source is older).
+            let Some(source) = self.store.run(&id)? else { break };
+            if chain.len() > 10_000 {
+                break;
+            }
+            next = source.source_run_id.clone();
+            chain.push(source);
+        }
+        Ok(chain)
+    }
+
+    /// The runs `query` selects, newest first, each with where it executes.
+    pub fn list_runs(&self, query: &RunQuery<'_>) -> Result<Vec<RunListing>, EngineError> {
+        self.store
+            .runs(query)?
+            .into_iter()
+            .map(|run| Ok(RunListing { target: self.target_name_of_run(&run.run_id)?, run }))
+            .collect()
+    }
+
+    /// Whether any run is pending or running (a follower of the run list keeps following).
+    pub fn has_active_runs(&self) -> Result<bool, EngineError> {
+        for status in [RunStatus::Pending, RunStatus::Running] {
+            if !self.store.runs(&RunQuery { status: Some(status), ..RunQuery::newest(1) })?.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The run's events after sequence number `after`, in order.
+    pub fn events(&self, run_id: &str, after: i64) -> Result<Vec<EventRecord>, EngineError> {
+        self.run_record(run_id)?;
+        Ok(self.store.events(run_id, after)?)
+    }
+
+    /// For a follower: the run's events after `after`, and whether the run had finished. The
+    /// status is read before the events, so a run that finished in between still has its
+    /// `run.finished` in this batch.
+    pub fn event_batch(&self, run_id: &str, after: i64) -> Result<EventBatch, EngineError> {
+        let finished = self.store.run(run_id)?.is_none_or(|r| r.status.is_terminal());
+        Ok(EventBatch { finished, events: self.store.events(run_id, after)? })
+    }
+
+    /// Why a step of a run was executed, reused or invalidated.
+    pub fn explain_step(&self, run_id: &str, step_id: &str) -> Result<StepExplanation, EngineError> {
+        let view = self.show_run(run_id)?;
+        let step = view.step(step_id)?;
+        let r = step.record.as_ref();
+        let (decision, reason, text) = match view.decision_of(step_id) {
+            Some(d) => (d["decision"].clone(), d["reason"].clone(), d["text"].clone()),
+            None => (
+                json!("execute"),
+                json!({"kind": "not_a_replay"}),
+                json!(match r {
+                    Some(_) => "executed in this run (it is not a replay, so nothing was reused)",
+                    None => "not started yet",
+                }),
+            ),
+        };
+        Ok(StepExplanation {
+            run_id: view.run.run_id.clone(),
+            step_id: step_id.to_string(),
+            status: step.status(),
+            attempts: r.map(|r| r.attempt_count).unwrap_or(0),
+            decision,
+            reason,
+            text,
+            reused_from: r.and_then(|r| r.reused_from.clone()),
+            signature: r.map(|r| r.signature.clone()),
+            outcome: r.and_then(|r| r.outcome),
+            error: r.and_then(|r| r.error.clone()),
+        })
+    }
+
+    /// The last `lines` lines of a step's log. A step running through the step agent is read
+    /// where it runs: a bounded tail over SSH.
+    pub fn step_log(&self, run_id: &str, step_id: &str, lines: usize) -> Result<StepLog, EngineError> {
+        let view = self.show_run(run_id)?;
+        let step = view.step(step_id)?;
+        let record = step.record.as_ref();
+        let live = record.and_then(|r| self.live_tail(r, LIVE_TAIL_BYTES));
+        let tail = live.or_else(|| record.and_then(|r| r.log_tail.clone())).unwrap_or_default();
+        let all: Vec<&str> = tail.lines().collect();
+        let from = all.len().saturating_sub(lines);
+        Ok(StepLog {
+            run_id: run_id.to_string(),
+            step_id: step_id.to_string(),
+            status: step.status(),
+            lines: all[from..].iter().map(|l| l.to_string()).collect(),
+            truncated: from > 0,
+        })
+    }
+
+    /// The run reserved for `target + run_dir`, if any (one run per target and run_dir).
+    pub fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, EngineError> {
+        Ok(self.store.reservation(target, run_dir)?)
+    }
+
+    /// The process groups and supervised launches of a run's RUNNING steps.
+    pub(crate) fn running_steps(&self, run_id: &str) -> Result<Vec<StepRecord>, EngineError> {
+        Ok(self.store.steps(run_id)?.into_iter().filter(|s| s.status == StepStatus::Running).collect())
+    }
+}

@@ -1,0 +1,214 @@
+//! The HTTP plumbing every endpoint shares: JSON error bodies (engine errors mapped once, by
+//! [`crate::failure`]), extractors whose rejections are JSON too, running engine work off the
+//! async threads, the loopback `Host` check, the bearer-token roles, and `GET /health`.
+
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use cairn_engine::EngineError;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{AppRef, AppState, BODY_LIMIT};
+use crate::auth::{Role, host_is_loopback};
+
+/// Every error response: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable machine-readable code, e.g. `unauthorized`, `execution_input_mismatch`.
+    pub code: String,
+    /// What went wrong and how to fix it.
+    pub message: String,
+}
+
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into() }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message } };
+        let mut resp = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        ApiError::new(crate::failure::http_status(e.kind()), e.code().wire_name(), e.to_string())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> ApiError {
+        let status = r.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            StatusCode::BAD_REQUEST => "invalid_json",
+            _ => "invalid_body",
+        };
+        let mut message = r.body_text();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            message = format!("the body is larger than {BODY_LIMIT} bytes");
+        } else if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+            message = "send the body as JSON with `Content-Type: application/json`".into();
+        }
+        ApiError::new(status, code, message)
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", r.body_text())
+    }
+}
+
+/// `Json`, with its rejections as JSON error bodies.
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+/// Runs engine work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("the request's worker failed: {e}"))
+    })?
+}
+
+pub(super) async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint; the API is described at GET /openapi.json")
+}
+
+pub(super) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method; see GET /openapi.json",
+    )
+}
+
+/// Refuses any request not addressed to loopback by name (DNS rebinding), and notes activity.
+pub(super) async fn check_host(State(state): State<AppRef>, req: Request, next: Next) -> Response {
+    state.last_activity.store(state.started.elapsed().as_millis() as i64, Ordering::Relaxed);
+    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if !host_is_loopback(host) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden_host",
+            format!(
+                "requests must address the daemon as 127.0.0.1 or localhost (the Host header was `{host}`); this protects against DNS rebinding"
+            ),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// A token is required; reads need a Viewer's, anything else an Operator's.
+/// MCP over HTTP: any valid token may connect; each tool call is then made to this API with that
+/// same token, so what a Viewer may not do here, it may not do there either.
+pub(super) async fn require_any_token(State(state): State<AppRef>, req: Request, next: Next) -> Response {
+    match presented_role(&state, &req) {
+        Ok(_) => next.run(req).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The role of the request's bearer token, or the 401 that refuses it.
+#[allow(clippy::result_large_err)]
+fn presented_role(state: &AppState, req: &Request) -> Result<Role, Response> {
+    let presented = crate::auth::bearer(req.headers());
+    presented.and_then(|t| state.tokens.role_of(t)).ok_or_else(|| {
+        let message = if presented.is_some() {
+            "the bearer token is not valid for this daemon; use the contents of <state>/auth/viewer.token or operator.token"
+        } else {
+            "send `Authorization: Bearer <token>`; the tokens are in <state>/auth/viewer.token (read) and operator.token (read and change)"
+        };
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response()
+    })
+}
+
+pub(super) async fn require_token(State(state): State<AppRef>, req: Request, next: Next) -> Response {
+    let role = match presented_role(&state, &req) {
+        Ok(role) => role,
+        Err(refused) => return refused,
+    };
+    let reads = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    if !reads && role < Role::Operator {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a Viewer token may only read; submitting and cancelling need the Operator token",
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+// ------------------------------------------------------------------------------------ health
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` when the daemon answers.
+    pub status: String,
+    pub pid: u32,
+    pub version: String,
+    pub uptime_ms: u64,
+    /// Runs queued or executing in this daemon.
+    pub active_runs: usize,
+}
+
+/// Whether the daemon answers. Needs no token.
+#[utoipa::path(get, path = "/health", tag = "daemon", responses((status = 200, body = Health)))]
+pub(super) async fn health(State(state): State<AppRef>) -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        uptime_ms: state.started.elapsed().as_millis() as u64,
+        active_runs: state.service.active_runs(),
+    })
+}

@@ -1,0 +1,86 @@
+//! The session kernel: queue a job, list and read jobs, interrupt, restart, the audit notebook.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::AppRef;
+use super::http::{ApiError, ApiJson, ApiPath, ErrorBody, blocking};
+use crate::wire::{self, Interrupted, Job, JobList, Restarted, SubmitJob};
+
+/// Queues a job for the session kernel. Refused (409) while a verification holds the kernel slot.
+#[utoipa::path(post, path = "/kernel/jobs", tag = "kernel", request_body = SubmitJob,
+    responses((status = 202, body = Job), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 409, description = "A verification holds the kernel slot", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn submit_job(
+    State(state): State<AppRef>,
+    ApiJson(body): ApiJson<SubmitJob>,
+) -> Result<Response, ApiError> {
+    let timeout = match body.timeout_secs {
+        Some(t) if !(1..=604_800).contains(&t) => {
+            return Err(ApiError::invalid("timeout_secs must be between 1 and 604800 (a week)"));
+        }
+        t => t.map(Duration::from_secs),
+    };
+    blocking(move || {
+        let job = state.service.session().submit(&body.code, timeout)?;
+        Ok((StatusCode::ACCEPTED, Json(Job::from_record(&job))).into_response())
+    })
+    .await
+}
+
+/// Every retained job of the session kernel, oldest first.
+#[utoipa::path(get, path = "/kernel/jobs", tag = "kernel",
+    responses((status = 200, body = JobList), (status = 401, body = ErrorBody)), security(("bearer" = [])))]
+pub(super) async fn list_jobs(State(state): State<AppRef>) -> Result<Json<JobList>, ApiError> {
+    blocking(move || Ok(Json(JobList { jobs: state.service.session().jobs()?.iter().map(Job::from_record).collect() })))
+        .await
+}
+
+/// One job: its status, outputs so far, timings.
+#[utoipa::path(get, path = "/kernel/jobs/{job_id}", tag = "kernel", params(("job_id" = String, Path)),
+    responses((status = 200, body = Job), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn get_job(
+    State(state): State<AppRef>,
+    ApiPath(job_id): ApiPath<String>,
+) -> Result<Json<Job>, ApiError> {
+    blocking(move || Ok(Json(Job::from_record(&state.service.session().job(&job_id)?)))).await
+}
+
+/// Sends KeyboardInterrupt to the running job (the kernel and its state survive).
+#[utoipa::path(post, path = "/kernel/interrupt", tag = "kernel",
+    responses((status = 200, body = Interrupted), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn interrupt_kernel(State(state): State<AppRef>) -> Result<Json<Interrupted>, ApiError> {
+    blocking(move || Ok(Json(Interrupted { interrupted: state.service.session().interrupt() }))).await
+}
+
+/// Kills the session kernel (its state is lost; queued and running jobs end `cancelled`); the
+/// next job starts a fresh one.
+#[utoipa::path(post, path = "/kernel/restart", tag = "kernel",
+    responses((status = 200, body = Restarted), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn restart_kernel(State(state): State<AppRef>) -> Result<Json<Restarted>, ApiError> {
+    blocking(move || {
+        let r = state.service.session().restart()?;
+        Ok(Json(Restarted { killed_session: r.killed_session, cancelled: r.cancelled }))
+    })
+    .await
+}
+
+/// The audit notebook (nbformat 4.5): every retained job in order, dead ends included, each with
+/// a provenance header.
+#[utoipa::path(get, path = "/kernel/audit", tag = "kernel",
+    responses((status = 200, description = "The notebook", body = Object), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn kernel_audit(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
+    blocking(move || Ok(Json(state.service.session().audit(&wire::time)?))).await
+}

@@ -1,0 +1,94 @@
+//! The HTTP API: JSON over loopback, bearer tokens for two roles, JSON error bodies everywhere,
+//! and an OpenAPI 3.1 document generated from the handlers and the wire types. One file per
+//! resource; each handler parses its request, makes one engine call and answers with a wire
+//! object.
+
+mod http;
+mod kernel;
+mod openapi;
+mod plans;
+mod runs;
+mod targets;
+mod verifications;
+mod web;
+mod workflows;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Instant;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::{Router, middleware};
+use cairn_engine::Service;
+
+pub use http::{ApiError, ErrorBody, ErrorDetail};
+pub use openapi::ApiDoc;
+pub use web::UsedLogins;
+
+use crate::auth::Tokens;
+
+/// Bodies above this are refused with 413 before they are parsed.
+pub const BODY_LIMIT: usize = 1 << 20;
+
+pub struct AppState {
+    /// This daemon's own URL (`http://127.0.0.1:PORT`): the MCP servers call the API there.
+    pub url: String,
+    pub service: Arc<Service>,
+    pub tokens: Tokens,
+    pub started: Instant,
+    /// Milliseconds since `started` of the last request, for the idle exit.
+    pub last_activity: Arc<AtomicI64>,
+    /// Becomes true when the daemon stops: open event streams end, so shutdown does not wait on
+    /// their followers.
+    pub closing: tokio::sync::watch::Receiver<bool>,
+    /// Cancelled when the daemon stops: ends the MCP sessions' streams.
+    pub mcp_closing: tokio_util::sync::CancellationToken,
+    /// Bumped after every committed write to the registry.
+    pub commits: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The web app's login codes already used, so each works once.
+    pub logins: UsedLogins,
+}
+
+pub(crate) type AppRef = Arc<AppState>;
+
+pub fn router(state: AppRef) -> Router {
+    let authed = Router::new()
+        .route("/runs", get(runs::list_runs).post(runs::submit_run))
+        .route("/runs/{run_id}", get(runs::get_run))
+        .route("/runs/{run_id}/events", get(runs::run_events))
+        .route("/runs/{run_id}/steps/{step_id}/log", get(runs::step_log))
+        .route("/runs/{run_id}/steps/{step_id}/explain", get(runs::explain_step))
+        .route("/runs/{run_id}/cancel", post(runs::cancel_run))
+        .route("/workflows", get(workflows::list_workflows))
+        .route("/workflows/{name}", get(workflows::get_workflow))
+        .route("/plans", get(plans::list_plans).post(plans::create_plan))
+        .route("/plans/{name}", get(plans::get_plan))
+        .route("/plans/{name}/execute", post(plans::execute_plan))
+        .route("/kernel/jobs", get(kernel::list_jobs).post(kernel::submit_job))
+        .route("/kernel/jobs/{job_id}", get(kernel::get_job))
+        .route("/kernel/interrupt", post(kernel::interrupt_kernel))
+        .route("/kernel/restart", post(kernel::restart_kernel))
+        .route("/kernel/audit", get(kernel::kernel_audit))
+        .route("/targets", get(targets::list_targets).post(targets::create_target))
+        .route("/targets/{name}/probe", post(targets::probe_target))
+        .route("/targets/{name}/readiness", get(targets::check_readiness))
+        .route("/verifications", get(verifications::list_verifications).post(verifications::create_verification))
+        .route("/verifications/{id}", get(verifications::get_verification))
+        .route("/verifications/{id}/notebook", get(verifications::verification_notebook))
+        .route("/api/notebook", get(web::notebook_export))
+        .route_layer(middleware::from_fn_with_state(state.clone(), http::require_token));
+    let mcp = crate::mcp::http_router(&state.url, &state.tokens.viewer, state.mcp_closing.clone())
+        .layer(middleware::from_fn_with_state(state.clone(), http::require_any_token));
+    Router::new()
+        .route("/health", get(http::health))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .merge(web::routes())
+        .merge(authed)
+        .merge(mcp)
+        .fallback(http::not_found)
+        .method_not_allowed_fallback(http::method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state.clone(), http::check_host))
+        .with_state(state)
+}

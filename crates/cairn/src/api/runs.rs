@@ -1,0 +1,347 @@
+//! Runs: submit one (or a replay), list them (or follow the list), read one, its events (or
+//! follow them), a step's log and explanation, and cancel one.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use cairn_core::status::RunStatus;
+use cairn_core::store::{EventRecord, RunQuery};
+use cairn_engine::Submitted;
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppRef;
+use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
+use crate::wire::{Event, EventList, Explanation, RunList, RunResult, StepLog, SubmitRun};
+
+/// An accepted run as an answer: 200 when it had finished already, else 202 with where to find it.
+pub(super) fn run_answer(submitted: &Submitted) -> Response {
+    let body = Json(RunResult::from_view(&submitted.view));
+    if submitted.finished {
+        return (StatusCode::OK, body).into_response();
+    }
+    let mut resp = (StatusCode::ACCEPTED, body).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/runs/{}", submitted.view.run.run_id)) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+/// Creates the run (or finds it), queues it on the worker pool, and answers with its current
+/// state: 202 while it runs, 200 when it had finished already.
+#[utoipa::path(post, path = "/runs", tag = "runs", request_body = SubmitRun,
+    responses(
+        (status = 202, description = "Created (or found running) and queued", body = RunResult),
+        (status = 200, description = "This run had finished already", body = RunResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, description = "Unknown workflow or source run", body = ErrorBody),
+        (status = 409, description = "ExecutionInputMismatch, or the run executes elsewhere", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn submit_run(
+    State(state): State<AppRef>,
+    ApiJson(body): ApiJson<SubmitRun>,
+) -> Result<Response, ApiError> {
+    blocking(move || Ok(run_answer(&state.service.submit_run(body.into_request())?))).await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListRunsQuery {
+    /// At most this many, newest first (1 to 1000, default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+    /// Only runs with this status.
+    #[param(pattern = "^(PENDING|RUNNING|READY|BLOCKED|FAILED|CANCELLED)$")]
+    pub status: Option<String>,
+    /// Only runs of this workflow (by name).
+    #[param(min_length = 1)]
+    pub workflow: Option<String>,
+    /// Only the replays of this run.
+    #[param(min_length = 1)]
+    pub source_run_id: Option<String>,
+    /// Stream the list as Server-Sent Events instead: now, and again after every change, until no
+    /// run is pending or running (a client reconnects to watch for new runs).
+    pub follow: Option<bool>,
+}
+
+/// Which runs `GET /runs` lists, checked.
+#[derive(Clone)]
+struct RunFilter {
+    limit: usize,
+    status: Option<RunStatus>,
+    workflow: Option<String>,
+    source_run_id: Option<String>,
+}
+
+impl RunFilter {
+    fn of(q: ListRunsQuery) -> Result<RunFilter, ApiError> {
+        let limit = q.limit.unwrap_or(50);
+        if !(1..=1000).contains(&limit) {
+            return Err(ApiError::invalid("limit must be between 1 and 1000"));
+        }
+        let status = match q.status.as_deref() {
+            Some(s) => Some(s.parse::<RunStatus>().map_err(|e| ApiError::invalid(format!("status: {e}")))?),
+            None => None,
+        };
+        if q.workflow.as_deref().is_some_and(|w| w.trim().is_empty()) {
+            return Err(ApiError::invalid("workflow must name a workflow; see GET /workflows"));
+        }
+        if q.source_run_id.as_deref().is_some_and(|w| w.trim().is_empty()) {
+            return Err(ApiError::invalid("source_run_id must name a run; see GET /runs"));
+        }
+        Ok(RunFilter { limit, status, workflow: q.workflow, source_run_id: q.source_run_id })
+    }
+
+    /// The list, and whether any run (listed or not) is pending or running.
+    fn read(&self, state: &AppRef) -> Result<(RunList, bool), ApiError> {
+        let engine = state.service.engine();
+        let runs = engine.list_runs(&RunQuery {
+            limit: self.limit,
+            status: self.status,
+            workflow: self.workflow.as_deref(),
+            source_run_id: self.source_run_id.as_deref(),
+        })?;
+        Ok((RunList::from_listings(&runs), engine.has_active_runs()?))
+    }
+}
+
+/// Runs, newest first; with `follow=true`, a Server-Sent Events stream of the list (`event` is
+/// `runs`, `data` the list) that ends once no run is pending or running.
+#[utoipa::path(get, path = "/runs", tag = "runs", params(ListRunsQuery),
+    responses(
+        (status = 200, description = "The runs (or, with follow=true, a stream of the list)", content(
+            (RunList = "application/json"),
+            (SseRunsSchema = "text/event-stream"))),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn list_runs(
+    State(state): State<AppRef>,
+    ApiQuery(q): ApiQuery<ListRunsQuery>,
+) -> Result<Response, ApiError> {
+    let follow = q.follow.unwrap_or(false);
+    let filter = RunFilter::of(q)?;
+    if !follow {
+        let (list, _) = blocking(move || filter.read(&state)).await?;
+        return Ok(Json(list).into_response());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(16);
+    tokio::spawn(follow_runs(state, filter, tx));
+    Ok(sse(rx))
+}
+
+/// An event stream fed by `rx`.
+fn sse(rx: tokio::sync::mpsc::Receiver<SseEvent>) -> Response {
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<SseEvent, Infallible>(e), rx))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// Waits for the next commit, or 1 s (writes of other processes wake no one); false when the
+/// follower left or the daemon is stopping.
+async fn next_change<T>(
+    commits: &mut tokio::sync::watch::Receiver<u64>,
+    closing: &mut tokio::sync::watch::Receiver<bool>,
+    tx: &tokio::sync::mpsc::Sender<T>,
+) -> bool {
+    tokio::select! {
+        _ = commits.changed() => {}
+        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        _ = closing.changed() => return false,
+    }
+    !(tx.is_closed() || *closing.borrow())
+}
+
+/// One Server-Sent Event of `GET /runs?follow=true`.
+#[derive(ToSchema)]
+#[schema(as = SseRuns)]
+#[expect(dead_code, reason = "only describes the stream; axum's sse::Event writes it")]
+pub struct SseRunsSchema {
+    /// Always `runs`.
+    pub event: String,
+    /// The list as JSON (the `RunList` schema).
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
+}
+
+/// Feeds a follower of the run list: the list now, then each changed list (woken by commits,
+/// with a 1 s poll for runs other processes write), until no run is active, the follower leaves,
+/// or the daemon stops.
+async fn follow_runs(state: AppRef, filter: RunFilter, tx: tokio::sync::mpsc::Sender<SseEvent>) {
+    let mut commits = state.commits.subscribe();
+    let mut closing = state.closing.clone();
+    let mut last = String::new();
+    loop {
+        commits.borrow_and_update();
+        let (st, f) = (state.clone(), filter.clone());
+        let Ok(Ok((list, active))) = tokio::task::spawn_blocking(move || f.read(&st)).await else { return };
+        let data = serde_json::to_string(&list).unwrap_or_default();
+        if data != last {
+            if tx.send(SseEvent::default().event("runs").data(&data)).await.is_err() {
+                return;
+            }
+            last = data;
+        }
+        if !active || !next_change(&mut commits, &mut closing, &tx).await {
+            return;
+        }
+        // A step's end is several commits in a row: one list for all of them.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One run: status, steps in execution order, findings, replay summary, lineage.
+#[utoipa::path(get, path = "/runs/{run_id}", tag = "runs", params(("run_id" = String, Path)),
+    responses((status = 200, body = RunResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn get_run(
+    State(state): State<AppRef>,
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Json<RunResult>, ApiError> {
+    blocking(move || Ok(Json(RunResult::from_view(&state.service.engine().show_run(&run_id)?)))).await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Only events with a larger sequence number.
+    pub after: Option<i64>,
+    /// Stream events as Server-Sent Events until the run finishes.
+    pub follow: Option<bool>,
+}
+
+/// The run's ordered event log; with `follow=true`, a Server-Sent Events stream (`id` is the
+/// sequence number, `event` the kind, `data` the event) that ends after `run.finished`.
+#[utoipa::path(get, path = "/runs/{run_id}/events", tag = "runs", params(("run_id" = String, Path), EventsQuery),
+    responses(
+        (status = 200, description = "The events (or, with follow=true, an event stream)", content(
+            (EventList = "application/json"),
+            (SseEventSchema = "text/event-stream"))),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn run_events(
+    State(state): State<AppRef>,
+    ApiPath(run_id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+) -> Result<Response, ApiError> {
+    let after = q.after.unwrap_or(0);
+    // Subscribed before the first read, so no commit after that read goes unnoticed.
+    let commits = state.commits.subscribe();
+    let (st, id) = (state.clone(), run_id.clone());
+    let events = blocking(move || Ok(st.service.engine().events(&id, after)?)).await?;
+    if !q.follow.unwrap_or(false) {
+        return Ok(Json(EventList::from_records(&run_id, &events)).into_response());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(256);
+    tokio::spawn(follow_events(state, run_id, after, events, commits, tx));
+    Ok(sse(rx))
+}
+
+/// One Server-Sent Event of `GET /runs/{run_id}/events?follow=true`.
+#[derive(ToSchema)]
+#[schema(as = SseEvent)]
+#[expect(dead_code, reason = "only describes the stream; axum's sse::Event writes it")]
+pub struct SseEventSchema {
+    /// The event's sequence number.
+    pub id: String,
+    /// Its kind (`run.created`, `step.started`, …, `run.finished`).
+    pub event: String,
+    /// The event as JSON (the `Event` schema).
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
+}
+
+/// Feeds a follower: what exists, then new events as they are committed (woken by each commit,
+/// with a 1 s poll as a fallback), until the run's last event, the follower leaves, or the daemon
+/// stops.
+async fn follow_events(
+    state: AppRef,
+    run_id: String,
+    mut after: i64,
+    mut batch: Vec<EventRecord>,
+    mut commits: tokio::sync::watch::Receiver<u64>,
+    tx: tokio::sync::mpsc::Sender<SseEvent>,
+) {
+    let mut closing = state.closing.clone();
+    loop {
+        for e in &batch {
+            after = e.seq;
+            let data = serde_json::to_string(&Event::from_record(e)).unwrap_or_default();
+            let event = SseEvent::default().id(e.seq.to_string()).event(e.event.kind()).data(data);
+            if tx.send(event).await.is_err() || e.event.ends_run() {
+                return;
+            }
+        }
+        if !next_change(&mut commits, &mut closing, &tx).await {
+            return;
+        }
+        commits.borrow_and_update();
+        let (st, id) = (state.clone(), run_id.clone());
+        let polled = tokio::task::spawn_blocking(move || st.service.engine().event_batch(&id, after)).await;
+        batch = match polled {
+            // Finished, and nothing after `after`: the follower asked past the end.
+            Ok(Ok(b)) if b.finished && b.events.is_empty() => return,
+            Ok(Ok(b)) => b.events,
+            _ => return,
+        };
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogQuery {
+    /// The last N lines (1 to 10000, default 100).
+    #[param(minimum = 1, maximum = 10000)]
+    pub lines: Option<usize>,
+}
+
+/// The tail of one step's log (read from its target, bounded, while it runs there).
+#[utoipa::path(get, path = "/runs/{run_id}/steps/{step_id}/log", tag = "runs",
+    params(("run_id" = String, Path), ("step_id" = String, Path), LogQuery),
+    responses((status = 200, body = StepLog), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn step_log(
+    State(state): State<AppRef>,
+    ApiPath((run_id, step_id)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<LogQuery>,
+) -> Result<Json<StepLog>, ApiError> {
+    let lines = q.lines.unwrap_or(100);
+    if !(1..=10_000).contains(&lines) {
+        return Err(ApiError::invalid("lines must be between 1 and 10000"));
+    }
+    blocking(move || Ok(Json(StepLog::from_engine(state.service.engine().step_log(&run_id, &step_id, lines)?)))).await
+}
+
+/// Why a step of a run was reused, run or invalidated, with its signature and attempts.
+#[utoipa::path(get, path = "/runs/{run_id}/steps/{step_id}/explain", tag = "runs",
+    params(("run_id" = String, Path), ("step_id" = String, Path)),
+    responses((status = 200, description = "The step's decision, reason and record", body = Explanation),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn explain_step(
+    State(state): State<AppRef>,
+    ApiPath((run_id, step_id)): ApiPath<(String, String)>,
+) -> Result<Json<Explanation>, ApiError> {
+    blocking(move || Ok(Json(Explanation::from_engine(&state.service.engine().explain_step(&run_id, &step_id)?)))).await
+}
+
+/// Cancels a run: its process groups are stopped (SIGTERM, grace, SIGKILL) and it ends CANCELLED.
+#[utoipa::path(post, path = "/runs/{run_id}/cancel", tag = "runs", params(("run_id" = String, Path)),
+    responses((status = 200, body = RunResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The run had finished already", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn cancel_run(
+    State(state): State<AppRef>,
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Json<RunResult>, ApiError> {
+    blocking(move || Ok(Json(RunResult::from_view(&state.service.cancel_run(&run_id)?)))).await
+}

@@ -1,0 +1,104 @@
+//! Verifications: verify a document in a fresh scratch kernel (in the daemon, which owns
+//! kernels), list verifications, read one and its proven notebook.
+
+use std::path::PathBuf;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use cairn_engine::verify::Quiet;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::IntoParams;
+
+use super::AppRef;
+use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
+use crate::wire::{VerificationRecord, Verify, VerifyResult};
+
+/// Verifies a document in a fresh, disposable kernel and answers when it has a verdict. Give its
+/// text as `document`, or an absolute path on this machine as `path`, or only a `title` to
+/// re-verify that title's draft. A verification's side effects (files its cells wrote) are not
+/// undone.
+#[utoipa::path(post, path = "/verifications", tag = "verifications", request_body = Verify,
+    responses((status = 200, description = "The verification: verdict, cells, notebook or draft", body = VerifyResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, description = "No draft of that title", body = ErrorBody),
+        (status = 409, description = "The kernel slot is taken and no_wait was set", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn create_verification(
+    State(state): State<AppRef>,
+    ApiJson(body): ApiJson<Verify>,
+) -> Result<Json<VerifyResult>, ApiError> {
+    blocking(move || {
+        // The daemon's own interpreter setting; a relative path means nothing to a caller.
+        let python = std::env::var_os("CAIRN_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from);
+        let req = Verify { python, memory_limit: None, ..body }.into_request(None)?;
+        Ok(Json(VerifyResult::from_report(&state.service.engine().verify(&req, &mut Quiet)?)))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct VerificationQuery {
+    /// At most this many, newest first (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
+/// Verifications, newest first.
+#[utoipa::path(get, path = "/verifications", tag = "verifications", params(VerificationQuery),
+    responses((status = 200, description = "`{verifications: [...]}`", body = Object), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn list_verifications(
+    State(state): State<AppRef>,
+    ApiQuery(q): ApiQuery<VerificationQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("limit must be between 1 and 1000"));
+    }
+    blocking(move || {
+        let all = state.service.engine().verifications(limit)?;
+        Ok(Json(json!({"verifications": all.iter().map(VerificationRecord::from_record).collect::<Vec<_>>()})))
+    })
+    .await
+}
+
+/// One verification: verdict, per-cell status, notebook or draft (its path, and as `draft_text` its text).
+#[utoipa::path(get, path = "/verifications/{id}", tag = "verifications", params(("id" = String, Path)),
+    responses((status = 200, description = "The verification", body = VerificationRecord), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn get_verification(
+    State(state): State<AppRef>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<VerificationRecord>, ApiError> {
+    blocking(move || {
+        let v = state.service.engine().verification(&id)?;
+        let mut out = VerificationRecord::from_record(&v);
+        out.draft_text = state.service.engine().draft_text(&v);
+        Ok(Json(out))
+    })
+    .await
+}
+
+/// The notebook a passed verification proved (nbformat 4.5 JSON, a provenance cell first); a
+/// failed one has none: its draft is named in the 404's message.
+#[utoipa::path(get, path = "/verifications/{id}/notebook", tag = "verifications", params(("id" = String, Path)),
+    responses((status = 200, description = "The notebook (application/x-ipynb+json)", body = Object),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn verification_notebook(
+    State(state): State<AppRef>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    blocking(move || {
+        let bytes = state.service.engine().verification_notebook(&id)?;
+        Ok(([(header::CONTENT_TYPE, "application/x-ipynb+json")], bytes).into_response())
+    })
+    .await
+}

@@ -1,0 +1,196 @@
+//! The daemon, in the foreground (`cairn daemon run`): takes the state root's lock, starts the
+//! engine's [`Service`] (the worker pool, the session kernel, startup recovery), serves the HTTP
+//! API on loopback, and stops what it runs when it is told to.
+//!
+//! **Invariant:** one daemon per state root (the lock); it listens on loopback only.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use cairn_engine::session::SessionConfig;
+use cairn_engine::{Engine, Service, ServiceConfig};
+
+use crate::presence::{DaemonInfo, build_id, info_path, lock_path, read_info, write_info};
+use crate::{Failure, api, auth};
+
+/// How the foreground daemon (`cairn daemon run`) serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub port: u16,
+    pub idle_exit: Option<Duration>,
+    pub workers: usize,
+}
+
+/// The daemon itself, in the foreground: takes the lock, recovers what a dead predecessor left,
+/// serves until SIGTERM/SIGINT (or idle, or its state root is removed), then stops what it runs.
+pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
+    let started = Instant::now();
+    // Every committed write bumps this, so event followers wake at once instead of polling.
+    let (commits, _) = tokio::sync::watch::channel(0u64);
+    let commits = Arc::new(commits);
+    let bump = commits.clone();
+    let engine = Engine::builder(root).on_commit(move || bump.send_modify(|n| *n = n.wrapping_add(1))).open()?;
+    let lock_file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(root))
+        .map_err(|e| Failure::usage(format!("cannot open {}: {e}", lock_path(root).display())))?;
+    match lock_file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let who = read_info(root).map(|i| format!("pid {}", i.pid)).unwrap_or_else(|| "another process".into());
+            return Err(Failure {
+                code: 4,
+                message: format!(
+                    "another daemon ({who}) already serves {}; it holds {}. Use `cairn daemon status` or `cairn daemon stop`",
+                    root.display(),
+                    lock_path(root).display()
+                ),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(Failure::usage(format!("cannot lock {}: {e}", lock_path(root).display())));
+        }
+    }
+    let tokens = auth::ensure_tokens(root)?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        // Store work is serialised on one connection anyway; more threads only cost memory
+        // (glibc gives each its own malloc arena).
+        .max_blocking_threads(8)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::usage(format!("cannot start the daemon's runtime: {e}")))?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", opts.port)))
+        .map_err(|e| Failure::usage(format!("cannot listen on 127.0.0.1:{}: {e}", opts.port)))?;
+    let port = listener.local_addr().map_err(|e| Failure::usage(e.to_string()))?.port();
+    let url = format!("http://127.0.0.1:{port}");
+
+    let session_dir = root.join("session");
+    std::fs::create_dir_all(&session_dir)
+        .map_err(|e| Failure::usage(format!("cannot create {}: {e}", session_dir.display())))?;
+    let service = Arc::new(Service::start(
+        Arc::new(engine),
+        ServiceConfig {
+            workers: opts.workers,
+            session: SessionConfig {
+                python: std::env::var_os("CAIRN_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from),
+                workdir: session_dir,
+                default_timeout: Duration::from_secs(3600),
+            },
+            log: Arc::new(log),
+        },
+    )?);
+    let recovered = service.recover();
+    let last_activity = Arc::new(AtomicI64::new(0));
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let mcp_closing = tokio_util::sync::CancellationToken::new();
+    let state = Arc::new(api::AppState {
+        url: url.clone(),
+        service: service.clone(),
+        tokens,
+        started,
+        last_activity: last_activity.clone(),
+        closing,
+        mcp_closing: mcp_closing.clone(),
+        commits,
+        logins: Default::default(),
+    });
+
+    let owner = service.owner();
+    let info = DaemonInfo {
+        pid: owner.pid,
+        start_time: Some(owner.start_time),
+        url: url.clone(),
+        port,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: now(),
+        build: build_id(),
+    };
+    write_info(root, &info)?;
+    eprintln!(
+        "{} cairn daemon {} (pid {}, owner {owner}) serving {} on {url}; recovered {recovered} run(s)",
+        info.started_at,
+        info.version,
+        owner.pid,
+        root.display()
+    );
+
+    let root_owned = root.to_path_buf();
+    let idle_service = service.clone();
+    let served = rt.block_on(async move {
+        let app = api::router(state);
+        let idle = move || idle_service.is_idle();
+        let signal = shutdown_signal(root_owned, opts.idle_exit, idle, last_activity, started);
+        let shutdown = async move {
+            signal.await;
+            // End the event streams and MCP sessions first: graceful shutdown waits for open
+            // connections.
+            let _ = closing_tx.send(true);
+            mcp_closing.cancel();
+        };
+        // Without TCP_NODELAY, small event frames wait on the client's delayed ACK (~40 ms each).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    });
+    log("stopping: interrupting what still runs");
+    let interrupted = service.shutdown(Duration::from_secs(10));
+    let _ = std::fs::remove_file(info_path(root));
+    rt.shutdown_timeout(Duration::from_secs(2));
+    log(&format!("stopped; {interrupted} run(s) left to resume at the next start"));
+    drop(lock_file);
+    served.map_err(|e| Failure::usage(format!("the HTTP server failed: {e}")))
+}
+
+fn now() -> String {
+    crate::wire::time(jiff::Timestamp::now().as_millisecond())
+}
+
+/// One line of the daemon's log (its stderr, which `cairn daemon start` sends to daemon.log).
+fn log(line: &str) {
+    eprintln!("{} {line}", now());
+}
+
+/// Resolves when the daemon should stop: SIGTERM or SIGINT; idle for `idle_exit`; or its state
+/// root removed (a test's temporary directory), which leaves nothing to serve.
+async fn shutdown_signal(
+    root: PathBuf,
+    idle_exit: Option<Duration>,
+    is_idle: impl Fn() -> bool,
+    last_activity: Arc<AtomicI64>,
+    started: Instant,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return;
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = tick.tick() => {
+                if !lock_path(&root).exists() {
+                    eprintln!("the state root {} is gone; stopping", root.display());
+                    return;
+                }
+                if let Some(idle) = idle_exit {
+                    let last = Duration::from_millis(last_activity.load(Ordering::Relaxed) as u64);
+                    let since = started.elapsed().saturating_sub(last);
+                    if since >= idle && is_idle() {
+                        eprintln!("idle for {} s; stopping", since.as_secs());
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

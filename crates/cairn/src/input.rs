@@ -1,0 +1,48 @@
+//! What the CLI reads before it calls anything: the state root it works on, and a run input file.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::Failure;
+
+/// `--home`/`CAIRN_HOME`, else `$XDG_STATE_HOME/cairn`, else `~/.local/state/cairn`.
+pub fn state_root(home: Option<PathBuf>) -> Result<PathBuf, Failure> {
+    if let Some(h) = home.filter(|h| !h.as_os_str().is_empty()) {
+        return Ok(h);
+    }
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(x) = env("XDG_STATE_HOME") {
+        return Ok(x.join("cairn"));
+    }
+    env("HOME")
+        .map(|h| h.join(".local/state/cairn"))
+        .ok_or_else(|| Failure::usage("cannot find a state root: set CAIRN_HOME (or HOME)"))
+}
+
+/// A run input: one JSON value from a file, or from stdin for `-`.
+pub fn read_input(path: &Path) -> Result<Value, Failure> {
+    read_json_file(path).map_err(Failure::usage)
+}
+
+/// [`read_input`] as a command-line value parser, so `--input FILE` arrives as its JSON.
+pub fn input_file(arg: &str) -> Result<Value, String> {
+    read_json_file(Path::new(arg))
+}
+
+fn read_json_file(path: &Path) -> Result<Value, String> {
+    let label = path.display().to_string();
+    let bytes = if label == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("stdin: {e}"))?;
+        buf
+    } else {
+        std::fs::read(path).map_err(|e| format!("{label}: cannot read the input file: {e}"))?
+    };
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| format!("{label}: the input is not UTF-8 text (invalid byte at offset {})", e.valid_up_to()))?;
+    serde_json::from_str(text).map_err(|e| {
+        format!("{label}: the input is not valid JSON: {e}; the run input is one JSON value, usually an object")
+    })
+}

@@ -1,0 +1,34 @@
+//! The JSON every surface speaks: one set of types for what the CLI prints with `--json`, what
+//! the HTTP API answers (and so what the MCP servers and the web app show), and the requests the
+//! three of them send. Converted from the engine's types by hand, so the OpenAPI document is
+//! generated from what is actually sent and `cairn show --json` and `GET /runs/{id}` cannot
+//! disagree.
+
+mod kernel;
+mod plans;
+pub mod requests;
+mod runs;
+mod verify;
+mod workflows;
+
+pub use kernel::{Interrupted, Job, JobList, Restarted};
+pub use plans::{PlanList, PlanSummary};
+pub use requests::{
+    AddTarget, ExecutePlan, ExecutorName, PlanReplay, PlanRun, ReplayDirective, SubmitJob, SubmitRun, Verify,
+};
+pub use runs::{
+    Event, EventList, Explanation, LineageEntry, ReplayPreview, RunList, RunResult, RunSummary, StepLog, StepResult,
+};
+pub use verify::{VerificationRecord, VerifyResult};
+pub use workflows::{WorkflowAdded, WorkflowDetail, WorkflowList, WorkflowSummary};
+
+/// A time as every surface shows it: RFC 3339 UTC with milliseconds.
+pub fn time(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()).unwrap_or_default()
+}
+
+/// A wire value as JSON. Our wire types hold only strings, numbers and JSON values: serialising
+/// them cannot fail.
+pub fn to_value<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
