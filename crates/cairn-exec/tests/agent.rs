@@ -1,31 +1,51 @@
 //! The step agent run on this machine (the same program an SSH target receives): deploy, a
 //! launch that outlives its follower, re-attaching by nonce, a refused nonce, cancelling, tails.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cairn_exec::agent::{Agent, StepEnd, deploy_file, recorded_end};
-use serde_json::{Value, json};
+use cairn_exec::agent::protocol::{
+    CancelRequest, DeployFile, DeployRequest, Identity, Launch, ReadyRequest, RunRequest, StopSignal, WaitRequest,
+};
+use cairn_exec::agent::{Agent, StepEnd, Stop};
+use serde_json::Value;
 
-fn run_request(dir: &std::path::Path, nonce: &str, script: &str, timeout: f64) -> Value {
-    json!({
-        "op": "run",
-        "attempt_dir": dir.join("steps/s/.cairn/attempt-1"),
-        "nonce": nonce,
-        "argv": ["python3", "-c", script],
-        "cwd": dir.join("steps/s"),
-        "run_dir": dir,
-        "env": {"CAIRN_STEP_ID": "s"},
-        "allow_env": [],
-        "stdin": "{\"n\":1}",
-        "timeout": timeout,
-        "grace": 1.0,
-        "stop_signal": "SIGTERM",
-        "max_stdout": 1 << 20,
-        "stderr_tail": 4096,
-        "controller": null,
-        "slurm": null,
-        "check_files": [],
-    })
+fn text(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn run_request(dir: &Path, nonce: &str, script: &str, timeout: f64) -> RunRequest {
+    RunRequest {
+        attempt_dir: text(&dir.join("steps/s/.cairn/attempt-1")),
+        nonce: nonce.into(),
+        argv: vec!["python3".into(), "-c".into(), script.into()],
+        cwd: text(&dir.join("steps/s")),
+        run_dir: text(dir),
+        base_env: cairn_exec::BASE_ENV.map(String::from).to_vec(),
+        allow_env: vec![],
+        env_prefix: cairn_exec::ENV_PREFIX.into(),
+        env: [("CAIRN_STEP_ID".to_string(), "s".to_string())].into(),
+        stdin: "{\"n\":1}".into(),
+        timeout,
+        grace: 1.0,
+        stop_signal: StopSignal::Term,
+        max_stdout: 1 << 20,
+        stderr_tail: 4096,
+        controller: None,
+        slurm: None,
+        check_files: vec![],
+    }
+}
+
+fn wait(attempt: &Path, nonce: &str) -> WaitRequest {
+    WaitRequest { attempt_dir: text(attempt), nonce: nonce.into() }
+}
+
+fn pid_of(id: &Identity) -> u64 {
+    match id.launch {
+        Launch::Process { pid, .. } => u64::from(pid),
+        Launch::Slurm { .. } => panic!("a process was launched, not a Slurm job: {id:?}"),
+    }
 }
 
 fn alive(pid: u64) -> bool {
@@ -40,13 +60,14 @@ fn a_step_runs_with_its_stdin_env_and_exit_recorded() {
     let script = "import json,os,sys; a=json.load(sys.stdin); print(json.dumps({'n': a['n'], 'step': os.environ['CAIRN_STEP_ID'], 'cwd': os.getcwd()}))";
     let mut identity = None;
     let end = Agent::local()
-        .run_step(&run_request(dir.path(), "att_1", script, 30.0), &mut |id| identity = Some(id.clone()), &|| false)
+        .run_step(run_request(dir.path(), "att_1", script, 30.0), &mut |id| identity = Some(id.clone()), &|| false)
         .unwrap();
     let id = identity.expect("the launch's identity is reported before its end");
-    assert_eq!(id["nonce"], "att_1");
-    assert!(id["pid"].as_u64().unwrap() > 0 && id["start_time"].as_u64().is_some(), "{id}");
-    let StepEnd::Ended { record } = end else { panic!("{end:?}") };
-    let rec = recorded_end(&record, false);
+    assert_eq!(id.nonce, "att_1");
+    let Launch::Process { pid, start_time, .. } = id.launch else { panic!("{id:?}") };
+    assert!(pid > 0 && start_time.is_some(), "{id:?}");
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    let rec = exit.recorded_end(false);
     assert_eq!(rec.exit_code, Some(0));
     let out: Value = serde_json::from_slice(&rec.stdout).unwrap();
     assert_eq!(out["n"], 1);
@@ -69,9 +90,9 @@ fn a_launch_outlives_its_follower_and_is_reattached_only_with_its_nonce() {
     let stop_after_identity = std::cell::Cell::new(false);
     let end = Agent::local()
         .run_step(
-            &run_request(dir.path(), "att_2", script, 30.0),
+            run_request(dir.path(), "att_2", script, 30.0),
             &mut |id| {
-                pid = id["pid"].as_u64().unwrap();
+                pid = pid_of(id);
                 stop_after_identity.set(true);
             },
             &|| stop_after_identity.get(),
@@ -81,19 +102,17 @@ fn a_launch_outlives_its_follower_and_is_reattached_only_with_its_nonce() {
     assert!(alive(pid), "the step stops when its follower goes away");
 
     let attempt = dir.path().join("steps/s/.cairn/attempt-1");
-    let wrong =
-        Agent::local().wait_step(&json!({"op": "wait", "attempt_dir": attempt, "nonce": "att_other"}), &|| false);
+    let wrong = Agent::local().wait_step(wait(&attempt, "att_other"), &|| false);
     assert!(matches!(wrong, Ok(StepEnd::Mismatch(_))), "{wrong:?}");
     assert!(alive(pid), "a refused re-attach touches nothing");
 
-    let end =
-        Agent::local().wait_step(&json!({"op": "wait", "attempt_dir": attempt, "nonce": "att_2"}), &|| false).unwrap();
-    let StepEnd::Ended { record } = end else { panic!("{end:?}") };
-    assert_eq!(recorded_end(&record, false).stdout, b"{\"done\": true}\n");
+    let end = Agent::local().wait_step(wait(&attempt, "att_2"), &|| false).unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    assert_eq!(exit.recorded_end(false).stdout, b"{\"done\": true}\n");
     assert!(started.elapsed() >= Duration::from_millis(1400));
 
     // A second launch into the same attempt directory is refused: an attempt runs once.
-    let again = Agent::local().run_step(&run_request(dir.path(), "att_2", script, 30.0), &mut |_| {}, &|| false);
+    let again = Agent::local().run_step(run_request(dir.path(), "att_2", script, 30.0), &mut |_| {}, &|| false);
     let err = again.unwrap_err().to_string();
     assert!(err.contains("exists already"), "{err}");
 }
@@ -107,9 +126,9 @@ fn cancel_stops_the_whole_group_and_the_end_is_recorded() {
     let flag = std::cell::Cell::new(false);
     let _ = Agent::local()
         .run_step(
-            &run_request(dir.path(), "att_3", script, 120.0),
+            run_request(dir.path(), "att_3", script, 120.0),
             &mut |id| {
-                pid = id["pid"].as_u64().unwrap();
+                pid = pid_of(id);
                 flag.set(true);
             },
             &|| flag.get(),
@@ -118,9 +137,12 @@ fn cancel_stops_the_whole_group_and_the_end_is_recorded() {
     std::thread::sleep(Duration::from_millis(300));
     let attempt = dir.path().join("steps/s/.cairn/attempt-1");
     let answer = Agent::local()
-        .call(&json!({"op": "cancel", "attempt_dir": attempt, "nonce": "att_3", "grace": 1.0}), Duration::from_secs(30))
+        .cancel(
+            CancelRequest { attempt_dir: text(&attempt), nonce: "att_3".into(), grace: 1.0 },
+            Duration::from_secs(30),
+        )
         .unwrap();
-    assert_eq!(answer["cancelled"], true, "{answer}");
+    assert!(matches!(&answer, Stop::Matched(c) if c.stopped), "{answer:?}");
     assert!(!alive(pid));
     let group = std::process::Command::new("pgrep").args(["-g", &pid.to_string()]).output().unwrap();
     // A killed member may linger as a zombie until its new parent reaps it; it no longer runs.
@@ -138,10 +160,10 @@ fn cancel_stops_the_whole_group_and_the_end_is_recorded() {
 fn the_timeout_is_enforced_by_the_supervisor() {
     let dir = tempfile::tempdir().unwrap();
     let script = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)";
-    let end = Agent::local().run_step(&run_request(dir.path(), "att_4", script, 0.5), &mut |_| {}, &|| false).unwrap();
-    let StepEnd::Ended { record } = end else { panic!("{end:?}") };
-    let rec = recorded_end(&record, false);
-    assert!(rec.timed_out && rec.killed_after_grace, "{record}");
+    let end = Agent::local().run_step(run_request(dir.path(), "att_4", script, 0.5), &mut |_| {}, &|| false).unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    let rec = exit.clone().recorded_end(false);
+    assert!(rec.timed_out && rec.killed_after_grace, "{exit:?}");
     assert_eq!(rec.signal, Some(9));
 }
 
@@ -149,20 +171,24 @@ fn the_timeout_is_enforced_by_the_supervisor() {
 fn deploy_creates_a_new_run_dir_and_refuses_bad_content_or_an_existing_dir() {
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let files =
-        vec![deploy_file("input.json", b"{}\n", 0o644), deploy_file("workflow/tools/t.py", b"print(1)\n", 0o755)];
+    let files = vec![
+        DeployFile::new("input.json", b"{}\n", 0o644),
+        DeployFile::new("workflow/tools/t.py", b"print(1)\n", 0o755),
+    ];
     let agent = Agent::local();
-    let ok = agent.call(&json!({"op": "deploy", "run_dir": run_dir, "files": files}), Duration::from_secs(30));
-    assert_eq!(ok.unwrap()["deployed"], 2);
+    let deploy = |run_dir: &Path, files: Vec<DeployFile>| {
+        agent.deploy(DeployRequest { run_dir: text(run_dir), files }, Duration::from_secs(30))
+    };
+    assert_eq!(deploy(&run_dir, files).unwrap(), 2);
     assert_eq!(std::fs::read(run_dir.join("workflow/tools/t.py")).unwrap(), b"print(1)\n");
 
-    let again = agent.call(&json!({"op": "deploy", "run_dir": run_dir, "files": []}), Duration::from_secs(30));
+    let again = deploy(&run_dir, vec![]);
     assert!(again.unwrap_err().to_string().contains("cannot create"));
 
-    let mut bad = deploy_file("input.json", b"{}\n", 0o644);
-    bad["sha256"] = json!("0".repeat(64));
+    let mut bad = DeployFile::new("input.json", b"{}\n", 0o644);
+    bad.sha256 = "0".repeat(64);
     let other = dir.path().join("other");
-    let refused = agent.call(&json!({"op": "deploy", "run_dir": other, "files": [bad]}), Duration::from_secs(30));
+    let refused = deploy(&other, vec![bad]);
     assert!(refused.unwrap_err().to_string().contains("does not match its checksum"));
     assert!(!other.join("input.json").exists());
 }
@@ -172,19 +198,18 @@ fn readiness_reports_what_it_observed() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("data.csv");
     std::fs::write(&input, "a,b\n").unwrap();
-    let facts = Agent::local()
-        .call(
-            &json!({"op": "ready", "run_dir": dir.path().join("new"), "workspace_root": "/nowhere",
-                    "inputs": [input, "/no/such/file"], "programs": ["python3", "no-such-program-x"]}),
-            Duration::from_secs(30),
-        )
-        .unwrap()["ready"]
-        .clone();
-    assert_eq!(facts["run_dir_absent"], true);
-    assert_eq!(facts["parent_writable"], true);
-    assert_eq!(facts["inside_workspace_root"], false);
-    assert!(facts["programs"]["python3"].is_string());
-    assert!(facts["programs"]["no-such-program-x"].is_null());
-    assert_eq!(facts["inputs"][input.to_str().unwrap()], cairn_core::canonical::sha256_hex(b"a,b\n"));
-    assert!(facts["inputs"]["/no/such/file"].is_null());
+    let request = ReadyRequest {
+        run_dir: text(&dir.path().join("new")),
+        workspace_root: "/nowhere".into(),
+        inputs: vec![text(&input), "/no/such/file".into()],
+        programs: vec!["python3".into(), "no-such-program-x".into()],
+    };
+    let facts = Agent::local().ready(request, Duration::from_secs(30)).unwrap();
+    assert!(facts.run_dir_absent);
+    assert!(facts.parent_writable);
+    assert!(!facts.inside_workspace_root);
+    assert!(facts.programs["python3"].is_some());
+    assert_eq!(facts.programs["no-such-program-x"], None);
+    assert_eq!(facts.inputs[&text(&input)], Some(cairn_core::canonical::sha256_hex(b"a,b\n")));
+    assert_eq!(facts.inputs["/no/such/file"], None);
 }

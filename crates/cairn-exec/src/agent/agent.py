@@ -1,19 +1,31 @@
 # Cairn's step agent: stdlib only, sent whole with every request (nothing is installed on the
 # target). It runs on the controller host, locally or over SSH, reads one JSON line
 # {"agent": <this source>, "request": {...}} from stdin, and answers with JSON lines on stdout.
+# Its protocol is `agent::protocol` on Cairn's side: every request and answer carries PROTOCOL,
+# and so does every file it writes in an attempt directory.
 #
 # A step runs detached from the connection that started it: a supervisor owns the tool (in its own
 # session) and records, in the attempt directory, who the tool is (pid.json, with a nonce) and how
 # it ended (exit.json). A dropped connection or a dead daemon therefore loses nothing; a later
-# `wait` re-attaches after checking the nonce, and never guesses.
+# `wait` re-attaches after checking the nonce, and never guesses. There is one supervisor,
+# `supervise`: a forked process for a one-shot `run`, a thread of the serving agent, or the Slurm
+# job, which runs a copy of this file (`python3 agent.py supervise.json`).
 #
 # `serve` keeps one agent per target connection for a daemon's run requests (each line a request
 # with an id, answered by lines with that id): no ssh session or Python start per step. There the
 # agent itself supervises each tool on a thread, and finishes recording them when its connection
 # ends before it leaves.
+#
+# Imported as a module (by Cairn's tests), it runs nothing.
 import base64, hashlib, json, os, select, shutil, signal, subprocess, sys, threading, time
 
-BASE_ENV = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"]
+# The protocol this agent speaks; Cairn's `protocol::PROTOCOL` is the same number.
+PROTOCOL = 1
+# The protocols of attempt files this agent reads. A file without `protocol` is 0: Cairn wrote
+# those before versions, and protocol 1 kept every field of pid.json and exit.json and every field
+# of request.json that `wait` and `cancel` read (LAUNCH), so such a launch is followed and stopped
+# as before. A file of another protocol is never read as one of these: it is a mismatch.
+READS_FILES = (0, 1)
 TERMINAL_SLURM = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                   "BOOT_FAIL", "DEADLINE"}
 
@@ -26,10 +38,23 @@ class Failed(Exception):
     """An answer was emitted already; stop handling this request."""
 
 
+class Invalid(Exception):
+    """A request this agent cannot read, in words."""
+
+
+class Foreign(Exception):
+    """An attempt file of a protocol this agent does not read: answered as a mismatch."""
+
+
+class Unsupported(Exception):
+    """A request of a protocol this agent does not speak: its `protocol`, as it came."""
+
+
 def emit(obj):
+    obj = dict(obj, protocol=PROTOCOL)
     rid = getattr(CURRENT, "id", None)
     if rid is not None:
-        obj = dict(obj, id=rid)
+        obj["id"] = rid
     line = json.dumps(obj, sort_keys=True) + "\n"
     with OUT:
         try:
@@ -43,6 +68,116 @@ def fail(message):
     emit({"error": message})
     raise Failed()
 
+
+def mismatch(message):
+    emit({"mismatch": message})
+    raise Failed()
+
+
+# --- the requests ---------------------------------------------------------------------------------
+
+class Maybe:
+    """A field that may be null or left out."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+
+NUMBER = (int, float)
+RUN = {
+    "attempt_dir": str, "nonce": str, "argv": [str], "cwd": str, "run_dir": str,
+    "base_env": [str], "allow_env": [str], "env_prefix": str, "env": dict, "stdin": str,
+    "timeout": NUMBER, "grace": NUMBER, "stop_signal": str, "max_stdout": int, "stderr_tail": int,
+    "controller": Maybe(str),
+    "slurm": Maybe({"partition": Maybe(str), "account": Maybe(str), "time_minutes": int}),
+    "check_files": [{"path": str, "sha256": str}],
+}
+# What each op reads of its request, field by field. A request is read through this before it is
+# handled, so a field Cairn renamed or added is refused by name, not read as missing.
+REQUESTS = {
+    "ready": {"run_dir": str, "workspace_root": str, "inputs": [str], "programs": [str]},
+    "deploy": {"run_dir": str, "files": [{"path": str, "b64": str, "sha256": str, "mode": int}]},
+    "run": RUN,
+    "serve": {},
+    "wait": {"attempt_dir": str, "nonce": str},
+    "cancel": {"attempt_dir": str, "nonce": str, "grace": NUMBER},
+    "tail": {"path": str, "max_bytes": int},
+    # This agent's own: the request file of a Slurm job (Cairn never sends it).
+    "supervise": {"run": RUN, "env": dict},
+}
+ENVELOPE = {"protocol": int, "op": str, "id": Maybe(int)}
+# What `wait` and `cancel` read of a launch's request.json: the same in every protocol of READS_FILES.
+LAUNCH = {k: RUN[k] for k in ("attempt_dir", "nonce", "run_dir", "timeout", "grace", "stop_signal", "max_stdout",
+                              "stderr_tail", "controller", "slurm")}
+
+
+def read_fields(value, spec, where, strict=True):
+    """`value` as `spec` describes it: a type (or a tuple of them), [spec] for a list, {field: spec}
+    for an object (only its fields are kept; with `strict`, another one is refused), Maybe(spec).
+    Raises Invalid naming the field."""
+    if isinstance(spec, Maybe):
+        return None if value is None else read_fields(value, spec.spec, where, strict)
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            raise Invalid("%s is not a list" % where)
+        return [read_fields(v, spec[0], "%s[%d]" % (where, i), strict) for i, v in enumerate(value)]
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise Invalid("%s is not an object" % where)
+        unknown = sorted(set(value) - set(spec))
+        if strict and unknown:
+            raise Invalid("%s has fields this agent does not read: %s" % (where, ", ".join(unknown)))
+        out = {}
+        for k, s in spec.items():
+            if k in value:
+                out[k] = read_fields(value[k], s, "%s.%s" % (where, k), strict)
+            elif not isinstance(s, Maybe):
+                raise Invalid("%s has no `%s`" % (where, k))
+        return out
+    types = spec if isinstance(spec, tuple) else (spec,)
+    # bool is an int to isinstance; not to the protocol.
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise Invalid("%s is not %s" % (where, " or ".join(t.__name__ for t in types)))
+    return value
+
+
+def parse_request(msg):
+    """The request as this agent reads it: its protocol checked first, then its op and fields."""
+    got = msg.get("protocol") if isinstance(msg, dict) else None
+    if type(got) is not int or got != PROTOCOL:
+        raise Unsupported(got)
+    op = msg.get("op")
+    if op not in REQUESTS:
+        raise Invalid("unknown op `%s`; this agent knows %s" % (op, ", ".join(sorted(REQUESTS))))
+    return read_fields(msg, dict(ENVELOPE, **REQUESTS[op]), "the `%s` request" % op)
+
+
+def handle(msg, ops):
+    """Answers one request: every failure is an answer, never a traceback on stdout."""
+    try:
+        r = parse_request(msg)
+        if r["op"] not in ops:
+            fail("this agent takes %s here, not `%s`" % (", ".join("`%s`" % o for o in ops), r["op"]))
+        ops[r["op"]](r)
+    except Failed:
+        pass
+    except Unsupported as e:
+        got = e.args[0]
+        emit({"unsupported": {
+            "agent": PROTOCOL,
+            "request": got if type(got) is int and got >= 0 else None,
+            "error": "this step agent speaks protocol %d, but the request is %s: the agent and the Cairn that sent "
+                     "it are not from one build; reinstall Cairn, so that its binary and the agent it sends agree"
+                     % (PROTOCOL, "protocol %s" % got if got is not None else "without a protocol")}})
+    except Invalid as e:
+        emit({"error": str(e)})
+    except Foreign as e:
+        emit({"mismatch": str(e)})
+    except Exception as e:
+        emit({"error": "%s: %s" % (type(e).__name__, e)})
+
+
+# --- files and processes --------------------------------------------------------------------------
 
 def wait_pid(pid, seconds, child=None):
     """Blocks until process `pid` exits or `seconds` pass (exactly: a pidfd, not a poll loop).
@@ -95,6 +230,13 @@ def alive(pid, started):
         return False
 
 
+def kill_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -120,6 +262,31 @@ def read_json(path):
         return None
 
 
+def write_record(d, name, record):
+    """An attempt file, with this agent's protocol."""
+    write_atomic(os.path.join(d, name), json.dumps(dict(record, protocol=PROTOCOL)).encode())
+
+
+def read_record(d, name):
+    """An attempt file, or None when there is none (or not yet a whole one). One of a protocol this
+    agent does not read raises Foreign, naming both."""
+    rec = read_json(os.path.join(d, name))
+    if not isinstance(rec, dict):
+        return None
+    got = rec.get("protocol", 0)
+    if got not in READS_FILES or type(got) is not int:
+        raise Foreign("%s/%s was written by a step agent of protocol %s; this one (protocol %d) reads protocols %s "
+                      "only: follow that launch with the Cairn that started it, or a newer one; nothing was touched"
+                      % (d, name, got, PROTOCOL, ", ".join(map(str, READS_FILES))))
+    return rec
+
+
+def exit_record(**fields):
+    """How an attempt ended, as exit.json holds it and `exit` answers it: nothing known but `fields`."""
+    return dict({"protocol": PROTOCOL, "exit_code": None, "signal": None, "timed_out": False,
+                 "killed_after_grace": False}, **fields)
+
+
 def tail(path, limit):
     try:
         with open(path, "rb") as f:
@@ -136,12 +303,16 @@ def real_parent_ok(path):
     return os.path.realpath(parent) == parent
 
 
-# --- readiness and deployment --------------------------------------------------------------------
+def shell_word(s):
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+# --- readiness and deployment ---------------------------------------------------------------------
 
 def op_ready(r):
     run_dir = r["run_dir"]
     parent = os.path.dirname(run_dir.rstrip("/")) or "/"
-    root = r.get("workspace_root") or ""
+    root = r["workspace_root"]
     facts = {
         "run_dir": run_dir,
         "parent": parent,
@@ -150,14 +321,14 @@ def op_ready(r):
         "parent_writable": os.access(parent, os.W_OK | os.X_OK),
         "run_dir_absent": not os.path.lexists(run_dir),
         "inside_workspace_root": bool(root) and (run_dir + "/").startswith(root.rstrip("/") + "/"),
-        "programs": {p: shutil.which(p) for p in r.get("programs", [])},
+        "programs": {p: shutil.which(p) for p in r["programs"]},
         "inputs": {},
     }
     try:
         facts["free_bytes"] = shutil.disk_usage(parent).free if facts["parent_is_dir"] else None
     except OSError:
         facts["free_bytes"] = None
-    for p in r.get("inputs", []):
+    for p in r["inputs"]:
         facts["inputs"][p] = sha256_file(p) if os.path.isfile(p) else None
     emit({"ready": facts})
 
@@ -182,7 +353,7 @@ def op_deploy(r):
                 fail("%s is a symlink" % d)
             if not os.path.isdir(d):
                 os.mkdir(d)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, f.get("mode", 0o644))
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, f["mode"])
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
@@ -190,40 +361,45 @@ def op_deploy(r):
     emit({"deployed": len(r["files"])})
 
 
-# --- one step attempt -----------------------------------------------------------------------------
+# --- one step attempt: the supervisor -------------------------------------------------------------
 
 def step_env(r):
+    """The tool's environment, by the rule of Cairn's `sandbox_env`, from the names Cairn sent: its
+    base list and the tool's list from this agent's environment when set, every variable with the
+    prefix, then the request's own variables, which win."""
     env = {}
-    for name in BASE_ENV + r.get("allow_env", []):
+    for name in r["base_env"] + r["allow_env"]:
         if name in os.environ:
             env[name] = os.environ[name]
-    env.update(r.get("env", {}))
+    for name, value in os.environ.items():
+        if name.startswith(r["env_prefix"]):
+            env[name] = value
+    env.update(r["env"])
     return env
 
 
-def start_tool(r):
-    """Starts the tool in its own session with the attempt's files as stdin, stdout and stderr and
-    records who it is (pid.json). Returns (child, identity, began)."""
+def start_tool(r, env):
+    """Starts the tool in its own session with the attempt's files as stdin, stdout and stderr.
+    Returns (child, identity, began)."""
     d = r["attempt_dir"]
     with open(os.path.join(d, "stdin.json"), "rb") as sin, open(os.path.join(d, "stdout"), "wb") as sout, \
             open(os.path.join(d, "stderr"), "wb") as serr:
-        child = subprocess.Popen(r["argv"], cwd=r["cwd"], env=step_env(r), stdin=sin, stdout=sout,
-                                 stderr=serr, start_new_session=True)
+        child = subprocess.Popen(r["argv"], cwd=r["cwd"], env=env, stdin=sin, stdout=sout, stderr=serr,
+                                 start_new_session=True)
     began = time.monotonic()
-    ident = {"nonce": r["nonce"], "pid": child.pid, "pgid": child.pid, "start_time": start_time(child.pid),
-             "supervisor_pid": os.getpid(), "supervisor_start_time": start_time(os.getpid()),
-             "launched_at": time.time()}
-    write_atomic(os.path.join(d, "pid.json"), json.dumps(ident).encode())
+    ident = {"protocol": PROTOCOL, "nonce": r["nonce"], "pid": child.pid, "pgid": child.pid,
+             "start_time": start_time(child.pid), "supervisor_pid": os.getpid(),
+             "supervisor_start_time": start_time(os.getpid()), "launched_at": time.time()}
     return child, ident, began
 
 
 def wait_tool(r, child, began):
     """Waits for the tool, enforcing its timeout on its process group (the stop signal, the grace,
     then SIGKILL), and returns how it ended."""
-    result = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False}
+    result = exit_record()
     if not wait_pid(child.pid, r["timeout"], child):
         result["timed_out"] = True
-        kill_group(child.pid, getattr(signal, r.get("stop_signal", "SIGTERM")))
+        kill_group(child.pid, getattr(signal, r["stop_signal"]))
         if not wait_pid(child.pid, r["grace"], child):
             result["killed_after_grace"] = True
             kill_group(child.pid, signal.SIGKILL)
@@ -239,42 +415,54 @@ def wait_tool(r, child, began):
     return result
 
 
-def supervise(r, report_fd):
-    """The one-shot supervisor: its own session, no connection to the caller. Runs the tool and
-    writes exit.json last, then tells the caller (if it still listens) that it is done."""
+def supervise(r, env, started, record_pid=True):
+    """The one supervisor: starts the tool, records who it is in pid.json (unless a Slurm job's id
+    is the launch's record) and passes the identity to `started`, waits with the timeout, and
+    writes exit.json last, a could-not-start record included. Returns that record. Runs in the
+    forked one-shot supervisor, on a serving agent's thread, and in the Slurm job."""
     d = r["attempt_dir"]
+    try:
+        child, ident, began = start_tool(r, env)
+        if record_pid:
+            write_record(d, "pid.json", ident)
+    except Exception as e:  # the tool could not be started: recorded, like any other end
+        res = exit_record(error="could not be started: %s" % e)
+    else:
+        started(ident)
+        res = wait_tool(r, child, began)
+    write_record(d, "exit.json", res)
+    return res
+
+
+def supervise_detached(r, env, report_fd):
+    """The one-shot supervisor: its own session, no connection to the caller. Tells the caller (if
+    it still listens) who the tool is, or why it could not start, and that exit.json is written."""
     os.setsid()
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    try:
-        child, ident, began = start_tool(r)
-        os.write(report_fd, (json.dumps({"identity": ident}) + "\n").encode())
-        result = wait_tool(r, child, began)
-    except Exception as e:  # the tool could not be started: recorded, like any other end
-        result = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False,
-                  "error": "could not be started: %s" % e}
+
+    def say(msg):
         try:
-            os.write(report_fd, (json.dumps({"error": result["error"]}) + "\n").encode())
+            os.write(report_fd, (json.dumps(msg) + "\n").encode())
         except OSError:
             pass
-    write_atomic(os.path.join(d, "exit.json"), json.dumps(result).encode())
-    try:
-        os.write(report_fd, b'{"done": true}\n')
-    except OSError:
-        pass
 
+    told = []
 
-def kill_group(pgid, sig):
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    def started(ident):
+        told.append(ident)
+        say({"identity": ident})
+
+    res = supervise(r, env, started)
+    if not told:
+        say({"error": res["error"]})
+    say({"done": True})
 
 
 def prepare_attempt(r):
-    for f in r.get("check_files", []):
+    for f in r["check_files"]:
         try:
             now = sha256_file(f["path"])
         except OSError as e:
@@ -289,10 +477,10 @@ def prepare_attempt(r):
         fail("attempt directory %s exists already: this attempt was launched before" % d)
     with open(os.path.join(d, "stdin.json"), "wb") as f:
         f.write(r["stdin"].encode())
-    write_atomic(os.path.join(d, "request.json"), json.dumps(r).encode())
+    write_record(d, "request.json", r)
 
 
-def launch_process(r):
+def launch_process(r, env):
     """Starts a one-shot supervisor; returns (identity, error, pipe): the pipe says `done` when
     exit.json is written (or closes if the supervisor died)."""
     rfd, wfd = os.pipe()
@@ -302,7 +490,7 @@ def launch_process(r):
         try:
             # A second fork: the supervisor is nobody's child here, so the caller may exit at once.
             if os.fork() == 0:
-                supervise(r, wfd)
+                supervise_detached(r, env, wfd)
         finally:
             os._exit(0)
     os.close(wfd)
@@ -318,15 +506,17 @@ def launch_process(r):
     return msg["identity"], None, pipe
 
 
-def launch_slurm(r):
+def launch_slurm(r, env):
+    """Submits a job that runs this agent's own supervisor: a copy of this file and its request
+    (supervise.json) in the attempt directory. job.sh is fixed text, nothing variable in it but the
+    controller's Python, quoted: the node's python3 when the node has no such file."""
     d = r["attempt_dir"]
     s = r["slurm"]
-    runner = {"argv": r["argv"], "cwd": r["cwd"], "env": step_env(r), "attempt_dir": d}
-    write_atomic(os.path.join(d, "runner.json"), json.dumps(runner).encode())
-    # The batch script is fixed text: everything variable is in runner.json, read by Python.
-    # The controller's Python when the node has it at the same path, else the node's python3.
-    script = "#!/bin/sh\np=%s\n[ -x \"$p\" ] || p=python3\nexec \"$p\" -c %s\n" % (
-        shell_word(sys.executable), shell_word(SLURM_RUNNER))
+    write_atomic(os.path.join(d, "agent.py"), SOURCE.encode())
+    run = read_fields(r, RUN, "the run request", strict=False)
+    write_record(d, "supervise.json", {"op": "supervise", "run": run, "env": env})
+    script = "#!/bin/sh\np=%s\n[ -x \"$p\" ] || p=python3\nexec \"$p\" -I agent.py supervise.json\n" % (
+        shell_word(sys.executable))
     write_atomic(os.path.join(d, "job.sh"), script.encode())
     argv = ["sbatch", "--parsable", "--chdir", d, "--job-name", "cairn-" + r["nonce"],
             "--output", os.path.join(d, "slurm.out"), "--time", str(s["time_minutes"]), "--export", "NONE"]
@@ -341,35 +531,14 @@ def launch_slurm(r):
     if out.returncode != 0:
         return None, "sbatch refused the job: %s" % (out.stderr.strip() or out.stdout.strip())
     job_id = out.stdout.strip().split(";")[0]
-    ident = {"nonce": r["nonce"], "job_id": job_id, "launched_at": time.time()}
-    write_atomic(os.path.join(d, "pid.json"), json.dumps(ident).encode())
+    ident = {"protocol": PROTOCOL, "nonce": r["nonce"], "job_id": job_id, "launched_at": time.time()}
+    write_record(d, "pid.json", ident)
     return ident, None
 
 
-def shell_word(s):
-    return "'" + s.replace("'", "'\"'\"'") + "'"
-
-
-SLURM_RUNNER = r"""
-import json, os, subprocess, time
-r = json.load(open("runner.json"))
-d = r["attempt_dir"]
-res = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False}
-try:
-    with open(os.path.join(d, "stdin.json"), "rb") as i, open(os.path.join(d, "stdout"), "wb") as o, open(os.path.join(d, "stderr"), "wb") as e:
-        began = time.monotonic()
-        st = subprocess.call(r["argv"], cwd=r["cwd"], env=r["env"], stdin=i, stdout=o, stderr=e)
-        res["duration_s"] = time.monotonic() - began
-    if st < 0:
-        res["signal"] = -st
-    else:
-        res["exit_code"] = st
-except Exception as ex:
-    res["error"] = "could not be started: %s" % ex
-tmp = os.path.join(d, "exit.json.tmp")
-open(tmp, "w").write(json.dumps(res))
-os.rename(tmp, os.path.join(d, "exit.json"))
-"""
+def op_supervise(r):
+    """The Slurm job: the supervisor, whose launch record is the job (pid.json holds its id)."""
+    supervise(r["run"], r["env"], lambda ident: None, record_pid=False)
 
 
 def slurm_state(job_id):
@@ -384,7 +553,6 @@ def slurm_state(job_id):
 def outcome(r, ident):
     """Waits for the attempt to end and answers with its record plus bounded output."""
     d = r["attempt_dir"]
-    exit_path = os.path.join(d, "exit.json")
     marker = os.path.join(d, "timed_out")
     # The deadline counts from the launch, not from this wait: a re-attach does not extend it.
     launched = ident.get("launched_at", time.time())
@@ -393,17 +561,16 @@ def outcome(r, ident):
     # Slurm is asked less often as a job goes on (each check is a call to slurmctld).
     poll = 0.01
     while True:
-        res = read_json(exit_path)
+        res = read_record(d, "exit.json")
         if res is not None:
             break
         if "job_id" in ident:
             state, code = slurm_state(ident["job_id"])
             if state in TERMINAL_SLURM:
-                # The runner may still be writing exit.json when the state turns terminal.
+                # The supervisor may still be writing exit.json when the state turns terminal.
                 time.sleep(0.2)
-                res = read_json(exit_path) or {"exit_code": None, "signal": None, "timed_out": state == "TIMEOUT",
-                                               "killed_after_grace": False, "slurm_state": state,
-                                               "slurm_exit_code": code}
+                res = read_record(d, "exit.json") or exit_record(timed_out=state == "TIMEOUT",
+                                                                 slurm_exit_code=code)
                 if cancelled_for_time or os.path.exists(marker):
                     res["timed_out"] = True
                 res["slurm_state"] = state
@@ -417,7 +584,7 @@ def outcome(r, ident):
             time.sleep(poll)
             poll = min(poll * 2, 0.25)
         elif not alive(ident["supervisor_pid"], ident["supervisor_start_time"]):
-            res = read_json(exit_path)
+            res = read_record(d, "exit.json")
             if res is None:
                 # Nobody supervises the tool any more: stop it (verified by pid and start time)
                 # rather than let it run beside a new attempt.
@@ -441,14 +608,12 @@ def report(r, res):
     stdout_path = os.path.join(d, "stdout")
     size = os.path.getsize(stdout_path) if os.path.exists(stdout_path) else 0
     out = b""
-    if size <= r["max_stdout"]:
+    if 0 < size <= r["max_stdout"]:
         with open(stdout_path, "rb") as f:
             out = f.read()
     err, _ = tail(os.path.join(d, "stderr"), r["stderr_tail"])
-    res["stdout_b64"] = base64.b64encode(out).decode()
-    res["stdout_bytes"] = size
-    res["stderr_tail"] = err
-    if r.get("controller") == "snakemake":
+    res = dict(res, stdout_b64=base64.b64encode(out).decode(), stdout_bytes=size, stderr_tail=err)
+    if r["controller"] == "snakemake":
         res["controller"] = controller_report(r)
     emit({"exit": res})
 
@@ -469,61 +634,27 @@ def controller_report(r):
             "lock_released": not (os.path.isdir(locks) and os.listdir(locks))}
 
 
-def not_started(err):
-    emit({"exit": {"error": err, "exit_code": None, "signal": None, "timed_out": False,
-                   "killed_after_grace": False, "stdout_b64": "", "stdout_bytes": 0, "stderr_tail": ""}})
-
-
-def run_slurm(r):
-    ident, err = launch_slurm(r)
-    if err is not None:
-        return not_started(err)
-    emit({"identity": ident})
-    outcome(r, ident)
-
-
-def op_run(r):
+def op_run(r, here=False):
+    """Launches the attempt and follows it to its end: as a Slurm job; `here`, on this thread (a
+    serving agent is the supervisor of its steps); else under a forked supervisor that outlives
+    this agent."""
     prepare_attempt(r)
-    if r.get("slurm"):
-        return run_slurm(r)
-    ident, err, pipe = launch_process(r)
+    env = step_env(r)
+    pipe = None
+    if r["slurm"]:
+        ident, err = launch_slurm(r, env)
+    elif here:
+        return report(r, supervise(r, env, lambda ident: emit({"identity": ident})))
+    else:
+        ident, err, pipe = launch_process(r, env)
     if err is not None:
-        return not_started(err)
+        return report(r, exit_record(error=err))
     emit({"identity": ident})
-    # The supervisor says `done` right after exit.json (or the pipe closes if it died).
-    pipe.readline()
-    pipe.close()
+    if pipe is not None:
+        # The supervisor says `done` right after exit.json (or the pipe closes if it died).
+        pipe.readline()
+        pipe.close()
     outcome(r, ident)
-
-
-def run_supervised_here(r):
-    """`run` in a serving agent: this agent is the supervisor, on this thread."""
-    prepare_attempt(r)
-    if r.get("slurm"):
-        return run_slurm(r)
-    try:
-        child, ident, began = start_tool(r)
-    except Exception as e:  # recorded like any other end
-        res = {"exit_code": None, "signal": None, "timed_out": False, "killed_after_grace": False,
-               "error": "could not be started: %s" % e}
-        write_atomic(os.path.join(r["attempt_dir"], "exit.json"), json.dumps(res).encode())
-        return not_started(res["error"])
-    emit({"identity": ident})
-    res = wait_tool(r, child, began)
-    write_atomic(os.path.join(r["attempt_dir"], "exit.json"), json.dumps(res).encode())
-    report(r, res)
-
-
-def serve_one(req):
-    CURRENT.id = req.get("id")
-    try:
-        if req.get("op") != "run":
-            fail("a serving agent takes `run` requests only, not `%s`" % req.get("op"))
-        run_supervised_here(req)
-    except Failed:
-        pass
-    except Exception as e:  # every failure is an answer
-        emit({"error": "%s: %s" % (type(e).__name__, e)})
 
 
 def op_serve(r):
@@ -534,19 +665,37 @@ def op_serve(r):
     workers = []
     for line in sys.stdin:
         try:
-            req = json.loads(line)
+            msg = json.loads(line)
         except ValueError:
             continue
-        t = threading.Thread(target=serve_one, args=(req,))
+        t = threading.Thread(target=serve_one, args=(msg,))
         t.start()
         workers = [w for w in workers if w.is_alive()] + [t]
     for w in workers:
         w.join()
 
 
-def recorded_identity(r):
-    ident = read_json(os.path.join(r["attempt_dir"], "pid.json"))
-    if ident is None and r.get("slurm") and shutil.which("squeue"):
+def serve_one(msg):
+    CURRENT.id = msg.get("id") if isinstance(msg, dict) else None
+    handle(msg, {"run": lambda r: op_run(r, here=True)})
+
+
+# --- a recorded launch ----------------------------------------------------------------------------
+
+def locate_launch(r):
+    """Where `wait` and `cancel` start: the launch recorded in r's attempt directory, once it holds
+    r's nonce. Returns (its request, its identity, None), or (its request or None, None, why) when no
+    launch is recorded there. Another launch's records are answered as a mismatch."""
+    d = r["attempt_dir"]
+    launched = read_record(d, "request.json")
+    if launched is None:
+        return None, None, "no launch was recorded in %s" % d
+    if launched.get("nonce") != r["nonce"]:
+        mismatch("%s/request.json holds another launch's nonce" % d)
+    # The launch's own request holds its limits and what to report; the caller only locates it.
+    launch = read_fields(launched, LAUNCH, "%s/request.json" % d, strict=False)
+    ident = read_record(d, "pid.json")
+    if ident is None and launch["slurm"] and shutil.which("squeue"):
         # The agent may have died between sbatch and writing pid.json: the job carries the nonce
         # in its name, so it is found, never submitted twice.
         out = subprocess.run(["squeue", "-h", "-t", "all", "--name", "cairn-" + r["nonce"], "-o", "%i"],
@@ -555,52 +704,40 @@ def recorded_identity(r):
         if out.returncode == 0 and len(ids) == 1:
             # job.sh is written just before sbatch: its time is the launch's, so the deadline
             # still counts from the launch.
-            job_sh = os.path.join(r["attempt_dir"], "job.sh")
-            launched = os.path.getmtime(job_sh) if os.path.exists(job_sh) else time.time()
-            ident = {"nonce": r["nonce"], "job_id": ids[0], "launched_at": launched}
-            write_atomic(os.path.join(r["attempt_dir"], "pid.json"), json.dumps(ident).encode())
+            job_sh = os.path.join(d, "job.sh")
+            at = os.path.getmtime(job_sh) if os.path.exists(job_sh) else time.time()
+            ident = {"protocol": PROTOCOL, "nonce": r["nonce"], "job_id": ids[0], "launched_at": at}
+            write_record(d, "pid.json", ident)
     if ident is None:
-        return None, "no launch was recorded in %s" % r["attempt_dir"]
+        return launch, None, "no launch was recorded in %s" % d
     if ident.get("nonce") != r["nonce"]:
-        return None, "mismatch"
-    return ident, None
+        mismatch("%s/pid.json holds another launch's nonce" % d)
+    return launch, ident, None
 
 
 def op_wait(r):
-    # The launch's own request holds its limits and what to report; the caller only locates it.
-    launched = read_json(os.path.join(r["attempt_dir"], "request.json"))
-    if launched is not None and launched.get("nonce") == r["nonce"]:
-        r = launched
-    ident, why = recorded_identity(r)
-    if why == "mismatch":
-        emit({"mismatch": "%s/pid.json holds another launch's nonce" % r["attempt_dir"]})
-        return
+    launch, ident, why = locate_launch(r)
     if ident is None:
         emit({"lost": why})
         return
     emit({"identity": ident})
-    outcome(r, ident)
+    outcome(launch, ident)
 
 
 def op_cancel(r):
-    launched = read_json(os.path.join(r["attempt_dir"], "request.json"))
-    if launched is not None and launched.get("nonce") == r["nonce"]:
-        r = dict(launched, grace=r.get("grace", launched["grace"]))
-    ident, why = recorded_identity(r)
-    if why == "mismatch":
-        emit({"mismatch": "%s/pid.json holds another launch's nonce" % r["attempt_dir"]})
-        return
+    launch, ident, why = locate_launch(r)
     if ident is None:
-        emit({"cancelled": False, "detail": why})
+        emit({"cancelled": {"stopped": False, "detail": why}})
         return
+    d = launch["attempt_dir"]
     if "job_id" in ident:
         out = subprocess.run(["scancel", ident["job_id"]], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        emit({"cancelled": out.returncode == 0, "detail": out.stderr.strip()})
+        emit({"cancelled": {"stopped": out.returncode == 0, "detail": out.stderr.strip()}})
         return
     if not alive(ident["pid"], ident["start_time"]):
-        emit({"cancelled": False, "detail": "the tool had already ended"})
+        emit({"cancelled": {"stopped": False, "detail": "the tool had already ended"}})
         return
-    kill_group(ident["pgid"], getattr(signal, r.get("stop_signal", "SIGTERM")))
+    kill_group(ident["pgid"], getattr(signal, launch["stop_signal"]))
     end = time.monotonic() + r["grace"]
     while time.monotonic() < end and alive(ident["pid"], ident["start_time"]):
         time.sleep(0.02)
@@ -608,22 +745,25 @@ def op_cancel(r):
         kill_group(ident["pgid"], signal.SIGKILL)
     # The supervisor records the end (exit.json); give it a moment so a later wait finds it.
     end = time.monotonic() + 2
-    while time.monotonic() < end and not os.path.exists(os.path.join(r["attempt_dir"], "exit.json")):
+    while time.monotonic() < end and not os.path.exists(os.path.join(d, "exit.json")):
         time.sleep(0.02)
-    emit({"cancelled": True, "detail": ""})
+    emit({"cancelled": {"stopped": True, "detail": ""}})
 
 
 def op_tail(r):
     text, size = tail(r["path"], r["max_bytes"])
-    emit({"tail": text, "bytes": size})
+    emit({"tail": {"text": text, "bytes": size}})
 
 
-OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "serve": op_serve, "wait": op_wait, "cancel": op_cancel,
-       "tail": op_tail}
+OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "serve": op_serve, "wait": op_wait,
+       "cancel": op_cancel, "tail": op_tail}
 
-try:
-    OPS[REQUEST["op"]](REQUEST)
-except Failed:
-    pass
-except Exception as e:  # every failure is an answer, never a traceback on stdout
-    emit({"error": "%s: %s" % (type(e).__name__, e)})
+
+def main(msg):
+    handle(msg, OPS)
+
+
+if __name__ == "cairn_agent":  # sent by Cairn: BOOT gives the request
+    main(REQUEST)
+elif __name__ == "__main__":  # a Slurm job: `python3 agent.py supervise.json` in its attempt directory
+    handle(read_json(sys.argv[1]), {"supervise": op_supervise})

@@ -4,24 +4,32 @@
 //! re-attaches to it, cancels it and reads bounded log tails. Nothing is installed on the target.
 //!
 //! The remote command is a constant: the agent and its request travel as one JSON line on stdin,
-//! so no shell string is ever built from user input.
+//! so no shell string is ever built from user input. What travels is typed and versioned in
+//! `protocol`; this module is the transport (one-shot requests, following a launch) and
+//! `session` the serving agent an SSH target keeps per connection.
 
-use std::collections::HashMap;
+pub mod protocol;
+mod session;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use crate::ssh::{SshTransport, classify_ssh_failure};
+use protocol::{
+    CancelRequest, Cancelled, DeployRequest, Envelope, Identity, PROTOCOL, ReadyFacts, ReadyRequest, Reply, ReplyError,
+    Request, RunRequest, StepExit, Tail, TailRequest, WaitRequest, decode_line,
+};
 
 const AGENT_PY: &str = include_str!("agent.py");
 
-/// Reads the first stdin line and runs the agent it carries. Constant: no part comes from input.
-const BOOT: &str = "import json,sys;m=json.loads(sys.stdin.readline());exec(m['agent'],{'REQUEST':m['request'],'__name__':'cairn_agent'})";
+/// Reads the first stdin line and runs the agent it carries, with its own source at hand (a
+/// Slurm job runs that copy). Constant: no part comes from input.
+const BOOT: &str = "import json,sys;m=json.loads(sys.stdin.readline());exec(m['agent'],{'REQUEST':m['request'],'SOURCE':m['agent'],'__name__':'cairn_agent'})";
 
 /// ssh exits 255 when the connection (not the remote command) failed.
 const SSH_CONNECTION_FAILED: i32 = 255;
@@ -34,14 +42,27 @@ pub enum AgentError {
     Failed { host: String, detail: String },
     #[error("the step agent on {host} did not answer within {secs} s")]
     TimedOut { host: String, secs: u64 },
+    /// The agent does not speak the request's protocol; `detail` says both and what to do.
+    #[error("the step agent on {host} refused the request: {detail}")]
+    Unsupported { host: String, agent: u32, request: Option<u64>, detail: String },
+    /// A reply of another protocol, or one that does not decode.
+    #[error("the step agent on {host} {source}")]
+    Reply {
+        host: String,
+        #[source]
+        source: ReplyError,
+    },
+    #[error("the step agent on {host} answered `{got}` to a `{op}` request")]
+    Unexpected { host: String, op: &'static str, got: &'static str },
 }
 
 /// What became of a step the agent launched or re-attached to.
 #[derive(Debug)]
 pub enum StepEnd {
     /// It ended; the record the supervisor wrote, with the bounded output.
-    Ended { record: Value },
-    /// The recorded launch is not the one found there (another nonce): nothing was touched.
+    Ended(Box<StepExit>),
+    /// The recorded launch is not the one found there (another nonce, or files of a protocol
+    /// the agent does not read): nothing was touched.
     Mismatch(String),
     /// Nothing of the launch is left to observe (no pid file, or its supervisor died silently).
     Lost(String),
@@ -49,6 +70,22 @@ pub enum StepEnd {
     Dropped(String),
     /// The caller asked to stop following; the step itself goes on.
     Detached,
+}
+
+/// What `cancel` found in the attempt directory.
+#[derive(Debug)]
+pub enum Stop {
+    /// The launch recorded there is the one asked for.
+    Matched(Cancelled),
+    /// Another launch is recorded there: nothing was touched.
+    Mismatch(String),
+}
+
+/// The first line the agent reads: itself, and the request.
+#[derive(Serialize)]
+struct Boot<'a> {
+    agent: &'static str,
+    request: &'a Envelope<&'a Request>,
 }
 
 /// Where the agent runs: on this machine, or through an SSH transport.
@@ -66,15 +103,18 @@ impl Agent {
         self.ssh.as_ref().map(SshTransport::label).unwrap_or_else(|| "local".into())
     }
 
-    /// Starts the agent with `request` and closes its stdin (a one-shot request).
-    fn spawn(&self, request: &Value) -> Result<Child, AgentError> {
-        let (child, stdin) = self.spawn_open(request)?;
+    /// Starts the agent with `message` and closes its stdin (a one-shot request).
+    fn spawn(&self, message: &Envelope<&Request>) -> Result<Child, AgentError> {
+        let (child, stdin) = self.spawn_open(message)?;
         drop(stdin);
         Ok(child)
     }
 
-    /// Starts the agent with `request`, keeping its stdin open for more lines.
-    fn spawn_open(&self, request: &Value) -> Result<(Child, Option<ChildStdin>), AgentError> {
+    /// Starts the agent with `message`, keeping its stdin open for more lines.
+    fn spawn_open(&self, message: &Envelope<&Request>) -> Result<(Child, Option<ChildStdin>), AgentError> {
+        let line = serde_json::to_string(&Boot { agent: AGENT_PY, request: message })
+            .map_err(|e| AgentError::Failed { host: self.host(), detail: format!("cannot encode the request: {e}") })?
+            + "\n";
         let argv = match &self.ssh {
             Some(t) => {
                 let _ = std::fs::create_dir_all(&t.control_dir);
@@ -97,7 +137,6 @@ impl Agent {
                 host: self.host(),
                 detail: format!("cannot start `{}`: {e}", argv[0]),
             })?;
-        let line = json!({"agent": AGENT_PY, "request": request}).to_string() + "\n";
         let mut stdin = child.stdin.take();
         if let Some(s) = stdin.as_mut() {
             // A write error shows up as the agent's exit.
@@ -106,30 +145,71 @@ impl Agent {
         Ok((child, stdin))
     }
 
-    /// A request with a single answer, within `timeout`.
-    pub fn call(&self, request: &Value, timeout: Duration) -> Result<Value, AgentError> {
-        let mut answers = Vec::new();
-        self.stream(request, Some(timeout), &mut |v| answers.push(v), &|| false)?;
-        let host = self.host();
-        let answer =
-            answers.pop().ok_or_else(|| AgentError::Failed { host: host.clone(), detail: "no answer".into() })?;
-        if let Some(e) = answer.get("error").and_then(Value::as_str) {
-            return Err(AgentError::Failed { host, detail: e.to_string() });
-        }
-        Ok(answer)
+    /// A request with a single answer, within `timeout`: the answer, or the agent's error.
+    pub fn call(&self, request: &Request, timeout: Duration) -> Result<Reply, AgentError> {
+        self.call_in_protocol(PROTOCOL, request, timeout)
     }
 
-    /// Runs a request, passing each answer line to `on_line` as it arrives. `stop` is polled; when it
+    /// [`Agent::call`] with the request sent as `protocol`: only for testing that the agent
+    /// refuses a protocol it does not speak.
+    #[doc(hidden)]
+    pub fn call_in_protocol(&self, protocol: u32, request: &Request, timeout: Duration) -> Result<Reply, AgentError> {
+        let mut last = None;
+        let message = Envelope { protocol, id: None, body: request };
+        self.stream(&message, Some(timeout), &mut |r| last = Some(r), &|| false)?;
+        match last {
+            None => Err(AgentError::Failed { host: self.host(), detail: "no answer".into() }),
+            Some(Ok(reply)) if !matches!(reply, Reply::Error(_) | Reply::Unsupported(_)) => Ok(reply),
+            Some(other) => Err(not_the_answer(other, &self.host(), request.op())),
+        }
+    }
+
+    /// `request`'s answer, as `pick` takes it out of the reply it expects.
+    fn ask<T>(
+        &self,
+        request: Request,
+        timeout: Duration,
+        pick: impl FnOnce(Reply) -> Result<T, Reply>,
+    ) -> Result<T, AgentError> {
+        let reply = self.call(&request, timeout)?;
+        pick(reply).map_err(|other| not_the_answer(Ok(other), &self.host(), request.op()))
+    }
+
+    /// What the agent observes for a run_dir there.
+    pub fn ready(&self, request: ReadyRequest, timeout: Duration) -> Result<ReadyFacts, AgentError> {
+        self.ask(Request::Ready(request), timeout, |r| if let Reply::Ready(f) = r { Ok(f) } else { Err(r) })
+    }
+
+    /// Creates run_dir and writes the files; how many were written.
+    pub fn deploy(&self, request: DeployRequest, timeout: Duration) -> Result<usize, AgentError> {
+        self.ask(Request::Deploy(request), timeout, |r| if let Reply::Deployed(n) = r { Ok(n) } else { Err(r) })
+    }
+
+    /// Stops a recorded launch, once its nonce matched.
+    pub fn cancel(&self, request: CancelRequest, timeout: Duration) -> Result<Stop, AgentError> {
+        self.ask(Request::Cancel(request), timeout, |r| match r {
+            Reply::Cancelled(c) => Ok(Stop::Matched(c)),
+            Reply::Mismatch(m) => Ok(Stop::Mismatch(m)),
+            other => Err(other),
+        })
+    }
+
+    /// The last bytes of a file there.
+    pub fn tail(&self, request: TailRequest, timeout: Duration) -> Result<Tail, AgentError> {
+        self.ask(Request::Tail(request), timeout, |r| if let Reply::Tail(t) = r { Ok(t) } else { Err(r) })
+    }
+
+    /// Runs a request, passing each reply to `on_reply` as it arrives. `stop` is polled; when it
     /// says so the connection is closed (the agent's work on the target is not affected).
     fn stream(
         &self,
-        request: &Value,
+        message: &Envelope<&Request>,
         timeout: Option<Duration>,
-        on_line: &mut dyn FnMut(Value),
+        on_reply: &mut dyn FnMut(Result<Reply, ReplyError>),
         stop: &dyn Fn() -> bool,
     ) -> Result<Streamed, AgentError> {
         let started = Instant::now();
-        let mut child = self.spawn(request)?;
+        let mut child = self.spawn(message)?;
         let host = self.host();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
@@ -176,11 +256,11 @@ impl Agent {
                 return Err(AgentError::TimedOut { host, secs: t.as_secs() });
             }
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(Some(line)) => match serde_json::from_str::<Value>(&line) {
-                    Ok(v) => on_line(v),
-                    // The login shell may print before the agent runs: only JSON lines are answers.
-                    Err(_) => continue,
-                },
+                Ok(Some(line)) => {
+                    if let Some(line) = decode_line(&line) {
+                        on_reply(line.reply);
+                    }
+                }
                 Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
             }
@@ -199,245 +279,96 @@ impl Agent {
         Ok(Streamed::Exited)
     }
 
-    /// Launches a step (`op: run`) and follows it to its end. `on_identity` is called with the
+    /// Launches a step (`run`) and follows it to its end. `on_identity` is called with the
     /// launch's identity as soon as the agent reports it, before anything else is awaited. On an
     /// SSH target it goes through the target's serving agent (one per transport, started on first
     /// need): no new ssh session or Python start per step.
     pub fn run_step(
         &self,
-        request: &Value,
-        on_identity: &mut dyn FnMut(&Value),
+        request: RunRequest,
+        on_identity: &mut dyn FnMut(&Identity),
         stop: &dyn Fn() -> bool,
     ) -> Result<StepEnd, AgentError> {
+        let request = Request::Run(Box::new(request));
         match self.session() {
-            Some(session) => session.run(request, on_identity, stop, &self.host()),
-            None => self.follow(request, on_identity, stop),
+            Some(session) => session.run(&request, on_identity, stop, &self.host()),
+            None => self.follow(&request, on_identity, stop),
         }
     }
 
-    /// The serving agent of this SSH transport, started if none is alive; `None` locally, or if
-    /// it cannot start (the one-shot path then reports why).
-    fn session(&self) -> Option<Arc<Session>> {
-        let t = self.ssh.as_ref()?;
-        let key = format!("{}#{}", t.label(), t.control_tag);
-        let mut sessions = SESSIONS.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = sessions.get(&key)
-            && s.alive.load(Ordering::SeqCst)
-        {
-            return Some(s.clone());
-        }
-        let session = Arc::new(Session::start(self)?);
-        sessions.insert(key, session.clone());
-        Some(session)
-    }
-
-    /// Re-attaches to a recorded launch (`op: wait`) and follows it to its end.
-    pub fn wait_step(&self, request: &Value, stop: &dyn Fn() -> bool) -> Result<StepEnd, AgentError> {
-        self.follow(request, &mut |_| {}, stop)
+    /// Re-attaches to a recorded launch (`wait`) and follows it to its end.
+    pub fn wait_step(&self, request: WaitRequest, stop: &dyn Fn() -> bool) -> Result<StepEnd, AgentError> {
+        self.follow(&Request::Wait(request), &mut |_| {}, stop)
     }
 
     fn follow(
         &self,
-        request: &Value,
-        on_identity: &mut dyn FnMut(&Value),
+        request: &Request,
+        on_identity: &mut dyn FnMut(&Identity),
         stop: &dyn Fn() -> bool,
     ) -> Result<StepEnd, AgentError> {
+        let host = self.host();
         let mut end = None;
-        let mut error = None;
         let streamed = self.stream(
-            request,
+            &Envelope::new(request),
             None,
-            &mut |v| {
-                if let Some(id) = v.get("identity") {
-                    on_identity(id);
-                } else if let Some(rec) = v.get("exit") {
-                    end = Some(StepEnd::Ended { record: rec.clone() });
-                } else if let Some(m) = v.get("mismatch").and_then(Value::as_str) {
-                    end = Some(StepEnd::Mismatch(m.to_string()));
-                } else if let Some(m) = v.get("lost").and_then(Value::as_str) {
-                    end = Some(StepEnd::Lost(m.to_string()));
-                } else if let Some(e) = v.get("error").and_then(Value::as_str) {
-                    error = Some(e.to_string());
+            &mut |reply| {
+                if end.is_none() {
+                    end = follow_reply(reply, &host, request.op(), on_identity);
                 }
             },
             stop,
         );
         match streamed {
-            Ok(Streamed::Stopped) => return Ok(end.unwrap_or(StepEnd::Detached)),
-            Ok(Streamed::Exited) => {}
-            Err(AgentError::Connection(e)) if end.is_none() => return Ok(StepEnd::Dropped(e.to_string())),
-            Err(AgentError::Failed { detail, .. }) if end.is_none() && error.is_none() => {
-                return Ok(StepEnd::Dropped(detail));
+            Ok(Streamed::Stopped) => Ok(match end {
+                Some(Ok(end)) => end,
+                _ => StepEnd::Detached,
+            }),
+            Ok(Streamed::Exited) => {
+                end.unwrap_or_else(|| Ok(StepEnd::Dropped("the agent ended without reporting the step's end".into())))
             }
-            Err(e) => return Err(e),
+            Err(AgentError::Connection(e)) if end.is_none() => Ok(StepEnd::Dropped(e.to_string())),
+            Err(AgentError::Failed { detail, .. }) if end.is_none() => Ok(StepEnd::Dropped(detail)),
+            Err(e) => Err(e),
         }
-        if let Some(e) = error {
-            return Err(AgentError::Failed { host: self.host(), detail: e });
-        }
-        Ok(end.unwrap_or_else(|| StepEnd::Dropped("the agent ended without reporting the step's end".into())))
     }
 }
 
-/// Serving agents, one per SSH transport (its label and configuration tag).
-static SESSIONS: LazyLock<Mutex<HashMap<String, Arc<Session>>>> = LazyLock::new(Default::default);
-
-/// How long a serving agent may take to say it serves.
-const SESSION_START: Duration = Duration::from_secs(30);
-
-/// A serving agent (`op: serve`) on one target: requests go down its stdin with an id, answers
-/// come back on its stdout with that id and are routed to whoever waits for them.
-struct Session {
-    stdin: Mutex<ChildStdin>,
-    routes: Arc<Mutex<HashMap<u64, mpsc::Sender<Value>>>>,
-    alive: Arc<AtomicBool>,
-    next: AtomicU64,
-    /// Kept so the ssh client is reaped when the session is dropped.
-    _child: Mutex<Child>,
+/// What a follower of a launch makes of one reply, one-shot or through a serving agent: `None`
+/// while the launch goes on, then its end, or why the agent could not follow it.
+fn follow_reply(
+    reply: Result<Reply, ReplyError>,
+    host: &str,
+    op: &'static str,
+    on_identity: &mut dyn FnMut(&Identity),
+) -> Option<Result<StepEnd, AgentError>> {
+    match reply {
+        Ok(Reply::Identity(id)) => {
+            on_identity(&id);
+            None
+        }
+        Ok(Reply::Exit(exit)) => Some(Ok(StepEnd::Ended(exit))),
+        Ok(Reply::Mismatch(m)) => Some(Ok(StepEnd::Mismatch(m))),
+        Ok(Reply::Lost(m)) => Some(Ok(StepEnd::Lost(m))),
+        other => Some(Err(not_the_answer(other, host, op))),
+    }
 }
 
-impl Session {
-    fn start(agent: &Agent) -> Option<Session> {
-        let (mut child, stdin) = agent.spawn_open(&json!({"op": "serve"})).ok()?;
-        let stdin = stdin?;
-        let stdout = child.stdout.take()?;
-        if let Some(mut err) = child.stderr.take() {
-            // Drained so the agent never blocks on a full pipe; its stderr is not an answer.
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut err, &mut std::io::sink());
-            });
+/// A reply that is not the answer a request wants, as the error it is: the agent's own error,
+/// its refusal of the protocol, a line that does not decode, or another reply.
+fn not_the_answer(reply: Result<Reply, ReplyError>, host: &str, op: &'static str) -> AgentError {
+    let host = host.to_string();
+    match reply {
+        Ok(Reply::Error(detail)) => AgentError::Failed { host, detail },
+        Ok(Reply::Unsupported(u)) => {
+            AgentError::Unsupported { host, agent: u.agent, request: u.request, detail: u.error }
         }
-        let routes: Arc<Mutex<HashMap<u64, mpsc::Sender<Value>>>> = Arc::default();
-        let alive = Arc::new(AtomicBool::new(true));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let (r, a) = (routes.clone(), alive.clone());
-        std::thread::Builder::new()
-            .name("cairn-agent-session".into())
-            .spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                    if v.get("serving").is_some() {
-                        let _ = ready_tx.send(());
-                        continue;
-                    }
-                    let Some(id) = v.get("id").and_then(Value::as_u64) else { continue };
-                    let routes = r.lock().unwrap_or_else(PoisonError::into_inner);
-                    if let Some(tx) = routes.get(&id) {
-                        let _ = tx.send(v);
-                    }
-                }
-                a.store(false, Ordering::SeqCst);
-                // Every follower sees its channel close: the connection dropped.
-                r.lock().unwrap_or_else(PoisonError::into_inner).clear();
-            })
-            .ok()?;
-        if ready_rx.recv_timeout(SESSION_START).is_err() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        Some(Session { stdin: Mutex::new(stdin), routes, alive, next: AtomicU64::new(1), _child: Mutex::new(child) })
-    }
-
-    fn run(
-        &self,
-        request: &Value,
-        on_identity: &mut dyn FnMut(&Value),
-        stop: &dyn Fn() -> bool,
-        host: &str,
-    ) -> Result<StepEnd, AgentError> {
-        let id = self.next.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = mpsc::channel();
-        self.routes.lock().unwrap_or_else(PoisonError::into_inner).insert(id, tx);
-        let forget = || {
-            self.routes.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
-        };
-        let mut req = request.clone();
-        req["id"] = json!(id);
-        let line = req.to_string() + "\n";
-        let written = self.stdin.lock().unwrap_or_else(PoisonError::into_inner).write_all(line.as_bytes());
-        if let Err(e) = written {
-            forget();
-            self.alive.store(false, Ordering::SeqCst);
-            return Ok(StepEnd::Dropped(format!("the agent session on {host} ended: {e}")));
-        }
-        loop {
-            if stop() {
-                forget();
-                return Ok(StepEnd::Detached);
-            }
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(v) => {
-                    if let Some(ident) = v.get("identity") {
-                        on_identity(ident);
-                    } else if let Some(rec) = v.get("exit") {
-                        forget();
-                        return Ok(StepEnd::Ended { record: rec.clone() });
-                    } else if let Some(e) = v.get("error").and_then(Value::as_str) {
-                        forget();
-                        return Err(AgentError::Failed { host: host.to_string(), detail: e.to_string() });
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Ok(StepEnd::Dropped(format!("the agent session on {host} ended")));
-                }
-            }
-        }
+        Ok(other) => AgentError::Unexpected { host, op, got: other.name() },
+        Err(source) => AgentError::Reply { host, source },
     }
 }
 
 enum Streamed {
     Exited,
     Stopped,
-}
-
-/// The supervisor's record of an ended step, as `classify_recorded` takes it. For a controller
-/// that exited 0, its report (outputs under `results/`, progress, lock state) is the result.
-pub fn recorded_end(record: &Value, controller: bool) -> crate::RecordedEnd {
-    use base64::Engine as _;
-    let int = |k: &str| record.get(k).and_then(Value::as_i64).map(|v| v as i32);
-    let flag = |k: &str| record.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let mut end = crate::RecordedEnd {
-        exit_code: int("exit_code"),
-        signal: int("signal"),
-        timed_out: flag("timed_out"),
-        killed_after_grace: flag("killed_after_grace"),
-        error: record.get("error").and_then(Value::as_str).map(String::from),
-        stdout: record
-            .get("stdout_b64")
-            .and_then(Value::as_str)
-            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
-            .unwrap_or_default(),
-        stdout_bytes: record.get("stdout_bytes").and_then(Value::as_u64).unwrap_or(0),
-        stderr_tail: record.get("stderr_tail").and_then(Value::as_str).unwrap_or_default().to_string(),
-    };
-    if let Some(state) = record.get("slurm_state").and_then(Value::as_str)
-        && end.exit_code.is_none()
-        && end.signal.is_none()
-        && end.error.is_none()
-    {
-        end.error = Some(if end.timed_out {
-            format!("its Slurm job ended {state} (the time limit) before the tool recorded its end")
-        } else {
-            format!("its Slurm job ended {state} before the tool recorded its end")
-        });
-    }
-    if controller && end.exit_code == Some(0) && !end.timed_out {
-        let report = record.get("controller").cloned().unwrap_or(Value::Null);
-        end.stdout = report.to_string().into_bytes();
-        end.stdout_bytes = end.stdout.len() as u64;
-    }
-    end
-}
-
-/// One file for the agent's `deploy`: its path under run_dir, content, checksum and mode.
-pub fn deploy_file(path: &str, bytes: &[u8], mode: u32) -> Value {
-    use base64::Engine as _;
-    json!({
-        "path": path,
-        "b64": base64::engine::general_purpose::STANDARD.encode(bytes),
-        "sha256": cairn_core::canonical::sha256_hex(bytes),
-        "mode": mode,
-    })
 }
