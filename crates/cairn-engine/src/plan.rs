@@ -20,6 +20,7 @@ use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
 use cairn_core::store::{ConsumeReceipt, NewRun, PlanRecord, RunRecord};
 use cairn_core::target::LOCAL;
+use cairn_exec::agent::protocol::{DeployFile, DeployRequest, ReadyRequest};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -614,18 +615,18 @@ impl Engine {
             }
         }
         needs.extend(steps_need.iter().cloned());
-        let request = serde_json::json!({
-            "op": "ready",
-            "run_dir": run_dir,
-            "workspace_root": spec.workspace_root,
-            "inputs": absolute_path_strings(input),
-            "programs": needs.iter().map(|(p, _)| p).collect::<Vec<_>>(),
-        });
-        let agent = self.agent_of(&spec);
-        let answer = agent
-            .call(&request, std::time::Duration::from_secs(60))
-            .map_err(|e| EngineError::TargetUnreachable { target: target.to_string(), message: e.to_string() })?;
-        let facts = answer.get("ready").cloned().unwrap_or(Value::Null);
+        let request = ReadyRequest {
+            run_dir: run_dir.to_string(),
+            workspace_root: spec.workspace_root.clone(),
+            inputs: absolute_path_strings(input),
+            programs: needs.iter().map(|(p, _)| p.clone()).collect(),
+        };
+        let could_not = |message: String| EngineError::TargetUnreachable { target: target.to_string(), message };
+        let facts = self
+            .agent_of(&spec)
+            .ready(request, std::time::Duration::from_secs(60))
+            .map_err(|e| could_not(e.to_string()))?;
+        let facts = serde_json::to_value(facts).map_err(|e| could_not(e.to_string()))?;
         let problems = cairn_core::target::readiness_problems(target, &facts, &needs);
         if !problems.is_empty() {
             return Err(EngineError::TargetNotReady { target: target.to_string(), problems });
@@ -649,7 +650,7 @@ impl Engine {
                     if &sha256_hex(content.as_bytes()) != sha256 {
                         return Err(fail("its content does not match its checksum".into()));
                     }
-                    files.push(cairn_exec::agent::deploy_file(path, content.as_bytes(), 0o644));
+                    files.push(DeployFile::new(path, content.as_bytes(), 0o644));
                 }
                 Effect::DeployWorkflow { path, digest, files: listed } => {
                     let source = self.state.registry().join(digest);
@@ -662,15 +663,15 @@ impl Engine {
                         }
                         use std::os::unix::fs::PermissionsExt;
                         let mode = std::fs::metadata(&abs).map(|m| m.permissions().mode() & 0o777).unwrap_or(0o644);
-                        files.push(cairn_exec::agent::deploy_file(&format!("{path}/{}", f.path), &bytes, mode));
+                        files.push(DeployFile::new(&format!("{path}/{}", f.path), &bytes, mode));
                     }
                 }
             }
         }
         let agent = self.agent(&plan.target).map_err(|e| e.to_string())?;
-        let request = serde_json::json!({"op": "deploy", "run_dir": plan.run_dir, "files": files});
+        let request = DeployRequest { run_dir: plan.run_dir.clone(), files };
         agent
-            .call(&request, std::time::Duration::from_secs(300))
+            .deploy(request, std::time::Duration::from_secs(300))
             .map(|_| ())
             .map_err(|e| format!("effects on target `{}` failed: {e}", plan.target))
     }

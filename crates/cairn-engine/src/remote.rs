@@ -12,9 +12,12 @@ use cairn_core::status::StepStatus;
 use cairn_core::store::{ProcessInfo, RemoteProcess, StepRecord};
 use cairn_core::target::{Executor, LOCAL, TargetSpec};
 use cairn_core::workflow::{ToolDef, ToolKind};
-use cairn_exec::agent::{Agent, StepEnd, recorded_end};
-use cairn_exec::{ToolCommand, ToolRun, classify_recorded};
-use serde_json::{Value, json};
+use cairn_exec::agent::protocol::{
+    CancelRequest, CheckFile, Identity, Launch, RunRequest, SlurmJob, StopSignal, TailRequest, WaitRequest,
+};
+use cairn_exec::agent::{Agent, AgentError, StepEnd, Stop};
+use cairn_exec::{BASE_ENV, ENV_PREFIX, ToolCommand, ToolRun, classify_recorded};
+use serde_json::Value;
 
 use crate::{Engine, EngineError};
 
@@ -125,12 +128,12 @@ impl Engine {
         let slurm = match placement {
             Placement::Target(spec, _) if spec.executor == Executor::Slurm && kind.is_process() => {
                 let secs = launch.cmd.timeout.as_secs() + launch.cmd.grace.as_secs();
-                Some(json!({
-                    "partition": spec.partition,
-                    "account": spec.account,
+                Some(SlurmJob {
+                    partition: spec.partition.clone(),
+                    account: spec.account.clone(),
                     // Slurm enforces the limit even when no daemon follows the job.
-                    "time_minutes": secs.div_ceil(60) + 1,
-                }))
+                    time_minutes: secs.div_ceil(60) + 1,
+                })
             }
             _ => None,
         };
@@ -145,29 +148,35 @@ impl Engine {
             job_id: None,
         };
         record(&ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) });
-        let request = json!({
-            "op": "run",
-            "attempt_dir": attempt_dir,
-            "nonce": nonce,
-            "argv": argv,
-            "cwd": format!("{}/steps/{}", launch.run_dir, launch.step_id),
-            "run_dir": launch.run_dir,
-            "env": launch.env.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
-            "allow_env": launch.tool_def.env,
-            "stdin": String::from_utf8_lossy(&launch.cmd.stdin),
-            "timeout": launch.cmd.timeout.as_secs_f64(),
-            "grace": launch.cmd.grace.as_secs_f64(),
-            "stop_signal": stop_signal(kind),
-            "max_stdout": launch.cmd.max_stdout,
-            "stderr_tail": launch.cmd.stderr_tail,
-            "controller": kind.program(),
-            "slurm": slurm,
-            "check_files": launch.check_files.iter().map(|(p, s)| json!({"path": p, "sha256": s})).collect::<Vec<_>>(),
-        });
-        let mut on_identity = |id: &Value| {
-            remote.pid = id.get("pid").and_then(Value::as_u64).map(|p| p as u32);
-            remote.start_time = id.get("start_time").and_then(Value::as_u64);
-            remote.job_id = id.get("job_id").and_then(Value::as_str).map(String::from);
+        let request = RunRequest {
+            attempt_dir: attempt_dir.clone(),
+            nonce: nonce.clone(),
+            argv,
+            cwd: format!("{}/steps/{}", launch.run_dir, launch.step_id),
+            run_dir: launch.run_dir.to_string(),
+            base_env: BASE_ENV.map(String::from).to_vec(),
+            allow_env: launch.tool_def.env.clone(),
+            env_prefix: ENV_PREFIX.to_string(),
+            env: launch.env.iter().cloned().collect(),
+            stdin: String::from_utf8_lossy(&launch.cmd.stdin).into_owned(),
+            timeout: launch.cmd.timeout.as_secs_f64(),
+            grace: launch.cmd.grace.as_secs_f64(),
+            stop_signal: stop_signal(kind),
+            max_stdout: launch.cmd.max_stdout,
+            stderr_tail: launch.cmd.stderr_tail,
+            controller: kind.program().map(String::from),
+            slurm,
+            check_files: launch
+                .check_files
+                .iter()
+                .map(|(path, sha256)| CheckFile { path: path.clone(), sha256: sha256.clone() })
+                .collect(),
+        };
+        let mut on_identity = |id: &Identity| {
+            (remote.pid, remote.start_time, remote.job_id) = match &id.launch {
+                Launch::Process { pid, start_time, .. } => (Some(*pid), *start_time, None),
+                Launch::Slurm { job_id } => (None, None, Some(job_id.clone())),
+            };
             let pid = remote.pid.unwrap_or(0);
             record(&ProcessInfo { pid, pgid: pid, start_time: remote.start_time, remote: Some(remote.clone()) });
             // A cancel that came before the launch was identified found nothing to stop there.
@@ -175,7 +184,7 @@ impl Engine {
                 let _ = self.stop_launch(&remote);
             }
         };
-        let end = agent.run_step(&request, &mut on_identity, halted);
+        let end = agent.run_step(request, &mut on_identity, halted);
         self.settle(&agent, &attempt_dir, &nonce, end, launch.cmd, kind, started, halted)
     }
 
@@ -192,7 +201,7 @@ impl Engine {
             Ok(a) => a,
             Err(e) => return Followed::Lost(format!("cannot reach target `{}` again: {e}", remote.target)),
         };
-        let end = agent.wait_step(&wait_request(&remote.attempt_dir, &remote.nonce), halted);
+        let end = agent.wait_step(wait_request(&remote.attempt_dir, &remote.nonce), halted);
         self.settle(&agent, &remote.attempt_dir, &remote.nonce, end, cmd, tool_def.kind, Instant::now(), halted)
     }
 
@@ -204,7 +213,7 @@ impl Engine {
         agent: &Agent,
         attempt_dir: &str,
         nonce: &str,
-        mut end: Result<StepEnd, cairn_exec::agent::AgentError>,
+        mut end: Result<StepEnd, AgentError>,
         cmd: &ToolCommand,
         kind: ToolKind,
         started: Instant,
@@ -215,15 +224,10 @@ impl Engine {
         let request = wait_request(attempt_dir, nonce);
         loop {
             let why = match end {
-                Ok(StepEnd::Ended { record }) => {
+                Ok(StepEnd::Ended(exit)) => {
                     // The tool's own time, as its supervisor measured it there; else what we saw.
-                    let duration = record
-                        .get("duration_s")
-                        .and_then(Value::as_f64)
-                        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                        .unwrap_or_else(|| started.elapsed());
-                    let run = classify_recorded(cmd, recorded_end(&record, !kind.is_process()), duration);
-                    return Followed::Ended(run);
+                    let duration = exit.duration().unwrap_or_else(|| started.elapsed());
+                    return Followed::Ended(classify_recorded(cmd, exit.recorded_end(!kind.is_process()), duration));
                 }
                 Ok(StepEnd::Mismatch(m)) => return Followed::Mismatch(m),
                 Ok(StepEnd::Lost(m)) => return Followed::Lost(m),
@@ -231,8 +235,14 @@ impl Engine {
                 Ok(StepEnd::Dropped(why)) => why,
                 // The agent itself refused (a changed tool file, an unusable attempt directory):
                 // the attempt failed before the tool ran.
-                Err(cairn_exec::agent::AgentError::Failed { detail, .. }) => {
+                Err(AgentError::Failed { detail, .. }) => {
                     return Followed::Ended(not_launched(cmd, format!("could not be started: {detail}")));
+                }
+                // The agent and this Cairn disagree on the protocol: asking again gets the same.
+                Err(
+                    e @ (AgentError::Unsupported { .. } | AgentError::Reply { .. } | AgentError::Unexpected { .. }),
+                ) => {
+                    return Followed::Ended(not_launched(cmd, format!("could not be started: {e}")));
                 }
                 Err(e) => e.to_string(),
             };
@@ -246,7 +256,7 @@ impl Engine {
             }
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_secs(10));
-            end = agent.wait_step(&request, halted);
+            end = agent.wait_step(request.clone(), halted);
         }
     }
 
@@ -254,21 +264,20 @@ impl Engine {
     /// group, then SIGKILL; `scancel` for a Slurm job), after the agent matched its nonce.
     pub fn stop_launch(&self, remote: &RemoteProcess) -> Result<String, EngineError> {
         let agent = self.agent(&remote.target)?;
-        let request = json!({
-            "op": "cancel",
-            "attempt_dir": remote.attempt_dir,
-            "nonce": remote.nonce,
-            "grace": self.options.kill_grace.as_secs_f64(),
-        });
-        let answer = agent.call(&request, Duration::from_secs(60) + self.options.kill_grace).map_err(|e| {
+        let request = CancelRequest {
+            attempt_dir: remote.attempt_dir.clone(),
+            nonce: remote.nonce.clone(),
+            grace: self.options.kill_grace.as_secs_f64(),
+        };
+        let stop = agent.cancel(request, Duration::from_secs(60) + self.options.kill_grace).map_err(|e| {
             EngineError::StopRefused { message: format!("could not stop the step on `{}`: {e}", remote.target) }
         })?;
-        if let Some(m) = answer.get("mismatch").and_then(Value::as_str) {
-            return Err(EngineError::StopRefused {
+        match stop {
+            Stop::Matched(c) => Ok(c.detail),
+            Stop::Mismatch(m) => Err(EngineError::StopRefused {
                 message: format!("not stopped: {m}; the recorded launch is not the one found"),
-            });
+            }),
         }
-        Ok(answer.get("detail").and_then(Value::as_str).unwrap_or_default().to_string())
     }
 
     /// The last `max_bytes` of a step's live output on its target (stderr, or a controller's log),
@@ -279,9 +288,8 @@ impl Engine {
         }
         let remote = step.process.as_ref()?.remote.as_ref()?;
         let agent = self.agent(&remote.target).ok()?;
-        let request = json!({"op": "tail", "path": format!("{}/stderr", remote.attempt_dir), "max_bytes": max_bytes});
-        let answer = agent.call(&request, Duration::from_secs(30)).ok()?;
-        answer.get("tail").and_then(Value::as_str).map(String::from)
+        let request = TailRequest { path: format!("{}/stderr", remote.attempt_dir), max_bytes };
+        agent.tail(request, Duration::from_secs(30)).ok().map(|t| t.text)
     }
 }
 
@@ -346,13 +354,13 @@ pub(crate) fn local_programs(wf: &crate::registry::LoadedWorkflow) -> Result<(),
 }
 
 /// The agent's `wait`: follow the launch recorded in `attempt_dir` if it carries `nonce`.
-fn wait_request(attempt_dir: &str, nonce: &str) -> Value {
-    json!({"op": "wait", "attempt_dir": attempt_dir, "nonce": nonce})
+fn wait_request(attempt_dir: &str, nonce: &str) -> WaitRequest {
+    WaitRequest { attempt_dir: attempt_dir.to_string(), nonce: nonce.to_string() }
 }
 
 /// SIGINT lets a pipeline controller stop its jobs and release its lock; SIGTERM for the rest.
-fn stop_signal(kind: ToolKind) -> &'static str {
-    if kind.is_process() { "SIGTERM" } else { "SIGINT" }
+fn stop_signal(kind: ToolKind) -> StopSignal {
+    if kind.is_process() { StopSignal::Term } else { StopSignal::Int }
 }
 
 fn not_launched(cmd: &ToolCommand, error: String) -> ToolRun {

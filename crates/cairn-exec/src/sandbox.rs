@@ -15,8 +15,12 @@ use cairn_core::status::{Outcome, classify_exit};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-/// Variables passed through from this process's environment when set.
-const BASE_ENV: [&str; 7] = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+/// Variables passed through from this process's environment when set. The one list: the step
+/// agent receives it in each run request and builds a tool's environment there from it.
+pub const BASE_ENV: [&str; 7] = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// Every variable whose name starts with this is passed through as well (here and by the agent).
+pub const ENV_PREFIX: &str = "CAIRN_";
 
 /// How long the output pipes may stay open after the whole group was killed. Only a process that
 /// left the group (`setsid`) can hold them that long; we stop waiting for it rather than hang.
@@ -270,22 +274,33 @@ pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -
     run
 }
 
-/// The scrubbed environment: PATH HOME USER LANG LC_ALL TZ TMPDIR taken from this process's
-/// environment when set, then every variable named in `allow` when set, then every CAIRN_* variable
-/// of this process, then `extra` (which wins). Sorted by name, no duplicates.
+/// The scrubbed environment: the `BASE_ENV` variables taken from this process's environment when
+/// set, then every variable named in `allow` when set, then every `ENV_PREFIX` variable of this
+/// process, then `extra` (which wins). Sorted by name, no duplicates.
 pub fn sandbox_env(allow: &[String], extra: &[(String, String)]) -> Vec<(String, String)> {
-    let mut env = BTreeMap::new();
     // Variables that are not valid UTF-8 cannot be represented here and are left out.
+    let here: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .collect();
+    env_by_rule(&here, allow, extra)
+}
+
+/// `sandbox_env`'s rule over the environment `from`. The step agent's `step_env` applies it to its
+/// own environment, with the names a run request carries.
+pub fn env_by_rule(
+    from: &BTreeMap<String, String>,
+    allow: &[String],
+    extra: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut env = BTreeMap::new();
     for name in BASE_ENV.iter().copied().chain(allow.iter().map(String::as_str)) {
-        if let Ok(value) = std::env::var(name) {
-            env.insert(name.to_string(), value);
+        if let Some(value) = from.get(name) {
+            env.insert(name.to_string(), value.clone());
         }
     }
-    for (name, value) in std::env::vars_os() {
-        if let (Some(name), Some(value)) = (name.to_str(), value.to_str())
-            && name.starts_with("CAIRN_")
-        {
-            env.insert(name.to_string(), value.to_string());
+    for (name, value) in from {
+        if name.starts_with(ENV_PREFIX) {
+            env.insert(name.clone(), value.clone());
         }
     }
     for (name, value) in extra {

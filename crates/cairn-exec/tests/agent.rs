@@ -1,31 +1,55 @@
 //! The step agent run on this machine (the same program an SSH target receives): deploy, a
-//! launch that outlives its follower, re-attaching by nonce, a refused nonce, cancelling, tails.
+//! launch that outlives its follower, re-attaching by nonce, a refused nonce, cancelling, tails;
+//! its protocol (each request read as Cairn wrote it, another protocol refused, attempt files
+//! written before versions followed, unknown ones a mismatch); the environment it builds; and the
+//! Slurm job running the agent's own supervisor.
 
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cairn_exec::agent::{Agent, StepEnd, deploy_file, recorded_end};
-use serde_json::{Value, json};
+use cairn_exec::agent::protocol::{
+    CancelRequest, DeployFile, DeployRequest, Identity, Launch, ReadyRequest, RunRequest, StopSignal, WaitRequest,
+};
+use cairn_exec::agent::{Agent, StepEnd, Stop};
+use serde_json::Value;
 
-fn run_request(dir: &std::path::Path, nonce: &str, script: &str, timeout: f64) -> Value {
-    json!({
-        "op": "run",
-        "attempt_dir": dir.join("steps/s/.cairn/attempt-1"),
-        "nonce": nonce,
-        "argv": ["python3", "-c", script],
-        "cwd": dir.join("steps/s"),
-        "run_dir": dir,
-        "env": {"CAIRN_STEP_ID": "s"},
-        "allow_env": [],
-        "stdin": "{\"n\":1}",
-        "timeout": timeout,
-        "grace": 1.0,
-        "stop_signal": "SIGTERM",
-        "max_stdout": 1 << 20,
-        "stderr_tail": 4096,
-        "controller": null,
-        "slurm": null,
-        "check_files": [],
-    })
+fn text(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn run_request(dir: &Path, nonce: &str, script: &str, timeout: f64) -> RunRequest {
+    RunRequest {
+        attempt_dir: text(&dir.join("steps/s/.cairn/attempt-1")),
+        nonce: nonce.into(),
+        argv: vec!["python3".into(), "-c".into(), script.into()],
+        cwd: text(&dir.join("steps/s")),
+        run_dir: text(dir),
+        base_env: cairn_exec::BASE_ENV.map(String::from).to_vec(),
+        allow_env: vec![],
+        env_prefix: cairn_exec::ENV_PREFIX.into(),
+        env: [("CAIRN_STEP_ID".to_string(), "s".to_string())].into(),
+        stdin: "{\"n\":1}".into(),
+        timeout,
+        grace: 1.0,
+        stop_signal: StopSignal::Term,
+        max_stdout: 1 << 20,
+        stderr_tail: 4096,
+        controller: None,
+        slurm: None,
+        check_files: vec![],
+    }
+}
+
+fn wait(attempt: &Path, nonce: &str) -> WaitRequest {
+    WaitRequest { attempt_dir: text(attempt), nonce: nonce.into() }
+}
+
+fn pid_of(id: &Identity) -> u64 {
+    match id.launch {
+        Launch::Process { pid, .. } => u64::from(pid),
+        Launch::Slurm { .. } => panic!("a process was launched, not a Slurm job: {id:?}"),
+    }
 }
 
 fn alive(pid: u64) -> bool {
@@ -40,13 +64,14 @@ fn a_step_runs_with_its_stdin_env_and_exit_recorded() {
     let script = "import json,os,sys; a=json.load(sys.stdin); print(json.dumps({'n': a['n'], 'step': os.environ['CAIRN_STEP_ID'], 'cwd': os.getcwd()}))";
     let mut identity = None;
     let end = Agent::local()
-        .run_step(&run_request(dir.path(), "att_1", script, 30.0), &mut |id| identity = Some(id.clone()), &|| false)
+        .run_step(run_request(dir.path(), "att_1", script, 30.0), &mut |id| identity = Some(id.clone()), &|| false)
         .unwrap();
     let id = identity.expect("the launch's identity is reported before its end");
-    assert_eq!(id["nonce"], "att_1");
-    assert!(id["pid"].as_u64().unwrap() > 0 && id["start_time"].as_u64().is_some(), "{id}");
-    let StepEnd::Ended { record } = end else { panic!("{end:?}") };
-    let rec = recorded_end(&record, false);
+    assert_eq!(id.nonce, "att_1");
+    let Launch::Process { pid, start_time, .. } = id.launch else { panic!("{id:?}") };
+    assert!(pid > 0 && start_time.is_some(), "{id:?}");
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    let rec = exit.recorded_end(false);
     assert_eq!(rec.exit_code, Some(0));
     let out: Value = serde_json::from_slice(&rec.stdout).unwrap();
     assert_eq!(out["n"], 1);
@@ -69,9 +94,9 @@ fn a_launch_outlives_its_follower_and_is_reattached_only_with_its_nonce() {
     let stop_after_identity = std::cell::Cell::new(false);
     let end = Agent::local()
         .run_step(
-            &run_request(dir.path(), "att_2", script, 30.0),
+            run_request(dir.path(), "att_2", script, 30.0),
             &mut |id| {
-                pid = id["pid"].as_u64().unwrap();
+                pid = pid_of(id);
                 stop_after_identity.set(true);
             },
             &|| stop_after_identity.get(),
@@ -81,19 +106,17 @@ fn a_launch_outlives_its_follower_and_is_reattached_only_with_its_nonce() {
     assert!(alive(pid), "the step stops when its follower goes away");
 
     let attempt = dir.path().join("steps/s/.cairn/attempt-1");
-    let wrong =
-        Agent::local().wait_step(&json!({"op": "wait", "attempt_dir": attempt, "nonce": "att_other"}), &|| false);
+    let wrong = Agent::local().wait_step(wait(&attempt, "att_other"), &|| false);
     assert!(matches!(wrong, Ok(StepEnd::Mismatch(_))), "{wrong:?}");
     assert!(alive(pid), "a refused re-attach touches nothing");
 
-    let end =
-        Agent::local().wait_step(&json!({"op": "wait", "attempt_dir": attempt, "nonce": "att_2"}), &|| false).unwrap();
-    let StepEnd::Ended { record } = end else { panic!("{end:?}") };
-    assert_eq!(recorded_end(&record, false).stdout, b"{\"done\": true}\n");
+    let end = Agent::local().wait_step(wait(&attempt, "att_2"), &|| false).unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    assert_eq!(exit.recorded_end(false).stdout, b"{\"done\": true}\n");
     assert!(started.elapsed() >= Duration::from_millis(1400));
 
     // A second launch into the same attempt directory is refused: an attempt runs once.
-    let again = Agent::local().run_step(&run_request(dir.path(), "att_2", script, 30.0), &mut |_| {}, &|| false);
+    let again = Agent::local().run_step(run_request(dir.path(), "att_2", script, 30.0), &mut |_| {}, &|| false);
     let err = again.unwrap_err().to_string();
     assert!(err.contains("exists already"), "{err}");
 }
@@ -107,9 +130,9 @@ fn cancel_stops_the_whole_group_and_the_end_is_recorded() {
     let flag = std::cell::Cell::new(false);
     let _ = Agent::local()
         .run_step(
-            &run_request(dir.path(), "att_3", script, 120.0),
+            run_request(dir.path(), "att_3", script, 120.0),
             &mut |id| {
-                pid = id["pid"].as_u64().unwrap();
+                pid = pid_of(id);
                 flag.set(true);
             },
             &|| flag.get(),
@@ -118,9 +141,12 @@ fn cancel_stops_the_whole_group_and_the_end_is_recorded() {
     std::thread::sleep(Duration::from_millis(300));
     let attempt = dir.path().join("steps/s/.cairn/attempt-1");
     let answer = Agent::local()
-        .call(&json!({"op": "cancel", "attempt_dir": attempt, "nonce": "att_3", "grace": 1.0}), Duration::from_secs(30))
+        .cancel(
+            CancelRequest { attempt_dir: text(&attempt), nonce: "att_3".into(), grace: 1.0 },
+            Duration::from_secs(30),
+        )
         .unwrap();
-    assert_eq!(answer["cancelled"], true, "{answer}");
+    assert!(matches!(&answer, Stop::Matched(c) if c.stopped), "{answer:?}");
     assert!(!alive(pid));
     let group = std::process::Command::new("pgrep").args(["-g", &pid.to_string()]).output().unwrap();
     // A killed member may linger as a zombie until its new parent reaps it; it no longer runs.
@@ -138,10 +164,10 @@ fn cancel_stops_the_whole_group_and_the_end_is_recorded() {
 fn the_timeout_is_enforced_by_the_supervisor() {
     let dir = tempfile::tempdir().unwrap();
     let script = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)";
-    let end = Agent::local().run_step(&run_request(dir.path(), "att_4", script, 0.5), &mut |_| {}, &|| false).unwrap();
-    let StepEnd::Ended { record } = end else { panic!("{end:?}") };
-    let rec = recorded_end(&record, false);
-    assert!(rec.timed_out && rec.killed_after_grace, "{record}");
+    let end = Agent::local().run_step(run_request(dir.path(), "att_4", script, 0.5), &mut |_| {}, &|| false).unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    let rec = exit.clone().recorded_end(false);
+    assert!(rec.timed_out && rec.killed_after_grace, "{exit:?}");
     assert_eq!(rec.signal, Some(9));
 }
 
@@ -149,20 +175,24 @@ fn the_timeout_is_enforced_by_the_supervisor() {
 fn deploy_creates_a_new_run_dir_and_refuses_bad_content_or_an_existing_dir() {
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let files =
-        vec![deploy_file("input.json", b"{}\n", 0o644), deploy_file("workflow/tools/t.py", b"print(1)\n", 0o755)];
+    let files = vec![
+        DeployFile::new("input.json", b"{}\n", 0o644),
+        DeployFile::new("workflow/tools/t.py", b"print(1)\n", 0o755),
+    ];
     let agent = Agent::local();
-    let ok = agent.call(&json!({"op": "deploy", "run_dir": run_dir, "files": files}), Duration::from_secs(30));
-    assert_eq!(ok.unwrap()["deployed"], 2);
+    let deploy = |run_dir: &Path, files: Vec<DeployFile>| {
+        agent.deploy(DeployRequest { run_dir: text(run_dir), files }, Duration::from_secs(30))
+    };
+    assert_eq!(deploy(&run_dir, files).unwrap(), 2);
     assert_eq!(std::fs::read(run_dir.join("workflow/tools/t.py")).unwrap(), b"print(1)\n");
 
-    let again = agent.call(&json!({"op": "deploy", "run_dir": run_dir, "files": []}), Duration::from_secs(30));
+    let again = deploy(&run_dir, vec![]);
     assert!(again.unwrap_err().to_string().contains("cannot create"));
 
-    let mut bad = deploy_file("input.json", b"{}\n", 0o644);
-    bad["sha256"] = json!("0".repeat(64));
+    let mut bad = DeployFile::new("input.json", b"{}\n", 0o644);
+    bad.sha256 = "0".repeat(64);
     let other = dir.path().join("other");
-    let refused = agent.call(&json!({"op": "deploy", "run_dir": other, "files": [bad]}), Duration::from_secs(30));
+    let refused = deploy(&other, vec![bad]);
     assert!(refused.unwrap_err().to_string().contains("does not match its checksum"));
     assert!(!other.join("input.json").exists());
 }
@@ -172,19 +202,339 @@ fn readiness_reports_what_it_observed() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("data.csv");
     std::fs::write(&input, "a,b\n").unwrap();
-    let facts = Agent::local()
-        .call(
-            &json!({"op": "ready", "run_dir": dir.path().join("new"), "workspace_root": "/nowhere",
-                    "inputs": [input, "/no/such/file"], "programs": ["python3", "no-such-program-x"]}),
-            Duration::from_secs(30),
-        )
-        .unwrap()["ready"]
-        .clone();
-    assert_eq!(facts["run_dir_absent"], true);
-    assert_eq!(facts["parent_writable"], true);
-    assert_eq!(facts["inside_workspace_root"], false);
-    assert!(facts["programs"]["python3"].is_string());
-    assert!(facts["programs"]["no-such-program-x"].is_null());
-    assert_eq!(facts["inputs"][input.to_str().unwrap()], cairn_core::canonical::sha256_hex(b"a,b\n"));
-    assert!(facts["inputs"]["/no/such/file"].is_null());
+    let request = ReadyRequest {
+        run_dir: text(&dir.path().join("new")),
+        workspace_root: "/nowhere".into(),
+        inputs: vec![text(&input), "/no/such/file".into()],
+        programs: vec!["python3".into(), "no-such-program-x".into()],
+    };
+    let facts = Agent::local().ready(request, Duration::from_secs(30)).unwrap();
+    assert!(facts.run_dir_absent);
+    assert!(facts.parent_writable);
+    assert!(!facts.inside_workspace_root);
+    assert!(facts.programs["python3"].is_some());
+    assert_eq!(facts.programs["no-such-program-x"], None);
+    assert_eq!(facts.inputs[&text(&input)], Some(cairn_core::canonical::sha256_hex(b"a,b\n")));
+    assert_eq!(facts.inputs["/no/such/file"], None);
+}
+
+// ------------------------------------------------------------------------------------ protocol
+
+/// The agent's source, for the tests that import it as a module.
+const AGENT_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/agent/agent.py");
+
+/// Runs `script` in a python3 that has imported `agent.py` as `agent` (the import runs no request),
+/// with `env` as its whole environment and `stdin` on its stdin; its last stdout line, as JSON.
+fn with_agent_module(script: &str, env: &[(String, String)], stdin: &str) -> Value {
+    use std::io::Write as _;
+    // No bytecode cache beside the source.
+    let prelude = "import importlib.util, json, os, sys\n\
+        sys.dont_write_bytecode = True\n\
+        spec = importlib.util.spec_from_file_location('agent', sys.argv[1])\n\
+        agent = importlib.util.module_from_spec(spec)\n\
+        spec.loader.exec_module(agent)\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &format!("{prelude}{script}"), AGENT_PY])
+        .env_clear()
+        .envs(env.iter().cloned())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "python3 failed\nstdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+fn path_only() -> Vec<(String, String)> {
+    vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())]
+}
+
+/// Every request Cairn sends, serialised by its Rust type, is what the agent reads: the agent's
+/// own `parse_request` (the first thing it does with any request) checks the protocol, the op and
+/// every field by name and type, refuses a field it does not read, and returns only the fields it
+/// reads. So what it hands back equals what Rust serialised exactly when both sides agree on
+/// every field. One of each `Request` variant, and a serving agent's request with its id.
+#[test]
+fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
+    use cairn_exec::agent::protocol::{CheckFile, Envelope, PROTOCOL, Request, SlurmJob, TailRequest};
+    let dir = Path::new("/tmp/cairn-no-such-run");
+    let mut slurm = run_request(dir, "att_s", "print(1)", 12.5);
+    slurm.slurm = Some(SlurmJob { partition: Some("debug".into()), account: None, time_minutes: 3 });
+    slurm.controller = Some("snakemake".into());
+    slurm.stop_signal = StopSignal::Int;
+    slurm.allow_env = vec!["LANG".into(), "OMP_NUM_THREADS".into()];
+    slurm.check_files = vec![CheckFile { path: "/w/tools/t.py".into(), sha256: "ab".repeat(32) }];
+    let requests = [
+        Request::Ready(ReadyRequest {
+            run_dir: "/w/run".into(),
+            workspace_root: "/w".into(),
+            inputs: vec!["/w/in.csv".into()],
+            programs: vec!["sbatch".into()],
+        }),
+        Request::Deploy(DeployRequest {
+            run_dir: "/w/run".into(),
+            files: vec![DeployFile::new("a/b.py", b"x", 0o755)],
+        }),
+        Request::Run(Box::new(run_request(dir, "att_p", "print(1)", 30.0))),
+        Request::Run(Box::new(slurm)),
+        Request::Serve,
+        Request::Wait(wait(dir, "att_w")),
+        Request::Cancel(CancelRequest { attempt_dir: "/w/a".into(), nonce: "att_c".into(), grace: 2.5 }),
+        Request::Tail(TailRequest { path: "/w/a/stderr".into(), max_bytes: 4096 }),
+    ];
+    let mut sent: Vec<Value> = requests.iter().map(|r| serde_json::to_value(Envelope::new(r)).unwrap()).collect();
+    let served = Envelope { protocol: PROTOCOL, id: Some(7), body: &requests[2] };
+    sent.push(serde_json::to_value(served).unwrap());
+    let lines: String = sent.iter().map(|v| format!("{v}\n")).collect();
+    let read = with_agent_module(
+        "out = []\n\
+         for line in sys.stdin:\n\
+         \x20   try:\n\
+         \x20       out.append(agent.parse_request(json.loads(line)))\n\
+         \x20   except agent.Invalid as e:\n\
+         \x20       out.append({'invalid': str(e)})\n\
+         print(json.dumps({'protocol': agent.PROTOCOL, 'read': out}))",
+        &path_only(),
+        &lines,
+    );
+    assert_eq!(read["protocol"], PROTOCOL, "agent.py and protocol.rs name one protocol");
+    let read = read["read"].as_array().unwrap();
+    assert_eq!(read.len(), sent.len());
+    for (sent, read) in sent.iter().zip(read) {
+        assert_eq!(read, sent, "the agent read the `{}` request otherwise than Cairn wrote it", sent["op"]);
+    }
+}
+
+/// A request of a protocol the agent does not speak is refused before anything is done, in words
+/// that name both versions and what to do, and Cairn reports it as such.
+#[test]
+fn a_request_of_another_protocol_is_refused_naming_both_versions() {
+    use cairn_exec::agent::AgentError;
+    use cairn_exec::agent::protocol::{PROTOCOL, Request};
+    let dir = tempfile::tempdir().unwrap();
+    let request = Request::Deploy(DeployRequest { run_dir: text(&dir.path().join("run")), files: vec![] });
+    let err = Agent::local().call_in_protocol(99, &request, Duration::from_secs(30)).unwrap_err();
+    let message = err.to_string();
+    let AgentError::Unsupported { agent, request, .. } = err else { panic!("{err:?}") };
+    assert_eq!((agent, request), (PROTOCOL, Some(99)));
+    for words in [&format!("speaks protocol {PROTOCOL}") as &str, "protocol 99", "reinstall Cairn"] {
+        assert!(message.contains(words), "`{words}` is not in: {message}");
+    }
+    assert!(!dir.path().join("run").exists(), "a refused request did nothing");
+}
+
+/// An attempt directory as the agent wrote it before versions existed (no `protocol` in any file).
+fn pre_version_attempt(dir: &Path, nonce: &str, pid: u32, supervisor: u32) -> std::path::PathBuf {
+    let attempt = dir.join("steps/s/.cairn/attempt-1");
+    std::fs::create_dir_all(&attempt).unwrap();
+    let write = |name: &str, v: Value| std::fs::write(attempt.join(name), v.to_string()).unwrap();
+    write(
+        "request.json",
+        serde_json::json!({"op": "run", "attempt_dir": text(&attempt), "nonce": nonce, "argv": ["sleep", "60"],
+            "cwd": text(&dir.join("steps/s")), "run_dir": text(dir), "env": {"CAIRN_STEP_ID": "s"}, "allow_env": [],
+            "stdin": "{}", "timeout": 60.0, "grace": 1.0, "stop_signal": "SIGTERM", "max_stdout": 1 << 20,
+            "stderr_tail": 4096, "controller": null, "slurm": null, "check_files": []}),
+    );
+    write(
+        "pid.json",
+        serde_json::json!({"nonce": nonce, "pid": pid, "pgid": pid, "start_time": cairn_exec::process_start_time(pid),
+            "supervisor_pid": supervisor, "supervisor_start_time": cairn_exec::process_start_time(supervisor),
+            "launched_at": 1.0e9}),
+    );
+    std::fs::write(attempt.join("stdout"), "").unwrap();
+    std::fs::write(attempt.join("stderr"), "old\n").unwrap();
+    attempt
+}
+
+/// A step the previous Cairn launched, still running when the user upgrades: the new agent follows
+/// it, stops it by its nonce and reports the end its old supervisor records (played here by this
+/// test: it owns the tool and writes exit.json as the old agent did).
+#[test]
+fn a_launch_recorded_before_versions_is_followed_and_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tool = std::process::Command::new("sleep").arg("60").process_group(0).spawn().unwrap();
+    let attempt = pre_version_attempt(dir.path(), "att_old", tool.id(), std::process::id());
+    let old_supervisor = {
+        let attempt = attempt.clone();
+        std::thread::spawn(move || {
+            use std::os::unix::process::ExitStatusExt as _;
+            let status = tool.wait().unwrap();
+            let exit = serde_json::json!({"exit_code": status.code(), "signal": status.signal(),
+                "timed_out": false, "killed_after_grace": false, "duration_s": 0.5});
+            std::fs::write(attempt.join("exit.json"), exit.to_string()).unwrap();
+        })
+    };
+    let follower = {
+        let attempt = attempt.clone();
+        std::thread::spawn(move || Agent::local().wait_step(wait(&attempt, "att_old"), &|| false))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!follower.is_finished(), "the running step's end was reported before it ended");
+    let request = CancelRequest { attempt_dir: text(&attempt), nonce: "att_old".into(), grace: 1.0 };
+    let stopped = Agent::local().cancel(request, Duration::from_secs(30)).unwrap();
+    assert!(matches!(&stopped, Stop::Matched(c) if c.stopped), "{stopped:?}");
+    old_supervisor.join().unwrap();
+    let end = follower.join().unwrap().unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    assert_eq!(exit.record.protocol, 0, "the record is the old supervisor's");
+    assert_eq!(exit.record.signal, Some(15), "{exit:?}");
+    assert_eq!(exit.stderr_tail, "old\n");
+}
+
+/// Attempt files of a protocol this agent does not read are never guessed at: `wait` and `cancel`
+/// answer a mismatch naming the file and both versions, and the process they name is untouched.
+#[test]
+fn attempt_files_of_an_unknown_protocol_are_a_mismatch_and_nothing_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tool = std::process::Command::new("sleep").arg("60").process_group(0).spawn().unwrap();
+    let attempt = pre_version_attempt(dir.path(), "att_new", tool.id(), std::process::id());
+    let mut exit = serde_json::json!({"protocol": 1, "exit_code": 0, "signal": null, "timed_out": false,
+        "killed_after_grace": false});
+    for file in ["pid.json", "exit.json"] {
+        let path = attempt.join(file);
+        let mut record: Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap_or_default()).unwrap_or_else(|_| exit.take());
+        record["protocol"] = 99.into();
+        std::fs::write(&path, record.to_string()).unwrap();
+
+        let end = Agent::local().wait_step(wait(&attempt, "att_new"), &|| false);
+        let Ok(StepEnd::Mismatch(why)) = end else { panic!("{file}: {end:?}") };
+        assert!(why.contains(file) && why.contains("protocol 99") && why.contains("protocol 1"), "{file}: {why}");
+        if file == "pid.json" {
+            let request = CancelRequest { attempt_dir: text(&attempt), nonce: "att_new".into(), grace: 1.0 };
+            let stop = Agent::local().cancel(request, Duration::from_secs(30)).unwrap();
+            assert!(matches!(&stop, Stop::Mismatch(why) if why.contains("protocol 99")), "{stop:?}");
+            assert!(alive(u64::from(tool.id())), "a refused cancel stopped the tool");
+            // The next case: a readable pid.json whose tool has ended, and an unreadable end.
+            let mut ident: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            ident["protocol"] = 1.into();
+            ident["pid"] = 1_000_000_000u32.into();
+            std::fs::write(&path, ident.to_string()).unwrap();
+        }
+    }
+    let _ = tool.kill();
+    let _ = tool.wait();
+}
+
+// ------------------------------------------------------------------------------------ environment
+
+/// The agent builds a tool's environment by `sandbox_env`'s rule from the names the run request
+/// carries: over the environment the agent sees, its `step_env` and Rust's `env_by_rule` agree
+/// variable for variable; and a step launched through the agent here gets the variables
+/// `sandbox_env` gives here.
+#[test]
+fn the_agent_builds_the_environment_the_sandbox_builds() {
+    let environ: std::collections::BTreeMap<String, String> = [
+        ("PATH", std::env::var("PATH").unwrap_or_default().as_str()),
+        ("HOME", "/home/h"),
+        ("LANG", "C.UTF-8"),
+        ("FOO_SECRET", "hunter2"),
+        ("ALLOWED_VAR", "allowed"),
+        ("CAIRN_TEST_MARK", "marked"),
+        ("CAIRN_STEP_ID", "from-the-environment"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut request = run_request(Path::new("/tmp/x"), "att_env", "", 1.0);
+    request.allow_env = vec!["ALLOWED_VAR".into(), "UNSET_VAR".into()];
+    let line = serde_json::to_string(&cairn_exec::agent::protocol::Envelope::new(
+        cairn_exec::agent::protocol::Request::Run(Box::new(request.clone())),
+    ))
+    .unwrap();
+    // Python's own view of its environment: a launcher such as pyenv's python3 edits PATH.
+    let out = with_agent_module(
+        "r = agent.parse_request(json.loads(sys.stdin.readline()))\n\
+         print(json.dumps({'environ': dict(os.environ), 'built': agent.step_env(r)}))",
+        &environ.into_iter().collect::<Vec<_>>(),
+        &line,
+    );
+    let (seen_by_python, built) = (&out["environ"], &out["built"]);
+    let environ: std::collections::BTreeMap<String, String> = serde_json::from_value(seen_by_python.clone()).unwrap();
+    let extra: Vec<(String, String)> = request.env.clone().into_iter().collect();
+    let rule: serde_json::Map<String, Value> = cairn_exec::env_by_rule(&environ, &request.allow_env, &extra)
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    assert_eq!(built, &Value::Object(rule));
+    assert_eq!(built["CAIRN_STEP_ID"], "s", "the request's own variables win");
+    assert!(built.get("FOO_SECRET").is_none() && built["ALLOWED_VAR"] == "allowed", "{built}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = run_request(dir.path(), "att_env", "", 30.0);
+    run.argv = vec!["env".into(), "-0".into()];
+    let end = Agent::local().run_step(run, &mut |_| {}, &|| false).unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    let stdout = exit.recorded_end(false).stdout;
+    let mut names: Vec<String> = String::from_utf8_lossy(&stdout)
+        .split('\0')
+        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_string()))
+        .collect();
+    names.sort();
+    let here: Vec<String> = cairn_exec::sandbox_env(&[], &extra).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(names, here);
+}
+
+// ------------------------------------------------------------------------------------ Slurm
+
+/// A Slurm job runs the agent's own supervisor: a copy of the agent and its request file beside a
+/// fixed job.sh that holds nothing of the request. `sbatch` is played by running job.sh at once
+/// in the attempt directory with an empty environment (`--chdir`, `--export NONE`); the real one
+/// is in `crates/cairn/tests/remote.rs`. The job records the tool's end, enforcing its timeout.
+#[test]
+fn a_slurm_job_runs_the_agents_own_supervisor() {
+    use cairn_exec::agent::protocol::{Envelope, Request, SlurmJob};
+    let dir = tempfile::tempdir().unwrap();
+    let lines: String = [
+        ("att_job", "import os; print(os.environ['CAIRN_STEP_ID'])", 30.0),
+        ("att_slow", "import time; time.sleep(30)", 0.3),
+    ]
+    .iter()
+    .map(|(nonce, script, timeout)| {
+        let mut r = run_request(&dir.path().join(nonce), nonce, script, *timeout);
+        r.slurm = Some(SlurmJob { partition: None, account: None, time_minutes: 2 });
+        r.grace = 0.2;
+        serde_json::to_string(&Envelope::new(Request::Run(Box::new(r)))).unwrap() + "\n"
+    })
+    .collect();
+    let out = with_agent_module(
+        "import subprocess\n\
+         agent.SOURCE = open(sys.argv[1]).read()\n\
+         agent.shutil.which = lambda p: '/slurm/bin/' + p\n\
+         real_run = subprocess.run\n\
+         def sbatch(argv, **kw):\n\
+         \x20   if argv[0] != 'sbatch':\n\
+         \x20       return real_run(argv, **kw)\n\
+         \x20   job = real_run(['sh', argv[-1]], cwd=argv[argv.index('--chdir') + 1], env={}, capture_output=True, text=True)\n\
+         \x20   return subprocess.CompletedProcess(argv, 0, '4242;cluster\\n' if job.returncode == 0 else '', job.stderr)\n\
+         agent.subprocess.run = sbatch\n\
+         out = []\n\
+         for line in sys.stdin:\n\
+         \x20   r = agent.parse_request(json.loads(line))\n\
+         \x20   agent.prepare_attempt(r)\n\
+         \x20   ident, err = agent.launch_slurm(r, agent.step_env(r))\n\
+         \x20   d = r['attempt_dir']\n\
+         \x20   out.append({'ident': ident, 'err': err, 'job': open(d + '/job.sh').read(), \
+         \x20               'exit': agent.read_json(d + '/exit.json'), 'stdout': open(d + '/stdout').read()})\n\
+         print(json.dumps(out))",
+        &path_only(),
+        &lines,
+    );
+    let [done, slow] = out.as_array().unwrap().as_slice() else { panic!("{out}") };
+    assert_eq!(done["err"], Value::Null, "{done:#}");
+    assert_eq!(done["ident"]["job_id"], "4242", "{done:#}");
+    assert_eq!(done["exit"]["protocol"], 1, "the job's supervisor recorded the end: {done:#}");
+    assert_eq!(done["exit"]["exit_code"], 0, "{done:#}");
+    assert_eq!(done["stdout"], "s\n", "the step's environment reached the job: {done:#}");
+    let job = done["job"].as_str().unwrap();
+    assert!(job.contains("agent.py supervise.json"), "{job}");
+    for variable in ["att_job", "CAIRN_STEP_ID", "print"] {
+        assert!(!job.contains(variable), "job.sh holds `{variable}` of the request:\n{job}");
+    }
+    assert_eq!(slow["exit"]["timed_out"], true, "the job's supervisor enforces the timeout: {slow:#}");
+    assert_eq!(slow["exit"]["signal"], 15, "{slow:#}");
 }
