@@ -95,6 +95,61 @@ impl TargetSpec {
     }
 }
 
+/// What a target's last probe says stands in the way of running there, in words; empty when
+/// nothing does. A probe knows no run_dir, so this is the target's general readiness (a writable
+/// workspace root, the executor's programs); a plan still checks its own run_dir.
+pub fn probe_problems(target: &str, executor: Executor, observed: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let ws = &observed["workspace"];
+    let path = ws["path"].as_str().unwrap_or("?");
+    if ws["writable"].as_bool() != Some(true) {
+        let nearest = ws["nearest_existing"].as_str().unwrap_or("?");
+        out.push(format!(
+            "the workspace root {path} cannot be created or written on `{target}` (nearest existing directory: {nearest})"
+        ));
+    }
+    if executor == Executor::Slurm {
+        for program in ["sbatch", "squeue", "scancel", "scontrol"] {
+            if observed["slurm"][program].as_str().is_none() {
+                out.push(format!("`{program}` is not on the PATH of `{target}`, but its executor is slurm"));
+            }
+        }
+    }
+    out
+}
+
+/// What the readiness facts observed on a target (by the step agent's `ready`) say is wrong for
+/// a run_dir, in words; empty when the target is ready. `programs` lists what the plan needs on
+/// the target's PATH with the reason.
+pub fn readiness_problems(target: &str, facts: &serde_json::Value, programs: &[(String, String)]) -> Vec<String> {
+    let flag = |k: &str| facts.get(k).and_then(serde_json::Value::as_bool).unwrap_or(false);
+    let text = |k: &str| facts.get(k).and_then(serde_json::Value::as_str).unwrap_or("?").to_string();
+    let mut out = Vec::new();
+    if !flag("run_dir_absent") {
+        out.push(format!(
+            "run_dir {} exists already on `{target}`; a run creates its own new directory",
+            text("run_dir")
+        ));
+    }
+    if !flag("parent_is_dir") {
+        out.push(format!("the parent of run_dir, {}, is not a directory on `{target}`", text("parent")));
+    } else if !flag("parent_real") {
+        out.push(format!(
+            "the parent of run_dir, {}, goes through a symlink on `{target}`; give the real path",
+            text("parent")
+        ));
+    } else if !flag("parent_writable") {
+        out.push(format!("the parent of run_dir, {}, is not writable on `{target}`", text("parent")));
+    }
+    for (program, why) in programs {
+        let found = facts.get("programs").and_then(|p| p.get(program)).and_then(serde_json::Value::as_str);
+        if found.is_none() {
+            out.push(format!("`{program}` is not on the PATH of `{target}` (observed: none), but {why}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,59 +227,4 @@ mod tests {
             Err(TargetError::Word { field: "account", .. })
         ));
     }
-}
-
-/// What a target's last probe says stands in the way of running there, in words; empty when
-/// nothing does. A probe knows no run_dir, so this is the target's general readiness (a writable
-/// workspace root, the executor's programs); a plan still checks its own run_dir.
-pub fn probe_problems(target: &str, executor: Executor, observed: &serde_json::Value) -> Vec<String> {
-    let mut out = Vec::new();
-    let ws = &observed["workspace"];
-    let path = ws["path"].as_str().unwrap_or("?");
-    if ws["writable"].as_bool() != Some(true) {
-        let nearest = ws["nearest_existing"].as_str().unwrap_or("?");
-        out.push(format!(
-            "the workspace root {path} cannot be created or written on `{target}` (nearest existing directory: {nearest})"
-        ));
-    }
-    if executor == Executor::Slurm {
-        for program in ["sbatch", "squeue", "scancel", "scontrol"] {
-            if observed["slurm"][program].as_str().is_none() {
-                out.push(format!("`{program}` is not on the PATH of `{target}`, but its executor is slurm"));
-            }
-        }
-    }
-    out
-}
-
-/// What the readiness facts observed on a target (by the step agent's `ready`) say is wrong for
-/// a run_dir, in words; empty when the target is ready. `programs` lists what the plan needs on
-/// the target's PATH with the reason.
-pub fn readiness_problems(target: &str, facts: &serde_json::Value, programs: &[(String, String)]) -> Vec<String> {
-    let flag = |k: &str| facts.get(k).and_then(serde_json::Value::as_bool).unwrap_or(false);
-    let text = |k: &str| facts.get(k).and_then(serde_json::Value::as_str).unwrap_or("?").to_string();
-    let mut out = Vec::new();
-    if !flag("run_dir_absent") {
-        out.push(format!(
-            "run_dir {} exists already on `{target}`; a run creates its own new directory",
-            text("run_dir")
-        ));
-    }
-    if !flag("parent_is_dir") {
-        out.push(format!("the parent of run_dir, {}, is not a directory on `{target}`", text("parent")));
-    } else if !flag("parent_real") {
-        out.push(format!(
-            "the parent of run_dir, {}, goes through a symlink on `{target}`; give the real path",
-            text("parent")
-        ));
-    } else if !flag("parent_writable") {
-        out.push(format!("the parent of run_dir, {}, is not writable on `{target}`", text("parent")));
-    }
-    for (program, why) in programs {
-        let found = facts.get("programs").and_then(|p| p.get(program)).and_then(serde_json::Value::as_str);
-        if found.is_none() {
-            out.push(format!("`{program}` is not on the PATH of `{target}` (observed: none), but {why}"));
-        }
-    }
-    out
 }

@@ -10,11 +10,12 @@
 
 mod env;
 mod error;
+pub mod launcher;
+pub mod placement;
 pub mod plan;
 mod pool;
 pub mod process;
 pub mod registry;
-pub mod remote;
 pub mod replay;
 pub mod runner;
 mod runs;
@@ -25,6 +26,7 @@ pub mod target;
 pub mod verify;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
@@ -57,6 +59,7 @@ pub struct Engine {
     clock: Box<dyn Clock>,
     ids: Box<dyn IdGen>,
     options: EngineOptions,
+    launcher: Arc<dyn launcher::Launcher>,
 }
 
 /// How an [`Engine`] is opened: the state root and what is injected (a clock and ids for
@@ -67,6 +70,7 @@ pub struct EngineBuilder {
     ids: Box<dyn IdGen>,
     options: EngineOptions,
     on_commit: Option<Box<dyn Fn() + Send + Sync>>,
+    launcher: Arc<dyn launcher::Launcher>,
 }
 
 impl EngineBuilder {
@@ -85,6 +89,12 @@ impl EngineBuilder {
         self
     }
 
+    /// How attempts are launched (the real processes by default; a scripted launcher in tests).
+    pub fn launcher(mut self, launcher: impl launcher::Launcher + 'static) -> Self {
+        self.launcher = Arc::new(launcher);
+        self
+    }
+
     /// Called after every committed write to the registry (after its lock is released).
     pub fn on_commit(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
         self.on_commit = Some(Box::new(hook));
@@ -98,7 +108,14 @@ impl EngineBuilder {
         if let Some(hook) = self.on_commit {
             store = store.on_commit(hook);
         }
-        Ok(Engine { state, store: Box::new(store), clock: self.clock, ids: self.ids, options: self.options })
+        Ok(Engine {
+            state,
+            store: Box::new(store),
+            clock: self.clock,
+            ids: self.ids,
+            options: self.options,
+            launcher: self.launcher,
+        })
     }
 }
 
@@ -115,6 +132,7 @@ impl Engine {
             ids: Box::new(RandomIds),
             options: EngineOptions::default(),
             on_commit: None,
+            launcher: Arc::new(launcher::Processes),
         }
     }
 

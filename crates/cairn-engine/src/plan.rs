@@ -204,7 +204,7 @@ impl Engine {
         let mut readiness = None;
         if remote {
             // On a target, input files are read where the run will read them: on the target.
-            let facts = self.target_ready(&req.target, &run_dir, &crate::remote::workflow_needs(&wf), &input)?;
+            let facts = self.target_ready(&req.target, &run_dir, &crate::placement::workflow_needs(&wf), &input)?;
             if let Some(found) = facts["observed"]["inputs"].as_object() {
                 for (path, sha) in found {
                     if let Some(sha256) = sha.as_str() {
@@ -214,7 +214,7 @@ impl Engine {
             }
             readiness = Some(facts);
         } else {
-            crate::remote::local_programs(&wf)?;
+            crate::placement::local_programs(&wf)?;
             for p in absolute_path_strings(&input) {
                 if Path::new(&p).is_file() {
                     let sha256 = hash_file(Path::new(&p))
@@ -245,7 +245,7 @@ impl Engine {
                 } else {
                     // A controller's argv comes from the step's args; shown when they are known
                     // before the run (they do not depend on an earlier step's result).
-                    crate::remote::planned_controller_argv(
+                    crate::placement::planned_controller_argv(
                         kind,
                         step,
                         &input,
@@ -401,7 +401,7 @@ impl Engine {
         } else {
             let wf = self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)?;
             Some(
-                self.target_ready(&plan.target, &plan.run_dir, &crate::remote::workflow_needs(&wf), &plan.input)
+                self.target_ready(&plan.target, &plan.run_dir, &crate::placement::workflow_needs(&wf), &plan.input)
                     .map_err(|e| stale(format!("target `{}` is no longer ready: {e}", plan.target)))?,
             )
         };

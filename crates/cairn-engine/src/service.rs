@@ -246,7 +246,7 @@ impl Service {
                 }
                 Some((p, None)) => {
                     groups += 1;
-                    self.engine.reap_recorded(p);
+                    self.engine.launcher.stop_orphan(&self.engine, p);
                 }
                 None => {}
             }
@@ -329,7 +329,7 @@ impl Service {
         for run_id in &active {
             for step in self.engine.running_steps(run_id).unwrap_or_default() {
                 if let Some(p) = step.process.as_ref().filter(|p| p.remote.is_none()) {
-                    self.engine.reap_recorded(p);
+                    self.engine.launcher.stop_orphan(&self.engine, p);
                 }
             }
         }

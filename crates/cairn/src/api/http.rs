@@ -158,7 +158,7 @@ pub(super) async fn require_any_token(State(state): State<AppRef>, req: Request,
 }
 
 /// The role of the request's bearer token, or the 401 that refuses it.
-#[allow(clippy::result_large_err)]
+#[expect(clippy::result_large_err, reason = "the error is the response itself, returned once per request")]
 fn presented_role(state: &AppState, req: &Request) -> Result<Role, Response> {
     let presented = crate::auth::bearer(req.headers());
     presented.and_then(|t| state.tokens.role_of(t)).ok_or_else(|| {

@@ -207,7 +207,10 @@ impl Engine {
 
     /// Turns what the agent said into the attempt's end; a dropped connection is retried with
     /// `wait` (the step goes on meanwhile) until it answers or the window closes.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the step's whole context, passed as is rather than bundled for one call"
+    )]
     fn settle(
         &self,
         agent: &Agent,

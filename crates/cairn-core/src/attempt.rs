@@ -1,0 +1,253 @@
+//! The attempt lifecycle's decision, as data: for an attempt that ended (as its launcher reported
+//! it, under the token it ran with), what to write and what follows — complete the step, retry
+//! it, start it over as interrupted, fail it and the run, or write nothing. The engine launches
+//! ("act") and writes ("record"); this decides, so every rule is testable without a process.
+
+use serde_json::Value;
+
+use crate::signature::{AfterAttempt, after_attempt};
+use crate::status::Outcome;
+use crate::store::{AttemptStart, FinishAttempt};
+
+/// How an attempt ended, as its launcher reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptEnd {
+    /// The tool ran and ended with an outcome (a result only when it completed).
+    Ran {
+        outcome: Outcome,
+        result: Option<Value>,
+        error: Option<String>,
+        /// The bounded tail of its stderr (empty when it printed nothing).
+        log_tail: String,
+        /// The tool's own time, from spawn to exit.
+        duration_us: i64,
+    },
+    /// It was not run: something it depends on is not what its signature was computed from (a
+    /// tool file changed on disk). The step fails without a retry.
+    Refused { error: String },
+    /// Nothing of the launch is left to observe: it never happened, or its supervisor died
+    /// without recording an end.
+    Lost { why: String },
+    /// Another launch is recorded where this one was expected: nothing was touched.
+    Mismatch { why: String },
+    /// The follower stopped (a cancel or a shutdown); the step goes on or is being stopped.
+    Halted,
+}
+
+/// The attempt that ended, and what its step allows.
+#[derive(Debug, Clone)]
+pub struct AttemptState<'a> {
+    pub run_id: &'a str,
+    pub step_id: &'a str,
+    /// The token the attempt ran under (the one that owns the step now).
+    pub token: &'a str,
+    /// Its number (1-based).
+    pub attempt: u32,
+    /// Attempts of the step that ended with an outcome before this one (interrupted ones do not
+    /// count: they use up no retry).
+    pub finished: u32,
+    pub max_attempts: u32,
+    pub retry_on: &'a [Outcome],
+    /// Followed after being adopted from a predecessor (a re-attach), not launched now.
+    pub adopted: bool,
+    /// A stop (cancel or shutdown) was requested meanwhile.
+    pub halted: bool,
+    /// Now, by the caller's clock (Unix milliseconds).
+    pub at: i64,
+}
+
+/// What to write and what follows.
+#[must_use]
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptWrite {
+    /// Write the step COMPLETED with its result; the step is done.
+    Complete(FinishAttempt),
+    /// Begin attempt `attempt` as a retry of this one.
+    Retry { attempt: u32, start: AttemptStart },
+    /// The adopted launch is lost: begin the step's next attempt as a resume of an interrupted
+    /// one (it uses up no retry).
+    Restart { start: AttemptStart },
+    /// Write the step FAILED and, with it, the run FAILED with `run_error`.
+    Fail { finish: FinishAttempt, run_error: String },
+    /// Write nothing: a cancel has finalised the step, a shutdown leaves it RUNNING for the next
+    /// daemon to resume.
+    Nothing,
+}
+
+/// The decision, and whether the attempt ended with an outcome (it then counts against the
+/// step's attempts, and is shown as finished).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub write: AttemptWrite,
+    pub ended: Option<Outcome>,
+}
+
+/// Decides what an attempt's end writes and what follows.
+pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
+    let finish =
+        |outcome: Outcome, result: Option<Value>, error: Option<String>, log_tail: String, duration_us| FinishAttempt {
+            run_id: s.run_id.to_string(),
+            step_id: s.step_id.to_string(),
+            token: s.token.to_string(),
+            attempt: s.attempt,
+            outcome,
+            result,
+            error,
+            log_tail: (!log_tail.is_empty()).then_some(log_tail),
+            duration_us,
+            at: s.at,
+        };
+    let nothing = Decision { write: AttemptWrite::Nothing, ended: None };
+    let (outcome, result, error, log_tail, duration_us) = match end {
+        AttemptEnd::Halted => return nothing,
+        AttemptEnd::Refused { error } => {
+            let error = format!("step `{}`: {error}; it was not run", s.step_id);
+            let run_error = error.clone();
+            let finish = finish(Outcome::Failed, None, Some(error), String::new(), 0);
+            return Decision { write: AttemptWrite::Fail { finish, run_error }, ended: None };
+        }
+        // A launch this owner adopted and can no longer see: verifiably nothing runs, so the
+        // step starts over.
+        AttemptEnd::Lost { .. } if s.adopted => {
+            let start = AttemptStart::ResumeInterrupted { previous_token: s.token.to_string() };
+            return Decision { write: AttemptWrite::Restart { start }, ended: None };
+        }
+        AttemptEnd::Mismatch { why } if s.adopted => {
+            let error = format!(
+                "step `{}`: the recorded launch could not be verified ({why}); nothing was resumed or stopped",
+                s.step_id
+            );
+            let run_error = error.clone();
+            let finish = finish(Outcome::Failed, None, Some(error), String::new(), 0);
+            return Decision { write: AttemptWrite::Fail { finish, run_error }, ended: None };
+        }
+        // One this owner launched just now and lost: the attempt failed.
+        AttemptEnd::Lost { why } | AttemptEnd::Mismatch { why } => (Outcome::Failed, None, Some(why), String::new(), 0),
+        AttemptEnd::Ran { outcome, result, error, log_tail, duration_us } => {
+            (outcome, result, error, log_tail, duration_us)
+        }
+    };
+    // Nothing is written for an attempt launched now once a stop came: a cancel has finalised the
+    // step, a shutdown leaves it to be resumed. An adopted one's end is recorded: it is what ran.
+    if s.halted && !s.adopted {
+        return nothing;
+    }
+    let finished = s.finished + 1;
+    let write = match after_attempt(outcome, finished, s.max_attempts, s.retry_on) {
+        AfterAttempt::Complete => {
+            AttemptWrite::Complete(finish(outcome, Some(result.unwrap_or(Value::Null)), error, log_tail, duration_us))
+        }
+        AfterAttempt::Retry if s.halted => AttemptWrite::Nothing,
+        AfterAttempt::Retry => AttemptWrite::Retry {
+            attempt: s.attempt + 1,
+            start: AttemptStart::Retry { previous_token: s.token.to_string(), outcome, error },
+        },
+        AfterAttempt::Fail => {
+            let run_error = format!(
+                "step `{}` ended {outcome} on attempt {} of {}: {}",
+                s.step_id,
+                s.attempt,
+                s.max_attempts,
+                error.as_deref().unwrap_or("no detail")
+            );
+            AttemptWrite::Fail { finish: finish(outcome, result, error, log_tail, duration_us), run_error }
+        }
+    };
+    Decision { write, ended: Some(outcome) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state(attempt: u32, finished: u32) -> AttemptState<'static> {
+        AttemptState {
+            run_id: "r",
+            step_id: "s",
+            token: "att_1",
+            attempt,
+            finished,
+            max_attempts: 2,
+            retry_on: &[Outcome::TimedOut],
+            adopted: false,
+            halted: false,
+            at: 7,
+        }
+    }
+
+    fn ran(outcome: Outcome) -> AttemptEnd {
+        AttemptEnd::Ran {
+            outcome,
+            result: (outcome == Outcome::Completed).then(|| json!({"ok": true})),
+            error: (outcome != Outcome::Completed).then(|| "boom".to_string()),
+            log_tail: String::new(),
+            duration_us: 5,
+        }
+    }
+
+    #[test]
+    fn a_completed_attempt_writes_its_result_under_its_token() {
+        let d = decide(&state(1, 0), ran(Outcome::Completed));
+        let AttemptWrite::Complete(f) = d.write else { panic!("{d:?}") };
+        assert_eq!((f.token.as_str(), f.attempt, f.result, f.log_tail), ("att_1", 1, Some(json!({"ok": true})), None));
+        assert_eq!(d.ended, Some(Outcome::Completed));
+    }
+
+    #[test]
+    fn a_retryable_outcome_retries_within_the_budget_then_fails_the_run() {
+        let d = decide(&state(1, 0), ran(Outcome::TimedOut));
+        assert_eq!(
+            d.write,
+            AttemptWrite::Retry {
+                attempt: 2,
+                start: AttemptStart::Retry {
+                    previous_token: "att_1".into(),
+                    outcome: Outcome::TimedOut,
+                    error: Some("boom".into())
+                },
+            }
+        );
+        let AttemptWrite::Fail { run_error, .. } = decide(&state(2, 1), ran(Outcome::TimedOut)).write else { panic!() };
+        assert_eq!(run_error, "step `s` ended TIMED_OUT on attempt 2 of 2: boom");
+        assert!(matches!(decide(&state(1, 0), ran(Outcome::Failed)).write, AttemptWrite::Fail { .. }));
+    }
+
+    #[test]
+    fn a_stop_writes_nothing_for_an_attempt_launched_now() {
+        let halted = AttemptState { halted: true, ..state(1, 0) };
+        for end in [ran(Outcome::Completed), ran(Outcome::TimedOut), AttemptEnd::Halted] {
+            assert_eq!(decide(&halted, end).write, AttemptWrite::Nothing);
+        }
+        // An adopted attempt's end is what ran: it is recorded, but not retried after a stop.
+        let adopted = AttemptState { adopted: true, ..halted };
+        assert!(matches!(decide(&adopted, ran(Outcome::Completed)).write, AttemptWrite::Complete(_)));
+        assert_eq!(decide(&adopted, ran(Outcome::TimedOut)).write, AttemptWrite::Nothing);
+    }
+
+    #[test]
+    fn a_lost_or_mismatched_launch_fails_now_but_restarts_or_fails_an_adopted_one() {
+        let lost = AttemptEnd::Lost { why: "gone".into() };
+        let d = decide(&state(1, 0), lost.clone());
+        assert_eq!(d.ended, Some(Outcome::Failed));
+        assert!(matches!(d.write, AttemptWrite::Fail { .. }));
+        let adopted = AttemptState { adopted: true, ..state(1, 0) };
+        assert_eq!(
+            decide(&adopted, lost).write,
+            AttemptWrite::Restart { start: AttemptStart::ResumeInterrupted { previous_token: "att_1".into() } }
+        );
+        let d = decide(&adopted, AttemptEnd::Mismatch { why: "other nonce".into() });
+        let AttemptWrite::Fail { finish, run_error } = d.write else { panic!() };
+        assert!(run_error.contains("could not be verified (other nonce)"), "{run_error}");
+        assert_eq!((finish.outcome, d.ended), (Outcome::Failed, None));
+    }
+
+    #[test]
+    fn a_refused_attempt_fails_without_a_retry_and_counts_no_attempt() {
+        let retry_all = AttemptState { retry_on: &[Outcome::Failed, Outcome::TimedOut], ..state(1, 0) };
+        let d = decide(&retry_all, AttemptEnd::Refused { error: "tool file t.py changed".into() });
+        let AttemptWrite::Fail { finish, run_error } = d.write else { panic!() };
+        assert_eq!(run_error, "step `s`: tool file t.py changed; it was not run");
+        assert_eq!((finish.error.as_deref(), d.ended), (Some(run_error.as_str()), None));
+    }
+}

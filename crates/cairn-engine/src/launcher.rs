@@ -1,0 +1,216 @@
+//! The "act" of an attempt: launch it and follow it to its end, re-attach to one a predecessor
+//! launched, stop an orphan. A [`Launcher`] does the IO and reports what happened as an
+//! [`AttemptEnd`]; the runner records it under the attempt's token, as
+//! [`cairn_core::attempt::decide`] says. [`Processes`] is the real one: a plain tool here runs in
+//! the local sandbox; a step on a target, and a pipeline controller anywhere, goes through the
+//! step agent. Tests inject a scripted one.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cairn_core::attempt::AttemptEnd;
+use cairn_core::store::{ProcessInfo, RemoteProcess};
+use cairn_core::workflow::{StepDef, ToolDef};
+use cairn_exec::{ProcessIdentity, ToolCommand, ToolRun, run_tool, sandbox_env};
+use serde_json::Value;
+
+use crate::Engine;
+use crate::placement::{AgentLaunch, Followed, Placement};
+use crate::registry::{LoadedTool, LoadedWorkflow};
+
+/// One attempt to launch: where, what, and with which arguments.
+pub struct AttemptLaunch<'a> {
+    pub run_id: &'a str,
+    pub run_dir: &'a str,
+    pub placement: &'a Placement,
+    pub workflow: &'a LoadedWorkflow,
+    pub step: &'a StepDef,
+    /// The step's resolved arguments, and the canonical JSON the tool reads on stdin.
+    pub args: &'a Value,
+    pub stdin: &'a [u8],
+    /// The attempt's number (1-based).
+    pub attempt: u32,
+}
+
+impl AttemptLaunch<'_> {
+    pub fn tool_def(&self) -> &ToolDef {
+        &self.workflow.spec().tools[&self.step.tool]
+    }
+
+    fn tool(&self) -> &LoadedTool {
+        &self.workflow.tools[&self.step.tool]
+    }
+
+    fn step_dir(&self) -> PathBuf {
+        Path::new(self.run_dir).join("steps").join(&self.step.id)
+    }
+}
+
+/// Launches attempts and follows them. Calls happen on the step's worker thread; `halted` says
+/// whether a stop (cancel or shutdown) was requested meanwhile.
+pub trait Launcher: Send + Sync {
+    /// Launches the attempt and follows it to its end. `record` is called with the process's
+    /// identity as soon as it is known (for a supervised launch, also with its launch record
+    /// before it happens), so a successor can find it.
+    fn launch(
+        &self,
+        engine: &Engine,
+        attempt: &AttemptLaunch<'_>,
+        record: &mut dyn FnMut(&ProcessInfo),
+        halted: &dyn Fn() -> bool,
+    ) -> AttemptEnd;
+
+    /// Follows a supervised launch a predecessor recorded (the attempt is the same one).
+    fn reattach(
+        &self,
+        engine: &Engine,
+        recorded: &RemoteProcess,
+        attempt: &AttemptLaunch<'_>,
+        halted: &dyn Fn() -> bool,
+    ) -> AttemptEnd;
+
+    /// Stops an abandoned attempt's process group if it is verifiably still the recorded one
+    /// (same pid and start time), so two attempts never run at once.
+    fn stop_orphan(&self, engine: &Engine, recorded: &ProcessInfo);
+}
+
+/// The real launcher: real processes, here or through the step agent.
+pub struct Processes;
+
+impl Launcher for Processes {
+    fn launch(
+        &self,
+        engine: &Engine,
+        a: &AttemptLaunch<'_>,
+        record: &mut dyn FnMut(&ProcessInfo),
+        halted: &dyn Fn() -> bool,
+    ) -> AttemptEnd {
+        let tool_def = a.tool_def();
+        let extra = [
+            ("CAIRN_RUN_ID".to_string(), a.run_id.to_string()),
+            ("CAIRN_STEP_ID".into(), a.step.id.clone()),
+            ("CAIRN_ATTEMPT".into(), a.attempt.to_string()),
+            ("CAIRN_RUN_DIR".into(), a.run_dir.to_string()),
+        ];
+        if !a.placement.is_remote() {
+            let dir = a.step_dir();
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                return AttemptEnd::Refused {
+                    error: format!("its directory {} cannot be created: {e}", dir.display()),
+                };
+            }
+        }
+        // The files the tool's digest was computed from must still be those bytes: a tool changed
+        // on disk since the run loaded it is never run under the old signature.
+        if let Some(error) = changed_tool_file(a.workflow, a.tool()) {
+            return AttemptEnd::Refused { error };
+        }
+        if !a.placement.is_remote() && tool_def.kind.is_process() {
+            let cmd = tool_command(engine, a, sandbox_env(&tool_def.env, &extra));
+            let run = run_tool(&cmd, &mut |p: &ProcessIdentity| {
+                record(&ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time, remote: None });
+                // A stop that came between the attempt's start and its process being recorded
+                // found no process to stop: stop it here.
+                if halted() {
+                    cairn_exec::kill_own_group(p.pgid);
+                }
+            });
+            return ran(run);
+        }
+        let source = step_source(a);
+        let cmd = tool_command(engine, a, Vec::new());
+        let launch = AgentLaunch {
+            tool_def,
+            argv: a.tool().argv.iter().map(|arg| rebase(arg, &a.workflow.record.path, &source)).collect(),
+            args: a.args,
+            run_dir: a.run_dir,
+            step_id: &a.step.id,
+            attempt: a.attempt,
+            env: extra.to_vec(),
+            check_files: a.tool().files.iter().map(|f| (format!("{source}/{}", f.path), f.sha256.clone())).collect(),
+            source,
+            cmd: &cmd,
+        };
+        followed(engine.launch_with_agent(a.placement, &launch, record, halted))
+    }
+
+    fn reattach(
+        &self,
+        engine: &Engine,
+        recorded: &RemoteProcess,
+        a: &AttemptLaunch<'_>,
+        halted: &dyn Fn() -> bool,
+    ) -> AttemptEnd {
+        let cmd = tool_command(engine, a, Vec::new());
+        followed(engine.reattach(recorded, a.tool_def(), &cmd, halted))
+    }
+
+    fn stop_orphan(&self, engine: &Engine, p: &ProcessInfo) {
+        cairn_exec::terminate_if_same(
+            &ProcessIdentity { pid: p.pid, pgid: p.pgid, start_time: p.start_time },
+            engine.options().kill_grace,
+        );
+    }
+}
+
+/// One attempt's complete process request, with the engine's limits.
+fn tool_command(engine: &Engine, a: &AttemptLaunch<'_>, env: Vec<(String, String)>) -> ToolCommand {
+    let options = engine.options();
+    ToolCommand {
+        argv: a.tool().argv.clone(),
+        cwd: a.step_dir(),
+        env,
+        stdin: a.stdin.to_vec(),
+        timeout: Duration::from_secs(a.tool_def().timeout_secs),
+        grace: options.kill_grace,
+        max_stdout: options.max_stdout,
+        stderr_tail: options.stderr_tail,
+    }
+}
+
+fn ran(run: ToolRun) -> AttemptEnd {
+    AttemptEnd::Ran {
+        outcome: run.outcome,
+        result: run.result,
+        error: run.error,
+        log_tail: run.stderr_tail,
+        // The tool's own time, from spawn to exit (not the commit recording its pid).
+        duration_us: i64::try_from(run.duration.as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
+fn followed(f: Followed) -> AttemptEnd {
+    match f {
+        Followed::Ended(run) => ran(run),
+        Followed::Lost(why) => AttemptEnd::Lost { why },
+        Followed::Mismatch(why) => AttemptEnd::Mismatch { why },
+        Followed::Halted => AttemptEnd::Halted,
+    }
+}
+
+/// The workflow's folder where the step runs: the copy deployed into a target's run_dir, or the
+/// folder the run loaded here.
+fn step_source(a: &AttemptLaunch<'_>) -> String {
+    if a.placement.is_remote() { format!("{}/workflow", a.run_dir) } else { a.workflow.record.path.clone() }
+}
+
+/// Which of the tool's files no longer has the SHA-256 its digest was computed from, in words.
+fn changed_tool_file(wf: &LoadedWorkflow, tool: &LoadedTool) -> Option<String> {
+    let dir = Path::new(&wf.record.path);
+    tool.files.iter().find_map(|f| {
+        let path = dir.join(&f.path);
+        match std::fs::read(&path) {
+            Ok(bytes) if cairn_core::canonical::sha256_hex(&bytes) == f.sha256 => None,
+            Ok(_) => Some(format!("tool file {} changed since the run loaded it", path.display())),
+            Err(e) => Some(format!("tool file {} cannot be read: {e}", path.display())),
+        }
+    })
+}
+
+/// `arg` with the folder prefix `from` replaced by `to` (a tool file named by its deployed path).
+fn rebase(arg: &str, from: &str, to: &str) -> String {
+    match Path::new(arg).strip_prefix(from) {
+        Ok(rel) if from != to => format!("{to}/{}", rel.display()),
+        _ => arg.to_string(),
+    }
+}

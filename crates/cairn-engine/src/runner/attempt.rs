@@ -1,0 +1,138 @@
+//! One step's attempts, as decide → act → record: the launcher acts (launches, follows,
+//! re-attaches), [`cairn_core::attempt::decide`] says what its end writes and what follows, and
+//! the store records it under the attempt's token, in one transaction.
+//!
+//! **Invariant:** every write of an attempt is conditional on its token; a write the store
+//! rejects as stale is recorded as `step.stale_write_rejected`, never applied.
+
+use std::time::Duration;
+
+use cairn_core::attempt::{AttemptState, AttemptWrite, decide};
+use cairn_core::canonical::canonical_json;
+use cairn_core::store::{BeginAttempt, ProcessInfo, StoreError};
+use serde_json::Value;
+
+use super::events::{Job, Progress, RunCtx};
+use crate::launcher::AttemptLaunch;
+use crate::registry::LoadedWorkflow;
+use crate::{Engine, EngineError, StopSignal};
+
+impl Engine {
+    /// Runs attempts until one completes (its result), or the step fails for good or stops
+    /// (`None`).
+    pub(super) fn attempt_loop(
+        &self,
+        wf: &LoadedWorkflow,
+        run: &RunCtx,
+        job: Job,
+        stop: Option<&StopSignal>,
+        progress: &dyn Fn(Progress),
+    ) -> Result<Option<Value>, EngineError> {
+        let halted = || stop.and_then(StopSignal::requested).is_some();
+        let Job { step_index, sig, args, mut attempt, mut start, mut finished, mut orphan, reattach } = job;
+        let step = &wf.spec().steps[step_index];
+        let stdin = canonical_json(&args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
+        let launch = |attempt| AttemptLaunch {
+            run_id: &run.run_id,
+            run_dir: &run.run_dir,
+            placement: &run.placement,
+            workflow: wf,
+            step,
+            args: &args,
+            stdin: &stdin,
+            attempt,
+        };
+        // An attempt a predecessor launched under the agent: followed under a new token, it
+        // ends under its own number (the one before `attempt`).
+        let mut adopted = None;
+        if let Some((recorded, previous_token)) = reattach {
+            let token = self.ids.token();
+            self.store.adopt_attempt(&run.run_id, &step.id, &previous_token, &token, self.clock.now_ms())?;
+            let end = self.launcher.reattach(self, &recorded, &launch(attempt - 1), &halted);
+            adopted = Some((token, attempt - 1, end));
+        }
+        loop {
+            let is_adopted = adopted.is_some();
+            let (token, number, end) = match adopted.take() {
+                Some(a) => a,
+                None => {
+                    let token = self.ids.token();
+                    self.store.begin_attempt(&BeginAttempt {
+                        run_id: run.run_id.clone(),
+                        step_id: step.id.clone(),
+                        signature: sig.clone(),
+                        args: args.clone(),
+                        token: token.clone(),
+                        attempt,
+                        start: start.clone(),
+                        at: self.clock.now_ms(),
+                    })?;
+                    // Only now that the new token owns the step may the abandoned process be
+                    // stopped: its runner, if still alive, then finds its token stale and cannot
+                    // write.
+                    if let Some(p) = orphan.take() {
+                        self.launcher.stop_orphan(self, &p);
+                    }
+                    progress(Progress::Started { step_id: step.id.clone(), attempt });
+                    let mut record = |info: &ProcessInfo| {
+                        // A failure here (a stale token) resurfaces when the outcome is written,
+                        // which the same token guard then rejects.
+                        let _ = self.store.record_process(&run.run_id, &step.id, &token, info);
+                    };
+                    let end = self.launcher.launch(self, &launch(attempt), &mut record, &halted);
+                    (token, attempt, end)
+                }
+            };
+            let duration = match &end {
+                cairn_core::attempt::AttemptEnd::Ran { duration_us, .. } => {
+                    Duration::from_micros(u64::try_from(*duration_us).unwrap_or(0))
+                }
+                _ => Duration::ZERO,
+            };
+            let decision = decide(
+                &AttemptState {
+                    run_id: &run.run_id,
+                    step_id: &step.id,
+                    token: &token,
+                    attempt: number,
+                    finished,
+                    max_attempts: step.max_attempts,
+                    retry_on: &step.retry_on,
+                    adopted: is_adopted,
+                    halted: halted(),
+                    at: self.clock.now_ms(),
+                },
+                end,
+            );
+            if let Some(outcome) = decision.ended {
+                finished += 1;
+                progress(Progress::Finished { step_id: step.id.clone(), outcome, attempt: number, duration });
+            }
+            let written = match decision.write {
+                AttemptWrite::Complete(finish) => {
+                    let result = finish.result.clone().unwrap_or(Value::Null);
+                    self.store.complete_attempt(&finish).map(|_| Some(result))
+                }
+                AttemptWrite::Fail { finish, run_error } => self.store.fail_attempt(&finish, &run_error).map(|_| None),
+                AttemptWrite::Retry { attempt: next, start: next_start } => {
+                    (attempt, start) = (next, next_start);
+                    continue;
+                }
+                AttemptWrite::Restart { start: next_start } => {
+                    start = next_start;
+                    continue;
+                }
+                AttemptWrite::Nothing => return Ok(None),
+            };
+            return match written {
+                Ok(v) => Ok(v),
+                Err(StoreError::StaleToken { run_id, step_id }) => {
+                    // Another worker took the step over: our result must not be applied.
+                    self.store.record_stale_write(&run_id, &step_id, &token, self.clock.now_ms())?;
+                    Err(EngineError::Store(StoreError::StaleToken { run_id, step_id }))
+                }
+                Err(e) => Err(e.into()),
+            };
+        }
+    }
+}

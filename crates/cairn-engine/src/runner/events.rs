@@ -1,0 +1,62 @@
+//! The messages inside one run's execution: what a worker needs of the run, a step ready to
+//! execute, what the scheduler decided for a step, and what workers tell the scheduler.
+
+use std::time::Duration;
+
+use cairn_core::signature::StepSignature;
+use cairn_core::status::Outcome;
+use cairn_core::store::{AttemptStart, ProcessInfo, RemoteProcess};
+use serde_json::Value;
+
+use crate::EngineError;
+use crate::placement::Placement;
+
+/// What a worker needs of the run.
+pub(super) struct RunCtx {
+    pub run_id: String,
+    pub run_dir: String,
+    pub placement: Placement,
+}
+
+/// A step ready to execute: its signature, resolved arguments and where its attempts start.
+pub(super) struct Job {
+    pub step_index: usize,
+    pub sig: StepSignature,
+    pub args: Value,
+    /// The number of the attempt to begin.
+    pub attempt: u32,
+    pub start: AttemptStart,
+    /// Attempts of this step that already ended with an outcome.
+    pub finished: u32,
+    /// The abandoned attempt's process, stopped once the new token owns the step.
+    pub orphan: Option<ProcessInfo>,
+    /// A launch the agent supervises, to re-attach to under a new token (same attempt), with
+    /// the token that held it.
+    pub reattach: Option<(RemoteProcess, String)>,
+}
+
+/// What the scheduler does with a step, decided from its stored row.
+pub(super) enum Prepared {
+    Reused(Value),
+    Job(Box<Job>),
+    /// The run cannot go on: finish it FAILED with this message.
+    FailRun(String),
+    /// Refuse without changing the run (a RUNNING step without --resume-interrupted).
+    Error(EngineError),
+}
+
+/// A step's progress, for the run's observer.
+pub(super) enum Progress {
+    Started { step_id: String, attempt: u32 },
+    Finished { step_id: String, outcome: Outcome, attempt: u32, duration: Duration },
+}
+
+/// What a worker tells the scheduler.
+pub(super) enum Msg {
+    Progress(Progress),
+    /// The step is done: its result, or `None` when it failed (and the run with it) or stopped.
+    Done {
+        index: usize,
+        outcome: Result<Option<Value>, EngineError>,
+    },
+}
