@@ -45,11 +45,14 @@ enum Act {
     Race(Arc<Engine>, Box<RunRequest>, AttemptEnd),
 }
 
+/// What a script holds: per step, attempt and call (`launch` or `reattach`), what to do.
+type Acts = HashMap<(String, u32, &'static str), Act>;
+
 /// A launcher that plays a script: per `(step, attempt)` what to do, and a log of what it was
 /// asked (`launch s 1`, `reattach s 1`, `orphan 4242`).
 #[derive(Default, Clone)]
 struct Script {
-    acts: Arc<Mutex<HashMap<(String, u32, &'static str), Act>>>,
+    acts: Arc<Mutex<Acts>>,
     log: Arc<Mutex<Vec<String>>>,
     stop: Arc<Mutex<Option<StopSignal>>>,
 }
