@@ -93,6 +93,11 @@ export CAIRN_TEST_SLURM=1
 log "cargo fmt --check"
 cargo fmt --all -- --check
 
+# Every crate's lints, tests and benches included (the workspace's default member is only the
+# binary, so --workspace is needed for the rest).
+log "cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
 # One build profile for everything; nextest when present (it ships on these machines).
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then
