@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 use h::{Verify, assert_no_kernel_left, nbconvert, statuses, validate};
 
 /// Test helpers, private to this file.
-mod common;
-
 mod h {
     use std::ffi::OsStr;
     use std::path::{Path, PathBuf};
@@ -270,7 +268,7 @@ mod h {
         Out { code, json, stdout, stderr, elapsed }
     }
 
-    pub use crate::common::{describe_pid as describe, kernel_processes};
+    pub use crate::support::{describe_pid as describe, kernel_processes};
 
     /// No process of a scratch kernel of this state root is alive. `cairn verify` kills its
     /// kernel's whole group and waits for it before it returns; a short poll only absorbs the

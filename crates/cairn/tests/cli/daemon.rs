@@ -6,15 +6,13 @@
 //! Every test leaves no process behind: it stops its daemon and checks the pids are gone; a
 //! [`Reaper`] SIGKILLs whatever a failing test left (its own CLI children, daemons and tools only).
 
-mod common;
-
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};

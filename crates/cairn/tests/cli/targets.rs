@@ -2,11 +2,9 @@
 //! which `scripts/test.sh` runs; its directory comes in `CAIRN_TEST_SSHD_DIR`): registration and
 //! its refusals, the read-only probe, strict host-key checking, and an unreachable host.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
 
 fn add(c: &Cairn, name: &str, ssh: &str, identity: &Path, known_hosts: &Path, extra: &[&str]) -> Out {

@@ -14,14 +14,12 @@
 //! target's files directly. Under `CI=true` a missing venv, snakemake, sshd or sqlite3 fails the
 //! test; elsewhere it is skipped with a note.
 
-mod common;
-
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/controllers");

@@ -18,8 +18,6 @@
 //! the HTTP endpoints need a token and a loopback `Host`; compute targets and readiness; the
 //! session kernel; the resources and their templates.
 
-mod common;
-
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -28,7 +26,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{Cairn, ci, contract, daemon_info, http, kernel_processes, read_token, step};
+use crate::support::{Cairn, ci, contract, daemon_info, http, kernel_processes, read_token, step};
 use serde_json::{Value, json};
 
 // ------------------------------------------------------------------------------------------------
@@ -654,7 +652,7 @@ fn each_server_lists_the_contract_tools_over_stdio_and_http() {
         if server == "workbench" {
             // `cairn mcp` started the daemon it talks to.
             let d = fx.c.daemon();
-            assert!(common::alive(d.pid), "the daemon {} that `cairn mcp` started is not running", d.pid);
+            assert!(crate::support::alive(d.pid), "the daemon {} that `cairn mcp` started is not running", d.pid);
         }
     }
     for (server, contract) in [("workbench", WORKBENCH), ("compute", COMPUTE), ("app", APP)] {
@@ -1271,9 +1269,9 @@ fn session_kernel_through_the_workbench() {
     let (code, _, out) = fx.json(&["daemon", "stop"]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        common::wait_until(Duration::from_secs(10), || kernel_processes(&fx.home()).is_empty()),
+        crate::support::wait_until(Duration::from_secs(10), || kernel_processes(&fx.home()).is_empty()),
         "kernel processes survived the daemon: {:?}",
-        kernel_processes(&fx.home()).into_iter().map(common::describe_pid).collect::<Vec<_>>()
+        kernel_processes(&fx.home()).into_iter().map(crate::support::describe_pid).collect::<Vec<_>>()
     );
 }
 
@@ -1402,7 +1400,7 @@ fn bug_daemon_stop_with_an_open_mcp_http_session() {
     let took = started.elapsed();
     let leftover = kernel_processes(&fx.home());
     for pid in &leftover {
-        common::kill_group(*pid);
+        crate::support::kill_group(*pid);
     }
     assert_eq!(code, 0, "{out}");
     let log = std::fs::read_to_string(fx.home().join("daemon.log")).unwrap_or_default();

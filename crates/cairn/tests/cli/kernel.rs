@@ -12,14 +12,12 @@
 //! Every test stops its daemon and checks that no kernel process of its state root survives; a
 //! failing test's [`K`] SIGKILLs whatever kernel it left behind.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Cairn, alive, ci, describe_pid, http, kernel_processes, parse_stdout, wait_until};
+use crate::support::{Cairn, alive, ci, describe_pid, http, kernel_processes, parse_stdout, wait_until};
 use serde_json::Value;
 use tempfile::TempDir;
 

@@ -1,8 +1,6 @@
 //! Outcome classes, retries and the validator, through the real binary.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 /// One step, `probe`, whose behaviour comes from the run input. One attempt only, so a timeout

@@ -1,10 +1,8 @@
 //! Bounded output: a tool that floods stdout fails fast and leaves the store usable.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 #[test]

@@ -1,9 +1,7 @@
 //! The registry (immutable, content-addressed name@version, highest version by default) and the
 //! bundled quickstart.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 /// A one-step workflow whose tool file reports `tag`; a rule checks the tag, so a READY run proves

@@ -6,12 +6,10 @@
 //! `src/daemon/*.rs` without a row here fails [`auth_matrix_covers_every_endpoint_and_caller`],
 //! and one missing from `/openapi.json` fails [`openapi_document_describes_every_route`].
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 // ------------------------------------------------------------------------------------ client

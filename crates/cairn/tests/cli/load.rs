@@ -2,13 +2,11 @@
 //! Every run must be accounted for (none lost, none duplicated, each step executed exactly once),
 //! and the daemon's memory is reported and bounded.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 const CLIENTS: usize = 20;

@@ -17,14 +17,12 @@
 //! `fixtures/remote/tools/remote_tool.py`, which appends `start <step> <attempt> <pid>` to
 //! `$CAIRN_RUN_DIR/launches` when it starts: that file is how the tests count launches.
 
-mod common;
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -41,7 +39,7 @@ const EXAMPLE_STEPS: [&str; 6] = [
     "generate_evidence",
 ];
 
-const REMOTE_TOOL: &str = include_str!("fixtures/remote/tools/remote_tool.py");
+const REMOTE_TOOL: &str = include_str!("../fixtures/remote/tools/remote_tool.py");
 
 /// How long a remote run may take in these tests before a wait gives up (a hang, not a verdict).
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);

@@ -12,8 +12,6 @@
 //!
 //! Without npm and without an installed suite the test is skipped, loudly; under `CI=true` it fails.
 
-mod common;
-
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -41,7 +39,7 @@ fn installed(conf: &Path) -> bool {
 fn the_official_mcp_conformance_suite_passes_on_every_endpoint() {
     let root = repo();
     let conf = root.join("tools/mcp-conformance");
-    let ci = common::ci();
+    let ci = crate::support::ci();
     let npm = Command::new("npm").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
     if !npm.is_ok_and(|s| s.success()) && !installed(&conf) {
         let message = "no npm on PATH and no installed MCP conformance suite in tools/mcp-conformance/node_modules \

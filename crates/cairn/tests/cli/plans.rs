@@ -11,15 +11,13 @@
 //! appends one JSON line to the log named by the run input — its step, the tool file it ran from,
 //! its argv and its working directory — so the log tells how often and from where tools ran.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
+use crate::support::*;
 use cairn_core::canonical::{hash_json, sha256_hex};
-use common::*;
 use serde_json::{Value, json};
 
 /// The tool: logs (and returns) where it runs from.

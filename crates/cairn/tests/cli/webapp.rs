@@ -10,13 +10,11 @@
 //! three); without them the test fails under `CI=true` and skips loudly otherwise. Screenshots,
 //! downloads and the network log land in `target/webapp-artifacts/`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 

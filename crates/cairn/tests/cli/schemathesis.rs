@@ -20,13 +20,11 @@
 //! whole call) and reproducible (deterministic generation, one worker, no example database): a
 //! failure prints schemathesis' report, with a `curl` line for each failing case.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 /// Test cases per operation and phase: enough to reach every declared status, small enough for CI.

@@ -1,11 +1,9 @@
 //! Bad workflows and bad run requests: exit 2, a clear message on stderr naming the file and
 //! field, and nothing created (no registration, no snapshot, no run row, no run directory).
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 const HEADER: &str = "[workflow]\nname = \"bad\"\nversion = \"1.0.0\"\n\n";
