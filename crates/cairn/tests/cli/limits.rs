@@ -2,8 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::*;
 use serde_json::json;
+
+use crate::support::*;
 
 #[test]
 fn a_tool_printing_100_mb_fails_fast_with_a_clear_error() {

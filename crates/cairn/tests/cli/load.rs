@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 const CLIENTS: usize = 20;
 const RUNS_PER_CLIENT: usize = 25;

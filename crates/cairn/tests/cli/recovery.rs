@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 /// The same run id with the same input is idempotent; with another input it is a conflict.
 #[test]
