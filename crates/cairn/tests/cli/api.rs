@@ -2,11 +2,11 @@
 //! `Host` check, bad submissions that must create nothing, run semantics over HTTP, and the
 //! OpenAPI document. Each test has its own state root (its own `CAIRN_HOME`) and its own daemon.
 //!
-//! The endpoint table is checked against the router's source: a route added to
-//! `src/daemon/*.rs` without a row here fails [`auth_matrix_covers_every_endpoint_and_caller`],
+//! The endpoint table is checked against the router's source: a route added anywhere under
+//! `src/` without a row here fails [`auth_matrix_covers_every_endpoint_and_caller`],
 //! and one missing from `/openapi.json` fails [`openapi_document_describes_every_route`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -280,16 +280,23 @@ args = {{ lines = 5, after = "${{steps.a.result.step}}" }}
 
 // ------------------------------------------------------------------------------------ routes
 
-/// Every `(METHOD, path)` the router serves, read from the daemon's source (`src/daemon/*.rs`),
-/// so a new endpoint cannot go untested. Every route is a one-line
-/// `.route("/…", method(handler)…)`; a nested router (`.nest(`) is not understood and fails here.
+/// Every `(METHOD, path)` the router serves, read from the binary's source (every `.rs` file
+/// under `src/`, wherever the router's parts live), so a new endpoint cannot go untested. Every
+/// route is a one-line `.route("/…", method(handler)…)`; a nested router (`.nest(`) is not
+/// understood and fails here.
 fn router_routes() -> Vec<(String, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/daemon");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
-        .collect();
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
     files.sort();
     let mut out = Vec::new();
     for f in files {
