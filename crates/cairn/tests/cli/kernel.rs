@@ -264,9 +264,7 @@ impl Drop for K {
     /// A failing test must not leak a daemon or kernels: stop the one, kill what is left of ours.
     fn drop(&mut self) {
         let _ = self.c.command(&["daemon", "stop", "--json"]).timeout(Duration::from_secs(20)).output();
-        for pid in self.kernel_processes() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
+        kill_kernels(self.c.home.path());
     }
 }
 

@@ -202,9 +202,7 @@ mod h {
     impl Drop for Verify {
         /// A failing test must not leak kernels into the machine: kill what is left of ours.
         fn drop(&mut self) {
-            for pid in kernel_processes(self.home()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-            }
+            kill_kernels(self.home());
         }
     }
 

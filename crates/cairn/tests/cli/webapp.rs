@@ -192,10 +192,7 @@ impl Drop for Env {
         if self.ssh {
             close_ssh_masters(&self.c);
         }
-        for pid in kernel_processes(self.c.home.path()) {
-            kill_group(pid);
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
+        kill_kernels(self.c.home.path());
     }
 }
 

@@ -115,6 +115,15 @@ fn drain(pipe: Option<impl Read>) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// SIGKILLs what is left of the kernels of the state root `home`, and their process groups
+/// (cleanup after a failed test).
+pub fn kill_kernels(home: &Path) {
+    for pid in kernel_processes(home) {
+        kill_group(pid);
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
 /// Live (non-zombie) processes of a kernel of the state root `home`: a kernel runs
 /// `ipykernel_launcher -f $CAIRN_HOME/kernels/<id>/kernel-*.json` with `IPYTHONDIR` under that
 /// directory, which what it starts inherits.
