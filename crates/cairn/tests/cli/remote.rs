@@ -17,31 +17,17 @@
 //! `fixtures/remote/tools/remote_tool.py`, which appends `start <step> <attempt> <pid>` to
 //! `$CAIRN_RUN_DIR/launches` when it starts: that file is how the tests count launches.
 
-mod common;
-
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-/// The example workflow and its READY input.
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/release-validation/1.1.0");
-const EXAMPLE_INPUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/release-validation/inputs/ready.json");
-const EXAMPLE_STEPS: [&str; 6] = [
-    "load_manifest",
-    "inspect_artifacts",
-    "run_unit_tests",
-    "run_compatibility",
-    "inspect_deployment",
-    "generate_evidence",
-];
+use crate::support::*;
 
-const REMOTE_TOOL: &str = include_str!("fixtures/remote/tools/remote_tool.py");
+const REMOTE_TOOL: &str = include_str!("../fixtures/remote/tools/remote_tool.py");
 
 /// How long a remote run may take in these tests before a wait gives up (a hang, not a verdict).
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
@@ -114,26 +100,11 @@ impl Rt {
 
     fn add_target(&self, name: &str, user: &str, executor: &str, known_hosts: &Path) -> Out {
         let ssh = format!("{user}@127.0.0.1:{}", sshd_port());
-        let identity = self.sshd.join("id_ed25519");
-        let mut args = vec![
-            "target",
-            "add",
-            name,
-            "--ssh",
-            &ssh,
-            "--identity",
-            identity.to_str().unwrap(),
-            "--known-hosts",
-            known_hosts.to_str().unwrap(),
-            "--workspace-root",
-            self.base.to_str().unwrap(),
-            "--executor",
-            executor,
-        ];
+        let mut extra = vec!["--executor", executor];
         if executor == "slurm" {
-            args.extend(["--partition", "debug"]);
+            extra.extend(["--partition", "debug"]);
         }
-        self.c.json(&args)
+        self.c.add_target(name, &ssh, &self.sshd.join("id_ed25519"), known_hosts, self.base.to_str().unwrap(), &extra)
     }
 
     fn p(&self, rel: &str) -> PathBuf {
@@ -174,29 +145,13 @@ max_attempts = 1
         self.c.add(&write_workflow(&self.c.path("remote"), &toml, &[("tools/remote_tool.py", REMOTE_TOOL)]));
     }
 
-    /// `cairn plan WORKFLOW --input FILE --target TARGET --run-dir RUN_DIR --name NAME --json`.
-    fn plan(&self, workflow: &str, input: &Path, target: &str, run_dir: &Path, name: &str) -> Out {
-        self.c.json(&[
-            "plan",
-            workflow,
-            "--input",
-            input.to_str().unwrap(),
-            "--target",
-            target,
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-            "--name",
-            name,
-        ])
-    }
-
     /// Plans one run of `remote` (the tool sleeps `sleep` s, then exits `exit`) and returns the
     /// `execute-plan` argv for it, with the id and checksum `plan show` gives.
     #[track_caller]
     fn plan_remote(&self, target: &str, run_dir: &Path, sleep: f64, exit: i32, stderr: &[&str]) -> Vec<String> {
         let input = self.c.input(&json!({"sleep": sleep, "exit": exit, "stderr": stderr}));
         let name = run_dir.file_name().unwrap().to_str().unwrap();
-        self.plan("remote", &input, target, run_dir, name).expect(0);
+        self.c.plan("remote", &input, target, run_dir, name).expect(0);
         assert!(!run_dir.exists(), "planning created {}", run_dir.display());
         self.approval(name)
     }
@@ -205,10 +160,9 @@ max_attempts = 1
     #[track_caller]
     fn approval(&self, name: &str) -> Vec<String> {
         let shown = self.c.json(&["plan", "show", name]).expect(0).json;
-        ["execute-plan", name, "--id", s(&shown["plan_id"]), "--checksum", s(&shown["plan_checksum"]), "--json"]
-            .into_iter()
-            .map(String::from)
-            .collect()
+        let mut argv = approval(&shown);
+        argv.push("--json".into());
+        argv
     }
 
     /// Runs `execute-plan` in the foreground (the argv from [`Rt::approval`]).
@@ -239,25 +193,14 @@ max_attempts = 1
             run = self.c.show(run_id);
             !matches!(run["status"].as_str(), Some("RUNNING") | Some("QUEUED") | Some("PENDING"))
         });
-        assert!(done, "run {run_id} did not finish within {timeout:?}: {run:#}\ndaemon log:\n{}", self.daemon_log());
+        assert!(done, "run {run_id} did not finish within {timeout:?}: {run:#}\ndaemon log:\n{}", self.c.daemon_log());
         run
-    }
-
-    fn daemon_log(&self) -> String {
-        std::fs::read_to_string(self.c.home().join("daemon.log")).unwrap_or_default()
     }
 
     /// A query against `$CAIRN_HOME/cairn.db` with the sqlite3 CLI (read-only).
     #[track_caller]
     fn sql(&self, query: &str) -> String {
-        let out = Command::new("sqlite3")
-            .arg("-readonly")
-            .arg(self.c.home().join("cairn.db"))
-            .arg(query)
-            .output()
-            .expect("the sqlite3 CLI (scripts/test.sh installs it)");
-        assert!(out.status.success(), "sqlite3 {query}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        self.c.sql(&[], query).expect("the sqlite3 CLI (scripts/test.sh installs it)").trim().to_string()
     }
 
     /// The `remote_json` the registry holds for one step of a run.
@@ -271,15 +214,8 @@ max_attempts = 1
     /// Stops the daemon and checks it is gone.
     #[track_caller]
     fn stop(&self) {
-        let pid = self.c.daemon().pid;
-        self.c.stop_daemon();
-        assert!(wait_until(Duration::from_secs(10), || !alive(pid)), "the daemon (pid {pid}) outlived `daemon stop`");
+        self.c.stop_daemon_within(Duration::from_secs(10));
     }
-}
-
-#[track_caller]
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }
 
 /// `(step, attempt, pid)` of every launch the tool recorded in `<run_dir>/launches`.
@@ -311,11 +247,6 @@ fn wait_launched(run_dir: &Path, step: &str) -> i32 {
     pid.unwrap()
 }
 
-/// The attempt directory of `step`'s attempt `n` on the target.
-fn attempt_dir(run_dir: &Path, step: &str, n: u32) -> PathBuf {
-    run_dir.join("steps").join(step).join(".cairn").join(format!("attempt-{n}"))
-}
-
 /// The attempt directories `step` has on the target.
 fn attempts_of(run_dir: &Path, step: &str) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(run_dir.join("steps").join(step).join(".cairn"))
@@ -328,17 +259,13 @@ fn attempts_of(run_dir: &Path, step: &str) -> Vec<String> {
     v
 }
 
-fn read_json(path: &Path) -> Option<Value> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
-}
-
 /// Waits for the supervisor's `pid.json` of an attempt; returns it.
 #[track_caller]
 fn wait_pid_json(dir: &Path) -> Value {
     let mut v = None;
     assert!(
         wait_until(Duration::from_secs(30), || {
-            v = read_json(&dir.join("pid.json"));
+            v = try_read_json(&dir.join("pid.json"));
             v.is_some()
         }),
         "no pid.json in {}",
@@ -353,7 +280,7 @@ fn job_ids(run_dir: &Path) -> Vec<String> {
     for step in std::fs::read_dir(run_dir.join("steps")).into_iter().flatten().flatten() {
         for attempt in std::fs::read_dir(step.path().join(".cairn")).into_iter().flatten().flatten() {
             if let Some(id) =
-                read_json(&attempt.path().join("pid.json")).and_then(|v| v["job_id"].as_str().map(String::from))
+                try_read_json(&attempt.path().join("pid.json")).and_then(|v| v["job_id"].as_str().map(String::from))
             {
                 ids.push(id);
             }
@@ -388,11 +315,8 @@ fn wait_job_state(id: &str, state: &str) {
 /// Live processes whose process group is `pgid`.
 fn group_members(pgid: i32) -> Vec<i32> {
     let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
+    for pid in pids() {
+        let Some(fields) = stat(pid) else { continue };
         // After the command: state, ppid, pgrp.
         if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) && alive(pid) {
             found.push(pid);
@@ -411,53 +335,16 @@ fn wait_group_gone(pgid: i32, what: &str) {
     );
 }
 
-/// Waits up to `timeout` for a spawned CLI process to exit: its code, stdout and stderr (after
-/// SIGKILLing it, `None` as the code, when it did not exit in time).
-fn finish(mut child: Child, timeout: Duration) -> (Option<i32>, String, String) {
-    let mut status = None;
-    wait_until(timeout, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    let code = match status {
-        Some(st) => st.code(),
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
-    };
-    let (mut out, mut err) = (String::new(), String::new());
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    (code, out, err)
-}
-
-/// A known_hosts file in `dir` that pins a freshly generated ed25519 key for the test sshd's
-/// address: not the key the server has.
-fn spoofed_known_hosts(dir: &Path) -> PathBuf {
-    let key = dir.join("other-host-key");
-    let made = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&made.stderr));
-    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-    let fields: Vec<&str> = public.split_whitespace().take(2).collect();
-    let path = dir.join("spoofed_known_hosts");
-    std::fs::write(&path, format!("[127.0.0.1]:{} {}\n", sshd_port(), fields.join(" "))).unwrap();
-    path
-}
-
 // ------------------------------------------------------------------------------------ the example
 
 /// Plans the example on `target`, checks the plan (readiness observed on the target, nothing
 /// created), executes it and checks the run and what it left on the target. Returns the run
 /// directory and the run.
 fn example_on(rt: &Rt, target: &str, executor: &str) -> (PathBuf, Value) {
-    rt.c.add(Path::new(EXAMPLE));
+    rt.c.add(&example("1.1.0"));
     let run_dir = rt.p("example-run");
-    let plan = rt.plan("release-validation", Path::new(EXAMPLE_INPUT), target, &run_dir, "example").expect(0).json;
+    let plan =
+        rt.c.plan("release-validation", &example("inputs/ready.json"), target, &run_dir, "example").expect(0).json;
     assert_eq!(plan["target"], target, "{plan:#}");
     let ready = &plan["readiness"];
     assert_eq!(ready["target"], target, "{ready:#}");
@@ -480,7 +367,7 @@ fn example_on(rt: &Rt, target: &str, executor: &str) -> (PathBuf, Value) {
         "execute-plan on `{target}`\nstdout: {}\nstderr: {}\ndaemon log:\n{}",
         out.stdout,
         out.stderr,
-        rt.daemon_log()
+        rt.c.daemon_log()
     );
     let run = out.json;
     assert_eq!(run["status"], "READY", "{run:#}");
@@ -491,16 +378,16 @@ fn example_on(rt: &Rt, target: &str, executor: &str) -> (PathBuf, Value) {
 
     // What the run left on the target: the planned input, the deployed workflow, and one attempt
     // directory per step whose supervisor recorded a clean exit.
-    let input: Value = serde_json::from_slice(&std::fs::read(EXAMPLE_INPUT).unwrap()).unwrap();
+    let input: Value = read_json(&example("inputs/ready.json"));
     let written: Value = serde_json::from_slice(&std::fs::read(run_dir.join("input.json")).unwrap()).unwrap();
     assert_eq!(written, input, "input.json on the target");
     assert!(run_dir.join("workflow/workflow.toml").is_file());
     assert!(run_dir.join("workflow/tools/load_manifest.py").is_file());
-    let run_id = s(&run["run_id"]).to_string();
+    let run_id = str_of(&run["run_id"]).to_string();
     for id in EXAMPLE_STEPS {
         let dir = attempt_dir(&run_dir, id, 1);
         assert_eq!(attempts_of(&run_dir, id), ["attempt-1"], "{id}");
-        let exit = read_json(&dir.join("exit.json")).unwrap_or_else(|| panic!("no exit.json in {}", dir.display()));
+        let exit = read_json(&dir.join("exit.json"));
         assert_eq!(exit["exit_code"], 0, "{id}: {exit}");
         assert_eq!(exit["timed_out"], false, "{id}: {exit}");
         for f in ["request.json", "stdin.json", "stdout", "stderr", "pid.json"] {
@@ -510,7 +397,7 @@ fn example_on(rt: &Rt, target: &str, executor: &str) -> (PathBuf, Value) {
         let remote = rt.remote_json(&run_id, id);
         assert_eq!(remote["target"], target, "{id}: {remote}");
         assert_eq!(remote["attempt_dir"], dir.to_str().unwrap(), "{id}: {remote}");
-        let ident = read_json(&dir.join("pid.json")).unwrap();
+        let ident = read_json(&dir.join("pid.json"));
         assert_eq!(remote["nonce"], ident["nonce"], "{id}: registry {remote} vs pid.json {ident}");
     }
     (run_dir, run)
@@ -522,9 +409,9 @@ fn the_example_runs_on_an_ssh_target_with_the_process_executor() {
     let Some(d) = sshd() else { return };
     let rt = Rt::new(d, "box", "process");
     let (run_dir, run) = example_on(&rt, "box", "process");
-    let run_id = s(&run["run_id"]);
+    let run_id = str_of(&run["run_id"]);
     for id in EXAMPLE_STEPS {
-        let ident = read_json(&attempt_dir(&run_dir, id, 1).join("pid.json")).unwrap();
+        let ident = read_json(&attempt_dir(&run_dir, id, 1).join("pid.json"));
         let pid = ident["pid"].as_i64().unwrap_or_else(|| panic!("{id}: no pid in {ident}")) as i32;
         assert_eq!(ident["pgid"], pid, "{id}: the tool leads its own process group: {ident}");
         assert!(ident["start_time"].is_u64() && ident["supervisor_pid"].is_u64(), "{id}: {ident}");
@@ -550,15 +437,15 @@ fn the_example_runs_through_slurm_on_an_ssh_target() {
         let found = &plan["readiness"]["observed"]["programs"][program];
         assert!(found.as_str().is_some_and(|p| p.ends_with(program)), "readiness names {program}: {found}");
     }
-    let run_id = s(&run["run_id"]);
+    let run_id = str_of(&run["run_id"]);
     let mut jobs = Vec::new();
     for id in EXAMPLE_STEPS {
-        let ident = read_json(&attempt_dir(&run_dir, id, 1).join("pid.json")).unwrap();
+        let ident = read_json(&attempt_dir(&run_dir, id, 1).join("pid.json"));
         let job = ident["job_id"].as_str().unwrap_or_else(|| panic!("{id}: no job_id in {ident}")).to_string();
         assert_eq!(rt.remote_json(run_id, id)["job_id"], job.as_str(), "{id}");
         let info = slurm_job(&job);
         assert_eq!(info.get("JobState").map(String::as_str), Some("COMPLETED"), "{id}: job {job}: {info:?}");
-        assert_eq!(info.get("JobName"), Some(&format!("cairn-{}", s(&ident["nonce"]))), "{id}: {info:?}");
+        assert_eq!(info.get("JobName"), Some(&format!("cairn-{}", str_of(&ident["nonce"]))), "{id}: {info:?}");
         assert_eq!(info.get("Partition").map(String::as_str), Some("debug"), "{id}: {info:?}");
         jobs.push(job);
     }
@@ -581,19 +468,19 @@ fn cancel_a_long_step(executor: &str) {
     rt.remote_workflow(120);
     let run_dir = rt.p("cancelled");
     let argv = rt.plan_remote("t", &run_dir, 60.0, 0, &[]);
-    let follower = rt.c.spawn(&argv);
+    let mut follower = rt.c.spawn(&argv);
     let tool = wait_launched(&run_dir, "s");
     let ident = wait_pid_json(&attempt_dir(&run_dir, "s", 1));
     let run_id = rt.run_id();
     assert_eq!(rt.c.show(&run_id)["status"], "RUNNING");
     if executor == "slurm" {
-        wait_job_state(s(&ident["job_id"]), "RUNNING");
+        wait_job_state(str_of(&ident["job_id"]), "RUNNING");
     }
 
     let asked = Instant::now();
     let out = rt.c.json(&["cancel", &run_id]);
     assert_eq!(out.code, 0, "cancel\nstdout: {}\nstderr: {}", out.stdout, out.stderr);
-    let (code, stdout, stderr) = finish(follower, Duration::from_secs(30));
+    let Exited { code, stdout, stderr, .. } = wait_exit(&mut follower, Duration::from_secs(30));
     let took = asked.elapsed();
     assert_eq!(code, Some(3), "the follower of a cancelled run exits 3\nstdout: {stdout}\nstderr: {stderr}");
     assert!(took < Duration::from_secs(10), "cancelling took {took:?}");
@@ -617,7 +504,7 @@ fn cancel_a_long_step(executor: &str) {
             );
         }
         _ => {
-            wait_job_state(s(&ident["job_id"]), "CANCELLED");
+            wait_job_state(str_of(&ident["job_id"]), "CANCELLED");
             assert!(
                 wait_until(Duration::from_secs(15), || !alive(tool)),
                 "the cancelled job's tool (pid {tool}) lives on"
@@ -666,15 +553,15 @@ fn a_step_over_its_time_limit(executor: &str) {
 
     let tool = wait_launched(&run_dir, "s");
     assert!(wait_until(Duration::from_secs(15), || !alive(tool)), "the timed-out tool (pid {tool}) lives on");
-    let ident = read_json(&attempt_dir(&run_dir, "s", 1).join("pid.json")).unwrap();
+    let ident = read_json(&attempt_dir(&run_dir, "s", 1).join("pid.json"));
     match executor {
         "process" => {
             wait_group_gone(ident["pgid"].as_i64().unwrap() as i32, "after the timeout");
-            let exit = read_json(&attempt_dir(&run_dir, "s", 1).join("exit.json")).unwrap();
+            let exit = read_json(&attempt_dir(&run_dir, "s", 1).join("exit.json"));
             assert_eq!(exit["timed_out"], true, "{exit}");
         }
         _ => {
-            let job = s(&ident["job_id"]);
+            let job = str_of(&ident["job_id"]);
             let mut state = String::new();
             assert!(
                 wait_until(Duration::from_secs(20), || {
@@ -715,7 +602,7 @@ fn a_remote_tool_exiting_65_is_invalid_input() {
     assert_eq!(st["outcome"], "INVALID_INPUT", "{run:#}");
     assert!(st["error"].as_str().is_some_and(|e| e.contains("code 65")), "{run:#}");
     assert!(run["error"].as_str().is_some_and(|e| e.contains("INVALID_INPUT") && e.contains("code 65")), "{run:#}");
-    let exit = read_json(&attempt_dir(&run_dir, "s", 1).join("exit.json")).unwrap();
+    let exit = read_json(&attempt_dir(&run_dir, "s", 1).join("exit.json"));
     assert_eq!(exit["exit_code"], 65, "{exit}");
     assert_eq!(launches(&run_dir).len(), 1, "INVALID_INPUT is not retried");
     rt.stop();
@@ -734,7 +621,7 @@ fn daemon_killed_mid_step(executor: &str) {
     rt.remote_workflow(60);
     let run_dir = rt.p("crash");
     let argv = rt.plan_remote("t", &run_dir, 5.0, 0, &[]);
-    let follower = rt.c.spawn(&argv);
+    let mut follower = rt.c.spawn(&argv);
     let tool = wait_launched(&run_dir, "s");
     let ident = wait_pid_json(&attempt_dir(&run_dir, "s", 1));
     let run_id = rt.run_id();
@@ -752,14 +639,14 @@ fn daemon_killed_mid_step(executor: &str) {
     kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
     assert!(wait_until(Duration::from_secs(5), || !alive(first)), "daemon {first} survived SIGKILL");
     assert!(alive(tool), "the remote tool must outlive the daemon");
-    let (code, stdout, stderr) = finish(follower, Duration::from_secs(20));
+    let Exited { code, stdout, stderr, .. } = wait_exit(&mut follower, Duration::from_secs(20));
     assert!(code.is_some(), "execute-plan hung after its daemon was killed\nstderr: {stderr}");
     assert_ne!(code, Some(0), "execute-plan claimed success without seeing the end\nstdout: {stdout}");
 
     let second = rt.c.start_daemon().pid;
     assert_ne!(second, first);
     let run = rt.wait_finished(&run_id, RUN_TIMEOUT);
-    assert_eq!(run["status"], "READY", "{run:#}\ndaemon log:\n{}", rt.daemon_log());
+    assert_eq!(run["status"], "READY", "{run:#}\ndaemon log:\n{}", rt.c.daemon_log());
     assert_eq!(step(&run, "s")["status"], "COMPLETED", "{run:#}");
 
     let launched = launches(&run_dir);
@@ -772,7 +659,7 @@ fn daemon_killed_mid_step(executor: &str) {
     assert_eq!(events_of(&events, "step.started", Some("s")).len(), 1, "{:?}", kinds(&events));
     assert_eq!(events_of(&events, "run.finished", None).len(), 1, "{:?}", kinds(&events));
     if executor == "slurm" {
-        wait_job_state(s(&ident["job_id"]), "COMPLETED");
+        wait_job_state(str_of(&ident["job_id"]), "COMPLETED");
     }
     rt.stop();
 }
@@ -801,13 +688,13 @@ fn a_slurm_step_timed_out_across_a_daemon_crash_is_timed_out() {
     rt.remote_workflow(3);
     let run_dir = rt.p("crash-timeout");
     let argv = rt.plan_remote("t", &run_dir, 30.0, 0, &[]);
-    let follower = rt.c.spawn(&argv);
+    let mut follower = rt.c.spawn(&argv);
     wait_launched(&run_dir, "s");
     let run_id = rt.run_id();
     let first = rt.c.daemon().pid;
     kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
     assert!(wait_until(Duration::from_secs(5), || !alive(first)), "daemon {first} survived SIGKILL");
-    finish(follower, Duration::from_secs(20));
+    wait_exit(&mut follower, Duration::from_secs(20));
     // Down past the step's deadline.
     std::thread::sleep(Duration::from_secs(4));
     rt.c.start_daemon();
@@ -829,7 +716,7 @@ fn a_dropped_ssh_connection_mid_step_is_followed_again() {
     rt.remote_workflow(60);
     let run_dir = rt.p("dropped");
     let argv = rt.plan_remote("t", &run_dir, 6.0, 0, &[]);
-    let follower = rt.c.spawn(&argv);
+    let mut follower = rt.c.spawn(&argv);
     let tool = wait_launched(&run_dir, "s");
     wait_pid_json(&attempt_dir(&run_dir, "s", 1));
     let run_id = rt.run_id();
@@ -840,8 +727,8 @@ fn a_dropped_ssh_connection_mid_step_is_followed_again() {
     assert!(!killed.is_empty(), "no ssh process of this state root was running mid-step");
     assert!(alive(tool), "the remote tool must outlive the connection");
 
-    let (code, stdout, stderr) = finish(follower, RUN_TIMEOUT);
-    assert_eq!(code, Some(0), "stdout: {stdout}\nstderr: {stderr}\ndaemon log:\n{}", rt.daemon_log());
+    let Exited { code, stdout, stderr, .. } = wait_exit(&mut follower, RUN_TIMEOUT);
+    assert_eq!(code, Some(0), "stdout: {stdout}\nstderr: {stderr}\ndaemon log:\n{}", rt.c.daemon_log());
     let run = parse_stdout(&stdout, 0, "execute-plan");
     assert_eq!(run["status"], "READY", "{run:#}");
     let launched = launches(&run_dir);
@@ -859,11 +746,8 @@ fn kill_ssh_of(c: &Cairn) -> Vec<i32> {
     let needles: Vec<String> =
         [c.home.path().to_path_buf(), c.home()].iter().map(|h| format!("{}/ssh/", h.display())).collect();
     let mut killed = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
-            .replace('\0', " ");
-        if cmdline.starts_with("ssh") && needles.iter().any(|n| cmdline.contains(n.as_str())) && alive(pid) {
+    for (pid, cmdline) in processes() {
+        if cmdline.starts_with("ssh") && needles.iter().any(|n| cmdline.contains(n.as_str())) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             killed.push(pid);
         }
@@ -873,9 +757,6 @@ fn kill_ssh_of(c: &Cairn) -> Vec<i32> {
 
 // ------------------------------------------------------------------------------------ refusals
 
-/// Plan-time refusals on a target (exit 2, a clear message): a host key other than the pinned
-/// one, an unreachable host, a run_dir that exists, a parent that does not. Nothing is created:
-/// no plan, no run, no run_dir, no daemon.
 /// A file named in the input is hashed where the run reads it, on the target; the approval
 /// re-hashes it there and refuses a changed one, creating nothing.
 #[test]
@@ -888,7 +769,7 @@ fn an_input_file_on_the_target_is_bound_by_its_checksum() {
     let input = rt.c.input(&json!({"sleep": 0, "exit": 0, "stderr": [], "data": data.to_str().unwrap()}));
 
     let run_dir = rt.p("bound");
-    let plan = rt.plan("remote", &input, "t", &run_dir, "bound").expect(0).json;
+    let plan = rt.c.plan("remote", &input, "t", &run_dir, "bound").expect(0).json;
     let sha = cairn_core::canonical::sha256_hex(b"a,b\n1,2\n");
     assert_eq!(plan["inputs"], json!([{"path": data.to_str().unwrap(), "sha256": sha}]), "{plan:#}");
 
@@ -900,11 +781,14 @@ fn an_input_file_on_the_target_is_bound_by_its_checksum() {
     assert_eq!(rt.c.json(&["runs"]).expect(0).json["runs"], json!([]));
 
     let again = rt.p("rebound");
-    rt.plan("remote", &input, "t", &again, "rebound").expect(0);
+    rt.c.plan("remote", &input, "t", &again, "rebound").expect(0);
     assert_eq!(rt.execute(&rt.approval("rebound")).expect(0).json["status"], "READY");
     rt.stop();
 }
 
+/// Plan-time refusals on a target (exit 2, a clear message): a host key other than the pinned
+/// one, an unreachable host, a run_dir that exists, a parent that does not. Nothing is created:
+/// no plan, no run, no run_dir, no daemon.
 #[test]
 fn plan_time_refusals_on_a_target_create_nothing() {
     let Some(d) = sshd() else { return };
@@ -912,19 +796,8 @@ fn plan_time_refusals_on_a_target_create_nothing() {
     rt.remote_workflow(30);
     let spoofed = spoofed_known_hosts(&rt.base);
     rt.add_target("spoofed", "root", "process", &spoofed).expect(0);
-    let closed = rt.c.json(&[
-        "target",
-        "add",
-        "closed",
-        "--ssh",
-        "root@127.0.0.1:1",
-        "--identity",
-        d.join("id_ed25519").to_str().unwrap(),
-        "--known-hosts",
-        d.join("known_hosts").to_str().unwrap(),
-        "--workspace-root",
-        rt.base.to_str().unwrap(),
-    ]);
+    let (identity, known_hosts) = (d.join("id_ed25519"), d.join("known_hosts"));
+    let closed = rt.c.add_target("closed", "root@127.0.0.1:1", &identity, &known_hosts, rt.base.to_str().unwrap(), &[]);
     closed.expect(0);
     std::fs::create_dir(rt.p("exists")).unwrap();
     std::fs::write(rt.p("exists/keep"), "mine").unwrap();
@@ -941,7 +814,7 @@ fn plan_time_refusals_on_a_target_create_nothing() {
     for (what, target, run_dir, words) in &cases {
         let before = std::fs::read_dir(&rt.base).unwrap().count();
         let started = Instant::now();
-        let out = rt.plan("remote", &input, target, run_dir, "p");
+        let out = rt.c.plan("remote", &input, target, run_dir, "p");
         assert_eq!(out.code, 2, "{what}: exit code\nstdout: {}\nstderr: {}", out.stdout, out.stderr);
         assert!(started.elapsed() < Duration::from_secs(30), "{what}: took {:?}", started.elapsed());
         for w in words {
@@ -986,7 +859,7 @@ fn a_slurm_target_without_sbatch_is_refused_at_planning() {
     let input = rt.c.input(&json!({"sleep": 0, "exit": 0, "stderr": []}));
     let run_dir = parent.join("run");
 
-    let out = rt.plan("remote", &input, "lite", &run_dir, "lite");
+    let out = rt.c.plan("remote", &input, "lite", &run_dir, "lite");
     assert_eq!(out.code, 2, "a missing sbatch\nstdout: {}\nstderr: {}", out.stdout, out.stderr);
     assert!(out.stderr.contains("`sbatch` is not on the PATH"), "the error names sbatch: {}", out.stderr);
     assert!(out.stderr.contains("slurm"), "the error says why sbatch is needed: {}", out.stderr);
@@ -997,7 +870,7 @@ fn a_slurm_target_without_sbatch_is_refused_at_planning() {
 
     // The same login with the process executor needs no Slurm program: that plan is fine.
     rt.add_target("lite-process", "cairnlite", "process", &rt.sshd.join("known_hosts")).expect(0);
-    let plan = rt.plan("remote", &input, "lite-process", &run_dir, "lite-process").expect(0).json;
+    let plan = rt.c.plan("remote", &input, "lite-process", &run_dir, "lite-process").expect(0).json;
     assert_eq!(plan["readiness"]["observed"]["parent_writable"], true, "{plan:#}");
     assert!(!run_dir.exists());
 }
@@ -1014,7 +887,7 @@ fn the_live_log_of_a_remote_step_is_read_over_ssh() {
     rt.remote_workflow(60);
     let run_dir = rt.p("logged");
     let argv = rt.plan_remote("t", &run_dir, 5.0, 0, &["first line", "second line"]);
-    let follower = rt.c.spawn(&argv);
+    let mut follower = rt.c.spawn(&argv);
     wait_launched(&run_dir, "s");
     let run_id = rt.run_id();
     let stderr_file = attempt_dir(&run_dir, "s", 1).join("stderr");
@@ -1039,7 +912,7 @@ fn the_live_log_of_a_remote_step_is_read_over_ssh() {
         "the step ended before the log was read: the test proves nothing about a live tail"
     );
 
-    let (code, stdout, stderr) = finish(follower, RUN_TIMEOUT);
+    let Exited { code, stdout, stderr, .. } = wait_exit(&mut follower, RUN_TIMEOUT);
     assert_eq!(code, Some(0), "stdout: {stdout}\nstderr: {stderr}");
     let run = parse_stdout(&stdout, 0, "execute-plan");
     assert_eq!(run["status"], "READY", "{run:#}");

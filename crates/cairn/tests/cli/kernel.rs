@@ -12,41 +12,19 @@
 //! Every test stops its daemon and checks that no kernel process of its state root survives; a
 //! failing test's [`K`] SIGKILLs whatever kernel it left behind.
 
-mod common;
-
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Cairn, alive, ci, describe_pid, http, kernel_processes, parse_stdout, wait_until};
 use serde_json::Value;
 use tempfile::TempDir;
+
+use crate::support::*;
 
 // ------------------------------------------------------------------------------------------------
 // helpers
 
 /// The end states of a job.
 const TERMINAL: [&str; 6] = ["ok", "error", "died", "timed_out", "interrupted", "cancelled"];
-
-/// The test venv (ipykernel, nbformat): `CAIRN_TEST_VENV`, else `<repo>/.venv`. Missing is a
-/// failure (scripts/test.sh creates it), never a skip.
-fn venv() -> PathBuf {
-    let v = std::env::var_os("CAIRN_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"));
-    assert!(
-        v.join("bin/python").exists(),
-        "no test venv at {} (run scripts/test.sh, which creates it, or set CAIRN_TEST_VENV){}",
-        v.display(),
-        if ci() { "; CI requires it" } else { "" }
-    );
-    v
-}
-
-fn python() -> PathBuf {
-    venv().join("bin/python")
-}
 
 /// Python source for a path literal.
 fn py(p: &Path) -> String {
@@ -152,35 +130,18 @@ fn check_job(job: &Value) {
     }
 }
 
-/// What one CLI call did.
-#[derive(Debug)]
-struct Out {
-    code: i32,
-    /// The one JSON object on stdout (`--json`), or `Null` when stdout was empty (exits 2 and 4).
-    json: Value,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Out {
-    #[track_caller]
-    fn expect(self, code: i32) -> Out {
-        assert_eq!(self.code, code, "unexpected exit code\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
-        self
-    }
-}
-
 /// A private state root with its daemon, the venv's python and an empty `CAIRN_CONFIG`.
 struct K {
     c: Cairn,
-    config: TempDir,
+    /// The empty `CAIRN_CONFIG`, kept for the test's length.
+    _config: TempDir,
 }
 
 impl K {
     fn new() -> K {
-        let _ = venv();
-        K { c: Cairn::new(), config: tempfile::Builder::new().prefix("cairn-kcfg-").tempdir().unwrap() }
+        let config = tempfile::Builder::new().prefix("cairn-kcfg-").tempdir().unwrap();
+        let c = Cairn::new().with_kernel(python(), config.path());
+        K { c, _config: config }
     }
 
     fn home(&self) -> PathBuf {
@@ -192,59 +153,20 @@ impl K {
         self.c.path(rel)
     }
 
-    /// `cairn ARGS` with this test's state root, the venv's python and an empty config.
-    fn command(&self, args: &[&str]) -> assert_cmd::Command {
-        let mut c = self.c.command(args);
-        c.env("CAIRN_PYTHON", python()).env("CAIRN_CONFIG", self.config.path()).env("CAIRN_QUIET_DAEMON", "1");
-        c
-    }
-
-    /// The same, as a plain command to start in the background.
-    fn std_command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
-        let mut c = Command::new(Cairn::bin());
-        c.env("CAIRN_HOME", self.c.home.path())
-            .env_remove("XDG_STATE_HOME")
-            .env("CAIRN_PYTHON", python())
-            .env("CAIRN_CONFIG", self.config.path())
-            .env("CAIRN_QUIET_DAEMON", "1")
-            .current_dir(self.c.work.path())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-
     /// Runs `cairn ARGS` (no `--json` added).
     fn run(&self, args: &[&str]) -> Out {
-        let started = Instant::now();
-        let out = self.command(args).output().unwrap();
-        let elapsed = started.elapsed();
-        let code = out.status.code().unwrap_or_else(|| panic!("`cairn {args:?}` died by a signal"));
-        Out {
-            code,
-            json: Value::Null,
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            elapsed,
-        }
+        self.c.raw(args)
     }
 
     /// Runs `cairn ARGS --json` and checks the `--json` contract.
     fn json(&self, args: &[&str]) -> Out {
-        let mut all = args.to_vec();
-        all.push("--json");
-        let mut out = self.run(&all);
-        out.json = parse_stdout(&out.stdout, out.code, &all.join(" "));
-        out
+        self.c.json(args)
     }
 
     /// `cairn daemon start --json` (with the venv's python in its environment); its pid.
     #[track_caller]
     fn start_daemon(&self) -> i32 {
-        let out = self.json(&["daemon", "start"]).expect(0);
-        assert_eq!(out.json["running"], true, "{}", out.stdout);
-        self.c.daemon().pid
+        self.c.start_daemon().pid
     }
 
     /// `cairn kernel exec CODE EXTRA… --json`, checking the job object when there is one.
@@ -341,10 +263,8 @@ impl K {
 impl Drop for K {
     /// A failing test must not leak a daemon or kernels: stop the one, kill what is left of ours.
     fn drop(&mut self) {
-        let _ = self.command(&["daemon", "stop", "--json"]).timeout(Duration::from_secs(20)).output();
-        for pid in self.kernel_processes() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
+        let _ = self.c.command(&["daemon", "stop", "--json"]).timeout(Duration::from_secs(20)).output();
+        kill_kernels(self.c.home.path());
     }
 }
 
@@ -364,23 +284,6 @@ fn assert_no_kernel_left(k: &K) {
         let list: Vec<String> = left.iter().map(|p| describe_pid(*p)).collect();
         panic!("kernel processes survived:\n{}", list.join("\n"));
     }
-}
-
-/// Validates a notebook with the venv's nbformat and returns it as JSON.
-#[track_caller]
-fn validate(nb: &Path) -> Value {
-    let out = Command::new(python())
-        .args(["-c", "import nbformat, sys; nbformat.validate(nbformat.read(sys.argv[1], as_version=4))"])
-        .arg(nb)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{} does not validate with nbformat:\n{}",
-        nb.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&std::fs::read(nb).unwrap()).unwrap()
 }
 
 /// `cairn verify ARGS --json` (the `--json` contract checked; the verdict is up to the caller).
@@ -677,7 +580,7 @@ fn a_verification_waits_for_session_jobs_or_refuses_under_no_wait() {
     // Waiting: it starts its kernel only once the job has ended, then passes.
     let spawned_ms = now_ms();
     let t = Instant::now();
-    let mut child = k.std_command(&["verify", &doc_arg, "--json"]).spawn().unwrap();
+    let mut child = k.c.spawn(&["verify", &doc_arg, "--json"]);
     let deadline = Instant::now() + Duration::from_secs(40);
     while child.try_wait().unwrap().is_none() {
         // The directory first, then the job: a directory seen while the job still runs is proof.
@@ -724,7 +627,7 @@ fn a_session_job_is_refused_while_a_verification_holds_the_slot() {
     k.start_daemon();
     let marker = k.path("cell-started");
     let document = doc(&k, "long.md", &format!("import time\nopen({}, 'w').close()\ntime.sleep(4)", py(&marker)));
-    let mut child = k.std_command(&["verify", document.to_str().unwrap(), "--json"]).spawn().unwrap();
+    let mut child = k.c.spawn(&["verify", document.to_str().unwrap(), "--json"]);
     wait_file(&marker, Duration::from_secs(30));
 
     let refused = k.exec("print(1)").expect(4);
@@ -734,16 +637,9 @@ fn a_session_job_is_refused_while_a_verification_holds_the_slot() {
     assert!(k.jobs().is_empty(), "a refused job is not recorded: {:#?}", k.jobs());
     assert!(child.try_wait().unwrap().is_none(), "the test must submit while the verification runs");
 
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > Duration::from_secs(40) {
-            let _ = child.kill();
-            panic!("the verification did not end");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let out = wait_exit(&mut child, Duration::from_secs(40));
+    assert!(!out.timed_out, "the verification did not end");
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
 
     let ok = k.exec("print(1)").expect(0);
     assert_eq!(text(&ok.json), "1\n");
@@ -770,7 +666,7 @@ fn export_writes_a_valid_audit_notebook_of_every_job_and_the_last_verified_workf
     let out = k.json(&["kernel", "export", "-o", path.to_str().unwrap()]).expect(0);
     assert_eq!(out.json["path"], path.to_str().unwrap());
     assert_eq!(out.json["kind"], "audit");
-    let nb = validate(&path);
+    let nb = validate_notebook(&path);
     let cells = nb["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 1 + 2 * jobs.len(), "an intro, then a header and a code cell per job");
     assert_eq!(cells[0]["cell_type"], "markdown");
@@ -793,7 +689,7 @@ fn export_writes_a_valid_audit_notebook_of_every_job_and_the_last_verified_workf
     let default = k.json(&["kernel", "export"]).expect(0);
     let p = PathBuf::from(default.json["path"].as_str().unwrap());
     assert!(p.starts_with(k.home().join("workflows")), "{}", p.display());
-    assert_eq!(validate(&p)["cells"].as_array().unwrap().len(), cells.len());
+    assert_eq!(validate_notebook(&p)["cells"].as_array().unwrap().len(), cells.len());
 
     // --workflow: nothing verified yet, then the last pass.
     let none = k.json(&["kernel", "export", "--workflow"]).expect(2);
@@ -807,7 +703,7 @@ fn export_writes_a_valid_audit_notebook_of_every_job_and_the_last_verified_workf
     let copy = k.path("wf-copy.ipynb");
     k.json(&["kernel", "export", "--workflow", "-o", copy.to_str().unwrap()]).expect(0);
     assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(&notebook).unwrap());
-    validate(&copy);
+    validate_notebook(&copy);
     k.finish();
 }
 

@@ -14,15 +14,14 @@
 //! target's files directly. Under `CI=true` a missing venv, snakemake, sshd or sqlite3 fails the
 //! test; elsewhere it is skipped with a note.
 
-mod common;
-
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/controllers");
 
@@ -35,10 +34,7 @@ const CANCEL_WITHIN: Duration = Duration::from_secs(10);
 
 /// The test venv's `bin` folder, holding `snakemake`. Under CI its absence is a failure.
 fn venv_bin() -> Option<PathBuf> {
-    let venv = std::env::var_os("CAIRN_TEST_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"));
-    let bin = venv.join("bin");
+    let bin = venv_dir().join("bin");
     if bin.join("snakemake").is_file() {
         return Some(bin.canonicalize().unwrap());
     }
@@ -47,24 +43,6 @@ fn venv_bin() -> Option<PathBuf> {
     }
     eprintln!("SKIPPED: no snakemake in {} (run scripts/test.sh)", bin.display());
     None
-}
-
-#[track_caller]
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
-}
-
-/// Copies a folder, recursively.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// Every file under `dir/rel`, as `(path relative to dir, bytes)`, sorted.
@@ -109,15 +87,8 @@ fn pgrep(run_dir: &Path) -> Vec<i32> {
 /// inside it: snakemake, and the shell jobs it runs in run_dir.
 fn processes_in(dir: &Path) -> Vec<i32> {
     let needle = dir.display().to_string();
-    let me = std::process::id() as i32;
     let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        if pid == me || !alive(pid) {
-            continue;
-        }
-        let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
-            .replace('\0', " ");
+    for (pid, cmdline) in processes() {
         let in_dir = std::fs::read_link(format!("/proc/{pid}/cwd"))
             .is_ok_and(|cwd| cwd == dir || cwd.starts_with(format!("{needle}/")));
         if cmdline.contains(&needle) || in_dir {
@@ -130,9 +101,7 @@ fn processes_in(dir: &Path) -> Vec<i32> {
 /// Whether the process recorded as `(pid, start_time)` (the /proc start time) still runs.
 fn same_alive(pid: i64, start_time: i64) -> bool {
     let pid = pid as i32;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let Some((_, rest)) = stat.rsplit_once(')') else { return false };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let fields = stat(pid).unwrap_or_default();
     fields.get(19).and_then(|f| f.parse::<i64>().ok()) == Some(start_time) && alive(pid)
 }
 
@@ -197,19 +166,9 @@ impl Fx {
     /// Waits (at most `timeout`) for a spawned command to exit: its exit code and stdout.
     #[track_caller]
     fn wait_spawned(&self, i: usize, timeout: Duration) -> (i32, String) {
-        let mut spawned = self.spawned.borrow_mut();
-        let child = &mut spawned[i];
-        let mut status = None;
-        wait_until(timeout, || {
-            status = child.try_wait().unwrap();
-            status.is_some()
-        });
-        let status = status.unwrap_or_else(|| panic!("a spawned `cairn` did not exit within {timeout:?}"));
-        let mut stdout = String::new();
-        if let Some(mut o) = child.stdout.take() {
-            std::io::Read::read_to_string(&mut o, &mut stdout).unwrap();
-        }
-        (status.code().unwrap_or(-1), stdout)
+        let out = wait_exit(&mut self.spawned.borrow_mut()[i], timeout);
+        assert!(!out.timed_out, "a spawned `cairn` did not exit within {timeout:?}");
+        (out.code.unwrap_or(-1), out.stdout)
     }
 
     /// Copies the fixture folder `name` into the scratch directory.
@@ -234,31 +193,11 @@ impl Fx {
 
     /// `cairn plan WF --input <input> --target TARGET --run-dir RUN_DIR --name NAME --json`.
     fn plan(&self, workflow: &str, input: &Value, target: &str, run_dir: &Path, name: &str) -> Out {
-        let file = self.c.input(input);
-        self.json(&[
-            "plan",
-            workflow,
-            "--input",
-            file.to_str().unwrap(),
-            "--target",
-            target,
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-            "--name",
-            name,
-        ])
-    }
-
-    /// The argv of `cairn execute-plan` for a plan exactly as it was shown.
-    fn execute_args(plan: &Value) -> Vec<String> {
-        ["execute-plan", s(&plan["plan_name"]), "--id", s(&plan["plan_id"]), "--checksum", s(&plan["plan_checksum"])]
-            .iter()
-            .map(|a| a.to_string())
-            .collect()
+        self.c.plan(workflow, &self.c.input(input), target, run_dir, name)
     }
 
     fn execute(&self, plan: &Value) -> Out {
-        let args = Self::execute_args(plan);
+        let args = approval(plan);
         self.json(&args.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
@@ -268,41 +207,23 @@ impl Fx {
         let ws = self.p("ws");
         std::fs::create_dir_all(&ws).unwrap();
         let ssh = format!("root@127.0.0.1:{}", sshd_port());
-        self.json(&[
-            "target",
-            "add",
-            TARGET,
-            "--ssh",
-            &ssh,
-            "--identity",
-            d.join("id_ed25519").to_str().unwrap(),
-            "--known-hosts",
-            d.join("known_hosts").to_str().unwrap(),
-            "--workspace-root",
-            ws.to_str().unwrap(),
-        ])
-        .expect(0);
+        let (identity, known_hosts) = (d.join("id_ed25519"), d.join("known_hosts"));
+        self.c.add_target(TARGET, &ssh, &identity, &known_hosts, ws.to_str().unwrap(), &[]).expect(0);
         TARGET
     }
 
     /// One row of `tool_calls` as JSON, read with the sqlite3 CLI; `None` (a skip) when sqlite3 is
     /// missing outside CI.
     fn row(&self, run_id: &str, step_id: &str) -> Option<Value> {
-        let db = self.c.home().join("cairn.db");
         let query = format!(
             "SELECT status, outcome, result_json, error, log_tail, attempt_count, started_at, finished_at, remote_json \
              FROM tool_calls WHERE run_id = '{run_id}' AND step_id = '{step_id}'"
         );
-        let out = match Command::new("sqlite3").arg("-readonly").arg("-json").arg(&db).arg(&query).output() {
-            Ok(o) => o,
-            Err(e) if ci() => panic!("sqlite3 is required in CI: {e}"),
-            Err(_) => {
-                eprintln!("sqlite3 not installed: skipped the check of the stored step result");
-                return None;
-            }
+        let Some(out) = self.c.sql(&["-json"], &query) else {
+            eprintln!("sqlite3 not installed: skipped the check of the stored step result");
+            return None;
         };
-        assert!(out.status.success(), "sqlite3 {query}: {}", String::from_utf8_lossy(&out.stderr));
-        let rows: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| json!([]));
+        let rows: Value = serde_json::from_str(&out).unwrap_or_else(|_| json!([]));
         let row = rows.get(0).unwrap_or_else(|| panic!("no tool_calls row for {run_id}/{step_id}")).clone();
         Some(row)
     }
@@ -315,42 +236,11 @@ impl Fx {
         })
     }
 
-    /// Polls `cairn show RUN` until the run has `status`; returns the run.
-    #[track_caller]
-    fn wait_for_status(&self, run_id: &str, status: &str, timeout: Duration) -> Value {
-        let mut last = Value::Null;
-        let reached = wait_until(timeout, || {
-            let out = self.json(&["show", run_id]);
-            last = out.json;
-            out.code == 0 && last["status"] == status
-        });
-        assert!(reached, "run {run_id} did not become {status} within {timeout:?}: {last:#}\n{}", self.daemon_log());
-        last
-    }
-
-    /// The last lines of the daemon's log, for failure messages.
-    fn daemon_log(&self) -> String {
-        let text = std::fs::read_to_string(self.c.home().join("daemon.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        format!("daemon log:\n{}", lines[lines.len().saturating_sub(30)..].join("\n"))
-    }
-
     /// Stops the daemon and checks its process is gone.
     #[track_caller]
     fn stop_daemon(&self) {
-        let pid = self.c.daemon().pid;
-        self.c.stop_daemon();
-        assert!(wait_until(Duration::from_secs(5), || !alive(pid)), "the daemon (pid {pid}) outlived `daemon stop`");
+        self.c.stop_daemon_within(Duration::from_secs(5));
     }
-}
-
-/// The attempt directory of a controller step: `<run_dir>/steps/<step>/.cairn/attempt-<n>`.
-fn attempt_dir(run_dir: &Path, step: &str, n: u32) -> PathBuf {
-    run_dir.join("steps").join(step).join(".cairn").join(format!("attempt-{n}"))
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
 
 /// The `greetings` pipeline's results: two samples greeted with the configured greeting, shouted,
@@ -368,7 +258,7 @@ const GREETING_FILES: [(&str, &str); 5] = [
 /// once, as `argv_tail` (everything after `snakemake`).
 #[track_caller]
 fn assert_greetings_done(fx: &Fx, run: &Value, run_dir: &Path, argv_tail: &str, target: &str) {
-    let run_id = s(&run["run_id"]);
+    let run_id = str_of(&run["run_id"]);
     assert_eq!(run["status"], "READY", "{run:#}");
     assert_eq!(run["run_dir"], run_dir.to_str().unwrap(), "{run:#}");
     assert_eq!(run["findings"], json!([]), "{run:#}");
@@ -397,7 +287,7 @@ fn assert_greetings_done(fx: &Fx, run: &Value, run_dir: &Path, argv_tail: &str, 
             .as_array()
             .unwrap_or_else(|| panic!("no results list: {result:#}"))
             .iter()
-            .map(|r| (s(&r["path"]).to_string(), r["bytes"].as_u64().unwrap()))
+            .map(|r| (str_of(&r["path"]).to_string(), r["bytes"].as_u64().unwrap()))
             .collect();
         listed.sort();
         assert_eq!(listed, on_disk, "the result lists every output with its size: {result:#}");
@@ -405,7 +295,7 @@ fn assert_greetings_done(fx: &Fx, run: &Value, run_dir: &Path, argv_tail: &str, 
         assert_eq!(result["progress"], "6 of 6 steps (100%) done", "{result:#}");
         assert_eq!(result["lock_released"], true, "{result:#}");
         let row = fx.row(run_id, "pipeline").unwrap();
-        let remote: Value = serde_json::from_str(s(&row["remote_json"])).unwrap();
+        let remote: Value = serde_json::from_str(str_of(&row["remote_json"])).unwrap();
         assert_eq!(remote["target"], target, "{remote:#}");
         assert_eq!(remote["attempt_dir"], attempt_dir(run_dir, "pipeline", 1).to_str().unwrap(), "{remote:#}");
     }
@@ -510,7 +400,7 @@ fn planned_pipeline_runs(fx: &Fx, target: &str) {
             "run_dir/workflow/{f}"
         );
     }
-    let argv_tail: Vec<&str> = argv.as_array().unwrap()[1..].iter().map(s).collect();
+    let argv_tail: Vec<&str> = argv.as_array().unwrap()[1..].iter().map(str_of).collect();
     assert_greetings_done(fx, &run, &run_dir, &argv_tail.join(" "), target);
     assert_eq!(fx.c.entries("runs"), Vec::<String>::new(), "nothing was written to the local runs folder");
     let listed = fx.json(&["plans"]).expect(0).json;
@@ -545,7 +435,7 @@ fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
         Some(t) => {
             let run_dir = fx.p("ws/naps-1");
             let plan = fx.plan("naps", &json!({}), t, &run_dir, "naps-1").expect(0).json;
-            let mut args = Fx::execute_args(&plan);
+            let mut args = approval(&plan);
             args.push("--json".into());
             let i = fx.spawn(&args);
             let mut run_id = String::new();
@@ -565,8 +455,8 @@ fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
     let naps = run_dir.join("results/naps");
     assert!(
         wait_until(Duration::from_secs(60), || std::fs::read_dir(&naps).is_ok_and(|rd| rd.count() >= 1)),
-        "no nap finished within 60 s\n{}",
-        fx.daemon_log()
+        "no nap finished within 60 s\ndaemon log:\n{}",
+        fx.c.daemon_log()
     );
     let running = pgrep(&run_dir);
     assert!(!running.is_empty(), "snakemake should be running for {}", run_dir.display());
@@ -580,7 +470,7 @@ fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
     let out = fx.json(&["cancel", &run_id]).expect(0);
     assert_eq!(out.json["status"], "CANCELLED", "{}", out.stdout);
     assert_eq!(out.step("pipeline")["status"], "FAILED", "{}", out.stdout);
-    assert!(s(&out.step("pipeline")["error"]).contains("cancel"), "{}", out.stdout);
+    assert!(str_of(&out.step("pipeline")["error"]).contains("cancel"), "{}", out.stdout);
     let gone = wait_until(CANCEL_WITHIN.saturating_sub(asked.elapsed()), || {
         pgrep(&run_dir).is_empty() && processes_in(&run_dir).is_empty()
     });
@@ -666,13 +556,13 @@ fn a_failing_rule_fails_the_step_and_the_run_with_snakemakes_error() {
     assert_eq!(step["status"], "FAILED", "{run:#}");
     assert_eq!(step["outcome"], "FAILED", "{run:#}");
     assert_eq!(step["attempts"], 1, "{run:#}");
-    assert!(s(&step["error"]).contains("exited with code 1"), "{run:#}");
-    let error = s(&run["error"]);
+    assert!(str_of(&step["error"]).contains("exited with code 1"), "{run:#}");
+    let error = str_of(&run["error"]);
     assert!(error.contains("step `pipeline`") && error.contains("code 1"), "{run:#}");
 
     if let Some(row) = fx.row("broken", "pipeline") {
         assert_eq!(row["result_json"], Value::Null, "a failed controller has no result: {row:#}");
-        let tail = s(&row["log_tail"]);
+        let tail = str_of(&row["log_tail"]);
         for says in [
             "Error in rule broken",
             "the broken rule gives up",
@@ -837,8 +727,8 @@ fn assert_bad_args_failed(run: &Value, run_dir: &Path, arg: &str, name: &str) {
     assert_eq!(run["status"], "FAILED", "{name}: {run:#}");
     let step = step(run, "pipeline");
     assert_eq!(step["status"], "FAILED", "{name}: {run:#}");
-    assert!(s(&step["error"]).contains(arg), "{name}: the step error does not name {arg}: {run:#}");
-    assert!(s(&run["error"]).contains(arg), "{name}: the run error does not name {arg}: {run:#}");
+    assert!(str_of(&step["error"]).contains(arg), "{name}: the step error does not name {arg}: {run:#}");
+    assert!(str_of(&run["error"]).contains(arg), "{name}: the run error does not name {arg}: {run:#}");
     assert_eq!(step["attempts"], 1, "{name}: not retried: {run:#}");
     assert!(!run_dir.join(".snakemake").exists(), "{name}: snakemake ran in {}", run_dir.display());
     assert!(!run_dir.join("results").exists(), "{name}: outputs in {}", run_dir.display());
@@ -926,8 +816,8 @@ fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
     assert!(
         wait_until(Duration::from_secs(60), || std::fs::read_dir(run_dir.join("results/naps"))
             .is_ok_and(|rd| rd.count() >= 1)),
-        "no nap finished within 60 s\n{}",
-        fx.daemon_log()
+        "no nap finished within 60 s\ndaemon log:\n{}",
+        fx.c.daemon_log()
     );
     let attempt = attempt_dir(&run_dir, "pipeline", 1);
     let launched = read_json(&attempt.join("pid.json"));
@@ -942,7 +832,7 @@ fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
 
     let second = fx.json(&["daemon", "start"]).expect(0).json;
     assert_ne!(second["pid"], first, "{second}");
-    let run = fx.wait_for_status("naps", "READY", Duration::from_secs(60));
+    let run = fx.c.wait_for_status("naps", "READY", Duration::from_secs(60));
     assert_eq!(step(&run, "pipeline")["attempts"], 1, "{run:#}");
     assert!(!attempt_dir(&run_dir, "pipeline", 2).exists(), "a second attempt was launched");
     assert_eq!(std::fs::read_dir(run_dir.join(".snakemake/log")).unwrap().count(), 1, "snakemake ran twice");

@@ -1,10 +1,9 @@
 //! The registry (immutable, content-addressed name@version, highest version by default) and the
 //! bundled quickstart.
 
-mod common;
-
-use common::*;
 use serde_json::json;
+
+use crate::support::*;
 
 /// A one-step workflow whose tool file reports `tag`; a rule checks the tag, so a READY run proves
 /// which registered snapshot ran.

@@ -2,29 +2,16 @@
 //! which `scripts/test.sh` runs; its directory comes in `CAIRN_TEST_SSHD_DIR`): registration and
 //! its refusals, the read-only probe, strict host-key checking, and an unreachable host.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
 use serde_json::Value;
 
+use crate::support::*;
+
+/// `cairn target add` with the workspace root of these tests, which nothing may create (a probe
+/// only reads).
 fn add(c: &Cairn, name: &str, ssh: &str, identity: &Path, known_hosts: &Path, extra: &[&str]) -> Out {
-    let mut args = vec![
-        "target",
-        "add",
-        name,
-        "--ssh",
-        ssh,
-        "--identity",
-        identity.to_str().unwrap(),
-        "--known-hosts",
-        known_hosts.to_str().unwrap(),
-        "--workspace-root",
-        "/tmp/cairn-test-workspace/ws",
-    ];
-    args.extend_from_slice(extra);
-    c.json(&args)
+    c.add_target(name, ssh, identity, known_hosts, "/tmp/cairn-test-workspace/ws", extra)
 }
 
 fn targets(c: &Cairn) -> Vec<Value> {
@@ -126,16 +113,7 @@ fn a_wrong_host_key_or_a_closed_port_is_refused_clearly() {
     add(&c, "good", &ssh, &d.join("id_ed25519"), &d.join("known_hosts"), &[]).expect(0);
     c.json(&["target", "probe", "good"]).expect(0);
 
-    let key = c.path("other");
-    let made = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(made.status.success());
-    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-    let fields: Vec<&str> = public.split_whitespace().take(2).collect();
-    let bad_known = c.path("bad_known_hosts");
-    std::fs::write(&bad_known, format!("[127.0.0.1]:{} {}\n", sshd_port(), fields.join(" "))).unwrap();
+    let bad_known = spoofed_known_hosts(c.work.path());
     add(&c, "spoofed", &ssh, &d.join("id_ed25519"), &bad_known, &[]).expect(0);
     let out = c.json(&["target", "probe", "spoofed"]);
     assert_eq!(out.code, 2, "a wrong host key must refuse: {}", out.stdout);

@@ -2,49 +2,18 @@
 //! `Host` check, bad submissions that must create nothing, run semantics over HTTP, and the
 //! OpenAPI document. Each test has its own state root (its own `CAIRN_HOME`) and its own daemon.
 //!
-//! The endpoint table is checked against the router's source: a route added to
-//! `src/daemon/*.rs` without a row here fails [`auth_matrix_covers_every_endpoint_and_caller`],
+//! The endpoint table is checked against the router's source: a route added anywhere under
+//! `src/` without a row here fails [`auth_matrix_covers_every_endpoint_and_caller`],
 //! and one missing from `/openapi.json` fails [`openapi_document_describes_every_route`].
 
-mod common;
-
-use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::{Value, json};
 
+use crate::support::*;
+
 // ------------------------------------------------------------------------------------ client
-
-/// An HTTP answer with all its headers (names in lower case). [`common::http`] keeps only the
-/// content type, and these tests also look at `WWW-Authenticate` and `Location`, and send bodies
-/// without a content type.
-#[derive(Debug, Clone)]
-struct Resp {
-    status: u16,
-    headers: BTreeMap<String, String>,
-    /// JSON when the body parses, else the text as a string.
-    body: Value,
-    text: String,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map(String::as_str).unwrap_or("")
-    }
-}
-
-/// A request body: the bytes and the `Content-Type` to send with them (none when `None`).
-struct Body<'a> {
-    bytes: Vec<u8>,
-    content_type: Option<&'a str>,
-}
-
-impl Body<'_> {
-    fn json(v: &Value) -> Body<'static> {
-        Body { bytes: serde_json::to_vec(v).unwrap(), content_type: Some("application/json") }
-    }
-}
 
 /// Who calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +64,7 @@ impl Api {
         }
     }
 
-    fn send(&self, method: &str, path: &str, who: Caller, body: Option<Body>, headers: &[(&str, &str)]) -> Resp {
+    fn send(&self, method: &str, path: &str, who: Caller, body: Option<Body>, headers: &[(&str, &str)]) -> Http {
         self.send_within(Duration::from_secs(30), method, path, who, body, headers)
     }
 
@@ -108,38 +77,15 @@ impl Api {
         who: Caller,
         body: Option<Body>,
         headers: &[(&str, &str)],
-    ) -> Resp {
-        let agent: ureq::Agent =
-            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(limit)).build().into();
-        let url = format!("{}{path}", self.url);
-        let mut req = ureq::http::Request::builder().method(method).uri(&url);
-        if let Some(t) = self.token(who) {
-            req = req.header("Authorization", format!("Bearer {t}"));
-        }
-        if let Some(ct) = body.as_ref().and_then(|b| b.content_type) {
-            req = req.header("Content-Type", ct);
-        }
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let req = req.body(body.map(|b| b.bytes).unwrap_or_default()).unwrap();
-        let mut resp = agent.run(req).unwrap_or_else(|e| panic!("{method} {url}: {e}"));
-        let status = resp.status().as_u16();
-        let headers = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| (k.as_str().to_ascii_lowercase(), v.to_str().unwrap_or("").to_string()))
-            .collect();
-        let text = resp.body_mut().with_config().limit(64 << 20).read_to_string().unwrap_or_default();
-        let body = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.clone()));
-        Resp { status, headers, body, text }
+    ) -> Http {
+        request(limit, method, &format!("{}{path}", self.url), self.token(who).as_deref(), body, headers)
     }
 
-    fn get(&self, path: &str, who: Caller) -> Resp {
+    fn get(&self, path: &str, who: Caller) -> Http {
         self.send("GET", path, who, None, &[])
     }
 
-    fn post(&self, path: &str, who: Caller, body: &Value) -> Resp {
+    fn post(&self, path: &str, who: Caller, body: &Value) -> Http {
         self.send("POST", path, who, Some(Body::json(body)), &[])
     }
 
@@ -193,7 +139,7 @@ impl Api {
 /// `{"error": {"code", "message"}}` with a JSON content type (and `WWW-Authenticate: Bearer` on a
 /// 401); `code`, when given, must be the error code.
 #[track_caller]
-fn expect(r: &Resp, status: u16, code: Option<&str>, what: &str) {
+fn expect(r: &Http, status: u16, code: Option<&str>, what: &str) {
     assert_eq!(r.status, status, "{what}: unexpected status\n{}", r.text);
     if status < 400 {
         return;
@@ -222,14 +168,14 @@ fn expect(r: &Resp, status: u16, code: Option<&str>, what: &str) {
 }
 
 /// The error message of an error answer.
-fn message(r: &Resp) -> &str {
+fn message(r: &Http) -> &str {
     r.body["error"]["message"].as_str().unwrap_or("")
 }
 
 /// Sends one request over a bare socket, writing the body from another thread while the answer
 /// is read. For a body the daemon refuses unread (413): a client that first writes all of it, as
 /// ureq does, meets a closed connection (EPIPE) before it can read the answer.
-fn send_raw(port: u16, head: &str, body: &[u8]) -> Resp {
+fn send_raw(port: u16, head: &str, body: &[u8]) -> Http {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -272,7 +218,7 @@ fn send_raw(port: u16, head: &str, body: &[u8]) -> Resp {
         .collect();
     let text = body.to_string();
     let body = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.clone()));
-    Resp { status, headers, body, text }
+    Http { status, headers, body, text }
 }
 
 // ------------------------------------------------------------------------------------ workflow
@@ -334,16 +280,23 @@ args = {{ lines = 5, after = "${{steps.a.result.step}}" }}
 
 // ------------------------------------------------------------------------------------ routes
 
-/// Every `(METHOD, path)` the router serves, read from the daemon's source (`src/daemon/*.rs`),
-/// so a new endpoint cannot go untested. Every route is a one-line
-/// `.route("/…", method(handler)…)`; a nested router (`.nest(`) is not understood and fails here.
+/// Every `(METHOD, path)` the router serves, read from the binary's source (every `.rs` file
+/// under `src/`, wherever the router's parts live), so a new endpoint cannot go untested. Every
+/// route is a one-line `.route("/…", method(handler)…)`; a nested router (`.nest(`) is not
+/// understood and fails here.
 fn router_routes() -> Vec<(String, String)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/daemon");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
-        .collect();
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
     files.sort();
     let mut out = Vec::new();
     for f in files {
@@ -1129,7 +1082,7 @@ fn racing_identical_submissions_run_once() {
     let api = Api::start();
     let body = api.submit_body(&["sleep:0.3"], Some("race"));
     let barrier = std::sync::Barrier::new(8);
-    let answers: Vec<Resp> = std::thread::scope(|s| {
+    let answers: Vec<Http> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
             .map(|_| {
                 s.spawn(|| {

@@ -1,12 +1,11 @@
 //! Run identity, crashes and fencing: idempotent run ids, a changed tool after a crash, a stale
 //! worker, and kill -9 of the runner in the middle of a step.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 /// The same run id with the same input is idempotent; with another input it is a conflict.
 #[test]

@@ -1,12 +1,9 @@
 //! Bad workflows and bad run requests: exit 2, a clear message on stderr naming the file and
 //! field, and nothing created (no registration, no snapshot, no run row, no run directory).
 
-mod common;
-
-use std::path::Path;
-
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 const HEADER: &str = "[workflow]\nname = \"bad\"\nversion = \"1.0.0\"\n\n";
 
@@ -190,8 +187,7 @@ fn bad_run_requests_are_refused_and_create_nothing() {
     )
     .replace("name = \"bad\"", "name = \"needs-input\"");
     c.add(&write_workflow(&c.path("needs-input"), &toml, &tool_files()));
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/release-validation/1.1.0");
-    c.add(&example);
+    c.add(&example("1.1.0"));
     let log = c.path_str("log");
     let good = json!({"person": {"name": "ada"}, "log": log});
     let before = state(&c);

@@ -11,16 +11,15 @@
 //! appends one JSON line to the log named by the run input — its step, the tool file it ran from,
 //! its argv and its working directory — so the log tells how often and from where tools ran.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
 use cairn_core::canonical::{hash_json, sha256_hex};
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 /// The tool: logs (and returns) where it runs from.
 const WHERE_PY: &str = r#"import json, os, sys
@@ -133,19 +132,7 @@ impl Fx {
 
     /// `cairn plan WORKFLOW --input <input> --target local --run-dir RUN_DIR --name NAME --json`.
     fn plan_of(&self, workflow: &str, name: &str, run_dir: &Path, input: &Value) -> Out {
-        let file = self.c.input(input);
-        self.c.json(&[
-            "plan",
-            workflow,
-            "--input",
-            file.to_str().unwrap(),
-            "--target",
-            "local",
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-            "--name",
-            name,
-        ])
+        self.c.plan(workflow, &self.c.input(input), "local", run_dir, name)
     }
 
     #[track_caller]
@@ -159,7 +146,7 @@ impl Fx {
 
     /// Executes `plan` exactly as it was shown.
     fn execute_shown(&self, plan: &Value) -> Out {
-        self.execute(s(&plan["plan_name"]), s(&plan["plan_id"]), s(&plan["plan_checksum"]))
+        self.execute(str_of(&plan["plan_name"]), str_of(&plan["plan_id"]), str_of(&plan["plan_checksum"]))
     }
 
     fn plan_file(&self, name: &str) -> PathBuf {
@@ -218,20 +205,13 @@ impl Fx {
     /// Stops the daemon and checks its process is gone.
     #[track_caller]
     fn stop(&self) {
-        let pid = self.c.daemon().pid;
-        self.c.stop_daemon();
-        assert!(wait_until(Duration::from_secs(5), || !alive(pid)), "the daemon (pid {pid}) outlived `daemon stop`");
+        self.c.stop_daemon_within(Duration::from_secs(5));
     }
-}
-
-#[track_caller]
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or_else(|| panic!("not a string: {v}"))
 }
 
 /// The name, id and checksum a plan was shown with: what `execute-plan` takes.
 fn shown_of(p: &Value) -> [String; 3] {
-    [s(&p["plan_name"]).into(), s(&p["plan_id"]).into(), s(&p["plan_checksum"]).into()]
+    [str_of(&p["plan_name"]).into(), str_of(&p["plan_id"]).into(), str_of(&p["plan_checksum"]).into()]
 }
 
 /// The same hex string with its last digit changed.
@@ -326,7 +306,7 @@ fn a_plan_is_read_only_and_executes_exactly_as_shown() {
     assert_eq!(plan["plan_name"], "first");
     assert_eq!(plan["target"], "local");
     assert_eq!(plan["run_dir"], run_dir.to_str().unwrap());
-    let checksum = s(&plan["plan_checksum"]);
+    let checksum = str_of(&plan["plan_checksum"]);
     assert!(checksum.len() == 64 && checksum.bytes().all(|b| b.is_ascii_hexdigit()), "{checksum}");
     assert_eq!(checksum_of(&plan), checksum, "plan_checksum is sha256(JCS(plan without its checksum))");
 
@@ -335,7 +315,7 @@ fn a_plan_is_read_only_and_executes_exactly_as_shown() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| (s(&f["path"]).to_string(), s(&f["sha256"]).to_string()))
+        .map(|f| (str_of(&f["path"]).to_string(), str_of(&f["sha256"]).to_string()))
         .collect();
     inputs.sort();
     let mut expected = vec![
@@ -348,15 +328,15 @@ fn a_plan_is_read_only_and_executes_exactly_as_shown() {
     // The exact commands: the tool deployed into run_dir, each step in its own directory there.
     let deployed_tool = run_dir.join("workflow/tools/where.py").display().to_string();
     let commands = plan["commands"].as_array().unwrap();
-    assert_eq!(commands.iter().map(|c| s(&c["step_id"])).collect::<Vec<_>>(), ["a", "b"], "{commands:#?}");
+    assert_eq!(commands.iter().map(|c| str_of(&c["step_id"])).collect::<Vec<_>>(), ["a", "b"], "{commands:#?}");
     for c in commands {
         assert_eq!(c["argv"], json!(["python3", deployed_tool]), "{c:#}");
-        assert_eq!(c["cwd"], run_dir.join("steps").join(s(&c["step_id"])).to_str().unwrap(), "{c:#}");
+        assert_eq!(c["cwd"], run_dir.join("steps").join(str_of(&c["step_id"])).to_str().unwrap(), "{c:#}");
     }
 
     // The effects: create run_dir, write input.json, deploy the snapshot to workflow/.
     assert_eq!(
-        plan["effects"].as_array().unwrap().iter().map(|e| s(&e["kind"])).collect::<Vec<_>>(),
+        plan["effects"].as_array().unwrap().iter().map(|e| str_of(&e["kind"])).collect::<Vec<_>>(),
         ["create_run_dir", "write_file", "deploy_workflow"],
         "{:#}",
         plan["effects"]
@@ -366,12 +346,12 @@ fn a_plan_is_read_only_and_executes_exactly_as_shown() {
     let deploy = effect(&plan, "deploy_workflow");
     assert_eq!(deploy["path"], "workflow");
     let snapshot = fx.c.snapshot("pw@1.0.0");
-    let files: Vec<&str> = deploy["files"].as_array().unwrap().iter().map(|f| s(&f["path"])).collect();
+    let files: Vec<&str> = deploy["files"].as_array().unwrap().iter().map(|f| str_of(&f["path"])).collect();
     for f in ["workflow.toml", "tools/where.py", "input.schema.json"] {
         assert!(files.contains(&f), "the deploy effect lacks {f}: {files:?}");
     }
     for f in deploy["files"].as_array().unwrap() {
-        assert_eq!(f["sha256"], sha256_hex(&std::fs::read(snapshot.join(s(&f["path"]))).unwrap()), "{f}");
+        assert_eq!(f["sha256"], sha256_hex(&std::fs::read(snapshot.join(str_of(&f["path"]))).unwrap()), "{f}");
     }
 
     // `plan show` and `plans` agree with what `plan` printed.
@@ -382,26 +362,27 @@ fn a_plan_is_read_only_and_executes_exactly_as_shown() {
     assert_eq!(listed["run_id"], Value::Null, "not executed yet: {listed}");
 
     // Executing exactly the shown plan.
-    let out = fx.execute(s(&shown["plan_name"]), s(&shown["plan_id"]), s(&shown["plan_checksum"])).expect(0);
+    let out =
+        fx.execute(str_of(&shown["plan_name"]), str_of(&shown["plan_id"]), str_of(&shown["plan_checksum"])).expect(0);
     let run = out.json;
     assert_eq!(run["status"], "READY", "{run:#}");
     assert_eq!(run["run_dir"], run_dir.to_str().unwrap(), "{run:#}");
     assert_eq!(step(&run, "a")["status"], "COMPLETED");
     assert_eq!(step(&run, "b")["status"], "COMPLETED");
-    let run_id = s(&run["run_id"]);
+    let run_id = str_of(&run["run_id"]);
 
     // run_dir holds input.json as planned and the deployed workflow.
     let written = std::fs::read(run_dir.join("input.json")).unwrap();
-    assert_eq!(sha256_hex(&written), s(&write["sha256"]), "input.json is not the planned bytes");
+    assert_eq!(sha256_hex(&written), str_of(&write["sha256"]), "input.json is not the planned bytes");
     assert_eq!(serde_json::from_slice::<Value>(&written).unwrap(), input);
     for f in deploy["files"].as_array().unwrap() {
-        let bytes = std::fs::read(run_dir.join("workflow").join(s(&f["path"]))).unwrap();
-        assert_eq!(sha256_hex(&bytes), s(&f["sha256"]), "deployed {f}");
+        let bytes = std::fs::read(run_dir.join("workflow").join(str_of(&f["path"]))).unwrap();
+        assert_eq!(sha256_hex(&bytes), str_of(&f["sha256"]), "deployed {f}");
     }
 
     // Each tool ran once, from the deployed workflow, in the planned directory, with the planned argv.
     let ran = fx.tool_runs();
-    assert_eq!(ran.iter().map(|r| s(&r["step"])).collect::<Vec<_>>(), ["a", "b"], "{ran:#?}");
+    assert_eq!(ran.iter().map(|r| str_of(&r["step"])).collect::<Vec<_>>(), ["a", "b"], "{ran:#?}");
     for (r, c) in ran.iter().zip(commands) {
         assert_eq!(r["file"], deployed_tool, "{r}");
         assert_eq!(r["argv"][0], c["argv"][1], "{r}");
@@ -540,8 +521,7 @@ fn plan_refuses_a_parent_it_cannot_write() {
         chown_tree(&fx.base, 65534, 65534);
     }
     let plan = |dir: &Path, name: &str| {
-        let mut cmd = std::process::Command::new(Cairn::bin());
-        cmd.env("CAIRN_HOME", fx.c.home.path()).env_remove("XDG_STATE_HOME").current_dir(&fx.base).args([
+        let mut cmd = fx.c.std_command(&[
             "plan",
             "pw",
             "--input",
@@ -597,35 +577,35 @@ fn execute_plan_refuses_and_creates_nothing() {
         }),
         ("another plan's checksum", 4, |_, p, o| {
             let [n, i, _] = shown_of(p);
-            [n, i, s(&o["plan_checksum"]).into()]
+            [n, i, str_of(&o["plan_checksum"]).into()]
         }),
         ("another plan's id", 4, |_, p, o| {
             let [n, _, c] = shown_of(p);
-            [n, s(&o["plan_id"]).into(), c]
+            [n, str_of(&o["plan_id"]).into(), c]
         }),
         ("unknown plan", 2, |_, p, _| {
             let [_, i, c] = shown_of(p);
             ["no-such-plan".into(), i, c]
         }),
         ("plan file: run_dir altered", 4, |fx, p, _| {
-            let elsewhere = fx.p(&format!("elsewhere-{}", s(&p["plan_name"])));
-            edit_plan_file(&fx.plan_file(s(&p["plan_name"])), |v| v["run_dir"] = json!(elsewhere));
+            let elsewhere = fx.p(&format!("elsewhere-{}", str_of(&p["plan_name"])));
+            edit_plan_file(&fx.plan_file(str_of(&p["plan_name"])), |v| v["run_dir"] = json!(elsewhere));
             shown_of(p)
         }),
         ("plan file: input altered", 4, |fx, p, _| {
-            edit_plan_file(&fx.plan_file(s(&p["plan_name"])), |v| v["input"]["log"] = json!(fx.p("other-log")));
+            edit_plan_file(&fx.plan_file(str_of(&p["plan_name"])), |v| v["input"]["log"] = json!(fx.p("other-log")));
             shown_of(p)
         }),
         ("plan file: input.json content altered", 4, |fx, p, _| {
-            edit_plan_file(&fx.plan_file(s(&p["plan_name"])), |v| {
+            edit_plan_file(&fx.plan_file(str_of(&p["plan_name"])), |v| {
                 v["effects"][1]["content"] = json!("{\"log\": \"/tmp/elsewhere\"}\n");
             });
             shown_of(p)
         }),
         ("plan file: run_dir altered, its checksum recomputed and given", 4, |fx, p, _| {
             let mut sum = String::new();
-            let elsewhere = fx.p(&format!("elsewhere-{}", s(&p["plan_name"])));
-            edit_plan_file(&fx.plan_file(s(&p["plan_name"])), |v| {
+            let elsewhere = fx.p(&format!("elsewhere-{}", str_of(&p["plan_name"])));
+            edit_plan_file(&fx.plan_file(str_of(&p["plan_name"])), |v| {
                 v["run_dir"] = json!(elsewhere);
                 sum = checksum_of(v);
                 v["plan_checksum"] = json!(sum);
@@ -634,23 +614,23 @@ fn execute_plan_refuses_and_creates_nothing() {
             [n, i, sum]
         }),
         ("plan file removed", 4, |fx, p, _| {
-            std::fs::remove_file(fx.plan_file(s(&p["plan_name"]))).unwrap();
+            std::fs::remove_file(fx.plan_file(str_of(&p["plan_name"]))).unwrap();
             shown_of(p)
         }),
         ("plan file not JSON", 4, |fx, p, _| {
-            std::fs::write(fx.plan_file(s(&p["plan_name"])), "{ garbage").unwrap();
+            std::fs::write(fx.plan_file(str_of(&p["plan_name"])), "{ garbage").unwrap();
             shown_of(p)
         }),
         ("input file changed", 4, |_, p, _| {
-            std::fs::write(s(&p["inputs"][0]["path"]), "changed").unwrap();
+            std::fs::write(str_of(&p["inputs"][0]["path"]), "changed").unwrap();
             shown_of(p)
         }),
         ("input file removed", 4, |_, p, _| {
-            std::fs::remove_file(s(&p["inputs"][0]["path"])).unwrap();
+            std::fs::remove_file(str_of(&p["inputs"][0]["path"])).unwrap();
             shown_of(p)
         }),
         ("run_dir created by someone after planning", 4, |_, p, _| {
-            std::fs::create_dir(s(&p["run_dir"])).unwrap();
+            std::fs::create_dir(str_of(&p["run_dir"])).unwrap();
             shown_of(p)
         }),
     ];
@@ -694,24 +674,6 @@ fn execute_plan_refuses_and_creates_nothing() {
     fx.stop();
 }
 
-/// Waits (bounded) for a spawned CLI to exit; (exit code, stdout, stderr).
-fn finish(mut child: Child) -> (Option<i32>, String, String) {
-    use std::io::Read;
-    let mut status = None;
-    wait_until(CMD_TIMEOUT, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if status.is_none() {
-        let _ = child.kill();
-        status = Some(child.wait().unwrap());
-    }
-    let (mut out, mut err) = (String::new(), String::new());
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    (status.unwrap().code(), out, err)
-}
-
 /// Ten approvals of one plan at once: exactly one executes it; the others are conflicts.
 #[test]
 fn ten_concurrent_approvals_execute_the_plan_once() {
@@ -720,24 +682,24 @@ fn ten_concurrent_approvals_execute_the_plan_once() {
     let run_dir = fx.p("runs/raced");
     let plan = fx.planned("raced", &run_dir, &json!({"log": fx.log()}));
     fx.c.start_daemon();
-    let args: Vec<String> = ["execute-plan", s(&plan["plan_name"]), "--id", s(&plan["plan_id"])]
+    let args: Vec<String> = ["execute-plan", str_of(&plan["plan_name"]), "--id", str_of(&plan["plan_id"])]
         .into_iter()
-        .chain(["--checksum", s(&plan["plan_checksum"]), "--json"])
+        .chain(["--checksum", str_of(&plan["plan_checksum"]), "--json"])
         .map(String::from)
         .collect();
     let children: Vec<Child> = (0..10).map(|_| fx.c.spawn(&args)).collect();
-    let results: Vec<_> = children.into_iter().map(finish).collect();
+    let results: Vec<_> = children.into_iter().map(|mut child| wait_exit(&mut child, CMD_TIMEOUT)).collect();
 
-    let winners: Vec<_> = results.iter().filter(|r| r.0 == Some(0)).collect();
-    let losers = results.iter().filter(|r| r.0 == Some(4)).count();
+    let winners: Vec<_> = results.iter().filter(|r| r.code == Some(0)).collect();
+    let losers = results.iter().filter(|r| r.code == Some(4)).count();
     assert!(winners.len() == 1 && losers == 9, "exactly one exits 0, nine exit 4: {results:#?}");
-    let run = parse_stdout(&winners[0].1, 0, "execute-plan");
+    let run = parse_stdout(&winners[0].stdout, 0, "execute-plan");
     assert_eq!(run["status"], "READY", "{run:#}");
     let runs = fx.c.runs();
     assert_eq!(runs.len(), 1, "{runs:#?}");
     assert_eq!(runs[0]["run_id"], run["run_id"]);
     let ran = fx.tool_runs();
-    assert_eq!(ran.iter().map(|r| s(&r["step"])).collect::<Vec<_>>(), ["a", "b"], "each tool runs once: {ran:#?}");
+    assert_eq!(ran.iter().map(|r| str_of(&r["step"])).collect::<Vec<_>>(), ["a", "b"], "each tool runs once: {ran:#?}");
     assert_eq!(fx.listed("raced")["run_id"], run["run_id"]);
     assert_eq!(fx.daemon_children(), Vec::<i32>::new());
     fx.stop();
@@ -769,7 +731,7 @@ fn escaping_effect_paths_and_planted_symlinks_create_nothing_outside_run_dir() {
     let before = tree(&fx.base);
     for (what, pointer, value) in edits {
         for recompute in [false, true] {
-            let mut sum = s(&plan["plan_checksum"]).to_string();
+            let mut sum = str_of(&plan["plan_checksum"]).to_string();
             edit_plan_file(&file, |v| {
                 *v.pointer_mut(pointer).unwrap_or_else(|| panic!("no {pointer} in the plan")) = json!(value);
                 if recompute {
@@ -777,7 +739,7 @@ fn escaping_effect_paths_and_planted_symlinks_create_nothing_outside_run_dir() {
                     v["plan_checksum"] = json!(sum);
                 }
             });
-            let out = fx.execute(s(&plan["plan_name"]), s(&plan["plan_id"]), &sum);
+            let out = fx.execute(str_of(&plan["plan_name"]), str_of(&plan["plan_id"]), &sum);
             let what = format!("{what} (checksum recomputed: {recompute})");
             assert_eq!(out.code, 4, "{what}\nstdout: {}\nstderr: {}", out.stdout, out.stderr);
             fx.assert_nothing_created(&what, 0, &run_dir);
@@ -789,7 +751,7 @@ fn escaping_effect_paths_and_planted_symlinks_create_nothing_outside_run_dir() {
     // Restored, the plan was never consumed by those refusals: it executes.
     let run = fx.execute_shown(&plan).expect(0).json;
     assert_eq!(run["status"], "READY", "{run:#}");
-    fx.c.json(&["events", s(&run["run_id"])]).expect(0);
+    fx.c.json(&["events", str_of(&run["run_id"])]).expect(0);
 
     // The parent of run_dir replaced by a symlink after planning: refused at approval (exit 4).
     std::fs::create_dir(fx.p("parent")).unwrap();
@@ -855,7 +817,7 @@ fn a_tool_changed_in_the_registry_after_planning_never_runs() {
     let error = run["error"].to_string();
     assert!(error.contains("deploy workflow snapshot"), "the error names the deploy effect: {error}");
     assert!(error.contains("tools/where.py"), "the error names the changed file: {error}");
-    assert_eq!(fx.c.show(s(&run["run_id"]))["status"], "FAILED");
+    assert_eq!(fx.c.show(str_of(&run["run_id"]))["status"], "FAILED");
     assert!(
         std::fs::read_to_string(run_dir.join("workflow/tools/where.py")).map(|t| t != evil).unwrap_or(true),
         "the modified tool was deployed"
@@ -941,12 +903,12 @@ fn a_deployed_tool_changed_during_the_run_never_runs() {
     });
     let plan = fx.plan_of("chain", "chain", &run_dir, &input).expect(0).json;
     fx.c.start_daemon();
-    let args: Vec<String> = ["execute-plan", "chain", "--id", s(&plan["plan_id"]), "--checksum"]
+    let args: Vec<String> = ["execute-plan", "chain", "--id", str_of(&plan["plan_id"]), "--checksum"]
         .into_iter()
-        .chain([s(&plan["plan_checksum"]), "--json"])
+        .chain([str_of(&plan["plan_checksum"]), "--json"])
         .map(String::from)
         .collect();
-    let child = fx.c.spawn(&args);
+    let mut child = fx.c.spawn(&args);
     wait_for_tool(&fx.p(CHAIN_LOG), "a", 1);
 
     let tool = run_dir.join("workflow/tools/tool.py");
@@ -959,7 +921,7 @@ fn a_deployed_tool_changed_during_the_run_never_runs() {
     std::fs::write(&tool, evil).unwrap();
     std::fs::write(fx.p("release"), "").unwrap();
 
-    let (code, stdout, stderr) = finish(child);
+    let Exited { code, stdout, stderr, .. } = wait_exit(&mut child, CMD_TIMEOUT);
     let lines = log_lines(&fx.p(CHAIN_LOG));
     assert!(!marker.exists(), "the tool changed in run_dir/workflow after the deploy ran (exit {code:?}): {stdout}");
     let run = parse_stdout(&stdout, code.unwrap_or(-1), "execute-plan");
@@ -981,7 +943,7 @@ fn a_replay_is_planned_and_approved_like_a_run() {
     let input = json!({"log": fx.log().display().to_string()});
     let first = fx.planned("src", &fx.p("src-run"), &input);
     let source = fx.execute_shown(&first).expect(0).json;
-    let source_id = s(&source["run_id"]).to_string();
+    let source_id = str_of(&source["run_id"]).to_string();
     let runs_before = fx.c.runs().len();
     let executions_before = fx.tool_runs().len();
 
@@ -1004,7 +966,7 @@ fn a_replay_is_planned_and_approved_like_a_run() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|d| (s(&d["step_id"]).to_string(), s(&d["decision"]).to_string()))
+        .map(|d| (str_of(&d["step_id"]).to_string(), str_of(&d["decision"]).to_string()))
         .collect();
     assert_eq!(decisions.len(), 2, "{decisions:?}");
     assert!(decisions.iter().any(|(id, d)| id == "a" && d == "reuse"), "{decisions:?}");
@@ -1022,7 +984,9 @@ fn a_replay_is_planned_and_approved_like_a_run() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|st| (s(&st["step_id"]).to_string(), st["reused"].as_bool().unwrap(), st["attempts"].as_u64().unwrap()))
+        .map(|st| {
+            (str_of(&st["step_id"]).to_string(), st["reused"].as_bool().unwrap(), st["attempts"].as_u64().unwrap())
+        })
         .collect();
     assert_eq!(steps, [("a".to_string(), true, 0), ("b".to_string(), false, 1)]);
     // Only b ran again, from the replay's deployed workflow.
@@ -1030,7 +994,7 @@ fn a_replay_is_planned_and_approved_like_a_run() {
     assert_eq!(runs.len(), executions_before + 1, "{runs:#?}");
     let last = runs.last().unwrap();
     assert_eq!(last["step"], "b");
-    assert!(s(&last["file"]).starts_with(run_dir.join("workflow").to_str().unwrap()), "{last}");
+    assert!(str_of(&last["file"]).starts_with(run_dir.join("workflow").to_str().unwrap()), "{last}");
     // Approved once: a second approval is refused and changes nothing.
     let runs_now = fx.c.runs().len();
     fx.execute_shown(&plan).expect(4);
@@ -1044,7 +1008,7 @@ fn a_replay_is_planned_and_approved_like_a_run() {
 fn a_snapshot_altered_before_planning_is_refused() {
     let fx = Fx::new();
     let wf = fx.c.json(&["workflow", "show", "pw"]).expect(0).json;
-    let tool = fx.c.home().join("registry").join(s(&wf["digest"])).join("tools/where.py");
+    let tool = fx.c.home().join("registry").join(str_of(&wf["digest"])).join("tools/where.py");
     append(&tool, "\n# altered after registration\n");
     let run_dir = fx.p("r");
     let out = fx.plan("altered", &run_dir, &json!({"log": fx.log().display().to_string()}));

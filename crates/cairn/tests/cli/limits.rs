@@ -1,11 +1,10 @@
 //! Bounded output: a tool that floods stdout fails fast and leaves the store usable.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::json;
+
+use crate::support::*;
 
 #[test]
 fn a_tool_printing_100_mb_fails_fast_with_a_clear_error() {

@@ -18,8 +18,6 @@
 //! the HTTP endpoints need a token and a loopback `Host`; compute targets and readiness; the
 //! session kernel; the resources and their templates.
 
-mod common;
-
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -28,8 +26,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{Cairn, ci, contract, daemon_info, http, kernel_processes, read_token, step};
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 // ------------------------------------------------------------------------------------------------
 // the contract
@@ -111,15 +110,7 @@ const READ_ONLY: [&str; 14] = [
 const TEMPLATES: [&str; 3] =
     ["cairn://runs/{run_id}", "cairn://workflows/{name}@{version}", "cairn://verifications/{verification_id}/notebook"];
 
-/// The bundled example's steps, in execution order, and what a replay of `run_unit_tests` does.
-const EX_STEPS: [&str; 6] = [
-    "load_manifest",
-    "inspect_artifacts",
-    "run_unit_tests",
-    "run_compatibility",
-    "inspect_deployment",
-    "generate_evidence",
-];
+/// What a replay of the bundled example's `run_unit_tests` does with its [`EXAMPLE_STEPS`].
 const REUSED: [&str; 4] = ["load_manifest", "inspect_artifacts", "run_compatibility", "inspect_deployment"];
 const REPLAYED: [&str; 2] = ["run_unit_tests", "generate_evidence"];
 
@@ -138,9 +129,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 fn client_python() -> Option<PathBuf> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let found = FOUND.get_or_init(|| {
-        let venv = std::env::var_os("CAIRN_TEST_VENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"));
+        let venv = venv_dir();
         let python = venv.join("bin/python");
         if !python.exists() {
             return Err(format!(
@@ -208,15 +197,14 @@ impl Fx {
         let base = c.work.path().canonicalize().unwrap();
         let config = base.join("config");
         std::fs::create_dir_all(&config).unwrap();
-        let c =
-            c.with_env("CAIRN_PYTHON", &python).with_env("CAIRN_CONFIG", &config).with_env("CAIRN_QUIET_DAEMON", "1");
+        let c = c.with_kernel(&python, &config);
         Some(Fx { c, base, python, config })
     }
 
     /// With `release-validation@1.1.0` registered and the daemon started.
     fn with_example() -> Option<Fx> {
         let fx = Fx::new()?;
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/release-validation/1.1.0");
+        let dir = example("1.1.0");
         let (code, added, out) = fx.json(&["workflow", "add", dir.to_str().unwrap()]);
         assert_eq!(code, 0, "{out}");
         assert_eq!(added["version"], "1.1.0");
@@ -275,20 +263,7 @@ impl Fx {
 
 /// The bundled example's READY input.
 fn ready_input() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/release-validation/inputs/ready.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|s| s.as_str().unwrap_or_else(|| panic!("not a string: {s}")).to_string())
-        .collect()
-}
-
-fn owned(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
+    read_json(&example("inputs/ready.json"))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -445,16 +420,7 @@ impl Drop for Client {
     fn drop(&mut self) {
         let _ = self.try_send_exit();
         self.stdin.borrow_mut().take();
-        let mut child = self.child.borrow_mut();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        wait_exit(&mut self.child.borrow_mut(), Duration::from_secs(15));
     }
 }
 
@@ -654,7 +620,7 @@ fn each_server_lists_the_contract_tools_over_stdio_and_http() {
         if server == "workbench" {
             // `cairn mcp` started the daemon it talks to.
             let d = fx.c.daemon();
-            assert!(common::alive(d.pid), "the daemon {} that `cairn mcp` started is not running", d.pid);
+            assert!(alive(d.pid), "the daemon {} that `cairn mcp` started is not running", d.pid);
         }
     }
     for (server, contract) in [("workbench", WORKBENCH), ("compute", COMPUTE), ("app", APP)] {
@@ -687,7 +653,7 @@ fn agent_path(over: Over) {
     assert!(listed["workflows"].as_array().unwrap().iter().any(|wf| wf["name"] == "release-validation"), "{listed:#}");
     let described = wb.call_ok("describe_workflow", json!({"name": "release-validation"}));
     assert_eq!(described["version"], "1.1.0", "{described:#}");
-    assert_eq!(strs(&described["order"]), owned(&EX_STEPS), "{described:#}");
+    assert_eq!(strs(&described["order"]), owned(&EXAMPLE_STEPS), "{described:#}");
     assert_eq!(wb.call_ok("list_runs", json!({}))["runs"], json!([]));
 
     // Plan: read-only.
@@ -711,7 +677,7 @@ fn agent_path(over: Over) {
     assert_eq!(plan["run_dir"], run_dir.display().to_string());
     let commands = plan["commands"].as_array().unwrap();
     let ids: Vec<&str> = commands.iter().map(|c| c["step_id"].as_str().unwrap()).collect();
-    assert_eq!(ids, EX_STEPS, "{w}: the plan's commands");
+    assert_eq!(ids, EXAMPLE_STEPS, "{w}: the plan's commands");
     let summary = plan["summary"].as_str().unwrap();
     assert!(summary.contains("Commands:") && summary.contains(&run_dir.display().to_string()), "{w}: {summary}");
     for c in commands {
@@ -735,7 +701,7 @@ fn agent_path(over: Over) {
     let got = wb.call_ok("get_run", json!({"run_id": src}));
     assert_eq!(got["status"], "READY", "{w}: {got:#}");
     assert_eq!(got["findings"], json!([]));
-    for id in EX_STEPS {
+    for id in EXAMPLE_STEPS {
         let s = step(&got, id);
         assert_eq!(
             (s["status"].as_str(), s["reused"].as_bool(), s["attempts"].as_u64()),
@@ -765,7 +731,7 @@ fn agent_path(over: Over) {
         .iter()
         .map(|d| (d["step_id"].as_str().unwrap().to_string(), d["decision"].as_str().unwrap().to_string()))
         .collect();
-    let expected: Vec<(String, String)> = EX_STEPS
+    let expected: Vec<(String, String)> = EXAMPLE_STEPS
         .iter()
         .map(|id| (id.to_string(), if REUSED.contains(id) { "reuse" } else { "replay" }.to_string()))
         .collect();
@@ -796,7 +762,7 @@ fn agent_path(over: Over) {
     assert_eq!(r["decisions"], json!(decisions), "{w}: the plan's decisions vs the child's");
     let shown = wb.call_ok("get_run", json!({"run_id": cid}));
     assert_eq!(contract(&shown), contract(&child), "{w}");
-    for id in EX_STEPS {
+    for id in EXAMPLE_STEPS {
         let reused = REUSED.contains(&id);
         let s = step(&shown, id);
         assert_eq!(s["status"], "COMPLETED", "{w}: {id}: {s}");
@@ -1271,9 +1237,9 @@ fn session_kernel_through_the_workbench() {
     let (code, _, out) = fx.json(&["daemon", "stop"]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        common::wait_until(Duration::from_secs(10), || kernel_processes(&fx.home()).is_empty()),
+        wait_until(Duration::from_secs(10), || kernel_processes(&fx.home()).is_empty()),
         "kernel processes survived the daemon: {:?}",
-        kernel_processes(&fx.home()).into_iter().map(common::describe_pid).collect::<Vec<_>>()
+        kernel_processes(&fx.home()).into_iter().map(describe_pid).collect::<Vec<_>>()
     );
 }
 
@@ -1402,7 +1368,7 @@ fn bug_daemon_stop_with_an_open_mcp_http_session() {
     let took = started.elapsed();
     let leftover = kernel_processes(&fx.home());
     for pid in &leftover {
-        common::kill_group(*pid);
+        kill_group(*pid);
     }
     assert_eq!(code, 0, "{out}");
     let log = std::fs::read_to_string(fx.home().join("daemon.log")).unwrap_or_default();

@@ -1,9 +1,8 @@
 //! Outcome classes, retries and the validator, through the real binary.
 
-mod common;
-
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 /// One step, `probe`, whose behaviour comes from the run input. One attempt only, so a timeout
 /// ends the run instead of being retried.

@@ -10,15 +10,14 @@
 //! three); without them the test fails under `CI=true` and skips loudly otherwise. Screenshots,
 //! downloads and the network log land in `target/webapp-artifacts/`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::{Value, json};
 use tempfile::TempDir;
+
+use crate::support::*;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -132,23 +131,6 @@ args = {{ mode = "ok", after = "${{steps.hold.result.step}}" }}
     )
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-/// The test venv (ipykernel for verifications and the session kernel): `CAIRN_TEST_VENV`, else
-/// `<repo>/.venv`. Missing is a failure, as in the kernel and verify tests.
-fn python() -> PathBuf {
-    let venv = std::env::var_os("CAIRN_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| repo().join(".venv"));
-    let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "no test venv at {} (run scripts/test.sh, which creates it, or set CAIRN_TEST_VENV)",
-        venv.display()
-    );
-    py
-}
-
 /// What the browser test needs: chromium, node, and the npm packages. `None` (after saying so)
 /// when something is missing outside CI; a panic under CI.
 fn browser() -> Option<(PathBuf, PathBuf)> {
@@ -187,10 +169,7 @@ struct Env {
 impl Env {
     fn new() -> Env {
         let config = tempfile::Builder::new().prefix("cairn-wcfg-").tempdir().unwrap();
-        let c = Cairn::new()
-            .with_env("CAIRN_PYTHON", python())
-            .with_env("CAIRN_CONFIG", config.path())
-            .with_env("CAIRN_QUIET_DAEMON", "1");
+        let c = Cairn::new().with_kernel(python(), config.path());
         Env { c, _config: config, ssh: false }
     }
 
@@ -213,10 +192,7 @@ impl Drop for Env {
         if self.ssh {
             close_ssh_masters(&self.c);
         }
-        for pid in kernel_processes(self.c.home.path()) {
-            kill_group(pid);
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
+        kill_kernels(self.c.home.path());
     }
 }
 
@@ -293,20 +269,7 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
     let target = sshd().map(|d| {
         let ssh = format!("root@127.0.0.1:{}", sshd_port());
         let (identity, known_hosts) = (d.join("id_ed25519"), d.join("known_hosts"));
-        e.json(&[
-            "target",
-            "add",
-            "test-sshd",
-            "--ssh",
-            &ssh,
-            "--identity",
-            identity.to_str().unwrap(),
-            "--known-hosts",
-            known_hosts.to_str().unwrap(),
-            "--workspace-root",
-            "/tmp/cairn-test-workspace/ws",
-        ])
-        .expect(0);
+        c.add_target("test-sshd", &ssh, &identity, &known_hosts, "/tmp/cairn-test-workspace/ws", &[]).expect(0);
         e.json(&["target", "probe", "test-sshd"]).expect(0);
         "test-sshd".to_string()
     });

@@ -20,14 +20,13 @@
 //! whole call) and reproducible (deterministic generation, one worker, no example database): a
 //! failure prints schemathesis' report, with a `curl` line for each failing case.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::json;
+
+use crate::support::*;
 
 /// Test cases per operation and phase: enough to reach every declared status, small enough for CI.
 const MAX_EXAMPLES: &str = "25";
@@ -42,18 +41,14 @@ const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_co
 /// test is skipped, loudly) only outside CI when no venv with schemathesis is found.
 fn venv() -> Option<PathBuf> {
     let ci = ci();
-    let (venv, from_env) = match std::env::var_os("CAIRN_TEST_VENV") {
-        Some(v) => (PathBuf::from(v), true),
-        None => {
-            assert!(
-                !ci,
-                "CAIRN_TEST_VENV is not set; under CI the schemathesis test needs the test venv that scripts/test.sh \
-                 creates from scripts/requirements-test.txt (run scripts/test.sh, or set CAIRN_TEST_VENV to a venv \
-                 with those packages)"
-            );
-            (Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"), false)
-        }
-    };
+    let from_env = std::env::var_os("CAIRN_TEST_VENV").is_some();
+    assert!(
+        from_env || !ci,
+        "CAIRN_TEST_VENV is not set; under CI the schemathesis test needs the test venv that scripts/test.sh \
+         creates from scripts/requirements-test.txt (run scripts/test.sh, or set CAIRN_TEST_VENV to a venv \
+         with those packages)"
+    );
+    let venv = venv_dir();
     if venv.join("bin/schemathesis").is_file() {
         return Some(venv);
     }
@@ -268,24 +263,14 @@ fn schemathesis(venv: &Path, url: &str, role: &'static str, token: &str, pass: &
         .stderr(file)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}/bin/schemathesis: {e}", venv.display()));
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > RUN_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let exited = wait_exit(&mut child, RUN_DEADLINE);
     let elapsed = started.elapsed();
     let mut output = format!("$ schemathesis {}\n", args.join(" ").replace(token, "<token>"));
     output.push_str(&std::fs::read_to_string(&log).unwrap_or_default());
-    if status.is_none() {
+    if exited.timed_out {
         output.push_str(&format!("\n[killed: still running after {RUN_DEADLINE:?}]\n"));
     }
-    Outcome { role, pass, code: status.and_then(|s| s.code()), output, elapsed }
+    Outcome { role, pass, code: exited.code, output, elapsed }
 }
 
 /// Every operation of the document answers with a declared status, content type and body, for

@@ -2,14 +2,13 @@
 //! Every run must be accounted for (none lost, none duplicated, each step executed exactly once),
 //! and the daemon's memory is reported and bounded.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 const CLIENTS: usize = 20;
 const RUNS_PER_CLIENT: usize = 25;

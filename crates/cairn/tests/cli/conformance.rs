@@ -12,22 +12,18 @@
 //!
 //! Without npm and without an installed suite the test is skipped, loudly; under `CI=true` it fails.
 
-mod common;
-
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use crate::support::{ci, repo};
+
 /// The whole script, an `npm ci` included; it takes about 10 s once installed. Only stops a hang.
 const DEADLINE: Duration = Duration::from_secs(600);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
 /// The pinned packages are installed (as `scripts/test.sh` and the script leave them).
 fn installed(conf: &Path) -> bool {
@@ -41,7 +37,7 @@ fn installed(conf: &Path) -> bool {
 fn the_official_mcp_conformance_suite_passes_on_every_endpoint() {
     let root = repo();
     let conf = root.join("tools/mcp-conformance");
-    let ci = common::ci();
+    let ci = ci();
     let npm = Command::new("npm").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
     if !npm.is_ok_and(|s| s.success()) && !installed(&conf) {
         let message = "no npm on PATH and no installed MCP conformance suite in tools/mcp-conformance/node_modules \

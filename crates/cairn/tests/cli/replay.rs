@@ -3,278 +3,48 @@
 //! ids as a set, an untouched source, lineage with copied (never recomputed) evidence, and a
 //! kill -9 in the middle of a replay followed by `--resume-interrupted`.
 //!
-//! Every test has its own `CAIRN_HOME`. Small private helpers live here on purpose (the shared
-//! `tests/common` module belongs to other suites and is changing under them).
+//! Every test has its own `CAIRN_HOME`.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
-use tempfile::TempDir;
+
+use crate::support::*;
 
 // ----------------------------------------------------------------------------------------------
 // helpers
 // ----------------------------------------------------------------------------------------------
 
-/// Only stops a hang; no call here should take anywhere near this long.
-const CMD_TIMEOUT: Duration = Duration::from_secs(60);
-
-struct Out {
-    code: i32,
-    /// The one JSON object on stdout (`--json`), or `Null` when stdout was empty.
-    json: Value,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    #[track_caller]
-    fn expect(self, code: i32) -> Out {
-        assert_eq!(self.code, code, "unexpected exit code\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
-        self
-    }
-}
-
-/// A private state root and a scratch directory.
-struct Env {
-    home: TempDir,
-    work: TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        Env {
-            home: tempfile::Builder::new().prefix("cairn-replay-home-").tempdir().unwrap(),
-            work: tempfile::Builder::new().prefix("cairn-replay-work-").tempdir().unwrap(),
-        }
-    }
-
-    fn std_cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(assert_cmd::cargo::cargo_bin("cairn"));
-        c.env("CAIRN_HOME", self.home.path()).env_remove("XDG_STATE_HOME").current_dir(self.work.path()).args(args);
-        c
-    }
-
-    /// `cairn ARGS` (no `--json` added).
-    fn raw(&self, args: &[&str]) -> Out {
-        let mut c = assert_cmd::Command::from_std(self.std_cmd(args));
-        c.timeout(CMD_TIMEOUT);
-        let o = c.output().unwrap();
-        let code = o.status.code().unwrap_or_else(|| panic!("`cairn {args:?}` died by a signal"));
-        Out {
-            code,
-            json: Value::Null,
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
-    }
-
-    /// `cairn ARGS --json`, checking that stdout is exactly one JSON object (or empty on exit 2/4).
-    fn json(&self, args: &[&str]) -> Out {
-        let mut all = args.to_vec();
-        all.push("--json");
-        let mut out = self.raw(&all);
-        if out.stdout.trim().is_empty() {
-            assert!(out.code == 2 || out.code == 4, "`cairn {all:?}` exited {} with no JSON", out.code);
-        } else {
-            let mut it = serde_json::Deserializer::from_str(&out.stdout).into_iter::<Value>();
-            let v = it.next().unwrap().unwrap_or_else(|e| panic!("`cairn {all:?}`: not JSON ({e}): {}", out.stdout));
-            assert!(it.next().is_none(), "`cairn {all:?}`: more than one JSON value: {}", out.stdout);
-            assert!(v.is_object(), "`cairn {all:?}`: not a JSON object: {}", out.stdout);
-            out.json = v;
-        }
-        out
-    }
-
-    fn scratch(&self, rel: &str) -> PathBuf {
-        self.work.path().join(rel)
-    }
-
-    fn scratch_str(&self, rel: &str) -> String {
-        self.scratch(rel).display().to_string()
-    }
-
-    fn write_input(&self, name: &str, v: &Value) -> String {
-        let p = self.scratch(name);
-        std::fs::write(&p, serde_json::to_vec_pretty(v).unwrap()).unwrap();
-        p.display().to_string()
-    }
-
-    #[track_caller]
-    fn add(&self, dir: &Path) -> Value {
-        self.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0).json
-    }
-
-    #[track_caller]
-    fn show(&self, run: &str) -> Value {
-        self.json(&["show", run]).expect(0).json
-    }
-
-    #[track_caller]
-    fn events(&self, run: &str) -> Vec<Value> {
-        self.json(&["events", run]).expect(0).json["events"].as_array().unwrap().clone()
-    }
-
-    #[track_caller]
-    fn explain(&self, run: &str, step: &str) -> Value {
-        self.json(&["explain", run, step]).expect(0).json
-    }
-
-    /// Run ids from `cairn runs --json`, sorted.
-    #[track_caller]
-    fn run_ids(&self) -> Vec<String> {
-        let v = self.json(&["runs", "--limit", "1000"]).expect(0).json;
-        let mut ids: Vec<String> =
-            v["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect();
-        ids.sort();
-        ids
-    }
-
-    /// Entries of `$CAIRN_HOME/runs`, sorted.
-    fn run_dirs(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.home.path().join("runs"))
-            .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
-        v.sort();
-        v
-    }
-
-    /// Everything that would show a created run: the run list and the run directories.
-    fn footprint(&self) -> (Vec<String>, Vec<String>) {
-        (self.run_ids(), self.run_dirs())
-    }
-
-    /// Runs a query against `$CAIRN_HOME/cairn.db` with the sqlite3 CLI (read-only); `None` when
-    /// the CLI is not installed.
-    fn sql(&self, query: &str) -> Option<String> {
-        let db = self.home.path().join("cairn.db");
-        let out = match Command::new("sqlite3").arg("-readonly").arg(&db).arg(query).output() {
-            Ok(out) => out,
-            // scripts/test.sh installs sqlite3; in CI its absence is a failure, not a skip.
-            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-                panic!("sqlite3 is required in CI: {e}")
-            }
-            Err(_) => return None,
-        };
-        assert!(out.status.success(), "sqlite3 {query}: {}", String::from_utf8_lossy(&out.stderr));
-        Some(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// `cairn ARGS` in the background, output discarded (it is killed, not read).
-    fn spawn(&self, args: &[&str]) -> Child {
-        self.std_cmd(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
-    }
-
-    /// Polls `cairn events RUN` until an event matches; panics after `timeout`.
-    #[track_caller]
-    fn wait_for_event(&self, run: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let out = self.json(&["events", run]);
-            if out.code == 0 && out.json["events"].as_array().unwrap().iter().any(&pred) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for an event of {run}: {}", out.stdout);
-            std::thread::sleep(Duration::from_millis(30));
-        }
-    }
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|s| s.as_str().unwrap().to_string())
-        .collect()
-}
-
-fn owned(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
+/// Writes a run input file; its path, as `--input` takes it.
+fn input_file(env: &Cairn, v: &Value) -> String {
+    env.input(v).display().to_string()
 }
 
 #[track_caller]
-fn step<'a>(run: &'a Value, id: &str) -> &'a Value {
-    run["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["step_id"] == id)
-        .unwrap_or_else(|| panic!("no step {id}: {run:#}"))
+fn explain(env: &Cairn, run: &str, step: &str) -> Value {
+    env.json(&["explain", run, step]).expect(0).json
 }
 
-fn events_of<'a>(events: &'a [Value], kind: &str, step: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["kind"] == kind && e["step_id"] == step).collect()
+/// Everything that would show a created run: the run ids from `cairn runs --json` and the
+/// entries of `$CAIRN_HOME/runs`, both sorted.
+#[track_caller]
+fn footprint_of(env: &Cairn) -> (Vec<String>, Vec<String>) {
+    let v = env.json(&["runs", "--limit", "1000"]).expect(0).json;
+    let mut ids: Vec<String> =
+        v["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect();
+    ids.sort();
+    (ids, env.entries("runs"))
 }
-
-/// SIGKILLs a cairn process and reaps it.
-fn kill9(child: &mut Child) {
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
-}
-
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
-            !matches!(state, Some("Z") | Some("X") | None)
-        }
-        Err(_) => false,
-    }
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    f()
-}
-
-// --- the bundled example ------------------------------------------------------------------------
-
-fn example(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/release-validation").join(rel)
-}
-
-fn example_str(rel: &str) -> String {
-    example(rel).canonicalize().unwrap().display().to_string()
-}
-
-const EX_STEPS: [&str; 6] = [
-    "load_manifest",
-    "inspect_artifacts",
-    "run_unit_tests",
-    "run_compatibility",
-    "inspect_deployment",
-    "generate_evidence",
-];
 
 /// Registers release-validation 1.0.0 and 1.1.0 from the repository's examples.
-fn add_examples(env: &Env) {
+fn add_examples(env: &Cairn) {
     for v in ["1.0.0", "1.1.0"] {
         let added = env.add(&example(v));
         assert_eq!(added["version"], v);
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
     }
 }
 
@@ -334,12 +104,12 @@ finding = "c did not run"
 const TOOL_T: &str = "[tools.t]\ncommand = [\"sh\", \"tools/t.sh\"]\ntimeout_secs = 20\n";
 
 /// Writes and registers `name@1.0.0`: the tool `t` plus `steps`.
-fn write_tool_workflow(env: &Env, name: &str, steps: &str) -> PathBuf {
+fn write_tool_workflow(env: &Cairn, name: &str, steps: &str) -> PathBuf {
     write_versioned_workflow(env, name, "1.0.0", TOOL_T, steps)
 }
 
-fn write_versioned_workflow(env: &Env, name: &str, version: &str, tools: &str, steps: &str) -> PathBuf {
-    let dir = env.scratch(&format!("{name}-{version}"));
+fn write_versioned_workflow(env: &Cairn, name: &str, version: &str, tools: &str, steps: &str) -> PathBuf {
+    let dir = env.path(&format!("{name}-{version}"));
     std::fs::create_dir_all(dir.join("tools")).unwrap();
     let toml = format!("[workflow]\nname = \"{name}\"\nversion = \"{version}\"\n\n{tools}\n{steps}");
     std::fs::write(dir.join("workflow.toml"), toml).unwrap();
@@ -351,15 +121,15 @@ fn write_versioned_workflow(env: &Env, name: &str, version: &str, tools: &str, s
 }
 
 /// The tiny workflow's input, with `flag` naming the given scratch file.
-fn tiny_input(env: &Env, flag: &str) -> Value {
-    json!({"counter": env.scratch_str("counter"), "flag": env.scratch_str(flag), "flag_c": env.scratch_str("flag_c")})
+fn tiny_input(env: &Cairn, flag: &str) -> Value {
+    json!({"counter": env.path_str("counter"), "flag": env.path_str(flag), "flag_c": env.path_str("flag_c")})
 }
 
 /// Registers the tiny workflow `tiny@1.0.0`, runs it (flags absent) as `src` and returns the
 /// input file path. The counter then holds one line per step.
-fn tiny_source(env: &Env) -> String {
+fn tiny_source(env: &Cairn) -> String {
     write_tool_workflow(env, "tiny", TINY_STEPS);
-    let input = env.write_input("tiny.json", &tiny_input(env, "flag"));
+    let input = input_file(env, &tiny_input(env, "flag"));
     let out = env.json(&["run", "tiny", "--input", &input, "--run-id", "src"]).expect(0);
     assert_eq!(out.json["status"], "READY");
     assert_eq!(counter(env).len(), 4);
@@ -367,8 +137,8 @@ fn tiny_source(env: &Env) -> String {
 }
 
 /// The counter file: one (step, pid) per tool execution, in order.
-fn counter(env: &Env) -> Vec<(String, i32)> {
-    std::fs::read_to_string(env.scratch("counter"))
+fn counter(env: &Cairn) -> Vec<(String, i32)> {
+    std::fs::read_to_string(env.path("counter"))
         .unwrap_or_default()
         .lines()
         .map(|l| {
@@ -404,7 +174,7 @@ struct Row {
 /// Checks one replay child against its row through `replay --json`, `show --json`,
 /// `explain --json` and `events --json`.
 #[track_caller]
-fn check_row(env: &Env, row: &Row, out: &Value, dry: &Value, src_explain: &std::collections::HashMap<String, Value>) {
+fn check_row(env: &Cairn, row: &Row, out: &Value, dry: &Value, src_explain: &std::collections::HashMap<String, Value>) {
     let name = row.name;
     let child = out["run_id"].as_str().unwrap();
     assert_eq!(out["status"], row.status, "[{name}] {out:#}");
@@ -424,7 +194,7 @@ fn check_row(env: &Env, row: &Row, out: &Value, dry: &Value, src_explain: &std::
     let show = env.show(child);
     assert_eq!(show["replay"], out["replay"], "[{name}] show vs replay");
     let events = env.events(child);
-    for id in EX_STEPS {
+    for id in EXAMPLE_STEPS {
         let reused = row.reused.contains(&id);
         for view in [step(out, id), step(&show, id)] {
             assert_eq!(view["status"], "COMPLETED", "[{name}] {id}: {view}");
@@ -432,12 +202,12 @@ fn check_row(env: &Env, row: &Row, out: &Value, dry: &Value, src_explain: &std::
             assert_eq!(view["decision"], if reused { "reuse" } else { "replay" }, "[{name}] {id}");
             assert_eq!(view["attempts"], if reused { 0 } else { 1 }, "[{name}] {id}: {view}");
         }
-        let ex = env.explain(child, id);
+        let ex = explain(env, child, id);
         assert_eq!(ex["text"], step(&show, id)["reason"], "[{name}] {id}: explain vs show");
         assert_eq!(ex["text"], step(out, id)["reason"], "[{name}] {id}: explain vs replay");
         assert!(ex["reason"]["kind"].is_string(), "[{name}] {id}: the reason is structured data: {ex}");
-        let reused_events = events_of(&events, "step.replay_reused", id);
-        let started = events_of(&events, "step.started", id);
+        let reused_events = events_of(&events, "step.replay_reused", Some(id));
+        let started = events_of(&events, "step.started", Some(id));
         if reused {
             assert_eq!(ex["text"], "reused from run src (signature equal)", "[{name}] {id}");
             assert_eq!(ex["reused_from"], "src", "[{name}] {id}");
@@ -462,23 +232,23 @@ fn check_row(env: &Env, row: &Row, out: &Value, dry: &Value, src_explain: &std::
 
 #[test]
 fn replay_rules_table_on_the_bundled_example() {
-    let env = Env::new();
+    let env = Cairn::new();
     add_examples(&env);
-    let ready = example_str("inputs/ready.json");
+    let ready = example("inputs/ready.json").display().to_string();
     let src = env.json(&["run", "release-validation@1.1.0", "--input", &ready, "--run-id", "src"]).expect(0).json;
     assert_eq!(src["status"], "READY");
     let src_show = env.show("src");
     let src_events = env.events("src");
     let src_explain: std::collections::HashMap<String, Value> =
-        EX_STEPS.iter().map(|id| (id.to_string(), env.explain("src", id))).collect();
+        EXAMPLE_STEPS.iter().map(|id| (id.to_string(), explain(&env, "src", id))).collect();
 
     // (b) an input whose compatibility matrix changed: one `supported` flipped.
     let mut changed: Value = serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
     changed["manifest"]["compatibility"]["matrix"][3]["supported"] = json!(false);
-    let changed_input = env.write_input("compat-changed.json", &changed);
+    let changed_input = input_file(&env, &changed);
 
     // (c) 1.2.0: 1.1.0 with a harmless comment appended to one tool file.
-    let v12 = env.scratch("release-validation-1.2.0");
+    let v12 = env.path("release-validation-1.2.0");
     copy_dir(&example("1.1.0"), &v12);
     let toml = std::fs::read_to_string(v12.join("workflow.toml")).unwrap();
     assert!(toml.contains("version = \"1.1.0\""));
@@ -577,7 +347,7 @@ fn replay_rules_table_on_the_bundled_example() {
         let mut args: Vec<&str> = vec!["replay", "src"];
         args.extend(row.args.iter().map(String::as_str));
         // (g) the dry run first: a decision for every step, and nothing created.
-        let before = env.footprint();
+        let before = footprint_of(&env);
         let mut dry_args = args.clone();
         dry_args.extend(["--dry-run", "--run-id", row.name]);
         let dry = env.json(&dry_args).expect(0).json;
@@ -586,14 +356,14 @@ fn replay_rules_table_on_the_bundled_example() {
             dry["decisions"].as_array().unwrap().iter().map(|d| d["step_id"].as_str().unwrap().to_string()).collect();
         let mut sorted = decided.clone();
         sorted.sort();
-        let mut all = owned(&EX_STEPS);
+        let mut all = owned(&EXAMPLE_STEPS);
         all.sort();
         assert_eq!(sorted, all, "[{}] a decision for every step", row.name);
         for d in dry["decisions"].as_array().unwrap() {
             assert!(d["decision"] == "reuse" || d["decision"] == "replay", "{d}");
             assert!(d["reason"]["kind"].is_string() && d["text"].is_string(), "{d}");
         }
-        assert_eq!(env.footprint(), before, "[{}] the dry run created something", row.name);
+        assert_eq!(footprint_of(&env), before, "[{}] the dry run created something", row.name);
 
         args.extend(["--run-id", row.name]);
         let out = env.json(&args).expect(row.exit).json;
@@ -603,15 +373,15 @@ fn replay_rules_table_on_the_bundled_example() {
 
     // (h) the same set in another order and without the duplicate names the same child: reusing
     // its run id is idempotent, not a mismatch.
-    let before = env.footprint();
+    let before = footprint_of(&env);
     let again = env
         .json(&["replay", "src", "--step", "run_unit_tests", "--step", "generate_evidence", "--run-id", "h-step-set"])
         .expect(0)
         .json;
     assert_eq!(strs(&again["replay"]["requested"]), ["run_unit_tests", "generate_evidence"]);
-    assert_eq!(env.footprint(), before);
+    assert_eq!(footprint_of(&env), before);
     let ev = env.events("h-step-set");
-    assert_eq!(events_of(&ev, "step.started", "run_unit_tests").len(), 1, "the idempotent rerun executed again");
+    assert_eq!(events_of(&ev, "step.started", Some("run_unit_tests")).len(), 1, "the idempotent rerun executed again");
 
     // The source never changes (see also source_rows_and_events_are_unchanged).
     assert_eq!(env.show("src"), src_show);
@@ -624,7 +394,7 @@ fn replay_rules_table_on_the_bundled_example() {
 
 #[test]
 fn another_version_invalidates_what_changed_with_its_descendants() {
-    let env = Env::new();
+    let env = Cairn::new();
     let _ = tiny_source(&env);
     // 1.1.0: d now uses tool t2 (same command and file), and a new step e (needs a) with a
     // dependent x.
@@ -651,7 +421,7 @@ fn another_version_invalidates_what_changed_with_its_descendants() {
         ("x", "invalidated: ancestor e invalidated"),
     ] {
         assert_eq!(step(&out, id)["reason"], text, "{id}");
-        assert_eq!(env.explain("V", id)["text"], text, "{id}");
+        assert_eq!(explain(&env, "V", id)["text"], text, "{id}");
     }
     let lines = counter(&env);
     assert_eq!(executions(&lines[before..], "a"), 0);
@@ -693,9 +463,9 @@ fn another_version_invalidates_what_changed_with_its_descendants() {
 
 #[test]
 fn a_blocked_source_can_be_replayed() {
-    let env = Env::new();
+    let env = Cairn::new();
     add_examples(&env);
-    let blocked = example_str("inputs/blocked.json");
+    let blocked = example("inputs/blocked.json").display().to_string();
     let src = env.json(&["run", "release-validation@1.1.0", "--input", &blocked, "--run-id", "src"]).expect(1).json;
     assert_eq!(src["status"], "BLOCKED");
 
@@ -708,7 +478,7 @@ fn a_blocked_source_can_be_replayed() {
     assert_eq!(strs(&out["replay"]["invalidated"]), Vec::<String>::new());
 
     // With the fixed input: READY (exit 0); the requested step is "requested", not invalidated.
-    let ready = example_str("inputs/ready.json");
+    let ready = example("inputs/ready.json").display().to_string();
     let fixed =
         env.json(&["replay", "src", "--step", "run_unit_tests", "--input", &ready, "--run-id", "fixed"]).expect(0).json;
     assert_eq!(fixed["status"], "READY");
@@ -723,7 +493,7 @@ fn a_blocked_source_can_be_replayed() {
 
 #[test]
 fn refused_replays_exit_2_and_create_nothing() {
-    let env = Env::new();
+    let env = Cairn::new();
     let input = tiny_source(&env);
 
     // A FAILED source: a one-step workflow whose tool exits 1.
@@ -736,7 +506,7 @@ fn refused_replays_exit_2_and_create_nothing() {
     assert_eq!(failed["status"], "FAILED");
 
     // A RUNNING source: kill -9 a `cairn run` while its slow step runs, as in a crash.
-    std::fs::write(env.scratch("flag"), "").unwrap();
+    std::fs::write(env.path("flag"), "").unwrap();
     let mut crashed = env.spawn(&["run", "tiny", "--input", &input, "--run-id", "crashed"]);
     env.wait_for_event("crashed", Duration::from_secs(10), |e| e["kind"] == "step.started" && e["step_id"] == "b");
     assert!(wait_until(Duration::from_secs(5), || executions(&counter(&env), "b") == 2), "b never started");
@@ -753,7 +523,7 @@ fn refused_replays_exit_2_and_create_nothing() {
         ("source as --run-id", vec!["replay", "src", "--step", "a", "--run-id", "src"], vec!["src", "--run-id"]),
         ("unregistered --version", vec!["replay", "src", "--step", "a", "--version", "9.9.9"], vec!["9.9.9"]),
     ];
-    let before = env.footprint();
+    let before = footprint_of(&env);
     let src_show = env.show("src");
     for (what, args, subs) in &cases {
         for dry in [false, true] {
@@ -767,14 +537,14 @@ fn refused_replays_exit_2_and_create_nothing() {
             for s in subs {
                 assert!(out.stderr.contains(s), "{what}: stderr {:?} lacks {s:?}", out.stderr);
             }
-            assert_eq!(env.footprint(), before, "{what}: something was created");
+            assert_eq!(footprint_of(&env), before, "{what}: something was created");
         }
     }
     // No --step at all: a clap usage error (exit 2), nothing created.
     let out = env.raw(&["replay", "src", "--json"]);
     assert_eq!(out.code, 2, "stderr: {}", out.stderr);
     assert!(out.stderr.contains("--step"), "{}", out.stderr);
-    assert_eq!(env.footprint(), before);
+    assert_eq!(footprint_of(&env), before);
     assert_eq!(env.show("src"), src_show);
     assert_eq!(env.show("crashed")["status"], "RUNNING", "a refused replay changed its source");
 
@@ -787,7 +557,7 @@ fn refused_replays_exit_2_and_create_nothing() {
 
 #[test]
 fn a_reused_child_run_id_is_idempotent_or_a_mismatch() {
-    let env = Env::new();
+    let env = Cairn::new();
     let input = tiny_source(&env);
     let first = env.json(&["replay", "src", "--step", "b", "--run-id", "C"]).expect(0).json;
     assert_eq!(first["status"], "READY");
@@ -795,14 +565,14 @@ fn a_reused_child_run_id_is_idempotent_or_a_mismatch() {
     assert_eq!(after_first.len(), 6, "b and c execute once each: {after_first:?}");
     assert_eq!(executions(&after_first[4..], "b"), 1);
     assert_eq!(executions(&after_first[4..], "c"), 1);
-    let footprint = env.footprint();
+    let footprint = footprint_of(&env);
     let events = env.events("C");
 
     // The same replay again, and the same replay naming the source's input explicitly (another
     // file, other key order): idempotent, same result, nothing executed or created.
-    let reordered = env.write_input(
-        "reordered.json",
-        &json!({"flag_c": env.scratch_str("flag_c"), "flag": env.scratch_str("flag"), "counter": env.scratch_str("counter")}),
+    let reordered = input_file(
+        &env,
+        &json!({"flag_c": env.path_str("flag_c"), "flag": env.path_str("flag"), "counter": env.path_str("counter")}),
     );
     for extra in [vec![], vec!["--input", input.as_str()], vec!["--input", reordered.as_str()]] {
         let mut args = vec!["replay", "src", "--step", "b", "--run-id", "C"];
@@ -810,14 +580,14 @@ fn a_reused_child_run_id_is_idempotent_or_a_mismatch() {
         let again = env.json(&args).expect(0).json;
         assert_eq!(again, first, "{extra:?}");
         assert_eq!(counter(&env), after_first, "{extra:?}: a tool ran again");
-        assert_eq!(env.footprint(), footprint);
+        assert_eq!(footprint_of(&env), footprint);
         assert_eq!(env.events("C"), events, "{extra:?}: new events");
     }
 
     // Another step set, another input, or another source under the same run id: a conflict.
-    let other_input = env.write_input("other.json", &tiny_input(&env, "flag2"));
+    let other_input = input_file(&env, &tiny_input(&env, "flag2"));
     env.json(&["replay", "src", "--step", "a", "--run-id", "other-src"]).expect(0);
-    let footprint = env.footprint();
+    let footprint = footprint_of(&env);
     let after = counter(&env);
     for args in [
         vec!["replay", "src", "--step", "c", "--run-id", "C"],
@@ -831,7 +601,7 @@ fn a_reused_child_run_id_is_idempotent_or_a_mismatch() {
         assert_eq!(out.code, 4, "{args:?}: stdout {} stderr {}", out.stdout, out.stderr);
         assert!(out.stderr.contains("ExecutionInputMismatch"), "{args:?}: {}", out.stderr);
         assert_eq!(counter(&env), after, "{args:?}: a tool ran");
-        assert_eq!(env.footprint(), footprint, "{args:?}");
+        assert_eq!(footprint_of(&env), footprint, "{args:?}");
         assert_eq!(env.events("C"), events, "{args:?}: C changed");
     }
 }
@@ -842,9 +612,9 @@ fn a_reused_child_run_id_is_idempotent_or_a_mismatch() {
 
 #[test]
 fn a_dry_run_decides_every_step_and_creates_nothing() {
-    let env = Env::new();
+    let env = Cairn::new();
     let _ = tiny_source(&env);
-    let before = env.footprint();
+    let before = footprint_of(&env);
     let dry = env.json(&["replay", "src", "--step", "b", "--run-id", "D", "--dry-run"]).expect(0).json;
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["source_run_id"], "src");
@@ -885,7 +655,7 @@ fn a_dry_run_decides_every_step_and_creates_nothing() {
     }
     assert!(human.stdout.contains("descendant of requested step b"), "{}", human.stdout);
 
-    assert_eq!(env.footprint(), before, "a dry run created a run");
+    assert_eq!(footprint_of(&env), before, "a dry run created a run");
     assert!(!env.home.path().join("runs/D").exists());
     assert_eq!(counter(&env).len(), 4, "a dry run executed a tool");
     // The run id named in the dry run is still free.
@@ -896,10 +666,10 @@ fn a_dry_run_decides_every_step_and_creates_nothing() {
 /// be reported as fine. Both checks here exit 0 under --dry-run today (see the report).
 #[test]
 fn a_dry_run_refuses_what_the_replay_would_refuse() {
-    let env = Env::new();
+    let env = Cairn::new();
     let _ = tiny_source(&env);
     env.json(&["replay", "src", "--step", "b", "--run-id", "C"]).expect(0);
-    let before = env.footprint();
+    let before = footprint_of(&env);
     for (args, code) in [
         // not a valid run id: the replay exits 2
         (vec!["replay", "src", "--step", "b", "--run-id", "bad/id"], 2),
@@ -917,30 +687,30 @@ fn a_dry_run_refuses_what_the_replay_would_refuse() {
             dry.code, real.code, real.stderr
         );
     }
-    assert_eq!(env.footprint(), before);
+    assert_eq!(footprint_of(&env), before);
 }
 
 // ----------------------------------------------------------------------------------------------
 // 2. the source's rows and events never change
 // ----------------------------------------------------------------------------------------------
 
-fn source_rows(env: &Env) -> Option<String> {
-    let mut s = env.sql("SELECT * FROM workflow_executions WHERE run_id = 'src'")?;
-    s += &env.sql("SELECT * FROM tool_calls WHERE run_id = 'src' ORDER BY step_id")?;
-    s += &env.sql("SELECT * FROM events WHERE run_id = 'src' ORDER BY seq")?;
+fn source_rows(env: &Cairn) -> Option<String> {
+    let mut s = env.sql(&[], "SELECT * FROM workflow_executions WHERE run_id = 'src'")?;
+    s += &env.sql(&[], "SELECT * FROM tool_calls WHERE run_id = 'src' ORDER BY step_id")?;
+    s += &env.sql(&[], "SELECT * FROM events WHERE run_id = 'src' ORDER BY seq")?;
     Some(s)
 }
 
 #[test]
 fn source_rows_and_events_are_unchanged_by_replays() {
-    let env = Env::new();
+    let env = Cairn::new();
     let _ = tiny_source(&env);
     let show = env.show("src");
     let show_text = env.raw(&["show", "src", "--json"]).expect(0).stdout;
     let events = env.raw(&["events", "src", "--json"]).expect(0).stdout;
     let rows = source_rows(&env);
 
-    let changed = env.write_input("changed.json", &tiny_input(&env, "another-flag"));
+    let changed = input_file(&env, &tiny_input(&env, "another-flag"));
     env.json(&["replay", "src", "--step", "b", "--run-id", "c1"]).expect(0);
     env.json(&["replay", "src", "--step", "d", "--input", &changed, "--run-id", "c2"]).expect(0);
     env.json(&["replay", "src", "--step", "a", "--step", "d"]).expect(0);
@@ -967,14 +737,14 @@ fn source_rows_and_events_are_unchanged_by_replays() {
 // 3. lineage, and reused results are the source's evidence itself
 // ----------------------------------------------------------------------------------------------
 
-fn result_json(env: &Env, run: &str, step: &str) -> Option<String> {
-    env.sql(&format!("SELECT result_json FROM tool_calls WHERE run_id = '{run}' AND step_id = '{step}'"))
+fn result_json(env: &Cairn, run: &str, step: &str) -> Option<String> {
+    env.sql(&[], &format!("SELECT result_json FROM tool_calls WHERE run_id = '{run}' AND step_id = '{step}'"))
         .map(|s| s.trim_end().to_string())
 }
 
 #[test]
 fn lineage_of_a_child_of_a_child_and_copied_evidence() {
-    let env = Env::new();
+    let env = Cairn::new();
     let _ = tiny_source(&env);
     let child = env.json(&["replay", "src", "--step", "b", "--run-id", "child"]).expect(0).json;
     assert_eq!(strs(&child["replay"]["reused"]), ["a", "d"]);
@@ -996,15 +766,15 @@ fn lineage_of_a_child_of_a_child_and_copied_evidence() {
 
     // Signatures: a reused step carries the signature of the run it was copied from.
     for (id, origin) in [("a", "src"), ("b", "child"), ("c", "child")] {
-        let g = env.explain("grand", id);
+        let g = explain(&env, "grand", id);
         assert_eq!(g["reused_from"], "child", "{id}");
         assert_eq!(g["attempts"], 0, "{id}");
-        assert_eq!(g["signature"], env.explain(origin, id)["signature"], "{id}");
-        assert_eq!(g["signature"], env.explain("child", id)["signature"], "{id}");
+        assert_eq!(g["signature"], explain(&env, origin, id)["signature"], "{id}");
+        assert_eq!(g["signature"], explain(&env, "child", id)["signature"], "{id}");
     }
     let ev = env.events("grand");
     for (id, origin) in [("a", "src"), ("b", "child"), ("c", "child")] {
-        let r = events_of(&ev, "step.replay_reused", id);
+        let r = events_of(&ev, "step.replay_reused", Some(id));
         assert_eq!(r.len(), 1, "{id}");
         assert_eq!(r[0]["data"]["source_run_id"], "child", "{id}");
         // Where the evidence was first produced (an implementation detail worth keeping honest).
@@ -1043,10 +813,10 @@ fn lineage_of_a_child_of_a_child_and_copied_evidence() {
 /// copied step was copied once and never executed, every replayed step that completed before the
 /// crash was not executed again, and the interrupted one was resumed.
 fn crash_and_resume(requested: &str, crash: &str, flag: &str, reused: &[&str]) {
-    let env = Env::new();
+    let env = Cairn::new();
     let _ = tiny_source(&env);
     let src_events = env.events("src");
-    std::fs::write(env.scratch(flag), "").unwrap();
+    std::fs::write(env.path(flag), "").unwrap();
 
     let replay = ["replay", "src", "--step", requested, "--run-id", "C", "--in-process"];
     let mut crashed = env.spawn(&replay);
@@ -1069,7 +839,7 @@ fn crash_and_resume(requested: &str, crash: &str, flag: &str, reused: &[&str]) {
     assert!(out.stderr.contains("RUNNING") && out.stderr.contains("--resume-interrupted"), "{}", out.stderr);
     assert_eq!(counter(&env), before, "the refused rerun executed a tool");
 
-    std::fs::remove_file(env.scratch(flag)).unwrap();
+    std::fs::remove_file(env.path(flag)).unwrap();
     let mut resume: Vec<&str> = replay.to_vec();
     resume.push("--resume-interrupted");
     let done = env.json(&resume).expect(0).json;
@@ -1092,12 +862,12 @@ fn crash_and_resume(requested: &str, crash: &str, flag: &str, reused: &[&str]) {
             (1, 1, 1)
         };
         assert_eq!(executions(in_replay, id), runs, "{id}: tool executions by the replay: {lines:?}");
-        assert_eq!(events_of(&ev, "step.started", id).len(), started, "{id}: {ev:#?}");
+        assert_eq!(events_of(&ev, "step.started", Some(id)).len(), started, "{id}: {ev:#?}");
         assert_eq!(s["attempts"], attempts, "{id}: {s}");
         assert_eq!(s["reused"], reused.contains(&id), "{id}: {s}");
-        let copies = events_of(&ev, "step.replay_reused", id);
+        let copies = events_of(&ev, "step.replay_reused", Some(id));
         assert_eq!(copies.len(), usize::from(reused.contains(&id)), "{id} copied a wrong number of times: {ev:#?}");
-        assert_eq!(events_of(&ev, "step.interrupted", id).len(), usize::from(id == crash), "{id}: {ev:#?}");
+        assert_eq!(events_of(&ev, "step.interrupted", Some(id)).len(), usize::from(id == crash), "{id}: {ev:#?}");
     }
     assert_eq!(ev.iter().filter(|e| e["kind"] == "run.created").count(), 1);
     assert_eq!(ev.iter().filter(|e| e["kind"] == "run.finished").count(), 1);

@@ -6,57 +6,16 @@
 //! Every test leaves no process behind: it stops its daemon and checks the pids are gone; a
 //! [`Reaper`] SIGKILLs whatever a failing test left (its own CLI children, daemons and tools only).
 
-mod common;
-
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
-use common::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-/// What a spawned CLI process did.
-#[derive(Debug)]
-struct Exited {
-    /// `None` when it died by a signal.
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Waits up to `timeout` for a spawned CLI process to exit; `None` (after SIGKILLing and reaping
-/// it) when it did not.
-fn wait_exit(child: &mut Child, timeout: Duration) -> Option<Exited> {
-    let mut status = None;
-    wait_until(timeout, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return None;
-    };
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        o.read_to_string(&mut stdout).unwrap();
-    }
-    if let Some(mut e) = child.stderr.take() {
-        e.read_to_string(&mut stderr).unwrap();
-    }
-    Some(Exited { code: status.code(), stdout, stderr })
-}
-
-/// The state letter of a process in /proc (`Z` for a zombie); `None` once it is reaped.
-fn proc_state(pid: i32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).map(str::to_string)
-}
+use crate::support::*;
 
 /// Waits until a dead daemon is reaped by whoever inherited it (pid 1 here, which takes up to a
 /// second or so).
@@ -73,32 +32,9 @@ fn wait_reaped(pid: i32) {
 #[track_caller]
 fn detach(runner: &mut Child) {
     kill(Pid::from_raw(runner.id() as i32), Signal::SIGINT).unwrap();
-    let out = wait_exit(runner, Duration::from_secs(10)).expect("`cairn run` did not exit on Ctrl-C");
+    let out = wait_exit(runner, Duration::from_secs(10));
+    assert!(!out.timed_out, "`cairn run` did not exit on Ctrl-C");
     assert_eq!(out.code, Some(130), "{out:?}");
-}
-
-/// The last lines of the daemon's log, for failure messages.
-fn daemon_log(c: &Cairn) -> String {
-    let text = std::fs::read_to_string(c.home.path().join("daemon.log")).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-/// Polls `cairn show RUN` until the run has `status`; returns the run.
-#[track_caller]
-fn wait_for_status(c: &Cairn, run_id: &str, status: &str, timeout: Duration) -> Value {
-    let mut last = Value::Null;
-    let reached = wait_until(timeout, || {
-        let out = c.json(&["show", run_id]);
-        last = out.json;
-        out.code == 0 && last["status"] == status
-    });
-    assert!(
-        reached,
-        "run {run_id} did not become {status} within {timeout:?}: {last:#}\ndaemon log:\n{}",
-        daemon_log(c)
-    );
-    last
 }
 
 /// Stops the daemon with `cairn daemon stop --json` (bounded: a stop that hangs is a failure, not
@@ -107,9 +43,9 @@ fn wait_for_status(c: &Cairn, run_id: &str, status: &str, timeout: Duration) -> 
 fn stop_daemon_checked(c: &Cairn, reaper: &Reaper) -> Value {
     let pid = c.daemon().pid;
     let mut stop = reaper.spawn(c, &["daemon", "stop", "--json"]);
-    let out = wait_exit(&mut stop, Duration::from_secs(15))
-        .unwrap_or_else(|| panic!("`cairn daemon stop` did not return within 15 s\ndaemon log:\n{}", daemon_log(c)));
-    assert_eq!(out.code, Some(0), "{out:?}\ndaemon log:\n{}", daemon_log(c));
+    let out = wait_exit(&mut stop, Duration::from_secs(15));
+    assert!(!out.timed_out, "`cairn daemon stop` did not return within 15 s\ndaemon log:\n{}", c.daemon_log());
+    assert_eq!(out.code, Some(0), "{out:?}\ndaemon log:\n{}", c.daemon_log());
     let v = parse_stdout(&out.stdout, 0, "daemon stop");
     assert_eq!(v["running"], false, "{v}");
     assert_eq!(v["stopped_pid"], pid, "{v}");
@@ -139,13 +75,7 @@ impl Reaper {
         }
     }
 
-    fn spawn(&self, c: &Cairn, args: &[&str]) -> Child {
-        let child = c.spawn(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        self.cli.borrow_mut().push(child.id() as i32);
-        child
-    }
-
-    fn spawn_args(&self, c: &Cairn, args: &[String]) -> Child {
+    fn spawn<S: AsRef<std::ffi::OsStr>>(&self, c: &Cairn, args: &[S]) -> Child {
         let child = c.spawn(args);
         self.cli.borrow_mut().push(child.id() as i32);
         child
@@ -231,8 +161,8 @@ fn daemon_lifecycle_start_status_rival_stop() {
     // A foreground daemon cannot take the lock: exit 4, naming the holder.
     let mut rival = reaper.spawn(&c, &["daemon", "run"]);
     let rival_pid = rival.id() as i32;
-    let out = wait_exit(&mut rival, Duration::from_secs(10))
-        .unwrap_or_else(|| panic!("`cairn daemon run` (pid {rival_pid}) kept running next to daemon {pid}"));
+    let out = wait_exit(&mut rival, Duration::from_secs(10));
+    assert!(!out.timed_out, "`cairn daemon run` (pid {rival_pid}) kept running next to daemon {pid}");
     assert_eq!(out.code, Some(4), "{out:?}");
     assert!(out.stderr.contains(&format!("pid {pid}")), "the message names the holding pid: {}", out.stderr);
     assert!(alive(pid), "the rival must not disturb the running daemon");
@@ -268,7 +198,7 @@ fn kill_dash_nine_of_the_daemon_mid_step_then_the_next_daemon_recovers() {
     let input = chain_input(&c, json!({"a": ["ok"], "b": ["wait", "ok"], "c": ["ok"]}));
     let log = c.path("log");
     // `cairn run` starts the daemon itself.
-    let mut runner = reaper.spawn_args(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    let mut runner = reaper.spawn(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
     let orphan = wait_for_tool(&log, "b", 1);
     let first = reaper.daemon(c.daemon().pid);
     assert!(alive(first));
@@ -285,8 +215,8 @@ fn kill_dash_nine_of_the_daemon_mid_step_then_the_next_daemon_recovers() {
 
     // The attached `cairn run` loses its event stream: it must end (not hang), and not claim
     // success. It reads the run from the registry: still RUNNING, which maps to exit 4.
-    let out = wait_exit(&mut runner, Duration::from_secs(10))
-        .expect("`cairn run` hung after its daemon was killed (it should notice the stream ended)");
+    let out = wait_exit(&mut runner, Duration::from_secs(10));
+    assert!(!out.timed_out, "`cairn run` hung after its daemon was killed (it should notice the stream ended)");
     assert_eq!(out.code, Some(4), "`cairn run` after its daemon died: {out:?}");
     let v = parse_stdout(&out.stdout, 4, "run");
     assert_eq!(v["run_id"], "R", "{v}");
@@ -299,7 +229,7 @@ fn kill_dash_nine_of_the_daemon_mid_step_then_the_next_daemon_recovers() {
     // The next daemon recovers the run by itself.
     let second = reaper.daemon(c.start_daemon().pid);
     assert_ne!(second, first);
-    let shown = wait_for_status(&c, "R", "READY", Duration::from_secs(20));
+    let shown = c.wait_for_status("R", "READY", Duration::from_secs(20));
     assert!(!alive(orphan), "the orphaned b attempt (pid {orphan}) must be stopped by the recovery");
     // Were the orphan still there, the release file would let it finish and log b:end:1.
     std::fs::write(c.path("release"), "").unwrap();
@@ -337,10 +267,8 @@ fn a_killed_daemon_not_yet_reaped_does_not_block_recovery() {
     // The first daemon is this test's own child (in the foreground), so it stays a zombie after
     // SIGKILL until the test reaps it.
     let first_log = std::fs::File::create(c.path("first-daemon.log")).unwrap();
-    let mut first = std::process::Command::new(Cairn::bin())
-        .env("CAIRN_HOME", c.home.path())
-        .env_remove("XDG_STATE_HOME")
-        .args(["daemon", "run"])
+    let mut first = c
+        .std_command(&["daemon", "run"])
         .stdin(std::process::Stdio::null())
         .stdout(first_log.try_clone().unwrap())
         .stderr(first_log)
@@ -357,7 +285,7 @@ fn a_killed_daemon_not_yet_reaped_does_not_block_recovery() {
         "the foreground daemon did not publish daemon.json: {}",
         std::fs::read_to_string(c.path("first-daemon.log")).unwrap_or_default()
     );
-    let mut runner = reaper.spawn_args(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    let mut runner = reaper.spawn(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
     let orphan = wait_for_tool(&log, "b", 1);
     detach(&mut runner);
     kill(Pid::from_raw(first_pid), Signal::SIGKILL).unwrap();
@@ -376,7 +304,7 @@ fn a_killed_daemon_not_yet_reaped_does_not_block_recovery() {
         recovered,
         "daemon {second} did not recover run R while its dead owner {first_pid} was a zombie ({zombie:?}): {}\ndaemon log:\n{}",
         shown["status"],
-        daemon_log(&c)
+        c.daemon_log()
     );
     assert_eq!(step(&shown, "b")["attempts"], 2, "{shown:#}");
     assert!(!alive(orphan), "the orphaned b attempt (pid {orphan}) must be stopped by the recovery");
@@ -396,7 +324,7 @@ fn cancel_stops_the_step_and_finishes_the_run_cancelled() {
     chain_workflow(&c, "chain");
     let input = chain_input(&c, json!({"a": ["ok"], "b": ["wait"], "c": ["ok"]}));
     let log = c.path("log");
-    let mut runner = reaper.spawn_args(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    let mut runner = reaper.spawn(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
     let tool = wait_for_tool(&log, "b", 1);
     reaper.daemon(c.daemon().pid);
 
@@ -410,7 +338,8 @@ fn cancel_stops_the_step_and_finishes_the_run_cancelled() {
     );
 
     // The attached follower sees run.finished and exits 3 (CANCELLED).
-    let followed = wait_exit(&mut runner, Duration::from_secs(10)).expect("the follower hung after the cancel");
+    let followed = wait_exit(&mut runner, Duration::from_secs(10));
+    assert!(!followed.timed_out, "the follower hung after the cancel");
     assert_eq!(followed.code, Some(3), "{followed:?}");
     let v = parse_stdout(&followed.stdout, 3, "run");
     assert_eq!(v["status"], "CANCELLED", "{v}");
@@ -465,11 +394,8 @@ fn ctrl_c_on_run_detaches_and_the_run_goes_on() {
     // In its own process group, like a shell's foreground job: Ctrl-C goes to the whole group.
     let mut runner = {
         use std::os::unix::process::CommandExt;
-        let child = std::process::Command::new(Cairn::bin())
-            .env("CAIRN_HOME", c.home.path())
-            .env_remove("XDG_STATE_HOME")
-            .current_dir(c.work.path())
-            .args(c.run_args("chain", &input, &["--run-id", "R"]))
+        let child = c
+            .std_command(&c.run_args("chain", &input, &["--run-id", "R"]))
             .process_group(0)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -483,7 +409,8 @@ fn ctrl_c_on_run_detaches_and_the_run_goes_on() {
     let daemon = reaper.daemon(c.daemon().pid);
 
     nix::sys::signal::killpg(Pid::from_raw(runner.id() as i32), Signal::SIGINT).unwrap();
-    let out = wait_exit(&mut runner, Duration::from_secs(10)).expect("`cairn run` did not exit on Ctrl-C");
+    let out = wait_exit(&mut runner, Duration::from_secs(10));
+    assert!(!out.timed_out, "`cairn run` did not exit on Ctrl-C");
     assert_eq!(out.code, Some(130), "{out:?}");
     assert!(out.stderr.contains("cairn cancel R"), "it says how to cancel: {}", out.stderr);
     assert!(out.stderr.contains("cairn events R --follow"), "it says how to follow: {}", out.stderr);
@@ -493,7 +420,7 @@ fn ctrl_c_on_run_detaches_and_the_run_goes_on() {
     assert!(alive(tool), "Ctrl-C in the client's terminal must not reach the tool");
     assert_eq!(c.show("R")["status"], "RUNNING");
     std::fs::write(c.path("release"), "").unwrap();
-    let shown = wait_for_status(&c, "R", "READY", Duration::from_secs(15));
+    let shown = c.wait_for_status("R", "READY", Duration::from_secs(15));
     for s in ["a", "b", "c"] {
         assert_eq!(step(&shown, s)["attempts"], 1, "{shown:#}");
         assert_eq!(step(&shown, s)["status"], "COMPLETED", "{shown:#}");
@@ -520,7 +447,7 @@ fn daemon_stop_mid_step_leaves_the_run_for_the_next_daemon() {
     let input = chain_input(&c, json!({"a": ["ok"], "b": ["wait", "ok"], "c": ["ok"]}));
     let log = c.path("log");
     let first = reaper.daemon(c.start_daemon().pid);
-    let mut runner = reaper.spawn_args(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    let mut runner = reaper.spawn(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
     let tool = wait_for_tool(&log, "b", 1);
     detach(&mut runner);
 
@@ -547,7 +474,7 @@ fn daemon_stop_mid_step_leaves_the_run_for_the_next_daemon() {
     wait_reaped(first);
     let second = reaper.daemon(c.start_daemon().pid);
     assert_ne!(second, first);
-    let shown = wait_for_status(&c, "R", "READY", Duration::from_secs(20));
+    let shown = c.wait_for_status("R", "READY", Duration::from_secs(20));
     assert_eq!(step(&shown, "a")["attempts"], 1, "{shown:#}");
     assert_eq!(step(&shown, "b")["attempts"], 2, "{shown:#}");
     assert_eq!(step(&shown, "c")["attempts"], 1, "{shown:#}");
@@ -577,7 +504,7 @@ fn daemon_stop_is_not_held_up_by_an_attached_follower() {
     let input = chain_input(&c, json!({"a": ["ok"], "b": ["wait", "ok"], "c": ["ok"]}));
     let log = c.path("log");
     let daemon = reaper.daemon(c.start_daemon().pid);
-    let mut runner = reaper.spawn_args(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    let mut runner = reaper.spawn(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
     let tool = wait_for_tool(&log, "b", 1);
 
     stop_daemon_checked(&c, &reaper);
@@ -586,7 +513,8 @@ fn daemon_stop_is_not_held_up_by_an_attached_follower() {
         wait_until(Duration::from_secs(3), || !alive(tool)),
         "the b tool (pid {tool}) outlived `cairn daemon stop`"
     );
-    let out = wait_exit(&mut runner, Duration::from_secs(10)).expect("`cairn run` hung after `daemon stop`");
+    let out = wait_exit(&mut runner, Duration::from_secs(10));
+    assert!(!out.timed_out, "`cairn run` hung after `daemon stop`");
     assert_eq!(out.code, Some(4), "{out:?}");
     assert_eq!(parse_stdout(&out.stdout, 4, "run")["status"], "RUNNING", "{out:?}");
     let shown = c.show("R");
@@ -603,7 +531,7 @@ fn the_daemon_exits_when_its_state_root_is_removed() {
     chain_workflow(&c, "chain");
     let input = chain_input(&c, json!({"a": ["ok"], "b": ["wait"], "c": ["ok"]}));
     let pid = reaper.daemon(c.start_daemon().pid);
-    let mut runner = reaper.spawn_args(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    let mut runner = reaper.spawn(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
     let tool = wait_for_tool(&c.path("log"), "b", 1);
     detach(&mut runner);
     assert!(alive(pid) && alive(tool));

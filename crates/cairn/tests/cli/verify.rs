@@ -13,11 +13,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use h::{Verify, assert_no_kernel_left, nbconvert, statuses, validate};
+use h::{Verdict, Verify, assert_no_kernel_left, nbconvert, statuses};
+
+use crate::support::*;
 
 /// Test helpers, private to this file.
-mod common;
-
 mod h {
     use std::ffi::OsStr;
     use std::path::{Path, PathBuf};
@@ -27,55 +27,27 @@ mod h {
     use serde_json::Value;
     use tempfile::TempDir;
 
-    /// No single call here should take anywhere near this long; it only stops a hang.
-    pub const CMD_TIMEOUT: Duration = Duration::from_secs(60);
+    use crate::support::*;
 
-    /// The test venv (ipykernel, nbformat, nbconvert): `CAIRN_TEST_VENV`, else `<repo>/.venv`.
-    pub fn venv() -> PathBuf {
-        let v = std::env::var_os("CAIRN_TEST_VENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"));
-        assert!(
-            v.join("bin/python").exists(),
-            "no test venv at {} (run scripts/test.sh, which creates it, or set CAIRN_TEST_VENV)",
-            v.display()
-        );
-        v
+    /// What a `cairn verify --json` result says.
+    pub trait Verdict {
+        fn verdict(&self) -> &str;
+        fn notebook(&self) -> PathBuf;
+        fn draft(&self) -> PathBuf;
     }
 
-    pub fn python() -> PathBuf {
-        venv().join("bin/python")
-    }
-
-    /// What one `cairn verify … --json` call did.
-    #[derive(Debug)]
-    pub struct Out {
-        pub code: i32,
-        /// The one JSON object on stdout; `Null` when stdout was empty (only for exits 2 and 4).
-        pub json: Value,
-        pub stdout: String,
-        pub stderr: String,
-        pub elapsed: Duration,
-    }
-
-    impl Out {
-        #[track_caller]
-        pub fn expect(self, code: i32) -> Out {
-            assert_eq!(self.code, code, "unexpected exit code\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
-            self
-        }
-
-        pub fn verdict(&self) -> &str {
+    impl Verdict for Out {
+        fn verdict(&self) -> &str {
             self.json["verdict"].as_str().unwrap_or("")
         }
 
         #[track_caller]
-        pub fn notebook(&self) -> PathBuf {
+        fn notebook(&self) -> PathBuf {
             PathBuf::from(self.json["notebook"].as_str().unwrap_or_else(|| panic!("no notebook in {:#}", self.json)))
         }
 
         #[track_caller]
-        pub fn draft(&self) -> PathBuf {
+        fn draft(&self) -> PathBuf {
             PathBuf::from(self.json["draft"].as_str().unwrap_or_else(|| panic!("no draft in {:#}", self.json)))
         }
     }
@@ -120,28 +92,26 @@ mod h {
         }
     }
 
-    /// A private state root, a scratch directory and an empty `CAIRN_CONFIG` for one test.
+    /// A private state root, a scratch directory and an empty `CAIRN_CONFIG` for one test; every
+    /// command gets the venv's python.
     pub struct Verify {
-        pub home: TempDir,
-        pub work: TempDir,
+        pub c: Cairn,
         pub config: TempDir,
     }
 
     impl Verify {
         pub fn new() -> Verify {
-            Verify {
-                home: tempfile::Builder::new().prefix("cairn-vhome-").tempdir().unwrap(),
-                work: tempfile::Builder::new().prefix("cairn-vwork-").tempdir().unwrap(),
-                config: tempfile::Builder::new().prefix("cairn-vcfg-").tempdir().unwrap(),
-            }
+            let config = tempfile::Builder::new().prefix("cairn-vcfg-").tempdir().unwrap();
+            let c = Cairn::new().with_env("CAIRN_PYTHON", python()).with_env("CAIRN_CONFIG", config.path());
+            Verify { c, config }
         }
 
         pub fn home(&self) -> &Path {
-            self.home.path()
+            self.c.home.path()
         }
 
         pub fn path(&self, rel: &str) -> PathBuf {
-            self.work.path().join(rel)
+            self.c.path(rel)
         }
 
         /// Writes a document into the scratch directory; returns its absolute path.
@@ -151,15 +121,10 @@ mod h {
             p
         }
 
-        /// `cairn ARGS` with this test's `CAIRN_HOME`, the venv's python and an empty `CAIRN_CONFIG`.
-        pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
-            let mut c = Command::new(assert_cmd::cargo::cargo_bin("cairn"));
-            c.env("CAIRN_HOME", self.home())
-                .env("CAIRN_PYTHON", python())
-                .env("CAIRN_CONFIG", self.config.path())
-                .env_remove("XDG_STATE_HOME")
-                .current_dir(self.work.path())
-                .args(args);
+        /// `cairn verify ARGS --json`, its stdio left to the caller.
+        fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
+            let mut c = self.c.std_command(&["verify"]);
+            c.args(args).arg("--json");
             c
         }
 
@@ -171,8 +136,7 @@ mod h {
 
         #[track_caller]
         pub fn verify_with<S: AsRef<OsStr>>(&self, args: &[S], tweak: impl FnOnce(&mut Command)) -> Out {
-            let mut c = self.command(&["verify"]);
-            c.args(args).arg("--json");
+            let mut c = self.command(args);
             tweak(&mut c);
             let started = Instant::now();
             let out = assert_cmd::Command::from_std(c).timeout(CMD_TIMEOUT).output().unwrap();
@@ -183,9 +147,7 @@ mod h {
 
         /// Starts `cairn verify ARGS --json` in the background.
         pub fn spawn<S: AsRef<OsStr>>(&self, args: &[S]) -> Child {
-            let mut c = self.command(&["verify"]);
-            c.args(args).arg("--json").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-            c.spawn().unwrap()
+            self.command(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
         }
 
         /// Waits (bounded) until a scratch kernel's runtime directory exists under the state root:
@@ -205,11 +167,7 @@ mod h {
 
         /// Entries of a directory under the state root (sorted; empty when it does not exist).
         pub fn entries(&self, rel: &str) -> Vec<String> {
-            let mut v: Vec<String> = std::fs::read_dir(self.home().join(rel))
-                .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
-                .unwrap_or_default();
-            v.sort();
-            v
+            self.c.entries(rel)
         }
 
         /// Passed notebooks under `workflows/`.
@@ -244,33 +202,15 @@ mod h {
     impl Drop for Verify {
         /// A failing test must not leak kernels into the machine: kill what is left of ours.
         fn drop(&mut self) {
-            for pid in kernel_processes(self.home()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-            }
+            kill_kernels(self.home());
         }
     }
 
+    /// What a finished `cairn verify --json` printed, the `--json` contract checked.
+    #[track_caller]
     pub fn to_out(out: Output, elapsed: Duration) -> Out {
-        let code = out.status.code().unwrap_or_else(|| panic!("cairn died by a signal: {:?}", out.status));
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let json = if stdout.trim().is_empty() {
-            assert!(code == 2 || code == 4, "exit {code} with an empty stdout; --json prints one object\n{stderr}");
-            Value::Null
-        } else {
-            let mut values = serde_json::Deserializer::from_str(&stdout).into_iter::<Value>();
-            let first = match values.next() {
-                Some(Ok(v)) => v,
-                other => panic!("stdout is not JSON ({other:?}):\n{stdout}"),
-            };
-            assert!(values.next().is_none(), "stdout holds more than one JSON value:\n{stdout}");
-            assert!(first.is_object(), "stdout is JSON but not an object:\n{stdout}");
-            first
-        };
-        Out { code, json, stdout, stderr, elapsed }
+        Out::of_json(out, "verify", elapsed)
     }
-
-    pub use crate::common::{describe_pid as describe, kernel_processes};
 
     /// No process of a scratch kernel of this state root is alive. `cairn verify` kills its
     /// kernel's whole group and waits for it before it returns; a short poll only absorbs the
@@ -284,45 +224,16 @@ mod h {
                 return;
             }
             if Instant::now() > deadline {
-                let list: Vec<String> = left.iter().map(|p| describe(*p)).collect();
+                let list: Vec<String> = left.iter().map(|p| describe_pid(*p)).collect();
                 panic!("kernel processes survived the verification:\n{}", list.join("\n"));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// Waits until `f` holds, polling; false after `timeout`.
-    pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-        let deadline = Instant::now() + timeout;
-        while !f() {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        true
-    }
-
     /// The cell statuses of a verification result.
     pub fn statuses(v: &Value) -> Vec<String> {
         v["cells"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap().to_string()).collect()
-    }
-
-    /// Validates a notebook with the venv's `nbformat` (as written, no conversion) and returns it.
-    #[track_caller]
-    pub fn validate(nb: &Path) -> Value {
-        let script = "import nbformat, sys\n\
-             nb = nbformat.read(sys.argv[1], as_version=nbformat.NO_CONVERT)\n\
-             nbformat.validate(nb)\n\
-             print(nb.nbformat, nb.nbformat_minor)\n";
-        let out = Command::new(python()).arg("-c").arg(script).arg(nb).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{} does not validate with nbformat:\n{}",
-            nb.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&std::fs::read(nb).unwrap()).unwrap()
     }
 
     /// `jupyter nbconvert --to notebook --execute NB` from the venv, with the venv's kernelspec,
@@ -419,7 +330,7 @@ fn a_passing_document_is_kept_as_a_valid_notebook_that_reexecutes() {
     assert_eq!(v.passes().len(), 1);
     assert!(v.entries("workflows/drafts").is_empty(), "a pass writes no draft");
 
-    let nb = validate(&nb_path);
+    let nb = validate_notebook(&nb_path);
     assert_eq!((nb["nbformat"].as_i64(), nb["nbformat_minor"].as_i64()), (Some(4), Some(5)));
     let cells = nb["cells"].as_array().unwrap();
     assert_eq!(cells[0]["cell_type"], "markdown", "the provenance cell comes first");
@@ -487,7 +398,7 @@ fn an_error_in_the_middle_fails_skips_the_rest_and_writes_a_draft() {
     let md = std::fs::read_to_string(out.draft()).unwrap();
     assert!(md.contains("raise ValueError('boom')") && md.contains("x = 1"), "{md}");
 
-    let nb = validate(&drafts.join("mid.ipynb"));
+    let nb = validate_notebook(&drafts.join("mid.ipynb"));
     let code = h::doc_code_cells(&nb);
     assert_eq!(code[2]["metadata"]["cairn"]["status"], "skipped");
     assert!(
@@ -515,7 +426,7 @@ fn a_kernel_killed_by_sigkill_is_died_and_its_group_is_gone() {
     assert!(out.json["error"].as_str().unwrap().contains('9'), "the signal is recorded: {}", out.json["error"]);
     let death_ms = out.json["cells"][1]["duration_ms"].as_u64().unwrap();
     assert!(death_ms < 2000, "SIGKILL → died took {death_ms} ms");
-    validate(&v.home().join("workflows/drafts/kill.ipynb"));
+    validate_notebook(&v.home().join("workflows/drafts/kill.ipynb"));
     assert_no_kernel_left(&v);
 }
 
@@ -535,7 +446,7 @@ fn a_cell_over_the_memory_limit_does_not_pass() {
     if verdict == "failed" {
         assert!(out.json["error"].as_str().unwrap().contains("MemoryError"), "{}", out.json["error"]);
     }
-    validate(&out.draft().with_extension("ipynb"));
+    validate_notebook(&out.draft().with_extension("ipynb"));
     assert_no_kernel_left(&v);
 }
 
@@ -550,7 +461,7 @@ fn a_cell_that_ignores_sigint_times_out_and_its_kernel_is_killed() {
     assert_eq!(out.verdict(), "timed_out");
     assert_eq!(statuses(&out.json), ["timed_out", "skipped"]);
     assert!(out.elapsed < Duration::from_secs(10), "a 1 s timeout took {:?} in all", out.elapsed);
-    validate(&v.home().join("workflows/drafts/stuck.ipynb"));
+    validate_notebook(&v.home().join("workflows/drafts/stuck.ipynb"));
     assert_no_kernel_left(&v);
 }
 
@@ -563,7 +474,7 @@ fn input_fails_fast_instead_of_hanging() {
     assert_eq!(statuses(&out.json), ["failed", "skipped"]);
     assert!(out.elapsed < Duration::from_secs(10), "input() took {:?}", out.elapsed);
     assert!(out.json["cells"][0]["duration_ms"].as_u64().unwrap() < 5000);
-    validate(&v.home().join("workflows/drafts/ask.ipynb"));
+    validate_notebook(&v.home().join("workflows/drafts/ask.ipynb"));
     assert_no_kernel_left(&v);
 }
 
@@ -583,7 +494,7 @@ fn ctrl_c_during_a_cell_interrupts_and_kills_the_kernel() {
         std::thread::sleep(Duration::from_millis(10));
     }
     // The control for the survivor scan: it sees the live kernel.
-    assert!(!h::kernel_processes(v.home()).is_empty(), "the /proc scan does not see the running kernel");
+    assert!(!kernel_processes(v.home()).is_empty(), "the /proc scan does not see the running kernel");
     let sent = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let out = h::to_out(child.wait_with_output().unwrap(), sent.elapsed());
@@ -612,7 +523,7 @@ fn a_cell_printing_50_mb_passes_with_a_bounded_notebook() {
     assert!(size < 20 * 1024 * 1024, "the notebook is {size} bytes");
     let text = std::fs::read_to_string(&nb_path).unwrap();
     assert!(text.contains("output truncated by cairn"), "no visible truncation marker");
-    let nb = validate(&nb_path);
+    let nb = validate_notebook(&nb_path);
     assert_eq!(h::stream_text(h::doc_code_cells(&nb)[1]), "after\n");
     h::reexecutes(&v, &nb_path);
     assert_no_kernel_left(&v);
@@ -638,7 +549,7 @@ fn a_bash_cell_runs_and_its_output_is_kept() {
     let doc = v.doc("sh.md", "```python\n%%bash\necho hello-from-bash\n```\n");
     let out = v.verify(&[&doc]).expect(0);
     assert_eq!(statuses(&out.json), ["passed"]);
-    let nb = validate(&out.notebook());
+    let nb = validate_notebook(&out.notebook());
     let code = h::doc_code_cells(&nb);
     assert_eq!(h::stream_text(code[0]), "hello-from-bash\n");
     h::reexecutes(&v, &out.notebook());
@@ -651,7 +562,7 @@ fn a_document_without_code_passes_with_zero_cells() {
     let doc = v.doc("prose.md", "# Only prose\n\n```bash\necho a bash fence is prose\n```\n");
     let out = v.verify(&[&doc]).expect(0);
     assert_eq!(out.json["cells"], serde_json::json!([]));
-    let nb = validate(&out.notebook());
+    let nb = validate_notebook(&out.notebook());
     assert!(h::doc_code_cells(&nb).is_empty());
     h::reexecutes(&v, &out.notebook());
     assert_no_kernel_left(&v);
@@ -663,7 +574,7 @@ fn myst_code_cells_are_code() {
     let doc = v.doc("myst.md", "```{code-cell} python\n:tags: [keep]\nprint('myst')\n```\n");
     let out = v.verify(&[&doc]).expect(0);
     assert_eq!(statuses(&out.json), ["passed"]);
-    let nb = validate(&out.notebook());
+    let nb = validate_notebook(&out.notebook());
     assert_eq!(h::stream_text(h::doc_code_cells(&nb)[0]), "myst\n");
     assert_no_kernel_left(&v);
 }
@@ -719,7 +630,7 @@ fn an_nbformat_4_4_notebook_without_ids_passes_and_comes_out_4_5_with_ids() {
     );
     let out = v.verify(&[&doc]).expect(0);
     assert_eq!(statuses(&out.json), ["passed", "passed"]);
-    let nb = validate(&out.notebook());
+    let nb = validate_notebook(&out.notebook());
     assert_eq!((nb["nbformat"].as_i64(), nb["nbformat_minor"].as_i64()), (Some(4), Some(5)));
     let ids: Vec<&str> =
         nb["cells"].as_array().unwrap().iter().map(|c| c["id"].as_str().expect("every cell has an id")).collect();
@@ -752,7 +663,7 @@ fn a_plugin_binds_at_verification_and_its_absence_fails_where_it_is_used() {
         .expect(0);
     assert_eq!(statuses(&out.json), ["passed", "passed"]);
     let nb_path = out.notebook();
-    let nb = validate(&nb_path);
+    let nb = validate_notebook(&nb_path);
     let first = &nb["cells"][0];
     assert_eq!(first["cell_type"], "markdown", "the provenance cell is first");
     assert!(h::source(first).contains("helpers.py"), "the provenance lists the plugin:\n{}", h::source(first));
@@ -793,7 +704,7 @@ fn a_retry_by_title_verifies_the_edited_draft() {
     assert_eq!(retry.verdict(), "passed");
     assert_eq!(statuses(&retry.json), ["passed", "passed", "passed"]);
     assert_eq!(retry.json["title"], "T");
-    validate(&retry.notebook());
+    validate_notebook(&retry.notebook());
     h::reexecutes(&v, &retry.notebook());
     assert_no_kernel_left(&v);
 }
@@ -873,7 +784,7 @@ fn with_no_wait_a_second_verification_is_refused_with_exit_4() {
     let a = v.spawn(&[&doc]);
     v.wait_for_kernel_dir(Duration::from_secs(15));
     assert!(
-        h::wait_until(Duration::from_secs(10), || !h::kernel_processes(v.home()).is_empty()),
+        wait_until(Duration::from_secs(10), || !kernel_processes(v.home()).is_empty()),
         "the /proc scan does not see A's kernel"
     );
     let b = v.verify(&[other.to_str().unwrap(), "--no-wait"]);
