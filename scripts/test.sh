@@ -51,7 +51,7 @@ npm_ci() {
 # tools/mcp-conformance/package-lock.json.
 npm_ci "$ROOT/tools/mcp-conformance" "the MCP conformance suite" --engine-strict=false
 
-# The web app's browser test (crates/cairn/tests/webapp.rs) drives Debian's chromium headless
+# The web app's browser test (crates/cairn/tests/cli/webapp.rs) drives Debian's chromium headless
 # through playwright-core (no browser download), with axe-core; both pinned in
 # tools/webapp-e2e/package-lock.json.
 if [ ! -x /usr/bin/chromium ]; then

@@ -1,4 +1,4 @@
-// The end-to-end browser test of Cairn's read-only web app. crates/cairn/tests/webapp.rs builds a
+// The end-to-end browser test of Cairn's read-only web app. crates/cairn/tests/cli/webapp.rs builds a
 // state root with real runs, verifications, kernel jobs and targets, starts `cairn ui`, and runs
 // this script with:
 //

@@ -13,6 +13,7 @@ mod conformance;
 mod controllers;
 mod daemon;
 mod kernel;
+mod layers;
 mod limits;
 mod load;
 mod mcp;
