@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::pool::{Pool, Work};
 use crate::process::{Owner, is_alive, this_process};
+use crate::registry::LoadedWorkflow;
 use crate::replay::ReplayRequest;
 use crate::runner::RunRequest;
 use crate::session::{SessionConfig, SessionKernel};
@@ -207,19 +208,7 @@ impl Service {
                         ..req
                     },
                 },
-                None => Work::Run {
-                    wf: Box::new(wf),
-                    req: RunRequest {
-                        workflow: format!("{}@{}", plan.workflow, plan.version),
-                        run_id: Some(run.run_id.clone()),
-                        input: plan.input.clone(),
-                        resume_interrupted: false,
-                        parallelism: 1,
-                        owner,
-                        thread_id: run.thread_id.clone(),
-                        stop: Some(StopSignal::new()),
-                    },
-                },
+                None => self.continue_run(&run, wf, false),
             };
             self.pool.submit(&run.run_id, work);
         }
@@ -293,28 +282,39 @@ impl Service {
     /// What continues a run taken over from a dead owner: the same request with the recovery
     /// context (`resume_interrupted`), owned by this daemon now.
     fn recovery_work(&self, run: &RunRecord) -> Result<Work, EngineError> {
-        let stop = Some(StopSignal::new());
         if run.source_run_id.is_some() {
             let req = self.engine.replay_request_of(run).ok_or_else(|| {
                 EngineError::internal(format!("replay child `{}` does not record what it replays", run.run_id))
             })?;
             return Ok(Work::Replay {
-                req: ReplayRequest { resume_interrupted: true, parallelism: 1, owner: Some(self.owner), stop, ..req },
+                req: ReplayRequest {
+                    resume_interrupted: true,
+                    parallelism: 1,
+                    owner: Some(self.owner),
+                    stop: Some(StopSignal::new()),
+                    ..req
+                },
             });
         }
-        Ok(Work::Run {
-            wf: Box::new(self.engine.workflow_of_run(run)?),
+        Ok(self.continue_run(run, self.engine.workflow_of_run(run)?, true))
+    }
+
+    /// The work that executes a created run (not a replay) as it is recorded, owned by this
+    /// daemon; `resume` takes over its interrupted steps.
+    fn continue_run(&self, run: &RunRecord, wf: LoadedWorkflow, resume: bool) -> Work {
+        Work::Run {
+            wf: Box::new(wf),
             req: RunRequest {
                 workflow: format!("{}@{}", run.workflow, run.version),
                 run_id: Some(run.run_id.clone()),
                 input: run.input.clone(),
-                resume_interrupted: true,
+                resume_interrupted: resume,
                 parallelism: 1,
                 owner: Some(self.owner),
                 thread_id: run.thread_id.clone(),
-                stop,
+                stop: Some(StopSignal::new()),
             },
-        })
+        }
     }
 
     /// Stops for a daemon shutdown: the session kernel is killed, nothing new starts, every run

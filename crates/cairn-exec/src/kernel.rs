@@ -523,20 +523,7 @@ fn prepare_runtime_dir(dir: &Path) -> Result<(), KernelError> {
 
 /// Whether a process other than a zombie is in process group `pgid`.
 fn group_has_live_member(pgid: i32) -> bool {
-    let Ok(entries) = fs::read_dir("/proc") else { return false };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // Fields after the parenthesised comm: state, ppid, pgrp, ...
-        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
-        if pgrp == Some(pgid) && !matches!(state, Some("Z" | "X")) {
-            return true;
-        }
-    }
-    false
+    crate::procfs::pids().into_iter().filter_map(crate::procfs::stat).any(|s| s.pgrp == pgid && !s.is_dead())
 }
 
 /// Waits (bounded) until every process of the group has died; zombies count as dead.

@@ -1,13 +1,18 @@
-//! The tool sandbox: runs one tool attempt as a real process with a scrubbed environment, in its own
-//! process group, with its JSON arguments on stdin, a timeout (SIGTERM to the group, a grace period,
-//! then SIGKILL), bounded stdout that must hold one JSON value, and a bounded stderr tail. The
-//! attempt's outcome is classified by `cairn_core::status::classify_exit`.
+//! Cairn's executors, the IO of processes: the tool sandbox (`sandbox`: one attempt as a real
+//! process with a scrubbed environment, in its own process group, its JSON arguments on stdin, a
+//! timeout — SIGTERM to the group, a grace period, SIGKILL —, bounded stdout holding one JSON
+//! value, a bounded stderr tail), stopping a verified orphan (`reap`), scratch Jupyter kernels
+//! (`kernel`), the SSH transport and the read-only probe (`ssh`), and the step agent on a
+//! controller host (`agent`). Process identity is read from `/proc` in one place (`procfs`).
+//!
+//! Nothing here writes the registry or decides what an attempt's end means: the engine does.
 
 pub mod agent;
 pub mod kernel;
+mod procfs;
+pub mod reap;
 pub mod sandbox;
 pub mod ssh;
 
-pub use sandbox::*;
-pub mod reap;
 pub use reap::*;
+pub use sandbox::*;

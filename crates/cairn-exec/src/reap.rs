@@ -21,11 +21,8 @@ pub fn is_same_process(p: &ProcessIdentity) -> bool {
     }
 }
 
-/// Field 3 (state) of /proc/<pid>/stat is `Z` (zombie) or `X` (dead).
 fn is_zombie(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
-    matches!(state, Some("Z") | Some("X"))
+    crate::procfs::stat(pid).is_some_and(|s| s.is_dead())
 }
 
 /// Terminates the recorded process group (SIGTERM, `grace`, SIGKILL) if the leader is verifiably

@@ -311,11 +311,7 @@ pub fn env_by_rule(
 
 /// Reads /proc/<pid>/stat start time (field 22); None if the process is gone.
 pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 2 (comm) is parenthesised and may itself hold spaces and parentheses: count from the
-    // last ')'. The field after it is field 3 (state), so field 22 is the 20th.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::procfs::stat(pid).map(|s| s.start_time)
 }
 
 /// How the direct child ended, as far as the main thread saw it.
