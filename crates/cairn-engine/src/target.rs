@@ -3,11 +3,44 @@
 
 use std::path::{Path, PathBuf};
 
+use cairn_core::store::StoreError;
 use cairn_core::target::{Executor, LOCAL, TargetSpec, parse_ssh};
 use cairn_exec::ssh::{SshTransport, probe_local};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{Engine, EngineError};
+
+/// What the fixed, read-only probe observed on a target (facts only), and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    pub target: String,
+    pub workspace_root: String,
+    /// OS, CPUs, memory, free disk at the workspace, Python, Snakemake, Nextflow, Java, Slurm.
+    pub observed: Value,
+    pub probed_at: i64,
+}
+
+/// What a target's last probe says of its readiness.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Readiness {
+    pub ready: bool,
+    /// Each thing missing, in words.
+    pub problems: Vec<String>,
+}
+
+/// A target as the overview shows it: `local` (built in, no spec) or a configured one.
+#[derive(Debug, Clone)]
+pub struct TargetOverview {
+    pub name: String,
+    /// `None` for the built-in `local`.
+    pub spec: Option<TargetSpec>,
+    pub executor: Executor,
+    pub workspace_root: String,
+    /// `None` if it was never probed.
+    pub last_probe: Option<Probe>,
+    pub readiness: Option<Readiness>,
+}
 
 #[derive(Debug, Clone)]
 pub struct AddTarget {
@@ -111,8 +144,8 @@ impl Engine {
         }
     }
 
-    /// Runs the fixed read-only probe on a target and returns `{target, observed, probed_at}`.
-    pub fn probe_target(&self, name: &str) -> Result<Value, EngineError> {
+    /// Runs the fixed read-only probe on a target and keeps what it observed as its last probe.
+    pub fn probe_target(&self, name: &str) -> Result<Probe, EngineError> {
         let (observed, workspace) = if name == LOCAL {
             let ws = self.state.runs().display().to_string();
             (probe_local(&ws), ws)
@@ -122,39 +155,41 @@ impl Engine {
         };
         let observed = observed
             .map_err(|e| EngineError::TargetUnreachable { target: name.to_string(), message: e.to_string() })?;
-        let at = self.clock.now_ms();
-        let probed = json!({"target": name, "workspace_root": workspace, "observed": observed, "probed_at": at});
-        self.store.record_probe(name, &probed, at)?;
-        Ok(probed)
+        let probe =
+            Probe { target: name.to_string(), workspace_root: workspace, observed, probed_at: self.clock.now_ms() };
+        let stored = serde_json::to_value(&probe).map_err(|e| EngineError::internal(e.to_string()))?;
+        self.store.record_probe(name, &stored, probe.probed_at)?;
+        Ok(probe)
     }
 
-    /// Every target, `local` first, each with its last probe (`null` if never probed) and what
-    /// that probe says of its readiness (`{ready, problems}`, `null` if never probed).
-    pub fn targets_overview(&self) -> Result<Value, EngineError> {
-        let with_probe = |mut v: Value, name: &str, executor: Executor| -> Result<Value, EngineError> {
-            let last = self.store.last_probe(name)?.map(|(v, _)| v);
-            v["readiness"] = match &last {
-                Some(p) => {
-                    let problems = cairn_core::target::probe_problems(name, executor, &p["observed"]);
-                    json!({"ready": problems.is_empty(), "problems": problems})
-                }
-                None => Value::Null,
+    /// Every target, `local` first, each with its last probe and what that probe says of its
+    /// readiness.
+    pub fn targets_overview(&self) -> Result<Vec<TargetOverview>, EngineError> {
+        let overview = |name: &str, spec: Option<TargetSpec>, executor: Executor, workspace_root: String| {
+            let last_probe: Option<Probe> = match self.store.last_probe(name)? {
+                Some((v, _)) => Some(serde_json::from_value(v).map_err(|e| {
+                    EngineError::Store(StoreError::Corrupt(format!("the last probe of `{name}`: {e}")))
+                })?),
+                None => None,
             };
-            v["last_probe"] = last.unwrap_or(Value::Null);
-            Ok(v)
+            let readiness = last_probe.as_ref().map(|p| {
+                let problems = cairn_core::target::probe_problems(name, executor, &p.observed);
+                Readiness { ready: problems.is_empty(), problems }
+            });
+            Ok::<_, EngineError>(TargetOverview {
+                name: name.to_string(),
+                spec,
+                executor,
+                workspace_root,
+                last_probe,
+                readiness,
+            })
         };
-        let local = json!({
-            "name": LOCAL,
-            "builtin": true,
-            "executor": Executor::Process,
-            "workspace_root": self.state.runs().display().to_string(),
-        });
-        let mut all = vec![with_probe(local, LOCAL, Executor::Process)?];
+        let mut all = vec![overview(LOCAL, None, Executor::Process, self.state.runs().display().to_string())?];
         for t in self.store.targets()? {
-            let v = serde_json::to_value(&t).map_err(|e| EngineError::internal(e.to_string()))?;
-            all.push(with_probe(v, &t.name, t.executor)?);
+            all.push(overview(&t.name.clone(), Some(t.clone()), t.executor, t.workspace_root.clone())?);
         }
-        Ok(json!({"targets": all}))
+        Ok(all)
     }
 
     /// Whether `run_dir` on `target` could take a new run now: absent, its parent an existing,

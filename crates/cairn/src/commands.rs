@@ -281,7 +281,7 @@ fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure
         }
         TargetCommand::List { json } => {
             if json {
-                print_json(&engine.targets_overview()?);
+                print_json(&wire::targets_json(&engine.targets_overview()?));
             } else {
                 println!("{:<20} {:<32} {:<8} WORKSPACE", "NAME", "SSH", "EXECUTOR");
                 println!(
@@ -302,9 +302,9 @@ fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure
         TargetCommand::Probe { name, json } => {
             let probed = engine.probe_target(&name)?;
             if json {
-                print_json(&probed);
+                print_json(&wire::to_value(&probed));
             } else {
-                let o = &probed["observed"];
+                let o = &probed.observed;
                 println!(
                     "target {name}: {} ({}, kernel {})",
                     o["hostname"].as_str().unwrap_or("?"),

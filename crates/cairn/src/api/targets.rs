@@ -12,14 +12,14 @@ use utoipa::IntoParams;
 
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
-use crate::wire::{AddTarget, to_value};
+use crate::wire::{AddTarget, targets_json, to_value};
 
 /// Every target, `local` first, each with its last probe (`null` if never probed).
 #[utoipa::path(get, path = "/targets", tag = "compute",
     responses((status = 200, description = "`{targets: [...]}`", body = Object), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn list_targets(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(state.service.engine().targets_overview()?))).await
+    blocking(move || Ok(Json(targets_json(&state.service.engine().targets_overview()?)))).await
 }
 
 /// Registers an SSH host. Nothing is contacted; probe it next.
@@ -49,7 +49,7 @@ pub(super) async fn probe_target(
     State(state): State<AppRef>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(state.service.engine().probe_target(&name)?))).await
+    blocking(move || Ok(Json(to_value(&state.service.engine().probe_target(&name)?)))).await
 }
 
 /// `GET /targets/{name}/readiness?run_dir=ABS`.

@@ -8,6 +8,7 @@ mod kernel;
 mod plans;
 pub mod requests;
 mod runs;
+mod targets;
 mod verify;
 mod workflows;
 
@@ -19,6 +20,7 @@ pub use requests::{
 pub use runs::{
     Event, EventList, Explanation, LineageEntry, ReplayPreview, RunList, RunResult, RunSummary, StepLog, StepResult,
 };
+pub use targets::targets_json;
 pub use verify::{VerificationRecord, VerifyResult};
 pub use workflows::{WorkflowAdded, WorkflowDetail, WorkflowList, WorkflowSummary};
 
