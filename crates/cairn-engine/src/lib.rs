@@ -31,7 +31,6 @@ use std::time::Duration;
 
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
 pub use error::{EngineError, ErrorCode, ErrorKind};
-pub use pool::Work;
 pub use runs::{EventBatch, RunListing, RunView, StepExplanation, StepLog, StepView};
 pub use service::{Service, ServiceConfig, SubmitRun, Submitted};
 pub use stop::{StopHook, StopKind, StopSignal};

@@ -77,7 +77,7 @@ pub(crate) enum Followed {
 
 impl Engine {
     /// The agent for a target by name (`local` runs it on this machine).
-    pub fn agent(&self, target: &str) -> Result<Agent, EngineError> {
+    pub(crate) fn agent(&self, target: &str) -> Result<Agent, EngineError> {
         if target == LOCAL {
             return Ok(Agent::local());
         }
@@ -90,7 +90,7 @@ impl Engine {
     }
 
     /// Where `run_id` executes: the target it was planned and reserved on, else this machine.
-    pub fn placement(&self, run_id: &str) -> Result<Placement, EngineError> {
+    pub(crate) fn placement(&self, run_id: &str) -> Result<Placement, EngineError> {
         match self.store.target_of_run(run_id)? {
             None => Ok(Placement::Local),
             Some(t) if t == LOCAL => Ok(Placement::Local),
@@ -265,7 +265,7 @@ impl Engine {
 
     /// Stops a recorded launch on its target (SIGTERM, or SIGINT for a controller, to its process
     /// group, then SIGKILL; `scancel` for a Slurm job), after the agent matched its nonce.
-    pub fn stop_launch(&self, remote: &RemoteProcess) -> Result<String, EngineError> {
+    pub(crate) fn stop_launch(&self, remote: &RemoteProcess) -> Result<String, EngineError> {
         let agent = self.agent(&remote.target)?;
         let request = CancelRequest {
             attempt_dir: remote.attempt_dir.clone(),
@@ -285,7 +285,7 @@ impl Engine {
 
     /// The last `max_bytes` of a step's live output on its target (stderr, or a controller's log),
     /// read over SSH, never copied whole.
-    pub fn live_tail(&self, step: &StepRecord, max_bytes: usize) -> Option<String> {
+    pub(crate) fn live_tail(&self, step: &StepRecord, max_bytes: usize) -> Option<String> {
         if step.status != StepStatus::Running {
             return None;
         }

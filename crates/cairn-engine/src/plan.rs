@@ -103,7 +103,7 @@ pub(crate) fn check_run_dir(run_dir: &Path) -> Result<(), String> {
 }
 
 impl Engine {
-    pub fn plans_dir(&self) -> PathBuf {
+    pub(crate) fn plans_dir(&self) -> PathBuf {
         self.state.path().join("plans")
     }
 
@@ -511,7 +511,7 @@ impl Engine {
     }
 
     /// For a planned replay, the request that executes it as `run_id`, from the deployed workflow.
-    pub fn replay_request(&self, plan: &Plan, run_id: &str) -> Option<ReplayRequest> {
+    pub(crate) fn replay_request(&self, plan: &Plan, run_id: &str) -> Option<ReplayRequest> {
         let r = plan.replay.as_ref()?;
         Some(ReplayRequest {
             source_run_id: r["source_run_id"].as_str()?.to_string(),
@@ -527,14 +527,14 @@ impl Engine {
     }
 
     /// The workflow as deployed into the plan's run_dir (its tools run from there).
-    pub fn deployed_workflow(&self, plan: &Plan) -> Result<LoadedWorkflow, EngineError> {
+    pub(crate) fn deployed_workflow(&self, plan: &Plan) -> Result<LoadedWorkflow, EngineError> {
         self.planned_workflow(&plan.workflow, &plan.version, &plan.target, &plan.run_dir)
     }
 
     /// The workflow a run executes: for a run planned on this machine, the copy its approval
     /// deployed into its run_dir; for one on a target, the registry snapshot (byte-identical to
     /// the deployed copy, which the agent re-checks before each launch); else the registry's.
-    pub fn workflow_of_run(&self, run: &RunRecord) -> Result<LoadedWorkflow, EngineError> {
+    pub(crate) fn workflow_of_run(&self, run: &RunRecord) -> Result<LoadedWorkflow, EngineError> {
         match (&run.plan_id, self.store.target_of_run(&run.run_id)?) {
             (Some(_), Some(target)) => self.planned_workflow(&run.workflow, &run.version, &target, &run.run_dir),
             _ => self.load_workflow(&format!("{}@{}", run.workflow, run.version)),

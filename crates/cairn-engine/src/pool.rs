@@ -15,7 +15,7 @@ use crate::service::Log;
 use crate::{Engine, EngineError, StopKind, StopSignal};
 
 /// One unit of work: a run or a replay child, created already, to execute (or continue).
-pub enum Work {
+pub(crate) enum Work {
     Run { wf: Box<LoadedWorkflow>, req: RunRequest },
     Replay { req: ReplayRequest },
 }

@@ -26,7 +26,7 @@ pub struct ReplayRequest {
     pub run_id: Option<String>,
     /// Another registered version of the source's workflow; the source's own when `None`.
     pub version: Option<String>,
-    /// When given (the API's `agent_id`), it must name the source's workflow.
+    /// When given, it must name the source's workflow.
     pub workflow: Option<String>,
     pub resume_interrupted: bool,
     /// How many ready steps may run at once (1: serial, the reference semantics).
@@ -71,7 +71,7 @@ impl PreparedReplay {
 
 impl Engine {
     /// Plans a replay: checks the source and the request, and decides every step. Creates nothing.
-    pub fn prepare_replay(&self, req: &ReplayRequest) -> Result<PreparedReplay, EngineError> {
+    pub(crate) fn prepare_replay(&self, req: &ReplayRequest) -> Result<PreparedReplay, EngineError> {
         let src_id = &req.source_run_id;
         let source =
             self.store.run(src_id)?.ok_or_else(|| EngineError::SourceRunNotFound { run_id: src_id.to_string() })?;
@@ -198,7 +198,7 @@ impl Engine {
     /// Plans a replay and creates its child run (or finds the existing one with the same
     /// identity) without executing it; [`Engine::replay`] executes it. Returns the child and
     /// whether it was created now.
-    pub fn submit_replay(&self, req: &ReplayRequest) -> Result<(RunRecord, bool), EngineError> {
+    pub(crate) fn submit_replay(&self, req: &ReplayRequest) -> Result<(RunRecord, bool), EngineError> {
         let prepared = self.prepare_replay(req)?;
         let new = self.replay_run(req, &prepared)?;
         self.create_checked(&new)
@@ -230,7 +230,7 @@ impl Engine {
     }
 
     /// What replay request a stored child run came from, so a daemon can continue it.
-    pub fn replay_request_of(&self, run: &RunRecord) -> Option<ReplayRequest> {
+    pub(crate) fn replay_request_of(&self, run: &RunRecord) -> Option<ReplayRequest> {
         let source_run_id = run.source_run_id.clone()?;
         let requested = run.replay.as_ref()?.get("requested")?.as_array()?;
         Some(ReplayRequest {
