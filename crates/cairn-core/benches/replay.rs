@@ -57,10 +57,20 @@ fn main() {
     let source: HashMap<String, SourceStep> = rows
         .iter()
         .map(|(id, sig, args)| {
-            (id.clone(), SourceStep { status: StepStatus::Completed, signature: sig, args, result: results.get(id) })
+            (
+                id.clone(),
+                SourceStep {
+                    status: StepStatus::Completed,
+                    signature: sig,
+                    args,
+                    result: results.get(id),
+                    artifacts: &[],
+                },
+            )
         })
         .collect();
     let digests: HashMap<String, String> = [("t".to_string(), "d".to_string())].into();
+    let damaged = HashMap::new();
     let mut changed_input = input.clone();
     changed_input["f7"] = json!("changed");
 
@@ -87,6 +97,7 @@ fn main() {
                 source: &source,
                 requested: &req,
                 explain_tool: &|_| vec![],
+                damaged: &damaged,
             });
             times.push(t.elapsed().as_secs_f64() * 1000.0);
             last = Some(p);

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::artifact::Artifact;
 use crate::signature::{AfterAttempt, after_attempt};
 use crate::status::Outcome;
 use crate::store::{AttemptStart, FinishAttempt};
@@ -21,6 +22,8 @@ pub enum AttemptEnd {
         log_tail: String,
         /// The tool's own time, from spawn to exit.
         duration_us: i64,
+        /// The files it produced, hashed after it completed (its declared outputs).
+        artifacts: Vec<Artifact>,
     },
     /// It was not run: something it depends on is not what its signature was computed from (a
     /// tool file changed on disk). The step fails without a retry.
@@ -95,9 +98,11 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
             error,
             log_tail: (!log_tail.is_empty()).then_some(log_tail),
             duration_us,
+            artifacts: Vec::new(),
             at: s.at,
         };
     let nothing = Decision { write: AttemptWrite::Nothing, ended: None };
+    let mut artifacts = Vec::new();
     let (outcome, result, error, log_tail, duration_us) = match end {
         AttemptEnd::Halted => return nothing,
         AttemptEnd::Refused { error } => {
@@ -123,7 +128,8 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         }
         // One this owner launched just now and lost: the attempt failed.
         AttemptEnd::Lost { why } | AttemptEnd::Mismatch { why } => (Outcome::Failed, None, Some(why), String::new(), 0),
-        AttemptEnd::Ran { outcome, result, error, log_tail, duration_us } => {
+        AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts: produced } => {
+            artifacts = produced;
             (outcome, result, error, log_tail, duration_us)
         }
     };
@@ -134,9 +140,12 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
     }
     let finished = s.finished + 1;
     let write = match after_attempt(outcome, finished, s.max_attempts, s.retry_on) {
-        AfterAttempt::Complete => {
-            AttemptWrite::Complete(finish(outcome, Some(result.unwrap_or(Value::Null)), error, log_tail, duration_us))
-        }
+        // Only a completed attempt's artifacts are recorded: with the completion, in its
+        // transaction.
+        AfterAttempt::Complete => AttemptWrite::Complete(FinishAttempt {
+            artifacts,
+            ..finish(outcome, Some(result.unwrap_or(Value::Null)), error, log_tail, duration_us)
+        }),
         AfterAttempt::Retry if s.halted => AttemptWrite::Nothing,
         AfterAttempt::Retry => AttemptWrite::Retry {
             attempt: s.attempt + 1,
@@ -183,6 +192,7 @@ mod tests {
             error: (outcome != Outcome::Completed).then(|| "boom".to_string()),
             log_tail: String::new(),
             duration_us: 5,
+            artifacts: vec![Artifact { name: "r".into(), path: "steps/s/r".into(), bytes: 1, sha256: "aa".into() }],
         }
     }
 
@@ -190,6 +200,7 @@ mod tests {
     fn a_completed_attempt_writes_its_result_under_its_token() {
         let d = decide(&state(1, 0), ran(Outcome::Completed));
         let AttemptWrite::Complete(f) = d.write else { panic!("{d:?}") };
+        assert_eq!(f.artifacts.len(), 1, "its artifacts are written with the completion");
         assert_eq!((f.token.as_str(), f.attempt, f.result, f.log_tail), ("att_1", 1, Some(json!({"ok": true})), None));
         assert_eq!(d.ended, Some(Outcome::Completed));
     }

@@ -4,6 +4,7 @@
 //! Nothing here does IO, reads a clock or draws randomness; callers pass those in. Every function
 //! fails only on bad input, with an error that says what to fix.
 
+pub mod artifact;
 pub mod attempt;
 pub mod audit;
 pub mod canonical;

@@ -13,9 +13,10 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::artifact::{Artifact, signed_output};
 use crate::canonical::hash_json;
 use crate::dag::Dag;
-use crate::signature::{StepSignature, args_hash};
+use crate::signature::{StepSignature, args_hash, step_tool_digest};
 use crate::status::StepStatus;
 use crate::template;
 use crate::workflow::WorkflowSpec;
@@ -27,6 +28,32 @@ pub struct SourceStep<'a> {
     pub signature: &'a StepSignature,
     pub args: &'a Value,
     pub result: Option<&'a Value>,
+    /// The files it recorded (those of its declared outputs).
+    pub artifacts: &'a [Artifact],
+}
+
+/// A source step's recorded output whose bytes are no longer what was recorded, as the engine
+/// found it where the source run wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputDamage {
+    /// The declared output.
+    pub output: String,
+    /// The file, relative to the source's run directory.
+    pub path: String,
+    pub recorded: String,
+    pub found: Found,
+}
+
+/// What is at a recorded artifact's path now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Found {
+    /// Other bytes.
+    Changed { sha256: String },
+    /// Nothing (or not a regular file).
+    Missing,
+    /// It cannot be reached from where the child runs, in words.
+    Unreachable { why: String },
 }
 
 /// One changed argument: where, and the hashes of its canonical old and new values.
@@ -76,6 +103,13 @@ pub enum Reason {
     /// The target's arguments could not be resolved from the source's results.
     ArgsUnresolved {
         error: String,
+    },
+    /// A file the source step recorded is not the bytes it recorded.
+    OutputChanged {
+        step: String,
+        source_run_id: String,
+        #[serde(flatten)]
+        damage: OutputDamage,
     },
 }
 
@@ -147,6 +181,24 @@ impl Reason {
                 text
             }
             Reason::ArgsUnresolved { error } => format!("invalidated: arguments could not be resolved: {error}"),
+            Reason::OutputChanged { step, source_run_id, damage } => {
+                let OutputDamage { output, path, recorded, found } = damage;
+                match found {
+                    Found::Changed { sha256 } => format!(
+                        "invalidated: output {output} of step {step} changed since run {source_run_id} recorded it (sha256 {}… → {}…)",
+                        short(recorded),
+                        short(sha256)
+                    ),
+                    Found::Missing => format!(
+                        "invalidated: output {output} of step {step} is missing since run {source_run_id} recorded it ({path})"
+                    ),
+                    Found::Unreachable { why } => {
+                        format!(
+                            "invalidated: output {output} of step {step} (run {source_run_id}) cannot be reused: {why}"
+                        )
+                    }
+                }
+            }
         }
     }
 }
@@ -214,6 +266,9 @@ pub struct ReplayInput<'a> {
     pub requested: &'a [String],
     /// Explains a tool digest change in words (which file or field changed), given the tool name.
     pub explain_tool: &'a dyn Fn(&str) -> Vec<String>,
+    /// Source steps whose recorded files are no longer their bytes (the engine checks those a
+    /// first plan reuses, then plans again with what it found).
+    pub damaged: &'a HashMap<String, OutputDamage>,
 }
 
 /// The decision for every step, in execution order.
@@ -296,12 +351,21 @@ pub fn plan<'a>(r: &ReplayInput<'a>) -> ReplayPlan {
             decisions[i] = replay(Reason::ToolChanged { from: src.signature.tool.clone(), to: step.tool.clone() });
             continue;
         }
-        let digest = r.tool_digests.get(&step.tool).cloned().unwrap_or_default();
+        let tool_digest = r.tool_digests.get(&step.tool).map(String::as_str).unwrap_or_default();
+        let digest = step_tool_digest(tool_digest, &r.spec.outputs_of(step));
         if src.signature.tool_digest != digest {
             decisions[i] = replay(Reason::ToolDigestChanged {
                 from: src.signature.tool_digest.clone(),
                 to: digest,
                 changes: (r.explain_tool)(&step.tool),
+            });
+            continue;
+        }
+        if let Some(damage) = r.damaged.get(id) {
+            decisions[i] = replay(Reason::OutputChanged {
+                step: id.to_string(),
+                source_run_id: r.source_run_id.to_string(),
+                damage: damage.clone(),
             });
             continue;
         }
@@ -311,7 +375,15 @@ pub fn plan<'a>(r: &ReplayInput<'a>) -> ReplayPlan {
             decisions[i] = Some(reuse(id, src, &mut reused_results));
             continue;
         }
-        let args = match template::resolve(&step.args, r.input, &|dep| reused_results.get(dep).copied()) {
+        // An ancestor's output signs as the digest of the bytes the source recorded of it (the
+        // ancestor is reused, so those are the bytes this step would read).
+        let output = |dep: &str, name: &str| {
+            let dep_step = r.dag.index_of(dep).map(|d| &r.spec.steps[d])?;
+            let src = r.source.get(dep).filter(|_| reused_results.contains_key(dep))?;
+            signed_output(&r.spec.outputs_of(dep_step), dep, name, src.artifacts)
+        };
+        let upstream = template::Upstream { result: &|dep| reused_results.get(dep).copied(), output: &output };
+        let args = match template::resolve_with(&step.args, r.input, &upstream) {
             Ok(a) => a,
             Err(e) => {
                 decisions[i] = replay(Reason::ArgsUnresolved { error: e.to_string() });
@@ -428,6 +500,7 @@ mod tests {
             edges in prop::collection::vec((0usize..25, 0usize..25), 0..60),
             requested in prop::collection::vec(0usize..25, 0..4),
             changed in prop::collection::vec(0usize..25, 0..4),
+            damaged in prop::collection::vec(0usize..25, 0..3),
             same_def in any::<bool>(),
         ) {
             let spec = workflow(n, &edges);
@@ -449,14 +522,17 @@ mod tests {
                 rows.push((step.id.clone(), sig, args));
             }
             let source: HashMap<String, SourceStep> = rows.iter().map(|(id, sig, args)| {
-                (id.clone(), SourceStep { status: StepStatus::Completed, signature: sig, args, result: results.get(id) })
+                (id.clone(), SourceStep { status: StepStatus::Completed, signature: sig, args, result: results.get(id), artifacts: &[] })
             }).collect();
+            let damage = OutputDamage { output: "o".into(), path: "steps/x/o".into(), recorded: "aa".into(), found: Found::Missing };
+            let damaged_map: HashMap<String, OutputDamage> =
+                damaged.iter().filter(|d| **d < n).map(|d| (format!("s{d}"), damage.clone())).collect();
             let req_ids: Vec<String> = requested.iter().filter(|r| **r < n).map(|r| format!("s{r}")).collect();
             let req = normalise_requested(&dag, &req_ids).unwrap();
             let p = plan(&ReplayInput {
                 spec: &spec, dag: &dag, tool_digests: &digests, input: &input, source_input: &source_input,
                 same_definition: same_def, source_run_id: "src",
-                source: &source, requested: &req, explain_tool: &|_| vec![],
+                source: &source, requested: &req, explain_tool: &|_| vec![], damaged: &damaged_map,
             });
             let s = p.summary(&dag);
             // replayed ∪ reused = all steps, disjoint
@@ -471,10 +547,12 @@ mod tests {
             // every requested step is replayed; a step whose own input changed is replayed
             for r in &req { prop_assert!(s.replayed.contains(r)); }
             for c in &changed { if *c < n { prop_assert!(is_replayed(*c)); } }
-            // a step is reused exactly when nothing upstream of it (itself included) was requested or changed
+            // a step is reused exactly when nothing upstream of it (itself included) was requested,
+            // changed or damaged
             for i in 0..n {
                 let touched = dag.descendants_closure(req.iter().filter_map(|r| dag.index_of(r))
-                    .chain(changed.iter().copied().filter(|c| *c < n)));
+                    .chain(changed.iter().copied().filter(|c| *c < n))
+                    .chain(damaged.iter().copied().filter(|c| *c < n)));
                 prop_assert_eq!(is_replayed(i), touched[i]);
             }
         }
@@ -496,5 +574,117 @@ mod tests {
         assert_eq!(Reason::DescendantOfRequested { step: "x".into() }.text(), "descendant of requested step x");
         assert_eq!(Reason::SignatureEqual { source_run_id: "R".into() }.text(), "reused from run R (signature equal)");
         assert_eq!(Reason::SourceNotCompleted { status: StepStatus::Failed }.text(), "invalidated: source step FAILED");
+        let changed = |found| Reason::OutputChanged {
+            step: "render".into(),
+            source_run_id: "R".into(),
+            damage: OutputDamage {
+                output: "report".into(),
+                path: "steps/render/report.html".into(),
+                recorded: "a1".repeat(32),
+                found,
+            },
+        };
+        assert_eq!(
+            changed(Found::Changed { sha256: "c3".repeat(32) }).text(),
+            "invalidated: output report of step render changed since run R recorded it (sha256 a1a1a1a1a1a1… → c3c3c3c3c3c3…)"
+        );
+        assert_eq!(
+            changed(Found::Missing).text(),
+            "invalidated: output report of step render is missing since run R recorded it (steps/render/report.html)"
+        );
+    }
+
+    /// `render` writes a report; `publish` reads it by `${steps.render.outputs.report}`. Under
+    /// another version (so arguments are resolved again) the report signs as the digest of the
+    /// bytes the source recorded, which is what `publish` was signed with: it is reused. A
+    /// damaged report invalidates `render` and, below it, `publish`.
+    #[test]
+    fn outputs_sign_as_their_recorded_bytes_and_damage_invalidates_the_producer() {
+        let text = r#"
+[workflow]
+name = "o"
+version = "1.0.0"
+[tools.t]
+command = ["t"]
+[[steps]]
+id = "render"
+tool = "t"
+outputs = { report = "report.html" }
+[[steps]]
+id = "publish"
+tool = "t"
+needs = ["render"]
+args = { report = "${steps.render.outputs.report}" }
+"#;
+        let spec = parse_workflow(text, "o.toml").unwrap();
+        let dag = spec.dag().unwrap();
+        let digests: HashMap<String, String> = [("t".to_string(), "d".to_string())].into();
+        let report = Artifact {
+            name: "report".into(),
+            path: "steps/render/report.html".into(),
+            bytes: 3,
+            sha256: "ab".repeat(32),
+        };
+        let artifacts = vec![report];
+        let render_digest = step_tool_digest("d", &spec.outputs_of(&spec.steps[0]));
+        let render_args = json!({});
+        let publish_args = json!({"report": format!("sha256:{}", "ab".repeat(32))});
+        let render_sig =
+            StepSignature { tool: "t".into(), tool_digest: render_digest, args_hash: args_hash(&render_args).unwrap() };
+        let publish_sig =
+            StepSignature { tool: "t".into(), tool_digest: "d".into(), args_hash: args_hash(&publish_args).unwrap() };
+        let result = json!({});
+        let source: HashMap<String, SourceStep> = [
+            (
+                "render".to_string(),
+                SourceStep {
+                    status: StepStatus::Completed,
+                    signature: &render_sig,
+                    args: &render_args,
+                    result: Some(&result),
+                    artifacts: &artifacts,
+                },
+            ),
+            (
+                "publish".to_string(),
+                SourceStep {
+                    status: StepStatus::Completed,
+                    signature: &publish_sig,
+                    args: &publish_args,
+                    result: Some(&result),
+                    artifacts: &[],
+                },
+            ),
+        ]
+        .into();
+        let input = json!({});
+        let requested: Vec<String> = vec![];
+        let run = |damaged: &HashMap<String, OutputDamage>| {
+            plan(&ReplayInput {
+                spec: &spec,
+                dag: &dag,
+                tool_digests: &digests,
+                input: &input,
+                source_input: &input,
+                same_definition: false,
+                source_run_id: "R",
+                source: &source,
+                requested: &requested,
+                explain_tool: &|_| vec![],
+                damaged,
+            })
+        };
+        let clean = run(&HashMap::new());
+        assert_eq!(clean.summary(&dag).reused, ["render", "publish"], "{clean:?}");
+        let damage = OutputDamage {
+            output: "report".into(),
+            path: "steps/render/report.html".into(),
+            recorded: "ab".repeat(32),
+            found: Found::Changed { sha256: "cd".repeat(32) },
+        };
+        let hurt = run(&[("render".to_string(), damage)].into());
+        assert_eq!(hurt.summary(&dag).invalidated, ["render", "publish"]);
+        assert!(matches!(hurt.decision("render").unwrap().reason, Reason::OutputChanged { .. }));
+        assert_eq!(hurt.decision("publish").unwrap().reason, Reason::AncestorInvalidated { step: "render".into() });
     }
 }

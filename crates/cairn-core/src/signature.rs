@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::artifact::OutputDecl;
 use crate::canonical::{CanonicalError, hash_json};
 use crate::status::{Outcome, StepStatus};
 use crate::workflow::ToolDef;
@@ -44,6 +45,19 @@ pub fn tool_digest(tool: &ToolDef, files: &[ToolFile]) -> Result<String, Canonic
         doc["kind"] = json!(tool.kind);
     }
     hash_json(&doc)
+}
+
+/// A step's tool digest: its tool's, and, when the step declares outputs (its own or its tool's),
+/// those declarations too, so declaring an output changes what the step's evidence is. A step
+/// without outputs has its tool's digest unchanged.
+pub fn step_tool_digest(tool_digest: &str, outputs: &[OutputDecl]) -> String {
+    if outputs.is_empty() {
+        return tool_digest.to_string();
+    }
+    let outputs: serde_json::Map<String, Value> =
+        outputs.iter().map(|o| (o.name.clone(), Value::String(o.declared()))).collect();
+    // Only strings: canonicalising cannot fail.
+    hash_json(&json!({"format": SIGNATURE_FORMAT, "tool": tool_digest, "outputs": outputs})).unwrap_or_default()
 }
 
 /// The content digest of a workflow folder: what a registered `name@version` is addressed by,
@@ -198,6 +212,7 @@ mod tests {
             timeout_secs: 60,
             version: None,
             env: vec![],
+            outputs: Default::default(),
         };
         let files = vec![ToolFile { path: "t.py".into(), sha256: "aa".into() }];
         let base = tool_digest(&tool, &files).unwrap();
@@ -214,6 +229,17 @@ mod tests {
         assert_ne!(tool_digest(&tool, &[ToolFile { path: "t.py".into(), sha256: "ab".into() }]).unwrap(), base);
         // The tool's own name is not part of the digest: renaming a tool changes the `tool` field.
         assert_eq!(tool_digest(&ToolDef { name: "u".into(), ..tool.clone() }, &files).unwrap(), base);
+    }
+
+    #[test]
+    fn declared_outputs_are_part_of_a_steps_digest_and_no_outputs_change_nothing() {
+        assert_eq!(step_tool_digest("d", &[]), "d");
+        let report = OutputDecl::parse("report", "report.html").unwrap();
+        let with = step_tool_digest("d", std::slice::from_ref(&report));
+        assert_ne!(with, "d");
+        assert_ne!(with, step_tool_digest("e", std::slice::from_ref(&report)));
+        assert_ne!(with, step_tool_digest("d", &[OutputDecl::parse("report", "report.html/").unwrap()]));
+        assert_ne!(with, step_tool_digest("d", &[OutputDecl::parse("summary", "report.html").unwrap()]));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::artifact::{Artifact, ArtifactRecord};
 use crate::event::RunEvent;
 use crate::ids::Owner;
 use crate::signature::StepSignature;
@@ -196,6 +197,8 @@ pub struct FinishAttempt {
     pub error: Option<String>,
     pub log_tail: Option<String>,
     pub duration_us: i64,
+    /// The files a completed attempt produced; recorded with the completion.
+    pub artifacts: Vec<Artifact>,
     pub at: i64,
 }
 
@@ -318,7 +321,8 @@ pub trait RunStore {
         token: &str,
         at: i64,
     ) -> Result<(), StoreError>;
-    /// Writes COMPLETED with its result and a `step.completed` event, if the token owns the step.
+    /// Writes COMPLETED with its result, its artifacts and a `step.completed` event, if the token
+    /// owns the step.
     fn complete_attempt(&self, finish: &FinishAttempt) -> Result<(), StoreError>;
     /// Writes the step FAILED and the run FAILED with `run_error`, in one transaction.
     fn fail_attempt(&self, finish: &FinishAttempt, run_error: &str) -> Result<(), StoreError>;
@@ -335,8 +339,9 @@ pub trait RunStore {
         at: i64,
     ) -> Result<RunRecord, StoreError>;
     /// Copies reused source steps into a replay child as COMPLETED with `attempt_count = 0` and a
-    /// `step.replay_reused` event each. A step the child already has is left alone, so a
-    /// restarted replay never copies twice. Returns how many were copied.
+    /// `step.replay_reused` event each, with the source's artifacts of those steps (their
+    /// `reused_from` the run that produced the bytes). A step the child already has is left
+    /// alone, so a restarted replay never copies twice. Returns how many were copied.
     fn copy_reused_steps(
         &self,
         run_id: &str,
@@ -344,6 +349,10 @@ pub trait RunStore {
         steps: &[StepRecord],
         at: i64,
     ) -> Result<usize, StoreError>;
+    /// A run's artifacts, by step then path.
+    fn artifacts(&self, run_id: &str) -> Result<Vec<ArtifactRecord>, StoreError>;
+    /// Every recorded artifact with these bytes, oldest first.
+    fn artifacts_with_sha256(&self, sha256: &str) -> Result<Vec<ArtifactRecord>, StoreError>;
     fn insert_verification(&self, v: &VerificationRecord) -> Result<(), StoreError>;
     /// Writes a verification's verdict, cells and files.
     fn finish_verification(&self, v: &VerificationRecord) -> Result<(), StoreError>;

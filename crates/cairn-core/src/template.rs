@@ -1,8 +1,10 @@
 //! Argument templates. A string that is exactly one `${…}` becomes the referenced JSON value; a
 //! `${…}` inside a longer string is interpolated as text. `$${` writes a literal `${`.
 //!
-//! A reference is `input`, `input.<path>`, `steps.<id>.result` or `steps.<id>.result.<path>`;
-//! a path is dot-separated keys, with a number indexing an array.
+//! A reference is `input`, `input.<path>`, `steps.<id>.result`, `steps.<id>.result.<path>`, or
+//! `steps.<id>.outputs.<name>` (a declared output of an ancestor step, as the caller resolves it:
+//! a path to run with, a content digest to sign with); a path is dot-separated keys, with a
+//! number indexing an array.
 
 use serde_json::Value;
 
@@ -10,6 +12,11 @@ use serde_json::Value;
 pub enum Root {
     Input,
     Step(String),
+    /// A declared output of a step; the reference's path is empty.
+    Output {
+        step: String,
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +31,9 @@ pub struct Reference {
 pub enum TemplateError {
     #[error("`{text}` at `{pointer}` has a `${{` with no closing `}}`")]
     Unclosed { pointer: String, text: String },
-    #[error("`${{{reference}}}` at `{pointer}` is not a reference; use `input.<path>` or `steps.<id>.result.<path>`")]
+    #[error(
+        "`${{{reference}}}` at `{pointer}` is not a reference; use `input.<path>`, `steps.<id>.result.<path>` or `steps.<id>.outputs.<name>`"
+    )]
     BadReference { pointer: String, reference: String },
     #[error("`${{{reference}}}` at `{pointer}`: {reason}")]
     Unresolved { pointer: String, reference: String, reason: String },
@@ -45,6 +54,7 @@ fn parse_reference(inner: &str, pointer: &str) -> Result<Reference, TemplateErro
     let (root, rest) = match segs.as_slice() {
         ["input", rest @ ..] => (Root::Input, rest),
         ["steps", id, "result", rest @ ..] => (Root::Step(id.to_string()), rest),
+        ["steps", id, "outputs", name] => (Root::Output { step: id.to_string(), name: name.to_string() }, &[][..]),
         _ => return Err(bad()),
     };
     Ok(Reference { root, path: rest.iter().map(|s| s.to_string()).collect(), text: inner.trim().to_string() })
@@ -150,18 +160,31 @@ fn as_text(v: &Value) -> String {
     }
 }
 
-/// Resolves every template in `args`. `step_result` returns a completed upstream step's result.
+/// What references resolve against: a completed upstream step's result, and one of its declared
+/// outputs (a path, or a content digest: the caller's choice).
+pub struct Upstream<'u, 'r> {
+    pub result: &'u dyn Fn(&str) -> Option<&'r Value>,
+    pub output: &'u dyn Fn(&str, &str) -> Option<Value>,
+}
+
+/// Resolves every template in `args`. `step_result` returns a completed upstream step's result;
+/// a step that references outputs resolves with [`resolve_with`].
 pub fn resolve<'r>(
     args: &Value,
     input: &Value,
     step_result: &dyn Fn(&str) -> Option<&'r Value>,
 ) -> Result<Value, TemplateError> {
-    fn go<'r>(
-        v: &Value,
-        pointer: &mut String,
-        input: &Value,
-        step_result: &dyn Fn(&str) -> Option<&'r Value>,
-    ) -> Result<Value, TemplateError> {
+    resolve_with(args, input, &Upstream { result: step_result, output: &|_, _| None })
+}
+
+/// Whether any template in `args` names a step's output.
+pub fn names_outputs(args: &Value) -> bool {
+    references(args).is_ok_and(|refs| refs.iter().any(|(_, r)| matches!(r.root, Root::Output { .. })))
+}
+
+/// Resolves every template in `args` against `input` and the upstream steps.
+pub fn resolve_with(args: &Value, input: &Value, upstream: &Upstream<'_, '_>) -> Result<Value, TemplateError> {
+    fn go(v: &Value, pointer: &mut String, input: &Value, upstream: &Upstream<'_, '_>) -> Result<Value, TemplateError> {
         match v {
             Value::String(s) if s.contains("${") => {
                 let pieces = parse_pieces(s, pointer)?;
@@ -175,8 +198,10 @@ pub fn resolve<'r>(
                         Root::Input => lookup(input, &r.path)
                             .cloned()
                             .map_err(|e| unresolved(format!("the run input has no such field: {e}"))),
+                        Root::Output { step, name } => (upstream.output)(step, name)
+                            .ok_or_else(|| unresolved(format!("step `{step}` has no recorded output `{name}`"))),
                         Root::Step(id) => {
-                            let result = step_result(id)
+                            let result = (upstream.result)(id)
                                 .ok_or_else(|| unresolved(format!("step `{id}` has no completed result")))?;
                             lookup(result, &r.path)
                                 .cloned()
@@ -202,7 +227,7 @@ pub fn resolve<'r>(
                 for (i, item) in items.iter().enumerate() {
                     let len = pointer.len();
                     pointer.push_str(&format!("/{i}"));
-                    out.push(go(item, pointer, input, step_result)?);
+                    out.push(go(item, pointer, input, upstream)?);
                     pointer.truncate(len);
                 }
                 Ok(Value::Array(out))
@@ -213,7 +238,7 @@ pub fn resolve<'r>(
                     let len = pointer.len();
                     pointer.push('/');
                     pointer.push_str(k);
-                    out.insert(k.clone(), go(item, pointer, input, step_result)?);
+                    out.insert(k.clone(), go(item, pointer, input, upstream)?);
                     pointer.truncate(len);
                 }
                 Ok(Value::Object(out))
@@ -221,7 +246,7 @@ pub fn resolve<'r>(
             other => Ok(other.clone()),
         }
     }
-    go(args, &mut String::new(), input, step_result)
+    go(args, &mut String::new(), input, upstream)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toml::Spanned;
 
+use crate::artifact::OutputDecl;
 use crate::dag::{Dag, DagError};
 use crate::status::Outcome;
 use crate::template::{self, Root};
@@ -58,6 +59,10 @@ pub struct ToolDef {
     /// Extra environment variables passed through; the rest is scrubbed.
     #[serde(default)]
     pub env: Vec<String>,
+    /// The files it produces, by name: a path relative to the step's directory (`plots/`, with a
+    /// trailing `/`, a folder).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
 }
 
 /// A DAG node.
@@ -69,6 +74,9 @@ pub struct StepDef {
     pub needs: Vec<String>,
     pub max_attempts: u32,
     pub retry_on: Vec<Outcome>,
+    /// Outputs of this step beyond (or instead of, by name) its tool's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
     /// Line of the step's table in the workflow file, for messages.
     pub line: usize,
 }
@@ -98,6 +106,17 @@ impl WorkflowSpec {
 
     pub fn reference(&self) -> String {
         format!("{}@{}", self.name, self.version)
+    }
+
+    /// A step's declared outputs: its tool's, overridden and extended by its own, by name.
+    pub fn outputs_of(&self, step: &StepDef) -> Vec<OutputDecl> {
+        let mut all: BTreeMap<&String, &String> = BTreeMap::new();
+        if let Some(tool) = self.tools.get(&step.tool) {
+            all.extend(tool.outputs.iter());
+        }
+        all.extend(step.outputs.iter());
+        // Checked when the workflow was parsed.
+        all.into_iter().filter_map(|(name, path)| OutputDecl::parse(name, path).ok()).collect()
     }
 }
 
@@ -159,6 +178,8 @@ struct RawTool {
     version: Option<String>,
     #[serde(default)]
     env: Vec<String>,
+    #[serde(default)]
+    outputs: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -171,6 +192,8 @@ struct RawStep {
     needs: Vec<String>,
     max_attempts: Option<Spanned<i64>>,
     retry_on: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    outputs: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -359,7 +382,14 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 ));
             }
         }
-        tools.insert(name.clone(), ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env });
+        for (out, path) in &t.outputs {
+            OutputDecl::parse(out, path)
+                .map_err(|e| loc.err(Some(at), None, Some(&field("outputs")), e.to_string()))?;
+        }
+        tools.insert(
+            name.clone(),
+            ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env, outputs: t.outputs },
+        );
     }
 
     let mut steps = Vec::with_capacity(raw.steps.len());
@@ -453,6 +483,33 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
         {
             return Err(loc.err(Some(at), Some(&id), Some("args"), e.to_string()));
         }
+        for (out, path) in &s.outputs {
+            OutputDecl::parse(out, path).map_err(|e| loc.err(Some(at), Some(&id), Some("outputs"), e.to_string()))?;
+        }
+        // One file is one artifact: no two outputs of a step may cover the same path.
+        let mut declared: BTreeMap<&String, &String> = BTreeMap::new();
+        if let Some(tool) = tools.get(s.tool.get_ref()) {
+            declared.extend(tool.outputs.iter());
+        }
+        declared.extend(s.outputs.iter());
+        let decls: Vec<OutputDecl> =
+            declared.iter().filter_map(|(name, path)| OutputDecl::parse(name, path).ok()).collect();
+        for (k, a) in decls.iter().enumerate() {
+            if let Some(b) = decls[k + 1..].iter().find(|b| a.overlaps(b)) {
+                return Err(loc.err(
+                    Some(at),
+                    Some(&id),
+                    Some("outputs"),
+                    format!(
+                        "outputs `{}` ({}) and `{}` ({}) cover the same files; give each output its own path",
+                        a.name,
+                        a.declared(),
+                        b.name,
+                        b.declared()
+                    ),
+                ));
+            }
+        }
         steps.push(StepDef {
             id,
             tool: s.tool.into_inner(),
@@ -460,6 +517,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
             needs: s.needs,
             max_attempts,
             retry_on,
+            outputs: s.outputs,
             line: loc.line(at),
         });
     }
@@ -499,7 +557,12 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
             message: e.to_string(),
         })?;
         for (pointer, r) in refs {
-            if let Root::Step(target) = &r.root {
+            let (target, output) = match &r.root {
+                Root::Input => continue,
+                Root::Step(target) => (target, None),
+                Root::Output { step, name } => (step, Some(name)),
+            };
+            {
                 let problem = match dag.index_of(target) {
                     None => Some(format!("`${{{}}}` at `{pointer}` references unknown step `{target}`", r.text)),
                     Some(t) if t == i => Some(format!("`${{{}}}` at `{pointer}` references the step itself", r.text)),
@@ -507,7 +570,24 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                         "`${{{}}}` at `{pointer}` references step `{target}`, which is not an ancestor; add \"{target}\" to `needs`",
                         r.text
                     )),
-                    Some(_) => None,
+                    Some(t) => output.and_then(|name| {
+                        let upstream = &steps[t];
+                        let declared: Vec<String> = tools
+                            .get(&upstream.tool)
+                            .map(|tool| tool.outputs.keys().chain(upstream.outputs.keys()).cloned().collect())
+                            .unwrap_or_default();
+                        (!declared.contains(name)).then(|| {
+                            format!(
+                                "`${{{}}}` at `{pointer}` names output `{name}`, which step `{target}` does not declare; {}",
+                                r.text,
+                                if declared.is_empty() {
+                                    format!("declare it with `outputs = {{ {name} = \"…\" }}` on the step or its tool")
+                                } else {
+                                    format!("it declares: {}", declared.join(", "))
+                                }
+                            )
+                        })
+                    }),
                 };
                 if let Some(message) = problem {
                     return Err(WorkflowError {
@@ -698,6 +778,50 @@ finding = "unit tests failed"
 
         let e = err(&GOOD.replace("version = \"1.1.0\"", "version = \"1.1\""));
         assert_eq!(e.field.as_deref(), Some("workflow.version"));
+    }
+
+    #[test]
+    fn outputs_are_checked_where_they_are_declared_and_referenced() {
+        let with = |tool: &str, a: &str, b: &str| {
+            GOOD.replace("timeout_secs = 5\n", &format!("timeout_secs = 5\n{tool}\n"))
+                .replace("id = \"a\"\ntool = \"t\"\n", &format!("id = \"a\"\ntool = \"t\"\n{a}\n"))
+                .replace("x = \"${steps.a.result.failed}\"", b)
+        };
+        let w = parse_workflow(
+            &with(
+                "outputs = { log = \"log.txt\", plots = \"plots/\" }",
+                "outputs = { log = \"run.log\", report = \"out/report.html\" }",
+                "x = \"${steps.a.outputs.report}\"",
+            ),
+            "w.toml",
+        )
+        .unwrap();
+        let decls = w.outputs_of(&w.steps[0]);
+        let got: Vec<(String, String)> = decls.iter().map(|d| (d.name.clone(), d.declared())).collect();
+        assert_eq!(
+            got,
+            [
+                ("log".into(), "run.log".into()),
+                ("plots".into(), "plots/".into()),
+                ("report".into(), "out/report.html".into())
+            ],
+            "a step's own output wins over its tool's of the same name"
+        );
+        assert_eq!(w.outputs_of(&w.steps[1]).len(), 2, "b has its tool's outputs");
+
+        let e = err(&with("", "outputs = { report = \"../report.html\" }", "x = 1"));
+        assert_eq!((e.step.as_deref(), e.field.as_deref()), (Some("a"), Some("outputs")), "{e}");
+        assert!(e.message.contains("relative to the step's directory"), "{e}");
+        let e = err(&with("outputs = { \"a b\" = \"x\" }", "", "x = 1"));
+        assert!(e.message.contains("output name `a b` is not valid"), "{e}");
+        let e = err(&with("", "outputs = { plots = \"plots/\", one = \"plots/one.png\" }", "x = 1"));
+        assert!(e.message.contains("cover the same files"), "{e}");
+        let e = err(&with("", "outputs = { report = \"r.html\" }", "x = \"${steps.a.outputs.plot}\""));
+        assert!(e.message.contains("names output `plot`, which step `a` does not declare; it declares: report"), "{e}");
+        let e = err(&with("", "", "x = \"${steps.a.outputs.plot}\""));
+        assert!(e.message.contains("declare it with `outputs = { plot = \"…\" }`"), "{e}");
+        let e = err(&with("", "", "x = \"${steps.a.outputs}\""));
+        assert!(e.message.contains("steps.<id>.outputs.<name>"), "{e}");
     }
 
     #[test]

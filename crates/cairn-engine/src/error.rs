@@ -83,6 +83,7 @@ error_codes! {
     NoDocument => "no_document", Invalid;
     EmptyJob => "empty_job", Invalid;
     KernelUnavailable => "kernel_unavailable", Invalid;
+    TraceFileUnreadable => "trace_file_unreadable", Invalid;
     ExecutionInputMismatch => "execution_input_mismatch", Conflict;
     StepRunning => "step_running", Conflict;
     RunOwnedElsewhere => "run_owned_elsewhere", Conflict;
@@ -96,6 +97,7 @@ error_codes! {
     KernelSlotTaken => "kernel_slot_taken", Conflict;
     DaemonStopping => "daemon_stopping", Conflict;
     StopRefused => "stop_refused", Conflict;
+    ArtifactChanged => "artifact_changed", Conflict;
     StaleToken => "stale_token", Conflict;
     StaleRevision => "stale_revision", Conflict;
     RunFinished => "run_finished", Conflict;
@@ -222,6 +224,8 @@ pub enum EngineError {
     /// No interpreter with ipykernel, or the kernel would not start.
     #[error("{message}")]
     KernelUnavailable { message: String },
+    #[error("{path} cannot be traced: {message}")]
+    TraceFileUnreadable { path: String, message: String },
 
     // --- conflict
     #[error(
@@ -264,6 +268,9 @@ pub enum EngineError {
     DaemonStopping { what: &'static str },
     #[error("{message}")]
     StopRefused { message: String },
+    /// A reused step's artifact changed between the replay's plan and its materialisation.
+    #[error("replay child `{run_id}`: {message}")]
+    ArtifactChanged { run_id: String, message: String },
     #[error("{0}")]
     Store(#[from] StoreError),
 
@@ -336,6 +343,7 @@ impl EngineError {
             E::NoDocument => ErrorCode::NoDocument,
             E::EmptyJob => ErrorCode::EmptyJob,
             E::KernelUnavailable { .. } => ErrorCode::KernelUnavailable,
+            E::TraceFileUnreadable { .. } => ErrorCode::TraceFileUnreadable,
             E::ExecutionInputMismatch { .. } => ErrorCode::ExecutionInputMismatch,
             E::StepRunning { .. } => ErrorCode::StepRunning,
             E::RunOwnedElsewhere { .. } => ErrorCode::RunOwnedElsewhere,
@@ -349,6 +357,7 @@ impl EngineError {
             E::KernelSlotTaken { .. } => ErrorCode::KernelSlotTaken,
             E::DaemonStopping { .. } => ErrorCode::DaemonStopping,
             E::StopRefused { .. } => ErrorCode::StopRefused,
+            E::ArtifactChanged { .. } => ErrorCode::ArtifactChanged,
             E::Store(e) => store_code(e),
             E::Io { .. } => ErrorCode::Io,
             E::Internal { .. } => ErrorCode::Internal,

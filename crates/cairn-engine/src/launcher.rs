@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cairn_core::artifact::OutputDecl;
 use cairn_core::attempt::AttemptEnd;
+use cairn_core::status::Outcome;
 use cairn_core::store::{ProcessInfo, RemoteProcess};
 use cairn_core::workflow::{StepDef, ToolDef};
 use cairn_exec::{ProcessIdentity, ToolCommand, ToolRun, run_tool, sandbox_env};
@@ -28,6 +30,8 @@ pub struct AttemptLaunch<'a> {
     /// The step's resolved arguments, and the canonical JSON the tool reads on stdin.
     pub args: &'a Value,
     pub stdin: &'a [u8],
+    /// The step's declared outputs, hashed once the attempt completes.
+    pub outputs: &'a [OutputDecl],
     /// The attempt's number (1-based).
     pub attempt: u32,
 }
@@ -115,7 +119,7 @@ impl Launcher for Processes {
                     cairn_exec::kill_own_group(p.pgid);
                 }
             });
-            return ran(run);
+            return with_outputs(engine, a, ran(run));
         }
         let source = step_source(a);
         let cmd = tool_command(engine, a, Vec::new());
@@ -131,7 +135,7 @@ impl Launcher for Processes {
             source,
             cmd: &cmd,
         };
-        followed(engine.launch_with_agent(a.placement, &launch, record, halted))
+        with_outputs(engine, a, followed(engine.launch_with_agent(a.placement, &launch, record, halted)))
     }
 
     fn reattach(
@@ -142,7 +146,7 @@ impl Launcher for Processes {
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd {
         let cmd = tool_command(engine, a, Vec::new());
-        followed(engine.reattach(recorded, a.tool_def(), &cmd, halted))
+        with_outputs(engine, a, followed(engine.reattach(recorded, a.tool_def(), &cmd, halted)))
     }
 
     fn stop_orphan(&self, engine: &Engine, p: &ProcessInfo) {
@@ -176,6 +180,32 @@ fn ran(run: ToolRun) -> AttemptEnd {
         log_tail: run.stderr_tail,
         // The tool's own time, from spawn to exit (not the commit recording its pid).
         duration_us: i64::try_from(run.duration.as_micros()).unwrap_or(i64::MAX),
+        artifacts: Vec::new(),
+    }
+}
+
+/// A completed attempt's end with its declared outputs hashed where it ran; one whose outputs
+/// cannot be recorded (not written, a symlink) has failed, with that as its error.
+fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> AttemptEnd {
+    match end {
+        AttemptEnd::Ran { outcome: Outcome::Completed, result, error, log_tail, duration_us, .. }
+            if !a.outputs.is_empty() =>
+        {
+            match engine.hash_outputs(a.placement, a.run_dir, &a.step.id, a.outputs) {
+                Ok(artifacts) => {
+                    AttemptEnd::Ran { outcome: Outcome::Completed, result, error, log_tail, duration_us, artifacts }
+                }
+                Err(fault) => AttemptEnd::Ran {
+                    outcome: Outcome::Failed,
+                    result: None,
+                    error: Some(fault),
+                    log_tail,
+                    duration_us,
+                    artifacts: Vec::new(),
+                },
+            }
+        }
+        other => other,
     }
 }
 

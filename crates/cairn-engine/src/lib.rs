@@ -8,6 +8,7 @@
 //! **Invariant:** nothing outside this crate reads or writes the registry; the store is private
 //! to [`Engine`].
 
+mod artifacts;
 mod env;
 mod error;
 pub mod launcher;
@@ -29,9 +30,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use artifacts::{RunArtifacts, Trace, TraceMatch, TraceQuery};
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
 pub use error::{EngineError, ErrorCode, ErrorKind};
-pub use runs::{EventBatch, RunListing, RunView, StepExplanation, StepLog, StepView};
+pub use runs::{EventBatch, RunListing, RunView, StepDetail, StepExplanation, StepLog, StepView};
 pub use service::{Service, ServiceConfig, SubmitRun, Submitted};
 pub use stop::{StopHook, StopKind, StopSignal};
 

@@ -181,6 +181,7 @@ impl Engine {
                     input: (!req.input.is_null()).then(|| req.input.clone()),
                     version,
                     workflow: name,
+                    target: Some(req.target.clone()),
                     ..ReplayRequest::default()
                 })?;
                 let replay = serde_json::json!({
@@ -522,6 +523,7 @@ impl Engine {
             workflow: Some(plan.workflow.clone()),
             workflow_dir: Some(Path::new(&plan.run_dir).join("workflow")),
             parallelism: 1,
+            target: Some(plan.target.clone()),
             ..ReplayRequest::default()
         })
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use cairn_core::canonical::sha256_hex;
 use cairn_core::dag::Dag;
-use cairn_core::signature::{ToolFile, folder_digest, tool_digest};
+use cairn_core::signature::{ToolFile, folder_digest, step_tool_digest, tool_digest};
 use cairn_core::store::{RegisterOutcome, WorkflowRecord};
 use cairn_core::workflow::{WorkflowError, WorkflowSpec, parse_workflow, tool_path_candidate};
 use serde_json::Value;
@@ -37,6 +37,12 @@ pub struct LoadedTool {
 impl LoadedWorkflow {
     pub fn spec(&self) -> &WorkflowSpec {
         &self.record.spec
+    }
+
+    /// A step's tool digest: its tool's, with the step's declared outputs.
+    pub fn step_digest(&self, step: &cairn_core::workflow::StepDef) -> String {
+        let tool = self.tools.get(&step.tool).map(|t| t.digest.as_str()).unwrap_or_default();
+        step_tool_digest(tool, &self.spec().outputs_of(step))
     }
 }
 

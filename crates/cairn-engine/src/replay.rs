@@ -6,8 +6,9 @@
 
 use std::collections::HashMap;
 
+use cairn_core::artifact::{Artifact, output_path};
 use cairn_core::ids::{Owner, RunId};
-use cairn_core::replay::{self, ReplayInput, ReplayPlan, ReplaySummary, SourceStep};
+use cairn_core::replay::{self, Decision, Found, OutputDamage, ReplayInput, ReplayPlan, ReplaySummary, SourceStep};
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
 use cairn_core::store::{NewRun, RunRecord, StepRecord};
@@ -37,6 +38,9 @@ pub struct ReplayRequest {
     /// Load the workflow from this folder instead of its registry snapshot (an approved plan's
     /// deployed copy; the same digest).
     pub workflow_dir: Option<std::path::PathBuf>,
+    /// The target the child runs on (`local` when `None`): a step is reused only with artifacts
+    /// there.
+    pub target: Option<String>,
 }
 
 /// Everything decided before a replay creates anything.
@@ -47,6 +51,8 @@ pub struct PreparedReplay {
     pub plan: ReplayPlan,
     pub summary: ReplaySummary,
     pub source_steps: Vec<StepRecord>,
+    /// The source's artifacts, by step.
+    pub source_artifacts: HashMap<String, Vec<Artifact>>,
 }
 
 impl PreparedReplay {
@@ -123,30 +129,95 @@ impl Engine {
         let explain_tool = |tool: &str| -> Vec<String> { explain_tool_change(source_tools, &workflow, tool) };
         let digests: HashMap<String, String> =
             workflow.tools.iter().map(|(k, t)| (k.clone(), t.digest.clone())).collect();
+        let mut source_artifacts: HashMap<String, Vec<Artifact>> = HashMap::new();
+        for a in self.store.artifacts(src_id)? {
+            source_artifacts.entry(a.step_id).or_default().push(a.artifact);
+        }
         let by_id: HashMap<String, SourceStep> = source_steps
             .iter()
             .map(|s| {
-                (
-                    s.step_id.clone(),
-                    SourceStep { status: s.status, signature: &s.signature, args: &s.args, result: s.result.as_ref() },
-                )
+                let artifacts = source_artifacts.get(&s.step_id).map(Vec::as_slice).unwrap_or_default();
+                let step = SourceStep {
+                    status: s.status,
+                    signature: &s.signature,
+                    args: &s.args,
+                    result: s.result.as_ref(),
+                    artifacts,
+                };
+                (s.step_id.clone(), step)
             })
             .collect();
-        let plan = replay::plan(&ReplayInput {
-            spec: workflow.spec(),
-            dag: &workflow.dag,
-            tool_digests: &digests,
-            input: &input,
-            source_input: &source.input,
-            same_definition: source.version == version,
-            source_run_id: src_id,
-            source: &by_id,
-            requested: &requested,
-            explain_tool: &explain_tool,
-        });
+        let plan_with = |damaged: &HashMap<String, OutputDamage>| {
+            replay::plan(&ReplayInput {
+                spec: workflow.spec(),
+                dag: &workflow.dag,
+                tool_digests: &digests,
+                input: &input,
+                source_input: &source.input,
+                same_definition: source.version == version,
+                source_run_id: src_id,
+                source: &by_id,
+                requested: &requested,
+                explain_tool: &explain_tool,
+                damaged,
+            })
+        };
+        let mut plan = plan_with(&HashMap::new());
+        // A step is reused only with the bytes it recorded: its artifacts are checked where the
+        // source wrote them, and a damaged one invalidates it (and so its descendants). Planning
+        // again only reuses less, so what it reuses was checked already.
+        let damaged = self.damaged_artifacts(&source, req.target.as_deref(), &plan, &source_artifacts)?;
+        if !damaged.is_empty() {
+            plan = plan_with(&damaged);
+        }
         let summary = plan.summary(&workflow.dag);
         drop(by_id);
-        Ok(PreparedReplay { source, workflow, input, plan, summary, source_steps })
+        Ok(PreparedReplay { source, workflow, input, plan, summary, source_steps, source_artifacts })
+    }
+
+    /// The reused steps of `plan` whose recorded artifacts are not their bytes now, where the
+    /// source run wrote them; or, for a child on another target, that cannot be reached there.
+    fn damaged_artifacts(
+        &self,
+        source: &RunRecord,
+        child_target: Option<&str>,
+        plan: &ReplayPlan,
+        artifacts: &HashMap<String, Vec<Artifact>>,
+    ) -> Result<HashMap<String, OutputDamage>, EngineError> {
+        let reused: Vec<&str> = plan
+            .decisions
+            .iter()
+            .filter(|d| d.decision == Decision::Reuse)
+            .map(|d| d.step_id.as_str())
+            .filter(|id| artifacts.get(*id).is_some_and(|a| !a.is_empty()))
+            .collect();
+        let mut damaged = HashMap::new();
+        if reused.is_empty() {
+            return Ok(damaged);
+        }
+        let source_target = self.target_name_of_run(&source.run_id)?;
+        let child_target = child_target.unwrap_or(cairn_core::target::LOCAL);
+        let files: Vec<&Artifact> = reused.iter().flat_map(|id| &artifacts[*id]).collect();
+        let found = if source_target != child_target {
+            let why = format!(
+                "its files are in run directory {} on target `{source_target}`, and this replay runs on `{child_target}`; replay on `{source_target}`, or request the step",
+                source.run_dir
+            );
+            files.iter().map(|a| (a.path.clone(), Some(Found::Unreachable { why: why.clone() }))).collect()
+        } else {
+            self.check_artifacts(&self.placement(&source.run_id)?, &source.run_dir, &files)
+        };
+        for id in reused {
+            if let Some((a, f)) =
+                artifacts[id].iter().find_map(|a| found.get(&a.path).cloned().flatten().map(|f| (a, f)))
+            {
+                damaged.insert(
+                    id.to_string(),
+                    OutputDamage { output: a.name.clone(), path: a.path.clone(), recorded: a.sha256.clone(), found: f },
+                );
+            }
+        }
+        Ok(damaged)
     }
 
     /// Plans a replay and checks everything the replay itself would check (the run id, and that
@@ -216,6 +287,22 @@ impl Engine {
             prepared.source_steps.iter().filter(|s| prepared.summary.reused.contains(&s.step_id)).cloned().collect();
         let source_id = prepared.source.run_id.clone();
         let mut copy = |run: &RunRecord| -> Result<(), EngineError> {
+            // The bytes first, then the records: a child never records an artifact it does not
+            // hold, and a restarted replay finds the files there and copies only the records.
+            let copied: Vec<String> = self.store.steps(&run.run_id)?.into_iter().map(|s| s.step_id).collect();
+            let pending: Vec<&StepRecord> = reused.iter().filter(|s| !copied.contains(&s.step_id)).collect();
+            if let Err(message) = self.materialize_reused(&prepared, run, &pending) {
+                // Nothing was reused, so nothing ran: the child fails naming the file.
+                self.store.finish_run(
+                    &run.run_id,
+                    run.revision,
+                    RunStatus::Failed,
+                    &[],
+                    Some(&message),
+                    self.clock.now_ms(),
+                )?;
+                return Err(EngineError::ArtifactChanged { run_id: run.run_id.clone(), message });
+            }
             self.store.copy_reused_steps(&run.run_id, &source_id, &reused, self.clock.now_ms())?;
             Ok(())
         };
@@ -227,6 +314,32 @@ impl Engine {
         };
         let report = self.create_and_execute(&prepared.workflow, &new, opts, &mut copy, obs)?;
         Ok((report, prepared))
+    }
+
+    /// Materialises the artifacts of the reused steps into the child's run directory, where it
+    /// runs, with the folders its reused steps declare (an empty one included).
+    fn materialize_reused(
+        &self,
+        prepared: &PreparedReplay,
+        run: &RunRecord,
+        steps: &[&StepRecord],
+    ) -> Result<(), String> {
+        let spec = prepared.workflow.spec();
+        let mut files = Vec::new();
+        let mut dirs = Vec::new();
+        for s in steps {
+            files.extend(prepared.source_artifacts.get(&s.step_id).into_iter().flatten());
+            if let Some(step) = spec.step(&s.step_id) {
+                dirs.extend(spec.outputs_of(step).iter().filter(|d| d.folder).map(|d| output_path(&s.step_id, d)));
+            }
+        }
+        if files.is_empty() && dirs.is_empty() {
+            return Ok(());
+        }
+        let placement = self.placement(&run.run_id).map_err(|e| e.to_string())?;
+        self.materialize(&placement, &prepared.source.run_dir, &run.run_dir, &files, dirs)
+            .map(|_| ())
+            .map_err(|e| format!("the artifacts of its reused steps could not be materialised: {e}"))
     }
 
     /// What replay request a stored child run came from, so a daemon can continue it.
@@ -243,6 +356,7 @@ impl Engine {
             thread_id: run.thread_id.clone(),
             // A planned replay executes the workflow its approval deployed into its run_dir.
             workflow_dir: run.plan_id.as_ref().map(|_| std::path::Path::new(&run.run_dir).join("workflow")),
+            target: self.target_name_of_run(&run.run_id).ok(),
             ..ReplayRequest::default()
         })
     }

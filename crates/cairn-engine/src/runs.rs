@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use cairn_core::artifact::ArtifactRecord;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::{EventRecord, RunQuery, RunRecord, StepRecord};
@@ -29,6 +30,8 @@ pub struct StepView {
     pub step_id: String,
     /// `None` when the step has no record yet (PENDING).
     pub record: Option<StepRecord>,
+    /// The files its completed attempt produced (or, reused, its source's), by path.
+    pub artifacts: Vec<ArtifactRecord>,
 }
 
 impl StepView {
@@ -51,6 +54,13 @@ impl RunView {
             steps: self.steps.iter().map(|s| s.step_id.clone()).collect(),
         })
     }
+}
+
+/// One step of a run.
+#[derive(Debug, Clone)]
+pub struct StepDetail {
+    pub run_id: String,
+    pub step: StepView,
 }
 
 /// One run of a list, with where it executes.
@@ -117,12 +127,16 @@ impl Engine {
         let dag = record.spec.dag().map_err(|e| EngineError::internal(format!("{}: {e}", record.spec.reference())))?;
         let mut rows: HashMap<String, StepRecord> =
             self.store.steps(run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
+        let mut artifacts: HashMap<String, Vec<ArtifactRecord>> = HashMap::new();
+        for a in self.store.artifacts(run_id)? {
+            artifacts.entry(a.step_id.clone()).or_default().push(a);
+        }
         let steps = dag
             .order()
             .iter()
             .map(|&i| {
                 let id = dag.id(i).to_string();
-                StepView { record: rows.remove(&id), step_id: id }
+                StepView { record: rows.remove(&id), artifacts: artifacts.remove(&id).unwrap_or_default(), step_id: id }
             })
             .collect();
         let target = self.target_name_of_run(run_id)?;
@@ -130,12 +144,12 @@ impl Engine {
         Ok(RunView { run, steps, target, lineage })
     }
 
-    fn target_name_of_run(&self, run_id: &str) -> Result<String, EngineError> {
+    pub(crate) fn target_name_of_run(&self, run_id: &str) -> Result<String, EngineError> {
         Ok(self.store.target_of_run(run_id)?.unwrap_or_else(|| cairn_core::target::LOCAL.to_string()))
     }
 
     /// The chain of source runs above `run`, nearest first.
-    fn lineage_of(&self, run: &RunRecord) -> Result<Vec<RunRecord>, EngineError> {
+    pub(crate) fn lineage_of(&self, run: &RunRecord) -> Result<Vec<RunRecord>, EngineError> {
         let mut chain = Vec::new();
         let mut next = run.source_run_id.clone();
         while let Some(id) = next {
@@ -181,6 +195,13 @@ impl Engine {
     pub fn event_batch(&self, run_id: &str, after: i64) -> Result<EventBatch, EngineError> {
         let finished = self.store.run(run_id)?.is_none_or(|r| r.status.is_terminal());
         Ok(EventBatch { finished, events: self.store.events(run_id, after)? })
+    }
+
+    /// One step of a run, with its whole result and its artifacts.
+    pub fn show_step(&self, run_id: &str, step_id: &str) -> Result<StepDetail, EngineError> {
+        let view = self.show_run(run_id)?;
+        let step = view.step(step_id)?.clone();
+        Ok(StepDetail { run_id: view.run.run_id, step })
     }
 
     /// Why a step of a run was executed, reused or invalidated.

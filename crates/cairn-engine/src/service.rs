@@ -141,6 +141,7 @@ impl Service {
                     thread_id,
                     stop,
                     workflow_dir: None,
+                    target: None,
                 };
                 let (run, created) = self.engine.submit_replay(&req)?;
                 // The worker continues exactly this run, not a new one.

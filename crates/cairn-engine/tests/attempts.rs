@@ -122,11 +122,19 @@ fn completed(result: Value) -> AttemptEnd {
         error: None,
         log_tail: String::new(),
         duration_us: 10,
+        artifacts: Vec::new(),
     }
 }
 
 fn ended(outcome: Outcome, error: &str) -> AttemptEnd {
-    AttemptEnd::Ran { outcome, result: None, error: Some(error.into()), log_tail: "a log line".into(), duration_us: 10 }
+    AttemptEnd::Ran {
+        outcome,
+        result: None,
+        error: Some(error.into()),
+        log_tail: "a log line".into(),
+        duration_us: 10,
+        artifacts: Vec::new(),
+    }
 }
 
 const WORKFLOW: &str = r#"

@@ -8,6 +8,7 @@
 //! Nothing here writes the registry or decides what an attempt's end means: the engine does.
 
 pub mod agent;
+pub mod artifacts;
 pub mod kernel;
 mod procfs;
 pub mod reap;

@@ -260,7 +260,10 @@ fn path_only() -> Vec<(String, String)> {
 /// every field. One of each `Request` variant, and a serving agent's request with its id.
 #[test]
 fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
-    use cairn_exec::agent::protocol::{CheckFile, Envelope, PROTOCOL, Request, SlurmJob, TailRequest};
+    use cairn_core::artifact::OutputDecl;
+    use cairn_exec::agent::protocol::{
+        CheckFile, CheckRequest, Envelope, MaterializeRequest, OutputsRequest, PROTOCOL, Request, SlurmJob, TailRequest,
+    };
     let dir = Path::new("/tmp/cairn-no-such-run");
     let mut slurm = run_request(dir, "att_s", "print(1)", 12.5);
     slurm.slurm = Some(SlurmJob { partition: Some("debug".into()), account: None, time_minutes: 3 });
@@ -285,6 +288,21 @@ fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
         Request::Wait(wait(dir, "att_w")),
         Request::Cancel(CancelRequest { attempt_dir: "/w/a".into(), nonce: "att_c".into(), grace: 2.5 }),
         Request::Tail(TailRequest { path: "/w/a/stderr".into(), max_bytes: 4096 }),
+        Request::Outputs(OutputsRequest {
+            run_dir: "/w/run".into(),
+            step_id: "s".into(),
+            outputs: vec![OutputDecl::parse("plots", "plots/").unwrap(), OutputDecl::parse("r", "r.html").unwrap()],
+        }),
+        Request::Check(CheckRequest {
+            run_dir: "/w/run".into(),
+            files: vec![CheckFile { path: "steps/s/r.html".into(), sha256: "ab".repeat(32) }],
+        }),
+        Request::Materialize(MaterializeRequest {
+            from: "/w/src".into(),
+            to: "/w/run".into(),
+            files: vec![CheckFile { path: "steps/s/r.html".into(), sha256: "ab".repeat(32) }],
+            dirs: vec!["steps/s/plots".into()],
+        }),
     ];
     let mut sent: Vec<Value> = requests.iter().map(|r| serde_json::to_value(Envelope::new(r)).unwrap()).collect();
     let served = Envelope { protocol: PROTOCOL, id: Some(7), body: &requests[2] };
@@ -537,4 +555,101 @@ fn a_slurm_job_runs_the_agents_own_supervisor() {
     }
     assert_eq!(slow["exit"]["timed_out"], true, "the job's supervisor enforces the timeout: {slow:#}");
     assert_eq!(slow["exit"]["signal"], 15, "{slow:#}");
+}
+
+/// On a target the agent hashes outputs, checks artifacts and materialises them: the same
+/// artifacts, the same findings and the same words as `cairn_exec::artifacts` here, on the same
+/// files (so `trace` finds a remote file by a local copy's hash).
+#[test]
+fn the_agent_hashes_checks_and_materialises_artifacts_as_cairn_does_here() {
+    use cairn_core::artifact::OutputDecl;
+    use cairn_exec::agent::protocol::{CheckFile, CheckRequest, MaterializeRequest, OutputsRequest};
+    use cairn_exec::artifacts::{Carried, check_artifact, hash_outputs, materialize};
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let step = run.join("steps/s");
+    std::fs::create_dir_all(step.join("plots/a-b")).unwrap();
+    std::fs::create_dir_all(step.join("plots/a")).unwrap();
+    std::fs::create_dir_all(step.join("empty")).unwrap();
+    std::fs::write(step.join("r.html"), b"<p>report</p>").unwrap();
+    std::fs::write(step.join("plots/a/x.png"), b"x").unwrap();
+    std::fs::write(step.join("plots/a-b/y.png"), b"y").unwrap();
+    std::fs::write(step.join("plots/z.png"), vec![7u8; 3 << 20]).unwrap();
+    let agent = Agent::local();
+    let t = Duration::from_secs(30);
+    let decl = |n: &str, p: &str| OutputDecl::parse(n, p).unwrap();
+    let outputs = |decls: Vec<OutputDecl>| {
+        agent.outputs(OutputsRequest { run_dir: text(&run), step_id: "s".into(), outputs: decls }, t).unwrap()
+    };
+
+    let decls = vec![decl("r", "r.html"), decl("plots", "plots/"), decl("empty", "empty/")];
+    let there = outputs(decls.clone());
+    assert_eq!(there.fault, None);
+    assert_eq!(there.artifacts, hash_outputs(&run, "s", &decls).unwrap(), "the same artifacts, in the same order");
+    assert_eq!(there.artifacts.len(), 4);
+    for bad in [decl("missing", "missing.txt"), decl("r", "r.html/"), decl("plots", "plots")] {
+        let here = hash_outputs(&run, "s", std::slice::from_ref(&bad)).unwrap_err().to_string();
+        assert_eq!(outputs(vec![bad]).fault.as_deref(), Some(here.as_str()));
+    }
+    std::os::unix::fs::symlink("/etc/passwd", step.join("plots/escape")).unwrap();
+    let here = hash_outputs(&run, "s", &[decl("plots", "plots/")]).unwrap_err().to_string();
+    assert_eq!(outputs(vec![decl("plots", "plots/")]).fault.as_deref(), Some(here.as_str()));
+    std::fs::remove_file(step.join("plots/escape")).unwrap();
+
+    // Check: one intact, one edited, one missing.
+    let report = &there.artifacts[0];
+    let paths: Vec<&str> = there.artifacts.iter().map(|a| a.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["steps/s/r.html", "steps/s/plots/a-b/y.png", "steps/s/plots/a/x.png", "steps/s/plots/z.png"],
+        "a folder's files in byte order of their paths"
+    );
+    let x = &there.artifacts[2];
+    std::fs::write(step.join("plots/a/x.png"), b"edited").unwrap();
+    let files = vec![
+        CheckFile { path: report.path.clone(), sha256: report.sha256.clone() },
+        CheckFile { path: x.path.clone(), sha256: x.sha256.clone() },
+        CheckFile { path: "steps/s/gone.txt".into(), sha256: "00".repeat(32) },
+    ];
+    let checked = agent.check(CheckRequest { run_dir: text(&run), files: files.clone() }, t).unwrap();
+    for f in &files {
+        assert_eq!(checked[&f.path], check_artifact(&run, &f.path, &f.sha256), "{}", f.path);
+    }
+    assert!(checked[&report.path].is_none());
+    assert!(matches!(checked[&x.path], Some(cairn_core::replay::Found::Changed { .. })));
+
+    // Materialise: linked where it can, and a changed source is refused in the same words.
+    let child = dir.path().join("child");
+    let carried = |a: &cairn_core::artifact::Artifact| CheckFile { path: a.path.clone(), sha256: a.sha256.clone() };
+    let done = agent
+        .materialize(
+            MaterializeRequest {
+                from: text(&run),
+                to: text(&child),
+                files: vec![carried(report), carried(&there.artifacts[3])],
+                dirs: vec!["steps/s/empty".into()],
+            },
+            t,
+        )
+        .unwrap();
+    assert_eq!((done.linked, done.copied, done.present), (2, 0, 0));
+    assert!(child.join("steps/s/empty").is_dir());
+    assert_eq!(std::fs::read(child.join("steps/s/r.html")).unwrap(), b"<p>report</p>");
+    let changed = vec![carried(x)];
+    let err = agent
+        .materialize(
+            MaterializeRequest { from: text(&run), to: text(&dir.path().join("other")), files: changed, dirs: vec![] },
+            t,
+        )
+        .unwrap_err()
+        .to_string();
+    let here = materialize(
+        &run,
+        &dir.path().join("other2"),
+        &[Carried { path: x.path.clone(), sha256: x.sha256.clone() }],
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.ends_with(&here), "agent: {err}\nhere: {here}");
 }

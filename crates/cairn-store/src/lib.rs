@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use cairn_core::artifact::{Artifact, ArtifactRecord};
 use cairn_core::event::{PlannedOrigin, RunEvent};
 use cairn_core::ids::Owner;
 use cairn_core::signature::StepSignature;
@@ -28,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0006_remote.sql"),
     include_str!("../migrations/0007_probes.sql"),
     include_str!("../migrations/0008_run_lookups.sql"),
+    include_str!("../migrations/0009_artifacts.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -251,6 +253,24 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<Result<KernelJob, StoreError>> 
         duration_ms: r.get(10)?,
     };
     Ok(parse_json(&outputs, "kernel job outputs").map(|outputs| KernelJob { outputs, ..job }))
+}
+
+const ARTIFACT_COLUMNS: &str = "run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at";
+
+fn artifact_from_row(r: &Row<'_>) -> rusqlite::Result<ArtifactRecord> {
+    Ok(ArtifactRecord {
+        run_id: r.get(0)?,
+        step_id: r.get(1)?,
+        attempt: r.get(2)?,
+        artifact: Artifact {
+            name: r.get(3)?,
+            path: r.get(4)?,
+            bytes: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
+            sha256: r.get(6)?,
+        },
+        reused_from: r.get(7)?,
+        recorded_at: r.get(8)?,
+    })
 }
 
 const STEP_COLUMNS: &str = "run_id, step_id, status, tool, tool_digest, args_hash, args_json, attempt_count, \
@@ -716,6 +736,20 @@ impl RunStore for SqliteStore {
                 params![f.run_id, f.step_id, f.outcome.as_str(), f.result.as_ref().map(to_json), f.log_tail, f.at, f.duration_us],
             )
             .map_err(db)?;
+            {
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8)",
+                    )
+                    .map_err(db)?;
+                for a in &f.artifacts {
+                    let bytes = i64::try_from(a.bytes).unwrap_or(i64::MAX);
+                    insert
+                        .execute(params![f.run_id, f.step_id, f.attempt, a.name, a.path, bytes, a.sha256, f.at])
+                        .map_err(db)?;
+                }
+            }
             insert_event(
                 tx,
                 &f.run_id,
@@ -852,6 +886,15 @@ impl RunStore for SqliteStore {
                     .map_err(db)?;
                 if n == 1 {
                     copied += 1;
+                    // The bytes' producer stays the run whose attempt wrote them, however many
+                    // replays carried them since.
+                    tx.execute(
+                        "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at) \
+                         SELECT ?1, step_id, attempt, name, path, bytes, sha256, COALESCE(reused_from, run_id), ?4 \
+                         FROM artifacts WHERE run_id = ?2 AND step_id = ?3",
+                        params![run_id, source_run_id, s.step_id, at],
+                    )
+                    .map_err(db)?;
                     let origin = s.reused_from.as_deref().unwrap_or(source_run_id);
                     insert_event(
                         tx,
@@ -869,6 +912,26 @@ impl RunStore for SqliteStore {
             }
             Ok(copied)
         })
+    }
+
+    fn artifacts(&self, run_id: &str) -> Result<Vec<ArtifactRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = ?1 ORDER BY step_id, path"
+            ))
+            .map_err(db)?;
+        stmt.query_map([run_id], artifact_from_row).map_err(db)?.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
+    }
+
+    fn artifacts_with_sha256(&self, sha256: &str) -> Result<Vec<ArtifactRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE sha256 = ?1 ORDER BY recorded_at, run_id, path"
+            ))
+            .map_err(db)?;
+        stmt.query_map([sha256], artifact_from_row).map_err(db)?.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
     }
 
     fn insert_verification(&self, v: &VerificationRecord) -> Result<(), StoreError> {

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cairn_core::artifact::Artifact;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::*;
@@ -118,6 +119,7 @@ fn finish(run_id: &str, step_id: &str, token: &str, attempt: u32, outcome: Outco
         error: (outcome != Outcome::Completed).then(|| "exit 1".to_string()),
         log_tail: Some("stderr tail".into()),
         duration_us: 1_234,
+        artifacts: Vec::new(),
         at: 4_000,
     }
 }
@@ -625,4 +627,50 @@ fn kernel_jobs_are_saved_updated_and_listed_in_order() {
     assert_eq!(store.kernel_job("job_1").unwrap(), Some(job));
     assert_eq!(store.kernel_jobs().unwrap().iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(), ["job_1", "job_2"]);
     assert_eq!(store.kernel_job("missing").unwrap(), None);
+}
+
+fn artifact(name: &str, path: &str, sha: &str) -> Artifact {
+    Artifact { name: name.into(), path: path.into(), bytes: 3, sha256: sha.into() }
+}
+
+/// Artifacts are written with the completion, under its token, and copied (never recomputed)
+/// into a replay child with the run that produced the bytes; the database refuses to change one.
+#[test]
+fn artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed() {
+    let d = db();
+    created(&d.store, "r1");
+    d.store.begin_attempt(&begin("r1", "a", "tok1", 1, AttemptStart::First)).unwrap();
+    let files = vec![artifact("report", "steps/a/report.html", "aa"), artifact("plots", "steps/a/plots/x.png", "bb")];
+    // A stale token writes neither the step nor its artifacts.
+    let stale = FinishAttempt { artifacts: files.clone(), ..finish("r1", "a", "other", 1, Outcome::Completed) };
+    assert!(matches!(d.store.complete_attempt(&stale), Err(StoreError::StaleToken { .. })));
+    assert!(d.store.artifacts("r1").unwrap().is_empty());
+    let done = FinishAttempt { artifacts: files, ..finish("r1", "a", "tok1", 1, Outcome::Completed) };
+    d.store.complete_attempt(&done).unwrap();
+    let recorded = d.store.artifacts("r1").unwrap();
+    let paths: Vec<(&str, &str, u32)> =
+        recorded.iter().map(|a| (a.artifact.path.as_str(), a.step_id.as_str(), a.attempt)).collect();
+    assert_eq!(paths, [("steps/a/plots/x.png", "a", 1), ("steps/a/report.html", "a", 1)]);
+    assert!(recorded.iter().all(|a| a.reused_from.is_none() && a.recorded_at == 4_000));
+
+    // A replay child of r1, and a grandchild of that child: both name r1 as the producer.
+    for (child, source) in [("r2", "r1"), ("r3", "r2")] {
+        d.store.create_run(&NewRun { source_run_id: Some(source.into()), ..new_run(child) }).unwrap();
+        let reused = vec![step(&d.store, source, "a")];
+        assert_eq!(d.store.copy_reused_steps(child, source, &reused, 5_000).unwrap(), 1);
+        assert_eq!(d.store.copy_reused_steps(child, source, &reused, 6_000).unwrap(), 0, "never copied twice");
+        let copies = d.store.artifacts(child).unwrap();
+        assert_eq!(copies.len(), 2, "{copies:?}");
+        assert!(copies.iter().all(|a| a.reused_from.as_deref() == Some("r1") && a.attempt == 1), "{copies:?}");
+    }
+    let traced = d.store.artifacts_with_sha256("aa").unwrap();
+    let runs: Vec<&str> = traced.iter().map(|a| a.run_id.as_str()).collect();
+    assert_eq!(runs, ["r1", "r2", "r3"]);
+    assert!(d.store.artifacts_with_sha256("cc").unwrap().is_empty());
+
+    let conn = Connection::open(&d.path).unwrap();
+    for sql in ["UPDATE artifacts SET sha256 = 'x'", "DELETE FROM artifacts"] {
+        let err = conn.execute(sql, []).unwrap_err().to_string();
+        assert!(err.contains("artifacts are append-only"), "{sql}: {err}");
+    }
 }

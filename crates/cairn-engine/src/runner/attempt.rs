@@ -12,7 +12,7 @@ use cairn_core::canonical::canonical_json;
 use cairn_core::store::{BeginAttempt, ProcessInfo, StoreError};
 use serde_json::Value;
 
-use super::events::{Job, Progress, RunCtx};
+use super::events::{Done, Job, Progress, RunCtx};
 use crate::launcher::AttemptLaunch;
 use crate::registry::LoadedWorkflow;
 use crate::{Engine, EngineError, StopSignal};
@@ -27,19 +27,21 @@ impl Engine {
         job: Job,
         stop: Option<&StopSignal>,
         progress: &dyn Fn(Progress),
-    ) -> Result<Option<Value>, EngineError> {
+    ) -> Result<Option<Done>, EngineError> {
         let halted = || stop.and_then(StopSignal::requested).is_some();
-        let Job { step_index, sig, args, mut attempt, mut start, mut finished, mut orphan, reattach } = job;
+        let Job { step_index, sig, args, exec_args, mut attempt, mut start, mut finished, mut orphan, reattach } = job;
         let step = &wf.spec().steps[step_index];
-        let stdin = canonical_json(&args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
+        let stdin = canonical_json(&exec_args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
+        let outputs = wf.spec().outputs_of(step);
         let launch = |attempt| AttemptLaunch {
             run_id: &run.run_id,
             run_dir: &run.run_dir,
             placement: &run.placement,
             workflow: wf,
             step,
-            args: &args,
+            args: &exec_args,
             stdin: &stdin,
+            outputs: &outputs,
             attempt,
         };
         // An attempt a predecessor launched under the agent: followed under a new token, it
@@ -111,7 +113,7 @@ impl Engine {
             let written = match decision.write {
                 AttemptWrite::Complete(finish) => {
                     let result = finish.result.clone().unwrap_or(Value::Null);
-                    self.store.complete_attempt(&finish).map(|_| Some(result))
+                    self.store.complete_attempt(&finish).map(|_| Some((result, finish.artifacts)))
                 }
                 AttemptWrite::Fail { finish, run_error } => self.store.fail_attempt(&finish, &run_error).map(|_| None),
                 AttemptWrite::Retry { attempt: next, start: next_start } => {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use cairn_core::artifact::Artifact;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::Outcome;
 use cairn_core::store::{AttemptStart, ProcessInfo, RemoteProcess};
@@ -22,7 +23,10 @@ pub(super) struct RunCtx {
 pub(super) struct Job {
     pub step_index: usize,
     pub sig: StepSignature,
+    /// The arguments it is signed and recorded with (an upstream output as its content digest).
     pub args: Value,
+    /// The arguments it runs with (an upstream output as its path); `args` when it names none.
+    pub exec_args: Value,
     /// The number of the attempt to begin.
     pub attempt: u32,
     pub start: AttemptStart,
@@ -35,8 +39,12 @@ pub(super) struct Job {
     pub reattach: Option<(RemoteProcess, String)>,
 }
 
+/// A completed step: its result and the artifacts recorded of it.
+pub(super) type Done = (Value, Vec<Artifact>);
+
 /// What the scheduler does with a step, decided from its stored row.
 pub(super) enum Prepared {
+    /// Completed earlier in this run (its result).
     Reused(Value),
     Job(Box<Job>),
     /// The run cannot go on: finish it FAILED with this message.
@@ -54,9 +62,10 @@ pub(super) enum Progress {
 /// What a worker tells the scheduler.
 pub(super) enum Msg {
     Progress(Progress),
-    /// The step is done: its result, or `None` when it failed (and the run with it) or stopped.
+    /// The step is done: its result and artifacts, or `None` when it failed (and the run with
+    /// it) or stopped.
     Done {
         index: usize,
-        outcome: Result<Option<Value>, EngineError>,
+        outcome: Result<Option<Done>, EngineError>,
     },
 }

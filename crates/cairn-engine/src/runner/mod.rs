@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use cairn_core::artifact::{Artifact, output_argument, signed_output};
 use cairn_core::ids::{Owner, RunId};
 use cairn_core::signature::{StepAction, StepSignature, args_hash, decide_step, run_identity};
 use cairn_core::status::{Outcome, RunStatus};
@@ -209,6 +210,11 @@ impl Engine {
             self.store.steps(&run.run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
         let ctx = RunCtx { run_id: run.run_id.clone(), run_dir: run.run_dir.clone(), placement };
         let mut results: HashMap<String, Value> = HashMap::new();
+        // The artifacts of the steps completed so far: what `${steps.X.outputs.NAME}` signs as.
+        let mut produced: HashMap<String, Vec<Artifact>> = HashMap::new();
+        for a in self.store.artifacts(&run.run_id)? {
+            produced.entry(a.step_id).or_default().push(a.artifact);
+        }
         obs.run_started(&run.run_id, wf.dag.len());
 
         // The scheduler: among ready steps the first declared starts first, at most `parallelism`
@@ -231,7 +237,8 @@ impl Engine {
             loop {
                 while stop.is_none() && halted().is_none() && in_flight < parallelism.max(1) {
                     let Some(Reverse(i)) = ready.pop() else { break };
-                    match self.prepare_step(wf, &ctx, &existing, &results, input, resume, i) {
+                    let upstream = Upstream { results: &results, produced: &produced };
+                    match self.prepare_step(wf, &ctx, &existing, upstream, input, resume, i) {
                         Prepared::Reused(value) => {
                             results.insert(wf.dag.id(i).to_string(), value);
                             obs.step_skipped(wf.dag.id(i), "completed earlier in this run");
@@ -265,8 +272,9 @@ impl Engine {
                     Msg::Done { index, outcome } => {
                         in_flight -= 1;
                         match outcome {
-                            Ok(Some(value)) => {
+                            Ok(Some((value, artifacts))) => {
                                 results.insert(wf.dag.id(index).to_string(), value);
+                                produced.insert(wf.dag.id(index).to_string(), artifacts);
                                 release(index, &mut waiting_on, &mut ready);
                             }
                             // The step failed and the run with it, in one transaction.
@@ -322,22 +330,38 @@ impl Engine {
         wf: &LoadedWorkflow,
         ctx: &RunCtx,
         existing: &HashMap<String, StepRecord>,
-        results: &HashMap<String, Value>,
+        upstream: Upstream<'_>,
         input: &Value,
         resume: bool,
         i: usize,
     ) -> Prepared {
         let step = &wf.spec().steps[i];
-        let args = match template::resolve(&step.args, input, &|id| results.get(id)) {
-            Ok(a) => a,
-            Err(e) => return Prepared::FailRun(format!("step `{}` could not start: {e}", step.id)),
+        let spec = wf.spec();
+        let outputs_of = |id: &str| spec.step(id).map(|s| spec.outputs_of(s)).unwrap_or_default();
+        let result = |id: &str| upstream.results.get(id);
+        // Signed (and recorded) with each upstream output's content digest, run with its path.
+        let signed = |id: &str, name: &str| {
+            signed_output(&outputs_of(id), id, name, upstream.produced.get(id).map(Vec::as_slice).unwrap_or_default())
+        };
+        let args =
+            match template::resolve_with(&step.args, input, &template::Upstream { result: &result, output: &signed }) {
+                Ok(a) => a,
+                Err(e) => return Prepared::FailRun(format!("step `{}` could not start: {e}", step.id)),
+            };
+        let exec_args = if template::names_outputs(&step.args) {
+            let path = |id: &str, name: &str| output_argument(&outputs_of(id), &ctx.run_dir, id, name);
+            match template::resolve_with(&step.args, input, &template::Upstream { result: &result, output: &path }) {
+                Ok(a) => a,
+                Err(e) => return Prepared::FailRun(format!("step `{}` could not start: {e}", step.id)),
+            }
+        } else {
+            args.clone()
         };
         let args_hash = match args_hash(&args) {
             Ok(h) => h,
             Err(e) => return Prepared::FailRun(format!("step `{}` could not start: its arguments {e}", step.id)),
         };
-        let tool = &wf.tools[&step.tool];
-        let sig = StepSignature { tool: step.tool.clone(), tool_digest: tool.digest.clone(), args_hash };
+        let sig = StepSignature { tool: step.tool.clone(), tool_digest: wf.step_digest(step), args_hash };
         let row = existing.get(&step.id);
         let mut orphan = None;
         let mut reattach = None;
@@ -382,7 +406,7 @@ impl Engine {
                 ));
             }
         };
-        Prepared::Job(Box::new(Job { step_index: i, sig, args, attempt, start, finished, orphan, reattach }))
+        Prepared::Job(Box::new(Job { step_index: i, sig, args, exec_args, attempt, start, finished, orphan, reattach }))
     }
 
     fn fail_run(&self, run: &mut RunRecord, error: &str) -> Result<(), EngineError> {
@@ -396,6 +420,14 @@ impl Engine {
         )?;
         Ok(())
     }
+}
+
+/// What a step's arguments resolve against: the results and artifacts of the steps completed so
+/// far in this run.
+#[derive(Clone, Copy)]
+struct Upstream<'a> {
+    results: &'a HashMap<String, Value>,
+    produced: &'a HashMap<String, Vec<Artifact>>,
 }
 
 fn missing_row(step: &str) -> EngineError {

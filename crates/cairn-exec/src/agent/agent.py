@@ -102,6 +102,9 @@ REQUESTS = {
     "wait": {"attempt_dir": str, "nonce": str},
     "cancel": {"attempt_dir": str, "nonce": str, "grace": NUMBER},
     "tail": {"path": str, "max_bytes": int},
+    "outputs": {"run_dir": str, "step_id": str, "outputs": [{"name": str, "path": str, "folder": bool}]},
+    "check": {"run_dir": str, "files": [{"path": str, "sha256": str}]},
+    "materialize": {"from": str, "to": str, "files": [{"path": str, "sha256": str}], "dirs": [str]},
     # This agent's own: the request file of a Slurm job (Cairn never sends it).
     "supervise": {"run": RUN, "env": dict},
 }
@@ -755,8 +758,191 @@ def op_tail(r):
     emit({"tail": {"text": text, "bytes": size}})
 
 
+# --- artifacts: the rules and words of `cairn_exec::artifacts`, on the target ----------------------
+
+class Fault(Exception):
+    """A declared output that cannot be recorded: the step's error, in words."""
+
+
+def hash_file(path):
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            size += len(chunk)
+            h.update(chunk)
+    return size, h.hexdigest()
+
+
+def kind_of(st):
+    import stat
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink"
+    if stat.S_ISDIR(st.st_mode):
+        return "a folder"
+    if stat.S_ISREG(st.st_mode):
+        return "a file"
+    return "not a regular file (a device, socket or pipe)"
+
+
+def symlinked_component(root, rel):
+    at = root
+    for part in rel.split("/"):
+        at = os.path.join(at, part)
+        try:
+            if os.path.islink(at):
+                return at
+            os.lstat(at)
+        except OSError:
+            return None
+    return None
+
+
+def safe_relative(rel):
+    return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in rel.split("/"))
+
+
+def hash_outputs(run_dir, step_id, outputs):
+    import stat
+    out = []
+    for d in outputs:
+        name, declared = d["name"], d["path"] + ("/" if d["folder"] else "")
+        rel = "steps/%s/%s" % (step_id, d["path"])
+        path = os.path.join(run_dir, rel)
+
+        def not_a_file(at, found):
+            return Fault("declared output %s (%s) is %s at %s: Cairn records only regular files, and a symlink is "
+                         "never followed; write the file itself there" % (name, declared, found, at))
+
+        def unreadable(at, e):
+            return Fault("declared output %s (%s): %s cannot be read: %s" % (name, declared, at, e))
+
+        def one(at, rel_at):
+            try:
+                size, sha = hash_file(at)
+            except OSError as e:
+                raise unreadable(at, e)
+            return {"name": name, "path": rel_at, "bytes": size, "sha256": sha}
+
+        link = symlinked_component(run_dir, rel)
+        if link is not None:
+            raise not_a_file(link, "a symlink")
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise Fault("declared output %s (%s) was not written" % (name, declared))
+        except OSError as e:
+            raise unreadable(path, e)
+        is_dir, is_file = stat.S_ISDIR(st.st_mode), stat.S_ISREG(st.st_mode)
+        if not d["folder"] and is_dir:
+            raise Fault("declared output %s (%s) is a folder; declare it as `%s/` or write a file there"
+                        % (name, declared, declared))
+        if d["folder"] and is_file:
+            raise Fault("declared output %s (%s) is a file; declare it without the trailing `/` or write a folder "
+                        "there" % (name, declared))
+        if is_file:
+            out.append(one(path, rel))
+        elif is_dir:
+            files = []
+            stack = [(path, rel)]
+            while stack:
+                at, rel_at = stack.pop()
+                try:
+                    entries = os.listdir(at)
+                except OSError as e:
+                    raise unreadable(at, e)
+                for entry in entries:
+                    child, rel_child = os.path.join(at, entry), rel_at + "/" + entry
+                    cst = os.lstat(child)
+                    if stat.S_ISDIR(cst.st_mode):
+                        stack.append((child, rel_child))
+                    elif stat.S_ISREG(cst.st_mode):
+                        files.append((rel_child, child))
+                    else:
+                        raise not_a_file(child, kind_of(cst))
+            # Byte order of the UTF-8 paths, as Rust sorts its strings.
+            for rel_child, child in sorted(files, key=lambda f: f[0].encode()):
+                out.append(one(child, rel_child))
+        else:
+            raise not_a_file(path, kind_of(st))
+    return out
+
+
+def check_artifact(run_dir, rel, sha256):
+    """None when the recorded bytes are there; else what is found."""
+    if not safe_relative(rel) or symlinked_component(run_dir, rel) is not None:
+        return {"kind": "missing"}
+    path = os.path.join(run_dir, rel)
+    if not os.path.isfile(path) or os.path.islink(path):
+        return {"kind": "missing"}
+    try:
+        _, found = hash_file(path)
+    except OSError:
+        return {"kind": "missing"}
+    return None if found == sha256 else {"kind": "changed", "sha256": found}
+
+
+def op_outputs(r):
+    try:
+        emit({"outputs": {"artifacts": hash_outputs(r["run_dir"], r["step_id"], r["outputs"]), "fault": None}})
+    except Fault as e:
+        emit({"outputs": {"artifacts": [], "fault": str(e)}})
+
+
+def op_check(r):
+    emit({"checked": {f["path"]: check_artifact(r["run_dir"], f["path"], f["sha256"]) for f in r["files"]}})
+
+
+def op_materialize(r):
+    src_root, to = r["from"], r["to"]
+    done = {"linked": 0, "copied": 0, "present": 0}
+    for d in r["dirs"]:
+        if not safe_relative(d) or symlinked_component(to, d) is not None:
+            fail("recorded artifact path `%s` is not inside its run directory" % d)
+        os.makedirs(os.path.join(to, d), exist_ok=True)
+    for f in r["files"]:
+        rel, sha = f["path"], f["sha256"]
+        if not safe_relative(rel) or symlinked_component(to, rel) is not None:
+            fail("recorded artifact path `%s` is not inside its run directory" % rel)
+        dest = os.path.join(to, rel)
+        if check_artifact(to, rel, sha) is None:
+            done["present"] += 1
+            continue
+        src = os.path.join(src_root, rel)
+        problem = None
+        if symlinked_component(src_root, rel) is not None:
+            problem = "a symlink"
+        elif not os.path.lexists(src):
+            problem = "missing"
+        elif not os.path.isfile(src):
+            problem = "not a regular file"
+        if problem:
+            fail("artifact %s of run directory %s is not the recorded bytes (%s); plan the replay again, and the step "
+                 "is re-executed" % (rel, src_root, problem))
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            tmp = os.path.join(os.path.dirname(dest), ".%s.cairn-%d" % (os.path.basename(dest), os.getpid()))
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            try:
+                os.link(src, tmp)
+                linked = True
+            except OSError:
+                shutil.copyfile(src, tmp)
+                linked = False
+            _, got = hash_file(tmp)
+        except OSError as e:
+            fail("artifact %s cannot be materialised into %s: %s" % (rel, to, e))
+        if got != sha:
+            os.unlink(tmp)
+            fail("artifact %s of run directory %s is not the recorded bytes (sha256 %s); plan the replay again, and "
+                 "the step is re-executed" % (rel, src_root, got))
+        os.rename(tmp, dest)
+        done["linked" if linked else "copied"] += 1
+    emit({"materialized": done})
+
+
 OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "serve": op_serve, "wait": op_wait,
-       "cancel": op_cancel, "tail": op_tail}
+       "cancel": op_cancel, "tail": op_tail, "outputs": op_outputs, "check": op_check, "materialize": op_materialize}
 
 
 def main(msg):

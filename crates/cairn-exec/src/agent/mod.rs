@@ -17,12 +17,16 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
+use cairn_core::replay::Found;
 use serde::Serialize;
 
 use crate::ssh::{SshTransport, classify_ssh_failure};
 use protocol::{
-    CancelRequest, Cancelled, DeployRequest, Envelope, Identity, PROTOCOL, ReadyFacts, ReadyRequest, Reply, ReplyError,
-    Request, RunRequest, StepExit, Tail, TailRequest, WaitRequest, decode_line,
+    CancelRequest, Cancelled, CheckRequest, DeployRequest, Envelope, HashedOutputs, Identity, MaterializeRequest,
+    MaterializedCounts, OutputsRequest, PROTOCOL, ReadyFacts, ReadyRequest, Reply, ReplyError, Request, RunRequest,
+    StepExit, Tail, TailRequest, WaitRequest, decode_line,
 };
 
 const AGENT_PY: &str = include_str!("agent.py");
@@ -197,6 +201,33 @@ impl Agent {
     /// The last bytes of a file there.
     pub fn tail(&self, request: TailRequest, timeout: Duration) -> Result<Tail, AgentError> {
         self.ask(Request::Tail(request), timeout, |r| if let Reply::Tail(t) = r { Ok(t) } else { Err(r) })
+    }
+
+    /// Hashes a completed attempt's declared outputs there: the artifacts, or the step's error.
+    pub fn outputs(&self, request: OutputsRequest, timeout: Duration) -> Result<HashedOutputs, AgentError> {
+        self.ask(Request::Outputs(request), timeout, |r| if let Reply::Outputs(o) = r { Ok(o) } else { Err(r) })
+    }
+
+    /// What is at recorded artifacts' paths there: `None` for the recorded bytes.
+    pub fn check(
+        &self,
+        request: CheckRequest,
+        timeout: Duration,
+    ) -> Result<BTreeMap<String, Option<Found>>, AgentError> {
+        self.ask(Request::Check(request), timeout, |r| if let Reply::Checked(c) = r { Ok(c) } else { Err(r) })
+    }
+
+    /// Materialises a source run's artifacts into a child's run_dir there.
+    pub fn materialize(
+        &self,
+        request: MaterializeRequest,
+        timeout: Duration,
+    ) -> Result<MaterializedCounts, AgentError> {
+        self.ask(
+            Request::Materialize(request),
+            timeout,
+            |r| if let Reply::Materialized(m) = r { Ok(m) } else { Err(r) },
+        )
     }
 
     /// Runs a request, passing each reply to `on_reply` as it arrives. `stop` is polled; when it

@@ -21,6 +21,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use cairn_core::artifact::{Artifact, OutputDecl};
+use cairn_core::replay::Found;
+
 use crate::RecordedEnd;
 
 /// The protocol this Cairn and the agent it sends speak. `agent.py`'s `PROTOCOL` is the same
@@ -65,6 +68,13 @@ pub enum Request {
     Cancel(CancelRequest),
     /// The last bytes of a file; [`Reply::Tail`].
     Tail(TailRequest),
+    /// Hashes a completed attempt's declared outputs where they lie; [`Reply::Outputs`].
+    Outputs(OutputsRequest),
+    /// Checks recorded artifacts against their bytes; [`Reply::Checked`].
+    Check(CheckRequest),
+    /// Materialises a source run's artifacts into a replay child's run_dir;
+    /// [`Reply::Materialized`] or [`Reply::Error`].
+    Materialize(MaterializeRequest),
 }
 
 impl Request {
@@ -78,6 +88,9 @@ impl Request {
             Request::Wait(_) => "wait",
             Request::Cancel(_) => "cancel",
             Request::Tail(_) => "tail",
+            Request::Outputs(_) => "outputs",
+            Request::Check(_) => "check",
+            Request::Materialize(_) => "materialize",
         }
     }
 }
@@ -202,6 +215,46 @@ pub struct TailRequest {
     pub max_bytes: usize,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputsRequest {
+    pub run_dir: String,
+    pub step_id: String,
+    pub outputs: Vec<OutputDecl>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRequest {
+    pub run_dir: String,
+    /// Paths relative to run_dir, with their recorded SHA-256.
+    pub files: Vec<CheckFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MaterializeRequest {
+    /// The source run's directory.
+    pub from: String,
+    /// The child's.
+    pub to: String,
+    /// Paths relative to both, with their recorded SHA-256.
+    pub files: Vec<CheckFile>,
+    /// Folders to create (declared folder outputs, maybe empty).
+    pub dirs: Vec<String>,
+}
+
+/// The `outputs` reply: the artifacts, or why the outputs cannot be recorded (the step's error).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HashedOutputs {
+    pub artifacts: Vec<Artifact>,
+    pub fault: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaterializedCounts {
+    pub linked: usize,
+    pub copied: usize,
+    pub present: usize,
+}
+
 /// What the agent answers; each variant is one key of the reply line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -222,6 +275,10 @@ pub enum Reply {
     Lost(String),
     Cancelled(Cancelled),
     Tail(Tail),
+    Outputs(HashedOutputs),
+    /// Each file asked about: `None` when it holds the recorded bytes, else what is there.
+    Checked(BTreeMap<String, Option<Found>>),
+    Materialized(MaterializedCounts),
     /// The request failed, in words.
     Error(String),
     /// The agent does not speak the request's protocol.
@@ -241,6 +298,9 @@ impl Reply {
             Reply::Lost(_) => "lost",
             Reply::Cancelled(_) => "cancelled",
             Reply::Tail(_) => "tail",
+            Reply::Outputs(_) => "outputs",
+            Reply::Checked(_) => "checked",
+            Reply::Materialized(_) => "materialized",
             Reply::Error(_) => "error",
             Reply::Unsupported(_) => "unsupported",
         }

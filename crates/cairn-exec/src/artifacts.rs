@@ -1,0 +1,384 @@
+//! The IO of artifacts on this host: hashing a completed attempt's declared outputs where they
+//! lie, checking recorded artifacts against their bytes, and materialising a source run's
+//! artifacts into a replay child's directory (a hard link where the filesystem allows, else a
+//! copy), checked against the recorded SHA-256. The step agent does the same on a target
+//! (`agent.py`'s `outputs`, `check` and `materialize`), with the same rules and words.
+//!
+//! **Invariant:** nothing here follows a symlink. An output, or anything inside an output folder,
+//! that is a symlink is refused with a clear error, so a step cannot record (or a replay copy)
+//! bytes from outside its own directory.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+use cairn_core::artifact::{Artifact, OutputDecl, output_path};
+use cairn_core::replay::Found;
+use sha2::{Digest, Sha256};
+
+/// Why a completed attempt's outputs cannot be recorded. Each is the step's error, as is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutputFault {
+    #[error("declared output {name} ({declared}) was not written")]
+    NotWritten { name: String, declared: String },
+    #[error(
+        "declared output {name} ({declared}) is {found} at {path}: Cairn records only regular files, and a symlink is never followed; write the file itself there"
+    )]
+    NotAFile { name: String, declared: String, path: String, found: &'static str },
+    #[error("declared output {name} ({declared}) is a folder; declare it as `{declared}/` or write a file there")]
+    FolderForFile { name: String, declared: String },
+    #[error(
+        "declared output {name} ({declared}) is a file; declare it without the trailing `/` or write a folder there"
+    )]
+    FileForFolder { name: String, declared: String },
+    #[error("declared output {name} ({declared}): {path} cannot be read: {error}")]
+    Unreadable { name: String, declared: String, path: String, error: String },
+    #[error("declared output {name} ({declared}): file name {path:?} is not UTF-8; rename it")]
+    NotUtf8 { name: String, declared: String, path: String },
+}
+
+/// SHA-256 of a file and its size, read in 1 MiB pieces.
+pub fn hash_file(path: &Path) -> io::Result<(u64, String)> {
+    let mut f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        h.update(&buf[..n]);
+    }
+    Ok((bytes, hex::encode(h.finalize())))
+}
+
+fn kind_of(meta: &fs::Metadata) -> &'static str {
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        "a symlink"
+    } else if ft.is_dir() {
+        "a folder"
+    } else if ft.is_file() {
+        "a file"
+    } else {
+        "not a regular file (a device, socket or pipe)"
+    }
+}
+
+/// The first component of `rel` below `root` that is a symlink, if any (`rel` itself included).
+fn symlinked_component(root: &Path, rel: &str) -> Option<PathBuf> {
+    let mut at = root.to_path_buf();
+    for part in Path::new(rel).components() {
+        at.push(part);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => return Some(at),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Hashes the declared outputs of `step_id`, as written under `run_dir`: one artifact per file
+/// (a folder's files in path order), paths relative to `run_dir`.
+pub fn hash_outputs(run_dir: &Path, step_id: &str, decls: &[OutputDecl]) -> Result<Vec<Artifact>, OutputFault> {
+    let mut out = Vec::new();
+    for decl in decls {
+        let (name, declared) = (decl.name.clone(), decl.declared());
+        let rel = output_path(step_id, decl);
+        let abs = run_dir.join(&rel);
+        if let Some(link) = symlinked_component(run_dir, &rel) {
+            return Err(OutputFault::NotAFile { name, declared, path: link.display().to_string(), found: "a symlink" });
+        }
+        let meta = match fs::symlink_metadata(&abs) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(OutputFault::NotWritten { name, declared }),
+            Err(e) => {
+                return Err(OutputFault::Unreadable {
+                    name,
+                    declared,
+                    path: abs.display().to_string(),
+                    error: e.to_string(),
+                });
+            }
+        };
+        match (decl.folder, meta.is_dir(), meta.is_file()) {
+            (false, true, _) => return Err(OutputFault::FolderForFile { name, declared }),
+            (true, false, true) => return Err(OutputFault::FileForFolder { name, declared }),
+            (false, _, true) => out.push(hash_one(decl, &abs, rel)?),
+            (true, true, _) => {
+                let mut files = Vec::new();
+                walk(decl, &abs, &rel, &mut files)?;
+                // By relative path, byte order (as the agent sorts them on a target).
+                files.sort_by(|a, b| a.1.cmp(&b.1));
+                for (abs, rel) in files {
+                    out.push(hash_one(decl, &abs, rel)?);
+                }
+            }
+            _ => {
+                let found = kind_of(&meta);
+                return Err(OutputFault::NotAFile { name, declared, path: abs.display().to_string(), found });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn hash_one(decl: &OutputDecl, abs: &Path, rel: String) -> Result<Artifact, OutputFault> {
+    let (bytes, sha256) = hash_file(abs).map_err(|e| OutputFault::Unreadable {
+        name: decl.name.clone(),
+        declared: decl.declared(),
+        path: abs.display().to_string(),
+        error: e.to_string(),
+    })?;
+    Ok(Artifact { name: decl.name.clone(), path: rel, bytes, sha256 })
+}
+
+/// Every regular file below `dir` (absolute and relative paths); a symlink or special file
+/// anywhere is refused.
+fn walk(decl: &OutputDecl, dir: &Path, rel: &str, out: &mut Vec<(PathBuf, String)>) -> Result<(), OutputFault> {
+    let fault = |path: &Path, e: io::Error| OutputFault::Unreadable {
+        name: decl.name.clone(),
+        declared: decl.declared(),
+        path: path.display().to_string(),
+        error: e.to_string(),
+    };
+    for entry in fs::read_dir(dir).map_err(|e| fault(dir, e))? {
+        let entry = entry.map_err(|e| fault(dir, e))?;
+        let path = entry.path();
+        let Some(file) = entry.file_name().to_str().map(String::from) else {
+            return Err(OutputFault::NotUtf8 {
+                name: decl.name.clone(),
+                declared: decl.declared(),
+                path: path.display().to_string(),
+            });
+        };
+        let child = format!("{rel}/{file}");
+        let meta = fs::symlink_metadata(&path).map_err(|e| fault(&path, e))?;
+        if meta.is_dir() {
+            walk(decl, &path, &child, out)?;
+        } else if meta.is_file() {
+            out.push((path, child));
+        } else {
+            return Err(OutputFault::NotAFile {
+                name: decl.name.clone(),
+                declared: decl.declared(),
+                path: path.display().to_string(),
+                found: kind_of(&meta),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A recorded path is relative to its run directory and stays inside it.
+fn safe_relative(rel: &str) -> bool {
+    !rel.is_empty() && Path::new(rel).components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// What is at a recorded artifact's path under `run_dir` now: `None` when it is the recorded
+/// bytes. A symlink (anywhere on the path) is not the recorded file.
+pub fn check_artifact(run_dir: &Path, path: &str, sha256: &str) -> Option<Found> {
+    if !safe_relative(path) || symlinked_component(run_dir, path).is_some() {
+        return Some(Found::Missing);
+    }
+    let abs = run_dir.join(path);
+    match fs::symlink_metadata(&abs) {
+        Ok(m) if m.is_file() => {}
+        _ => return Some(Found::Missing),
+    }
+    match hash_file(&abs) {
+        Ok((_, found)) if found == sha256 => None,
+        Ok((_, found)) => Some(Found::Changed { sha256: found }),
+        Err(_) => Some(Found::Missing),
+    }
+}
+
+/// One file to materialise: its path (relative to both run directories) and recorded SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carried {
+    pub path: String,
+    pub sha256: String,
+}
+
+/// How a materialisation went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Materialized {
+    pub linked: usize,
+    pub copied: usize,
+    /// Already there with the recorded bytes (a restarted replay).
+    pub present: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MaterializeError {
+    #[error("recorded artifact path `{0}` is not inside its run directory")]
+    BadPath(String),
+    #[error(
+        "artifact {path} of run directory {from} is not the recorded bytes ({found}); plan the replay again, and the step is re-executed"
+    )]
+    Changed { from: String, path: String, found: String },
+    #[error("artifact {path} cannot be materialised into {to}: {error}")]
+    Io { to: String, path: String, error: String },
+}
+
+/// Materialises `files` from `from` (a source run directory) into `to` (the child's), and
+/// creates the folders `dirs` (declared folder outputs, which may be empty). Each file is hard
+/// linked where the filesystem allows, else copied, and its bytes are checked against the
+/// recorded SHA-256 before it takes its place; one already there with those bytes is left alone.
+pub fn materialize(
+    from: &Path,
+    to: &Path,
+    files: &[Carried],
+    dirs: &[String],
+) -> Result<Materialized, MaterializeError> {
+    let io_err = |path: &str, e: io::Error| MaterializeError::Io {
+        to: to.display().to_string(),
+        path: path.to_string(),
+        error: e.to_string(),
+    };
+    let mut done = Materialized::default();
+    for dir in dirs {
+        if !safe_relative(dir) || symlinked_component(to, dir).is_some() {
+            return Err(MaterializeError::BadPath(dir.clone()));
+        }
+        fs::create_dir_all(to.join(dir)).map_err(|e| io_err(dir, e))?;
+    }
+    for f in files {
+        if !safe_relative(&f.path) || symlinked_component(to, &f.path).is_some() {
+            return Err(MaterializeError::BadPath(f.path.clone()));
+        }
+        let dest = to.join(&f.path);
+        if check_artifact(to, &f.path, &f.sha256).is_none() {
+            done.present += 1;
+            continue;
+        }
+        if let Some(found) = check_source(from, &f.path) {
+            return Err(MaterializeError::Changed {
+                from: from.display().to_string(),
+                path: f.path.clone(),
+                found: found.to_string(),
+            });
+        }
+        let src = from.join(&f.path);
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent).map_err(|e| io_err(&f.path, e))?;
+        }
+        let tmp = dest.with_file_name(format!(
+            ".{}.cairn-{}",
+            dest.file_name().and_then(|n| n.to_str()).unwrap_or("artifact"),
+            std::process::id()
+        ));
+        let _ = fs::remove_file(&tmp);
+        let linked = match fs::hard_link(&src, &tmp) {
+            Ok(()) => true,
+            Err(_) => {
+                fs::copy(&src, &tmp).map_err(|e| io_err(&f.path, e))?;
+                false
+            }
+        };
+        // The bytes taking the artifact's place are the recorded ones, or nothing takes it.
+        match hash_file(&tmp) {
+            Ok((_, sha)) if sha == f.sha256 => {}
+            Ok((_, sha)) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(MaterializeError::Changed {
+                    from: from.display().to_string(),
+                    path: f.path.clone(),
+                    found: format!("sha256 {sha}"),
+                });
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(io_err(&f.path, e));
+            }
+        }
+        fs::rename(&tmp, &dest).map_err(|e| io_err(&f.path, e))?;
+        if linked {
+            done.linked += 1;
+        } else {
+            done.copied += 1;
+        }
+    }
+    Ok(done)
+}
+
+/// Whether the source file can be carried: a regular file reached without a symlink.
+fn check_source(from: &Path, rel: &str) -> Option<&'static str> {
+    if symlinked_component(from, rel).is_some() {
+        return Some("a symlink");
+    }
+    match fs::symlink_metadata(from.join(rel)) {
+        Ok(m) if m.is_file() => None,
+        Ok(_) => Some("not a regular file"),
+        Err(_) => Some("missing"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decl(name: &str, path: &str) -> OutputDecl {
+        OutputDecl::parse(name, path).unwrap()
+    }
+
+    #[test]
+    fn outputs_of_every_kind_are_hashed_or_refused_with_their_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path();
+        let step = run.join("steps/s");
+        fs::create_dir_all(step.join("plots/sub")).unwrap();
+        fs::create_dir_all(step.join("empty")).unwrap();
+        fs::write(step.join("report.html"), b"<h1>ok</h1>").unwrap();
+        fs::write(step.join("plots/b.png"), b"b").unwrap();
+        fs::write(step.join("plots/sub/a.png"), b"a").unwrap();
+        let got =
+            hash_outputs(run, "s", &[decl("report", "report.html"), decl("plots", "plots/"), decl("empty", "empty/")])
+                .unwrap();
+        let paths: Vec<&str> = got.iter().map(|a| a.path.as_str()).collect();
+        assert_eq!(paths, ["steps/s/report.html", "steps/s/plots/b.png", "steps/s/plots/sub/a.png"]);
+        assert_eq!(got[0].bytes, 11);
+        assert_eq!(got[0].sha256, cairn_core::canonical::sha256_hex(b"<h1>ok</h1>"));
+
+        let err = |d: OutputDecl| hash_outputs(run, "s", &[d]).unwrap_err().to_string();
+        assert_eq!(err(decl("missing", "missing.txt")), "declared output missing (missing.txt) was not written");
+        assert!(err(decl("report", "report.html/")).contains("is a file"));
+        assert!(err(decl("plots", "plots")).contains("is a folder"));
+        std::os::unix::fs::symlink("/etc/passwd", step.join("plots/escape.png")).unwrap();
+        let e = err(decl("plots", "plots/"));
+        assert!(e.contains("is a symlink at") && e.contains("escape.png"), "{e}");
+        std::os::unix::fs::symlink("/etc", step.join("linked")).unwrap();
+        assert!(err(decl("passwd", "linked/passwd")).contains("is a symlink"), "a symlinked parent is refused too");
+    }
+
+    #[test]
+    fn materialising_links_or_copies_checked_bytes_and_refuses_changed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("src"), dir.path().join("child"));
+        fs::create_dir_all(from.join("steps/s")).unwrap();
+        fs::write(from.join("steps/s/r.txt"), b"evidence").unwrap();
+        let sha = cairn_core::canonical::sha256_hex(b"evidence");
+        let files = [Carried { path: "steps/s/r.txt".into(), sha256: sha.clone() }];
+        let done = materialize(&from, &to, &files, &["steps/s/plots".into()]).unwrap();
+        assert_eq!((done.linked, done.copied, done.present), (1, 0, 0));
+        assert!(to.join("steps/s/plots").is_dir());
+        assert_eq!(fs::read(to.join("steps/s/r.txt")).unwrap(), b"evidence");
+        // Again (a restarted replay): nothing to do.
+        assert_eq!(materialize(&from, &to, &files, &[]).unwrap().present, 1);
+        assert_eq!(check_artifact(&to, "steps/s/r.txt", &sha), None);
+
+        let other = dir.path().join("other");
+        fs::write(from.join("steps/s/r.txt"), b"edited").unwrap();
+        let e = materialize(&from, &other, &files, &[]).unwrap_err();
+        assert!(matches!(e, MaterializeError::Changed { .. }), "{e}");
+        assert!(!other.join("steps/s/r.txt").exists(), "changed bytes never take the artifact's place");
+        assert!(matches!(check_artifact(&from, "steps/s/r.txt", &sha), Some(Found::Changed { .. })));
+        fs::remove_file(from.join("steps/s/r.txt")).unwrap();
+        assert_eq!(check_artifact(&from, "steps/s/r.txt", &sha), Some(Found::Missing));
+        let bad = [Carried { path: "../r.txt".into(), sha256: sha }];
+        assert!(matches!(materialize(&from, &other, &bad, &[]), Err(MaterializeError::BadPath(_))));
+    }
+}
