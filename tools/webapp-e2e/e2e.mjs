@@ -354,7 +354,34 @@ async function readyRun(page) {
   await mustExist(page, '#events li[data-kind="run.finished"]', 'the run.finished event');
   check((await count(page, '#findings li')) === 0, 'a READY run has no findings');
   await openLog(page, steps[0], EXPECT.log_text);
+  await evidence(page);
   await finishPage(page, 'run');
+}
+
+/** The READY run's evidence: a step's result (collapsed JSON) and artifact as the API gives them,
+ *  and a result over 64 KiB read whole once opened. */
+async function evidence(page) {
+  const ev = EXPECT.evidence;
+  const result = (step) => `details.result[data-step=${attr(step)}]`;
+  await mustExist(page, result(ev.step), `the result of step ${ev.step}`);
+  check(!(await page.$eval(result(ev.step), (d) => d.open)), 'a step result is collapsed until opened');
+  await page.click(`${result(ev.step)} summary`);
+  let shown;
+  await poll(() => `the result of ${ev.step} to show ${JSON.stringify(ev.result)} (shows ${shown})`, async () => {
+    shown = await page.textContent(`${result(ev.step)} pre`);
+    try { return JSON.stringify(JSON.parse(shown)) === JSON.stringify(ev.result); } catch { return false; }
+  });
+  const row = `table#artifacts-table tr[data-path=${attr(ev.artifact.path)}]`;
+  await mustExist(page, row, `the artifact row of ${ev.artifact.path}`);
+  for (const [col, want] of [['step', ev.step], ['name', ev.artifact.name], ['sha256', ev.artifact.sha256], ['bytes', String(ev.artifact.bytes)]]) {
+    await waitText(page, `${row} td[data-col=${col}]`, (t) => t.trim() === want);
+  }
+  // The cut one: its size in the summary, the whole result once opened.
+  await page.click(`${result(ev.cut_step)} summary`);
+  await poll(() => `the whole result of ${ev.cut_step} (${ev.cut_bytes} bytes) once opened`, async () => {
+    const t = await page.textContent(`${result(ev.cut_step)} pre`);
+    try { return JSON.stringify(JSON.parse(t)) === JSON.stringify(ev.cut_result); } catch { return false; }
+  }, STEP_MS);
 }
 
 /** The replay child: lineage back to the source, the reused step marked. */
@@ -375,6 +402,10 @@ async function replayRun(page) {
   }
   await waitText(page, `${stepRow(reused)} td[data-col=decision]`, 'reused');
   await waitText(page, `${stepRow(reused)} td[data-col=reason]`, (t) => t.toLowerCase().startsWith('reused'));
+  // The reused step's artifact: the source's bytes, produced by the source run.
+  const row = `table#artifacts-table tr[data-path=${attr(EXPECT.evidence.artifact.path)}]`;
+  await waitText(page, `${row} td[data-col=sha256]`, (t) => t.trim() === EXPECT.evidence.artifact.sha256);
+  await mustExist(page, `${row} td[data-col=produced] a[href=${attr(`#/runs/${EXPECT.replay_source}`)}]`, 'the link to the run that produced the reused artifact');
   await finishPage(page, 'run', 'run-replay');
 }
 

@@ -61,6 +61,8 @@ impl RunView {
 pub struct StepDetail {
     pub run_id: String,
     pub step: StepView,
+    /// For a replay child: the decision stored for the step.
+    pub decision: Option<Value>,
 }
 
 /// One run of a list, with where it executes.
@@ -201,7 +203,8 @@ impl Engine {
     pub fn show_step(&self, run_id: &str, step_id: &str) -> Result<StepDetail, EngineError> {
         let view = self.show_run(run_id)?;
         let step = view.step(step_id)?.clone();
-        Ok(StepDetail { run_id: view.run.run_id, step })
+        let decision = view.decision_of(step_id).cloned();
+        Ok(StepDetail { run_id: view.run.run_id, step, decision })
     }
 
     /// Why a step of a run was executed, reused or invalidated.

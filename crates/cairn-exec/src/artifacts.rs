@@ -266,10 +266,11 @@ pub fn materialize(
         if let Some(parent) = dest.parent() {
             fs::create_dir_all(parent).map_err(|e| io_err(&f.path, e))?;
         }
+        // One name per artifact: a materialisation killed midway leaves it, and the next one
+        // (the replay continued) replaces it.
         let tmp = dest.with_file_name(format!(
-            ".{}.cairn-{}",
-            dest.file_name().and_then(|n| n.to_str()).unwrap_or("artifact"),
-            std::process::id()
+            ".{}.cairn-materialize",
+            dest.file_name().and_then(|n| n.to_str()).unwrap_or("artifact")
         ));
         let _ = fs::remove_file(&tmp);
         let linked = match fs::hard_link(&src, &tmp) {

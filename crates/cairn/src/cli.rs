@@ -112,6 +112,25 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// One step of a run whole: its result (never cut) and its artifacts.
+    Result {
+        run_id: String,
+        step_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The files a run's steps produced: path, size and SHA-256 of each.
+    Artifacts {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which run made this file: every recorded artifact with its bytes (exit 1 when none).
+    Trace {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// The ordered event log of a run.
     Events {
         run_id: String,

@@ -11,7 +11,7 @@ use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunRequest};
-use cairn_engine::{Engine, RunView};
+use cairn_engine::{Engine, RunView, TraceQuery};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, DaemonCommand, McpServer, PlanCommand, TargetCommand, WorkflowCommand};
@@ -144,6 +144,34 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 output::print_lineage(&view);
             }
             Ok(0)
+        }
+        Command::Result { run_id, step_id, json } => {
+            let detail = wire::StepDetail::from_engine(&open_engine(cli.home)?.show_step(&run_id, &step_id)?);
+            if json {
+                print_wire(&detail);
+            } else {
+                output::print_step_result(&detail);
+            }
+            Ok(0)
+        }
+        Command::Artifacts { run_id, json } => {
+            let list = wire::ArtifactList::from_engine(&open_engine(cli.home)?.run_artifacts(&run_id)?);
+            if json {
+                print_wire(&list);
+            } else {
+                output::print_artifacts(&list);
+            }
+            Ok(0)
+        }
+        Command::Trace { file, json } => {
+            let traced =
+                wire::TraceResult::from_engine(&open_engine(cli.home)?.trace(&TraceQuery::File(file.clone()))?);
+            if json {
+                print_wire(&traced);
+            } else {
+                output::print_trace(&file, &traced);
+            }
+            Ok(if traced.matches.is_empty() { 1 } else { 0 })
         }
         Command::Events { run_id, follow, json } => {
             let root = state_root(cli.home)?;

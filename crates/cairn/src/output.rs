@@ -56,6 +56,17 @@ pub fn print_run(report: &RunView, detail: bool) {
         {
             println!("      {err}");
         }
+        if detail && let Some(result) = r.and_then(|r| r.result.as_ref()) {
+            println!("      result {}", compact(result, 100));
+        }
+        if detail {
+            for a in &s.artifacts {
+                println!(
+                    "      {}",
+                    artifact_line(&a.artifact.name, &a.artifact.path, a.artifact.bytes, &a.artifact.sha256)
+                );
+            }
+        }
         if detail && let Some(tail) = r.and_then(|r| r.log_tail.as_ref()) {
             for l in tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev() {
                 println!("      | {l}");
@@ -88,6 +99,85 @@ pub fn print_run(report: &RunView, detail: bool) {
             run.finished_at.map(time).unwrap_or_else(|| "-".into())
         );
         println!("  run dir {}", run.run_dir);
+    }
+}
+
+/// A JSON value on one line, cut to about `max` characters.
+fn compact(v: &Value, max: usize) -> String {
+    let text = v.to_string();
+    if text.chars().count() <= max {
+        return text;
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut}… ({} bytes; `cairn result` prints it whole)", text.len())
+}
+
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b} B"),
+        b if b < 1 << 20 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b if b < 1 << 30 => format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20)),
+        b => format!("{:.2} GiB", b as f64 / f64::from(1u32 << 30)),
+    }
+}
+
+fn artifact_line(name: &str, path: &str, bytes: u64, sha256: &str) -> String {
+    format!("artifact {name:<12} {path}  {}  sha256 {}", size(bytes), sha256)
+}
+
+/// `cairn result RUN STEP`: the step's status, its whole result (pretty) and its artifacts.
+pub fn print_step_result(d: &wire::StepDetail) {
+    let s = &d.step;
+    println!("run {}  step {}  {}  (attempts {})", d.run_id, s.step_id, s.status, s.attempts);
+    if let Some(reason) = &s.reason {
+        println!("  {reason}");
+    }
+    if let Some(e) = &s.error {
+        println!("  error: {e}");
+    }
+    match &s.result {
+        Some(v) => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
+        None => println!("  no result: the step has not completed"),
+    }
+    for a in &s.artifacts {
+        println!("  {}", artifact_line(&a.name, &a.path, a.bytes, &a.sha256));
+    }
+}
+
+/// `cairn artifacts RUN`.
+pub fn print_artifacts(list: &wire::ArtifactList) {
+    if list.artifacts.is_empty() {
+        println!("run {} recorded no artifacts: its steps declare no `outputs` in workflow.toml", list.run_id);
+        return;
+    }
+    println!("run {}: {} artifact(s)", list.run_id, list.artifacts.len());
+    println!("  {:<20} {:<12} {:>10}  {:<64}  PATH", "STEP", "OUTPUT", "BYTES", "SHA256");
+    for a in &list.artifacts {
+        let reused = a.reused_from.as_ref().map(|r| format!("  (reused from {r})")).unwrap_or_default();
+        println!("  {:<20} {:<12} {:>10}  {:<64}  {}{reused}", a.step_id, a.name, a.bytes, a.sha256, a.path);
+    }
+}
+
+/// `cairn trace FILE`.
+pub fn print_trace(file: &std::path::Path, t: &wire::TraceResult) {
+    if t.matches.is_empty() {
+        eprintln!(
+            "no run recorded {} (sha256 {}): no artifact of any run has these bytes; a file is recorded only when a step declares it in `outputs`",
+            file.display(),
+            t.sha256
+        );
+        return;
+    }
+    println!("{}  sha256 {}", file.display(), t.sha256);
+    for m in &t.matches {
+        let how = match &m.reused_from {
+            Some(from) => format!("reused from {from} via {}", m.lineage.join(" ← ")),
+            None => "produced here".to_string(),
+        };
+        println!(
+            "  run {}  {}@{}  step {} attempt {}  {}  ({how})",
+            m.run_id, m.workflow, m.version, m.step_id, m.attempt, m.path
+        );
     }
 }
 

@@ -1,5 +1,6 @@
-//! `cairn quickstart`: registers the bundled release-validation example (1.0.0 and 1.1.0) and
-//! runs 1.1.0 twice, once READY and once BLOCKED, so a new user sees the whole loop.
+//! `cairn quickstart`: registers the bundled release-validation example (1.0.0, 1.1.0 and 1.2.0)
+//! and runs 1.2.0 twice, once READY and once BLOCKED, so a new user sees the whole loop: what
+//! the steps found, the evidence report they wrote (an artifact, with its SHA-256), the verdict.
 
 use std::path::Path;
 
@@ -12,6 +13,10 @@ use crate::follow::submit_and_follow;
 use crate::input::read_input;
 use crate::output::{print_json, print_run};
 use crate::wire::{RunResult, SubmitRun, to_value};
+
+/// The example's versions, registered in order; the last is the one the quickstart runs.
+const VERSIONS: [&str; 3] = ["1.0.0", "1.1.0", "1.2.0"];
+const RUNS: &str = "1.2.0";
 
 #[derive(RustEmbed)]
 #[folder = "../../examples/"]
@@ -48,7 +53,7 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         }
     };
     say(format!("state root: {}", engine.state().path().display()));
-    for version in ["1.0.0", "1.1.0"] {
+    for version in VERSIONS {
         let added = engine.add_workflow(&example.join(version))?;
         say(format!(
             "{} release-validation@{version} ({} steps)",
@@ -59,12 +64,12 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
     let mut results = Vec::new();
     for (fixture, expected) in [("ready", "READY"), ("blocked", "BLOCKED")] {
         let input_path = example.join("inputs").join(format!("{fixture}.json"));
-        say(format!("\n$ cairn run release-validation@1.1.0 --input {}", input_path.display()));
+        say(format!("\n$ cairn run release-validation@{RUNS} --input {}", input_path.display()));
         let input = read_input(&input_path)?;
         let run = SubmitRun {
             thread_id: "quickstart".into(),
             workflow: Some("release-validation".into()),
-            version: Some("1.1.0".into()),
+            version: Some(RUNS.into()),
             input: Some(input),
             run_id: None,
             replay: None,
@@ -73,6 +78,12 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         let report = submit_and_follow(root, &run, json)?;
         if !json {
             print_run(&report, false);
+            for s in &report.steps {
+                for a in &s.artifacts {
+                    let a = &a.artifact;
+                    eprintln!("  {} wrote {} ({} bytes, sha256 {})", s.step_id, a.path, a.bytes, a.sha256);
+                }
+            }
         }
         results.push((expected, report));
     }
@@ -80,7 +91,7 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
     if json {
         print_json(&json!({
             "state_root": engine.state().path().display().to_string(),
-            "registered": ["release-validation@1.0.0", "release-validation@1.1.0"],
+            "registered": VERSIONS.iter().map(|v| format!("release-validation@{v}")).collect::<Vec<_>>(),
             "runs": results.iter().map(|(_, r)| to_value(&RunResult::from_view(r))).collect::<Vec<_>>(),
             "as_expected": as_expected,
         }));
@@ -88,9 +99,11 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         let (ready, blocked) = (&results[0].1.run.run_id, &results[1].1.run.run_id);
         eprintln!("\nNext:");
         eprintln!("  cairn runs                      # every run, newest first");
-        eprintln!("  cairn show {blocked}   # the BLOCKED run and its finding");
+        eprintln!("  cairn show {blocked}   # the BLOCKED run, its finding and what each step found");
+        eprintln!("  cairn artifacts {ready} # the files it wrote, with their SHA-256");
+        eprintln!("  cairn trace <a file>            # which run wrote these bytes");
         eprintln!("  cairn events {ready} # the durable event log");
-        eprintln!("  cairn workflow show release-validation@1.1.0");
+        eprintln!("  cairn workflow show release-validation@{RUNS}");
         eprintln!("  cairn ui                        # the same runs in the read-only web app");
     }
     Ok(if as_expected { 0 } else { 3 })

@@ -327,6 +327,10 @@ async function runPage(runId) {
   const dagBox = h('div', { class: 'dag-wrap', role: 'region', 'aria-label': 'Step graph', tabindex: 0 });
   const stepsBox = h('div');
   const findingsBox = h('div');
+  const resultsBox = h('div', { id: 'results' });
+  const artifactsBox = h('div');
+  // Which results are open, so a live re-render keeps them so.
+  const openResults = new Set();
   // Scrollable boxes take focus, so a keyboard can scroll them.
   const eventsBox = h('ol', { id: 'events', class: 'timeline', 'aria-label': 'Events, oldest first', tabindex: 0 });
   const logsBox = h('div');
@@ -338,6 +342,9 @@ async function runPage(runId) {
     h('section', { 'aria-labelledby': 'h-lineage' }, h('h2', { id: 'h-lineage' }, 'Lineage'), lineage),
     h('section', { 'aria-labelledby': 'h-dag' }, h('h2', { id: 'h-dag' }, 'Steps as a graph'), legend(), dagBox),
     h('section', { 'aria-labelledby': 'h-steps' }, h('h2', { id: 'h-steps' }, 'Steps'), stepsBox),
+    h('section', { 'aria-labelledby': 'h-results' }, h('h2', { id: 'h-results' }, 'Step results'),
+      h('p', { class: 'muted small' }, 'What each step found: its tool\'s JSON result.'), resultsBox),
+    h('section', { 'aria-labelledby': 'h-artifacts' }, h('h2', { id: 'h-artifacts' }, 'Artifacts'), artifactsBox),
     h('section', { 'aria-labelledby': 'h-findings' }, h('h2', { id: 'h-findings' }, 'Findings'), findingsBox),
     h('section', { 'aria-labelledby': 'h-events' }, h('h2', { id: 'h-events' }, 'Event timeline'), eventsBox),
     h('section', { 'aria-labelledby': 'h-logs' }, h('h2', { id: 'h-logs' }, 'Log tails'),
@@ -386,6 +393,23 @@ async function runPage(runId) {
           `#${a.attempt} `, time(a.start), a.end ? ` → ${ms(span(a.start, a.end))} ${a.how}` : ' → running'))),
         h('td', { 'data-col': 'decision' }, decision(s, r.replay)),
         h('td', { 'data-col': 'reason' }, reason(s))))));
+    const withResult = r.steps.filter((s) => s.result !== null && s.result !== undefined);
+    resultsBox.replaceChildren(...(withResult.length ? withResult.map((s) => resultOf(enc, s, openResults))
+      : [h('p', { class: 'muted' }, 'No step has completed yet.')]));
+    const artifacts = r.steps.flatMap((s) => s.artifacts || []);
+    artifactsBox.replaceChildren(artifacts.length
+      ? table('artifacts-table', 'The files the steps produced, hashed when each completed',
+        ['Step', 'Output', 'Path', 'Bytes', 'SHA-256', 'Produced by'],
+        artifacts.map((a) => h('tr', { 'data-path': a.path },
+          h('td', { 'data-col': 'step' }, a.step_id),
+          h('td', { 'data-col': 'name' }, a.name),
+          h('td', { 'data-col': 'path', class: 'mono wrap' }, a.path),
+          h('td', { 'data-col': 'bytes', class: 'num' }, a.bytes),
+          h('td', { 'data-col': 'sha256', class: 'mono wrap small' }, a.sha256),
+          h('td', { 'data-col': 'produced', class: 'small' }, a.reused_from
+            ? ['run ', h('a', { href: `#/runs/${encodeURIComponent(a.reused_from)}` }, a.reused_from), `, attempt ${a.attempt}`]
+            : `attempt ${a.attempt} of this run`))))
+      : h('p', { id: 'artifacts-none', class: 'muted' }, 'None: no step of this run declares outputs (or none has completed).'));
     findingsBox.replaceChildren(r.findings.length
       ? h('ul', { id: 'findings', class: 'findings' }, r.findings.map((f) => h('li', {},
         h('strong', {}, f.rule), `: ${f.finding} (step ${f.step}, ${f.pointer}`,
@@ -429,6 +453,30 @@ async function runPage(runId) {
     if (!life.signal.aborted) liveNote.textContent = `Stopped following: ${e.message}`;
   }
   refresh();
+}
+
+/** A step's result, collapsed: its JSON, pretty. A result the run cut (over 64 KiB) is read whole
+ *  from the step when opened. */
+function resultOf(enc, s, open) {
+  const pre = h('pre', { tabindex: 0, 'aria-label': `Result of ${s.step_id}` });
+  const show = (v) => { pre.textContent = JSON.stringify(v, null, 2); };
+  const size = s.result_bytes < 1024 ? `${s.result_bytes} bytes` : `${(s.result_bytes / 1024).toFixed(1)} KiB`;
+  const d = h('details', { class: 'result', 'data-step': s.step_id, open: open.has(s.step_id) },
+    h('summary', {}, `${s.step_id} `, h('span', { class: 'muted small' }, size)), pre);
+  const load = async () => {
+    if (!s.result_truncated) return show(s.result);
+    pre.textContent = 'Loading the whole result…';
+    try {
+      show((await api(`/runs/${enc}/steps/${encodeURIComponent(s.step_id)}`)).result);
+    } catch (e) {
+      pre.textContent = e.message;
+    }
+  };
+  d.addEventListener('toggle', () => {
+    if (d.open) { open.add(s.step_id); load(); } else open.delete(s.step_id);
+  });
+  if (d.open) load();
+  return d;
 }
 
 /** A `<details>` whose `<pre>` is read by `load()` (text) each time it is opened: log tails and

@@ -920,7 +920,7 @@ def op_materialize(r):
                  "is re-executed" % (rel, src_root, problem))
         try:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            tmp = os.path.join(os.path.dirname(dest), ".%s.cairn-%d" % (os.path.basename(dest), os.getpid()))
+            tmp = os.path.join(os.path.dirname(dest), ".%s.cairn-materialize" % os.path.basename(dest))
             if os.path.lexists(tmp):
                 os.unlink(tmp)
             try:

@@ -17,7 +17,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
-use crate::wire::{Event, EventList, Explanation, RunList, RunResult, StepLog, SubmitRun};
+use crate::wire::{
+    ArtifactList, Event, EventList, Explanation, RunList, RunResult, StepDetail, StepLog, SubmitRun, TraceResult,
+};
 
 /// An accepted run as an answer: 200 when it had finished already, else 202 with where to find it.
 pub(super) fn run_answer(submitted: &Submitted) -> Response {
@@ -331,6 +333,56 @@ pub(super) async fn explain_step(
     ApiPath((run_id, step_id)): ApiPath<(String, String)>,
 ) -> Result<Json<Explanation>, ApiError> {
     blocking(move || Ok(Json(Explanation::from_engine(&state.service.engine().explain_step(&run_id, &step_id)?)))).await
+}
+
+/// One step of a run whole: its status, its result (never cut) and its artifacts.
+#[utoipa::path(get, path = "/runs/{run_id}/steps/{step_id}", tag = "runs",
+    params(("run_id" = String, Path), ("step_id" = String, Path)),
+    responses((status = 200, description = "The step, its whole result and its artifacts", body = StepDetail),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn get_step(
+    State(state): State<AppRef>,
+    ApiPath((run_id, step_id)): ApiPath<(String, String)>,
+) -> Result<Json<StepDetail>, ApiError> {
+    blocking(move || Ok(Json(StepDetail::from_engine(&state.service.engine().show_step(&run_id, &step_id)?)))).await
+}
+
+/// The files a run's steps produced, by step then path: size, SHA-256 and the producing attempt.
+#[utoipa::path(get, path = "/runs/{run_id}/artifacts", tag = "runs", params(("run_id" = String, Path)),
+    responses((status = 200, body = ArtifactList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn run_artifacts(
+    State(state): State<AppRef>,
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Json<ArtifactList>, ApiError> {
+    blocking(move || Ok(Json(ArtifactList::from_engine(&state.service.engine().run_artifacts(&run_id)?)))).await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TraceQueryParams {
+    /// The SHA-256 of a file's bytes (64 hexadecimal digits).
+    #[param(pattern = "^[0-9a-fA-F]{64}$")]
+    pub sha256: Option<String>,
+}
+
+/// Which runs recorded these bytes: every artifact with this SHA-256, oldest first, with its
+/// run's workflow, the step's signature and the replays that carried it (an empty list when none).
+#[utoipa::path(get, path = "/artifacts", tag = "runs", params(TraceQueryParams),
+    responses((status = 200, body = TraceResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn trace_artifacts(
+    State(state): State<AppRef>,
+    ApiQuery(q): ApiQuery<TraceQueryParams>,
+) -> Result<Json<TraceResult>, ApiError> {
+    let sha256 = q.sha256.ok_or_else(|| ApiError::invalid("give sha256: the SHA-256 of the file's bytes"))?;
+    blocking(move || {
+        Ok(Json(TraceResult::from_engine(&state.service.engine().trace(&cairn_engine::TraceQuery::Sha256(sha256))?)))
+    })
+    .await
 }
 
 /// Cancels a run: its process groups are stopped (SIGTERM, grace, SIGKILL) and it ends CANCELLED.

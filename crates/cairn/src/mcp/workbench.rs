@@ -270,6 +270,19 @@ impl Workbench {
     }
 
     #[tool(
+        description = "One step of a run whole: its status, its result (the tool's JSON, never cut, where get_run cuts results over 64 KiB) and its artifacts (the files it produced, with path, size and SHA-256). Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn get_step_result(
+        &self,
+        Parameters(p): Parameters<StepRef>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let path = format!("/runs/{}/steps/{}", seg(&p.run_id), seg(&p.step_id));
+        self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
         description = "The last lines of a step's log (its stderr; read over SSH, bounded, while a remote step runs). Read-only.",
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]

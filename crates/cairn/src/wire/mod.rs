@@ -18,7 +18,8 @@ pub use requests::{
     AddTarget, ExecutePlan, ExecutorName, PlanReplay, PlanRun, ReplayDirective, SubmitJob, SubmitRun, Verify,
 };
 pub use runs::{
-    Event, EventList, Explanation, LineageEntry, ReplayPreview, RunList, RunResult, RunSummary, StepLog, StepResult,
+    ArtifactEntry, ArtifactList, Event, EventList, Explanation, LineageEntry, ReplayPreview, RunList, RunResult,
+    RunSummary, StepDetail, StepLog, StepResult, TraceMatch, TraceResult,
 };
 pub use targets::targets_json;
 pub use verify::{VerificationRecord, VerifyResult};

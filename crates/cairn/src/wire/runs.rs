@@ -1,8 +1,9 @@
 //! Runs, their steps, the run list, events, a step's explanation and its log.
 
+use cairn_core::artifact::ArtifactRecord;
 use cairn_core::event::RunEvent;
 use cairn_core::store::{EventRecord, RunRecord};
-use cairn_engine::{RunListing, RunView, StepExplanation, StepView};
+use cairn_engine::{RunArtifacts, RunListing, RunView, StepExplanation, StepView, Trace};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -29,6 +30,156 @@ pub struct StepResult {
     /// For a replay child: why, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the tool found: its JSON result, once it completed. In a run, a result over 64 KiB
+    /// is cut: then this is a string, the first 64 KiB of the result's JSON text, and
+    /// `result_truncated` is true; `cairn result RUN STEP` (or `GET /runs/{id}/steps/{step}`)
+    /// gives it whole.
+    #[serde(default)]
+    pub result: Option<Value>,
+    #[serde(default)]
+    pub result_truncated: bool,
+    /// The size of the whole result's JSON text.
+    #[serde(default)]
+    pub result_bytes: usize,
+    /// The files it produced (its declared outputs), by path.
+    #[serde(default)]
+    pub artifacts: Vec<ArtifactEntry>,
+}
+
+/// One file a step produced, as recorded when its attempt completed.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ArtifactEntry {
+    pub step_id: String,
+    /// The declared output it belongs to.
+    pub name: String,
+    /// Relative to the run directory.
+    pub path: String,
+    pub bytes: u64,
+    pub sha256: String,
+    /// The attempt that produced it (in the run that produced it).
+    pub attempt: u32,
+    /// For a reused step: the run whose attempt produced the bytes.
+    #[serde(default)]
+    pub reused_from: Option<String>,
+}
+
+impl ArtifactEntry {
+    pub fn from_record(a: &ArtifactRecord) -> ArtifactEntry {
+        ArtifactEntry {
+            step_id: a.step_id.clone(),
+            name: a.artifact.name.clone(),
+            path: a.artifact.path.clone(),
+            bytes: a.artifact.bytes,
+            sha256: a.artifact.sha256.clone(),
+            attempt: a.attempt,
+            reused_from: a.reused_from.clone(),
+        }
+    }
+}
+
+/// A run's artifacts (`cairn artifacts RUN`, `GET /runs/{id}/artifacts`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ArtifactList {
+    pub run_id: String,
+    pub artifacts: Vec<ArtifactEntry>,
+}
+
+impl ArtifactList {
+    pub fn from_engine(a: &RunArtifacts) -> ArtifactList {
+        ArtifactList {
+            run_id: a.run_id.clone(),
+            artifacts: a.artifacts.iter().map(ArtifactEntry::from_record).collect(),
+        }
+    }
+}
+
+/// One recorded artifact of the traced bytes.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TraceMatch {
+    pub run_id: String,
+    pub step_id: String,
+    pub attempt: u32,
+    pub workflow: String,
+    pub version: String,
+    pub name: String,
+    /// Relative to the run directory.
+    pub path: String,
+    pub bytes: u64,
+    /// For a reused artifact: the run whose attempt produced the bytes.
+    pub reused_from: Option<String>,
+    /// `{tool, tool_digest, args_hash}` of the step that recorded it.
+    #[schema(value_type = Option<Object>)]
+    pub signature: Option<Value>,
+    /// For a reused artifact, the runs it came through: this run's source first, the producer last.
+    pub lineage: Vec<String>,
+    pub recorded_at: String,
+}
+
+/// Which runs recorded a file's bytes (`cairn trace FILE`, `GET /artifacts?sha256=`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TraceResult {
+    pub sha256: String,
+    /// Oldest first.
+    pub matches: Vec<TraceMatch>,
+}
+
+impl TraceResult {
+    pub fn from_engine(t: &Trace) -> TraceResult {
+        TraceResult {
+            sha256: t.sha256.clone(),
+            matches: t
+                .matches
+                .iter()
+                .map(|m| TraceMatch {
+                    run_id: m.record.run_id.clone(),
+                    step_id: m.record.step_id.clone(),
+                    attempt: m.record.attempt,
+                    workflow: m.workflow.clone(),
+                    version: m.version.clone(),
+                    name: m.record.artifact.name.clone(),
+                    path: m.record.artifact.path.clone(),
+                    bytes: m.record.artifact.bytes,
+                    reused_from: m.record.reused_from.clone(),
+                    signature: m.signature.as_ref().map(super::to_value),
+                    lineage: m.lineage.clone(),
+                    recorded_at: time(m.record.recorded_at),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One step whole (`cairn result RUN STEP`, `GET /runs/{id}/steps/{step}`, MCP
+/// `get_step_result`): the step's fields as a run carries them, its result never cut.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StepDetail {
+    pub run_id: String,
+    #[serde(flatten)]
+    pub step: StepResult,
+}
+
+impl StepDetail {
+    pub fn from_engine(d: &cairn_engine::StepDetail) -> StepDetail {
+        StepDetail { run_id: d.run_id.clone(), step: step_fields(d.decision.as_ref(), &d.step, usize::MAX) }
+    }
+}
+
+/// The most of a step's result a run (or a list of runs) carries.
+pub const RESULT_PREVIEW_BYTES: usize = 64 << 10;
+
+/// A result bounded to `limit` bytes of JSON text: the value itself when it fits, else the
+/// first `limit` bytes of its text (cut at a character boundary); whether it was cut; its size.
+fn bounded(result: &Value, limit: usize) -> (Value, bool, usize) {
+    let text = result.to_string();
+    let bytes = text.len();
+    if bytes <= limit {
+        return (result.clone(), false, bytes);
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (Value::String(text[..end].to_string()), true, bytes)
 }
 
 /// One run of a replay child's lineage.
@@ -102,9 +253,23 @@ fn lineage_entry(r: &RunRecord) -> LineageEntry {
 }
 
 fn step_result(view: &RunView, s: &StepView) -> StepResult {
+    step_fields(view.decision_of(&s.step_id), s, RESULT_PREVIEW_BYTES)
+}
+
+fn step_fields(decision: Option<&Value>, s: &StepView, limit: usize) -> StepResult {
     let r = s.record.as_ref();
-    let decision = view.decision_of(&s.step_id);
+    let (result, result_truncated, result_bytes) = match r.and_then(|r| r.result.as_ref()) {
+        Some(v) => {
+            let (v, cut, n) = bounded(v, limit);
+            (Some(v), cut, n)
+        }
+        None => (None, false, 0),
+    };
     StepResult {
+        result,
+        result_truncated,
+        result_bytes,
+        artifacts: s.artifacts.iter().map(ArtifactEntry::from_record).collect(),
         step_id: s.step_id.clone(),
         status: s.status().to_string(),
         attempts: r.map(|r| r.attempt_count).unwrap_or(0),

@@ -462,6 +462,14 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         ),
         protected("GET", "/runs/R1/steps/b/explain", None, OK, OK),
         protected("GET", "/runs/R1/steps/zz/explain", None, NOT_FOUND, NOT_FOUND),
+        // The evidence: a step whole, a run's artifacts, and a trace by hash (none recorded).
+        protected("GET", "/runs/R1/steps/b", None, OK, OK),
+        protected("GET", "/runs/R1/steps/zz", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/R1/artifacts", None, OK, OK),
+        protected("GET", "/runs/nope/artifacts", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", &format!("/artifacts?sha256={}", "ab".repeat(32)), None, OK, OK),
+        protected("GET", "/artifacts?sha256=xyz", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),
+        protected("GET", "/artifacts", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),
         // Compute. The operator's registration is refused for its relative workspace root and
         // the probe and readiness name unknown targets, so nothing is contacted or stored.
         protected("GET", "/targets", None, OK, OK),

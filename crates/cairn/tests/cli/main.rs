@@ -12,6 +12,7 @@ mod bad_input;
 mod conformance;
 mod controllers;
 mod daemon;
+mod evidence;
 mod kernel;
 mod layers;
 mod limits;

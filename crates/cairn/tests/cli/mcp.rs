@@ -45,6 +45,7 @@ const WORKBENCH: Tools = &[
     ("list_runs", &[], &["status", "limit"]),
     ("get_run", &["run_id"], &[]),
     ("explain_step", &["run_id", "step_id"], &[]),
+    ("get_step_result", &["run_id", "step_id"], &[]),
     ("tail_log", &["run_id", "step_id"], &["lines"]),
     ("cancel_run", &["run_id"], &[]),
     ("verify_workflow", &[], &["document", "path", "title"]),
@@ -90,12 +91,13 @@ const MUTATING: [&str; 10] = [
 ];
 
 /// Tools that only read: annotated read-only.
-const READ_ONLY: [&str; 14] = [
+const READ_ONLY: [&str; 15] = [
     "list_workflows",
     "describe_workflow",
     "list_runs",
     "get_run",
     "explain_step",
+    "get_step_result",
     "tail_log",
     "poll_job",
     "list_jobs",
@@ -201,13 +203,13 @@ impl Fx {
         Some(Fx { c, base, python, config })
     }
 
-    /// With `release-validation@1.1.0` registered and the daemon started.
+    /// With `release-validation@1.2.0` registered and the daemon started.
     fn with_example() -> Option<Fx> {
         let fx = Fx::new()?;
-        let dir = example("1.1.0");
+        let dir = example("1.2.0");
         let (code, added, out) = fx.json(&["workflow", "add", dir.to_str().unwrap()]);
         assert_eq!(code, 0, "{out}");
-        assert_eq!(added["version"], "1.1.0");
+        assert_eq!(added["version"], "1.2.0");
         fx.start_daemon();
         Some(fx)
     }
@@ -652,7 +654,7 @@ fn agent_path(over: Over) {
     let listed = wb.call_ok("list_workflows", json!({}));
     assert!(listed["workflows"].as_array().unwrap().iter().any(|wf| wf["name"] == "release-validation"), "{listed:#}");
     let described = wb.call_ok("describe_workflow", json!({"name": "release-validation"}));
-    assert_eq!(described["version"], "1.1.0", "{described:#}");
+    assert_eq!(described["version"], "1.2.0", "{described:#}");
     assert_eq!(strs(&described["order"]), owned(&EXAMPLE_STEPS), "{described:#}");
     assert_eq!(wb.call_ok("list_runs", json!({}))["runs"], json!([]));
 
@@ -672,7 +674,7 @@ fn agent_path(over: Over) {
     assert!(plan["plan_id"].as_str().is_some_and(|id| id.starts_with("plan_")), "{plan:#}");
     let checksum = plan["plan_checksum"].as_str().unwrap().to_string();
     assert!(checksum.len() == 64 && checksum.chars().all(|c| c.is_ascii_hexdigit()), "{plan:#}");
-    assert_eq!((plan["workflow"].as_str(), plan["version"].as_str()), (Some("release-validation"), Some("1.1.0")));
+    assert_eq!((plan["workflow"].as_str(), plan["version"].as_str()), (Some("release-validation"), Some("1.2.0")));
     assert_eq!(plan["target"], "local");
     assert_eq!(plan["run_dir"], run_dir.display().to_string());
     let commands = plan["commands"].as_array().unwrap();
@@ -769,6 +771,16 @@ fn agent_path(over: Over) {
         assert_eq!(s["reused"], reused, "{w}: {id}: {s}");
         assert_eq!(s["decision"], if reused { "reuse" } else { "replay" }, "{w}: {id}: {s}");
         assert_eq!(s["attempts"], if reused { 0 } else { 1 }, "{w}: {id}: {s}");
+        // The whole step, as the CLI and the API give it; `get_run` carries the same evidence.
+        let whole = wb.call_ok("get_step_result", json!({"run_id": cid, "step_id": id}));
+        let (code, cli, out) = fx.json(&["result", &cid, id]);
+        assert_eq!(code, 0, "{out}");
+        assert_eq!(whole, cli, "{w}: {id}: get_step_result is `cairn result`");
+        for field in ["result", "result_truncated", "result_bytes", "artifacts"] {
+            assert_eq!(whole[field], s[field], "{w}: {id}: {field}");
+        }
+        let names: Vec<&str> = s["artifacts"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+        assert_eq!(names, if id == "generate_evidence" { vec!["report", "summary"] } else { vec![] }, "{w}: {id}");
         let ex = wb.call_ok("explain_step", json!({"run_id": cid, "step_id": id}));
         if reused {
             assert_eq!(ex["reused_from"], src.as_str(), "{w}: {id}: {ex:#}");
@@ -1030,7 +1042,7 @@ fn http_roles_tokens_and_hosts() {
     let w = &viewer.what;
     assert_eq!(viewer.call_ok("list_runs", json!({}))["runs"], json!([]));
     assert!(!viewer.call_ok("list_workflows", json!({}))["workflows"].as_array().unwrap().is_empty());
-    assert_eq!(viewer.call_ok("describe_workflow", json!({"name": "release-validation"}))["version"], "1.1.0");
+    assert_eq!(viewer.call_ok("describe_workflow", json!({"name": "release-validation"}))["version"], "1.2.0");
     let kernels_before = kernel_processes(&fx.home());
     for (tool, args) in [
         (
@@ -1281,10 +1293,10 @@ fn resources_and_templates_on_every_server() {
             let text = g["text"].as_str().unwrap();
             assert!(text.starts_with("# ") && text.contains("execute_plan"), "{w}: {text}");
 
-            let wf = s.read_json("cairn://workflows/release-validation@1.1.0");
+            let wf = s.read_json("cairn://workflows/release-validation@1.2.0");
             assert_eq!(
                 (wf["name"].as_str(), wf["version"].as_str()),
-                (Some("release-validation"), Some("1.1.0")),
+                (Some("release-validation"), Some("1.2.0")),
                 "{w}"
             );
             for uri in [

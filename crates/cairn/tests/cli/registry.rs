@@ -1,7 +1,9 @@
 //! The registry (immutable, content-addressed name@version, highest version by default) and the
 //! bundled quickstart.
 
-use serde_json::json;
+use std::path::Path;
+
+use serde_json::{Value, json};
 
 use crate::support::*;
 
@@ -121,11 +123,28 @@ fn quickstart_registers_the_example_and_shows_ready_then_blocked() {
     let out = c.json(&["quickstart"]).expect(0);
     let q = &out.json;
     assert_eq!(q["as_expected"], true, "{}", out.stdout);
-    assert_eq!(q["registered"], json!(["release-validation@1.0.0", "release-validation@1.1.0"]));
+    assert_eq!(
+        q["registered"],
+        json!(["release-validation@1.0.0", "release-validation@1.1.0", "release-validation@1.2.0"])
+    );
     let runs = q["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0]["status"], "READY");
-    assert_eq!(runs[0]["version"], "1.1.0");
+    assert_eq!(runs[0]["version"], "1.2.0");
+    // The evidence report is recorded, as the file it is: its path, size and SHA-256.
+    for r in runs {
+        let evidence = step(r, "generate_evidence");
+        let names: Vec<&str> =
+            evidence["artifacts"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["report", "summary"], "{evidence:#}");
+        let summary = &evidence["artifacts"][1];
+        let file = Path::new(r["run_dir"].as_str().unwrap()).join(summary["path"].as_str().unwrap());
+        let bytes = std::fs::read(&file).unwrap();
+        assert_eq!(summary["sha256"], sha256_hex(&bytes), "{}", file.display());
+        assert_eq!(summary["bytes"], bytes.len());
+        let written: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(written, evidence["result"], "evidence.json holds the step's result");
+    }
     assert_eq!(runs[0]["findings"], json!([]));
     assert_eq!(runs[1]["status"], "BLOCKED");
     assert!(!runs[1]["findings"].as_array().unwrap().is_empty());
@@ -140,9 +159,9 @@ fn quickstart_registers_the_example_and_shows_ready_then_blocked() {
     let shown = c.json(&["show", blocked]).expect(0).json;
     assert_eq!(shown["status"], "BLOCKED");
     assert_eq!(shown["findings"], runs[1]["findings"]);
-    assert_eq!(c.json(&["workflow", "list"]).expect(0).json["workflows"].as_array().unwrap().len(), 2);
+    assert_eq!(c.json(&["workflow", "list"]).expect(0).json["workflows"].as_array().unwrap().len(), 3);
 
-    // The example is also registered for `run`: without a version, the highest (1.1.0).
+    // The example is also registered for `run`: without a version, the highest (1.2.0).
     let shown = c.json(&["workflow", "show", "release-validation"]).expect(0).json;
-    assert_eq!(shown["version"], "1.1.0");
+    assert_eq!(shown["version"], "1.2.0");
 }

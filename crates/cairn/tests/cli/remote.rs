@@ -341,7 +341,7 @@ fn wait_group_gone(pgid: i32, what: &str) {
 /// created), executes it and checks the run and what it left on the target. Returns the run
 /// directory and the run.
 fn example_on(rt: &Rt, target: &str, executor: &str) -> (PathBuf, Value) {
-    rt.c.add(&example("1.1.0"));
+    rt.c.add(&example("1.2.0"));
     let run_dir = rt.p("example-run");
     let plan =
         rt.c.plan("release-validation", &example("inputs/ready.json"), target, &run_dir, "example").expect(0).json;
@@ -400,7 +400,84 @@ fn example_on(rt: &Rt, target: &str, executor: &str) -> (PathBuf, Value) {
         let ident = read_json(&dir.join("pid.json"));
         assert_eq!(remote["nonce"], ident["nonce"], "{id}: registry {remote} vs pid.json {ident}");
     }
+    // The evidence report, hashed on the target by the step agent: the very bytes there.
+    let evidence = step(&run, "generate_evidence");
+    let names: Vec<&str> = evidence["artifacts"].as_array().unwrap().iter().map(|a| str_of(&a["name"])).collect();
+    assert_eq!(names, ["report", "summary"], "{evidence:#}");
+    crate::evidence::assert_on_disk(&run);
     (run_dir, run)
+}
+
+/// A run on an SSH target: its outputs are hashed there by the step agent; a replay planned on
+/// the same target materialises the reused bytes there (a hard link), and `trace` finds them from
+/// a local copy; a replay planned elsewhere cannot reuse them, and bytes edited on the target are
+/// not reused either — each with its reason in the plan.
+#[test]
+fn the_evidence_of_an_ssh_run_is_hashed_and_reused_on_its_target() {
+    use crate::evidence::{MIB, artifacts, evidence_workflow, input, render_files, sha256_file};
+    let Some(d) = sshd() else { return };
+    let rt = Rt::new(d, "box", "process");
+    evidence_workflow(&rt.c);
+    let src_dir = rt.p("ev-src");
+    let input_file = rt.c.input(&input(&rt.c, render_files(MIB)));
+    rt.c.plan("evidence", &input_file, "box", &src_dir, "ev-src").expect(0);
+    let source = rt.execute(&rt.approval("ev-src")).expect(0).json;
+    assert_eq!(source["status"], "READY", "{source:#}\n{}", rt.c.daemon_log());
+    assert_eq!(artifacts(&source, "render").len(), 4, "{source:#}");
+    crate::evidence::assert_on_disk(&source);
+    let source_id = str_of(&source["run_id"]).to_string();
+
+    // A replay on the same target: `render` is reused, its bytes linked there.
+    let plan_replay = |target: &str, dir: &Path, name: &str| {
+        let out = rt.c.json(&[
+            "plan",
+            "--replay",
+            &source_id,
+            "--step",
+            "publish",
+            "--target",
+            target,
+            "--run-dir",
+            dir.to_str().unwrap(),
+            "--name",
+            name,
+        ]);
+        out.expect(0).json
+    };
+    let decision = |plan: &Value, id: &str| {
+        plan["replay"]["decisions"].as_array().unwrap().iter().find(|x| x["step_id"] == id).cloned().unwrap()
+    };
+    let child_dir = rt.p("ev-child");
+    let plan = plan_replay("box", &child_dir, "ev-child");
+    assert_eq!(decision(&plan, "render")["decision"], "reuse", "{plan:#}");
+    let child = rt.execute(&rt.approval("ev-child")).expect(0).json;
+    assert_eq!(child["status"], "READY", "{child:#}\n{}", rt.c.daemon_log());
+    crate::evidence::assert_on_disk(&child);
+    let rel = "steps/render/report.html";
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (std::fs::metadata(src_dir.join(rel)).unwrap(), std::fs::metadata(child_dir.join(rel)).unwrap());
+    assert_eq!(a.ino(), b.ino(), "the agent linked the reused report on the target");
+    assert_eq!(artifacts(&child, "render")[3]["reused_from"], source_id.as_str());
+
+    // `trace` on a local copy of the target's file.
+    let copy = rt.c.path("report-copy.html");
+    std::fs::copy(child_dir.join(rel), &copy).unwrap();
+    let traced = rt.c.json(&["trace", copy.to_str().unwrap()]).expect(0).json;
+    let runs: Vec<&str> = traced["matches"].as_array().unwrap().iter().map(|m| str_of(&m["run_id"])).collect();
+    assert_eq!(runs, [source_id.as_str(), str_of(&child["run_id"])], "{traced:#}");
+
+    // Planned on this machine, the target's files cannot be reused.
+    let local = plan_replay("local", &rt.p("ev-local"), "ev-local");
+    let why = str_of(&decision(&local, "render")["text"]).to_string();
+    assert!(why.contains("on target `box`, and this replay runs on `local`"), "{why}");
+
+    // Edited on the target: not reused, and the plan says which bytes changed.
+    std::fs::write(src_dir.join(rel), "edited on the target").unwrap();
+    let edited = plan_replay("box", &rt.p("ev-edited"), "ev-edited");
+    let why = str_of(&decision(&edited, "render")["text"]).to_string();
+    let now = sha256_file(&src_dir.join(rel));
+    assert!(why.contains("output report of step render changed since run") && why.contains(&now[..12]), "{why}");
+    rt.stop();
 }
 
 /// The bundled example, planned and executed on an SSH target with the process executor.

@@ -47,6 +47,10 @@ if mode == "gate":
             sys.exit(1)
         time.sleep(0.1)
 result = args.get("result") or {"step": step}
+if args.get("write"):
+    # A declared output: the step's evidence file, in its own directory.
+    with open(args["write"], "w") as f:
+        json.dump(result, f)
 sys.stdout.write(json.dumps(result))
 "#;
 
@@ -80,7 +84,8 @@ command = ["python3", "tools/tool.py", "report"]
 [[steps]]
 id = "prepare"
 tool = "worker"
-args = {{ mode = "${{input.modes.prepare}}" }}
+args = {{ mode = "${{input.modes.prepare}}", write = "summary.json" }}
+outputs = {{ summary = "summary.json" }}
 
 [[steps]]
 id = "analyse"
@@ -92,7 +97,7 @@ args = {{ mode = "${{input.modes.analyse}}", after = "${{steps.prepare.result.st
 id = "report"
 tool = "reporter"
 needs = ["analyse"]
-args = {{ mode = "ok", result = "${{input.report}}", after = "${{steps.analyse.result.step}}" }}
+args = {{ mode = "ok", result = "${{input.report}}", after = "${{steps.analyse.result.step}}", summary = "${{steps.prepare.outputs.summary}}" }}
 
 [[validator.rules]]
 id = "report-passed"
@@ -224,8 +229,13 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
 
     // Runs: READY, BLOCKED (the rule is not met), FAILED (a step exits 3).
     let input = |analyse: &str, verdict: &str| json!({"modes": {"prepare": "ok", "analyse": analyse}, "report": {"verdict": verdict}});
-    let ready = e.run(DEMO, &input("ok", "pass"), 0);
+    // The READY run's report is over the 64 KiB a run carries of a result: the page shows it
+    // cut, and whole once opened.
+    let mut ready_input = input("ok", "pass");
+    ready_input["report"]["notes"] = json!("n".repeat(70_000));
+    let ready = e.run(DEMO, &ready_input, 0);
     assert_eq!(ready["status"], "READY", "{ready:#}");
+    assert_eq!(step(&ready, "report")["result_truncated"], true, "{:#}", step(&ready, "report"));
     let blocked = e.run(DEMO, &input("ok", "fail"), 1);
     assert_eq!(blocked["status"], "BLOCKED", "{blocked:#}");
     assert!(!blocked["findings"].as_array().unwrap().is_empty(), "{blocked:#}");
@@ -297,7 +307,27 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
     let live_id = id(&live, "run_id");
     assert_eq!(step(&c.show(&live_id), "hold")["status"], "RUNNING");
 
+    // The evidence as the API gives it: what the page must show, field for field.
+    let shown = c.show(&ready_id);
+    let prepare = step(&shown, "prepare");
+    let artifact = prepare["artifacts"][0].clone();
+    assert_eq!(artifact["path"], "steps/prepare/summary.json", "{prepare:#}");
+    let child_shown = c.show(&id(&child, "run_id"));
+    let carried = step(&child_shown, "prepare")["artifacts"][0].clone();
+    assert_eq!(carried["sha256"], artifact["sha256"], "the reused step carries the source's artifact");
+    assert_eq!(carried["reused_from"], ready_id.as_str());
+    let report = c.json(&["result", &ready_id, "report"]).expect(0).json;
+    assert_eq!(report["result_truncated"], false);
+
     let expect = json!({
+        "evidence": {
+            "step": "prepare",
+            "result": prepare["result"],
+            "artifact": artifact,
+            "cut_step": "report",
+            "cut_bytes": step(&shown, "report")["result_bytes"],
+            "cut_result": report["result"],
+        },
         "ready": ready_id,
         "blocked": id(&blocked, "run_id"),
         "failed": id(&failed, "run_id"),

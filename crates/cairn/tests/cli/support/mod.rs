@@ -28,6 +28,9 @@ pub use repo::*;
 pub use ssh::*;
 pub use tool::*;
 
+/// The SHA-256 of bytes, in hex: what an artifact records.
+pub use cairn_core::canonical::sha256_hex;
+
 /// Whether this is CI (`CI=true`, or `CI=1`): a missing service then fails a test instead of
 /// skipping it.
 pub fn ci() -> bool {
