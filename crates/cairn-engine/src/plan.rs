@@ -6,7 +6,7 @@
 //! no directory, no process. Effects are applied only after the reservation, each checked against
 //! its checksum and kept inside `run_dir`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -22,7 +22,6 @@ use cairn_core::store::{ConsumeReceipt, NewRun, PlanRecord, RunRecord};
 use cairn_core::target::LOCAL;
 use cairn_exec::agent::protocol::{DeployFile, DeployRequest, ReadyRequest};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::registry::{LoadedWorkflow, load_record};
 use crate::replay::ReplayRequest;
@@ -58,17 +57,7 @@ fn stale(m: impl Into<String>) -> EngineError {
 
 /// SHA-256 of a file, streamed.
 pub(crate) fn hash_file(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
+    Ok(cairn_exec::artifacts::hash_file(path)?.1)
 }
 
 pub(crate) fn run_dir_err(message: String) -> EngineError {

@@ -14,6 +14,10 @@
 //! is: a step the previous Cairn launched, still running at an upgrade, is followed and stopped
 //! as before. A file of a protocol the agent does not read is answered as a mismatch that names
 //! both versions ([`Reply::Mismatch`]): nothing is guessed, resumed or stopped.
+//!
+//! The artifact requests (`outputs`, `check`, `materialize`) were added within protocol 1: they
+//! write no attempt file and change no message that existed, and the agent that answers them is
+//! always the one this Cairn sends, so no reader of another version meets them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -485,6 +485,56 @@ outputs = { blob = "blob.bin" }
     assert_eq!(all[0]["sha256"], hex::encode(zeros.finalize()));
 }
 
+/// Hashing reads files outside the registry's write lock: while one step's 1 GiB output is being
+/// hashed, another step of the same run (started once the first one's tool had exited) completes
+/// and is committed first.
+#[test]
+fn hashing_an_output_does_not_hold_the_registry_while_it_reads() {
+    let c = Cairn::new();
+    let toml = r#"
+[workflow]
+name = "lock"
+version = "1.0.0"
+
+[tools.make]
+command = ["python3", "tools/make.py"]
+
+[tools.wait]
+command = ["python3", "tools/wait.py"]
+
+[[steps]]
+id = "big"
+tool = "make"
+args = { log = "${input.log}", write = { "blob.bin" = "sparse:1073741824" } }
+outputs = { blob = "blob.bin" }
+
+[[steps]]
+id = "quick"
+tool = "wait"
+args = { log = "${input.log}" }
+"#;
+    // `quick` waits until `big`'s tool has exited (its end line in the log), then answers.
+    let wait = r#"import json, sys, time
+args = json.loads(sys.stdin.read())
+deadline = time.time() + 60
+while time.time() < deadline:
+    try:
+        with open(args["log"]) as f:
+            if "big:end:1" in f.read().splitlines():
+                break
+    except FileNotFoundError:
+        pass
+    time.sleep(0.01)
+print(json.dumps({"waited": True}))
+"#;
+    c.add(&write_workflow(&c.path("lock"), toml, &[("tools/make.py", TOOL), ("tools/wait.py", wait)]));
+    let run = c.run("lock", &json!({"log": c.path_str("log")}), &["--run-id", "L", "--parallel", "2"]).expect(0).json;
+    assert_eq!(run["status"], "READY", "{run:#}");
+    let events = c.events("L");
+    let seq = |id: &str| events_of(&events, "step.completed", Some(id))[0]["seq"].as_i64().unwrap();
+    assert!(seq("quick") < seq("big"), "`quick` committed while `big` was hashed: {events:#?}");
+}
+
 /// kill -9 of a replay while it materialises a reused artifact (checking a linked 1 GiB file):
 /// the child exists with no step recorded; continued, it materialises again (the half-made file
 /// replaced), copies every reused step and artifact once, and finishes.
