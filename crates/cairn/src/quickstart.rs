@@ -101,7 +101,11 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         eprintln!("  cairn runs                      # every run, newest first");
         eprintln!("  cairn show {blocked}   # the BLOCKED run, its finding and what each step found");
         eprintln!("  cairn artifacts {ready} # the files it wrote, with their SHA-256");
-        eprintln!("  cairn trace <a file>            # which run wrote these bytes");
+        let evidence = results[0].1.steps.iter().flat_map(|s| &s.artifacts).next_back();
+        if let Some(a) = evidence {
+            let file = Path::new(&results[0].1.run.run_dir).join(&a.artifact.path);
+            eprintln!("  cairn trace {}   # which run wrote these bytes", file.display());
+        }
         eprintln!("  cairn events {ready} # the durable event log");
         eprintln!("  cairn workflow show release-validation@{RUNS}");
         eprintln!("  cairn ui                        # the same runs in the read-only web app");
