@@ -1,6 +1,11 @@
-//! Pipeline controllers as tools: a step of a `snakemake` or `nextflow` tool names its pipeline
-//! source in its args; Cairn, not the workflow author, builds the controller's argv from them.
-//! Outputs stay under `<run_dir>/results` on the target.
+//! Pipeline controllers as tools: a step of a `snakemake` or `nextflow` tool names its pipeline in
+//! its args; Cairn, not the workflow author, builds the controller's argv from them.
+//!
+//! The pipeline runs in a **working copy** of its folder, the step's own directory
+//! (`<run_dir>/steps/<step>/`, see [`working_copy`]): Snakemake resolves a pipeline's relative
+//! paths against its working directory, so a pipeline whose inputs, `config/` and `resources/`
+//! sit beside its Snakefile finds them as in a checkout, and each step has its own `.snakemake`
+//! state and outputs. The files the pipeline created or changed there are the step's artifacts.
 
 use serde_json::Value;
 
@@ -8,53 +13,125 @@ use crate::workflow::ToolKind;
 
 pub const MAX_CORES: u64 = 1024;
 
+/// Where a step's run configuration (`args.config`) is written, relative to its working copy:
+/// hidden, so it is not taken for an output.
+pub const RUN_CONFIG: &str = ".cairn/config.json";
+
+/// What a controller leaves in its working copy that is its own state, not the pipeline's
+/// outputs: never recorded as artifacts.
+pub fn own_state(kind: ToolKind) -> &'static [&'static str] {
+    match kind {
+        ToolKind::Process => &[],
+        ToolKind::Snakemake => &[".snakemake", ".cairn"],
+        ToolKind::Nextflow => &[".nextflow", ".nextflow.log", "work", ".cairn"],
+    }
+}
+
+/// A step's working copy, relative to its run directory.
+pub fn working_copy(step_id: &str) -> String {
+    crate::artifact::step_dir(step_id)
+}
+
+const SNAKEMAKE_ARGS: &[&str] = &["snakefile", "configfile", "config", "cores", "targets", "keep_going", "forcerun"];
+const NEXTFLOW_ARGS: &[&str] = &["script", "params_file", "config", "cores"];
+
+/// The arguments a controller step may have.
+pub fn allowed_args(kind: ToolKind) -> &'static [&'static str] {
+    match kind {
+        ToolKind::Process => &[],
+        ToolKind::Snakemake => SNAKEMAKE_ARGS,
+        ToolKind::Nextflow => NEXTFLOW_ARGS,
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControllerError {
-    #[error("args.{0} is missing; a {1} step names its {2} there, relative to the workflow folder")]
+    #[error("args.{0} is missing; a {1} step names its {2} there, relative to the pipeline's folder")]
     Missing(&'static str, &'static str, &'static str),
-    #[error("args.{0} must be a relative path inside the workflow folder, without `..` (got `{1}`)")]
+    #[error("args.{0} must be a relative path inside the pipeline's folder, without `..` (got `{1}`)")]
     Path(&'static str, String),
+    #[error(
+        "args.{0} must be a relative path inside the pipeline's folder, or an absolute path on the target taken from the run input (got `{1}`)"
+    )]
+    File(&'static str, String),
+    #[error("args.config must be a JSON object: the run's configuration, merged over the pipeline's own (got {0})")]
+    Config(String),
     #[error("args.cores must be an integer from 1 to {MAX_CORES} (got {0})")]
     Cores(String),
-    #[error("args.targets must be a list of rule or file names that do not start with `-` (got {0})")]
-    Targets(String),
-    #[error("args.{0} is not an argument of a {1} step; use {2}")]
-    Unknown(String, &'static str, &'static str),
+    #[error("args.{0} must be a list of rule or file names that do not start with `-` (got {1})")]
+    Names(&'static str, String),
+    #[error("args.keep_going must be true or false (got {0})")]
+    KeepGoing(String),
+    #[error("args.{0} is not an argument of a {1} step; use {list}", list = allowed_args(*.2).join(", "))]
+    Unknown(String, &'static str, ToolKind),
+}
+
+fn safe_parts(s: &str) -> bool {
+    !s.is_empty() && !s.contains('\0') && s.split('/').all(|p| !p.is_empty() && p != "..")
 }
 
 fn rel_path(args: &Value, key: &'static str) -> Result<Option<String>, ControllerError> {
     match args.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s))
-            if !s.is_empty()
-                && !s.starts_with('/')
-                && !s.starts_with('-')
-                && !s.contains('\0')
-                && s.split('/').all(|p| !p.is_empty() && p != "..") =>
-        {
+        Some(Value::String(s)) if !s.starts_with('/') && !s.starts_with('-') && safe_parts(s) => {
             Ok(Some(s.trim_start_matches("./").to_string()))
         }
         Some(other) => Err(ControllerError::Path(key, other.to_string().trim_matches('"').to_string())),
     }
 }
 
-fn check_keys(args: &Value, allowed: &[&str], kind: &'static str, list: &'static str) -> Result<(), ControllerError> {
+/// A file argument: relative to the working copy, or an absolute path on the target (a run
+/// input's file, which a plan binds by its checksum).
+fn file_arg(args: &Value, key: &'static str, work_dir: &str) -> Result<Option<String>, ControllerError> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.starts_with('/') && safe_parts(&s[1..]) => Ok(Some(s.clone())),
+        Some(Value::String(s)) if !s.starts_with('-') && safe_parts(s) => {
+            Ok(Some(format!("{work_dir}/{}", s.trim_start_matches("./"))))
+        }
+        Some(other) => Err(ControllerError::File(key, other.to_string().trim_matches('"').to_string())),
+    }
+}
+
+fn names(args: &Value, key: &'static str) -> Result<Vec<String>, ControllerError> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|t| match t.as_str() {
+                Some(s) if !s.is_empty() && !s.starts_with('-') && !s.contains('\0') => Ok(s.to_string()),
+                _ => Err(ControllerError::Names(key, t.to_string())),
+            })
+            .collect(),
+        Some(other) => Err(ControllerError::Names(key, other.to_string())),
+    }
+}
+
+/// The keys of a controller step's args, checked before anything else (at registration, even
+/// when the values are templates).
+pub fn check_keys(kind: ToolKind, args: &Value) -> Result<(), ControllerError> {
+    let name = kind.program().unwrap_or("process");
     if let Some(map) = args.as_object()
-        && let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str()))
+        && let Some(k) = map.keys().find(|k| !allowed_args(kind).contains(&k.as_str()))
     {
-        return Err(ControllerError::Unknown(k.clone(), kind, list));
+        return Err(ControllerError::Unknown(k.clone(), name, kind));
     }
     Ok(())
 }
 
-/// The controller's argv for a step's resolved args. `source` is the pipeline's folder on the
-/// controller host (the deployed workflow), `run_dir` the run's directory there.
-pub fn controller_argv(
-    kind: ToolKind,
-    args: &Value,
-    source: &str,
-    run_dir: &str,
-) -> Result<Vec<String>, ControllerError> {
+/// The run configuration a step's args carry (`args.config`), checked.
+pub fn run_config(args: &Value) -> Result<Option<&Value>, ControllerError> {
+    match args.get("config") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Object(_)) => Ok(Some(v)),
+        Some(other) => Err(ControllerError::Config(other.to_string())),
+    }
+}
+
+/// The controller's argv for a step's resolved args. `work_dir` is the step's working copy on
+/// the controller host (`<run_dir>/steps/<step>`), which holds the pipeline's folder.
+pub fn controller_argv(kind: ToolKind, args: &Value, work_dir: &str) -> Result<Vec<String>, ControllerError> {
+    check_keys(kind, args)?;
     let cores = match args.get("cores") {
         None | Some(Value::Null) => 1,
         Some(v) => match v.as_u64() {
@@ -62,68 +139,67 @@ pub fn controller_argv(
             _ => return Err(ControllerError::Cores(v.to_string())),
         },
     };
+    let config = run_config(args)?.map(|_| format!("{work_dir}/{RUN_CONFIG}"));
     match kind {
         ToolKind::Process => Ok(Vec::new()),
         ToolKind::Snakemake => {
-            check_keys(
-                args,
-                &["snakefile", "configfile", "cores", "targets"],
-                "snakemake",
-                "snakefile, configfile, cores, targets",
-            )?;
             let snakefile =
                 rel_path(args, "snakefile")?.ok_or(ControllerError::Missing("snakefile", "snakemake", "Snakefile"))?;
-            // Targets come first: `--configfile` takes several values and would swallow them.
+            let keep_going = match args.get("keep_going") {
+                None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+                Some(Value::Bool(true)) => true,
+                Some(other) => return Err(ControllerError::KeepGoing(other.to_string())),
+            };
+            // Targets come first: the options that take several values would swallow them.
             let mut argv = vec!["snakemake".to_string()];
-            match args.get("targets") {
-                None | Some(Value::Null) => {}
-                Some(Value::Array(items)) => {
-                    for t in items {
-                        match t.as_str() {
-                            Some(s) if !s.is_empty() && !s.starts_with('-') && !s.contains('\0') => {
-                                argv.push(s.to_string())
-                            }
-                            _ => return Err(ControllerError::Targets(t.to_string())),
-                        }
-                    }
-                }
-                Some(other) => return Err(ControllerError::Targets(other.to_string())),
-            }
+            argv.extend(names(args, "targets")?);
             argv.extend([
                 "--snakefile".into(),
-                format!("{source}/{snakefile}"),
+                format!("{work_dir}/{snakefile}"),
                 "--directory".into(),
-                run_dir.to_string(),
+                work_dir.to_string(),
                 "--cores".into(),
                 cores.to_string(),
                 "--nocolor".into(),
+                // A pipeline whose snakemake was killed resumes from its completed jobs.
+                "--rerun-incomplete".into(),
             ]);
-            if let Some(config) = rel_path(args, "configfile")? {
+            if keep_going {
+                argv.push("--keep-going".into());
+            }
+            let forcerun = names(args, "forcerun")?;
+            if !forcerun.is_empty() {
+                argv.push("--forcerun".into());
+                argv.extend(forcerun);
+            }
+            // The pipeline's file first, then the run's: a later one overrides an earlier one.
+            let files: Vec<String> = [file_arg(args, "configfile", work_dir)?, config].into_iter().flatten().collect();
+            if !files.is_empty() {
                 argv.push("--configfile".into());
-                argv.push(format!("{source}/{config}"));
+                argv.extend(files);
             }
             Ok(argv)
         }
         ToolKind::Nextflow => {
-            check_keys(args, &["script", "params_file", "cores"], "nextflow", "script, params_file, cores")?;
             let script =
                 rel_path(args, "script")?.ok_or(ControllerError::Missing("script", "nextflow", "main script"))?;
             let mut argv = vec![
                 "nextflow".to_string(),
                 "-log".into(),
-                format!("{run_dir}/.nextflow.log"),
+                format!("{work_dir}/.nextflow.log"),
                 "run".into(),
-                format!("{source}/{script}"),
+                format!("{work_dir}/{script}"),
                 "-work-dir".into(),
-                format!("{run_dir}/work"),
+                format!("{work_dir}/work"),
                 "-offline".into(),
             ];
-            if let Some(p) = rel_path(args, "params_file")? {
+            // Nextflow takes one params file: the run's configuration wins over the pipeline's.
+            if let Some(p) = config.or(file_arg(args, "params_file", work_dir)?) {
                 argv.push("-params-file".into());
-                argv.push(format!("{source}/{p}"));
+                argv.push(p);
             }
             argv.push("--outdir".into());
-            argv.push(format!("{run_dir}/results"));
+            argv.push(format!("{work_dir}/results"));
             Ok(argv)
         }
     }
@@ -135,30 +211,27 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn snakemake_argv_is_built_from_args_only() {
+    fn snakemake_argv_is_built_from_args_only_and_runs_in_the_working_copy() {
         let argv = controller_argv(
             ToolKind::Snakemake,
-            &json!({"snakefile": "Snakefile", "configfile": "./config.yaml", "cores": 2, "targets": ["all"]}),
-            "/r/workflow",
-            "/r",
+            &json!({"snakefile": "workflow/Snakefile", "configfile": "./config/config.yaml", "cores": 2,
+                    "targets": ["all"], "keep_going": true, "forcerun": ["summary"], "config": {"n": 1}}),
+            "/r/steps/p",
         )
         .unwrap();
         assert_eq!(
-            argv,
-            [
-                "snakemake",
-                "all",
-                "--snakefile",
-                "/r/workflow/Snakefile",
-                "--directory",
-                "/r",
-                "--cores",
-                "2",
-                "--nocolor",
-                "--configfile",
-                "/r/workflow/config.yaml",
-            ]
+            argv.join(" "),
+            "snakemake all --snakefile /r/steps/p/workflow/Snakefile --directory /r/steps/p --cores 2 --nocolor \
+             --rerun-incomplete --keep-going --forcerun summary \
+             --configfile /r/steps/p/config/config.yaml /r/steps/p/.cairn/config.json"
         );
+        let argv = controller_argv(
+            ToolKind::Snakemake,
+            &json!({"snakefile": "Snakefile", "configfile": "/data/run-7/config.yaml"}),
+            "/w",
+        )
+        .unwrap();
+        assert_eq!(argv[argv.len() - 2..], ["--configfile", "/data/run-7/config.yaml"], "an absolute file stays");
     }
 
     #[test]
@@ -170,11 +243,29 @@ mod tests {
             (json!({"snakefile": "--forceall"}), "args.snakefile must be a relative path"),
             (json!({"snakefile": "S", "cores": 0}), "args.cores must be"),
             (json!({"snakefile": "S", "targets": ["--delete-all-output"]}), "args.targets"),
-            (json!({"snakefile": "S", "shell": "rm"}), "args.shell is not an argument"),
+            (json!({"snakefile": "S", "forcerun": "all"}), "args.forcerun must be a list"),
+            (json!({"snakefile": "S", "keep_going": "yes"}), "args.keep_going must be true or false"),
+            (json!({"snakefile": "S", "config": [1]}), "args.config must be a JSON object"),
+            (json!({"snakefile": "S", "configfile": "/a/../etc"}), "args.configfile must be a relative path"),
+            (
+                json!({"snakefile": "S", "shell": "rm"}),
+                "args.shell is not an argument of a snakemake step; use snakefile, configfile, config, cores, targets, keep_going, forcerun",
+            ),
         ];
         for (args, want) in bad {
-            let e = controller_argv(ToolKind::Snakemake, &args, "/s", "/r").unwrap_err().to_string();
+            let e = controller_argv(ToolKind::Snakemake, &args, "/w").unwrap_err().to_string();
             assert!(e.contains(want), "{args}: {e}");
         }
+    }
+
+    #[test]
+    fn nextflow_takes_the_same_model() {
+        let argv =
+            controller_argv(ToolKind::Nextflow, &json!({"script": "main.nf", "config": {"reads": "/d/r.fq"}}), "/w")
+                .unwrap();
+        assert_eq!(
+            argv.join(" "),
+            "nextflow -log /w/.nextflow.log run /w/main.nf -work-dir /w/work -offline -params-file /w/.cairn/config.json --outdir /w/results"
+        );
     }
 }

@@ -65,6 +65,16 @@ pub struct ArgChange {
     pub new_hash: Option<String>,
 }
 
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Found::Changed { sha256 } => write!(f, "sha256 {sha256}"),
+            Found::Missing => write!(f, "missing"),
+            Found::Unreachable { why } => write!(f, "{why}"),
+        }
+    }
+}
+
 /// Why a step is reused or re-executed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -120,6 +120,8 @@ impl WorkflowSpec {
     }
 }
 
+const PIPELINE_OUTPUTS: &str = "a pipeline step's outputs are the files its pipeline creates or changes in its working copy, and Cairn records every one of them; remove `outputs`";
+
 /// An error in a workflow file, located as precisely as the parser can.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct WorkflowError {
@@ -386,6 +388,9 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
             OutputDecl::parse(out, path)
                 .map_err(|e| loc.err(Some(at), None, Some(&field("outputs")), e.to_string()))?;
         }
+        if !kind.is_process() && !t.outputs.is_empty() {
+            return Err(loc.err(Some(at), None, Some(&field("outputs")), PIPELINE_OUTPUTS));
+        }
         tools.insert(
             name.clone(),
             ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env, outputs: t.outputs },
@@ -475,16 +480,26 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 out
             }
         };
-        // A controller's args that hold no template are checked now: a bad one is never registered.
+        // A controller's argument names are checked now, and its args whole when they hold no
+        // template: a bad one is never registered.
         let kind = tools[s.tool.get_ref()].kind;
-        if !kind.is_process()
-            && !args.to_string().contains("${")
-            && let Err(e) = crate::controller::controller_argv(kind, &args, "/", "/")
-        {
-            return Err(loc.err(Some(at), Some(&id), Some("args"), e.to_string()));
+        if !kind.is_process() {
+            let checked = crate::controller::check_keys(kind, &args).and_then(|_| {
+                if args.to_string().contains("${") {
+                    Ok(())
+                } else {
+                    crate::controller::controller_argv(kind, &args, "/").map(|_| ())
+                }
+            });
+            if let Err(e) = checked {
+                return Err(loc.err(Some(at), Some(&id), Some("args"), e.to_string()));
+            }
         }
         for (out, path) in &s.outputs {
             OutputDecl::parse(out, path).map_err(|e| loc.err(Some(at), Some(&id), Some("outputs"), e.to_string()))?;
+        }
+        if !kind.is_process() && !s.outputs.is_empty() {
+            return Err(loc.err(Some(at), Some(&id), Some("outputs"), PIPELINE_OUTPUTS));
         }
         // One file is one artifact: no two outputs of a step may cover the same path.
         let mut declared: BTreeMap<&String, &String> = BTreeMap::new();

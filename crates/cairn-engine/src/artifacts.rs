@@ -14,8 +14,8 @@ use std::time::Duration;
 use cairn_core::artifact::{Artifact, ArtifactRecord, OutputDecl};
 use cairn_core::replay::Found;
 use cairn_core::signature::StepSignature;
-use cairn_exec::agent::protocol::{CheckFile, CheckRequest, MaterializeRequest, OutputsRequest};
-use cairn_exec::artifacts::{Carried, Materialized};
+use cairn_exec::agent::protocol::{CheckFile, CheckRequest, DeployFile, MaterializeRequest, OutputsRequest};
+use cairn_exec::artifacts::{Carried, Carry, Materialized};
 
 use crate::placement::Placement;
 use crate::{Engine, EngineError};
@@ -200,7 +200,8 @@ impl Engine {
     }
 
     /// Materialises `files` from the source run's directory into the child's, where the child
-    /// runs (both on one host: a replay reuses only artifacts on its own target).
+    /// runs (both on one host: a replay reuses only artifacts on its own target), as hard links
+    /// where the filesystem allows.
     pub(crate) fn materialize(
         &self,
         placement: &Placement,
@@ -209,19 +210,37 @@ impl Engine {
         files: &[&Artifact],
         dirs: Vec<String>,
     ) -> Result<Materialized, String> {
+        let files: Vec<Carried> =
+            files.iter().map(|a| Carried { path: a.path.clone(), sha256: a.sha256.clone() }).collect();
+        let carry = Carry { files: &files, dirs: &dirs, link: true, ..Carry::default() };
+        self.carry(placement, from, to, &carry)
+    }
+
+    /// Puts `carry` from `from` into `to` where the run executes: here, or through the agent.
+    pub(crate) fn carry(
+        &self,
+        placement: &Placement,
+        from: &str,
+        to: &str,
+        carry: &Carry<'_>,
+    ) -> Result<Materialized, String> {
         match placement {
             Placement::Local => {
-                let carried: Vec<Carried> =
-                    files.iter().map(|a| Carried { path: a.path.clone(), sha256: a.sha256.clone() }).collect();
-                cairn_exec::artifacts::materialize(Path::new(from), Path::new(to), &carried, &dirs)
-                    .map_err(|e| e.to_string())
+                cairn_exec::artifacts::materialize(Path::new(from), Path::new(to), carry).map_err(|e| e.to_string())
             }
             Placement::Target(spec, agent) => {
                 let request = MaterializeRequest {
                     from: from.to_string(),
                     to: to.to_string(),
-                    files: files.iter().map(|a| CheckFile { path: a.path.clone(), sha256: a.sha256.clone() }).collect(),
-                    dirs,
+                    files: carry
+                        .files
+                        .iter()
+                        .map(|c| CheckFile { path: c.path.clone(), sha256: c.sha256.clone() })
+                        .collect(),
+                    dirs: carry.dirs.to_vec(),
+                    link: carry.link,
+                    once: carry.once.map(String::from),
+                    write: carry.write.iter().map(|w| DeployFile::new(&w.path, &w.content, 0o644)).collect(),
                 };
                 agent
                     .materialize(request, AGENT_FILE_TIMEOUT)

@@ -12,9 +12,9 @@ use cairn_core::artifact::OutputDecl;
 use cairn_core::attempt::AttemptEnd;
 use cairn_core::status::Outcome;
 use cairn_core::store::{ProcessInfo, RemoteProcess};
-use cairn_core::workflow::{StepDef, ToolDef};
+use cairn_core::workflow::{StepDef, ToolDef, ToolKind};
 use cairn_exec::{ProcessIdentity, ToolCommand, ToolRun, run_tool, sandbox_env};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::Engine;
 use crate::placement::{AgentLaunch, Followed, Placement};
@@ -122,6 +122,15 @@ impl Launcher for Processes {
             return with_outputs(engine, a, ran(run));
         }
         let source = step_source(a);
+        if !tool_def.kind.is_process() {
+            // A bad `config` is reported by the controller's argv, below.
+            let config = cairn_core::controller::run_config(a.args).ok().flatten();
+            if let Err(error) =
+                engine.prepare_working_copy(a.placement, a.run_dir, &a.step.id, &source, &a.tool().files, config)
+            {
+                return AttemptEnd::Refused { error };
+            }
+        }
         let cmd = tool_command(engine, a, Vec::new());
         let launch = AgentLaunch {
             tool_def,
@@ -132,7 +141,6 @@ impl Launcher for Processes {
             attempt: a.attempt,
             env: extra.to_vec(),
             check_files: a.tool().files.iter().map(|f| (format!("{source}/{}", f.path), f.sha256.clone())).collect(),
-            source,
             cmd: &cmd,
         };
         with_outputs(engine, a, followed(engine.launch_with_agent(a.placement, &launch, record, halted)))
@@ -155,6 +163,38 @@ impl Launcher for Processes {
             engine.options().kill_grace,
         );
     }
+}
+
+/// A Snakemake attempt's end with what its log says of its jobs: in its result when it completed
+/// (`jobs: {total, done, failed}`, `failed_rules`), in its error (the rule that failed, how far
+/// it got) when it did not.
+fn with_pipeline_summary(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> AttemptEnd {
+    let AttemptEnd::Ran { outcome, mut result, mut error, log_tail, duration_us, artifacts } = end else { return end };
+    if a.tool_def().kind == ToolKind::Snakemake {
+        let dir = crate::placement::attempt_dir(a.run_dir, &a.step.id, a.attempt);
+        if let Ok(summary) = engine.pipeline_summary(a.placement, &dir) {
+            if let Some(report) = result.as_mut().and_then(Value::as_object_mut) {
+                report.insert(
+                    "jobs".into(),
+                    json!({"total": summary.total, "done": summary.done, "failed": summary.failed}),
+                );
+                report.insert("failed_rules".into(), json!(summary.failed_rules));
+            }
+            if outcome != Outcome::Completed
+                && !summary.failed_rules.is_empty()
+                && let Some(e) = error.as_mut()
+            {
+                let rules: Vec<String> = summary.failed_rules.iter().map(|r| format!("`{r}`")).collect();
+                let done = match (summary.done, summary.total) {
+                    (Some(d), Some(t)) => format!(" ({d} of {t} jobs done)"),
+                    _ => String::new(),
+                };
+                let noun = if rules.len() == 1 { "rule" } else { "rules" };
+                e.push_str(&format!(": {noun} {} failed{done}; its log tail says why", rules.join(", ")));
+            }
+        }
+    }
+    AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts }
 }
 
 /// One attempt's complete process request, with the engine's limits.
@@ -184,15 +224,30 @@ fn ran(run: ToolRun) -> AttemptEnd {
     }
 }
 
-/// A completed attempt's end with its declared outputs hashed where it ran; one whose outputs
-/// cannot be recorded (not written, a symlink) has failed, with that as its error.
+/// A completed attempt's end with its outputs hashed where it ran: a tool's declared outputs, or
+/// what a pipeline created or changed in its working copy (listed in its result too). One whose
+/// outputs cannot be recorded (not written, a symlink) has failed, with that as its error.
 fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> AttemptEnd {
+    let kind = a.tool_def().kind;
+    let end = with_pipeline_summary(engine, a, end);
     match end {
-        AttemptEnd::Ran { outcome: Outcome::Completed, result, error, log_tail, duration_us, .. }
-            if !a.outputs.is_empty() =>
+        AttemptEnd::Ran { outcome: Outcome::Completed, mut result, error, log_tail, duration_us, .. }
+            if !a.outputs.is_empty() || !kind.is_process() =>
         {
-            match engine.hash_outputs(a.placement, a.run_dir, &a.step.id, a.outputs) {
+            let hashed = if kind.is_process() {
+                engine.hash_outputs(a.placement, a.run_dir, &a.step.id, a.outputs)
+            } else {
+                engine.pipeline_outputs(a.placement, a.run_dir, &a.step.id, kind, &a.tool().files)
+            };
+            match hashed {
                 Ok(artifacts) => {
+                    if !kind.is_process()
+                        && let Some(report) = result.as_mut().and_then(Value::as_object_mut)
+                    {
+                        let listed =
+                            artifacts.iter().map(|x| json!({"name": x.name, "bytes": x.bytes, "sha256": x.sha256}));
+                        report.insert("outputs".into(), Value::Array(listed.collect()));
+                    }
                     AttemptEnd::Ran { outcome: Outcome::Completed, result, error, log_tail, duration_us, artifacts }
                 }
                 Err(fault) => AttemptEnd::Ran {

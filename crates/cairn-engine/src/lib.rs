@@ -12,6 +12,7 @@ mod artifacts;
 mod env;
 mod error;
 pub mod launcher;
+mod pipeline;
 pub mod placement;
 pub mod plan;
 mod pool;

@@ -53,8 +53,6 @@ pub(crate) struct AgentLaunch<'a> {
     pub argv: Vec<String>,
     /// The step's resolved args (a controller's argv is built from them).
     pub args: &'a Value,
-    /// The workflow's folder on the controller host.
-    pub source: String,
     pub run_dir: &'a str,
     pub step_id: &'a str,
     pub attempt: u32,
@@ -116,7 +114,8 @@ impl Engine {
         let argv = if kind.is_process() {
             launch.argv.clone()
         } else {
-            match controller_argv(kind, launch.args, &launch.source, launch.run_dir) {
+            let work_dir = format!("{}/{}", launch.run_dir, cairn_core::controller::working_copy(launch.step_id));
+            match controller_argv(kind, launch.args, &work_dir) {
                 Ok(a) => a,
                 Err(e) => return Followed::Ended(not_launched(launch.cmd, format!("could not be started: {e}"))),
             }
@@ -138,7 +137,7 @@ impl Engine {
             _ => None,
         };
         let nonce = self.ids.token();
-        let attempt_dir = format!("{}/steps/{}/.cairn/attempt-{}", launch.run_dir, launch.step_id, launch.attempt);
+        let attempt_dir = attempt_dir(launch.run_dir, launch.step_id, launch.attempt);
         let mut remote = RemoteProcess {
             target: placement.name().to_string(),
             attempt_dir: attempt_dir.clone(),
@@ -302,11 +301,11 @@ pub(crate) fn planned_controller_argv(
     kind: ToolKind,
     step: &cairn_core::workflow::StepDef,
     input: &Value,
-    source: &str,
     run_dir: &str,
 ) -> Result<Option<Vec<String>>, EngineError> {
     let Ok(args) = cairn_core::template::resolve(&step.args, input, &|_| None) else { return Ok(None) };
-    controller_argv(kind, &args, source, run_dir)
+    let work_dir = format!("{run_dir}/{}", cairn_core::controller::working_copy(&step.id));
+    controller_argv(kind, &args, &work_dir)
         .map(Some)
         .map_err(|e| EngineError::input(format!("step `{}`: {e}", step.id)))
 }
@@ -318,7 +317,7 @@ pub(crate) fn check_local_controllers(wf: &crate::registry::LoadedWorkflow, inpu
     for step in &wf.spec().steps {
         let kind = wf.spec().tools[&step.tool].kind;
         if !kind.is_process() {
-            planned_controller_argv(kind, step, input, "/", "/")?;
+            planned_controller_argv(kind, step, input, "")?;
         }
     }
     local_programs(wf)
@@ -354,6 +353,11 @@ pub(crate) fn local_programs(wf: &crate::registry::LoadedWorkflow) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Where the agent keeps an attempt's files (its request, pid, exit, stdout and stderr).
+pub(crate) fn attempt_dir(run_dir: &str, step_id: &str, attempt: u32) -> String {
+    format!("{run_dir}/steps/{step_id}/.cairn/attempt-{attempt}")
 }
 
 /// The agent's `wait`: follow the launch recorded in `attempt_dir` if it carries `nonce`.

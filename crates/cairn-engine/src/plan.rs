@@ -235,14 +235,7 @@ impl Engine {
                 } else {
                     // A controller's argv comes from the step's args; shown when they are known
                     // before the run (they do not depend on an earlier step's result).
-                    crate::placement::planned_controller_argv(
-                        kind,
-                        step,
-                        &input,
-                        &deployed.display().to_string(),
-                        &run_dir,
-                    )?
-                    .unwrap_or_else(|| {
+                    crate::placement::planned_controller_argv(kind, step, &input, &run_dir)?.unwrap_or_else(|| {
                         vec![kind.program().unwrap_or_default().to_string(), "(args from earlier steps)".into()]
                     })
                 };
@@ -264,7 +257,7 @@ impl Engine {
             });
         }
         let files: Vec<InputFile> = files.into_iter().map(|f| InputFile { path: f.path, sha256: f.sha256 }).collect();
-        let effects = vec![
+        let mut effects = vec![
             Effect::CreateRunDir,
             Effect::WriteFile {
                 path: "input.json".into(),
@@ -273,6 +266,28 @@ impl Engine {
             },
             Effect::DeployWorkflow { path: "workflow".into(), digest: wf.record.digest.clone(), files },
         ];
+        // A pipeline step's run configuration, when the run input decides it, is approved with
+        // the plan: written by the approval, and checked before the pipeline starts.
+        for step in &wf.spec().steps {
+            if wf.spec().tools[&step.tool].kind.is_process() {
+                continue;
+            }
+            let Ok(args) = cairn_core::template::resolve(&step.args, &input, &|_| None) else { continue };
+            if let Some(config) = cairn_core::controller::run_config(&args)
+                .map_err(|e| EngineError::input(format!("step `{}`: {e}", step.id)))?
+            {
+                let bytes = crate::pipeline::run_config_bytes(config).map_err(EngineError::input)?;
+                effects.push(Effect::WriteFile {
+                    path: format!(
+                        "{}/{}",
+                        cairn_core::controller::working_copy(&step.id),
+                        cairn_core::controller::RUN_CONFIG
+                    ),
+                    sha256: sha256_hex(&bytes),
+                    content: String::from_utf8_lossy(&bytes).into_owned(),
+                });
+            }
+        }
         let mut plan = Plan {
             format: PLAN_FORMAT,
             plan_name: name,

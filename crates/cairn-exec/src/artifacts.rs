@@ -222,35 +222,91 @@ pub enum MaterializeError {
     Changed { from: String, path: String, found: String },
     #[error("artifact {path} cannot be materialised into {to}: {error}")]
     Io { to: String, path: String, error: String },
+    #[error("{path} cannot be written: {why}")]
+    Conflict { path: String, why: String },
 }
 
-/// Materialises `files` from `from` (a source run directory) into `to` (the child's), and
-/// creates the folders `dirs` (declared folder outputs, which may be empty). Each file is hard
-/// linked where the filesystem allows, else copied, and its bytes are checked against the
-/// recorded SHA-256 before it takes its place; one already there with those bytes is left alone.
-pub fn materialize(
-    from: &Path,
-    to: &Path,
-    files: &[Carried],
-    dirs: &[String],
-) -> Result<Materialized, MaterializeError> {
+/// A file given whole: written where it is absent, checked where it is present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub path: String,
+    pub content: Vec<u8>,
+    pub sha256: String,
+}
+
+/// What to put into a directory, from another one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Carry<'a> {
+    /// Files by the same relative path in both directories, with their recorded SHA-256.
+    pub files: &'a [Carried],
+    /// Folders to create (declared folder outputs, which may be empty).
+    pub dirs: &'a [String],
+    /// Hard-link where the filesystem allows (artifacts); `false` always copies (a working copy
+    /// must never share an inode with the registry's snapshot).
+    pub link: bool,
+    /// A marker, relative to the destination: when it exists the files are there already (and may
+    /// have been changed since, by a pipeline) and are left alone; it is written once they are.
+    pub once: Option<&'a str>,
+    /// Files given whole (a run's configuration).
+    pub write: &'a [Written],
+}
+
+/// Materialises `carry.files` from `from` into `to`, and creates `carry.dirs`. Each file is hard
+/// linked (when `carry.link`) where the filesystem allows, else copied, and its bytes are checked
+/// against the recorded SHA-256 before it takes its place; one already there with those bytes is
+/// left alone.
+pub fn materialize(from: &Path, to: &Path, carry: &Carry<'_>) -> Result<Materialized, MaterializeError> {
     let io_err = |path: &str, e: io::Error| MaterializeError::Io {
         to: to.display().to_string(),
         path: path.to_string(),
         error: e.to_string(),
     };
+    let checked = |rel: &str| {
+        if !safe_relative(rel) || symlinked_component(to, rel).is_some() {
+            return Err(MaterializeError::BadPath(rel.to_string()));
+        }
+        Ok(to.join(rel))
+    };
     let mut done = Materialized::default();
-    for dir in dirs {
-        if !safe_relative(dir) || symlinked_component(to, dir).is_some() {
-            return Err(MaterializeError::BadPath(dir.clone()));
-        }
-        fs::create_dir_all(to.join(dir)).map_err(|e| io_err(dir, e))?;
+    for dir in carry.dirs {
+        fs::create_dir_all(checked(dir)?).map_err(|e| io_err(dir, e))?;
     }
-    for f in files {
-        if !safe_relative(&f.path) || symlinked_component(to, &f.path).is_some() {
-            return Err(MaterializeError::BadPath(f.path.clone()));
+    for w in carry.write {
+        let dest = checked(&w.path)?;
+        if cairn_core::canonical::sha256_hex(&w.content) != w.sha256 {
+            return Err(MaterializeError::Conflict {
+                path: w.path.clone(),
+                why: "its content is not its checksum".into(),
+            });
         }
-        let dest = to.join(&f.path);
+        match check_artifact(to, &w.path, &w.sha256) {
+            None => done.present += 1,
+            Some(Found::Missing) if !dest.exists() => {
+                if let Some(parent) = dest.parent() {
+                    fs::create_dir_all(parent).map_err(|e| io_err(&w.path, e))?;
+                }
+                let mut f =
+                    fs::OpenOptions::new().write(true).create_new(true).open(&dest).map_err(|e| io_err(&w.path, e))?;
+                use std::io::Write;
+                f.write_all(&w.content).and_then(|_| f.sync_all()).map_err(|e| io_err(&w.path, e))?;
+                done.copied += 1;
+            }
+            Some(found) => {
+                return Err(MaterializeError::Conflict {
+                    path: w.path.clone(),
+                    why: format!("it is there with other content ({found}), not the approved one"),
+                });
+            }
+        }
+    }
+    if let Some(marker) = carry.once
+        && checked(marker)?.is_file()
+    {
+        done.present += carry.files.len();
+        return Ok(done);
+    }
+    for f in carry.files {
+        let dest = checked(&f.path)?;
         if check_artifact(to, &f.path, &f.sha256).is_none() {
             done.present += 1;
             continue;
@@ -266,21 +322,18 @@ pub fn materialize(
         if let Some(parent) = dest.parent() {
             fs::create_dir_all(parent).map_err(|e| io_err(&f.path, e))?;
         }
-        // One name per artifact: a materialisation killed midway leaves it, and the next one
-        // (the replay continued) replaces it.
+        // One name per file: a materialisation killed midway leaves it, and the next one (the
+        // replay continued) replaces it.
         let tmp = dest.with_file_name(format!(
             ".{}.cairn-materialize",
             dest.file_name().and_then(|n| n.to_str()).unwrap_or("artifact")
         ));
         let _ = fs::remove_file(&tmp);
-        let linked = match fs::hard_link(&src, &tmp) {
-            Ok(()) => true,
-            Err(_) => {
-                fs::copy(&src, &tmp).map_err(|e| io_err(&f.path, e))?;
-                false
-            }
-        };
-        // The bytes taking the artifact's place are the recorded ones, or nothing takes it.
+        let linked = carry.link && fs::hard_link(&src, &tmp).is_ok();
+        if !linked {
+            fs::copy(&src, &tmp).map_err(|e| io_err(&f.path, e))?;
+        }
+        // The bytes taking the file's place are the recorded ones, or nothing takes it.
         match hash_file(&tmp) {
             Ok((_, sha)) if sha == f.sha256 => {}
             Ok((_, sha)) => {
@@ -303,7 +356,81 @@ pub fn materialize(
             done.copied += 1;
         }
     }
+    if let Some(marker) = carry.once {
+        let dest = checked(marker)?;
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent).map_err(|e| io_err(marker, e))?;
+        }
+        let tmp = dest.with_extension("tmp");
+        let listing: Vec<String> = carry.files.iter().map(|f| format!("{}  {}", f.sha256, f.path)).collect();
+        fs::write(&tmp, listing.join("\n") + "\n")
+            .and_then(|_| fs::rename(&tmp, &dest))
+            .map_err(|e| io_err(marker, e))?;
+    }
     Ok(done)
+}
+
+/// The files under `work_dir` that are not the `baseline` (path relative to `work_dir`, SHA-256):
+/// created, or changed, by the pipeline that ran there. Each is an artifact named by its path
+/// relative to `work_dir`, its path relative to the run directory `prefix/<name>`. The top-level
+/// entries `exclude` (the controller's own state) are passed over; a symlink or a special file is
+/// refused, naming it.
+pub fn changed_files(
+    work_dir: &Path,
+    prefix: &str,
+    baseline: &[Carried],
+    exclude: &[&str],
+) -> Result<Vec<Artifact>, OutputFault> {
+    let fault = |path: &Path, e: io::Error| OutputFault::Unreadable {
+        name: "pipeline".into(),
+        declared: "its working copy".into(),
+        path: path.display().to_string(),
+        error: e.to_string(),
+    };
+    let known: std::collections::HashMap<&str, &str> =
+        baseline.iter().map(|c| (c.path.as_str(), c.sha256.as_str())).collect();
+    let mut files = Vec::new();
+    let mut stack = vec![(work_dir.to_path_buf(), String::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        for entry in fs::read_dir(&dir).map_err(|e| fault(&dir, e))? {
+            let entry = entry.map_err(|e| fault(&dir, e))?;
+            let path = entry.path();
+            let Some(name) = entry.file_name().to_str().map(String::from) else {
+                return Err(OutputFault::NotUtf8 {
+                    name: "pipeline".into(),
+                    declared: "its working copy".into(),
+                    path: path.display().to_string(),
+                });
+            };
+            if rel.is_empty() && exclude.contains(&name.as_str()) {
+                continue;
+            }
+            let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let meta = fs::symlink_metadata(&path).map_err(|e| fault(&path, e))?;
+            if meta.is_dir() {
+                stack.push((path, child));
+            } else if meta.is_file() {
+                files.push((child, path));
+            } else {
+                return Err(OutputFault::NotAFile {
+                    name: "pipeline".into(),
+                    declared: "its working copy".into(),
+                    path: path.display().to_string(),
+                    found: kind_of(&meta),
+                });
+            }
+        }
+    }
+    files.sort();
+    let mut out = Vec::new();
+    for (name, abs) in files {
+        let (bytes, sha256) = hash_file(&abs).map_err(|e| fault(&abs, e))?;
+        if known.get(name.as_str()) == Some(&sha256.as_str()) {
+            continue;
+        }
+        out.push(Artifact { path: format!("{prefix}/{name}"), name, bytes, sha256 });
+    }
+    Ok(out)
 }
 
 /// Whether the source file can be carried: a regular file reached without a symlink.
@@ -363,23 +490,80 @@ mod tests {
         fs::write(from.join("steps/s/r.txt"), b"evidence").unwrap();
         let sha = cairn_core::canonical::sha256_hex(b"evidence");
         let files = [Carried { path: "steps/s/r.txt".into(), sha256: sha.clone() }];
-        let done = materialize(&from, &to, &files, &["steps/s/plots".into()]).unwrap();
+        let dirs = ["steps/s/plots".to_string()];
+        let done =
+            materialize(&from, &to, &Carry { files: &files, dirs: &dirs, link: true, ..Carry::default() }).unwrap();
         assert_eq!((done.linked, done.copied, done.present), (1, 0, 0));
         assert!(to.join("steps/s/plots").is_dir());
         assert_eq!(fs::read(to.join("steps/s/r.txt")).unwrap(), b"evidence");
         // Again (a restarted replay): nothing to do.
-        assert_eq!(materialize(&from, &to, &files, &[]).unwrap().present, 1);
+        let carry = Carry { files: &files, link: true, ..Carry::default() };
+        assert_eq!(materialize(&from, &to, &carry).unwrap().present, 1);
         assert_eq!(check_artifact(&to, "steps/s/r.txt", &sha), None);
 
         let other = dir.path().join("other");
         fs::write(from.join("steps/s/r.txt"), b"edited").unwrap();
-        let e = materialize(&from, &other, &files, &[]).unwrap_err();
+        let e = materialize(&from, &other, &carry).unwrap_err();
         assert!(matches!(e, MaterializeError::Changed { .. }), "{e}");
         assert!(!other.join("steps/s/r.txt").exists(), "changed bytes never take the artifact's place");
         assert!(matches!(check_artifact(&from, "steps/s/r.txt", &sha), Some(Found::Changed { .. })));
         fs::remove_file(from.join("steps/s/r.txt")).unwrap();
         assert_eq!(check_artifact(&from, "steps/s/r.txt", &sha), Some(Found::Missing));
         let bad = [Carried { path: "../r.txt".into(), sha256: sha }];
-        assert!(matches!(materialize(&from, &other, &bad, &[]), Err(MaterializeError::BadPath(_))));
+        let bad = Carry { files: &bad, ..Carry::default() };
+        assert!(matches!(materialize(&from, &other, &bad), Err(MaterializeError::BadPath(_))));
+    }
+
+    #[test]
+    fn a_working_copy_is_copied_once_with_its_run_config_and_its_changes_are_the_outputs() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (snap, work) = (dir.path().join("snapshot"), dir.path().join("run/steps/p"));
+        fs::create_dir_all(snap.join("config")).unwrap();
+        fs::write(snap.join("Snakefile"), b"rule all: pass").unwrap();
+        fs::write(snap.join("config/config.yaml"), b"n: 1").unwrap();
+        let files: Vec<Carried> = ["Snakefile", "config/config.yaml"]
+            .iter()
+            .map(|p| Carried { path: p.to_string(), sha256: hash_file(&snap.join(p)).unwrap().1 })
+            .collect();
+        let config = b"{\"n\":2}".to_vec();
+        let write = [Written {
+            path: ".cairn/config.json".into(),
+            sha256: cairn_core::canonical::sha256_hex(&config),
+            content: config,
+        }];
+        let carry =
+            Carry { files: &files, link: false, once: Some(".cairn/working-copy"), write: &write, ..Carry::default() };
+        let done = materialize(&snap, &work, &carry).unwrap();
+        assert_eq!((done.linked, done.copied), (0, 3), "copied, never linked to the snapshot");
+        assert_ne!(
+            fs::metadata(snap.join("Snakefile")).unwrap().ino(),
+            fs::metadata(work.join("Snakefile")).unwrap().ino()
+        );
+        // The pipeline changes its config and writes results; a later attempt keeps the copy.
+        fs::write(work.join("config/config.yaml"), b"n: 3").unwrap();
+        fs::create_dir_all(work.join("results")).unwrap();
+        fs::write(work.join("results/out.txt"), b"out").unwrap();
+        fs::create_dir_all(work.join(".snakemake/log")).unwrap();
+        fs::write(work.join(".snakemake/log/x.log"), b"log").unwrap();
+        assert_eq!(materialize(&snap, &work, &carry).unwrap().present, 3);
+        assert_eq!(fs::read(work.join("config/config.yaml")).unwrap(), b"n: 3", "the working copy is kept");
+        let changed = changed_files(&work, "steps/p", &files, &[".snakemake", ".cairn"]).unwrap();
+        let names: Vec<(&str, &str)> = changed.iter().map(|a| (a.name.as_str(), a.path.as_str())).collect();
+        assert_eq!(
+            names,
+            [("config/config.yaml", "steps/p/config/config.yaml"), ("results/out.txt", "steps/p/results/out.txt")]
+        );
+        // Another run config than the approved one is refused.
+        let other = [Written {
+            path: ".cairn/config.json".into(),
+            sha256: cairn_core::canonical::sha256_hex(b"{}"),
+            content: b"{}".to_vec(),
+        }];
+        let e = materialize(&snap, &work, &Carry { write: &other, ..carry }).unwrap_err();
+        assert!(matches!(e, MaterializeError::Conflict { .. }), "{e}");
+        std::os::unix::fs::symlink("/etc/passwd", work.join("results/link")).unwrap();
+        let e = changed_files(&work, "steps/p", &files, &[".snakemake", ".cairn"]).unwrap_err().to_string();
+        assert!(e.contains("is a symlink"), "{e}");
     }
 }

@@ -262,7 +262,8 @@ fn path_only() -> Vec<(String, String)> {
 fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
     use cairn_core::artifact::OutputDecl;
     use cairn_exec::agent::protocol::{
-        CheckFile, CheckRequest, Envelope, MaterializeRequest, OutputsRequest, PROTOCOL, Request, SlurmJob, TailRequest,
+        ChangedRequest, CheckFile, CheckRequest, Envelope, MaterializeRequest, OutputsRequest, PROTOCOL, Request,
+        SlurmJob, TailRequest,
     };
     let dir = Path::new("/tmp/cairn-no-such-run");
     let mut slurm = run_request(dir, "att_s", "print(1)", 12.5);
@@ -302,6 +303,15 @@ fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
             to: "/w/run".into(),
             files: vec![CheckFile { path: "steps/s/r.html".into(), sha256: "ab".repeat(32) }],
             dirs: vec!["steps/s/plots".into()],
+            link: false,
+            once: Some(".cairn/working-copy".into()),
+            write: vec![DeployFile::new(".cairn/config.json", b"{}", 0o644)],
+        }),
+        Request::Changed(ChangedRequest {
+            work_dir: "/w/run/steps/p".into(),
+            prefix: "steps/p".into(),
+            baseline: vec![CheckFile { path: "Snakefile".into(), sha256: "ab".repeat(32) }],
+            exclude: vec![".snakemake".into()],
         }),
     ];
     let mut sent: Vec<Value> = requests.iter().map(|r| serde_json::to_value(Envelope::new(r)).unwrap()).collect();
@@ -564,7 +574,7 @@ fn a_slurm_job_runs_the_agents_own_supervisor() {
 fn the_agent_hashes_checks_and_materialises_artifacts_as_cairn_does_here() {
     use cairn_core::artifact::OutputDecl;
     use cairn_exec::agent::protocol::{CheckFile, CheckRequest, MaterializeRequest, OutputsRequest};
-    use cairn_exec::artifacts::{Carried, check_artifact, hash_outputs, materialize};
+    use cairn_exec::artifacts::{Carried, Carry, check_artifact, hash_outputs, materialize};
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let step = run.join("steps/s");
@@ -628,6 +638,9 @@ fn the_agent_hashes_checks_and_materialises_artifacts_as_cairn_does_here() {
                 to: text(&child),
                 files: vec![carried(report), carried(&there.artifacts[3])],
                 dirs: vec!["steps/s/empty".into()],
+                link: true,
+                once: None,
+                write: vec![],
             },
             t,
         )
@@ -638,18 +651,90 @@ fn the_agent_hashes_checks_and_materialises_artifacts_as_cairn_does_here() {
     let changed = vec![carried(x)];
     let err = agent
         .materialize(
-            MaterializeRequest { from: text(&run), to: text(&dir.path().join("other")), files: changed, dirs: vec![] },
+            MaterializeRequest {
+                from: text(&run),
+                to: text(&dir.path().join("other")),
+                files: changed,
+                dirs: vec![],
+                link: true,
+                once: None,
+                write: vec![],
+            },
             t,
         )
         .unwrap_err()
         .to_string();
-    let here = materialize(
-        &run,
-        &dir.path().join("other2"),
-        &[Carried { path: x.path.clone(), sha256: x.sha256.clone() }],
-        &[],
-    )
-    .unwrap_err()
-    .to_string();
+    let carried_x = [Carried { path: x.path.clone(), sha256: x.sha256.clone() }];
+    let here =
+        materialize(&run, &dir.path().join("other2"), &Carry { files: &carried_x, link: true, ..Carry::default() })
+            .unwrap_err()
+            .to_string();
     assert!(err.ends_with(&here), "agent: {err}\nhere: {here}");
+}
+
+/// A pipeline's working copy on a target: copied (never linked) once with the run's config, kept
+/// as the pipeline changed it, and what it created or changed found as Cairn finds it here.
+#[test]
+fn the_agent_keeps_a_working_copy_and_finds_its_changes_as_cairn_does_here() {
+    use cairn_exec::agent::protocol::{ChangedRequest, CheckFile, MaterializeRequest};
+    use cairn_exec::artifacts::{Carried, changed_files};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (snap, work) = (dir.path().join("workflow"), dir.path().join("steps/p"));
+    std::fs::create_dir_all(snap.join("config")).unwrap();
+    std::fs::write(snap.join("Snakefile"), b"rule all: pass").unwrap();
+    std::fs::write(snap.join("config/c.yaml"), b"n: 1").unwrap();
+    let baseline: Vec<CheckFile> = ["Snakefile", "config/c.yaml"]
+        .iter()
+        .map(|p| CheckFile {
+            path: p.to_string(),
+            sha256: cairn_core::canonical::sha256_hex(&std::fs::read(snap.join(p)).unwrap()),
+        })
+        .collect();
+    let agent = Agent::local();
+    let t = Duration::from_secs(30);
+    let request = MaterializeRequest {
+        from: text(&snap),
+        to: text(&work),
+        files: baseline.clone(),
+        dirs: vec![],
+        link: false,
+        once: Some(".cairn/working-copy".into()),
+        write: vec![DeployFile::new(".cairn/config.json", b"{\"n\":2}", 0o644)],
+    };
+    let done = agent.materialize(request.clone(), t).unwrap();
+    assert_eq!((done.linked, done.copied, done.present), (0, 3, 0));
+    assert_ne!(
+        std::fs::metadata(snap.join("Snakefile")).unwrap().ino(),
+        std::fs::metadata(work.join("Snakefile")).unwrap().ino()
+    );
+    std::fs::write(work.join("config/c.yaml"), b"n: 3").unwrap();
+    std::fs::create_dir_all(work.join("results/a-b")).unwrap();
+    std::fs::write(work.join("results/a-b/x"), b"x").unwrap();
+    std::fs::write(work.join("results/a"), b"a").unwrap();
+    assert_eq!(agent.materialize(request.clone(), t).unwrap().present, 3, "kept");
+    assert_eq!(std::fs::read(work.join("config/c.yaml")).unwrap(), b"n: 3");
+    let mut conflicting = request;
+    conflicting.write = vec![DeployFile::new(".cairn/config.json", b"{}", 0o644)];
+    let e = agent.materialize(conflicting, t).unwrap_err().to_string();
+    assert!(e.contains("not the approved one"), "{e}");
+
+    let exclude = vec![".snakemake".to_string(), ".cairn".to_string()];
+    let there = agent
+        .changed(
+            ChangedRequest {
+                work_dir: text(&work),
+                prefix: "steps/p".into(),
+                baseline: baseline.clone(),
+                exclude: exclude.clone(),
+            },
+            t,
+        )
+        .unwrap();
+    let carried: Vec<Carried> =
+        baseline.iter().map(|b| Carried { path: b.path.clone(), sha256: b.sha256.clone() }).collect();
+    let here = changed_files(&work, "steps/p", &carried, &[".snakemake", ".cairn"]).unwrap();
+    assert_eq!(there.artifacts, here, "the same changes, in the same order");
+    let names: Vec<&str> = here.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["config/c.yaml", "results/a", "results/a-b/x"]);
 }

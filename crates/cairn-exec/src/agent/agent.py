@@ -104,14 +104,17 @@ REQUESTS = {
     "tail": {"path": str, "max_bytes": int},
     "outputs": {"run_dir": str, "step_id": str, "outputs": [{"name": str, "path": str, "folder": bool}]},
     "check": {"run_dir": str, "files": [{"path": str, "sha256": str}]},
-    "materialize": {"from": str, "to": str, "files": [{"path": str, "sha256": str}], "dirs": [str]},
+    "materialize": {"from": str, "to": str, "files": [{"path": str, "sha256": str}], "dirs": [str], "link": bool,
+                    "once": Maybe(str), "write": [{"path": str, "b64": str, "sha256": str, "mode": int}]},
+    "changed": {"work_dir": str, "prefix": str, "baseline": [{"path": str, "sha256": str}], "exclude": [str]},
+    "read": {"path": str, "offset": int, "max_bytes": int},
     # This agent's own: the request file of a Slurm job (Cairn never sends it).
     "supervise": {"run": RUN, "env": dict},
 }
 ENVELOPE = {"protocol": int, "op": str, "id": Maybe(int)}
 # What `wait` and `cancel` read of a launch's request.json: the same in every protocol of READS_FILES.
-LAUNCH = {k: RUN[k] for k in ("attempt_dir", "nonce", "run_dir", "timeout", "grace", "stop_signal", "max_stdout",
-                              "stderr_tail", "controller", "slurm")}
+LAUNCH = {k: RUN[k] for k in ("attempt_dir", "nonce", "cwd", "run_dir", "timeout", "grace", "stop_signal",
+                              "max_stdout", "stderr_tail", "controller", "slurm")}
 
 
 def read_fields(value, spec, where, strict=True):
@@ -622,18 +625,10 @@ def report(r, res):
 
 
 def controller_report(r):
-    results = os.path.join(r["run_dir"], "results")
-    files = []
-    for base, dirs, names in os.walk(results):
-        for n in names:
-            p = os.path.join(base, n)
-            files.append({"path": os.path.relpath(p, r["run_dir"]), "bytes": os.path.getsize(p)})
-    files.sort(key=lambda f: f["path"])
-    log, _ = tail(os.path.join(r["attempt_dir"], "stderr"), 64 << 10)
-    progress = [l.strip() for l in log.splitlines() if "steps (" in l and ") done" in l]
-    locks = os.path.join(r["run_dir"], ".snakemake", "locks")
-    return {"kind": "snakemake", "results_dir": results, "results": files,
-            "progress": progress[-1] if progress else None,
+    """A Snakemake step's report: where it ran and whether its lock was released. Cairn reads
+    its log for the jobs, and hashes its outputs."""
+    locks = os.path.join(r["cwd"], ".snakemake", "locks")
+    return {"kind": "snakemake", "working_copy": r["cwd"],
             "lock_released": not (os.path.isdir(locks) and os.listdir(locks))}
 
 
@@ -895,15 +890,40 @@ def op_check(r):
 def op_materialize(r):
     src_root, to = r["from"], r["to"]
     done = {"linked": 0, "copied": 0, "present": 0}
-    for d in r["dirs"]:
-        if not safe_relative(d) or symlinked_component(to, d) is not None:
-            fail("recorded artifact path `%s` is not inside its run directory" % d)
-        os.makedirs(os.path.join(to, d), exist_ok=True)
-    for f in r["files"]:
-        rel, sha = f["path"], f["sha256"]
+
+    def checked(rel):
         if not safe_relative(rel) or symlinked_component(to, rel) is not None:
             fail("recorded artifact path `%s` is not inside its run directory" % rel)
-        dest = os.path.join(to, rel)
+        return os.path.join(to, rel)
+
+    for d in r["dirs"]:
+        os.makedirs(checked(d), exist_ok=True)
+    for w in r["write"]:
+        dest = checked(w["path"])
+        data = base64.b64decode(w["b64"])
+        if hashlib.sha256(data).hexdigest() != w["sha256"]:
+            fail("%s cannot be written: its content is not its checksum" % w["path"])
+        found = check_artifact(to, w["path"], w["sha256"])
+        if found is None:
+            done["present"] += 1
+        elif found["kind"] == "missing" and not os.path.lexists(dest):
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, w["mode"])
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            done["copied"] += 1
+        else:
+            what = "sha256 %s" % found["sha256"] if found["kind"] == "changed" else "missing"
+            fail("%s cannot be written: it is there with other content (%s), not the approved one" % (w["path"], what))
+    if r["once"] is not None and os.path.isfile(checked(r["once"])):
+        done["present"] += len(r["files"])
+        emit({"materialized": done})
+        return
+    for f in r["files"]:
+        rel, sha = f["path"], f["sha256"]
+        dest = checked(rel)
         if check_artifact(to, rel, sha) is None:
             done["present"] += 1
             continue
@@ -923,12 +943,15 @@ def op_materialize(r):
             tmp = os.path.join(os.path.dirname(dest), ".%s.cairn-materialize" % os.path.basename(dest))
             if os.path.lexists(tmp):
                 os.unlink(tmp)
-            try:
-                os.link(src, tmp)
-                linked = True
-            except OSError:
-                shutil.copyfile(src, tmp)
-                linked = False
+            linked = False
+            if r["link"]:
+                try:
+                    os.link(src, tmp)
+                    linked = True
+                except OSError:
+                    pass
+            if not linked:
+                shutil.copy2(src, tmp)
             _, got = hash_file(tmp)
         except OSError as e:
             fail("artifact %s cannot be materialised into %s: %s" % (rel, to, e))
@@ -938,11 +961,67 @@ def op_materialize(r):
                  "the step is re-executed" % (rel, src_root, got))
         os.rename(tmp, dest)
         done["linked" if linked else "copied"] += 1
+    if r["once"] is not None:
+        marker = checked(r["once"])
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        write_atomic(marker, "".join("%s  %s\n" % (f["sha256"], f["path"]) for f in r["files"]).encode())
     emit({"materialized": done})
 
 
+def changed_files(work_dir, prefix, baseline, exclude):
+    """The files under work_dir that are not the baseline: created or changed there."""
+    import stat
+    known = {b["path"]: b["sha256"] for b in baseline}
+    files = []
+    stack = [(work_dir, "")]
+    while stack:
+        d, rel = stack.pop()
+        for entry in os.listdir(d):
+            if not rel and entry in exclude:
+                continue
+            path, child = os.path.join(d, entry), (rel + "/" + entry if rel else entry)
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
+                stack.append((path, child))
+            elif stat.S_ISREG(st.st_mode):
+                files.append((child, path))
+            else:
+                raise Fault("declared output pipeline (its working copy) is %s at %s: Cairn records only regular files, "
+                            "and a symlink is never followed; write the file itself there" % (kind_of(st), path))
+    out = []
+    for name, path in sorted(files, key=lambda f: f[0].encode()):
+        size, sha = hash_file(path)
+        if known.get(name) == sha:
+            continue
+        out.append({"name": name, "path": "%s/%s" % (prefix, name), "bytes": size, "sha256": sha})
+    return out
+
+
+def op_read(r):
+    try:
+        with open(r["path"], "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(min(r["offset"], size))
+            data = f.read(r["max_bytes"])
+    except FileNotFoundError:
+        size, data = 0, b""
+    except OSError as e:
+        fail("%s cannot be read: %s" % (r["path"], e))
+    emit({"chunk": {"b64": base64.b64encode(data).decode(), "offset": min(r["offset"], size), "size": size}})
+
+
+def op_changed(r):
+    try:
+        emit({"outputs": {"artifacts": changed_files(r["work_dir"], r["prefix"], r["baseline"], r["exclude"]),
+                          "fault": None}})
+    except Fault as e:
+        emit({"outputs": {"artifacts": [], "fault": str(e)}})
+
+
 OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "serve": op_serve, "wait": op_wait,
-       "cancel": op_cancel, "tail": op_tail, "outputs": op_outputs, "check": op_check, "materialize": op_materialize}
+       "cancel": op_cancel, "tail": op_tail, "outputs": op_outputs, "check": op_check, "materialize": op_materialize,
+       "changed": op_changed, "read": op_read}
 
 
 def main(msg):

@@ -24,9 +24,9 @@ use serde::Serialize;
 
 use crate::ssh::{SshTransport, classify_ssh_failure};
 use protocol::{
-    CancelRequest, Cancelled, CheckRequest, DeployRequest, Envelope, HashedOutputs, Identity, MaterializeRequest,
-    MaterializedCounts, OutputsRequest, PROTOCOL, ReadyFacts, ReadyRequest, Reply, ReplyError, Request, RunRequest,
-    StepExit, Tail, TailRequest, WaitRequest, decode_line,
+    CancelRequest, Cancelled, ChangedRequest, CheckRequest, Chunk, DeployRequest, Envelope, HashedOutputs, Identity,
+    MaterializeRequest, MaterializedCounts, OutputsRequest, PROTOCOL, ReadRequest, ReadyFacts, ReadyRequest, Reply,
+    ReplyError, Request, RunRequest, StepExit, Tail, TailRequest, WaitRequest, decode_line,
 };
 
 const AGENT_PY: &str = include_str!("agent.py");
@@ -228,6 +228,16 @@ impl Agent {
             timeout,
             |r| if let Reply::Materialized(m) = r { Ok(m) } else { Err(r) },
         )
+    }
+
+    /// The files a pipeline created or changed in its working copy there, hashed.
+    pub fn changed(&self, request: ChangedRequest, timeout: Duration) -> Result<HashedOutputs, AgentError> {
+        self.ask(Request::Changed(request), timeout, |r| if let Reply::Outputs(o) = r { Ok(o) } else { Err(r) })
+    }
+
+    /// Bytes of a file there, from an offset.
+    pub fn read(&self, request: ReadRequest, timeout: Duration) -> Result<Chunk, AgentError> {
+        self.ask(Request::Read(request), timeout, |r| if let Reply::Chunk(c) = r { Ok(c) } else { Err(r) })
     }
 
     /// Runs a request, passing each reply to `on_reply` as it arrives. `stop` is polled; when it

@@ -76,9 +76,13 @@ pub enum Request {
     Outputs(OutputsRequest),
     /// Checks recorded artifacts against their bytes; [`Reply::Checked`].
     Check(CheckRequest),
-    /// Materialises a source run's artifacts into a replay child's run_dir;
-    /// [`Reply::Materialized`] or [`Reply::Error`].
+    /// Materialises a source run's artifacts into a replay child's run_dir, or a pipeline's
+    /// working copy into its step directory; [`Reply::Materialized`] or [`Reply::Error`].
     Materialize(MaterializeRequest),
+    /// The files a pipeline created or changed in its working copy, hashed; [`Reply::Outputs`].
+    Changed(ChangedRequest),
+    /// Bytes of a file from an offset (a pipeline's log, as it grows); [`Reply::Chunk`].
+    Read(ReadRequest),
 }
 
 impl Request {
@@ -95,6 +99,8 @@ impl Request {
             Request::Outputs(_) => "outputs",
             Request::Check(_) => "check",
             Request::Materialize(_) => "materialize",
+            Request::Changed(_) => "changed",
+            Request::Read(_) => "read",
         }
     }
 }
@@ -139,8 +145,9 @@ impl DeployFile {
 
 /// One attempt to launch. The agent stores it as the attempt's `request.json` before the launch;
 /// `wait` and `cancel` read the launch's limits from there, so the names of the fields they read
-/// (`attempt_dir`, `nonce`, `run_dir`, `timeout`, `grace`, `stop_signal`, `max_stdout`,
-/// `stderr_tail`, `controller`, `slurm`) are kept across protocols.
+/// (`attempt_dir`, `nonce`, `cwd`, `run_dir`, `timeout`, `grace`, `stop_signal`, `max_stdout`,
+/// `stderr_tail`, `controller`, `slurm`) are kept across protocols (every `request.json` ever
+/// written has all of them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRequest {
     /// Created exclusively: an attempt directory that exists means this attempt was launched.
@@ -243,6 +250,47 @@ pub struct MaterializeRequest {
     pub files: Vec<CheckFile>,
     /// Folders to create (declared folder outputs, maybe empty).
     pub dirs: Vec<String>,
+    /// Hard-link where the filesystem allows; `false` always copies.
+    pub link: bool,
+    /// A marker under `to`: when it exists the files are left alone; written once they are there.
+    pub once: Option<String>,
+    /// Files given whole, under `to`: written where absent, checked where present.
+    pub write: Vec<DeployFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangedRequest {
+    pub work_dir: String,
+    /// What an artifact's path starts with, relative to the run directory.
+    pub prefix: String,
+    /// The working copy as it was deployed: paths relative to `work_dir`, with their SHA-256.
+    pub baseline: Vec<CheckFile>,
+    /// Top-level entries of `work_dir` that are the controller's own state.
+    pub exclude: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadRequest {
+    pub path: String,
+    pub offset: u64,
+    pub max_bytes: usize,
+}
+
+/// The `read` reply: the bytes from `offset` (at most the asked number), and the file's size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chunk {
+    pub b64: String,
+    pub offset: u64,
+    /// The file's whole size (0 when it does not exist).
+    pub size: u64,
+}
+
+impl Chunk {
+    /// The bytes read (a corrupt encoding reads as none).
+    pub fn bytes(&self) -> Vec<u8> {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.decode(&self.b64).unwrap_or_default()
+    }
 }
 
 /// The `outputs` reply: the artifacts, or why the outputs cannot be recorded (the step's error).
@@ -283,6 +331,7 @@ pub enum Reply {
     /// Each file asked about: `None` when it holds the recorded bytes, else what is there.
     Checked(BTreeMap<String, Option<Found>>),
     Materialized(MaterializedCounts),
+    Chunk(Chunk),
     /// The request failed, in words.
     Error(String),
     /// The agent does not speak the request's protocol.
@@ -305,6 +354,7 @@ impl Reply {
             Reply::Outputs(_) => "outputs",
             Reply::Checked(_) => "checked",
             Reply::Materialized(_) => "materialized",
+            Reply::Chunk(_) => "chunk",
             Reply::Error(_) => "error",
             Reply::Unsupported(_) => "unsupported",
         }

@@ -33,7 +33,7 @@ const TARGET: &str = "ci";
 const CANCEL_WITHIN: Duration = Duration::from_secs(10);
 
 /// The test venv's `bin` folder, holding `snakemake`. Under CI its absence is a failure.
-fn venv_bin() -> Option<PathBuf> {
+pub(crate) fn venv_bin() -> Option<PathBuf> {
     let bin = venv_dir().join("bin");
     if bin.join("snakemake").is_file() {
         return Some(bin.canonicalize().unwrap());
@@ -46,7 +46,7 @@ fn venv_bin() -> Option<PathBuf> {
 }
 
 /// Every file under `dir/rel`, as `(path relative to dir, bytes)`, sorted.
-fn files_under(dir: &Path, rel: &str) -> Vec<(String, u64)> {
+pub(crate) fn files_under(dir: &Path, rel: &str) -> Vec<(String, u64)> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, u64)>) {
         let Ok(rd) = std::fs::read_dir(dir) else { return };
         for e in rd.flatten() {
@@ -66,7 +66,7 @@ fn files_under(dir: &Path, rel: &str) -> Vec<(String, u64)> {
 }
 
 /// The files snakemake holds its lock with, in `<run_dir>/.snakemake/locks` (none once released).
-fn lock_files(run_dir: &Path) -> Vec<String> {
+pub(crate) fn lock_files(run_dir: &Path) -> Vec<String> {
     match std::fs::read_dir(run_dir.join(".snakemake/locks")) {
         Ok(rd) => rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
         Err(_) => Vec::new(),
@@ -85,7 +85,7 @@ fn pgrep(run_dir: &Path) -> Vec<i32> {
 
 /// Live processes (not this one) whose command line names `dir` or whose working directory is
 /// inside it: snakemake, and the shell jobs it runs in run_dir.
-fn processes_in(dir: &Path) -> Vec<i32> {
+pub(crate) fn processes_in(dir: &Path) -> Vec<i32> {
     let needle = dir.display().to_string();
     let mut found = Vec::new();
     for (pid, cmdline) in processes() {
@@ -108,12 +108,12 @@ fn same_alive(pid: i64, start_time: i64) -> bool {
 /// One test's state root, scratch directory and PATH. Dropping it stops the daemon, SIGKILLs
 /// whatever still runs in its directories (a passing test leaves nothing) and closes the SSH
 /// control connections.
-struct Fx {
-    c: Cairn,
+pub(crate) struct Fx {
+    pub(crate) c: Cairn,
     /// The scratch directory, canonical (a run_dir's parent must not go through a symlink).
-    base: PathBuf,
+    pub(crate) base: PathBuf,
     /// PATH for every `cairn` command: the test venv's `bin` first.
-    path: String,
+    pub(crate) path: String,
     spawned: RefCell<Vec<Child>>,
 }
 
@@ -137,7 +137,7 @@ impl Drop for Fx {
 }
 
 impl Fx {
-    fn new() -> Option<Fx> {
+    pub(crate) fn new() -> Option<Fx> {
         let venv_bin = venv_bin()?;
         let path = format!("{}:{}", venv_bin.display(), std::env::var("PATH").unwrap_or_default());
         let c = Cairn::new().with_env("PATH", &path);
@@ -145,18 +145,18 @@ impl Fx {
         Some(Fx { c, base, path, spawned: RefCell::new(Vec::new()) })
     }
 
-    fn p(&self, rel: &str) -> PathBuf {
+    pub(crate) fn p(&self, rel: &str) -> PathBuf {
         self.base.join(rel)
     }
 
     /// `cairn ARGS --json` with this test's PATH, checking the `--json` contract.
-    fn json(&self, args: &[&str]) -> Out {
+    pub(crate) fn json(&self, args: &[&str]) -> Out {
         self.c.json(args)
     }
 
     /// Starts `cairn ARGS` in the background with this test's PATH; returns its index for
     /// [`Fx::wait_spawned`]. Killed when the test ends, if still running.
-    fn spawn(&self, args: &[String]) -> usize {
+    pub(crate) fn spawn(&self, args: &[String]) -> usize {
         let child = self.c.spawn(args);
         let mut spawned = self.spawned.borrow_mut();
         spawned.push(child);
@@ -165,7 +165,7 @@ impl Fx {
 
     /// Waits (at most `timeout`) for a spawned command to exit: its exit code and stdout.
     #[track_caller]
-    fn wait_spawned(&self, i: usize, timeout: Duration) -> (i32, String) {
+    pub(crate) fn wait_spawned(&self, i: usize, timeout: Duration) -> (i32, String) {
         let out = wait_exit(&mut self.spawned.borrow_mut()[i], timeout);
         assert!(!out.timed_out, "a spawned `cairn` did not exit within {timeout:?}");
         (out.code.unwrap_or(-1), out.stdout)
@@ -192,18 +192,18 @@ impl Fx {
     }
 
     /// `cairn plan WF --input <input> --target TARGET --run-dir RUN_DIR --name NAME --json`.
-    fn plan(&self, workflow: &str, input: &Value, target: &str, run_dir: &Path, name: &str) -> Out {
+    pub(crate) fn plan(&self, workflow: &str, input: &Value, target: &str, run_dir: &Path, name: &str) -> Out {
         self.c.plan(workflow, &self.c.input(input), target, run_dir, name)
     }
 
-    fn execute(&self, plan: &Value) -> Out {
+    pub(crate) fn execute(&self, plan: &Value) -> Out {
         let args = approval(plan);
         self.json(&args.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
     /// Registers the test sshd as target [`TARGET`], its workspace root `<scratch>/ws`.
     #[track_caller]
-    fn add_target(&self, d: &Path) -> &'static str {
+    pub(crate) fn add_target(&self, d: &Path) -> &'static str {
         let ws = self.p("ws");
         std::fs::create_dir_all(&ws).unwrap();
         let ssh = format!("root@127.0.0.1:{}", sshd_port());
@@ -214,7 +214,7 @@ impl Fx {
 
     /// One row of `tool_calls` as JSON, read with the sqlite3 CLI; `None` (a skip) when sqlite3 is
     /// missing outside CI.
-    fn row(&self, run_id: &str, step_id: &str) -> Option<Value> {
+    pub(crate) fn row(&self, run_id: &str, step_id: &str) -> Option<Value> {
         let query = format!(
             "SELECT status, outcome, result_json, error, log_tail, attempt_count, started_at, finished_at, remote_json \
              FROM tool_calls WHERE run_id = '{run_id}' AND step_id = '{step_id}'"
@@ -229,7 +229,7 @@ impl Fx {
     }
 
     /// The step's stored result (`tool_calls.result_json`), parsed.
-    fn result(&self, run_id: &str, step_id: &str) -> Option<Value> {
+    pub(crate) fn result(&self, run_id: &str, step_id: &str) -> Option<Value> {
         self.row(run_id, step_id).map(|r| match r["result_json"].as_str() {
             Some(text) => serde_json::from_str(text).unwrap(),
             None => Value::Null,
@@ -238,7 +238,7 @@ impl Fx {
 
     /// Stops the daemon and checks its process is gone.
     #[track_caller]
-    fn stop_daemon(&self) {
+    pub(crate) fn stop_daemon(&self) {
         self.c.stop_daemon_within(Duration::from_secs(5));
     }
 }
@@ -267,39 +267,48 @@ fn assert_greetings_done(fx: &Fx, run: &Value, run_dir: &Path, argv_tail: &str, 
     assert_eq!(step["outcome"], "COMPLETED", "{run:#}");
     assert_eq!(step["attempts"], 1, "{run:#}");
 
-    // The files, under run_dir/results only.
+    // The files, under the working copy's results/ only.
+    let work = run_dir.join("steps/pipeline");
     for (rel, content) in GREETING_FILES {
-        let text = std::fs::read_to_string(run_dir.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let text = std::fs::read_to_string(work.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
         assert_eq!(text, content, "{rel}");
     }
-    let on_disk = files_under(run_dir, "results");
+    let on_disk = files_under(&work, "results");
     assert_eq!(
         on_disk.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
         GREETING_FILES.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
-        "run_dir/results holds exactly the pipeline's outputs"
+        "the working copy's results/ holds exactly the pipeline's outputs"
     );
+    // They are the step's artifacts, named by their path in the working copy.
+    let artifacts: Vec<(String, u64)> = step["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (str_of(&a["name"]).to_string(), a["bytes"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(artifacts, on_disk, "every output is an artifact, and nothing else: {step:#}");
 
     // The step's result is the controller's report of them.
     if let Some(result) = fx.result(run_id, "pipeline") {
         assert_eq!(result["kind"], "snakemake", "{result:#}");
-        assert_eq!(result["results_dir"], run_dir.join("results").to_str().unwrap(), "{result:#}");
-        let mut listed: Vec<(String, u64)> = result["results"]
+        assert_eq!(result["working_copy"], work.to_str().unwrap(), "{result:#}");
+        let listed: Vec<(String, u64)> = result["outputs"]
             .as_array()
-            .unwrap_or_else(|| panic!("no results list: {result:#}"))
+            .unwrap_or_else(|| panic!("no outputs list: {result:#}"))
             .iter()
-            .map(|r| (str_of(&r["path"]).to_string(), r["bytes"].as_u64().unwrap()))
+            .map(|r| (str_of(&r["name"]).to_string(), r["bytes"].as_u64().unwrap()))
             .collect();
-        listed.sort();
         assert_eq!(listed, on_disk, "the result lists every output with its size: {result:#}");
         // 2 greet + 2 shout + summary + all.
-        assert_eq!(result["progress"], "6 of 6 steps (100%) done", "{result:#}");
+        assert_eq!(result["jobs"], json!({"total": 6, "done": 6, "failed": 0}), "{result:#}");
+        assert_eq!(result["failed_rules"], json!([]), "{result:#}");
         assert_eq!(result["lock_released"], true, "{result:#}");
         let row = fx.row(run_id, "pipeline").unwrap();
         let remote: Value = serde_json::from_str(str_of(&row["remote_json"])).unwrap();
         assert_eq!(remote["target"], target, "{remote:#}");
         assert_eq!(remote["attempt_dir"], attempt_dir(run_dir, "pipeline", 1).to_str().unwrap(), "{remote:#}");
     }
-    assert_eq!(lock_files(run_dir), Vec::<String>::new(), "snakemake released its lock");
+    assert_eq!(lock_files(&work), Vec::<String>::new(), "snakemake released its lock");
 
     // The supervisor's record: who ran (pid, start time, nonce) and how it ended.
     let attempt = attempt_dir(run_dir, "pipeline", 1);
@@ -344,11 +353,16 @@ fn a_snakemake_pipeline_runs_as_one_controller_step() {
 
     let out = fx.run("greetings", &json!({}), &["--run-id", "hello"]).expect(0);
 
+    // It ran in its working copy: a copy of the snapshot, never the snapshot itself.
+    let work = run_dir.join("steps/pipeline");
     let argv_tail = format!(
-        "--snakefile {snap}/Snakefile --directory {run} --cores 2 --nocolor --configfile {snap}/config.yaml",
-        snap = snapshot.display(),
-        run = run_dir.display()
+        "--snakefile {work}/Snakefile --directory {work} --cores 2 --nocolor --rerun-incomplete --configfile {work}/config.yaml",
+        work = work.display()
     );
+    for f in ["Snakefile", "config.yaml", "workflow.toml"] {
+        assert_eq!(std::fs::read(work.join(f)).unwrap(), std::fs::read(snapshot.join(f)).unwrap(), "{f}");
+    }
+    assert!(!snapshot.join("results").exists() && !snapshot.join(".snakemake").exists(), "the snapshot is untouched");
     assert_greetings_done(&fx, &out.json, &run_dir, &argv_tail, "local");
     assert_eq!(fx.c.show("hello")["status"], "READY");
     fx.stop_daemon();
@@ -368,17 +382,19 @@ fn planned_pipeline_runs(fx: &Fx, target: &str) {
     assert_eq!(plan["target"], target);
 
     let deployed = run_dir.join("workflow");
+    let work = run_dir.join("steps/pipeline");
     let argv = json!([
         "snakemake",
         "--snakefile",
-        deployed.join("Snakefile"),
+        work.join("Snakefile"),
         "--directory",
-        run_dir,
+        work,
         "--cores",
         "2",
         "--nocolor",
+        "--rerun-incomplete",
         "--configfile",
-        deployed.join("config.yaml"),
+        work.join("config.yaml"),
     ]);
     let commands = plan["commands"].as_array().unwrap();
     assert_eq!(commands.len(), 1, "{commands:#?}");
@@ -452,7 +468,8 @@ fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
     };
 
     // Mid-run: the first naps are done, snakemake runs and holds its lock.
-    let naps = run_dir.join("results/naps");
+    let work = run_dir.join("steps/pipeline");
+    let naps = work.join("results/naps");
     assert!(
         wait_until(Duration::from_secs(60), || std::fs::read_dir(&naps).is_ok_and(|rd| rd.count() >= 1)),
         "no nap finished within 60 s\ndaemon log:\n{}",
@@ -460,7 +477,7 @@ fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
     );
     let running = pgrep(&run_dir);
     assert!(!running.is_empty(), "snakemake should be running for {}", run_dir.display());
-    assert!(!lock_files(&run_dir).is_empty(), "a running snakemake holds its lock in .snakemake/locks");
+    assert!(!lock_files(&work).is_empty(), "a running snakemake holds its lock in .snakemake/locks");
     let attempt = attempt_dir(&run_dir, "pipeline", 1);
     let pid = read_json(&attempt.join("pid.json"));
     let (supervisor, supervisor_start) =
@@ -499,7 +516,7 @@ fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
     assert_eq!(parse_stdout(&stdout, 3, "follower")["status"], "CANCELLED", "{stdout}");
 
     // Snakemake stopped on SIGINT by itself (not SIGKILLed after the grace) and released its lock.
-    assert_eq!(lock_files(&run_dir), Vec::<String>::new(), "the lock was not released");
+    assert_eq!(lock_files(&work), Vec::<String>::new(), "the lock was not released");
     assert!(wait_until(Duration::from_secs(5), || attempt.join("exit.json").is_file()), "no exit.json");
     let exit = read_json(&attempt.join("exit.json"));
     assert_ne!(exit["signal"], 9, "snakemake had to be SIGKILLed: {exit}");
@@ -507,12 +524,12 @@ fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
     assert!(log.contains("Terminating processes on user request"), "snakemake saw the SIGINT:\n{log}");
 
     // Partial results stay: every finished nap, complete; no summary.
-    let left = files_under(&run_dir, "results");
+    let left = files_under(&work, "results");
     assert!(!left.is_empty() && left.len() < 6, "some, not all, naps finished: {left:?}");
     for (rel, _) in &left {
         let sample = rel.strip_prefix("results/naps/").and_then(|f| f.strip_suffix(".txt"));
         let sample = sample.unwrap_or_else(|| panic!("unexpected output {rel}"));
-        assert_eq!(std::fs::read_to_string(run_dir.join(rel)).unwrap(), format!("napped {sample}\n"), "{rel}");
+        assert_eq!(std::fs::read_to_string(work.join(rel)).unwrap(), format!("napped {sample}\n"), "{rel}");
     }
 
     let shown = fx.c.show(&run_id);
@@ -523,7 +540,7 @@ fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
     assert_eq!(kinds(&events).last().map(String::as_str), Some("run.finished"), "{:?}", kinds(&events));
     // Nothing changes afterwards: the outputs are still there a moment later.
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(files_under(&run_dir, "results"), left);
+    assert_eq!(files_under(&work, "results"), left);
     fx.stop_daemon();
 }
 
@@ -557,6 +574,10 @@ fn a_failing_rule_fails_the_step_and_the_run_with_snakemakes_error() {
     assert_eq!(step["outcome"], "FAILED", "{run:#}");
     assert_eq!(step["attempts"], 1, "{run:#}");
     assert!(str_of(&step["error"]).contains("exited with code 1"), "{run:#}");
+    assert!(
+        str_of(&step["error"]).contains("rule `broken` failed (1 of 3 jobs done); its log tail says why"),
+        "the error names the failing rule: {run:#}"
+    );
     let error = str_of(&run["error"]);
     assert!(error.contains("step `pipeline`") && error.contains("code 1"), "{run:#}");
 
@@ -579,9 +600,11 @@ fn a_failing_rule_fails_the_step_and_the_run_with_snakemakes_error() {
     assert!(text.contains("At least one job did not complete successfully"), "{text}");
 
     // The rule before the failing one ran; the failing one left nothing; the lock is released.
-    assert_eq!(std::fs::read_to_string(run_dir.join("results/prepared.txt")).unwrap(), "prepared\n");
-    assert!(!run_dir.join("results/broken.txt").exists());
-    assert_eq!(lock_files(&run_dir), Vec::<String>::new());
+    let work = run_dir.join("steps/pipeline");
+    assert_eq!(std::fs::read_to_string(work.join("results/prepared.txt")).unwrap(), "prepared\n");
+    assert!(!work.join("results/broken.txt").exists());
+    assert_eq!(lock_files(&work), Vec::<String>::new());
+    assert_eq!(step["artifacts"], json!([]), "a failed attempt records no artifact");
     assert_eq!(read_json(&attempt_dir(&run_dir, "pipeline", 1).join("exit.json"))["exit_code"], 1);
     assert!(!attempt_dir(&run_dir, "pipeline", 2).exists(), "a FAILED controller is not retried");
     assert_eq!(pgrep(&run_dir), Vec::<i32>::new());
@@ -614,10 +637,10 @@ fn targets_build_only_what_they_name() {
     fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
     let out = fx.run("targeted", &json!({}), &["--run-id", "targeted"]).expect(0);
     assert_eq!(out.json["status"], "READY", "{}", out.stdout);
-    let run_dir = fx.c.home().join("runs/targeted");
-    assert_eq!(files_under(&run_dir, "results"), [("results/prepared.txt".to_string(), 9)]);
+    let work = fx.c.home().join("runs/targeted/steps/pipeline");
+    assert_eq!(files_under(&work, "results"), [("results/prepared.txt".to_string(), 9)]);
     if let Some(result) = fx.result("targeted", "pipeline") {
-        assert_eq!(result["progress"], "1 of 1 steps (100%) done", "{result:#}");
+        assert_eq!(result["jobs"], json!({"total": 1, "done": 1, "failed": 0}), "{result:#}");
     }
     fx.stop_daemon();
 }
@@ -632,10 +655,10 @@ fn targets_build_only_what_they_name_also_with_a_config_file() {
     fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
     let out = fx.run("targeted", &json!({}), &["--run-id", "targeted"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
-    let run_dir = fx.c.home().join("runs/targeted");
-    let built: Vec<String> = files_under(&run_dir, "results").into_iter().map(|(p, _)| p).collect();
+    let work = fx.c.home().join("runs/targeted/steps/pipeline");
+    let built: Vec<String> = files_under(&work, "results").into_iter().map(|(p, _)| p).collect();
     assert_eq!(built, ["results/greetings/ada.txt", "results/shouts/ada.txt"]);
-    assert_eq!(std::fs::read_to_string(run_dir.join("results/shouts/ada.txt")).unwrap(), "HELLO FROM CONFIG, ADA!\n");
+    assert_eq!(std::fs::read_to_string(work.join("results/shouts/ada.txt")).unwrap(), "HELLO FROM CONFIG, ADA!\n");
     fx.stop_daemon();
 }
 
@@ -730,8 +753,9 @@ fn assert_bad_args_failed(run: &Value, run_dir: &Path, arg: &str, name: &str) {
     assert!(str_of(&step["error"]).contains(arg), "{name}: the step error does not name {arg}: {run:#}");
     assert!(str_of(&run["error"]).contains(arg), "{name}: the run error does not name {arg}: {run:#}");
     assert_eq!(step["attempts"], 1, "{name}: not retried: {run:#}");
-    assert!(!run_dir.join(".snakemake").exists(), "{name}: snakemake ran in {}", run_dir.display());
-    assert!(!run_dir.join("results").exists(), "{name}: outputs in {}", run_dir.display());
+    let work = run_dir.join("steps/pipeline");
+    assert!(!work.join(".snakemake").exists(), "{name}: snakemake ran in {}", work.display());
+    assert!(!work.join("results").exists(), "{name}: outputs in {}", work.display());
 }
 
 /// (6) Nextflow is not installed here: a plan of a Nextflow pipeline is refused, naming nextflow
@@ -777,7 +801,7 @@ fn a_nextflow_pipeline_is_refused_at_plan_time_where_nextflow_is_missing() {
 fn a_completed_controller_step_is_not_run_again_under_the_same_run_id() {
     let Some(fx) = Fx::new() else { return };
     fx.add("greetings");
-    let run_dir = fx.c.home().join("runs/once");
+    let run_dir = fx.c.home().join("runs/once/steps/pipeline");
     let first = fx.run("greetings", &json!({"n": 1}), &["--run-id", "once"]).expect(0);
     assert_eq!(first.json["status"], "READY", "{}", first.stdout);
     let events = fx.c.events("once");
@@ -794,11 +818,12 @@ fn a_completed_controller_step_is_not_run_again_under_the_same_run_id() {
     assert_eq!(fx.c.events("once"), events, "a rerun appends no events");
     assert_eq!(fx.row("once", "pipeline"), row, "the stored step is unchanged");
     assert_eq!(std::fs::read_dir(run_dir.join(".snakemake/log")).unwrap().count(), 1, "snakemake ran again");
-    let attempts: Vec<String> = std::fs::read_dir(run_dir.join("steps/pipeline/.cairn"))
+    let mut attempts: Vec<String> = std::fs::read_dir(run_dir.join(".cairn"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(attempts, ["attempt-1"]);
+    attempts.sort();
+    assert_eq!(attempts, ["attempt-1", "working-copy"]);
     assert_eq!(GREETING_FILES.iter().map(|(rel, _)| mtime(rel)).collect::<Vec<_>>(), stamps, "outputs rewritten");
     fx.stop_daemon();
 }
@@ -811,10 +836,11 @@ fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
     let Some(fx) = Fx::new() else { return };
     fx.add("naps");
     let run_dir = fx.c.home().join("runs/naps");
+    let work = run_dir.join("steps/pipeline");
     let args = fx.c.run_args("naps", &json!({}), &["--run-id", "naps", "--json"]);
     let follower = fx.spawn(&args);
     assert!(
-        wait_until(Duration::from_secs(60), || std::fs::read_dir(run_dir.join("results/naps"))
+        wait_until(Duration::from_secs(60), || std::fs::read_dir(work.join("results/naps"))
             .is_ok_and(|rd| rd.count() >= 1)),
         "no nap finished within 60 s\ndaemon log:\n{}",
         fx.c.daemon_log()
@@ -835,18 +861,18 @@ fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
     let run = fx.c.wait_for_status("naps", "READY", Duration::from_secs(60));
     assert_eq!(step(&run, "pipeline")["attempts"], 1, "{run:#}");
     assert!(!attempt_dir(&run_dir, "pipeline", 2).exists(), "a second attempt was launched");
-    assert_eq!(std::fs::read_dir(run_dir.join(".snakemake/log")).unwrap().count(), 1, "snakemake ran twice");
+    assert_eq!(std::fs::read_dir(work.join(".snakemake/log")).unwrap().count(), 1, "snakemake ran twice");
     let events = fx.c.events("naps");
     assert_eq!(events_of(&events, "step.reattached", Some("pipeline")).len(), 1, "{:?}", kinds(&events));
     assert_eq!(events_of(&events, "step.started", Some("pipeline")).len(), 1, "{:?}", kinds(&events));
     assert!(events_of(&events, "step.interrupted", None).is_empty(), "{:?}", kinds(&events));
     if let Some(result) = fx.result("naps", "pipeline") {
-        assert_eq!(result["progress"], "8 of 8 steps (100%) done", "{result:#}");
-        assert_eq!(result["results"].as_array().unwrap().len(), 7, "six naps and the summary: {result:#}");
+        assert_eq!(result["jobs"], json!({"total": 8, "done": 8, "failed": 0}), "{result:#}");
+        assert_eq!(result["outputs"].as_array().unwrap().len(), 7, "six naps and the summary: {result:#}");
         assert_eq!(result["lock_released"], true, "{result:#}");
     }
-    let summary = std::fs::read_to_string(run_dir.join("results/summary.txt")).unwrap();
+    let summary = std::fs::read_to_string(work.join("results/summary.txt")).unwrap();
     assert_eq!(summary, (1..=6).map(|i| format!("napped s{i}\n")).collect::<String>());
-    assert_eq!(lock_files(&run_dir), Vec::<String>::new());
+    assert_eq!(lock_files(&work), Vec::<String>::new());
     fx.stop_daemon();
 }

@@ -19,6 +19,7 @@ mod limits;
 mod load;
 mod mcp;
 mod outcomes;
+mod pipelines;
 mod plans;
 mod recovery;
 mod registry;

@@ -1,0 +1,257 @@
+//! Real Snakemake pipelines, unchanged, as Cairn steps: each pipeline of
+//! `tests/fixtures/pipelines/` (a bare folder with its inputs, the standardized layout with its
+//! config overridden by the run input, a checkpoint, `temp()` files, `retries:`, `threads:`) runs
+//! under Cairn in its working copy, and under plain `snakemake` in a copy of the same folder; what
+//! each wrote is compared file by file, and what Cairn recorded as artifacts is exactly what the
+//! pipeline created or changed. Planned, on this machine and on the SSH target, the run's config
+//! is approved as a file of the plan, and a samplesheet at an absolute path is bound by its
+//! checksum.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::controllers::{Fx, venv_bin};
+use crate::evidence::sha256_file;
+use crate::support::*;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pipelines");
+
+/// Every file below `dir` (its path relative to `dir` and its SHA-256), but the top-level
+/// entries `skip`.
+fn tree(dir: &Path, skip: &[&str]) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, skip: &[&str], out: &mut BTreeMap<String, String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            if skip.contains(&rel.as_str()) {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                walk(root, &e.path(), skip, out);
+            } else {
+                out.insert(rel, sha256_file(&e.path()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, skip, &mut out);
+    out
+}
+
+/// The pipeline `name` run by plain `snakemake` in a copy of its folder, as a user would in a
+/// checkout: the copy, with what it wrote.
+fn plain_snakemake(fx: &Fx, name: &str, label: &str, snakefile: &str, cores: u64, config: Option<&Value>) -> PathBuf {
+    let dir = fx.p(&format!("plain-{label}"));
+    copy_dir(&Path::new(FIXTURES).join(name), &dir);
+    let bin = venv_bin().expect("the venv's snakemake");
+    let mut cmd = Command::new(bin.join("snakemake"));
+    cmd.current_dir(&dir).args(["--snakefile", snakefile, "--cores", &cores.to_string(), "--nocolor"]);
+    if let Some(config) = config {
+        let file = fx.p(&format!("plain-{label}-config.json"));
+        std::fs::write(&file, config.to_string()).unwrap();
+        cmd.arg("--configfile").arg(&file);
+    }
+    cmd.env("PATH", &fx.path);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "plain snakemake of {name} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    dir
+}
+
+/// The step's artifacts as `name → sha256`.
+fn artifacts_of(run: &Value) -> BTreeMap<String, String> {
+    step(run, "pipeline")["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (str_of(&a["name"]).to_string(), str_of(&a["sha256"]).to_string()))
+        .collect()
+}
+
+/// What a pipeline run left in `dir` beyond its own folder: the files it created or changed.
+fn created_or_changed(dir: &Path, name: &str) -> BTreeMap<String, String> {
+    let original = tree(&Path::new(FIXTURES).join(name), &[]);
+    tree(dir, &[".snakemake"]).into_iter().filter(|(p, sha)| original.get(p) != Some(sha)).collect()
+}
+
+struct Shape {
+    name: &'static str,
+    snakefile: &'static str,
+    cores: u64,
+    input: Value,
+    config: Option<Value>,
+}
+
+fn shapes() -> Vec<Shape> {
+    let config = json!({"punctuation": "!", "samples": ["ada", "grace", "hedy"]});
+    vec![
+        Shape { name: "bare", snakefile: "Snakefile", cores: 2, input: json!({}), config: None },
+        Shape {
+            name: "standard",
+            snakefile: "workflow/Snakefile",
+            cores: 2,
+            input: json!({"config": config}),
+            config: Some(config),
+        },
+        Shape { name: "checkpoint", snakefile: "Snakefile", cores: 2, input: json!({}), config: None },
+        Shape { name: "retries", snakefile: "Snakefile", cores: 1, input: json!({}), config: None },
+        Shape { name: "threads", snakefile: "Snakefile", cores: 3, input: json!({}), config: None },
+    ]
+}
+
+/// Each shape runs under Cairn as it runs under plain Snakemake: the same files, byte for byte,
+/// and the files it created or changed are the step's artifacts, listed in its result.
+#[test]
+fn every_pipeline_shape_writes_what_plain_snakemake_writes() {
+    let Some(fx) = Fx::new() else { return };
+    for shape in shapes() {
+        let name = shape.name;
+        let dir = fx.p(name);
+        copy_dir(&Path::new(FIXTURES).join(name), &dir);
+        fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+        let out = fx.json(
+            &fx.c.run_args(name, &shape.input, &["--run-id", name]).iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let run = out.expect(0).json;
+        assert_eq!(run["status"], "READY", "{name}: {run:#}");
+        let work = PathBuf::from(str_of(&run["run_dir"])).join("steps/pipeline");
+
+        let plain = plain_snakemake(&fx, name, name, shape.snakefile, shape.cores, shape.config.as_ref());
+        let theirs = tree(&plain, &[".snakemake"]);
+        let ours = tree(&work, &[".snakemake", ".cairn"]);
+        assert_eq!(ours, theirs, "{name}: Cairn's working copy and plain snakemake's folder differ");
+
+        let created = created_or_changed(&work, name);
+        let created: BTreeMap<String, String> =
+            created.into_iter().filter(|(p, _)| !p.starts_with(".cairn/")).collect();
+        assert!(!created.is_empty(), "{name}: the pipeline wrote nothing");
+        assert_eq!(artifacts_of(&run), created, "{name}: the artifacts are what the pipeline created or changed");
+        let result = &step(&run, "pipeline")["result"];
+        let listed: BTreeMap<String, String> = result["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (str_of(&o["name"]).to_string(), str_of(&o["sha256"]).to_string()))
+            .collect();
+        assert_eq!(listed, created, "{name}: the result lists them: {result:#}");
+        assert_eq!(result["jobs"]["failed"], 0, "{name}: {result:#}");
+        assert_eq!(result["jobs"]["done"], result["jobs"]["total"], "{name}: {result:#}");
+
+        // What each shape is about.
+        match name {
+            "bare" => {
+                assert!(!work.join("results/counts").exists(), "temp() outputs are gone");
+                assert_eq!(
+                    std::fs::read_to_string(work.join("results/report.txt")).unwrap(),
+                    "alpha: 3 lines, first: alpha one\nbeta: 2 lines, first: beta one\n"
+                );
+            }
+            "standard" => assert_eq!(
+                std::fs::read_to_string(work.join("results/greeted/hedy.txt")).unwrap(),
+                "Good morning, hedy!\n",
+                "the run input's config overrides config/config.yaml"
+            ),
+            "checkpoint" => {
+                assert_eq!(
+                    std::fs::read_to_string(work.join("results/joined.txt")).unwrap(),
+                    "PART 1\nPART 2\nPART 3\n"
+                )
+            }
+            "retries" => {
+                assert_eq!(std::fs::read_to_string(work.join("attempts.txt")).unwrap(), "3\n");
+                assert_eq!(step(&run, "pipeline")["attempts"], 1, "Snakemake retried the rule, not Cairn the step");
+            }
+            "threads" => {
+                assert_eq!(std::fs::read_to_string(work.join("results/threads.txt")).unwrap(), "3 threads\n")
+            }
+            _ => {}
+        }
+    }
+    fx.stop_daemon();
+}
+
+/// Planned (here and on the SSH target): the run input's config is a file of the plan, with its
+/// checksum, written by the approval; the pipeline runs on the target as plain snakemake would.
+fn planned_with_config(fx: &Fx, target: &str) {
+    let dir = fx.p("standard");
+    if !dir.exists() {
+        copy_dir(&Path::new(FIXTURES).join("standard"), &dir);
+        fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+    }
+    std::fs::create_dir_all(fx.p("ws")).unwrap();
+    let run_dir = fx.p(&format!("ws/standard-{target}"));
+    let config = json!({"punctuation": "?", "samples": ["kay"]});
+    let plan =
+        fx.plan("standard", &json!({"config": config}), target, &run_dir, &format!("std-{target}")).expect(0).json;
+    let bytes = serde_json::to_string(&config).unwrap();
+    let written: Vec<&Value> = plan["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["path"] == "steps/pipeline/.cairn/config.json")
+        .collect();
+    assert_eq!(written.len(), 1, "the plan writes the run's config: {:#}", plan["effects"]);
+    assert_eq!(written[0]["sha256"], sha256_hex(bytes.as_bytes()), "{:#}", written[0]);
+    let argv = plan["commands"][0]["argv"].as_array().unwrap();
+    assert_eq!(argv.last().unwrap(), run_dir.join("steps/pipeline/.cairn/config.json").to_str().unwrap(), "{argv:?}");
+
+    let run = fx.execute(&plan).expect(0).json;
+    assert_eq!(run["status"], "READY", "{run:#}");
+    let work = run_dir.join("steps/pipeline");
+    assert_eq!(std::fs::read_to_string(work.join(".cairn/config.json")).unwrap(), bytes);
+    assert_eq!(std::fs::read_to_string(work.join("results/greeted/kay.txt")).unwrap(), "Good morning, kay?\n");
+    let plain = plain_snakemake(fx, "standard", &format!("standard-{target}"), "workflow/Snakefile", 2, Some(&config));
+    assert_eq!(tree(&work, &[".snakemake", ".cairn"]), tree(&plain, &[".snakemake"]));
+    assert_eq!(artifacts_of(&run).keys().collect::<Vec<_>>(), ["results/greeted/kay.txt"]);
+}
+
+#[test]
+fn a_planned_pipeline_gets_its_config_from_the_plan_here_and_on_the_ssh_target() {
+    let Some(fx) = Fx::new() else { return };
+    planned_with_config(&fx, "local");
+    if let Some(d) = sshd() {
+        let target = fx.add_target(&d);
+        planned_with_config(&fx, target);
+    }
+    fx.stop_daemon();
+}
+
+/// A samplesheet at an absolute path, named by the run input's config, stays where it is: the
+/// plan binds its checksum, the pipeline reads it there, and a samplesheet changed after planning
+/// refuses the approval (exit 4), creating nothing.
+#[test]
+fn a_samplesheet_at_an_absolute_path_is_bound_by_its_checksum() {
+    let Some(fx) = Fx::new() else { return };
+    let dir = fx.p("samples");
+    copy_dir(&Path::new(FIXTURES).join("samples"), &dir);
+    fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+    let sheet = fx.p("data/sheet.csv");
+    std::fs::create_dir_all(sheet.parent().unwrap()).unwrap();
+    std::fs::write(&sheet, "sample,reads\nada,120\nbob,80\n").unwrap();
+    let input = json!({"config": {"samplesheet": sheet}});
+
+    std::fs::create_dir_all(fx.p("ws")).unwrap();
+    let run_dir = fx.p("ws/samples-1");
+    let plan = fx.plan("samples", &input, "local", &run_dir, "samples-1").expect(0).json;
+    let bound: Vec<&Value> =
+        plan["inputs"].as_array().unwrap().iter().filter(|i| i["path"] == sheet.to_str().unwrap()).collect();
+    assert_eq!(bound.len(), 1, "the samplesheet is an input of the plan: {:#}", plan["inputs"]);
+    assert_eq!(bound[0]["sha256"], sha256_file(&sheet));
+    let run = fx.execute(&plan).expect(0).json;
+    assert_eq!(run["status"], "READY", "{run:#}");
+    let work = run_dir.join("steps/pipeline");
+    assert_eq!(std::fs::read_to_string(work.join("results/bob.txt")).unwrap(), "bob has 80 reads\n");
+    assert!(!work.join("data").exists() && sheet.is_file(), "the samplesheet was read where it is, not copied");
+
+    // Changed after planning: refused, nothing created.
+    let run_dir = fx.p("ws/samples-2");
+    let plan = fx.plan("samples", &input, "local", &run_dir, "samples-2").expect(0).json;
+    std::fs::write(&sheet, "sample,reads\nada,121\nbob,80\n").unwrap();
+    let runs_before = fx.c.runs().len();
+    let refused = fx.execute(&plan).expect(4);
+    assert!(refused.stderr.contains(sheet.to_str().unwrap()), "the refusal names the samplesheet: {}", refused.stderr);
+    assert!(std::fs::symlink_metadata(&run_dir).is_err(), "a refused approval created {}", run_dir.display());
+    assert_eq!(fx.c.runs().len(), runs_before, "a refused approval created a run");
+    fx.stop_daemon();
+}
