@@ -384,6 +384,16 @@ async function evidence(page) {
   }, STEP_MS);
 }
 
+/** A pipeline run: its step's jobs, counted from the pipeline's events. */
+async function pipelineRun(page) {
+  const p = EXPECT.pipeline;
+  await go(page, `#/runs/${p.run}`, 'run');
+  await waitText(page, '#run-status', 'READY');
+  await waitText(page, `${stepRow(p.step)} td[data-col=status] [data-col=jobs]`, (t) => t.trim() === p.jobs);
+  await mustExist(page, '#events li[data-kind="pipeline.job_finished"]', 'the pipeline\'s job events in the timeline');
+  await finishPage(page, 'run', 'run-pipeline');
+}
+
 /** The replay child: lineage back to the source, the reused step marked. */
 async function replayRun(page) {
   const steps = EXPECT.steps;
@@ -727,6 +737,7 @@ async function main() {
     ['runs page', async (p) => (await go(p, '#/runs', 'runs'), finishPage(p, 'runs'))],
     ['READY run', readyRun],
     ['replay child', replayRun],
+    ['pipeline run', pipelineRun],
     ['BLOCKED run', blockedRun],
     ['FAILED run', failedRun],
     ['workflows', workflowsList],

@@ -6,8 +6,11 @@
 //! The `step_id` and `attempt` an event belongs to are columns of its record
 //! ([`crate::store::EventRecord`]), not part of its data.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
+use crate::pipeline::JobEvent;
 use crate::status::{Outcome, RunStatus};
 
 /// One event of a run. Each variant's doc says when it is written and what it changes.
@@ -58,6 +61,16 @@ pub enum RunEvent {
     /// The run was cancelled while this step ran: the step is FAILED and its token cleared.
     #[serde(rename = "step.cancelled")]
     StepCancelled { reason: String },
+    /// A pipeline step's controller started one of its jobs (read from its log); `offset` is
+    /// where in the attempt's log it was read, so each is recorded once.
+    #[serde(rename = "pipeline.job_started")]
+    PipelineJobStarted { job: u64, rule: String, wildcards: BTreeMap<String, String>, offset: u64 },
+    /// A pipeline's job finished: `done` of `total` jobs are, when the controller said so.
+    #[serde(rename = "pipeline.job_finished")]
+    PipelineJobFinished { job: u64, rule: String, done: Option<u64>, total: Option<u64>, offset: u64 },
+    /// A pipeline's job failed; `restarted` when the controller tries it again (`retries:`).
+    #[serde(rename = "pipeline.job_failed")]
+    PipelineJobFailed { job: u64, rule: String, restarted: bool, offset: u64 },
     /// The run reached a terminal status; nothing is written to it after this.
     #[serde(rename = "run.finished")]
     RunFinished { status: RunStatus, findings: usize, error: Option<String> },
@@ -96,6 +109,9 @@ impl RunEvent {
             RunEvent::StepStaleWriteRejected { .. } => "step.stale_write_rejected",
             RunEvent::StepReplayReused { .. } => "step.replay_reused",
             RunEvent::StepCancelled { .. } => "step.cancelled",
+            RunEvent::PipelineJobStarted { .. } => "pipeline.job_started",
+            RunEvent::PipelineJobFinished { .. } => "pipeline.job_finished",
+            RunEvent::PipelineJobFailed { .. } => "pipeline.job_failed",
             RunEvent::RunFinished { .. } => "run.finished",
         }
     }
@@ -113,6 +129,47 @@ impl RunEvent {
     pub fn from_parts(kind: &str, data: serde_json::Value) -> Result<RunEvent, UnknownEvent> {
         serde_json::from_value(serde_json::json!({"kind": kind, "data": data}))
             .map_err(|e| UnknownEvent { kind: kind.to_string(), reason: e.to_string() })
+    }
+
+    /// A pipeline job's event, as the log recorded.
+    pub fn of_job(job: JobEvent) -> RunEvent {
+        match job {
+            JobEvent::Started { job, rule, wildcards, offset } => {
+                RunEvent::PipelineJobStarted { job, rule, wildcards, offset }
+            }
+            JobEvent::Finished { job, rule, done, total, offset } => {
+                RunEvent::PipelineJobFinished { job, rule, done, total, offset }
+            }
+            JobEvent::Failed { job, rule, restarted, offset } => {
+                RunEvent::PipelineJobFailed { job, rule, restarted, offset }
+            }
+        }
+    }
+
+    /// A pipeline job's event as the log said it, for an event that is one.
+    pub fn as_job(&self) -> Option<JobEvent> {
+        match self.clone() {
+            RunEvent::PipelineJobStarted { job, rule, wildcards, offset } => {
+                Some(JobEvent::Started { job, rule, wildcards, offset })
+            }
+            RunEvent::PipelineJobFinished { job, rule, done, total, offset } => {
+                Some(JobEvent::Finished { job, rule, done, total, offset })
+            }
+            RunEvent::PipelineJobFailed { job, rule, restarted, offset } => {
+                Some(JobEvent::Failed { job, rule, restarted, offset })
+            }
+            _ => None,
+        }
+    }
+
+    /// The log offset of a pipeline job's event.
+    pub fn job_offset(&self) -> Option<u64> {
+        match self {
+            RunEvent::PipelineJobStarted { offset, .. }
+            | RunEvent::PipelineJobFinished { offset, .. }
+            | RunEvent::PipelineJobFailed { offset, .. } => Some(*offset),
+            _ => None,
+        }
     }
 
     /// Whether the run ended with this event: a follower of the log stops after it.
@@ -145,6 +202,14 @@ mod tests {
             RunEvent::StepStaleWriteRejected { token: "att_2".into() },
             RunEvent::StepReplayReused { source_run_id: "a".into(), origin_run_id: "b".into(), args_hash: "h".into() },
             RunEvent::StepCancelled { reason: "r".into() },
+            RunEvent::PipelineJobStarted {
+                job: 3,
+                rule: "greet".into(),
+                wildcards: [("sample".to_string(), "ada".to_string())].into(),
+                offset: 10,
+            },
+            RunEvent::PipelineJobFinished { job: 3, rule: "greet".into(), done: Some(1), total: Some(4), offset: 90 },
+            RunEvent::PipelineJobFailed { job: 4, rule: "shout".into(), restarted: true, offset: 120 },
             RunEvent::RunFinished { status: RunStatus::Ready, findings: 0, error: None },
         ]
     }

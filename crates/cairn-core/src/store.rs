@@ -311,6 +311,16 @@ pub trait RunStore {
     /// Records the attempt's process identity, if the token still owns the step.
     fn record_process(&self, run_id: &str, step_id: &str, token: &str, process: &ProcessInfo)
     -> Result<(), StoreError>;
+    /// Appends events of a RUNNING attempt (a pipeline's jobs), if the token still owns the step.
+    fn append_step_events(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        token: &str,
+        attempt: u32,
+        events: &[RunEvent],
+        at: i64,
+    ) -> Result<(), StoreError>;
     /// Hands a RUNNING attempt to a new token without starting another attempt (a successor
     /// re-attaching to a launch it verified), with a `step.reattached` event.
     fn adopt_attempt(

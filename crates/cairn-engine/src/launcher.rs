@@ -8,8 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use cairn_core::artifact::OutputDecl;
 use cairn_core::attempt::AttemptEnd;
+use cairn_core::pipeline::{JobEvent, SnakemakeLog, Summary};
 use cairn_core::status::Outcome;
 use cairn_core::store::{ProcessInfo, RemoteProcess};
 use cairn_core::workflow::{StepDef, ToolDef, ToolKind};
@@ -55,12 +58,14 @@ impl AttemptLaunch<'_> {
 pub trait Launcher: Send + Sync {
     /// Launches the attempt and follows it to its end. `record` is called with the process's
     /// identity as soon as it is known (for a supervised launch, also with its launch record
-    /// before it happens), so a successor can find it.
+    /// before it happens), so a successor can find it; `jobs` with a pipeline's jobs as its log
+    /// tells them (from the log's start: the caller drops what it recorded already).
     fn launch(
         &self,
         engine: &Engine,
         attempt: &AttemptLaunch<'_>,
         record: &mut dyn FnMut(&ProcessInfo),
+        jobs: &JobSink<'_>,
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd;
 
@@ -70,6 +75,7 @@ pub trait Launcher: Send + Sync {
         engine: &Engine,
         recorded: &RemoteProcess,
         attempt: &AttemptLaunch<'_>,
+        jobs: &JobSink<'_>,
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd;
 
@@ -77,6 +83,9 @@ pub trait Launcher: Send + Sync {
     /// (same pid and start time), so two attempts never run at once.
     fn stop_orphan(&self, engine: &Engine, recorded: &ProcessInfo);
 }
+
+/// Where a launch reports a pipeline's jobs, from the thread that reads its log.
+pub type JobSink<'a> = dyn Fn(Vec<JobEvent>) + Sync + 'a;
 
 /// The real launcher: real processes, here or through the step agent.
 pub struct Processes;
@@ -87,6 +96,7 @@ impl Launcher for Processes {
         engine: &Engine,
         a: &AttemptLaunch<'_>,
         record: &mut dyn FnMut(&ProcessInfo),
+        jobs: &JobSink<'_>,
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd {
         let tool_def = a.tool_def();
@@ -143,7 +153,9 @@ impl Launcher for Processes {
             check_files: a.tool().files.iter().map(|f| (format!("{source}/{}", f.path), f.sha256.clone())).collect(),
             cmd: &cmd,
         };
-        with_outputs(engine, a, followed(engine.launch_with_agent(a.placement, &launch, record, halted)))
+        let (end, summary) =
+            watching(engine, a, jobs, || followed(engine.launch_with_agent(a.placement, &launch, record, halted)));
+        with_outputs(engine, a, with_pipeline_summary(a, end, summary))
     }
 
     fn reattach(
@@ -151,10 +163,13 @@ impl Launcher for Processes {
         engine: &Engine,
         recorded: &RemoteProcess,
         a: &AttemptLaunch<'_>,
+        jobs: &JobSink<'_>,
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd {
         let cmd = tool_command(engine, a, Vec::new());
-        with_outputs(engine, a, followed(engine.reattach(recorded, a.tool_def(), &cmd, halted)))
+        let (end, summary) =
+            watching(engine, a, jobs, || followed(engine.reattach(recorded, a.tool_def(), &cmd, halted)));
+        with_outputs(engine, a, with_pipeline_summary(a, end, summary))
     }
 
     fn stop_orphan(&self, engine: &Engine, p: &ProcessInfo) {
@@ -165,34 +180,78 @@ impl Launcher for Processes {
     }
 }
 
-/// A Snakemake attempt's end with what its log says of its jobs: in its result when it completed
+/// Follows a launch (`follow`) while a second thread reads a Snakemake attempt's log as it grows
+/// and reports its jobs to `jobs`; once the launch has ended the log is read to its end. Returns
+/// the launch's end and what the log said of the pipeline (`None` for another kind of tool).
+fn watching(
+    engine: &Engine,
+    a: &AttemptLaunch<'_>,
+    jobs: &JobSink<'_>,
+    follow: impl FnOnce() -> AttemptEnd,
+) -> (AttemptEnd, Option<Summary>) {
+    if a.tool_def().kind != ToolKind::Snakemake {
+        return (follow(), None);
+    }
+    let path = format!("{}/stderr", crate::placement::attempt_dir(a.run_dir, &a.step.id, a.attempt));
+    // Reading a target's log is one request over SSH: less often than a local file.
+    let every = if a.placement.is_remote() { Duration::from_secs(1) } else { Duration::from_millis(250) };
+    let ended = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut log = SnakemakeLog::new();
+            loop {
+                let last = ended.load(Ordering::SeqCst);
+                // Everything written so far (a read takes at most one chunk).
+                while let Ok((bytes, size)) = engine.read_from(a.placement, &path, log.fed()) {
+                    if bytes.is_empty() {
+                        break;
+                    }
+                    jobs(log.feed(&bytes));
+                    if log.fed() >= size {
+                        break;
+                    }
+                }
+                if last {
+                    jobs(log.finish());
+                    return log.summary().clone();
+                }
+                let until = std::time::Instant::now() + every;
+                while !ended.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+            }
+        });
+        let end = follow();
+        ended.store(true, Ordering::SeqCst);
+        (end, reader.join().ok())
+    })
+}
+
+/// A Snakemake attempt's end with what its log said of its jobs: in its result when it completed
 /// (`jobs: {total, done, failed}`, `failed_rules`), in its error (the rule that failed, how far
 /// it got) when it did not.
-fn with_pipeline_summary(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> AttemptEnd {
-    let AttemptEnd::Ran { outcome, mut result, mut error, log_tail, duration_us, artifacts } = end else { return end };
-    if a.tool_def().kind == ToolKind::Snakemake {
-        let dir = crate::placement::attempt_dir(a.run_dir, &a.step.id, a.attempt);
-        if let Ok(summary) = engine.pipeline_summary(a.placement, &dir) {
-            if let Some(report) = result.as_mut().and_then(Value::as_object_mut) {
-                report.insert(
-                    "jobs".into(),
-                    json!({"total": summary.total, "done": summary.done, "failed": summary.failed}),
-                );
-                report.insert("failed_rules".into(), json!(summary.failed_rules));
-            }
-            if outcome != Outcome::Completed
-                && !summary.failed_rules.is_empty()
-                && let Some(e) = error.as_mut()
-            {
-                let rules: Vec<String> = summary.failed_rules.iter().map(|r| format!("`{r}`")).collect();
-                let done = match (summary.done, summary.total) {
-                    (Some(d), Some(t)) => format!(" ({d} of {t} jobs done)"),
-                    _ => String::new(),
-                };
-                let noun = if rules.len() == 1 { "rule" } else { "rules" };
-                e.push_str(&format!(": {noun} {} failed{done}; its log tail says why", rules.join(", ")));
-            }
-        }
+fn with_pipeline_summary(a: &AttemptLaunch<'_>, end: AttemptEnd, summary: Option<Summary>) -> AttemptEnd {
+    let (Some(summary), AttemptEnd::Ran { outcome, mut result, mut error, log_tail, duration_us, artifacts }) =
+        (summary, end.clone())
+    else {
+        return end;
+    };
+    debug_assert_eq!(a.tool_def().kind, ToolKind::Snakemake);
+    if let Some(report) = result.as_mut().and_then(Value::as_object_mut) {
+        report.insert("jobs".into(), json!({"total": summary.total, "done": summary.done, "failed": summary.failed}));
+        report.insert("failed_rules".into(), json!(summary.failed_rules));
+    }
+    if outcome != Outcome::Completed
+        && !summary.failed_rules.is_empty()
+        && let Some(e) = error.as_mut()
+    {
+        let rules: Vec<String> = summary.failed_rules.iter().map(|r| format!("`{r}`")).collect();
+        let done = match (summary.done, summary.total) {
+            (Some(d), Some(t)) => format!(" ({d} of {t} jobs done)"),
+            _ => String::new(),
+        };
+        let noun = if rules.len() == 1 { "rule" } else { "rules" };
+        e.push_str(&format!(": {noun} {} failed{done}; its log tail says why", rules.join(", ")));
     }
     AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts }
 }
@@ -229,7 +288,6 @@ fn ran(run: ToolRun) -> AttemptEnd {
 /// outputs cannot be recorded (not written, a symlink) has failed, with that as its error.
 fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> AttemptEnd {
     let kind = a.tool_def().kind;
-    let end = with_pipeline_summary(engine, a, end);
     match end {
         AttemptEnd::Ran { outcome: Outcome::Completed, mut result, error, log_tail, duration_us, .. }
             if !a.outputs.is_empty() || !kind.is_process() =>

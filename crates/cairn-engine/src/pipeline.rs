@@ -12,7 +12,6 @@ use std::time::Duration;
 use cairn_core::artifact::Artifact;
 use cairn_core::canonical::sha256_hex;
 use cairn_core::controller::{RUN_CONFIG, own_state, working_copy};
-use cairn_core::pipeline::{SnakemakeLog, Summary};
 use cairn_core::signature::ToolFile;
 use cairn_core::workflow::ToolKind;
 use cairn_exec::agent::protocol::{ChangedRequest, CheckFile, ReadRequest};
@@ -124,25 +123,6 @@ impl Engine {
                 Ok((chunk.bytes(), chunk.size))
             }
         }
-    }
-
-    /// A Snakemake attempt's whole log (its stderr), read where it ran and parsed: the summary of
-    /// its jobs.
-    pub(crate) fn pipeline_summary(&self, placement: &Placement, attempt_dir: &str) -> Result<Summary, String> {
-        let path = format!("{attempt_dir}/stderr");
-        let mut log = SnakemakeLog::new();
-        loop {
-            let (bytes, size) = self.read_from(placement, &path, log.fed())?;
-            if bytes.is_empty() {
-                break;
-            }
-            log.feed(&bytes);
-            if log.fed() >= size {
-                break;
-            }
-        }
-        log.finish();
-        Ok(log.summary().clone())
     }
 }
 

@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 
 use cairn_core::attempt::AttemptEnd;
 use cairn_core::event::RunEvent;
+use cairn_core::pipeline::JobEvent;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::{ProcessInfo, RemoteProcess};
-use cairn_engine::launcher::{AttemptLaunch, Launcher};
+use cairn_engine::launcher::{AttemptLaunch, JobSink, Launcher};
 use cairn_engine::runner::{NoProgress, RunRequest};
 use cairn_engine::{Clock, Engine, EngineError, ErrorCode, RunView, StopKind, StopSignal};
 use serde_json::{Value, json};
@@ -43,6 +44,9 @@ enum Act {
     Stop(StopKind),
     /// Run this other engine's request first (it takes the step over), then end this way.
     Race(Arc<Engine>, Box<RunRequest>, AttemptEnd),
+    /// Record a process identity (if any), report these pipeline jobs (as a log read from its
+    /// start would), then end this way.
+    Jobs(Option<ProcessInfo>, Vec<JobEvent>, AttemptEnd),
 }
 
 /// What a script holds: per step, attempt and call (`launch` or `reattach`), what to do.
@@ -72,7 +76,13 @@ impl Script {
         self.log.lock().unwrap().clone()
     }
 
-    fn play(&self, how: &'static str, a: &AttemptLaunch<'_>, record: &mut dyn FnMut(&ProcessInfo)) -> AttemptEnd {
+    fn play(
+        &self,
+        how: &'static str,
+        a: &AttemptLaunch<'_>,
+        record: &mut dyn FnMut(&ProcessInfo),
+        jobs: &JobSink<'_>,
+    ) -> AttemptEnd {
         self.log.lock().unwrap().push(format!("{how} {} {}", a.step.id, a.attempt));
         let act = self.acts.lock().unwrap().get(&(a.step.id.clone(), a.attempt, how)).cloned();
         match act.unwrap_or_else(|| Act::End(completed(json!({"step": a.step.id, "attempt": a.attempt})))) {
@@ -91,6 +101,13 @@ impl Script {
                 other.run(&req, &mut NoProgress).expect("the other engine's run");
                 end
             }
+            Act::Jobs(info, events, end) => {
+                if let Some(info) = info {
+                    record(&info);
+                }
+                jobs(events);
+                end
+            }
         }
     }
 }
@@ -101,13 +118,21 @@ impl Launcher for Script {
         _: &Engine,
         a: &AttemptLaunch<'_>,
         record: &mut dyn FnMut(&ProcessInfo),
+        jobs: &JobSink<'_>,
         _: &dyn Fn() -> bool,
     ) -> AttemptEnd {
-        self.play("launch", a, record)
+        self.play("launch", a, record, jobs)
     }
 
-    fn reattach(&self, _: &Engine, _: &RemoteProcess, a: &AttemptLaunch<'_>, _: &dyn Fn() -> bool) -> AttemptEnd {
-        self.play("reattach", a, &mut |_| {})
+    fn reattach(
+        &self,
+        _: &Engine,
+        _: &RemoteProcess,
+        a: &AttemptLaunch<'_>,
+        jobs: &JobSink<'_>,
+        _: &dyn Fn() -> bool,
+    ) -> AttemptEnd {
+        self.play("reattach", a, &mut |_| {}, jobs)
     }
 
     fn stop_orphan(&self, _: &Engine, recorded: &ProcessInfo) {
@@ -384,6 +409,40 @@ fn a_supervised_launch_is_adopted_and_ends_under_its_own_attempt() {
     assert_eq!((a.attempt_count, a.interrupted_count), (1, 0), "re-attached, not restarted");
     assert_eq!(script.log(), ["reattach a 1", "launch b 1"]);
     assert!(events(&fx).contains(&"step.reattached a 1".to_string()));
+}
+
+/// A pipeline's jobs are recorded as events of its attempt, under its token; a successor that
+/// re-attaches and re-reads the log from its start records only what is new: each job once.
+#[test]
+fn pipeline_jobs_are_recorded_once_across_a_reattach() {
+    let start =
+        |n: u64, offset: u64| JobEvent::Started { job: n, rule: "r".into(), wildcards: Default::default(), offset };
+    let done =
+        |n: u64, offset: u64| JobEvent::Finished { job: n, rule: "r".into(), done: Some(n), total: Some(2), offset };
+    let fx = Fx::new();
+    // The first follower saw job 1 start; then it stopped following (its daemon "died").
+    let first = Script::default();
+    first.on("a", 1, Act::Jobs(Some(supervised(1)), vec![start(1, 10)], AttemptEnd::Halted));
+    fx.engine(&first).run(&request(false, Some(StopSignal::new())), &mut NoProgress).unwrap();
+    // The successor re-attaches and reads the whole log again.
+    let again = Script::default();
+    let all = vec![start(1, 10), done(1, 50), start(2, 80), done(2, 120)];
+    again.on_reattach("a", 1, Act::Jobs(None, all, completed(json!({"step": "a"}))));
+    let view = fx.run(&again, true).unwrap();
+    assert_eq!(view.run.status, RunStatus::Ready);
+    let pipeline: Vec<String> = events(&fx).into_iter().filter(|e| e.starts_with("pipeline.")).collect();
+    assert_eq!(
+        pipeline,
+        [
+            "pipeline.job_started a 1",
+            "pipeline.job_finished a 1",
+            "pipeline.job_started a 1",
+            "pipeline.job_finished a 1"
+        ]
+    );
+    let offsets: Vec<u64> =
+        fx.engine(&Script::default()).events("r1", 0).unwrap().iter().filter_map(|e| e.event.job_offset()).collect();
+    assert_eq!(offsets, [10, 50, 80, 120], "each line of the log recorded once");
 }
 
 #[test]

@@ -694,6 +694,29 @@ impl RunStore for SqliteStore {
         })
     }
 
+    fn append_step_events(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        token: &str,
+        attempt: u32,
+        events: &[RunEvent],
+        at: i64,
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        // Progress, not evidence: a crash may lose the last ones, and the successor reads them
+        // again from the log (each carries its offset), so no fsync.
+        self.write_relaxed(|tx| {
+            check_running_token(tx, run_id, step_id, token)?;
+            for e in events {
+                insert_event(tx, run_id, Some(step_id), Some(attempt), at, e)?;
+            }
+            Ok(())
+        })
+    }
+
     fn adopt_attempt(
         &self,
         run_id: &str,

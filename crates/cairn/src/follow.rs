@@ -99,6 +99,11 @@ fn show(obs: &mut dyn Observer, event: &Event) {
         }
         Some(RunEvent::StepRetrying { outcome, .. }) => obs.step_finished(step, outcome, attempt, Duration::ZERO),
         Some(RunEvent::StepReplayReused { .. }) => obs.step_skipped(step, "reused from the source run"),
-        _ => {}
+        Some(e) => {
+            if let Some(job) = e.as_job() {
+                obs.pipeline_job(step, &job);
+            }
+        }
+        None => {}
     }
 }

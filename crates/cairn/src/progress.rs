@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use cairn_core::pipeline::JobEvent;
 use cairn_core::status::Outcome;
 use cairn_engine::runner::Observer;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -9,6 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[derive(Default)]
 pub struct TerminalProgress {
     bar: Option<ProgressBar>,
+    /// A pipeline step's jobs: how many are done, of how many, and which run now.
+    jobs: Option<(u64, Option<u64>, Vec<String>)>,
 }
 
 impl Observer for TerminalProgress {
@@ -36,6 +39,33 @@ impl Observer for TerminalProgress {
                 bar.inc(1);
             }
         }
+    }
+
+    fn pipeline_job(&mut self, step_id: &str, job: &JobEvent) {
+        let Some(bar) = &self.bar else { return };
+        let (done, total, running) = self.jobs.get_or_insert_with(|| (0, None, Vec::new()));
+        match job {
+            JobEvent::Started { rule, wildcards, .. } => {
+                let w: Vec<String> = wildcards.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                running.push(if w.is_empty() { rule.clone() } else { format!("{rule} {}", w.join(" ")) });
+            }
+            JobEvent::Finished { rule, done: d, total: t, .. } => {
+                *done = d.unwrap_or(*done + 1);
+                if t.is_some() {
+                    *total = *t;
+                }
+                if let Some(i) = running.iter().position(|r| r == rule || r.starts_with(&format!("{rule} "))) {
+                    running.remove(i);
+                }
+            }
+            JobEvent::Failed { rule, restarted, .. } => {
+                let again = if *restarted { ", restarting it" } else { "" };
+                bar.println(format!("  {step_id:<28} job of rule {rule} failed{again}"));
+            }
+        }
+        let of = total.map(|t| format!(" of {t}")).unwrap_or_default();
+        let now = running.last().map(|r| format!(", running {r}")).unwrap_or_default();
+        bar.set_message(format!("{step_id}: {done}{of} jobs{now}"));
     }
 
     fn step_skipped(&mut self, step_id: &str, why: &str) {

@@ -381,11 +381,13 @@ async function runPage(runId) {
     dagBox.replaceChildren(drawDag(h, wf ? wf.steps : r.steps.map((s) => ({ id: s.step_id, needs: [] })), byStep,
       `Steps of run ${r.run_id} and what each needs, coloured by status`));
     const attempts = attemptsOf(events);
+    const jobs = jobsOf(events);
     stepsBox.replaceChildren(table('steps-table', null,
       ['Step', 'Status', 'Attempts', 'Outcome', 'Duration', 'Attempt timings', 'Decision', 'Reason'],
       r.steps.map((s) => h('tr', { 'data-step': s.step_id },
         h('th', { scope: 'row', 'data-col': 'step' }, s.step_id),
-        h('td', { 'data-col': 'status' }, badge(s.status), s.reused ? h('span', { class: 'muted small' }, ' reused') : null),
+        h('td', { 'data-col': 'status' }, badge(s.status), s.reused ? h('span', { class: 'muted small' }, ' reused') : null,
+          jobs[s.step_id] ? h('div', { class: 'small', 'data-col': 'jobs' }, jobs[s.step_id]) : null),
         h('td', { 'data-col': 'attempts', class: 'num' }, s.attempts),
         h('td', { 'data-col': 'outcome' }, s.outcome || '—', s.error ? h('div', { class: 'small muted wrap' }, s.error) : null),
         h('td', { 'data-col': 'duration', class: 'num' }, ms(s.duration_ms)),
@@ -511,6 +513,29 @@ function decision(s, replay) {
 function reason(s) {
   if (s.reason) return s.reason;
   return s.attempts ? 'executed in this run (not a replay)' : '—';
+}
+
+/** A pipeline step's jobs from the event log, in words: "3 of 6 jobs done, 2 running". */
+function jobsOf(events) {
+  const out = {};
+  const state = {};
+  for (const e of events) {
+    if (!e.step_id || !e.kind.startsWith('pipeline.job_')) continue;
+    const st = (state[e.step_id] ||= { done: 0, total: null, running: 0, failed: 0 });
+    if (e.kind === 'pipeline.job_started') st.running += 1;
+    if (e.kind === 'pipeline.job_finished') {
+      st.running = Math.max(0, st.running - 1);
+      st.done = e.data.done ?? st.done + 1;
+      st.total = e.data.total ?? st.total;
+    }
+    if (e.kind === 'pipeline.job_failed') {
+      st.running = Math.max(0, st.running - 1);
+      if (!e.data.restarted) st.failed += 1;
+    }
+    out[e.step_id] = `${st.done}${st.total === null ? '' : ` of ${st.total}`} jobs done`
+      + (st.running ? `, ${st.running} running` : '') + (st.failed ? `, ${st.failed} failed` : '');
+  }
+  return out;
 }
 
 /** Each step's attempts from the event log: start, end and how it ended. */

@@ -7,8 +7,12 @@
 
 use std::time::Duration;
 
+use std::sync::Mutex;
+
 use cairn_core::attempt::{AttemptState, AttemptWrite, decide};
 use cairn_core::canonical::canonical_json;
+use cairn_core::event::RunEvent;
+use cairn_core::pipeline::JobEvent;
 use cairn_core::store::{BeginAttempt, ProcessInfo, StoreError};
 use serde_json::Value;
 
@@ -26,7 +30,7 @@ impl Engine {
         run: &RunCtx,
         job: Job,
         stop: Option<&StopSignal>,
-        progress: &dyn Fn(Progress),
+        progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Option<Done>, EngineError> {
         let halted = || stop.and_then(StopSignal::requested).is_some();
         let Job { step_index, sig, args, exec_args, mut attempt, mut start, mut finished, mut orphan, reattach } = job;
@@ -50,7 +54,10 @@ impl Engine {
         if let Some((recorded, previous_token)) = reattach {
             let token = self.ids.token();
             self.store.adopt_attempt(&run.run_id, &step.id, &previous_token, &token, self.clock.now_ms())?;
-            let end = self.launcher.reattach(self, &recorded, &launch(attempt - 1), &halted);
+            let end = {
+                let jobs = self.job_sink(run, &step.id, &token, attempt - 1, progress);
+                self.launcher.reattach(self, &recorded, &launch(attempt - 1), &jobs, &halted)
+            };
             adopted = Some((token, attempt - 1, end));
         }
         loop {
@@ -81,7 +88,10 @@ impl Engine {
                         // which the same token guard then rejects.
                         let _ = self.store.record_process(&run.run_id, &step.id, &token, info);
                     };
-                    let end = self.launcher.launch(self, &launch(attempt), &mut record, &halted);
+                    let end = {
+                        let jobs = self.job_sink(run, &step.id, &token, attempt, progress);
+                        self.launcher.launch(self, &launch(attempt), &mut record, &jobs, &halted)
+                    };
                     (token, attempt, end)
                 }
             };
@@ -135,6 +145,49 @@ impl Engine {
                 }
                 Err(e) => Err(e.into()),
             };
+        }
+    }
+
+    /// Where an attempt's pipeline jobs go: each recorded once, under the attempt's token, as an
+    /// event of its step (a successor re-reading the log from its start skips what its
+    /// predecessor recorded, by the log offset each event carries), and shown as progress.
+    fn job_sink<'s>(
+        &'s self,
+        run: &'s RunCtx,
+        step_id: &'s str,
+        token: &'s str,
+        attempt: u32,
+        progress: &'s (dyn Fn(Progress) + Sync),
+    ) -> impl Fn(Vec<JobEvent>) + Sync + 's {
+        // What a predecessor recorded of this attempt, read when the first jobs come (a step
+        // that is not a pipeline never asks).
+        let last: Mutex<Option<Option<u64>>> = Mutex::new(None);
+        move |events: Vec<JobEvent>| {
+            if events.is_empty() {
+                return;
+            }
+            let Ok(mut last) = last.lock() else { return };
+            if last.is_none() {
+                let Ok(stored) = self.store.events(&run.run_id, 0) else { return };
+                let recorded = stored
+                    .into_iter()
+                    .filter(|e| e.step_id.as_deref() == Some(step_id) && e.attempt == Some(attempt))
+                    .filter_map(|e| e.event.job_offset())
+                    .max();
+                *last = Some(recorded);
+            }
+            let before = last.flatten();
+            let fresh: Vec<JobEvent> = events.into_iter().filter(|e| before.is_none_or(|l| e.offset() > l)).collect();
+            let Some(newest) = fresh.iter().map(JobEvent::offset).max() else { return };
+            let stored: Vec<RunEvent> = fresh.iter().cloned().map(RunEvent::of_job).collect();
+            // A stale token (the step taken over or cancelled) records nothing more.
+            if self.store.append_step_events(&run.run_id, step_id, token, attempt, &stored, self.clock.now_ms()).is_ok()
+            {
+                *last = Some(Some(newest));
+                for job in fresh {
+                    progress(Progress::Job { step_id: step_id.to_string(), job });
+                }
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use cairn_core::artifact::Artifact;
+use cairn_core::pipeline::JobEvent;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::Outcome;
 use cairn_core::store::{AttemptStart, ProcessInfo, RemoteProcess};
@@ -55,8 +56,21 @@ pub(super) enum Prepared {
 
 /// A step's progress, for the run's observer.
 pub(super) enum Progress {
-    Started { step_id: String, attempt: u32 },
-    Finished { step_id: String, outcome: Outcome, attempt: u32, duration: Duration },
+    Started {
+        step_id: String,
+        attempt: u32,
+    },
+    Finished {
+        step_id: String,
+        outcome: Outcome,
+        attempt: u32,
+        duration: Duration,
+    },
+    /// A pipeline step's job, as its log told it.
+    Job {
+        step_id: String,
+        job: JobEvent,
+    },
 }
 
 /// What a worker tells the scheduler.

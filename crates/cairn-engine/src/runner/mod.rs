@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use cairn_core::artifact::{Artifact, output_argument, signed_output};
 use cairn_core::ids::{Owner, RunId};
+use cairn_core::pipeline::JobEvent;
 use cairn_core::signature::{StepAction, StepSignature, args_hash, decide_step, run_identity};
 use cairn_core::status::{Outcome, RunStatus};
 use cairn_core::store::*;
@@ -65,6 +66,8 @@ pub trait Observer {
     fn step_started(&mut self, _step_id: &str, _attempt: u32) {}
     fn step_finished(&mut self, _step_id: &str, _outcome: Outcome, _attempt: u32, _duration: Duration) {}
     fn step_skipped(&mut self, _step_id: &str, _why: &str) {}
+    /// A pipeline step's job started, finished or failed.
+    fn pipeline_job(&mut self, _step_id: &str, _job: &JobEvent) {}
 }
 
 pub struct NoProgress;
@@ -269,6 +272,7 @@ impl Engine {
                     Msg::Progress(Progress::Finished { step_id, outcome, attempt, duration }) => {
                         obs.step_finished(&step_id, outcome, attempt, duration)
                     }
+                    Msg::Progress(Progress::Job { step_id, job }) => obs.pipeline_job(&step_id, &job),
                     Msg::Done { index, outcome } => {
                         in_flight -= 1;
                         match outcome {

@@ -138,6 +138,23 @@ fn every_pipeline_shape_writes_what_plain_snakemake_writes() {
         assert_eq!(result["jobs"]["failed"], 0, "{name}: {result:#}");
         assert_eq!(result["jobs"]["done"], result["jobs"]["total"], "{name}: {result:#}");
 
+        // Snakemake's jobs are events of the step: each job that started finished (or, with
+        // `retries:`, failed and was restarted), and the last says how many were done of all.
+        let events = fx.c.events(name);
+        let of = |kind: &str| -> Vec<Value> {
+            events_of(&events, kind, Some("pipeline")).into_iter().map(|e| e["data"].clone()).collect()
+        };
+        let (started, finished, failed) =
+            (of("pipeline.job_started"), of("pipeline.job_finished"), of("pipeline.job_failed"));
+        let total = result["jobs"]["total"].as_u64().unwrap();
+        assert_eq!(finished.len() as u64, total, "{name}: one job_finished per job: {finished:#?}");
+        assert_eq!(started.len(), finished.len() + failed.len(), "{name}: every start ended: {events:#?}");
+        assert!(failed.iter().all(|f| f["restarted"] == true), "{name}: {failed:#?}");
+        assert_eq!(finished.last().unwrap()["done"], total, "{name}");
+        assert_eq!(finished.last().unwrap()["total"], total, "{name}");
+        let rules: std::collections::BTreeSet<&str> = finished.iter().map(|f| str_of(&f["rule"])).collect();
+        assert!(rules.len() > 1 || total == 1, "{name}: {rules:?}");
+
         // What each shape is about.
         match name {
             "bare" => {
@@ -160,6 +177,8 @@ fn every_pipeline_shape_writes_what_plain_snakemake_writes() {
             }
             "retries" => {
                 assert_eq!(std::fs::read_to_string(work.join("attempts.txt")).unwrap(), "3\n");
+                assert_eq!(failed.len(), 2, "two failures, each restarted: {failed:#?}");
+                assert_eq!(started.len(), 3);
                 assert_eq!(step(&run, "pipeline")["attempts"], 1, "Snakemake retried the rule, not Cairn the step");
             }
             "threads" => {
@@ -253,5 +272,54 @@ fn a_samplesheet_at_an_absolute_path_is_bound_by_its_checksum() {
     assert!(refused.stderr.contains(sheet.to_str().unwrap()), "the refusal names the samplesheet: {}", refused.stderr);
     assert!(std::fs::symlink_metadata(&run_dir).is_err(), "a refused approval created {}", run_dir.display());
     assert_eq!(fx.c.runs().len(), runs_before, "a refused approval created a run");
+    fx.stop_daemon();
+}
+
+/// A pipeline's jobs are events while it runs, not only once it ended: `cairn events` and the
+/// API show them as they happen, each job with its rule and wildcards.
+#[test]
+fn a_pipelines_jobs_are_events_while_it_runs() {
+    let Some(fx) = Fx::new() else { return };
+    let dir = fx.p("naps");
+    copy_dir(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/controllers/naps")), &dir);
+    let toml = std::fs::read_to_string(dir.join("workflow.toml"))
+        .unwrap()
+        .replace("cores = 2 }", "cores = 2, config = { nap_secs = 1, samples = [\"s1\", \"s2\", \"s3\", \"s4\"] } }");
+    std::fs::write(dir.join("workflow.toml"), toml).unwrap();
+    fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+    let args = fx.c.run_args("naps", &json!({}), &["--run-id", "live", "--json"]);
+    let follower = fx.spawn(&args);
+
+    // While the run is RUNNING, a finished job is already an event.
+    let mut seen = Vec::new();
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            let Ok(events) = std::panic::catch_unwind(|| fx.c.events("live")) else { return false };
+            let running = fx.c.show("live")["status"] == "RUNNING";
+            seen = events_of(&events, "pipeline.job_finished", Some("pipeline")).into_iter().cloned().collect();
+            running && !seen.is_empty()
+        }),
+        "no job_finished event while the run ran: {seen:#?}"
+    );
+    let (code, _) = fx.wait_spawned(follower, std::time::Duration::from_secs(60));
+    assert_eq!(code, 0);
+    let events = fx.c.events("live");
+    let started = events_of(&events, "pipeline.job_started", Some("pipeline"));
+    let naps: Vec<&str> = started
+        .iter()
+        .filter(|e| e["data"]["rule"] == "nap")
+        .map(|e| str_of(&e["data"]["wildcards"]["sample"]))
+        .collect();
+    let mut sorted = naps.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["s1", "s2", "s3", "s4"], "each nap job with its wildcards: {started:#?}");
+    assert!(started.iter().all(|e| e["attempt"] == 1));
+    // The API gives the same events.
+    let d = fx.c.daemon();
+    let api = http("GET", &format!("{}/runs/live/events", d.url), Some(&fx.c.token("viewer")), None, &[]);
+    assert_eq!(api.status, 200);
+    let api_jobs: Vec<&Value> =
+        api.body["events"].as_array().unwrap().iter().filter(|e| str_of(&e["kind"]).starts_with("pipeline.")).collect();
+    assert_eq!(api_jobs.len(), events.iter().filter(|e| str_of(&e["kind"]).starts_with("pipeline.")).count());
     fx.stop_daemon();
 }

@@ -174,7 +174,9 @@ struct Env {
 impl Env {
     fn new() -> Env {
         let config = tempfile::Builder::new().prefix("cairn-wcfg-").tempdir().unwrap();
-        let c = Cairn::new().with_kernel(python(), config.path());
+        // Snakemake (the pipeline run) comes from the test venv, as the daemon finds it on PATH.
+        let path = format!("{}:{}", venv_dir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
+        let c = Cairn::new().with_kernel(python(), config.path()).with_env("PATH", path);
         Env { c, _config: config, ssh: false }
     }
 
@@ -250,6 +252,13 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
     assert_eq!(step(&child, "prepare")["decision"], "reuse", "{child:#}");
     assert_eq!(child["replay"]["source_run_id"], ready_id.as_str(), "{child:#}");
 
+    // A pipeline step: its jobs are shown from its events.
+    let snakefile = "rule all:\n    input: expand('results/{s}.txt', s=['a', 'b', 'c'])\n\nrule one:\n    output: 'results/{s}.txt'\n    shell: 'echo {wildcards.s} > {output}'\n";
+    let pipeline_toml = "[workflow]\nname = \"webapp-pipeline\"\nversion = \"1.0.0\"\n\n[tools.p]\nkind = \"snakemake\"\n\n[[steps]]\nid = \"pipeline\"\ntool = \"p\"\nargs = { snakefile = \"Snakefile\" }\n";
+    c.add(&write_workflow(&c.path("webapp-pipeline"), pipeline_toml, &[("Snakefile", snakefile)]));
+    let pipeline = e.run("webapp-pipeline", &json!({}), 0);
+    assert_eq!(step(&pipeline, "pipeline")["result"]["jobs"]["total"], 4, "{pipeline:#}");
+
     // Verifications: one passes, one fails.
     let pass_doc = c.path("passing.md");
     std::fs::write(&pass_doc, format!("# A passing analysis\n\nThe answer.\n\n```python\n{PASSED_CODE}\n```\n"))
@@ -320,6 +329,7 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
     assert_eq!(report["result_truncated"], false);
 
     let expect = json!({
+        "pipeline": {"run": id(&pipeline, "run_id"), "step": "pipeline", "jobs": "4 of 4 jobs done"},
         "evidence": {
             "step": "prepare",
             "result": prepare["result"],
