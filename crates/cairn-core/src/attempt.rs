@@ -24,6 +24,10 @@ pub enum AttemptEnd {
         duration_us: i64,
         /// The files it produced, hashed after it completed (its declared outputs).
         artifacts: Vec<Artifact>,
+        /// A pipeline's controller killed by a signal Cairn did not send (an OOM kill, a
+        /// `kill -9`): the jobs it completed are kept in its working copy, so its next attempt
+        /// resumes it there rather than count a failure.
+        resumable: bool,
     },
     /// It was not run: something it depends on is not what its signature was computed from (a
     /// tool file changed on disk). The step fails without a retry.
@@ -67,9 +71,9 @@ pub enum AttemptWrite {
     Complete(FinishAttempt),
     /// Begin attempt `attempt` as a retry of this one.
     Retry { attempt: u32, start: AttemptStart },
-    /// The adopted launch is lost: begin the step's next attempt as a resume of an interrupted
-    /// one (it uses up no retry).
-    Restart { start: AttemptStart },
+    /// Begin attempt `attempt` as a resume of an interrupted one (it uses up no retry): the
+    /// adopted launch is lost, or a pipeline's controller was killed from outside.
+    Restart { attempt: u32, start: AttemptStart },
     /// Write the step FAILED and, with it, the run FAILED with `run_error`.
     Fail { finish: FinishAttempt, run_error: String },
     /// Write nothing: a cancel has finalised the step, a shutdown leaves it RUNNING for the next
@@ -84,6 +88,11 @@ pub struct Decision {
     pub write: AttemptWrite,
     pub ended: Option<Outcome>,
 }
+
+/// How many times a step's attempts may be interrupted and resumed on their own before a
+/// resumable end counts as a failure: a controller killed again and again (an OOM kill each time)
+/// is failing, not unlucky.
+pub const MAX_RESUMES: u32 = 3;
 
 /// Decides what an attempt's end writes and what follows.
 pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
@@ -103,6 +112,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         };
     let nothing = Decision { write: AttemptWrite::Nothing, ended: None };
     let mut artifacts = Vec::new();
+    let mut resumable = false;
     let (outcome, result, error, log_tail, duration_us) = match end {
         AttemptEnd::Halted => return nothing,
         AttemptEnd::Refused { error } => {
@@ -114,8 +124,8 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         // A launch this owner adopted and can no longer see: verifiably nothing runs, so the
         // step starts over.
         AttemptEnd::Lost { .. } if s.adopted => {
-            let start = AttemptStart::ResumeInterrupted { previous_token: s.token.to_string() };
-            return Decision { write: AttemptWrite::Restart { start }, ended: None };
+            let start = AttemptStart::ResumeInterrupted { previous_token: s.token.to_string(), why: None };
+            return Decision { write: AttemptWrite::Restart { attempt: s.attempt + 1, start }, ended: None };
         }
         AttemptEnd::Mismatch { why } if s.adopted => {
             let error = format!(
@@ -128,8 +138,8 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         }
         // One this owner launched just now and lost: the attempt failed.
         AttemptEnd::Lost { why } | AttemptEnd::Mismatch { why } => (Outcome::Failed, None, Some(why), String::new(), 0),
-        AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts: produced } => {
-            artifacts = produced;
+        AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts: produced, resumable: r } => {
+            (artifacts, resumable) = (produced, r && outcome != Outcome::Completed);
             (outcome, result, error, log_tail, duration_us)
         }
     };
@@ -138,6 +148,24 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
     if s.halted && !s.adopted {
         return nothing;
     }
+    // Attempts before this one that ended without an outcome were interrupted.
+    let interrupted = s.attempt.saturating_sub(1).saturating_sub(s.finished);
+    if resumable && !s.halted {
+        let error = error.as_deref().unwrap_or("was killed");
+        if interrupted < MAX_RESUMES {
+            let why = format!(
+                "the pipeline's controller {error}; its next attempt resumes it in its working copy, keeping the jobs \
+                 it completed"
+            );
+            let start = AttemptStart::ResumeInterrupted { previous_token: s.token.to_string(), why: Some(why) };
+            return Decision { write: AttemptWrite::Restart { attempt: s.attempt + 1, start }, ended: None };
+        }
+    }
+    let error = if resumable && !s.halted && interrupted >= MAX_RESUMES {
+        error.map(|e| format!("{e}; it was interrupted {interrupted} times before, so it is not resumed again"))
+    } else {
+        error
+    };
     let finished = s.finished + 1;
     let write = match after_attempt(outcome, finished, s.max_attempts, s.retry_on) {
         // Only a completed attempt's artifacts are recorded: with the completion, in its
@@ -193,6 +221,7 @@ mod tests {
             log_tail: String::new(),
             duration_us: 5,
             artifacts: vec![Artifact { name: "r".into(), path: "steps/s/r".into(), bytes: 1, sha256: "aa".into() }],
+            resumable: false,
         }
     }
 
@@ -245,12 +274,53 @@ mod tests {
         let adopted = AttemptState { adopted: true, ..state(1, 0) };
         assert_eq!(
             decide(&adopted, lost).write,
-            AttemptWrite::Restart { start: AttemptStart::ResumeInterrupted { previous_token: "att_1".into() } }
+            AttemptWrite::Restart {
+                attempt: 2,
+                start: AttemptStart::ResumeInterrupted { previous_token: "att_1".into(), why: None }
+            }
         );
         let d = decide(&adopted, AttemptEnd::Mismatch { why: "other nonce".into() });
         let AttemptWrite::Fail { finish, run_error } = d.write else { panic!() };
         assert!(run_error.contains("could not be verified (other nonce)"), "{run_error}");
         assert_eq!((finish.outcome, d.ended), (Outcome::Failed, None));
+    }
+
+    #[test]
+    fn a_killed_controller_resumes_without_a_retry_until_it_was_interrupted_too_often() {
+        let killed = || match ran(Outcome::Failed) {
+            AttemptEnd::Ran { outcome, result, log_tail, duration_us, artifacts, .. } => AttemptEnd::Ran {
+                outcome,
+                result,
+                error: Some("was killed by signal 9 (SIGKILL)".into()),
+                log_tail,
+                duration_us,
+                artifacts,
+                resumable: true,
+            },
+            other => other,
+        };
+        // Attempt 1 of a step that allows no retry at all: it resumes as attempt 2.
+        let one = AttemptState { max_attempts: 1, retry_on: &[], ..state(1, 0) };
+        let d = decide(&one, killed());
+        let AttemptWrite::Restart { attempt: 2, start: AttemptStart::ResumeInterrupted { previous_token, why } } =
+            d.write
+        else {
+            panic!("{d:?}")
+        };
+        assert_eq!((previous_token.as_str(), d.ended), ("att_1", None), "it uses up no retry");
+        assert!(
+            why.is_some_and(|w| w.starts_with("the pipeline's controller was killed by signal 9 (SIGKILL); its next"))
+        );
+        // Attempt 4 after three interruptions: it fails, saying why it was not resumed.
+        let fourth = AttemptState { attempt: 4, ..one.clone() };
+        let AttemptWrite::Fail { run_error, .. } = decide(&fourth, killed()).write else { panic!() };
+        assert!(
+            run_error.ends_with("(SIGKILL); it was interrupted 3 times before, so it is not resumed again"),
+            "{run_error}"
+        );
+        // Stopped meanwhile: nothing (a cancel finalised the step); completed: its result.
+        assert_eq!(decide(&AttemptState { halted: true, ..one.clone() }, killed()).write, AttemptWrite::Nothing);
+        assert!(matches!(decide(&one, ran(Outcome::Completed)).write, AttemptWrite::Complete(_)));
     }
 
     #[test]

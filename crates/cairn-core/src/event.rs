@@ -39,9 +39,16 @@ pub enum RunEvent {
     /// The attempt (the event's `attempt`) ended with a retryable outcome; `next_attempt` begins.
     #[serde(rename = "step.retrying")]
     StepRetrying { outcome: Outcome, error: Option<String>, next_attempt: u32 },
-    /// The attempt was abandoned by a crash and is resumed explicitly: it does not use up a retry.
+    /// The attempt was abandoned by a crash and is resumed explicitly, or a pipeline's controller
+    /// was killed from outside and its next attempt resumes it (`why` says so): it does not use
+    /// up a retry.
     #[serde(rename = "step.interrupted")]
-    StepInterrupted { abandoned_token: String, next_attempt: u32 },
+    StepInterrupted {
+        abandoned_token: String,
+        next_attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+    },
     /// A successor re-attached to a supervised launch it verified: a new token, the same attempt.
     #[serde(rename = "step.reattached")]
     StepReattached { abandoned_token: String },
@@ -195,7 +202,7 @@ mod tests {
             RunEvent::RunResumed { revision: 2, owner: Some("1:2".into()) },
             RunEvent::StepStarted { tool: "t".into(), tool_digest: "d".into(), args_hash: "a".into() },
             RunEvent::StepRetrying { outcome: Outcome::TimedOut, error: None, next_attempt: 2 },
-            RunEvent::StepInterrupted { abandoned_token: "att_1".into(), next_attempt: 2 },
+            RunEvent::StepInterrupted { abandoned_token: "att_1".into(), next_attempt: 2, why: None },
             RunEvent::StepReattached { abandoned_token: "att_1".into() },
             RunEvent::StepCompleted { duration_us: 5 },
             RunEvent::StepFailed { outcome: Outcome::Failed, error: Some("boom".into()), duration_us: 5 },

@@ -168,8 +168,9 @@ pub enum AttemptStart {
     First,
     /// The previous attempt ended with a retryable outcome.
     Retry { previous_token: String, outcome: Outcome, error: Option<String> },
-    /// The previous attempt was abandoned (RUNNING after a crash) and is resumed explicitly.
-    ResumeInterrupted { previous_token: String },
+    /// The previous attempt was abandoned (RUNNING after a crash) and is resumed explicitly, or
+    /// it was a pipeline's controller killed from outside (`why`), resumed in its working copy.
+    ResumeInterrupted { previous_token: String, why: Option<String> },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -129,7 +129,7 @@ impl Launcher for Processes {
                     cairn_exec::kill_own_group(p.pgid);
                 }
             });
-            return with_outputs(engine, a, ran(run));
+            return with_outputs(engine, a, ran(run, false));
         }
         let source = step_source(a);
         if !tool_def.kind.is_process() {
@@ -153,8 +153,9 @@ impl Launcher for Processes {
             check_files: a.tool().files.iter().map(|f| (format!("{source}/{}", f.path), f.sha256.clone())).collect(),
             cmd: &cmd,
         };
-        let (end, summary) =
-            watching(engine, a, jobs, || followed(engine.launch_with_agent(a.placement, &launch, record, halted)));
+        let (end, summary) = watching(engine, a, jobs, || {
+            followed(engine.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
+        });
         with_outputs(engine, a, with_pipeline_summary(a, end, summary))
     }
 
@@ -167,8 +168,9 @@ impl Launcher for Processes {
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd {
         let cmd = tool_command(engine, a, Vec::new());
-        let (end, summary) =
-            watching(engine, a, jobs, || followed(engine.reattach(recorded, a.tool_def(), &cmd, halted)));
+        let (end, summary) = watching(engine, a, jobs, || {
+            followed(engine.reattach(recorded, a.tool_def(), &cmd, halted), !a.tool_def().kind.is_process())
+        });
         with_outputs(engine, a, with_pipeline_summary(a, end, summary))
     }
 
@@ -231,8 +233,10 @@ fn watching(
 /// (`jobs: {total, done, failed}`, `failed_rules`), in its error (the rule that failed, how far
 /// it got) when it did not.
 fn with_pipeline_summary(a: &AttemptLaunch<'_>, end: AttemptEnd, summary: Option<Summary>) -> AttemptEnd {
-    let (Some(summary), AttemptEnd::Ran { outcome, mut result, mut error, log_tail, duration_us, artifacts }) =
-        (summary, end.clone())
+    let (
+        Some(summary),
+        AttemptEnd::Ran { outcome, mut result, mut error, log_tail, duration_us, artifacts, resumable },
+    ) = (summary, end.clone())
     else {
         return end;
     };
@@ -253,7 +257,7 @@ fn with_pipeline_summary(a: &AttemptLaunch<'_>, end: AttemptEnd, summary: Option
         let noun = if rules.len() == 1 { "rule" } else { "rules" };
         e.push_str(&format!(": {noun} {} failed{done}; its log tail says why", rules.join(", ")));
     }
-    AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts }
+    AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts, resumable }
 }
 
 /// One attempt's complete process request, with the engine's limits.
@@ -271,8 +275,12 @@ fn tool_command(engine: &Engine, a: &AttemptLaunch<'_>, env: Vec<(String, String
     }
 }
 
-fn ran(run: ToolRun) -> AttemptEnd {
+/// `controller`: the tool is a pipeline's controller, whose working copy keeps what it completed;
+/// killed by a signal (not stopped for its time, which a timeout says), it is resumable.
+fn ran(run: ToolRun, controller: bool) -> AttemptEnd {
+    let resumable = controller && run.signal.is_some() && run.outcome == Outcome::Failed;
     AttemptEnd::Ran {
+        resumable,
         outcome: run.outcome,
         result: run.result,
         error: run.error,
@@ -306,7 +314,15 @@ fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> Atte
                             artifacts.iter().map(|x| json!({"name": x.name, "bytes": x.bytes, "sha256": x.sha256}));
                         report.insert("outputs".into(), Value::Array(listed.collect()));
                     }
-                    AttemptEnd::Ran { outcome: Outcome::Completed, result, error, log_tail, duration_us, artifacts }
+                    AttemptEnd::Ran {
+                        outcome: Outcome::Completed,
+                        result,
+                        error,
+                        log_tail,
+                        duration_us,
+                        artifacts,
+                        resumable: false,
+                    }
                 }
                 Err(fault) => AttemptEnd::Ran {
                     outcome: Outcome::Failed,
@@ -315,6 +331,7 @@ fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> Atte
                     log_tail,
                     duration_us,
                     artifacts: Vec::new(),
+                    resumable: false,
                 },
             }
         }
@@ -322,9 +339,9 @@ fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> Atte
     }
 }
 
-fn followed(f: Followed) -> AttemptEnd {
+fn followed(f: Followed, controller: bool) -> AttemptEnd {
     match f {
-        Followed::Ended(run) => ran(run),
+        Followed::Ended(run) => ran(run, controller),
         Followed::Lost(why) => AttemptEnd::Lost { why },
         Followed::Mismatch(why) => AttemptEnd::Mismatch { why },
         Followed::Halted => AttemptEnd::Halted,

@@ -148,6 +148,7 @@ fn completed(result: Value) -> AttemptEnd {
         log_tail: String::new(),
         duration_us: 10,
         artifacts: Vec::new(),
+        resumable: false,
     }
 }
 
@@ -159,6 +160,7 @@ fn ended(outcome: Outcome, error: &str) -> AttemptEnd {
         log_tail: "a log line".into(),
         duration_us: 10,
         artifacts: Vec::new(),
+        resumable: false,
     }
 }
 

@@ -638,7 +638,7 @@ impl RunStore for SqliteStore {
                         &RunEvent::StepRetrying { outcome: *outcome, error: error.clone(), next_attempt: b.attempt },
                     )?;
                 }
-                AttemptStart::ResumeInterrupted { previous_token } => {
+                AttemptStart::ResumeInterrupted { previous_token, why } => {
                     check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
                     tx.execute(
                         "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, interrupted_count = interrupted_count + 1, \
@@ -652,7 +652,11 @@ impl RunStore for SqliteStore {
                         Some(&b.step_id),
                         Some(b.attempt - 1),
                         b.at,
-                        &RunEvent::StepInterrupted { abandoned_token: previous_token.clone(), next_attempt: b.attempt },
+                        &RunEvent::StepInterrupted {
+                            abandoned_token: previous_token.clone(),
+                            next_attempt: b.attempt,
+                            why: why.clone(),
+                        },
                     )?;
                 }
             }

@@ -381,12 +381,12 @@ fn resume_interrupted_is_conditional_on_the_previous_token() {
     store.record_process("r", "a", "tok-1", &ProcessInfo { pid: 9, pgid: 9, start_time: None, remote: None }).unwrap();
     let before = store.steps("r").unwrap();
 
-    let stale = AttemptStart::ResumeInterrupted { previous_token: "tok-old".into() };
+    let stale = AttemptStart::ResumeInterrupted { previous_token: "tok-old".into(), why: None };
     let err = store.begin_attempt(&begin("r", "a", "tok-2", 2, stale)).unwrap_err();
     assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "a".into() });
     assert_eq!(store.steps("r").unwrap(), before);
 
-    let ok = AttemptStart::ResumeInterrupted { previous_token: "tok-1".into() };
+    let ok = AttemptStart::ResumeInterrupted { previous_token: "tok-1".into(), why: None };
     store.begin_attempt(&begin("r", "a", "tok-2", 2, ok)).unwrap();
     let row = step(&store, "r", "a");
     assert_eq!(row.attempt_token.as_deref(), Some("tok-2"));

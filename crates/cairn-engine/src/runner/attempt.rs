@@ -130,8 +130,8 @@ impl Engine {
                     (attempt, start) = (next, next_start);
                     continue;
                 }
-                AttemptWrite::Restart { start: next_start } => {
-                    start = next_start;
+                AttemptWrite::Restart { attempt: next, start: next_start } => {
+                    (attempt, start) = (next, next_start);
                     continue;
                 }
                 AttemptWrite::Nothing => return Ok(None),

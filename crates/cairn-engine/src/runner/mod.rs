@@ -383,7 +383,7 @@ impl Engine {
                 }
                 // The abandoned attempt ended with no outcome, so it does not use up a retry.
                 let finished = r.attempt_count.saturating_sub(r.interrupted_count + 1);
-                (r.attempt_count + 1, AttemptStart::ResumeInterrupted { previous_token }, finished)
+                (r.attempt_count + 1, AttemptStart::ResumeInterrupted { previous_token, why: None }, finished)
             }
             StepAction::RefuseRunning => {
                 return Prepared::Error(EngineError::StepRunning {

@@ -484,6 +484,35 @@ def prepare_attempt(r):
     with open(os.path.join(d, "stdin.json"), "wb") as f:
         f.write(r["stdin"].encode())
     write_record(d, "request.json", r)
+    if r["controller"] == "snakemake":
+        release_stale_lock(r)
+
+
+def release_stale_lock(r):
+    """A Snakemake killed mid-pipeline leaves its lock in the working copy, and the next attempt
+    resumes there: the lock is removed (what `snakemake --unlock` does) once no earlier attempt of
+    the step can still be running, each checked by its recorded pid and start time. One that might
+    be is left alone, and Snakemake's own lock check then refuses to run beside it."""
+    locks = os.path.join(r["cwd"], ".snakemake", "locks")
+    if not (os.path.isdir(locks) and os.listdir(locks)):
+        return
+    attempts = os.path.dirname(r["attempt_dir"])
+    for name in os.listdir(attempts):
+        d = os.path.join(attempts, name)
+        if not name.startswith("attempt-") or d == r["attempt_dir"] or os.path.exists(os.path.join(d, "exit.json")):
+            continue
+        try:
+            ident = read_record(d, "pid.json")
+        except Foreign:
+            return
+        if ident is None:
+            # It recorded no process: none was started (Cairn runs one attempt of a step at a
+            # time, and stops an abandoned one's recorded process before the next begins).
+            continue
+        if "job_id" in ident or alive(ident.get("pid", 0), ident.get("start_time")) or alive(
+                ident.get("supervisor_pid", 0), ident.get("supervisor_start_time")):
+            return
+    shutil.rmtree(locks, ignore_errors=True)
 
 
 def launch_process(r, env):

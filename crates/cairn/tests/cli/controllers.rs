@@ -876,3 +876,73 @@ fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
     assert_eq!(lock_files(&work), Vec::<String>::new());
     fx.stop_daemon();
 }
+
+/// (7c) Snakemake itself killed (SIGKILL, as the OOM killer would) mid-pipeline: the next attempt
+/// resumes in the same working copy, after its stale lock is released, with `--rerun-incomplete`;
+/// a job that had completed is never run again, the interruption uses up no retry (the step
+/// allows one attempt), and the event says why.
+#[test]
+fn a_killed_snakemake_resumes_in_its_working_copy_without_rerunning_a_completed_job() {
+    let Some(fx) = Fx::new() else { return };
+    let dir = fx.p("naps");
+    copy_dir(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/controllers/naps")), &dir);
+    // Every nap job says it started, in the working copy (appends of short lines do not mix).
+    let snakefile = std::fs::read_to_string(dir.join("Snakefile")).unwrap();
+    let logged =
+        snakefile.replace("\"sleep {params.secs}; ", "\"echo {wildcards.sample} >> starts.log; sleep {params.secs}; ");
+    assert_ne!(logged, snakefile);
+    std::fs::write(dir.join("Snakefile"), logged).unwrap();
+    fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+    let run_dir = fx.c.home().join("runs/killed");
+    let work = run_dir.join("steps/pipeline");
+    let follower = fx.spawn(&fx.c.run_args("naps", &json!({}), &["--run-id", "killed", "--json"]));
+    assert!(
+        wait_until(Duration::from_secs(60), || files_under(&work, "results/naps").len() >= 2),
+        "no two naps finished within 60 s\ndaemon log:\n{}",
+        fx.c.daemon_log()
+    );
+    let launched = read_json(&attempt_dir(&run_dir, "pipeline", 1).join("pid.json"));
+    let pid = launched["pid"].as_i64().unwrap() as i32;
+    let done_before: Vec<String> = files_under(&work, "results/naps").into_iter().map(|(name, _)| name).collect();
+    // Snakemake records a job complete just after its output appears: give it that moment.
+    std::thread::sleep(Duration::from_secs(1));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+
+    let (code, stdout) = fx.wait_spawned(follower, Duration::from_secs(90));
+    assert_eq!(code, 0, "the run should resume and end READY: {stdout}\n{}", fx.c.daemon_log());
+    let run = fx.c.show("killed");
+    assert_eq!(step(&run, "pipeline")["attempts"], 2, "{run:#}");
+    let events = fx.c.events("killed");
+    let interrupted = events_of(&events, "step.interrupted", Some("pipeline"));
+    assert_eq!(interrupted.len(), 1, "{:?}", kinds(&events));
+    let why = str_of(&interrupted[0]["data"]["why"]);
+    assert!(why.contains("killed by signal 9") && why.contains("resumes it in its working copy"), "{why}");
+    assert!(events_of(&events, "step.retrying", None).is_empty(), "a resume is not a retry: {:?}", kinds(&events));
+
+    // Each job that had completed before the kill started once; every sample is there.
+    let starts = std::fs::read_to_string(work.join("starts.log")).unwrap();
+    for name in &done_before {
+        let sample = name.trim_start_matches("results/naps/").trim_end_matches(".txt");
+        let n = starts.lines().filter(|l| *l == sample).count();
+        assert_eq!(n, 1, "{sample} had completed before the kill, and started {n} times:\n{starts}");
+    }
+    let summary = std::fs::read_to_string(work.join("results/summary.txt")).unwrap();
+    assert_eq!(summary, (1..=6).map(|i| format!("napped s{i}\n")).collect::<String>());
+    // The second Snakemake ran in the same working copy, only what was left, and left no lock.
+    assert_eq!(std::fs::read_dir(work.join(".snakemake/log")).unwrap().count(), 2);
+    let result = fx.result("killed", "pipeline").expect("a result");
+    let total = result["jobs"]["total"].as_u64().unwrap();
+    assert!(total < 8, "the resumed Snakemake had only the jobs left to run, not all 8: {result:#}");
+    assert_eq!(lock_files(&work), Vec::<String>::new());
+    // Its artifacts are every file the pipeline wrote, across both attempts.
+    let names: Vec<String> = step(&run, "pipeline")["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| str_of(&a["name"]).to_string())
+        .collect();
+    for i in 1..=6 {
+        assert!(names.contains(&format!("results/naps/s{i}.txt")), "{names:?}");
+    }
+    fx.stop_daemon();
+}
