@@ -44,6 +44,23 @@ pub struct OutputDamage {
     pub found: Found,
 }
 
+/// A file a source pipeline step read (an absolute path its arguments named, hashed when it
+/// started) whose bytes are no longer those it read, as the engine found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputDamage {
+    /// The file's absolute path where the step ran.
+    pub path: String,
+    pub recorded: String,
+    pub found: Found,
+}
+
+/// Why a source step cannot stand for its bytes any more: a file it recorded, or a file it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Damage {
+    Output(OutputDamage),
+    Input(InputDamage),
+}
+
 /// What is at a recorded artifact's path now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -120,6 +137,13 @@ pub enum Reason {
         source_run_id: String,
         #[serde(flatten)]
         damage: OutputDamage,
+    },
+    /// A file the source step read (bound by its arguments) is not the bytes it read.
+    InputChanged {
+        step: String,
+        source_run_id: String,
+        #[serde(flatten)]
+        damage: InputDamage,
     },
 }
 
@@ -209,6 +233,26 @@ impl Reason {
                     }
                 }
             }
+            Reason::InputChanged { step, source_run_id, damage } => {
+                let InputDamage { path, recorded, found } = damage;
+                match found {
+                    Found::Changed { sha256 } => format!(
+                        "invalidated: input file {path} of step {step} changed since run {source_run_id} read it (sha256 {}… → {}…)",
+                        short(recorded),
+                        short(sha256)
+                    ),
+                    Found::Missing => {
+                        format!(
+                            "invalidated: input file {path} of step {step} is missing since run {source_run_id} read it"
+                        )
+                    }
+                    Found::Unreachable { why } => {
+                        format!(
+                            "invalidated: input file {path} of step {step} (run {source_run_id}) cannot be checked: {why}"
+                        )
+                    }
+                }
+            }
         }
     }
 }
@@ -276,9 +320,9 @@ pub struct ReplayInput<'a> {
     pub requested: &'a [String],
     /// Explains a tool digest change in words (which file or field changed), given the tool name.
     pub explain_tool: &'a dyn Fn(&str) -> Vec<String>,
-    /// Source steps whose recorded files are no longer their bytes (the engine checks those a
-    /// first plan reuses, then plans again with what it found).
-    pub damaged: &'a HashMap<String, OutputDamage>,
+    /// Source steps whose recorded files, or the files they read, are no longer those bytes (the
+    /// engine checks those a first plan reuses, then plans again with what it found).
+    pub damaged: &'a HashMap<String, Damage>,
 }
 
 /// The decision for every step, in execution order.
@@ -372,10 +416,10 @@ pub fn plan<'a>(r: &ReplayInput<'a>) -> ReplayPlan {
             continue;
         }
         if let Some(damage) = r.damaged.get(id) {
-            decisions[i] = replay(Reason::OutputChanged {
-                step: id.to_string(),
-                source_run_id: r.source_run_id.to_string(),
-                damage: damage.clone(),
+            let (step, source_run_id) = (id.to_string(), r.source_run_id.to_string());
+            decisions[i] = replay(match damage.clone() {
+                Damage::Output(damage) => Reason::OutputChanged { step, source_run_id, damage },
+                Damage::Input(damage) => Reason::InputChanged { step, source_run_id, damage },
             });
             continue;
         }
@@ -534,8 +578,8 @@ mod tests {
             let source: HashMap<String, SourceStep> = rows.iter().map(|(id, sig, args)| {
                 (id.clone(), SourceStep { status: StepStatus::Completed, signature: sig, args, result: results.get(id), artifacts: &[] })
             }).collect();
-            let damage = OutputDamage { output: "o".into(), path: "steps/x/o".into(), recorded: "aa".into(), found: Found::Missing };
-            let damaged_map: HashMap<String, OutputDamage> =
+            let damage = Damage::Output(OutputDamage { output: "o".into(), path: "steps/x/o".into(), recorded: "aa".into(), found: Found::Missing });
+            let damaged_map: HashMap<String, Damage> =
                 damaged.iter().filter(|d| **d < n).map(|d| (format!("s{d}"), damage.clone())).collect();
             let req_ids: Vec<String> = requested.iter().filter(|r| **r < n).map(|r| format!("s{r}")).collect();
             let req = normalise_requested(&dag, &req_ids).unwrap();
@@ -669,7 +713,7 @@ args = { report = "${steps.render.outputs.report}" }
         .into();
         let input = json!({});
         let requested: Vec<String> = vec![];
-        let run = |damaged: &HashMap<String, OutputDamage>| {
+        let run = |damaged: &HashMap<String, Damage>| {
             plan(&ReplayInput {
                 spec: &spec,
                 dag: &dag,
@@ -692,9 +736,21 @@ args = { report = "${steps.render.outputs.report}" }
             recorded: "ab".repeat(32),
             found: Found::Changed { sha256: "cd".repeat(32) },
         };
-        let hurt = run(&[("render".to_string(), damage)].into());
+        let hurt = run(&[("render".to_string(), Damage::Output(damage))].into());
         assert_eq!(hurt.summary(&dag).invalidated, ["render", "publish"]);
         assert!(matches!(hurt.decision("render").unwrap().reason, Reason::OutputChanged { .. }));
         assert_eq!(hurt.decision("publish").unwrap().reason, Reason::AncestorInvalidated { step: "render".into() });
+        // A file it read, changed since: the same invalidation, naming the file.
+        let read = InputDamage {
+            path: "/data/sheet.csv".into(),
+            recorded: "ab".repeat(32),
+            found: Found::Changed { sha256: "cd".repeat(32) },
+        };
+        let hurt = run(&[("render".to_string(), Damage::Input(read))].into());
+        assert_eq!(hurt.summary(&dag).invalidated, ["render", "publish"]);
+        assert_eq!(
+            hurt.decision("render").unwrap().reason.text(),
+            "invalidated: input file /data/sheet.csv of step render changed since run R read it (sha256 abababababab… → cdcdcdcdcdcd…)"
+        );
     }
 }

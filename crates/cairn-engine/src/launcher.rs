@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cairn_core::artifact::OutputDecl;
 use cairn_core::attempt::AttemptEnd;
 use cairn_core::pipeline::{JobEvent, SnakemakeLog, Summary};
+use cairn_core::plan::InputFile;
 use cairn_core::status::Outcome;
 use cairn_core::store::{ProcessInfo, RemoteProcess};
 use cairn_core::workflow::{StepDef, ToolDef, ToolKind};
@@ -129,10 +130,16 @@ impl Launcher for Processes {
                     cairn_exec::kill_own_group(p.pgid);
                 }
             });
-            return with_outputs(engine, a, ran(run, false));
+            return with_outputs(engine, a, ran(run, false), &[]);
         }
         let source = step_source(a);
+        let mut inputs = Vec::new();
         if !tool_def.kind.is_process() {
+            // What the pipeline reads from outside its folder, hashed before it starts.
+            match engine.bound_inputs(a.placement, a.run_dir, a.args) {
+                Ok(files) => inputs = files,
+                Err(error) => return AttemptEnd::Refused { error },
+            }
             // A bad `config` is reported by the controller's argv, below.
             let config = cairn_core::controller::run_config(a.args).ok().flatten();
             if let Err(error) =
@@ -156,7 +163,7 @@ impl Launcher for Processes {
         let (end, summary) = watching(engine, a, jobs, || {
             followed(engine.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
         });
-        with_outputs(engine, a, with_pipeline_summary(a, end, summary))
+        with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs)
     }
 
     fn reattach(
@@ -167,11 +174,17 @@ impl Launcher for Processes {
         jobs: &JobSink<'_>,
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd {
+        // The predecessor's hashes are not at hand: a re-attach hashes the bound files again.
+        let inputs = if a.tool_def().kind.is_process() {
+            Vec::new()
+        } else {
+            engine.bound_inputs(a.placement, a.run_dir, a.args).unwrap_or_default()
+        };
         let cmd = tool_command(engine, a, Vec::new());
         let (end, summary) = watching(engine, a, jobs, || {
             followed(engine.reattach(recorded, a.tool_def(), &cmd, halted), !a.tool_def().kind.is_process())
         });
-        with_outputs(engine, a, with_pipeline_summary(a, end, summary))
+        with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs)
     }
 
     fn stop_orphan(&self, engine: &Engine, p: &ProcessInfo) {
@@ -293,8 +306,9 @@ fn ran(run: ToolRun, controller: bool) -> AttemptEnd {
 
 /// A completed attempt's end with its outputs hashed where it ran: a tool's declared outputs, or
 /// what a pipeline created or changed in its working copy (listed in its result too). One whose
-/// outputs cannot be recorded (not written, a symlink) has failed, with that as its error.
-fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> AttemptEnd {
+/// outputs cannot be recorded (not written, a symlink) has failed, with that as its error. A
+/// pipeline's result lists the files its arguments bind (`inputs`), as they were hashed.
+fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd, inputs: &[InputFile]) -> AttemptEnd {
     let kind = a.tool_def().kind;
     match end {
         AttemptEnd::Ran { outcome: Outcome::Completed, mut result, error, log_tail, duration_us, .. }
@@ -313,6 +327,7 @@ fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd) -> Atte
                         let listed =
                             artifacts.iter().map(|x| json!({"name": x.name, "bytes": x.bytes, "sha256": x.sha256}));
                         report.insert("outputs".into(), Value::Array(listed.collect()));
+                        report.insert("inputs".into(), json!(inputs));
                     }
                     AttemptEnd::Ran {
                         outcome: Outcome::Completed,

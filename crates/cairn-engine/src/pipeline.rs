@@ -12,9 +12,10 @@ use std::time::Duration;
 use cairn_core::artifact::Artifact;
 use cairn_core::canonical::sha256_hex;
 use cairn_core::controller::{RUN_CONFIG, own_state, working_copy};
+use cairn_core::plan::{InputFile, absolute_path_strings};
 use cairn_core::signature::ToolFile;
 use cairn_core::workflow::ToolKind;
-use cairn_exec::agent::protocol::{ChangedRequest, CheckFile, ReadRequest};
+use cairn_exec::agent::protocol::{ChangedRequest, CheckFile, ReadRequest, ReadyRequest};
 use cairn_exec::artifacts::{Carried, Carry, Written};
 use serde_json::Value;
 
@@ -95,6 +96,47 @@ impl Engine {
                     },
                     Err(e) => Err(format!("its outputs could not be hashed on target `{}`: {e}", spec.name)),
                 }
+            }
+        }
+    }
+
+    /// The files a pipeline step's arguments bind (every absolute path in them naming a file
+    /// where the run executes: a configfile, a samplesheet its config names), hashed there. A
+    /// replay reuses the step only while they are these bytes.
+    pub(crate) fn bound_inputs(
+        &self,
+        placement: &Placement,
+        run_dir: &str,
+        args: &Value,
+    ) -> Result<Vec<InputFile>, String> {
+        let paths = absolute_path_strings(args);
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        match placement {
+            Placement::Local => Ok(paths
+                .into_iter()
+                .filter(|p| Path::new(p).is_file())
+                .map(|p| match cairn_exec::artifacts::hash_file(Path::new(&p)) {
+                    Ok((_, sha256)) => Ok(InputFile { path: p, sha256 }),
+                    Err(e) => Err(format!("input file {p} cannot be read: {e}")),
+                })
+                .collect::<Result<_, _>>()?),
+            Placement::Target(spec, agent) => {
+                let request = ReadyRequest {
+                    run_dir: run_dir.to_string(),
+                    workspace_root: spec.workspace_root.clone(),
+                    inputs: paths,
+                    programs: Vec::new(),
+                };
+                let facts = agent
+                    .ready(request, AGENT_FILE_TIMEOUT)
+                    .map_err(|e| format!("its input files could not be hashed on target `{}`: {e}", spec.name))?;
+                Ok(facts
+                    .inputs
+                    .into_iter()
+                    .filter_map(|(path, sha256)| sha256.map(|sha256| InputFile { path, sha256 }))
+                    .collect())
             }
         }
     }

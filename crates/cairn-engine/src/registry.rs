@@ -123,6 +123,10 @@ pub(crate) fn hash_folder(dir: &Path) -> Result<(Vec<ToolFile>, String), EngineE
     Ok((files, digest))
 }
 
+/// A workflow folder's definition: a pipeline's tool files are every other file of the folder, so
+/// a new version that only changes the definition (a step added after the pipeline) reuses it.
+const DEFINITION_FILE: &str = "workflow.toml";
+
 /// The tool files of each tool (argv elements naming files in the folder) and their hashes.
 fn tool_files(
     spec: &WorkflowSpec,
@@ -134,8 +138,13 @@ fn tool_files(
     for (name, tool) in &spec.tools {
         let mut found = Vec::new();
         if !tool.kind.is_process() {
-            // A pipeline controller may read any file of the pipeline source: all are its files.
-            found = files.iter().map(|(p, sha)| ToolFile { path: p.clone(), sha256: sha.clone() }).collect();
+            // A pipeline controller may read any file of the pipeline source: all are its files,
+            // but Cairn's own definition of the workflow (its steps' arguments sign on their own).
+            found = files
+                .iter()
+                .filter(|(p, _)| p.as_str() != DEFINITION_FILE)
+                .map(|(p, sha)| ToolFile { path: p.clone(), sha256: sha.clone() })
+                .collect();
         }
         for (i, arg) in tool.command.iter().enumerate() {
             if !tool_path_candidate(arg) {
@@ -200,7 +209,7 @@ pub fn inspect_folder(path: &Path) -> Result<InspectedFolder, EngineError> {
     let dir =
         if path.is_file() { path.parent().map(Path::to_path_buf).unwrap_or_default() } else { path.to_path_buf() };
     let dir = dir.canonicalize().map_err(|e| EngineError::io(path, e))?;
-    let toml_path = dir.join("workflow.toml");
+    let toml_path = dir.join(DEFINITION_FILE);
     let bytes = std::fs::read(&toml_path).map_err(|e| {
         folder_err(&toml_path, format!("cannot read the workflow file ({e}); a workflow folder holds a workflow.toml"))
     })?;
@@ -256,7 +265,7 @@ impl Engine {
         }
         let registry_dir = self.state.registry();
         let snapshot = registry_dir.join(&digest);
-        if !snapshot.join("workflow.toml").exists() {
+        if !snapshot.join(DEFINITION_FILE).exists() {
             // Copy into a private temporary folder, then rename: a crash never leaves half a snapshot.
             let tmp = registry_dir.join(format!(".tmp-{digest}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&tmp);
@@ -270,7 +279,7 @@ impl Engine {
             match std::fs::rename(&tmp, &snapshot) {
                 Ok(()) => {}
                 // Another process registered the same content first: theirs is identical.
-                Err(_) if snapshot.join("workflow.toml").exists() => {
+                Err(_) if snapshot.join(DEFINITION_FILE).exists() => {
                     let _ = std::fs::remove_dir_all(&tmp);
                 }
                 Err(e) => return Err(EngineError::io(&snapshot, e)),
@@ -315,14 +324,14 @@ impl Engine {
 
 pub fn load_record(record: WorkflowRecord) -> Result<LoadedWorkflow, EngineError> {
     let dir = PathBuf::from(&record.path);
-    let label = dir.join("workflow.toml").display().to_string();
+    let label = dir.join(DEFINITION_FILE).display().to_string();
     let dag = record.spec.dag().map_err(|e| EngineError::internal(format!("{label}: {e}")))?;
     let mut tools = BTreeMap::new();
     for (name, tool) in &record.spec.tools {
         let mut files = Vec::new();
         if !tool.kind.is_process() {
-            // A pipeline controller may read any file of the pipeline source: all are its files.
             files = hash_folder(&dir)?.0;
+            files.retain(|f| f.path != DEFINITION_FILE);
         }
         let mut argv = Vec::with_capacity(tool.command.len());
         for arg in &tool.command {

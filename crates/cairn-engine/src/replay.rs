@@ -8,7 +8,10 @@ use std::collections::HashMap;
 
 use cairn_core::artifact::{Artifact, output_path};
 use cairn_core::ids::{Owner, RunId};
-use cairn_core::replay::{self, Decision, Found, OutputDamage, ReplayInput, ReplayPlan, ReplaySummary, SourceStep};
+use cairn_core::plan::InputFile;
+use cairn_core::replay::{
+    self, Damage, Decision, Found, InputDamage, OutputDamage, ReplayInput, ReplayPlan, ReplaySummary, SourceStep,
+};
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
 use cairn_core::store::{NewRun, RunRecord, StepRecord};
@@ -147,7 +150,7 @@ impl Engine {
                 (s.step_id.clone(), step)
             })
             .collect();
-        let plan_with = |damaged: &HashMap<String, OutputDamage>| {
+        let plan_with = |damaged: &HashMap<String, Damage>| {
             replay::plan(&ReplayInput {
                 spec: workflow.spec(),
                 dag: &workflow.dag,
@@ -166,7 +169,14 @@ impl Engine {
         // A step is reused only with the bytes it recorded: its artifacts are checked where the
         // source wrote them, and a damaged one invalidates it (and so its descendants). Planning
         // again only reuses less, so what it reuses was checked already.
-        let damaged = self.damaged_artifacts(&source, req.target.as_deref(), &plan, &source_artifacts)?;
+        let mut damaged: HashMap<String, Damage> = self
+            .damaged_artifacts(&source, req.target.as_deref(), &plan, &source_artifacts)?
+            .into_iter()
+            .map(|(id, d)| (id, Damage::Output(d)))
+            .collect();
+        for (id, d) in self.changed_inputs(&source, req.target.as_deref(), &plan, &by_id)? {
+            damaged.entry(id).or_insert(Damage::Input(d));
+        }
         if !damaged.is_empty() {
             plan = plan_with(&damaged);
         }
@@ -218,6 +228,63 @@ impl Engine {
             }
         }
         Ok(damaged)
+    }
+
+    /// The reused steps of `plan` that read a file their arguments bound (a pipeline's
+    /// configfile or samplesheet, listed with its hash in the step's result) which is no longer
+    /// those bytes where the source ran; or, for a child on another target, that cannot be
+    /// checked there.
+    fn changed_inputs(
+        &self,
+        source: &RunRecord,
+        child_target: Option<&str>,
+        plan: &ReplayPlan,
+        steps: &HashMap<String, SourceStep<'_>>,
+    ) -> Result<HashMap<String, InputDamage>, EngineError> {
+        let read: Vec<(&str, Vec<InputFile>)> = plan
+            .decisions
+            .iter()
+            .filter(|d| d.decision == Decision::Reuse)
+            .filter_map(|d| {
+                let inputs = steps.get(&d.step_id)?.result?.get("inputs")?;
+                let files: Vec<InputFile> = serde_json::from_value(inputs.clone()).ok()?;
+                (!files.is_empty()).then_some((d.step_id.as_str(), files))
+            })
+            .collect();
+        let mut changed = HashMap::new();
+        if read.is_empty() {
+            return Ok(changed);
+        }
+        let source_target = self.target_name_of_run(&source.run_id)?;
+        let child_target = child_target.unwrap_or(cairn_core::target::LOCAL);
+        let placement = self.placement(&source.run_id)?;
+        for (id, files) in read {
+            let now = if source_target == child_target {
+                let args = Value::Array(files.iter().map(|f| Value::String(f.path.clone())).collect());
+                self.bound_inputs(&placement, &source.run_dir, &args)
+            } else {
+                Err(format!("it was read on target `{source_target}`, and this replay runs on `{child_target}`"))
+            };
+            let damage = match now {
+                Ok(now) => files.into_iter().find_map(|f| {
+                    let found = match now.iter().find(|n| n.path == f.path) {
+                        Some(n) if n.sha256 == f.sha256 => return None,
+                        Some(n) => Found::Changed { sha256: n.sha256.clone() },
+                        None => Found::Missing,
+                    };
+                    Some(InputDamage { path: f.path, recorded: f.sha256, found })
+                }),
+                Err(why) => files.into_iter().next().map(|f| InputDamage {
+                    path: f.path,
+                    recorded: f.sha256,
+                    found: Found::Unreachable { why },
+                }),
+            };
+            if let Some(d) = damage {
+                changed.insert(id.to_string(), d);
+            }
+        }
+        Ok(changed)
     }
 
     /// Plans a replay and checks everything the replay itself would check (the run id, and that

@@ -359,9 +359,10 @@ fn a_snakemake_pipeline_runs_as_one_controller_step() {
         "--snakefile {work}/Snakefile --directory {work} --cores 2 --nocolor --rerun-incomplete --configfile {work}/config.yaml",
         work = work.display()
     );
-    for f in ["Snakefile", "config.yaml", "workflow.toml"] {
+    for f in ["Snakefile", "config.yaml"] {
         assert_eq!(std::fs::read(work.join(f)).unwrap(), std::fs::read(snapshot.join(f)).unwrap(), "{f}");
     }
+    assert!(!work.join("workflow.toml").exists(), "Cairn's definition is not a file of the pipeline");
     assert!(!snapshot.join("results").exists() && !snapshot.join(".snakemake").exists(), "the snapshot is untouched");
     assert_greetings_done(&fx, &out.json, &run_dir, &argv_tail, "local");
     assert_eq!(fx.c.show("hello")["status"], "READY");

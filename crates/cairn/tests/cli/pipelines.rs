@@ -118,7 +118,8 @@ fn every_pipeline_shape_writes_what_plain_snakemake_writes() {
         let work = PathBuf::from(str_of(&run["run_dir"])).join("steps/pipeline");
 
         let plain = plain_snakemake(&fx, name, name, shape.snakefile, shape.cores, shape.config.as_ref());
-        let theirs = tree(&plain, &[".snakemake"]);
+        // Cairn's definition of the workflow is not a file of the pipeline: not in its copy.
+        let theirs = tree(&plain, &[".snakemake", "workflow.toml"]);
         let ours = tree(&work, &[".snakemake", ".cairn"]);
         assert_eq!(ours, theirs, "{name}: Cairn's working copy and plain snakemake's folder differ");
 
@@ -221,7 +222,7 @@ fn planned_with_config(fx: &Fx, target: &str) {
     assert_eq!(std::fs::read_to_string(work.join(".cairn/config.json")).unwrap(), bytes);
     assert_eq!(std::fs::read_to_string(work.join("results/greeted/kay.txt")).unwrap(), "Good morning, kay?\n");
     let plain = plain_snakemake(fx, "standard", &format!("standard-{target}"), "workflow/Snakefile", 2, Some(&config));
-    assert_eq!(tree(&work, &[".snakemake", ".cairn"]), tree(&plain, &[".snakemake"]));
+    assert_eq!(tree(&work, &[".snakemake", ".cairn"]), tree(&plain, &[".snakemake", "workflow.toml"]));
     assert_eq!(artifacts_of(&run).keys().collect::<Vec<_>>(), ["results/greeted/kay.txt"]);
 }
 
@@ -321,5 +322,104 @@ fn a_pipelines_jobs_are_events_while_it_runs() {
     let api_jobs: Vec<&Value> =
         api.body["events"].as_array().unwrap().iter().filter(|e| str_of(&e["kind"]).starts_with("pipeline.")).collect();
     assert_eq!(api_jobs.len(), events.iter().filter(|e| str_of(&e["kind"]).starts_with("pipeline.")).count());
+    fx.stop_daemon();
+}
+
+/// The samplesheet pipeline with a step after it (`count`, a plain tool reading the pipeline's
+/// listed outputs), so a replay can request `count` and decide about the pipeline.
+fn samples_with_count(fx: &Fx, version: &str, snakefile_extra: &str) -> PathBuf {
+    let dir = fx.p(&format!("samples-{version}"));
+    copy_dir(&Path::new(FIXTURES).join("samples"), &dir);
+    let toml = std::fs::read_to_string(dir.join("workflow.toml")).unwrap().replace("1.0.0", version)
+        + r#"
+[tools.count]
+command = ["python3", "count.py"]
+timeout_secs = 30
+
+[[steps]]
+id = "count"
+tool = "count"
+needs = ["pipeline"]
+args = { outputs = "${steps.pipeline.result.outputs}" }
+"#;
+    std::fs::write(dir.join("workflow.toml"), toml).unwrap();
+    std::fs::write(
+        dir.join("count.py"),
+        "import json, sys\nargs = json.load(sys.stdin)\nprint(json.dumps({\"files\": len(args[\"outputs\"])}))\n",
+    )
+    .unwrap();
+    let snakefile = std::fs::read_to_string(dir.join("Snakefile")).unwrap() + snakefile_extra;
+    std::fs::write(dir.join("Snakefile"), snakefile).unwrap();
+    fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+    dir
+}
+
+fn run_dir(run: &Value) -> PathBuf {
+    PathBuf::from(str_of(&run["run_dir"]))
+}
+
+/// The decision a replay made about `step_id`, and its reason in words (a dry run's, or a child
+/// run's).
+fn decision(replay: &Value, step_id: &str) -> (String, String) {
+    let decisions = if replay["dry_run"] == true { &replay["decisions"] } else { &replay["replay"]["decisions"] };
+    let d = decisions.as_array().unwrap().iter().find(|d| d["step_id"] == step_id).unwrap();
+    (str_of(&d["decision"]).to_string(), str_of(&d["text"]).to_string())
+}
+
+/// A replay reuses a pipeline step while its Snakefile, its config and the samplesheet its config
+/// names are the bytes the source ran with (the step's result lists that file with its hash),
+/// materialising its outputs into the child; each change re-executes it, the reason naming what
+/// changed.
+#[test]
+fn a_pipeline_step_is_reused_until_its_snakefile_config_or_samplesheet_changes() {
+    let Some(fx) = Fx::new() else { return };
+    samples_with_count(&fx, "1.0.0", "");
+    let sheet = fx.p("data/sheet.csv");
+    std::fs::create_dir_all(sheet.parent().unwrap()).unwrap();
+    std::fs::write(&sheet, "sample,reads\nada,120\nbob,80\n").unwrap();
+    let input = json!({"config": {"samplesheet": sheet}});
+    let source = fx.c.run("samples", &input, &["--run-id", "S"]).expect(0).json;
+    let result = &step(&source, "pipeline")["result"];
+    assert_eq!(
+        result["inputs"],
+        json!([{"path": sheet, "sha256": sha256_file(&sheet)}]),
+        "the samplesheet, hashed before the pipeline read it: {result:#}"
+    );
+    assert_eq!(step(&source, "count")["result"]["files"], 2);
+
+    // Nothing changed: the pipeline is reused, its outputs carried into the child.
+    let child = fx.json(&["replay", "S", "--step", "count", "--run-id", "C1"]).expect(0).json;
+    assert_eq!(decision(&child, "pipeline").0, "reuse", "{child:#}");
+    let carried = run_dir(&child).join("steps/pipeline/results/bob.txt");
+    assert_eq!(std::fs::read_to_string(&carried).unwrap(), "bob has 80 reads\n");
+    assert_eq!(artifacts_of(&child), artifacts_of(&source));
+
+    // The samplesheet changed: re-executed, the reason naming it; the child reads the new one.
+    std::fs::write(&sheet, "sample,reads\nada,120\nbob,81\n").unwrap();
+    let dry = fx.json(&["replay", "S", "--step", "count", "--dry-run"]).expect(0).json;
+    let (what, why) = decision(&dry, "pipeline");
+    assert_eq!(what, "replay", "{dry:#}");
+    let named = format!("invalidated: input file {} of step pipeline changed since run S read it", sheet.display());
+    assert!(why.starts_with(&named), "{why}");
+    let child = fx.json(&["replay", "S", "--step", "count", "--run-id", "C2"]).expect(0).json;
+    assert_eq!(decision(&child, "pipeline"), (what, why));
+    let work = run_dir(&child).join("steps/pipeline");
+    assert_eq!(std::fs::read_to_string(work.join("results/bob.txt")).unwrap(), "bob has 81 reads\n");
+
+    // The config changed (a key added): re-executed, naming the argument.
+    let more = json!({"config": {"samplesheet": sheet, "note": "rerun"}});
+    let file = fx.p("more.json");
+    std::fs::write(&file, more.to_string()).unwrap();
+    let dry =
+        fx.json(&["replay", "C2", "--step", "count", "--input", file.to_str().unwrap(), "--dry-run"]).expect(0).json;
+    assert_eq!(decision(&dry, "pipeline"), ("replay".into(), "invalidated: argument `/config/note` added".into()));
+
+    // The Snakefile changed (a new version of the pipeline): re-executed, naming the file.
+    samples_with_count(&fx, "1.0.1", "\n# A comment is a change of the pipeline's bytes.\n");
+    let dry = fx.json(&["replay", "C2", "--step", "count", "--version", "1.0.1", "--dry-run"]).expect(0).json;
+    assert_eq!(decision(&dry, "pipeline"), ("replay".into(), "invalidated: tool file Snakefile changed".into()));
+    // And C2, replayed as it is, is reused: it read the samplesheet as it is now.
+    let dry = fx.json(&["replay", "C2", "--step", "count", "--dry-run"]).expect(0).json;
+    assert_eq!(decision(&dry, "pipeline").0, "reuse", "{dry:#}");
     fx.stop_daemon();
 }
