@@ -8,7 +8,10 @@ if [ -s "$D/slurmctld.pid" ] && kill -0 "$(cat "$D/slurmctld.pid")" 2>/dev/null;
   squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null || true
   for _ in $(seq 50); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.1; done
 fi
-for pf in "$D/slurmd.pid" "$D/slurmctld.pid" /run/munge/munged.pid; do
+# slurmdbd after slurmctld (which hands it the last job records), MariaDB after slurmdbd, munge last
+# (slurmdbd authenticates through it).
+for pf in "$D/slurmd.pid" "$D/slurmctld.pid" "$D/slurmdbd.pid" "$D/mysqld/mysqld.pid" \
+          /run/munge/munged.pid; do
   if [ -s "$pf" ] && pid=$(cat "$pf") && kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid"
     for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

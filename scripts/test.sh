@@ -61,8 +61,9 @@ fi
 npm_ci "$ROOT/tools/webapp-e2e" "the browser test's packages"
 
 # Services for the target tests: a private sshd on 127.0.0.1:2222 (installs openssh-server if
-# needed) and a single-node Slurm on loopback (installs slurm and munge if needed). The tests that
-# need them fail, not skip, without them; so does this script.
+# needed) and a single-node Slurm on loopback with accounting, for sacct (installs slurm, munge,
+# slurmdbd and mariadb-server if needed). The tests that need them fail, not skip, without them;
+# so does this script.
 SSHD_DIR=${SSHD_DIR:-/tmp/cairn-sshd}
 SLURM_DIR=${SLURM_DIR:-/tmp/cairn-slurm}
 running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }

@@ -32,8 +32,18 @@ pub fn working_copy(step_id: &str) -> String {
     crate::artifact::step_dir(step_id)
 }
 
-const SNAKEMAKE_ARGS: &[&str] = &["snakefile", "configfile", "config", "cores", "targets", "keep_going", "forcerun"];
+const SNAKEMAKE_ARGS: &[&str] =
+    &["snakefile", "configfile", "config", "cores", "jobs", "targets", "keep_going", "forcerun"];
 const NEXTFLOW_ARGS: &[&str] = &["script", "params_file", "config", "cores"];
+
+/// Where a controller sends its pipeline's jobs when its target's executor is Slurm: Snakemake
+/// submits each job itself (`--executor slurm`, the `snakemake-executor-plugin-slurm` package on
+/// the target), to the target's partition and account. Cairn schedules none of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlurmSubmit {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+}
 
 /// The arguments a controller step may have.
 pub fn allowed_args(kind: ToolKind) -> &'static [&'static str] {
@@ -56,8 +66,8 @@ pub enum ControllerError {
     File(&'static str, String),
     #[error("args.config must be a JSON object: the run's configuration, merged over the pipeline's own (got {0})")]
     Config(String),
-    #[error("args.cores must be an integer from 1 to {MAX_CORES} (got {0})")]
-    Cores(String),
+    #[error("args.{0} must be an integer from 1 to {MAX_CORES} (got {1})")]
+    Count(&'static str, String),
     #[error("args.{0} must be a list of rule or file names that do not start with `-` (got {1})")]
     Names(&'static str, String),
     #[error("args.keep_going must be true or false (got {0})")]
@@ -130,15 +140,25 @@ pub fn run_config(args: &Value) -> Result<Option<&Value>, ControllerError> {
 
 /// The controller's argv for a step's resolved args. `work_dir` is the step's working copy on
 /// the controller host (`<run_dir>/steps/<step>`), which holds the pipeline's folder.
-pub fn controller_argv(kind: ToolKind, args: &Value, work_dir: &str) -> Result<Vec<String>, ControllerError> {
+///
+/// `slurm`: the step's target runs Slurm, and Snakemake submits the pipeline's jobs there, at
+/// most `jobs` at once (default: `cores`).
+pub fn controller_argv(
+    kind: ToolKind,
+    args: &Value,
+    work_dir: &str,
+    slurm: Option<&SlurmSubmit>,
+) -> Result<Vec<String>, ControllerError> {
     check_keys(kind, args)?;
-    let cores = match args.get("cores") {
-        None | Some(Value::Null) => 1,
+    let count = |key: &'static str| match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64() {
-            Some(n) if (1..=MAX_CORES).contains(&n) => n,
-            _ => return Err(ControllerError::Cores(v.to_string())),
+            Some(n) if (1..=MAX_CORES).contains(&n) => Ok(Some(n)),
+            _ => Err(ControllerError::Count(key, v.to_string())),
         },
     };
+    let cores = count("cores")?.unwrap_or(1);
+    let jobs = count("jobs")?.unwrap_or(cores);
     let config = run_config(args)?.map(|_| format!("{work_dir}/{RUN_CONFIG}"));
     match kind {
         ToolKind::Process => Ok(Vec::new()),
@@ -166,6 +186,18 @@ pub fn controller_argv(kind: ToolKind, args: &Value, work_dir: &str) -> Result<V
             ]);
             if keep_going {
                 argv.push("--keep-going".into());
+            }
+            if let Some(slurm) = slurm {
+                argv.extend(["--executor".into(), "slurm".into(), "--jobs".into(), jobs.to_string()]);
+                // Added to Snakemake's own defaults (mem_mb, disk_mb, …), which stay.
+                let resources: Vec<String> = [("slurm_partition", &slurm.partition), ("slurm_account", &slurm.account)]
+                    .into_iter()
+                    .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+                    .collect();
+                if !resources.is_empty() {
+                    argv.push("--default-resources".into());
+                    argv.extend(resources);
+                }
             }
             let forcerun = names(args, "forcerun")?;
             if !forcerun.is_empty() {
@@ -217,6 +249,7 @@ mod tests {
             &json!({"snakefile": "workflow/Snakefile", "configfile": "./config/config.yaml", "cores": 2,
                     "targets": ["all"], "keep_going": true, "forcerun": ["summary"], "config": {"n": 1}}),
             "/r/steps/p",
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -229,9 +262,24 @@ mod tests {
             ToolKind::Snakemake,
             &json!({"snakefile": "Snakefile", "configfile": "/data/run-7/config.yaml"}),
             "/w",
+            None,
         )
         .unwrap();
         assert_eq!(argv[argv.len() - 2..], ["--configfile", "/data/run-7/config.yaml"], "an absolute file stays");
+        // On a Slurm target, Snakemake submits the jobs: to the target's partition and account.
+        let slurm = SlurmSubmit { partition: Some("debug".into()), account: Some("lab".into()) };
+        let on_slurm = |args: Value| controller_argv(ToolKind::Snakemake, &args, "/w", Some(&slurm)).unwrap().join(" ");
+        assert!(
+            on_slurm(json!({"snakefile": "S", "cores": 2})).ends_with(
+                "--rerun-incomplete --executor slurm --jobs 2 --default-resources slurm_partition=debug slurm_account=lab"
+            ),
+            "{}",
+            on_slurm(json!({"snakefile": "S", "cores": 2}))
+        );
+        assert!(on_slurm(json!({"snakefile": "S", "jobs": 40})).contains("--executor slurm --jobs 40 "));
+        let bare =
+            controller_argv(ToolKind::Snakemake, &json!({"snakefile": "S"}), "/w", Some(&SlurmSubmit::default()));
+        assert!(bare.unwrap().join(" ").ends_with("--executor slurm --jobs 1"), "no partition, no resources");
     }
 
     #[test]
@@ -242,6 +290,7 @@ mod tests {
             (json!({"snakefile": "/etc/passwd"}), "args.snakefile must be a relative path"),
             (json!({"snakefile": "--forceall"}), "args.snakefile must be a relative path"),
             (json!({"snakefile": "S", "cores": 0}), "args.cores must be"),
+            (json!({"snakefile": "S", "jobs": "many"}), "args.jobs must be an integer from 1 to 1024"),
             (json!({"snakefile": "S", "targets": ["--delete-all-output"]}), "args.targets"),
             (json!({"snakefile": "S", "forcerun": "all"}), "args.forcerun must be a list"),
             (json!({"snakefile": "S", "keep_going": "yes"}), "args.keep_going must be true or false"),
@@ -249,20 +298,24 @@ mod tests {
             (json!({"snakefile": "S", "configfile": "/a/../etc"}), "args.configfile must be a relative path"),
             (
                 json!({"snakefile": "S", "shell": "rm"}),
-                "args.shell is not an argument of a snakemake step; use snakefile, configfile, config, cores, targets, keep_going, forcerun",
+                "args.shell is not an argument of a snakemake step; use snakefile, configfile, config, cores, jobs, targets, keep_going, forcerun",
             ),
         ];
         for (args, want) in bad {
-            let e = controller_argv(ToolKind::Snakemake, &args, "/w").unwrap_err().to_string();
+            let e = controller_argv(ToolKind::Snakemake, &args, "/w", None).unwrap_err().to_string();
             assert!(e.contains(want), "{args}: {e}");
         }
     }
 
     #[test]
     fn nextflow_takes_the_same_model() {
-        let argv =
-            controller_argv(ToolKind::Nextflow, &json!({"script": "main.nf", "config": {"reads": "/d/r.fq"}}), "/w")
-                .unwrap();
+        let argv = controller_argv(
+            ToolKind::Nextflow,
+            &json!({"script": "main.nf", "config": {"reads": "/d/r.fq"}}),
+            "/w",
+            None,
+        )
+        .unwrap();
         assert_eq!(
             argv.join(" "),
             "nextflow -log /w/.nextflow.log run /w/main.nf -work-dir /w/work -offline -params-file /w/.cairn/config.json --outdir /w/results"

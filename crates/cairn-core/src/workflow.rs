@@ -488,7 +488,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 if args.to_string().contains("${") {
                     Ok(())
                 } else {
-                    crate::controller::controller_argv(kind, &args, "/").map(|_| ())
+                    crate::controller::controller_argv(kind, &args, "/", None).map(|_| ())
                 }
             });
             if let Err(e) = checked {

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use cairn_core::controller::controller_argv;
+use cairn_core::controller::{SlurmSubmit, controller_argv};
 use cairn_core::status::StepStatus;
 use cairn_core::store::{ProcessInfo, RemoteProcess, StepRecord};
 use cairn_core::target::{Executor, LOCAL, TargetSpec};
@@ -115,7 +115,7 @@ impl Engine {
             launch.argv.clone()
         } else {
             let work_dir = format!("{}/{}", launch.run_dir, cairn_core::controller::working_copy(launch.step_id));
-            match controller_argv(kind, launch.args, &work_dir) {
+            match controller_argv(kind, launch.args, &work_dir, slurm_submit(placement).as_ref()) {
                 Ok(a) => a,
                 Err(e) => return Followed::Ended(not_launched(launch.cmd, format!("could not be started: {e}"))),
             }
@@ -295,6 +295,16 @@ impl Engine {
     }
 }
 
+/// Where a controller on `placement` sends its pipeline's jobs: to Slurm on a Slurm target.
+pub(crate) fn slurm_submit(placement: &Placement) -> Option<SlurmSubmit> {
+    match placement {
+        Placement::Target(spec, _) if spec.executor == Executor::Slurm => {
+            Some(SlurmSubmit { partition: spec.partition.clone(), account: spec.account.clone() })
+        }
+        _ => None,
+    }
+}
+
 /// A controller step's argv as far as the run input decides it: `None` when its args need an
 /// earlier step's result; an error naming the step and the arg when they are wrong.
 pub(crate) fn planned_controller_argv(
@@ -302,10 +312,11 @@ pub(crate) fn planned_controller_argv(
     step: &cairn_core::workflow::StepDef,
     input: &Value,
     run_dir: &str,
+    slurm: Option<&SlurmSubmit>,
 ) -> Result<Option<Vec<String>>, EngineError> {
     let Ok(args) = cairn_core::template::resolve(&step.args, input, &|_| None) else { return Ok(None) };
     let work_dir = format!("{run_dir}/{}", cairn_core::controller::working_copy(&step.id));
-    controller_argv(kind, &args, &work_dir)
+    controller_argv(kind, &args, &work_dir, slurm)
         .map(Some)
         .map_err(|e| EngineError::input(format!("step `{}`: {e}", step.id)))
 }
@@ -317,7 +328,7 @@ pub(crate) fn check_local_controllers(wf: &crate::registry::LoadedWorkflow, inpu
     for step in &wf.spec().steps {
         let kind = wf.spec().tools[&step.tool].kind;
         if !kind.is_process() {
-            planned_controller_argv(kind, step, input, "")?;
+            planned_controller_argv(kind, step, input, "", None)?;
         }
     }
     local_programs(wf)

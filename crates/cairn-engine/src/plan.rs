@@ -11,6 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use cairn_core::canonical::sha256_hex;
+use cairn_core::controller::SlurmSubmit;
 use cairn_core::ids::{Owner, RunId};
 use cairn_core::plan::{
     Effect, InputFile, PLAN_FORMAT, Plan, PlannedCommand, Receipt, absolute_path_strings, check_effect_path,
@@ -190,6 +191,14 @@ impl Engine {
             return Err(EngineError::Store(cairn_core::store::StoreError::PlanExists(name)));
         }
         let run_dir = run_dir_path.display().to_string();
+        // A pipeline on a Slurm target submits its jobs there, as the plan shows.
+        let slurm = if remote {
+            let spec = self.target(&req.target)?;
+            (spec.executor == cairn_core::target::Executor::Slurm)
+                .then(|| SlurmSubmit { partition: spec.partition.clone(), account: spec.account.clone() })
+        } else {
+            None
+        };
         let mut inputs = Vec::new();
         let mut readiness = None;
         if remote {
@@ -235,9 +244,10 @@ impl Engine {
                 } else {
                     // A controller's argv comes from the step's args; shown when they are known
                     // before the run (they do not depend on an earlier step's result).
-                    crate::placement::planned_controller_argv(kind, step, &input, &run_dir)?.unwrap_or_else(|| {
-                        vec![kind.program().unwrap_or_default().to_string(), "(args from earlier steps)".into()]
-                    })
+                    crate::placement::planned_controller_argv(kind, step, &input, &run_dir, slurm.as_ref())?
+                        .unwrap_or_else(|| {
+                            vec![kind.program().unwrap_or_default().to_string(), "(args from earlier steps)".into()]
+                        })
                 };
                 Ok(PlannedCommand {
                     step_id: step.id.clone(),
@@ -619,6 +629,10 @@ impl Engine {
             for p in ["sbatch", "squeue", "scancel", "scontrol"] {
                 needs.push((p.to_string(), format!("target `{target}` uses the slurm executor")));
             }
+        }
+        if spec.executor == cairn_core::target::Executor::Slurm && steps_need.iter().any(|(p, _)| p == "snakemake") {
+            let why = format!("a snakemake pipeline on target `{target}` submits its jobs to Slurm and polls them");
+            needs.push(("sacct".to_string(), why));
         }
         needs.extend(steps_need.iter().cloned());
         let request = ReadyRequest {

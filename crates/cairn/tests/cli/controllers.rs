@@ -878,30 +878,52 @@ fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
     fx.stop_daemon();
 }
 
-/// (7c) Snakemake itself killed (SIGKILL, as the OOM killer would) mid-pipeline: the next attempt
-/// resumes in the same working copy, after its stale lock is released, with `--rerun-incomplete`;
-/// a job that had completed is never run again, the interruption uses up no retry (the step
-/// allows one attempt), and the event says why.
-#[test]
-fn a_killed_snakemake_resumes_in_its_working_copy_without_rerunning_a_completed_job() {
-    let Some(fx) = Fx::new() else { return };
+/// (7c) Snakemake itself killed (SIGKILL, as the OOM killer would) mid-pipeline, here or on the
+/// SSH target: the next attempt resumes in the same working copy, after its stale lock is
+/// released, with `--rerun-incomplete`; a job that had completed is never run again, the
+/// interruption uses up no retry (the step allows one attempt), and the event says why.
+fn killed_snakemake_resumes(fx: &Fx, target: Option<&str>) {
     let dir = fx.p("naps");
-    copy_dir(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/controllers/naps")), &dir);
-    // Every nap job says it started, in the working copy (appends of short lines do not mix).
-    let snakefile = std::fs::read_to_string(dir.join("Snakefile")).unwrap();
-    let logged =
-        snakefile.replace("\"sleep {params.secs}; ", "\"echo {wildcards.sample} >> starts.log; sleep {params.secs}; ");
-    assert_ne!(logged, snakefile);
-    std::fs::write(dir.join("Snakefile"), logged).unwrap();
-    fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
-    let run_dir = fx.c.home().join("runs/killed");
+    if !dir.exists() {
+        copy_dir(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/controllers/naps")), &dir);
+        // Every nap job says it started, in the working copy (appends of short lines do not mix).
+        let snakefile = std::fs::read_to_string(dir.join("Snakefile")).unwrap();
+        let logged = snakefile
+            .replace("\"sleep {params.secs}; ", "\"echo {wildcards.sample} >> starts.log; sleep {params.secs}; ");
+        assert_ne!(logged, snakefile);
+        std::fs::write(dir.join("Snakefile"), logged).unwrap();
+        fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+    }
+    let (follower, run_id, run_dir) = match target {
+        None => {
+            let args = fx.c.run_args("naps", &json!({}), &["--run-id", "killed", "--json"]);
+            (fx.spawn(&args), "killed".to_string(), fx.c.home().join("runs/killed"))
+        }
+        Some(t) => {
+            let run_dir = fx.p("ws/killed");
+            let plan = fx.plan("naps", &json!({}), t, &run_dir, "killed").expect(0).json;
+            let mut args = approval(&plan);
+            args.push("--json".into());
+            let i = fx.spawn(&args);
+            let mut run_id = String::new();
+            assert!(
+                wait_until(Duration::from_secs(30), || {
+                    let plans = fx.json(&["plans"]).expect(0).json;
+                    run_id = plans["plans"][0]["run_id"].as_str().unwrap_or_default().to_string();
+                    !run_id.is_empty()
+                }),
+                "execute-plan never created its run"
+            );
+            (i, run_id, run_dir)
+        }
+    };
     let work = run_dir.join("steps/pipeline");
-    let follower = fx.spawn(&fx.c.run_args("naps", &json!({}), &["--run-id", "killed", "--json"]));
     assert!(
         wait_until(Duration::from_secs(60), || files_under(&work, "results/naps").len() >= 2),
         "no two naps finished within 60 s\ndaemon log:\n{}",
         fx.c.daemon_log()
     );
+    // The target is this machine: its pid file names a process here.
     let launched = read_json(&attempt_dir(&run_dir, "pipeline", 1).join("pid.json"));
     let pid = launched["pid"].as_i64().unwrap() as i32;
     let done_before: Vec<String> = files_under(&work, "results/naps").into_iter().map(|(name, _)| name).collect();
@@ -911,9 +933,9 @@ fn a_killed_snakemake_resumes_in_its_working_copy_without_rerunning_a_completed_
 
     let (code, stdout) = fx.wait_spawned(follower, Duration::from_secs(90));
     assert_eq!(code, 0, "the run should resume and end READY: {stdout}\n{}", fx.c.daemon_log());
-    let run = fx.c.show("killed");
+    let run = fx.c.show(&run_id);
     assert_eq!(step(&run, "pipeline")["attempts"], 2, "{run:#}");
-    let events = fx.c.events("killed");
+    let events = fx.c.events(&run_id);
     let interrupted = events_of(&events, "step.interrupted", Some("pipeline"));
     assert_eq!(interrupted.len(), 1, "{:?}", kinds(&events));
     let why = str_of(&interrupted[0]["data"]["why"]);
@@ -931,7 +953,7 @@ fn a_killed_snakemake_resumes_in_its_working_copy_without_rerunning_a_completed_
     assert_eq!(summary, (1..=6).map(|i| format!("napped s{i}\n")).collect::<String>());
     // The second Snakemake ran in the same working copy, only what was left, and left no lock.
     assert_eq!(std::fs::read_dir(work.join(".snakemake/log")).unwrap().count(), 2);
-    let result = fx.result("killed", "pipeline").expect("a result");
+    let result = fx.result(&run_id, "pipeline").expect("a result");
     let total = result["jobs"]["total"].as_u64().unwrap();
     assert!(total < 8, "the resumed Snakemake had only the jobs left to run, not all 8: {result:#}");
     assert_eq!(lock_files(&work), Vec::<String>::new());
@@ -946,4 +968,18 @@ fn a_killed_snakemake_resumes_in_its_working_copy_without_rerunning_a_completed_
         assert!(names.contains(&format!("results/naps/s{i}.txt")), "{names:?}");
     }
     fx.stop_daemon();
+}
+
+#[test]
+fn a_killed_snakemake_resumes_in_its_working_copy_without_rerunning_a_completed_job() {
+    let Some(fx) = Fx::new() else { return };
+    killed_snakemake_resumes(&fx, None);
+}
+
+#[test]
+fn a_killed_snakemake_on_the_ssh_target_resumes_there() {
+    let Some(fx) = Fx::new() else { return };
+    let Some(d) = sshd() else { return };
+    let target = fx.add_target(&d);
+    killed_snakemake_resumes(&fx, Some(target));
 }

@@ -97,27 +97,45 @@ fn shapes() -> Vec<Shape> {
         Shape { name: "checkpoint", snakefile: "Snakefile", cores: 2, input: json!({}), config: None },
         Shape { name: "retries", snakefile: "Snakefile", cores: 1, input: json!({}), config: None },
         Shape { name: "threads", snakefile: "Snakefile", cores: 3, input: json!({}), config: None },
+        Shape { name: "cluster", snakefile: "Snakefile", cores: 2, input: json!({}), config: None },
     ]
 }
 
 /// Each shape runs under Cairn as it runs under plain Snakemake: the same files, byte for byte,
 /// and the files it created or changed are the step's artifacts, listed in its result.
-#[test]
-fn every_pipeline_shape_writes_what_plain_snakemake_writes() {
-    let Some(fx) = Fx::new() else { return };
+/// Here (`cairn run`) or on the SSH target (planned and approved, the process executor).
+fn every_shape_as_plain_snakemake(fx: &Fx, target: Option<&str>) {
     for shape in shapes() {
         let name = shape.name;
         let dir = fx.p(name);
-        copy_dir(&Path::new(FIXTURES).join(name), &dir);
-        fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
-        let out = fx.json(
-            &fx.c.run_args(name, &shape.input, &["--run-id", name]).iter().map(String::as_str).collect::<Vec<_>>(),
-        );
-        let run = out.expect(0).json;
+        if !dir.exists() {
+            copy_dir(&Path::new(FIXTURES).join(name), &dir);
+            fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+        }
+        let run = match target {
+            None => {
+                fx.json(
+                    &fx.c
+                        .run_args(name, &shape.input, &["--run-id", name])
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>(),
+                )
+                .expect(0)
+                .json
+            }
+            Some(t) => {
+                let label = format!("{name}-{t}");
+                let plan = fx.plan(name, &shape.input, t, &fx.p(&format!("ws/{label}")), &label).expect(0).json;
+                fx.execute(&plan).expect(0).json
+            }
+        };
         assert_eq!(run["status"], "READY", "{name}: {run:#}");
+        let run_id = str_of(&run["run_id"]).to_string();
         let work = PathBuf::from(str_of(&run["run_dir"])).join("steps/pipeline");
 
-        let plain = plain_snakemake(&fx, name, name, shape.snakefile, shape.cores, shape.config.as_ref());
+        let label = format!("{name}-{}", target.unwrap_or("here"));
+        let plain = plain_snakemake(fx, name, &label, shape.snakefile, shape.cores, shape.config.as_ref());
         // Cairn's definition of the workflow is not a file of the pipeline: not in its copy.
         let theirs = tree(&plain, &[".snakemake", "workflow.toml"]);
         let ours = tree(&work, &[".snakemake", ".cairn"]);
@@ -141,7 +159,7 @@ fn every_pipeline_shape_writes_what_plain_snakemake_writes() {
 
         // Snakemake's jobs are events of the step: each job that started finished (or, with
         // `retries:`, failed and was restarted), and the last says how many were done of all.
-        let events = fx.c.events(name);
+        let events = fx.c.events(&run_id);
         let of = |kind: &str| -> Vec<Value> {
             events_of(&events, kind, Some("pipeline")).into_iter().map(|e| e["data"].clone()).collect()
         };
@@ -188,6 +206,21 @@ fn every_pipeline_shape_writes_what_plain_snakemake_writes() {
             _ => {}
         }
     }
+}
+
+#[test]
+fn every_pipeline_shape_writes_what_plain_snakemake_writes() {
+    let Some(fx) = Fx::new() else { return };
+    every_shape_as_plain_snakemake(&fx, None);
+    fx.stop_daemon();
+}
+
+#[test]
+fn every_pipeline_shape_on_the_ssh_target_writes_what_plain_snakemake_writes() {
+    let Some(fx) = Fx::new() else { return };
+    let Some(d) = sshd() else { return };
+    let target = fx.add_target(&d);
+    every_shape_as_plain_snakemake(&fx, Some(target));
     fx.stop_daemon();
 }
 
@@ -421,5 +454,74 @@ fn a_pipeline_step_is_reused_until_its_snakefile_config_or_samplesheet_changes()
     // And C2, replayed as it is, is reused: it read the samplesheet as it is now.
     let dry = fx.json(&["replay", "C2", "--step", "count", "--dry-run"]).expect(0).json;
     assert_eq!(decision(&dry, "pipeline").0, "reuse", "{dry:#}");
+    fx.stop_daemon();
+}
+
+/// On a Slurm target Snakemake is the controller, and it submits the pipeline's jobs to Slurm
+/// itself (`--executor slurm`, to the target's partition, at most `jobs` at once): each job is a
+/// Slurm job that Slurm's accounting shows completed, the local rules run in Snakemake, and the
+/// pipeline writes what plain Snakemake writes; its jobs are events of the step as anywhere.
+#[test]
+fn a_pipeline_on_a_slurm_target_submits_its_jobs_to_slurm() {
+    let Some(fx) = Fx::new() else { return };
+    let Some(d) = sshd() else { return };
+    if !crate::remote::slurm() {
+        return;
+    }
+    let ws = fx.p("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ssh = format!("root@127.0.0.1:{}", sshd_port());
+    let extra = ["--executor", "slurm", "--partition", "debug"];
+    fx.c.add_target("hpc", &ssh, &d.join("id_ed25519"), &d.join("known_hosts"), ws.to_str().unwrap(), &extra).expect(0);
+    let dir = fx.p("cluster");
+    copy_dir(&Path::new(FIXTURES).join("cluster"), &dir);
+    fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+
+    let run_dir = fx.p("ws/cluster-1");
+    let plan = fx.plan("cluster", &json!({}), "hpc", &run_dir, "cluster-1").expect(0).json;
+    let argv: Vec<&str> = plan["commands"][0]["argv"].as_array().unwrap().iter().map(str_of).collect();
+    let tail = "--executor slurm --jobs 3 --default-resources slurm_partition=debug";
+    assert!(argv.join(" ").ends_with(tail), "the plan shows Snakemake submitting to Slurm: {argv:?}");
+    let found = &plan["readiness"]["observed"]["programs"]["sacct"];
+    assert!(found.as_str().is_some_and(|p| p.ends_with("/sacct")), "{:#}", plan["readiness"]);
+    let run = fx.execute(&plan).expect(0).json;
+    assert_eq!(run["status"], "READY", "{run:#}");
+    let work = run_dir.join("steps/pipeline");
+    assert_eq!(
+        std::fs::read_to_string(work.join("results/summary.txt")).unwrap(),
+        "hello Ada Lovelace\nhello Grace Hopper\nhello Hedy Lamarr\n"
+    );
+    let plain = plain_snakemake(&fx, "cluster", "cluster-plain", "Snakefile", 2, None);
+    assert_eq!(tree(&work, &[".snakemake", ".cairn"]), tree(&plain, &[".snakemake", "workflow.toml"]));
+    let created: BTreeMap<String, String> =
+        created_or_changed(&work, "cluster").into_iter().filter(|(p, _)| !p.starts_with(".cairn/")).collect();
+    assert_eq!(artifacts_of(&run), created);
+
+    // Each greet job went through Slurm: its log names the Slurm job, which sacct shows COMPLETED
+    // (accounting can lag a moment behind a job's end).
+    let log = std::fs::read_to_string(run_dir.join("steps/pipeline/.cairn/attempt-1/stderr")).unwrap();
+    let ids: Vec<String> = log
+        .lines()
+        .filter_map(|l| l.split("has been submitted with SLURM jobid ").nth(1))
+        .map(|rest| rest.split_whitespace().next().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3, "one Slurm job per sample:\n{log}");
+    for id in &ids {
+        let mut state = String::new();
+        let completed = wait_until(std::time::Duration::from_secs(30), || {
+            let out = Command::new("sacct").args(["-n", "-X", "-P", "-o", "State", "-j", id]).output().unwrap();
+            state = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            state == "COMPLETED"
+        });
+        assert!(completed, "Slurm job {id} is {state:?}, not COMPLETED");
+    }
+    let result = &step(&run, "pipeline")["result"];
+    assert_eq!(result["jobs"], json!({"total": 5, "done": 5, "failed": 0}), "{result:#}");
+    let events = fx.c.events(str_of(&run["run_id"]));
+    let greeted: Vec<&Value> = events_of(&events, "pipeline.job_finished", Some("pipeline"))
+        .into_iter()
+        .filter(|e| e["data"]["rule"] == "greet")
+        .collect();
+    assert_eq!(greeted.len(), 3, "{events:#?}");
     fx.stop_daemon();
 }

@@ -38,7 +38,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// scripts/test.sh once Slurm came up) makes it a requirement: then an unusable Slurm fails the
 /// test. Unset, a running Slurm is used and a missing one skips (scripts/test.sh leaves it unset
 /// when Slurm did not come up: Slurm is optional there).
-fn slurm() -> bool {
+pub(crate) fn slurm() -> bool {
     let usable = Command::new("sinfo")
         .args(["-h", "-p", "debug", "-o", "%a"])
         .output()
