@@ -832,14 +832,32 @@ fn a_completed_controller_step_is_not_run_again_under_the_same_run_id() {
 /// (7b) The controller runs detached from the daemon: a daemon killed (SIGKILL) mid-pipeline leaves
 /// snakemake running, and the next daemon re-attaches to that same launch (after checking its
 /// nonce) instead of starting the pipeline again. One attempt, one snakemake, every output.
-#[test]
-fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
-    let Some(fx) = Fx::new() else { return };
+fn daemon_killed_mid_pipeline(fx: &Fx, target: Option<&str>) {
     fx.add("naps");
-    let run_dir = fx.c.home().join("runs/naps");
+    let (follower, run_id, run_dir) = match target {
+        None => {
+            let args = fx.c.run_args("naps", &json!({}), &["--run-id", "naps", "--json"]);
+            (fx.spawn(&args), "naps".to_string(), fx.c.home().join("runs/naps"))
+        }
+        Some(t) => {
+            let run_dir = fx.p("ws/naps-1");
+            let plan = fx.plan("naps", &json!({}), t, &run_dir, "naps-1").expect(0).json;
+            let mut args = approval(&plan);
+            args.push("--json".into());
+            let i = fx.spawn(&args);
+            let mut run_id = String::new();
+            assert!(
+                wait_until(Duration::from_secs(30), || {
+                    let plans = fx.json(&["plans"]).expect(0).json;
+                    run_id = plans["plans"][0]["run_id"].as_str().unwrap_or_default().to_string();
+                    !run_id.is_empty()
+                }),
+                "execute-plan never created its run"
+            );
+            (i, run_id, run_dir)
+        }
+    };
     let work = run_dir.join("steps/pipeline");
-    let args = fx.c.run_args("naps", &json!({}), &["--run-id", "naps", "--json"]);
-    let follower = fx.spawn(&args);
     assert!(
         wait_until(Duration::from_secs(60), || std::fs::read_dir(work.join("results/naps"))
             .is_ok_and(|rd| rd.count() >= 1)),
@@ -859,15 +877,18 @@ fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
 
     let second = fx.json(&["daemon", "start"]).expect(0).json;
     assert_ne!(second["pid"], first, "{second}");
-    let run = fx.c.wait_for_status("naps", "READY", Duration::from_secs(60));
+    let run = fx.c.wait_for_status(&run_id, "READY", Duration::from_secs(60));
     assert_eq!(step(&run, "pipeline")["attempts"], 1, "{run:#}");
     assert!(!attempt_dir(&run_dir, "pipeline", 2).exists(), "a second attempt was launched");
     assert_eq!(std::fs::read_dir(work.join(".snakemake/log")).unwrap().count(), 1, "snakemake ran twice");
-    let events = fx.c.events("naps");
+    let events = fx.c.events(&run_id);
     assert_eq!(events_of(&events, "step.reattached", Some("pipeline")).len(), 1, "{:?}", kinds(&events));
     assert_eq!(events_of(&events, "step.started", Some("pipeline")).len(), 1, "{:?}", kinds(&events));
     assert!(events_of(&events, "step.interrupted", None).is_empty(), "{:?}", kinds(&events));
-    if let Some(result) = fx.result("naps", "pipeline") {
+    // Its successor read the log again from its start and recorded each job once.
+    let finished = events_of(&events, "pipeline.job_finished", Some("pipeline"));
+    assert_eq!(finished.len(), 8, "each of the 8 jobs finished once: {finished:#?}");
+    if let Some(result) = fx.result(&run_id, "pipeline") {
         assert_eq!(result["jobs"], json!({"total": 8, "done": 8, "failed": 0}), "{result:#}");
         assert_eq!(result["outputs"].as_array().unwrap().len(), 7, "six naps and the summary: {result:#}");
         assert_eq!(result["lock_released"], true, "{result:#}");
@@ -875,6 +896,21 @@ fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
     let summary = std::fs::read_to_string(work.join("results/summary.txt")).unwrap();
     assert_eq!(summary, (1..=6).map(|i| format!("napped s{i}\n")).collect::<String>());
     assert_eq!(lock_files(&work), Vec::<String>::new());
+}
+
+#[test]
+fn a_daemon_killed_mid_pipeline_is_followed_by_a_reattach_not_a_rerun() {
+    let Some(fx) = Fx::new() else { return };
+    daemon_killed_mid_pipeline(&fx, None);
+    fx.stop_daemon();
+}
+
+#[test]
+fn a_daemon_killed_mid_pipeline_on_the_ssh_target_is_followed_by_a_reattach_there() {
+    let Some(fx) = Fx::new() else { return };
+    let Some(d) = sshd() else { return };
+    let target = fx.add_target(&d);
+    daemon_killed_mid_pipeline(&fx, Some(target));
     fx.stop_daemon();
 }
 
