@@ -19,18 +19,25 @@ if ! command -v sqlite3 >/dev/null; then
   apt-get update -q && apt-get install -y -q --no-install-recommends sqlite3
 fi
 
-# A local venv for the Python packages tests use; created once, reused after.
-VENV="$ROOT/.venv"
-if [ ! -x "$VENV/bin/python" ]; then
-  log "creating $VENV"
-  python3 -m venv "$VENV"
-fi
-if [ -s scripts/requirements-test.txt ] && ! cmp -s scripts/requirements-test.txt "$VENV/.installed" 2>/dev/null; then
-  log "installing Python test packages"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r scripts/requirements-test.txt
-  cp scripts/requirements-test.txt "$VENV/.installed"
-fi
-export CAIRN_TEST_VENV="$VENV"
+# A local venv DIR for Python packages tests use; created once, reused after, reinstalled when
+# the requirements file REQS changed since the last install (a copy of it in DIR/.installed).
+venv() {
+  local dir=$1 reqs=$2 what=$3
+  if [ ! -x "$dir/bin/python" ]; then
+    log "creating $dir"
+    python3 -m venv "$dir"
+  fi
+  if [ -s "$reqs" ] && ! cmp -s "$reqs" "$dir/.installed" 2>/dev/null; then
+    log "installing $what"
+    "$dir/bin/pip" install -q --disable-pip-version-check -r "$reqs"
+    cp "$reqs" "$dir/.installed"
+  fi
+}
+venv "$ROOT/.venv" scripts/requirements-test.txt "Python test packages"
+export CAIRN_TEST_VENV="$ROOT/.venv"
+# Snakemake 8 beside the pinned 9, in a venv of its own: the pipeline tests read its log too.
+venv "$ROOT/.venv-snakemake8" scripts/requirements-snakemake8.txt "Snakemake 8"
+export CAIRN_TEST_SNAKEMAKE8="$ROOT/.venv-snakemake8"
 
 # `npm ci` in DIR when its package-lock.json changed since the last install (a marker in
 # node_modules), installing npm first if the machine has none.

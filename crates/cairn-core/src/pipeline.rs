@@ -3,12 +3,15 @@
 //! jobs are done. Pure: the caller feeds the bytes it read, from the first, in order, and gets
 //! the jobs' events as they become known.
 //!
-//! The format is Snakemake 9's (the version the tests pin, 9.27): a job's block starts with
-//! `rule NAME:` (`localrule`, `checkpoint`, `localcheckpoint`), its fields indented below
-//! (`jobid: N`, `wildcards: a=x, b=y`); `Finished jobid: N (Rule: NAME)` is followed by
-//! `K of M steps (P%) done`; a failure is an `Error in rule NAME:` block, followed by `Trying to
-//! restart job N.` when Snakemake retries it. Snakemake 9 has no structured log output without a
-//! logger plugin installed on the target, so the log is what is read.
+//! The format is Snakemake 9's (the version the tests pin, 9.27) and 8's (8.30, the last 8.x): a
+//! job's block starts with `rule NAME:` (`localrule`, `checkpoint`, `localcheckpoint`), its fields
+//! indented below (`jobid: N`, `wildcards: a=x, b=y`); `Finished jobid: N (Rule: NAME)` (9) or
+//! `Finished job N.` (8) is followed by `K of M steps (P%) done`; a failure is an `Error in rule
+//! NAME:` block, followed by `Trying to restart job N.` when Snakemake retries it. Snakemake 8
+//! ends each block with a blank line, and its finish names only the job: the rule is the one of
+//! that job's block. Structured output needs something installed beside Snakemake on the target
+//! (a logger plugin for 9, a `--log-handler-script` for 8; none is built in), so the log is what
+//! is read.
 
 use std::collections::BTreeMap;
 
@@ -25,7 +28,9 @@ pub enum JobEvent {
         wildcards: BTreeMap<String, String>,
         offset: u64,
     },
-    /// `done` of `total` jobs are done once it finished, when Snakemake said so.
+    /// `done` of `total` jobs are done once it finished, when Snakemake said so. `rule` is empty
+    /// when the log never named it (Snakemake 8 names only the job, and a rule with a `message:`
+    /// prints that instead of its block).
     Finished {
         job: u64,
         rule: String,
@@ -100,6 +105,8 @@ pub struct SnakemakeLog {
     line_start: u64,
     pending: Pending,
     summary: Summary,
+    /// Each job's rule, from its block: Snakemake 8's `Finished job N.` names only the job.
+    rules: BTreeMap<u64, String>,
 }
 
 /// `rule NAME:` and its kin, the start of a job's block.
@@ -121,11 +128,14 @@ fn wildcards(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `Finished jobid: N (Rule: NAME)`.
-fn finished(line: &str) -> Option<(u64, String)> {
-    let rest = line.strip_prefix("Finished jobid: ")?;
-    let (job, rule) = rest.split_once(" (Rule: ")?;
-    Some((job.trim().parse().ok()?, rule.strip_suffix(')')?.to_string()))
+/// `Finished jobid: N (Rule: NAME)` (Snakemake 9) or `Finished job N.` (8, no rule).
+fn finished(line: &str) -> Option<(u64, Option<String>)> {
+    if let Some(rest) = line.strip_prefix("Finished jobid: ") {
+        let (job, rule) = rest.split_once(" (Rule: ")?;
+        return Some((job.trim().parse().ok()?, Some(rule.strip_suffix(')')?.to_string())));
+    }
+    let job = line.strip_prefix("Finished job ")?.strip_suffix('.')?;
+    Some((job.parse().ok()?, None))
 }
 
 /// `K of M steps (P%) done`.
@@ -185,6 +195,7 @@ impl SnakemakeLog {
             Pending::None => {}
             Pending::Start { rule, job, wildcards, offset } => {
                 if let Some(job) = job {
+                    self.rules.insert(job, rule.clone());
                     out.push(JobEvent::Started { job, rule, wildcards, offset });
                 }
             }
@@ -233,6 +244,19 @@ impl SnakemakeLog {
             }
             _ => {}
         }
+        if line.trim().is_empty() {
+            // Snakemake 8 ends a job's block and an error's with a blank line: a finish's progress
+            // and a failure's restart come after it.
+            match std::mem::take(&mut self.pending) {
+                Pending::Error { rule, job: Some(job), offset } => self.pending = Pending::Failed { rule, job, offset },
+                kept @ (Pending::Finish { .. } | Pending::Failed { .. }) => self.pending = kept,
+                other => {
+                    self.pending = other;
+                    self.flush(None, out);
+                }
+            }
+            return;
+        }
         if !matches!(self.pending, Pending::None) {
             self.flush(Some(line), out);
         }
@@ -242,6 +266,7 @@ impl SnakemakeLog {
         } else if let Some(rule) = job_header(line) {
             self.pending = Pending::Start { rule: rule.to_string(), job: None, wildcards: BTreeMap::new(), offset };
         } else if let Some((job, rule)) = finished(line) {
+            let rule = rule.or_else(|| self.rules.get(&job).cloned()).unwrap_or_default();
             self.pending = Pending::Finish { job, rule, offset };
         } else if let Some(rule) = line.strip_prefix("Error in rule ").and_then(|r| r.strip_suffix(':')) {
             self.pending = Pending::Error { rule: rule.to_string(), job: None, offset };
@@ -289,23 +314,29 @@ Shutting down, this might take some time.
 Exiting because a job execution failed. Look below for error messages
 ";
 
+    /// The events of `log`, fed in pieces that cut lines anywhere, in words, and its summary.
+    fn read(log: &str) -> (Vec<String>, Summary) {
+        let mut reader = SnakemakeLog::new();
+        let mut events = Vec::new();
+        for chunk in log.as_bytes().chunks(7) {
+            events.extend(reader.feed(chunk));
+        }
+        events.extend(reader.finish());
+        assert_eq!(reader.fed(), log.len() as u64);
+        (events.iter().map(words).collect(), reader.summary().clone())
+    }
+
+    fn words(e: &JobEvent) -> String {
+        match e {
+            JobEvent::Started { job, rule, wildcards, .. } => format!("start {job} {rule} {wildcards:?}"),
+            JobEvent::Finished { job, rule, done, total, .. } => format!("end {job} {rule} {done:?}/{total:?}"),
+            JobEvent::Failed { job, rule, restarted, .. } => format!("fail {job} {rule} {restarted}"),
+        }
+    }
+
     #[test]
     fn jobs_are_read_with_their_wildcards_progress_and_restarts() {
-        let mut log = SnakemakeLog::new();
-        let mut events = Vec::new();
-        // Fed in pieces that cut lines anywhere: the same events.
-        for chunk in LOG.as_bytes().chunks(7) {
-            events.extend(log.feed(chunk));
-        }
-        events.extend(log.finish());
-        let kinds: Vec<String> = events
-            .iter()
-            .map(|e| match e {
-                JobEvent::Started { job, rule, wildcards, .. } => format!("start {job} {rule} {wildcards:?}"),
-                JobEvent::Finished { job, rule, done, total, .. } => format!("end {job} {rule} {done:?}/{total:?}"),
-                JobEvent::Failed { job, rule, restarted, .. } => format!("fail {job} {rule} {restarted}"),
-            })
-            .collect();
+        let (kinds, summary) = read(LOG);
         assert_eq!(
             kinds,
             [
@@ -317,13 +348,306 @@ Exiting because a job execution failed. Look below for error messages
                 "fail 5 split false",
             ]
         );
-        assert_eq!(
-            log.summary(),
-            &Summary { total: Some(4), done: Some(1), failed: 1, failed_rules: vec!["split".into()] }
-        );
+        assert_eq!(summary, Summary { total: Some(4), done: Some(1), failed: 1, failed_rules: vec!["split".into()] });
         // Offsets point at the lines the events were read from, so a re-reader can skip them.
+        let mut log = SnakemakeLog::new();
+        let events = log.feed(LOG.as_bytes());
         let start = &LOG[events[0].offset() as usize..];
         assert!(start.starts_with("localrule greet:"), "{start:.20}");
-        assert_eq!(log.fed(), LOG.len() as u64);
+    }
+
+    /// Snakemake 8.30's log of `retries` (tests/fixtures/pipelines in the cairn crate), from its first
+    /// job on: a failure restarted, then the job's end (its second failure and the shell command
+    /// cut).
+    const RETRIES_8: &str = "\
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:16 2026]
+localrule flaky:
+    output: results/flaky.txt
+    jobid: 0
+    reason: Missing output files: results/flaky.txt
+    resources: tmpdir=/tmp
+
+attempt 1 fails
+RuleException:
+CalledProcessError in file /work/retries/Snakefile, line 10:
+Command 'set -euo pipefail;  n=$(cat attempts.txt …); … > results/flaky.txt' returned non-zero exit status 1.
+[Tue Dec  1 18:15:16 2026]
+Error in rule flaky:
+    jobid: 0
+    output: results/flaky.txt
+    shell:
+        n=$(cat attempts.txt …); … > results/flaky.txt
+        (one of the commands exited with non-zero exit code; note that snakemake uses bash strict mode!)
+
+Trying to restart job 0.
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:16 2026]
+localrule flaky:
+    output: results/flaky.txt
+    jobid: 0
+    reason: Missing output files: results/flaky.txt
+    resources: tmpdir=/tmp
+
+[Tue Dec  1 18:15:16 2026]
+Finished job 0.
+1 of 1 steps (100%) done
+Complete log: .snakemake/log/2026-12-01T181516.893433.snakemake.log
+";
+
+    /// Snakemake 9.27's log of the same run.
+    const RETRIES_9: &str = "\
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:24 2026]
+localrule flaky:
+    output: results/flaky.txt
+    jobid: 0
+    reason: Missing output files: results/flaky.txt
+    resources: tmpdir=/tmp
+attempt 1 fails
+RuleException:
+CalledProcessError in file \"/work/retries/Snakefile\", line 10:
+Command 'set -euo pipefail;  n=$(cat attempts.txt …); … > results/flaky.txt' returned non-zero exit status 1.
+[Tue Dec  1 18:15:24 2026]
+Error in rule flaky:
+    message: None
+    jobid: 0
+    output: results/flaky.txt
+    shell:
+        n=$(cat attempts.txt …); … > results/flaky.txt
+        (command exited with non-zero exit code)
+Trying to restart job 0.
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:24 2026]
+localrule flaky:
+    output: results/flaky.txt
+    jobid: 0
+    reason: Missing output files: results/flaky.txt
+    resources: tmpdir=/tmp
+[Tue Dec  1 18:15:24 2026]
+Finished jobid: 0 (Rule: flaky)
+1 of 1 steps (100%) done
+Complete log(s): /work/retries/.snakemake/log/2026-12-01T181524.068184.snakemake.log
+Elapsed time: 0:00:00.090207
+";
+
+    /// Snakemake 8.30's log of `broken` (tests/fixtures/controllers): a job's end, a failure for good.
+    const BROKEN_8: &str = "\
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:17 2026]
+localrule prepare:
+    output: results/prepared.txt
+    jobid: 2
+    reason: Missing output files: results/prepared.txt
+    resources: tmpdir=/tmp
+
+[Tue Dec  1 18:15:17 2026]
+Finished job 2.
+1 of 3 steps (33%) done
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:17 2026]
+localrule broken:
+    input: results/prepared.txt
+    output: results/broken.txt
+    jobid: 1
+    reason: Missing output files: results/broken.txt; Input files updated by another job: results/prepared.txt
+    resources: tmpdir=/tmp
+
+the broken rule gives up
+RuleException:
+CalledProcessError in file /work/broken/Snakefile, line 22:
+Command 'set -euo pipefail;  echo 'the broken rule gives up' >&2; exit 1' returned non-zero exit status 1.
+[Tue Dec  1 18:15:17 2026]
+Error in rule broken:
+    jobid: 1
+    input: results/prepared.txt
+    output: results/broken.txt
+    shell:
+        echo 'the broken rule gives up' >&2; exit 1
+        (one of the commands exited with non-zero exit code; note that snakemake uses bash strict mode!)
+
+Shutting down, this might take some time.
+Exiting because a job execution failed. Look above for error message
+Complete log: .snakemake/log/2026-12-01T181517.788022.snakemake.log
+WorkflowError:
+At least one job did not complete successfully.
+";
+
+    /// Snakemake 9.27's log of the same run.
+    const BROKEN_9: &str = "\
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:28 2026]
+localrule prepare:
+    output: results/prepared.txt
+    jobid: 2
+    reason: Missing output files: results/prepared.txt
+    resources: tmpdir=/tmp
+[Tue Dec  1 18:15:28 2026]
+Finished jobid: 2 (Rule: prepare)
+1 of 3 steps (33%) done
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:28 2026]
+localrule broken:
+    input: results/prepared.txt
+    output: results/broken.txt
+    jobid: 1
+    reason: Missing output files: results/broken.txt; Input files updated by another job: results/prepared.txt
+    resources: tmpdir=/tmp
+the broken rule gives up
+RuleException:
+CalledProcessError in file \"/work/broken/Snakefile\", line 22:
+Command 'set -euo pipefail;  echo 'the broken rule gives up' >&2; exit 1' returned non-zero exit status 1.
+[Tue Dec  1 18:15:28 2026]
+Error in rule broken:
+    message: None
+    jobid: 1
+    input: results/prepared.txt
+    output: results/broken.txt
+    shell:
+        echo 'the broken rule gives up' >&2; exit 1
+        (command exited with non-zero exit code)
+Shutting down, this might take some time.
+Exiting because a job execution failed. Look above for error messages
+Complete log(s): /work/broken/.snakemake/log/2026-12-01T181528.898521.snakemake.log
+Elapsed time: 0:00:00.077083
+WorkflowError:
+At least one job did not complete successfully.
+";
+
+    /// Snakemake 8.30's log of `bare` (tests/fixtures/pipelines), its `reason:` lines cut: two jobs
+    /// at once, each finish naming only its job, whose block came two blocks before.
+    const BARE_8: &str = "\
+Select jobs to execute...
+Execute 2 jobs...
+
+[Tue Dec  1 18:15:16 2026]
+localrule count:
+    input: data/alpha.txt
+    output: results/counts/alpha.txt
+    jobid: 2
+    wildcards: sample=alpha
+    resources: tmpdir=/tmp
+
+
+[Tue Dec  1 18:15:16 2026]
+localrule count:
+    input: data/beta.txt
+    output: results/counts/beta.txt
+    jobid: 4
+    wildcards: sample=beta
+    resources: tmpdir=/tmp
+
+[Tue Dec  1 18:15:16 2026]
+Finished job 4.
+1 of 5 steps (20%) done
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:16 2026]
+localrule line:
+    input: data/beta.txt, results/counts/beta.txt
+    output: results/lines/beta.txt
+    jobid: 3
+    wildcards: sample=beta
+    resources: tmpdir=/tmp
+
+[Tue Dec  1 18:15:16 2026]
+Finished job 2.
+2 of 5 steps (40%) done
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:16 2026]
+localrule line:
+    input: data/alpha.txt, results/counts/alpha.txt
+    output: results/lines/alpha.txt
+    jobid: 1
+    wildcards: sample=alpha
+    resources: tmpdir=/tmp
+
+[Tue Dec  1 18:15:16 2026]
+Finished job 3.
+3 of 5 steps (60%) done
+Removing temporary output results/counts/beta.txt.
+[Tue Dec  1 18:15:16 2026]
+Finished job 1.
+4 of 5 steps (80%) done
+Removing temporary output results/counts/alpha.txt.
+Select jobs to execute...
+Execute 1 jobs...
+
+[Tue Dec  1 18:15:16 2026]
+localrule report:
+    input: results/lines/alpha.txt, results/lines/beta.txt
+    output: results/report.txt
+    jobid: 0
+    resources: tmpdir=/tmp
+
+[Tue Dec  1 18:15:16 2026]
+Finished job 0.
+5 of 5 steps (100%) done
+Complete log: .snakemake/log/2026-12-01T181516.097966.snakemake.log
+";
+
+    #[test]
+    fn snakemake_8s_log_gives_the_jobs_and_summary_9s_gives() {
+        for (name, eight, nine) in [("retries", RETRIES_8, RETRIES_9), ("broken", BROKEN_8, BROKEN_9)] {
+            assert_eq!(read(eight), read(nine), "{name}");
+        }
+        let (retries, summary) = read(RETRIES_8);
+        assert_eq!(
+            retries,
+            ["start 0 flaky {}", "fail 0 flaky true", "start 0 flaky {}", "end 0 flaky Some(1)/Some(1)"]
+        );
+        assert_eq!(summary, Summary { total: Some(1), done: Some(1), failed: 0, failed_rules: vec![] });
+        let (broken, summary) = read(BROKEN_8);
+        assert_eq!(
+            broken,
+            ["start 2 prepare {}", "end 2 prepare Some(1)/Some(3)", "start 1 broken {}", "fail 1 broken false"]
+        );
+        assert_eq!(summary, Summary { total: Some(3), done: Some(1), failed: 1, failed_rules: vec!["broken".into()] });
+    }
+
+    #[test]
+    fn a_snakemake_8_finish_takes_its_rule_from_the_jobs_block() {
+        let (bare, summary) = read(BARE_8);
+        assert_eq!(
+            bare,
+            [
+                r#"start 2 count {"sample": "alpha"}"#,
+                r#"start 4 count {"sample": "beta"}"#,
+                "end 4 count Some(1)/Some(5)",
+                r#"start 3 line {"sample": "beta"}"#,
+                "end 2 count Some(2)/Some(5)",
+                r#"start 1 line {"sample": "alpha"}"#,
+                "end 3 line Some(3)/Some(5)",
+                "end 1 line Some(4)/Some(5)",
+                "start 0 report {}",
+                "end 0 report Some(5)/Some(5)",
+            ]
+        );
+        assert_eq!(summary, Summary { total: Some(5), done: Some(5), failed: 0, failed_rules: vec![] });
+        let mut log = SnakemakeLog::new();
+        let events = log.feed(BARE_8.as_bytes());
+        let end = &BARE_8[events[2].offset() as usize..];
+        assert!(end.starts_with("Finished job 4.\n"), "{end:.20}");
+        // A job the log never showed the block of (a rule with a `message:`) ends without a rule.
+        assert_eq!(read("Finished job 7.\n1 of 1 steps (100%) done\n").0, ["end 7  Some(1)/Some(1)"]);
     }
 }

@@ -525,3 +525,76 @@ fn a_pipeline_on_a_slurm_target_submits_its_jobs_to_slurm() {
     assert_eq!(greeted.len(), 3, "{events:#?}");
     fx.stop_daemon();
 }
+
+/// The `bin` of Snakemake 8's venv (`$CAIRN_TEST_SNAKEMAKE8`, else the workspace's
+/// `.venv-snakemake8`, which scripts/test.sh installs). Under CI its absence is a failure.
+fn snakemake8_bin() -> Option<PathBuf> {
+    let venv = std::env::var_os("CAIRN_TEST_SNAKEMAKE8")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-snakemake8"));
+    let bin = venv.join("bin");
+    if bin.join("snakemake").is_file() {
+        return Some(bin.canonicalize().unwrap());
+    }
+    if ci() {
+        panic!("no snakemake in {}: run scripts/test.sh (it installs Snakemake 8's venv)", bin.display());
+    }
+    eprintln!("SKIPPED: no snakemake in {} (run scripts/test.sh)", bin.display());
+    None
+}
+
+/// With Snakemake 8.30 (the last 8.x) as the controller, the pipelines' jobs are events of the
+/// step as with 9, read from 8's log, whose finishes name only the job: each job that started
+/// finished (or failed and was restarted), under the rule it started with, and the result counts
+/// them all done. The cluster shape is left out: its workflow profile sets an option of the Slurm
+/// executor, which 8's venv does not have.
+#[test]
+fn pipeline_jobs_are_read_from_snakemake_8s_log_too() {
+    let Some(bin8) = snakemake8_bin() else { return };
+    let Some(mut fx) = Fx::new() else { return };
+    // Fx puts Snakemake 9 first on PATH; the last PATH given to a Cairn wins, for its commands and
+    // the daemon they start.
+    fx.path = format!("{}:{}", bin8.display(), std::env::var("PATH").unwrap_or_default());
+    fx.c = std::mem::replace(&mut fx.c, Cairn::new()).with_env("PATH", &fx.path);
+    let totals = [("bare", 5), ("standard", 4), ("checkpoint", 6), ("retries", 1), ("threads", 1)];
+    for shape in shapes().into_iter().filter(|s| s.name != "cluster") {
+        let name = shape.name;
+        let dir = fx.p(name);
+        copy_dir(&Path::new(FIXTURES).join(name), &dir);
+        fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+        let run = fx.c.run(name, &shape.input, &["--run-id", name]).expect(0).json;
+        assert_eq!(run["status"], "READY", "{name}: {run:#}");
+        let log = std::fs::read_to_string(
+            PathBuf::from(str_of(&run["run_dir"])).join("steps/pipeline/.cairn/attempt-1/stderr"),
+        )
+        .unwrap();
+        assert!(
+            log.contains("\nFinished job ") && !log.contains("Finished jobid:"),
+            "{name}: not Snakemake 8's log:\n{log}"
+        );
+
+        let total = totals.iter().find(|(n, _)| *n == name).map(|(_, t)| *t).unwrap();
+        let result = &step(&run, "pipeline")["result"];
+        assert_eq!(result["jobs"], json!({"total": total, "done": total, "failed": 0}), "{name}: {result:#}");
+        assert_eq!(result["failed_rules"], json!([]), "{name}: {result:#}");
+        let events = fx.c.events(name);
+        let of = |kind: &str| -> Vec<Value> {
+            events_of(&events, kind, Some("pipeline")).into_iter().map(|e| e["data"].clone()).collect()
+        };
+        let (started, finished, failed) =
+            (of("pipeline.job_started"), of("pipeline.job_finished"), of("pipeline.job_failed"));
+        assert_eq!(finished.len() as u64, total, "{name}: one job_finished per job: {finished:#?}");
+        assert_eq!(started.len(), finished.len() + failed.len(), "{name}: every start ended: {events:#?}");
+        assert!(failed.iter().all(|f| f["restarted"] == true), "{name}: {failed:#?}");
+        assert_eq!(finished.last().unwrap()["done"], total, "{name}");
+        assert_eq!(finished.last().unwrap()["total"], total, "{name}");
+        for f in &finished {
+            let rule_started = started.iter().any(|s| s["job"] == f["job"] && s["rule"] == f["rule"]);
+            assert!(rule_started, "{name}: {f} ended under the rule it started with: {started:#?}");
+        }
+        if name == "retries" {
+            assert_eq!((started.len(), failed.len()), (3, 2), "two failures, each restarted: {failed:#?}");
+        }
+    }
+    fx.stop_daemon();
+}
