@@ -343,7 +343,7 @@ impl AddTarget {
 // ------------------------------------------------------------------------------------ verify
 
 /// The longest per-cell timeout a verification may ask for.
-const MAX_CELL_TIMEOUT_SECS: u64 = 24 * 3600;
+const MAX_CELL_TIMEOUT_SECS: u64 = cairn_engine::verify::MAX_CELL_TIMEOUT.as_secs();
 
 /// Verify a workflow document in a fresh, disposable kernel: `cairn verify`, `POST
 /// /verifications`, and the MCP workbench's `verify_workflow`. Give exactly one document: its
@@ -367,8 +367,8 @@ pub struct Verify {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// Per-cell timeout in seconds (1 to 86400, default 600): the cell is interrupted, then its
-    /// kernel killed.
+    /// Per-cell timeout in seconds (1 to 86400; default: the document's
+    /// `metadata.execution.timeout`, else 600): the cell is interrupted, then its kernel killed.
     #[arg(long = "timeout", value_name = "SECS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 86400)]
@@ -423,8 +423,9 @@ impl Verify {
                 });
             }
         };
-        let timeout = self.timeout_secs.unwrap_or(600);
-        if !(1..=MAX_CELL_TIMEOUT_SECS).contains(&timeout) {
+        if let Some(timeout) = self.timeout_secs
+            && !(1..=MAX_CELL_TIMEOUT_SECS).contains(&timeout)
+        {
             return Err(EngineError::InvalidField {
                 field: "timeout_secs",
                 message: format!(
@@ -435,7 +436,7 @@ impl Verify {
         Ok(cairn_engine::verify::VerifyRequest {
             document,
             title: self.title,
-            cell_timeout: std::time::Duration::from_secs(timeout),
+            cell_timeout: self.timeout_secs.map(std::time::Duration::from_secs),
             memory_limit: self.memory_limit,
             python: self.python,
             no_wait: self.no_wait,
