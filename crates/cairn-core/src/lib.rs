@@ -13,6 +13,7 @@ pub mod dag;
 pub mod document;
 pub mod event;
 pub mod ids;
+pub mod parameters;
 pub mod pipeline;
 pub mod plan;
 pub mod replay;

@@ -198,6 +198,8 @@ pub struct Provenance {
     pub expected_errors: Vec<(usize, String)>,
     /// The per-cell timeout the cells ran under, in seconds, and who set it.
     pub timeout: Option<(u64, TimeoutSource)>,
+    /// The values injected as the `injected-parameters` cell (papermill's convention).
+    pub parameters: Map<String, Value>,
 }
 
 /// Who set a verification's per-cell timeout.
@@ -270,9 +272,14 @@ pub fn provenance_markdown(p: &Provenance) -> String {
                 if p.not_run.len() == 1 { "was" } else { "were" }
             )
         };
+        let injected = if p.parameters.is_empty() {
+            ""
+        } else {
+            ", with the parameters below injected as the cell tagged `injected-parameters`"
+        };
         format!(
             "## Verified by Cairn: {title}\n\n\
-             **What this run proved.** {cells} of `{doc}` (sha256 `{sha}`) executed in order, \
+             **What this run proved.** {cells} of `{doc}` (sha256 `{sha}`) executed in order{injected}, \
              without an unexpected error{expected}, in a fresh Python kernel that started with nothing bound but the \
              bootstrap cell below.\n\n\
              **What it did not prove.** That the numbers are right: the run only shows the cells execute. \
@@ -304,6 +311,7 @@ pub fn provenance_markdown(p: &Provenance) -> String {
          | environment sha256 | `{env}` |\n\
          | kernel plugins loaded | {plugins} |\n\
          | cell timeout | {timeout} |\n\
+         | parameters | {parameters} |\n\
          | cairn | {cairn} |\n\n\
          The bootstrap cell runs *your* kernel plugins from `$CAIRN_CONFIG/kernel/*.py` (fail-open: a missing \
          plugin binds nothing, and a cell that uses it fails where it is used). They need not be the author's.\n",
@@ -316,6 +324,15 @@ pub fn provenance_markdown(p: &Provenance) -> String {
             Some((secs, TimeoutSource::Document)) => format!("{secs} s (the document's `metadata.execution.timeout`)"),
             Some((secs, TimeoutSource::Default)) => format!("{secs} s (Cairn's default)"),
             None => "none".to_string(),
+        },
+        parameters = if p.parameters.is_empty() {
+            "none".to_string()
+        } else {
+            p.parameters
+                .iter()
+                .map(|(k, v)| format!("`{k} = {}`", crate::parameters::python_literal(v).replace('|', "\\|")))
+                .collect::<Vec<_>>()
+                .join(", ")
         },
         cairn = p.cairn_version,
     ));
@@ -387,10 +404,11 @@ pub fn build_notebook(
             }
         }
     }
-    let mut nb = notebook(
-        cells,
-        json!({"verdict": provenance.verdict.as_str(), "document_sha256": provenance.document_sha256, "title": provenance.title}),
-    );
+    let mut cairn = json!({"verdict": provenance.verdict.as_str(), "document_sha256": provenance.document_sha256, "title": provenance.title});
+    if !provenance.parameters.is_empty() {
+        cairn["parameters"] = Value::Object(provenance.parameters.clone());
+    }
+    let mut nb = notebook(cells, cairn);
     if let Some(meta) = nb["metadata"].as_object_mut() {
         for (k, v) in doc_metadata {
             // The kernel it ran in and Cairn's own record are this run's.
@@ -483,6 +501,7 @@ mod tests {
             not_run: vec![],
             expected_errors: vec![],
             timeout: Some((600, TimeoutSource::Default)),
+            parameters: Map::new(),
         };
         let nb = build_notebook(&doc, &Map::new(), &outcomes, ("# bootstrap\n", &[], Some(1)), &p);
         assert_eq!(nb["nbformat_minor"], 5);
@@ -525,11 +544,14 @@ mod tests {
             not_run: vec![1, 3],
             expected_errors: vec![(2, "ZeroDivisionError".into())],
             timeout: Some((30, TimeoutSource::Document)),
+            parameters: json!({"alpha": 2, "name": "a|b"}).as_object().unwrap().clone(),
         };
         let md = provenance_markdown(&p);
         assert!(md.contains("2 of the 4 code cells of `d.ipynb`"), "{md}");
         assert!(md.contains("(cell 2 raised ZeroDivisionError, as its `raises-exception` tag expects)"), "{md}");
         assert!(md.contains("Nor anything of cells 1 and 3, which were not run (tagged `skip-execution`)."), "{md}");
         assert!(md.contains("| cell timeout | 30 s (the document's `metadata.execution.timeout`) |"), "{md}");
+        assert!(md.contains("| parameters | `alpha = 2`, `name = \"a\\|b\"` |"), "{md}");
+        assert!(md.contains("with the parameters below injected as the cell tagged `injected-parameters`"), "{md}");
     }
 }

@@ -70,6 +70,9 @@ pub struct VerifyRequest {
     pub python: Option<PathBuf>,
     /// Refuse instead of waiting when the kernel slot is taken.
     pub no_wait: bool,
+    /// Values injected as papermill does: a cell tagged `injected-parameters` after the cell
+    /// tagged `parameters` (or first).
+    pub parameters: serde_json::Map<String, Value>,
     /// Requested from another thread (Ctrl-C, a cancel) to stop: before the kernel starts
     /// nothing runs; after, the engine kills the kernel, and the verdict is `interrupted`.
     pub stop: Option<StopSignal>,
@@ -92,6 +95,8 @@ pub struct VerifyReport {
     pub cells: Vec<CellReport>,
     /// The per-cell timeout the cells ran under, and who set it.
     pub timeout: (Duration, TimeoutSource),
+    /// The parameters injected.
+    pub parameters: serde_json::Map<String, Value>,
     /// The failing cell's error, in words.
     pub failure: Option<String>,
     /// A draft of this title that a person had edited, moved aside before the draft was rewritten.
@@ -246,6 +251,9 @@ impl Engine {
             }
             (None, None) => (DEFAULT_CELL_TIMEOUT, TimeoutSource::Default),
         };
+        let mut parsed = parsed;
+        cairn_core::parameters::inject(&mut parsed.cells, &req.parameters)
+            .map_err(|e| EngineError::InvalidField { field: "parameters", message: e.to_string() })?;
         let cells = &parsed.cells;
         let code: Vec<&DocCell> = cells.iter().filter(|c| c.kind == CellKind::Code).collect();
 
@@ -385,6 +393,7 @@ impl Engine {
                 .filter_map(|(i, o)| o.error.as_ref().map(|e| (i, e.ename.clone())))
                 .collect(),
             timeout: Some((timeout.0.as_secs(), timeout.1)),
+            parameters: req.parameters.clone(),
         };
         cap_outputs(&mut outcomes, NOTEBOOK_OUTPUT_CAP);
         let notebook = verification::build_notebook(
@@ -415,7 +424,15 @@ impl Engine {
         record.error = failure.clone();
         record.finished_at = Some(self.clock.now_ms());
         self.store.finish_verification(&record)?;
-        Ok(VerifyReport { record, verdict, cells: cell_rows, timeout, failure, preserved_edit })
+        Ok(VerifyReport {
+            record,
+            verdict,
+            cells: cell_rows,
+            timeout,
+            parameters: req.parameters.clone(),
+            failure,
+            preserved_edit,
+        })
     }
 
     fn document_and_title(&self, req: &VerifyRequest) -> Result<(PathBuf, String), EngineError> {

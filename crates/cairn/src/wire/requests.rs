@@ -386,10 +386,25 @@ pub struct Verify {
     #[arg(long, env = "CAIRN_PYTHON", value_name = "PATH")]
     #[serde(skip)]
     pub python: Option<PathBuf>,
+    /// Values injected as papermill injects them: a cell tagged `injected-parameters` after the
+    /// cell tagged `parameters` (or first), each `NAME = <Python literal>`.
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<serde_json::Map<String, Value>>,
+    /// A parameter, as papermill's `-p`: VALUE is typed like papermill types it (True, False,
+    /// None, an integer, a float, else a string); repeatable, and over --parameters.
+    #[arg(short = 'p', long = "parameter", num_args = 2, value_names = ["NAME", "VALUE"])]
+    #[serde(skip)]
+    pub parameter: Vec<String>,
+    /// A JSON (.json) or YAML file of parameters, NAME: VALUE.
+    #[arg(long = "parameters", value_name = "FILE")]
+    #[serde(skip)]
+    pub parameters_file: Option<PathBuf>,
 }
 
 fn verify_arguments(schema: &mut Schema) {
-    mcp_arguments(schema, &["document", "path", "title"], &[]);
+    mcp_arguments(schema, &["document", "path", "title", "parameters"], &[]);
 }
 
 impl Verify {
@@ -433,9 +448,30 @@ impl Verify {
                 ),
             });
         }
+        // A file's, then the request's own, then each -p: a later one wins.
+        let mut parameters = serde_json::Map::new();
+        if let Some(file) = &self.parameters_file {
+            let path = match cwd {
+                Some(dir) => dir.join(file),
+                None => file.clone(),
+            };
+            let bad = |message: String| EngineError::InvalidField { field: "parameters", message };
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| bad(format!("{}: cannot read the parameters file: {e}", path.display())))?;
+            let from_file = cairn_core::parameters::parse_file(&text, &path.display().to_string())
+                .map_err(|e| bad(e.to_string()))?;
+            parameters.extend(from_file);
+        }
+        parameters.extend(self.parameters.unwrap_or_default());
+        for pair in self.parameter.chunks(2) {
+            if let [name, value] = pair {
+                parameters.insert(name.clone(), cairn_core::parameters::cli_value(value));
+            }
+        }
         Ok(cairn_engine::verify::VerifyRequest {
             document,
             title: self.title,
+            parameters,
             cell_timeout: self.timeout_secs.map(std::time::Duration::from_secs),
             memory_limit: self.memory_limit,
             python: self.python,

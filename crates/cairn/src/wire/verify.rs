@@ -67,6 +67,10 @@ pub struct VerifyResult {
     /// (`--timeout`), `document` (its `metadata.execution.timeout`) or `default`.
     #[schema(value_type = Object)]
     pub timeout: Value,
+    /// The parameters injected (papermill's convention), when there were any.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub parameters: serde_json::Map<String, Value>,
     /// The failing cell's error, in words.
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +92,7 @@ impl VerifyResult {
             verdict: r.verdict.as_str().to_string(),
             cells: r.cells.iter().map(|c| serde_json::to_value(c).unwrap_or(Value::Null)).collect(),
             timeout: serde_json::json!({"secs": r.timeout.0.as_secs(), "source": r.timeout.1.as_str()}),
+            parameters: r.parameters.clone(),
             error: r.failure.clone(),
             notebook: r.record.notebook.clone(),
             draft: r.record.draft.clone(),

@@ -48,7 +48,7 @@ const WORKBENCH: Tools = &[
     ("get_step_result", &["run_id", "step_id"], &[]),
     ("tail_log", &["run_id", "step_id"], &["lines"]),
     ("cancel_run", &["run_id"], &[]),
-    ("verify_workflow", &[], &["document", "path", "title"]),
+    ("verify_workflow", &[], &["document", "path", "title", "parameters"]),
     ("execute_code", &["code"], &[]),
     ("poll_job", &["job_id"], &[]),
     ("list_jobs", &[], &[]),
@@ -886,8 +886,15 @@ fn verify_workflow_keeps_a_notebook_or_a_draft() {
             validated = true;
         }
 
+        // Parameters, as papermill injects them.
+        let doc = "```python tags=[\"parameters\"]\nalpha = 1\n```\n\n```python\nassert alpha == 21\n```\n";
+        let p = wb.call_ok("verify_workflow", json!({"document": doc, "parameters": {"alpha": 21}}));
+        assert_eq!((p["verdict"].as_str(), &p["parameters"]), (Some("passed"), &json!({"alpha": 21})), "{w}: {p:#}");
+        assert_eq!(p["cells"][1]["tags"], json!(["injected-parameters"]), "{w}: {p:#}");
+
         let f = wb.call_ok("verify_workflow", json!({"document": FAILING_DOC, "title": format!("boom {over:?}")}));
         assert_eq!(f["verdict"], "failed", "{w}: {f:#}");
+        assert!(f["cells"][1]["error"]["ename"].is_string(), "{w}: the failed cell's error: {f:#}");
         assert!(f["error"].as_str().is_some_and(|e| e.contains("boom")), "{w}: {f:#}");
         assert!(f.get("notebook").is_none(), "{w}: a failure keeps no notebook: {f:#}");
         let draft = PathBuf::from(f["draft"].as_str().unwrap_or_else(|| panic!("{w}: no draft: {f:#}")));

@@ -1000,3 +1000,70 @@ fn a_failed_notebook_is_kept_as_a_notebook_draft() {
     assert_eq!(std::fs::read_to_string(kept).unwrap(), edited);
     assert_no_kernel_left(&v);
 }
+
+/// Parameters as papermill users know them: `-p NAME VALUE` (typed as papermill types it) and a
+/// YAML file are injected as a cell tagged `injected-parameters` after the cell tagged
+/// `parameters`; the notebook says which values were proved, and re-runs with them under plain
+/// papermill and under plain nbconvert, with the same output papermill gives on the document.
+#[test]
+fn parameters_are_injected_as_papermill_injects_them() {
+    let v = Verify::new();
+    let nb = v.doc(
+        "params.ipynb",
+        &notebook_of(
+            &[
+                ("import json", &[]),
+                ("alpha = 1\nname = 'default'\nflags = []", &["parameters"]),
+                ("print(json.dumps([alpha * 2, name, flags]))", &[]),
+            ],
+            serde_json::json!({}),
+        ),
+    );
+    std::fs::write(v.path("more.yaml"), "flags: [fast, 'x y']\nname: from-file\n").unwrap();
+    let out = v
+        .verify(&[nb.to_str().unwrap(), "--parameters", "more.yaml", "-p", "alpha", "21", "-p", "name", "Ada"])
+        .expect(0);
+    let want = serde_json::json!({"flags": ["fast", "x y"], "name": "Ada", "alpha": 21});
+    assert_eq!(out.json["parameters"], want, "-p wins over the file: {:#}", out.json);
+    assert_eq!(statuses(&out.json), ["passed", "passed", "passed", "passed"]);
+    assert_eq!(out.json["cells"][2]["tags"], serde_json::json!(["injected-parameters"]));
+    let path = out.notebook();
+    let written = validate_notebook(&path);
+    assert_eq!(written["metadata"]["cairn"]["parameters"], want);
+    let prov = h::source(&written["cells"][0]);
+    assert!(prov.contains("| parameters | `flags = [\"fast\", \"x y\"]`, `name = \"Ada\"`, `alpha = 21` |"), "{prov}");
+    let code = h::doc_code_cells(&written);
+    assert_eq!(h::source(code[2]), "# Parameters\nflags = [\"fast\", \"x y\"]\nname = \"Ada\"\nalpha = 21");
+    let ours = h::stream_text(code[3]);
+    assert_eq!(ours, "[42, \"Ada\", [\"fast\", \"x y\"]]\n");
+
+    // Plain papermill on the document, and on the notebook Cairn wrote, with the same values.
+    let papermill = |input: &std::path::Path, output: &str| {
+        let out = std::process::Command::new(venv().join("bin/papermill"))
+            .arg(input)
+            .arg(v.path(output))
+            .args(["-f", v.path("more.yaml").to_str().unwrap(), "-p", "alpha", "21", "-p", "name", "Ada"])
+            .args(["--cwd", v.path("").to_str().unwrap()])
+            .env("JUPYTER_PATH", venv().join("share/jupyter"))
+            .env("JUPYTER_PLATFORM_DIRS", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "papermill {}: {}", input.display(), String::from_utf8_lossy(&out.stderr));
+        let nb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(v.path(output)).unwrap()).unwrap();
+        let printed = h::doc_code_cells(&nb).into_iter().map(h::stream_text).find(|t| t.starts_with('['));
+        printed.unwrap_or_default()
+    };
+    assert_eq!(papermill(&nb, "pm-doc.ipynb"), ours, "papermill on the document prints what Cairn's run printed");
+    assert_eq!(papermill(&path, "pm-ours.ipynb"), ours, "Cairn's notebook re-runs under papermill");
+    h::reexecutes(&v, &path);
+
+    // A bad name or file is an input error naming it, and nothing is created.
+    let fresh = Verify::new();
+    let nb = fresh.doc("p.ipynb", &notebook_of(&[("x = 1", &["parameters"])], serde_json::json!({})));
+    let out = fresh.verify(&[nb.to_str().unwrap(), "-p", "1x", "2"]).expect(2);
+    assert!(out.stderr.contains("parameter `1x` is not a Python name"), "{}", out.stderr);
+    let out = fresh.verify(&[nb.to_str().unwrap(), "--parameters", "missing.yaml"]).expect(2);
+    assert!(out.stderr.contains("missing.yaml: cannot read the parameters file"), "{}", out.stderr);
+    fresh.assert_nothing_created();
+    assert_no_kernel_left(&v);
+}
