@@ -701,10 +701,12 @@ async function verificationsPage() {
         : h('p', { class: 'muted' }, 'No verification yet; run cairn verify DOC.')),
     h('section', { 'aria-labelledby': 'h-jobs' }, h('h2', { id: 'h-jobs' }, 'Session kernel jobs'),
       jobs.length ? table('jobs-table', 'Oldest first', ['Job', 'Status', 'Code', 'Submitted', 'Duration', 'Session'],
-        jobs.map((j) => h('tr', { 'data-job': j.job_id },
+        jobs.map((j) => h('tr', { 'data-job': j.job_id, 'data-kind': j.kind || 'session' },
           h('th', { scope: 'row', class: 'mono small' }, j.job_id),
           h('td', { 'data-col': 'status' }, badge(j.status)),
-          h('td', { class: 'mono small wrap' }, firstLines(j.code), j.error ? h('div', { class: 'muted' }, j.error) : null),
+          j.kind === 'verification'
+            ? h('td', { class: 'small wrap', 'data-col': 'cells' }, `verifying ${j.title}: ${j.cells_done} of ${j.cells_total} cells done`, h('div', { class: 'mono muted' }, j.code))
+            : h('td', { class: 'mono small wrap' }, firstLines(j.code), j.error ? h('div', { class: 'muted' }, j.error) : null),
           h('td', {}, time(j.submitted_at)),
           h('td', { class: 'num' }, ms(j.duration_ms)),
           h('td', { class: 'mono small' }, j.session))))

@@ -5,6 +5,7 @@
 //! returned; a failure overwrites the single draft of its title, preserving a draft a person
 //! edited since Cairn wrote it.
 
+mod live;
 mod python;
 
 use std::fs::File;
@@ -20,6 +21,7 @@ use cairn_core::verification::{
 use cairn_exec::kernel::{self, KernelConfig, ScratchKernel};
 use serde_json::{Value, json};
 
+pub use live::{INTERRUPT_GRACE, LiveVerification, StopHow};
 pub use python::{IPYKERNEL_PIN, resolve_python};
 
 use crate::{Engine, EngineError, StopSignal};
@@ -80,6 +82,9 @@ pub struct VerifyRequest {
 
 /// Live progress of a verification.
 pub trait VerifyObserver {
+    /// The verification is recorded and its kernel started: from now on it is listed as a job,
+    /// `id` polls it, and an interrupt stops it.
+    fn started(&mut self, _verification_id: &str) {}
     fn message(&mut self, _text: &str) {}
     fn cell_started(&mut self, _index: usize, _total: usize) {}
     fn cell_finished(&mut self, _index: usize, _status: CellStatus, _duration_ms: u64) {}
@@ -293,10 +298,32 @@ impl Engine {
                 return Err(EngineError::KernelUnavailable { message: format!("failed to start the kernel: {e}") });
             }
         };
+        // Listed as a job while it runs (before it is recorded, so it is never seen recorded but
+        // neither running nor finished); `interrupt_kernel` and `restart_kernel` stop it.
+        let me = crate::process::this_process();
+        let mut live_record = LiveVerification {
+            verification_id: id.clone(),
+            title: title.clone(),
+            document: label.clone(),
+            owner_pid: me.pid,
+            owner_start_time: me.start_time,
+            kernel_pid: kernel.pid(),
+            kernel_start_time: cairn_exec::process_start_time(kernel.pid()),
+            cells_done: 0,
+            cells_total: code.len(),
+            started_at: record.created_at,
+        };
+        self.write_live(&runtime_dir, &live_record);
+        let watch = std::sync::Arc::new(live::Watch::default());
+        live::watch_for_stop(runtime_dir.clone(), kernel.handle(), watch.clone());
+        // Unlisted when this returns: after its verdict is recorded, or on an early error.
+        let _listed = live::Listed { watch: watch.clone(), runtime_dir: runtime_dir.clone() };
         self.store.insert_verification(&record)?;
         // A stop from now on kills the kernel: the running cell ends `interrupted`.
         let handle = kernel.handle();
         let _kill_on_stop = req.stop.as_ref().map(|s| s.on_request(move |_| handle.kill()));
+        obs.started(&id);
+        let asked_to_stop = || watch.stopped.load(std::sync::atomic::Ordering::SeqCst);
 
         // The bootstrap is the only thing run before the first cell.
         let boot = kernel.execute(BOOTSTRAP, timeout.0, &mut |_| {});
@@ -316,8 +343,12 @@ impl Engine {
                 obs.cell_finished(i, CellStatus::Skipped, 0);
                 continue;
             }
-            if cancelled() {
-                failure = Some(format!("interrupted before cell {i}; the kernel was killed"));
+            if cancelled() || asked_to_stop() {
+                failure = Some(if cancelled() {
+                    format!("interrupted before cell {i}; the kernel was killed")
+                } else {
+                    format!("interrupted before cell {i}: a person asked the kernel to stop (interrupt or restart)")
+                });
                 let never_sent = CellOutcome::skipped(SkipReason::AfterFailure);
                 outcomes.push(CellOutcome { status: CellStatus::Interrupted, skipped: None, ..never_sent });
                 obs.cell_finished(i, CellStatus::Interrupted, 0);
@@ -348,6 +379,17 @@ impl Engine {
                     cell.line.map(|l| format!(" (line {l})")).unwrap_or_default()
                 ));
             }
+            // A person stopped it while this cell ran: whatever ended it, the verdict is theirs.
+            if status != CellStatus::Passed && asked_to_stop() {
+                status = CellStatus::Interrupted;
+                failure = Some(format!(
+                    "cell {i}{}: interrupted: a person asked the kernel to stop (interrupt or restart)",
+                    cell.line.map(|l| format!(" (line {l})")).unwrap_or_default()
+                ));
+            }
+            watch.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            live_record.cells_done = i + 1;
+            self.write_live(&runtime_dir, &live_record);
             let ms = run.duration.as_millis() as u64;
             obs.cell_finished(i, status, ms);
             if status != CellStatus::Passed && failure.is_none() {
@@ -369,7 +411,6 @@ impl Engine {
         }
         kernel.kill();
         drop(kernel);
-        let _ = std::fs::remove_dir_all(&runtime_dir);
 
         let statuses: Vec<CellStatus> = std::iter::once(boot_status).chain(outcomes.iter().map(|o| o.status)).collect();
         let verdict = verification::verdict(&statuses);

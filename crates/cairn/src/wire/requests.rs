@@ -401,11 +401,22 @@ pub struct Verify {
     #[arg(long = "parameters", value_name = "FILE")]
     #[serde(skip)]
     pub parameters_file: Option<PathBuf>,
+    /// Answer after at most this many seconds (0 to 3600): with the verdict if it has one, else
+    /// with the running verification's id, to follow with `poll_job` (`GET /kernel/jobs/{id}`).
+    /// Without it the API answers with the verdict; MCP `verify_workflow` waits 60 s.
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 3600)]
+    pub wait: Option<u64>,
 }
 
 fn verify_arguments(schema: &mut Schema) {
-    mcp_arguments(schema, &["document", "path", "title", "parameters"], &[]);
+    mcp_arguments(schema, &["document", "path", "title", "parameters", "wait"], &[]);
 }
+
+/// The longest a request may wait for a verification's verdict before it is answered with the
+/// running verification's id.
+pub const MAX_VERIFY_WAIT_SECS: u64 = 3600;
 
 impl Verify {
     /// The engine's request. A relative `path` is resolved against `cwd` (the command line's);

@@ -29,6 +29,9 @@ mod h {
 
     use crate::support::*;
 
+    /// How long an interrupted cell has to end before its kernel is killed (the engine's grace).
+    pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
     /// What a `cairn verify --json` result says.
     pub trait Verdict {
         fn verdict(&self) -> &str;
@@ -1066,4 +1069,88 @@ fn parameters_are_injected_as_papermill_injects_them() {
     assert!(out.stderr.contains("missing.yaml: cannot read the parameters file"), "{}", out.stderr);
     fresh.assert_nothing_created();
     assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// a verification is a job a person can see and stop
+
+/// Starts `doc` verifying in the background and waits until its first cell wrote `marker`.
+fn verifying_in_background(v: &Verify, doc: &std::path::Path, marker: &str) -> std::process::Child {
+    let child = v.spawn(&[doc]);
+    assert!(wait_until(Duration::from_secs(60), || v.path(marker).exists()), "the verification's first cell never ran");
+    child
+}
+
+/// The verification job rows of `cairn kernel jobs --json`.
+fn verification_rows(v: &Verify) -> Vec<serde_json::Value> {
+    let list = v.c.json(&["kernel", "jobs"]).expect(0).json;
+    list["jobs"].as_array().unwrap().iter().filter(|j| j["kind"] == "verification").cloned().collect()
+}
+
+/// A verification run by `cairn verify` is a job of the state root's kernel list while it runs
+/// (its id, title, cells done of total), `cairn kernel poll` follows it by its id, and
+/// `cairn kernel interrupt` stops it: no further cell, the running one interrupted (and killed
+/// after the grace when it ignores SIGINT), verdict `interrupted`; `cairn kernel restart` kills it
+/// at once.
+#[test]
+fn a_running_verification_is_a_job_a_person_can_see_and_stop() {
+    let v = Verify::new();
+    let slow = |name: &str, middle: &str| {
+        v.doc(
+            name,
+            &format!(
+                "```python\nopen('{name}.started', 'w').write('1')\n```\n\n```python\n{middle}\n```\n\n\
+                 ```python\nopen('{name}.after', 'w').write('ran')\n```\n"
+            ),
+        )
+    };
+    let cases = [
+        ("obeys.md", "import time\ntime.sleep(60)", "interrupt"),
+        (
+            "ignores.md",
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
+            "interrupt",
+        ),
+        ("restarted.md", "import time\ntime.sleep(60)", "restart"),
+    ];
+    for (name, middle, how) in cases {
+        let doc = slow(name, middle);
+        let mut child = verifying_in_background(&v, &doc, &format!("{name}.started"));
+        let mut rows = Vec::new();
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                rows = verification_rows(&v);
+                rows.first().is_some_and(|r| r["cells_done"] == 1)
+            }),
+            "{name}: no running verification listed: {rows:#?}"
+        );
+        let row = &rows[0];
+        assert_eq!((row["status"].as_str(), row["cells_total"].as_u64()), (Some("running"), Some(3)), "{row:#}");
+        assert_eq!(row["title"], name.trim_end_matches(".md"));
+        let id = row["job_id"].as_str().unwrap().to_string();
+        let polled = v.c.json(&["kernel", "poll", &id]).expect(0).json;
+        assert_eq!((polled["kind"].as_str(), polled["status"].as_str()), (Some("verification"), Some("running")));
+
+        let asked = Instant::now();
+        let out = v.c.json(&["kernel", how]).expect(0).json;
+        assert_eq!(out["verifications"], serde_json::json!([id]), "{how}: {out:#}");
+        let status = child.wait().unwrap();
+        let took = asked.elapsed();
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let result: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(status.code(), Some(1), "{name}: {result:#}");
+        assert_eq!(result["verdict"], "interrupted", "{name}: {result:#}");
+        assert_eq!(statuses(&result), ["passed", "interrupted", "skipped"], "{name}: {result:#}");
+        assert!(!v.path(&format!("{name}.after")).exists(), "{name}: a cell ran after the stop");
+        let bound = h::INTERRUPT_GRACE + Duration::from_secs(5);
+        assert!(took < bound, "{name}: {how} took {took:?} to stop the verification");
+        // Finished, it is no longer listed; polled by its id, its verdict and record.
+        assert!(verification_rows(&v).is_empty());
+        let polled = v.c.json(&["kernel", "poll", &id]).expect(0).json;
+        assert_eq!(polled["status"], "interrupted", "{polled:#}");
+        assert_eq!(polled["verification"]["verdict"], "interrupted");
+        assert_no_kernel_left(&v);
+    }
+    v.c.stop_daemon();
 }
