@@ -18,7 +18,7 @@ use h::{Verdict, Verify, assert_no_kernel_left, nbconvert, statuses};
 use crate::support::*;
 
 /// Test helpers, private to this file.
-mod h {
+pub(crate) mod h {
     use std::ffi::OsStr;
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Output, Stdio};
@@ -832,7 +832,7 @@ fn ctrl_c_while_waiting_for_the_slot_stops_the_verification() {
 // the document's format
 
 /// An nbformat 4.5 notebook of code cells, each `(source, tags)`, with notebook `metadata`.
-fn notebook_of(cells: &[(&str, &[&str])], metadata: serde_json::Value) -> String {
+pub(crate) fn notebook_of(cells: &[(&str, &[&str])], metadata: serde_json::Value) -> String {
     let cells: Vec<serde_json::Value> = cells
         .iter()
         .enumerate()
