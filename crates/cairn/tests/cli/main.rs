@@ -13,6 +13,7 @@ mod conformance;
 mod controllers;
 mod daemon;
 mod evidence;
+mod jupyter;
 mod kernel;
 mod layers;
 mod limits;
