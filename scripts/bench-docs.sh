@@ -89,7 +89,7 @@ def ms(xs):
 rare = vocab[300]
 queries = [("one doc's marker word", "marker0423"), ("a word in every doc", "threshold"),
            ("two common words", "data filter"), ("a phrase", '"derive the threshold"'),
-           ("a prefix", "clust*"), ("a word in a few docs", rare)]
+           ("a prefix", "clust*"), ("a word in a fifth of the docs", rare)]
 print("| query | hits | `GET /docs/search` median | p95 | `cairn doc search --json` median | p95 |")
 print("|---|---:|---:|---:|---:|---:|")
 from urllib.parse import quote

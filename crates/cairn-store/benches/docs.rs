@@ -125,7 +125,7 @@ fn main() {
         ("a phrase", "\"derive the threshold\"".to_string()),
         ("a prefix", "clust*".to_string()),
         ("OR of two words", "pca OR umap".to_string()),
-        ("a word in a few docs", rare),
+        ("a word in a fifth of the docs", rare),
     ];
     let mut worst: f64 = 0.0;
     for (what, q) in &queries {
