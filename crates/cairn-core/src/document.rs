@@ -1,24 +1,77 @@
 //! Workflow documents: markdown with fenced python cells (```` ```python ```` and the
 //! jupytext/MyST ```` ```{code-cell} python ```` form), or a Jupyter notebook (nbformat 4.x).
 //! A document becomes an ordered list of cells; prose between code fences is kept byte for byte.
+//!
+//! Cell tags are read as Jupyter's tools define them: a notebook cell's `metadata.tags`; in
+//! markdown, a MyST code cell's `:tags: [a, b]` option (or `tags:` in its `---` option block) and
+//! jupytext's fence metadata (```` ```python tags=["a"] ````). The document's own metadata is a
+//! notebook's `metadata`, or a markdown document's YAML front matter (where jupytext keeps it).
 
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// A code cell's error is expected (nbclient, nbval): it is recorded and the run goes on.
+pub const TAG_RAISES_EXCEPTION: &str = "raises-exception";
+/// A code cell that is not run (nbclient, MyST-NB).
+pub const TAG_SKIP_EXECUTION: &str = "skip-execution";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CellKind {
+    #[default]
     Markdown,
     Code,
     Raw,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DocCell {
     pub kind: CellKind,
     pub source: String,
     /// 1-based line of the cell in the document (markdown only), for messages.
     pub line: Option<usize>,
+    /// The cell's metadata: a notebook cell's as it is; a markdown cell's tags as `tags`.
+    pub metadata: Map<String, Value>,
+}
+
+impl DocCell {
+    pub fn tags(&self) -> Vec<&str> {
+        match self.metadata.get("tags") {
+            Some(Value::Array(tags)) => tags.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags().contains(&tag)
+    }
+}
+
+/// A parsed document: its cells and its own metadata.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ParsedDocument {
+    pub cells: Vec<DocCell>,
+    /// A notebook's `metadata`; a markdown document's front matter (empty without one).
+    pub metadata: Map<String, Value>,
+}
+
+impl ParsedDocument {
+    /// The per-cell timeout the document asks for, in seconds: `metadata.execution.timeout` (the
+    /// jupyter-book and MyST-NB convention). `-1` and `0` mean no timeout there; Cairn's own
+    /// bound then applies.
+    pub fn execution_timeout(&self, file: &str) -> Result<Option<u64>, DocumentError> {
+        let Some(t) = self.metadata.get("execution").and_then(|e| e.get("timeout")) else { return Ok(None) };
+        match t.as_f64() {
+            Some(secs) if secs > 0.0 => Ok(Some(secs.ceil() as u64)),
+            Some(_) => Ok(None),
+            None if t.is_null() => Ok(None),
+            None => Err(DocumentError::BadMetadata {
+                file: file.into(),
+                field: "execution.timeout",
+                reason: format!("must be a number of seconds (got {t})"),
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +88,47 @@ pub enum DocumentError {
     BadCell { file: String, index: usize, reason: String },
     #[error("{file}: the notebook's language is `{language}`; only python documents can be verified")]
     NotPython { file: String, language: String },
+    #[error("{file}:{line}: the cell's {what} cannot be read: {reason}")]
+    BadOptions { file: String, line: usize, what: &'static str, reason: String },
+    #[error("{file}: metadata {field} {reason}")]
+    BadMetadata { file: String, field: &'static str, reason: String },
+}
+
+/// jupytext's cell metadata after the language of a fence's info string: `key=JSON` pairs
+/// (```` ```python tags=["a", "b"] ````); a bare word is an option jupytext writes as `key=true`.
+fn fence_metadata(info: &str) -> Result<Map<String, Value>, String> {
+    let mut out = Map::new();
+    let mut rest = info.trim_start();
+    // The language (and MyST's `{code-cell}` directive) come first.
+    for _ in 0..2 {
+        match rest.split_once(char::is_whitespace) {
+            Some((word, tail)) if !word.contains('=') => rest = tail.trim_start(),
+            None if !rest.contains('=') => return Ok(out),
+            _ => break,
+        }
+    }
+    while !rest.is_empty() {
+        let end = rest.find(|c: char| c == '=' || c.is_whitespace()).unwrap_or(rest.len());
+        let key = &rest[..end];
+        if rest[end..].starts_with('=') {
+            let value_text = &rest[end + 1..];
+            let mut values = serde_json::Deserializer::from_str(value_text).into_iter::<Value>();
+            let value = match values.next() {
+                Some(Ok(v)) => v,
+                _ => {
+                    return Err(format!(
+                        "`{key}=` is not followed by a JSON value (write {key}=[\"a\"] or {key}=\"a\")"
+                    ));
+                }
+            };
+            out.insert(key.to_string(), value);
+            rest = value_text[values.byte_offset()..].trim_start();
+        } else {
+            out.insert(key.to_string(), Value::Bool(true));
+            rest = rest[end..].trim_start();
+        }
+    }
+    Ok(out)
 }
 
 /// Whether a fence info string marks a python code cell.
@@ -51,21 +145,68 @@ fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
 }
 
-/// Strips MyST cell options (a `---` YAML block or leading `:key: value` lines) from a code cell.
-fn strip_myst_options(code: &str) -> &str {
+/// A MyST code cell's options (a `---` YAML block, or leading `:key: value` lines, each value
+/// YAML) and the code after them.
+fn myst_options(code: &str) -> Result<(Map<String, Value>, &str), String> {
     if let Some(rest) = code.strip_prefix("---\n")
         && let Some(end) = rest.find("\n---\n")
     {
-        return &rest[end + 5..];
+        let options = yaml_map(&rest[..end])?;
+        return Ok((options, &rest[end + 5..]));
     }
+    let mut options = Map::new();
     let mut rest = code;
     while rest.starts_with(':') {
-        match rest.find('\n') {
-            Some(nl) if rest[1..nl].contains(':') => rest = &rest[nl + 1..],
-            _ => break,
+        let nl = rest.find('\n').unwrap_or(rest.len());
+        let Some((key, value)) = rest[1..nl].split_once(':') else { break };
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            break;
         }
+        let value: Value = serde_norway::from_str(value.trim()).map_err(|e| format!("option `:{key}:`: {e}"))?;
+        options.insert(key.to_string(), value);
+        rest = rest.get(nl + 1..).unwrap_or("");
     }
-    rest
+    Ok((options, rest))
+}
+
+/// A YAML mapping as JSON; empty text is an empty mapping.
+fn yaml_map(text: &str) -> Result<Map<String, Value>, String> {
+    match serde_norway::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(other) => Err(format!("expected a mapping of options, got {other}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A markdown document's YAML front matter (`---` on its first line, up to the next `---`).
+fn front_matter(text: &str, file: &str) -> Result<Map<String, Value>, DocumentError> {
+    let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else {
+        return Ok(Map::new());
+    };
+    let end = rest.find("\n---\n").or_else(|| rest.strip_suffix("\n---").map(|r| r.len()));
+    let Some(end) = end else { return Ok(Map::new()) };
+    yaml_map(&rest[..end]).map_err(|reason| DocumentError::BadOptions {
+        file: file.into(),
+        line: 1,
+        what: "front matter",
+        reason,
+    })
+}
+
+/// Whether a notebook cell is one Cairn adds to what it writes (`metadata.cairn.role`).
+fn is_cairns(cell: &DocCell) -> bool {
+    let role = cell.metadata.get("cairn").and_then(|c| c.get("role")).and_then(Value::as_str);
+    matches!(role, Some("provenance") | Some("bootstrap"))
+}
+
+/// Tags must be a list of strings wherever they come from.
+fn check_tags(metadata: &Map<String, Value>) -> Result<(), String> {
+    match metadata.get("tags") {
+        None => Ok(()),
+        Some(Value::Array(tags)) if tags.iter().all(Value::is_string) => Ok(()),
+        Some(other) => Err(format!("tags must be a list of strings (got {other})")),
+    }
 }
 
 /// Splits markdown into cells. `file` names the document in errors.
@@ -103,13 +244,26 @@ pub fn parse_markdown(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentEr
                         kind: CellKind::Markdown,
                         source: prose.to_string(),
                         line: Some(line_of(text, prose_from)),
+                        metadata: Map::new(),
                     });
                 }
-                let code = strip_myst_options(&code);
+                let line = line_of(text, start);
+                let bad = |what: &'static str| {
+                    move |reason: String| DocumentError::BadOptions { file: file.into(), line, what, reason }
+                };
+                let mut metadata = fence_metadata(&info).map_err(bad("fence metadata"))?;
+                let (options, code) = myst_options(&code).map_err(bad("MyST options"))?;
+                if let Some(tags) = options.get("tags") {
+                    metadata.insert("tags".into(), tags.clone());
+                }
+                check_tags(&metadata).map_err(bad("metadata"))?;
+                // Only what Jupyter's tools read of a markdown cell is kept as its metadata.
+                metadata.retain(|k, _| k == "tags");
                 cells.push(DocCell {
                     kind: CellKind::Code,
                     source: code.strip_suffix('\n').unwrap_or(code).to_string(),
-                    line: Some(line_of(text, start)),
+                    line: Some(line),
+                    metadata,
                 });
                 prose_from = range.end;
             }
@@ -122,6 +276,7 @@ pub fn parse_markdown(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentEr
             kind: CellKind::Markdown,
             source: prose.to_string(),
             line: Some(line_of(text, prose_from)),
+            metadata: Map::new(),
         });
     }
     Ok(cells)
@@ -137,6 +292,11 @@ fn source_text(v: Option<&Value>) -> Option<String> {
 
 /// Reads the cells of an nbformat 4.x notebook.
 pub fn parse_notebook(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentError> {
+    read_notebook(text, file).map(|d| d.cells)
+}
+
+/// Reads an nbformat 4.x notebook: its cells, and its metadata.
+pub fn read_notebook(text: &str, file: &str) -> Result<ParsedDocument, DocumentError> {
     let not_nb = |reason: String| DocumentError::NotANotebook { file: file.into(), reason };
     let nb: Value = serde_json::from_str(text).map_err(|e| not_nb(format!("invalid JSON: {e}")))?;
     let major =
@@ -150,8 +310,13 @@ pub fn parse_notebook(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentEr
     {
         return Err(DocumentError::NotPython { file: file.into(), language: lang.into() });
     }
+    let metadata = match nb.get("metadata") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(not_nb("`metadata` is not an object".into())),
+    };
     let cells = nb.get("cells").and_then(Value::as_array).ok_or_else(|| not_nb("no `cells` list".into()))?;
-    cells
+    let cells = cells
         .iter()
         .enumerate()
         .map(|(index, c)| {
@@ -165,18 +330,42 @@ pub fn parse_notebook(text: &str, file: &str) -> Result<Vec<DocCell>, DocumentEr
             };
             let source =
                 source_text(c.get("source")).ok_or_else(|| bad("`source` must be a string or a list of strings"))?;
-            Ok(DocCell { kind, source, line: None })
+            let metadata = match c.get("metadata") {
+                None | Some(Value::Null) => Map::new(),
+                Some(Value::Object(m)) => m.clone(),
+                Some(_) => return Err(bad("`metadata` must be an object")),
+            };
+            check_tags(&metadata).map_err(|reason| bad(&format!("metadata.{reason}")))?;
+            Ok(DocCell { kind, source, line: None, metadata })
         })
-        .collect()
+        .collect::<Result<Vec<DocCell>, _>>()?;
+    // A notebook Cairn wrote (a pass, or a notebook's draft) starts with its own provenance and
+    // bootstrap cells: not the document's, and the bootstrap runs anyway.
+    let cells = cells.into_iter().filter(|c| !is_cairns(c)).collect();
+    Ok(ParsedDocument { cells, metadata })
 }
 
 /// A document from its file name and bytes: `.ipynb` is a notebook, anything else markdown.
 pub fn parse_document(bytes: &[u8], file: &str) -> Result<Vec<DocCell>, DocumentError> {
+    read_document(bytes, file).map(|d| d.cells)
+}
+
+/// A document with its metadata, from its file name and bytes.
+pub fn read_document(bytes: &[u8], file: &str) -> Result<ParsedDocument, DocumentError> {
     let text = std::str::from_utf8(bytes).map_err(|e| DocumentError::NotANotebook {
         file: file.into(),
         reason: format!("not UTF-8 text (invalid byte at offset {})", e.valid_up_to()),
     })?;
-    if file.ends_with(".ipynb") { parse_notebook(text, file) } else { parse_markdown(text, file) }
+    if is_notebook(file) {
+        read_notebook(text, file)
+    } else {
+        Ok(ParsedDocument { cells: parse_markdown(text, file)?, metadata: front_matter(text, file)? })
+    }
+}
+
+/// Whether `file` names a notebook (by its extension).
+pub fn is_notebook(file: &str) -> bool {
+    file.ends_with(".ipynb")
 }
 
 #[cfg(test)]
@@ -230,5 +419,54 @@ mod tests {
             Err(DocumentError::BadCell { index: 0, .. })
         ));
         assert!(matches!(parse_document(&[0xff, 0xfe], "n.ipynb"), Err(DocumentError::NotANotebook { .. })));
+    }
+
+    #[test]
+    fn tags_are_read_as_jupyters_tools_write_them() {
+        let doc = "---\nexecution:\n  timeout: 12.5\n---\n# T\n\n\
+```{code-cell} python\n:tags: [raises-exception]\n1/0\n```\n\n\
+```{code-cell} ipython3\n---\ntags: [skip-execution, other]\n---\nslow()\n```\n\n\
+```python tags=[\"raises-exception\", \"x y\"] echo=true\nraise SystemExit(1)\n```\n\n\
+```python\nplain = 1\n```\n";
+        let parsed = read_document(doc.as_bytes(), "d.md").unwrap();
+        let code: Vec<&DocCell> = parsed.cells.iter().filter(|c| c.kind == CellKind::Code).collect();
+        let tags: Vec<Vec<&str>> = code.iter().map(|c| c.tags()).collect();
+        assert_eq!(
+            tags,
+            [vec!["raises-exception"], vec!["skip-execution", "other"], vec!["raises-exception", "x y"], vec![]]
+        );
+        assert_eq!(code[0].source, "1/0");
+        assert_eq!(code[1].source, "slow()");
+        assert_eq!(code[2].source, "raise SystemExit(1)");
+        assert!(code[2].metadata.get("echo").is_none(), "only tags are kept of a markdown cell's metadata");
+        assert_eq!(parsed.execution_timeout("d.md").unwrap(), Some(13));
+        // The front matter is still prose, byte for byte.
+        assert!(parsed.cells[0].source.starts_with("---\nexecution:"));
+
+        let nb = r#"{"nbformat": 4, "nbformat_minor": 5, "metadata": {"execution": {"timeout": 30}}, "cells": [
+            {"cell_type": "code", "metadata": {"tags": ["skip-execution"], "scrolled": true}, "source": "x", "outputs": []}]}"#;
+        let parsed = read_document(nb.as_bytes(), "n.ipynb").unwrap();
+        assert!(parsed.cells[0].has_tag(TAG_SKIP_EXECUTION));
+        assert_eq!(parsed.cells[0].metadata["scrolled"], true, "a notebook cell's metadata is kept whole");
+        assert_eq!(parsed.execution_timeout("n.ipynb").unwrap(), Some(30));
+    }
+
+    #[test]
+    fn bad_tags_and_options_are_errors_naming_the_cell() {
+        let bad_json = "```python tags=[unquoted]\nx\n```\n";
+        let e = parse_markdown(bad_json, "d.md").unwrap_err().to_string();
+        assert!(e.starts_with("d.md:1: the cell's fence metadata cannot be read: `tags=`"), "{e}");
+        let bad_yaml = "text\n\n```{code-cell} python\n:tags: [a, \n1\n```\n";
+        let e = parse_markdown(bad_yaml, "d.md").unwrap_err().to_string();
+        assert!(e.starts_with("d.md:3: the cell's MyST options cannot be read: option `:tags:`"), "{e}");
+        let not_list = "```{code-cell} python\n:tags: raises-exception\nx\n```\n";
+        let e = parse_markdown(not_list, "d.md").unwrap_err().to_string();
+        assert!(e.contains("tags must be a list of strings"), "{e}");
+        let nb = r#"{"nbformat": 4, "cells": [{"cell_type": "code", "metadata": {"tags": "x"}, "source": ""}]}"#;
+        let e = parse_notebook(nb, "n.ipynb").unwrap_err().to_string();
+        assert!(e.contains("n.ipynb: cell 0: metadata.tags must be a list of strings"), "{e}");
+        let nb = r#"{"nbformat": 4, "metadata": {"execution": {"timeout": "soon"}}, "cells": []}"#;
+        let e = read_document(nb.as_bytes(), "n.ipynb").unwrap().execution_timeout("n.ipynb").unwrap_err();
+        assert_eq!(e.to_string(), "n.ipynb: metadata execution.timeout must be a number of seconds (got \"soon\")");
     }
 }

@@ -51,7 +51,15 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
                     eprintln!("no session jobs yet; run one with `cairn kernel exec CODE`");
                 }
                 for j in jobs {
-                    let first = j["code"].as_str().unwrap_or("").lines().next().unwrap_or("").to_string();
+                    let mut first = j["code"].as_str().unwrap_or("").lines().next().unwrap_or("").to_string();
+                    if j["kind"] == "verification" {
+                        first = format!(
+                            "verify {} ({} of {} cells)",
+                            j["title"].as_str().unwrap_or(""),
+                            j["cells_done"].as_u64().unwrap_or(0),
+                            j["cells_total"].as_u64().unwrap_or(0)
+                        );
+                    }
                     println!(
                         "{}  {:<11} {:>8}  {}  {}",
                         j["job_id"].as_str().unwrap_or(""),
@@ -81,9 +89,15 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
             if json {
                 print_json(&out);
             } else {
-                match out["interrupted"].as_str() {
-                    Some(j) => println!("interrupted {j}"),
-                    None => println!("no job was running"),
+                let stopped: Vec<&str> =
+                    out["verifications"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                match (out["interrupted"].as_str(), stopped.is_empty()) {
+                    (Some(j), _) => println!("interrupted {j}"),
+                    (None, true) => println!("no job was running"),
+                    (None, false) => {}
+                }
+                for v in stopped {
+                    println!("stopping verification {v}: no further cell; the running one is interrupted");
                 }
             }
             Ok(0)
@@ -98,6 +112,9 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
                 match out["killed_session"].as_str() {
                     Some(s) => println!("killed session {s}; {cancelled} job(s) cancelled; the next job starts fresh"),
                     None => println!("no kernel was running; the next job starts fresh"),
+                }
+                for v in out["verifications"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    println!("killed the kernel of verification {v}");
                 }
             }
             Ok(0)

@@ -64,7 +64,7 @@ pub fn run(engine: &Engine, request: Verify, json: bool) -> Result<u8, Failure> 
 }
 
 fn print_human(r: &VerifyReport) {
-    let skipped = r.cells.iter().filter(|(_, s, _)| *s == CellStatus::Skipped).count();
+    let skipped = r.cells.iter().filter(|c| c.status == CellStatus::Skipped).count();
     println!(
         "{}: {} ({} cells{})",
         r.record.title,

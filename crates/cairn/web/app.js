@@ -658,6 +658,16 @@ function facts(o) {
 
 // ------------------------------------------------------------------------------------ verifications
 
+/** One code cell of a verification, in words: its status, time, tags and why it was skipped. */
+function cellTitle(c) {
+  const parts = [`cell ${c.index}: ${c.status}`];
+  if (c.duration_ms != null) parts.push(ms(c.duration_ms));
+  if (c.reason === 'tag') parts.push('not run: tagged skip-execution');
+  if (c.error_expected) parts.push('its error was expected (raises-exception)');
+  if (c.tags && c.tags.length) parts.push(`tags: ${c.tags.join(', ')}`);
+  return parts.join(', ');
+}
+
 async function verificationsPage() {
   const [{ verifications }, { jobs }] = await Promise.all([api('/verifications?limit=200'), api('/kernel/jobs')]);
   const newestPass = verifications.find((v) => v.verdict === 'passed' && v.notebook);
@@ -678,11 +688,14 @@ async function verificationsPage() {
           h('th', { scope: 'row', class: 'mono small' }, v.verification_id),
           h('td', {}, v.title),
           h('td', {}, badge(v.verdict || 'running')),
-          h('td', {}, h('div', { class: 'cells' }, (v.cells || []).map((c) => h('span', { class: `cell s-${c.status}`, 'data-status': c.status, title: `cell ${c.index}: ${c.status}${c.duration_ms != null ? `, ${ms(c.duration_ms)}` : ''}` }, `${c.index}: ${c.status}`)))),
+          h('td', {}, h('div', { class: 'cells' }, (v.cells || []).map((c) => h('span', { class: `cell s-${c.status}`, 'data-status': c.status, 'data-reason': c.reason || null, title: cellTitle(c) }, `${c.index}: ${c.status}${c.reason === 'tag' ? ' (tag)' : ''}${c.error_expected ? ' (expected error)' : ''}`)))),
           h('td', {}, time(v.created_at ? new Date(v.created_at).toISOString() : null)),
           h('td', { class: 'num' }, v.finished_at ? ms(v.finished_at - v.created_at) : '—'),
           h('td', { class: 'small wrap' },
             v.error ? h('div', {}, v.error) : null,
+            ...(v.cells || []).filter((c) => c.error).map((c) => h('details', { class: 'cell-error', 'data-cell': c.index },
+              h('summary', {}, `cell ${c.index}${c.error_expected ? ' (expected)' : ''}: ${c.error.ename}: ${c.error.evalue}`),
+              h('pre', { class: 'mono small' }, (c.error.traceback || []).join('\n')))),
             v.notebook ? h('div', { class: 'mono' }, v.notebook) : null,
             v.draft ? loadOnOpen({ class: 'draft' }, 'Draft', `Draft of ${v.title}`,
               async () => (await api(`/verifications/${encodeURIComponent(v.verification_id)}`)).draft_text ?? '(no draft)',
@@ -690,10 +703,12 @@ async function verificationsPage() {
         : h('p', { class: 'muted' }, 'No verification yet; run cairn verify DOC.')),
     h('section', { 'aria-labelledby': 'h-jobs' }, h('h2', { id: 'h-jobs' }, 'Session kernel jobs'),
       jobs.length ? table('jobs-table', 'Oldest first', ['Job', 'Status', 'Code', 'Submitted', 'Duration', 'Session'],
-        jobs.map((j) => h('tr', { 'data-job': j.job_id },
+        jobs.map((j) => h('tr', { 'data-job': j.job_id, 'data-kind': j.kind || 'session' },
           h('th', { scope: 'row', class: 'mono small' }, j.job_id),
           h('td', { 'data-col': 'status' }, badge(j.status)),
-          h('td', { class: 'mono small wrap' }, firstLines(j.code), j.error ? h('div', { class: 'muted' }, j.error) : null),
+          j.kind === 'verification'
+            ? h('td', { class: 'small wrap', 'data-col': 'cells' }, `verifying ${j.title}: ${j.cells_done} of ${j.cells_total} cells done`, h('div', { class: 'mono muted' }, j.code))
+            : h('td', { class: 'mono small wrap' }, firstLines(j.code), j.error ? h('div', { class: 'muted' }, j.error) : null),
           h('td', {}, time(j.submitted_at)),
           h('td', { class: 'num' }, ms(j.duration_ms)),
           h('td', { class: 'mono small' }, j.session))))

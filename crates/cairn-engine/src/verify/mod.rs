@@ -5,6 +5,7 @@
 //! returned; a failure overwrites the single draft of its title, preserving a draft a person
 //! edited since Cairn wrote it.
 
+mod live;
 mod python;
 
 use std::fs::File;
@@ -12,12 +13,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cairn_core::canonical::sha256_hex;
-use cairn_core::document::{CellKind, DocCell, parse_document};
+use cairn_core::document::{CellKind, DocCell, TAG_RAISES_EXCEPTION, TAG_SKIP_EXECUTION, is_notebook, read_document};
 use cairn_core::store::VerificationRecord;
-use cairn_core::verification::{self, CellOutcome, CellStatus, Provenance, Verdict, slug};
+use cairn_core::verification::{
+    self, CellError, CellOutcome, CellReport, CellStatus, Provenance, SkipReason, TimeoutSource, Verdict, slug,
+};
 use cairn_exec::kernel::{self, KernelConfig, ScratchKernel};
 use serde_json::{Value, json};
 
+pub use live::{INTERRUPT_GRACE, LiveVerification, StopHow};
 pub use python::{IPYKERNEL_PIN, resolve_python};
 
 use crate::{Engine, EngineError, StopSignal};
@@ -35,6 +39,12 @@ pub const DRAFT_TEXT_LIMIT: usize = 256 << 10;
 
 /// Passes kept under `<state>/workflows/`; older ones are removed.
 pub const KEEP_PASSES: usize = 50;
+
+/// The per-cell timeout when neither the request nor the document sets one.
+pub const DEFAULT_CELL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The longest per-cell timeout a request or a document may set.
+pub const MAX_CELL_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// What to verify.
 #[derive(Debug, Clone)]
@@ -54,12 +64,17 @@ pub struct VerifyRequest {
     /// Names the verification, its notebook and its draft (default: the file's name, or
     /// `document-<sha>` for a text).
     pub title: Option<String>,
-    pub cell_timeout: Duration,
+    /// The request's per-cell timeout; without one the document's `metadata.execution.timeout`
+    /// applies, else [`DEFAULT_CELL_TIMEOUT`].
+    pub cell_timeout: Option<Duration>,
     pub memory_limit: Option<u64>,
     /// An interpreter with ipykernel; `None` uses (and if needed creates) `<state>/python`.
     pub python: Option<PathBuf>,
     /// Refuse instead of waiting when the kernel slot is taken.
     pub no_wait: bool,
+    /// Values injected as papermill does: a cell tagged `injected-parameters` after the cell
+    /// tagged `parameters` (or first).
+    pub parameters: serde_json::Map<String, Value>,
     /// Requested from another thread (Ctrl-C, a cancel) to stop: before the kernel starts
     /// nothing runs; after, the engine kills the kernel, and the verdict is `interrupted`.
     pub stop: Option<StopSignal>,
@@ -67,6 +82,9 @@ pub struct VerifyRequest {
 
 /// Live progress of a verification.
 pub trait VerifyObserver {
+    /// The verification is recorded and its kernel started: from now on it is listed as a job,
+    /// `id` polls it, and an interrupt stops it.
+    fn started(&mut self, _verification_id: &str) {}
     fn message(&mut self, _text: &str) {}
     fn cell_started(&mut self, _index: usize, _total: usize) {}
     fn cell_finished(&mut self, _index: usize, _status: CellStatus, _duration_ms: u64) {}
@@ -79,7 +97,11 @@ impl VerifyObserver for Quiet {}
 pub struct VerifyReport {
     pub record: VerificationRecord,
     pub verdict: Verdict,
-    pub cells: Vec<(usize, CellStatus, u64)>,
+    pub cells: Vec<CellReport>,
+    /// The per-cell timeout the cells ran under, and who set it.
+    pub timeout: (Duration, TimeoutSource),
+    /// The parameters injected.
+    pub parameters: serde_json::Map<String, Value>,
     /// The failing cell's error, in words.
     pub failure: Option<String>,
     /// A draft of this title that a person had edited, moved aside before the draft was rewritten.
@@ -213,8 +235,31 @@ impl Engine {
             message: format!("cannot read the document: {e}"),
         })?;
         let label = doc_path.display().to_string();
-        let cells = parse_document(&bytes, &label)
-            .map_err(|e| EngineError::InvalidDocument { path: label.clone(), message: e.to_string() })?;
+        let invalid = |e: cairn_core::document::DocumentError| EngineError::InvalidDocument {
+            path: label.clone(),
+            message: e.to_string(),
+        };
+        let parsed = read_document(&bytes, &label).map_err(invalid)?;
+        let timeout = match (req.cell_timeout, parsed.execution_timeout(&label).map_err(invalid)?) {
+            (Some(t), _) => (t, TimeoutSource::Request),
+            (None, Some(secs)) if Duration::from_secs(secs) <= MAX_CELL_TIMEOUT => {
+                (Duration::from_secs(secs), TimeoutSource::Document)
+            }
+            (None, Some(secs)) => {
+                return Err(EngineError::InvalidDocument {
+                    path: label.clone(),
+                    message: format!(
+                        "metadata execution.timeout is {secs} s; a cell may run at most {} s: lower it, or give --timeout",
+                        MAX_CELL_TIMEOUT.as_secs()
+                    ),
+                });
+            }
+            (None, None) => (DEFAULT_CELL_TIMEOUT, TimeoutSource::Default),
+        };
+        let mut parsed = parsed;
+        cairn_core::parameters::inject(&mut parsed.cells, &req.parameters)
+            .map_err(|e| EngineError::InvalidField { field: "parameters", message: e.to_string() })?;
+        let cells = &parsed.cells;
         let code: Vec<&DocCell> = cells.iter().filter(|c| c.kind == CellKind::Code).collect();
 
         let id = format!("ver_{}", self.ids.run_suffix());
@@ -253,13 +298,35 @@ impl Engine {
                 return Err(EngineError::KernelUnavailable { message: format!("failed to start the kernel: {e}") });
             }
         };
+        // Listed as a job while it runs (before it is recorded, so it is never seen recorded but
+        // neither running nor finished); `interrupt_kernel` and `restart_kernel` stop it.
+        let me = crate::process::this_process();
+        let mut live_record = LiveVerification {
+            verification_id: id.clone(),
+            title: title.clone(),
+            document: label.clone(),
+            owner_pid: me.pid,
+            owner_start_time: me.start_time,
+            kernel_pid: kernel.pid(),
+            kernel_start_time: cairn_exec::process_start_time(kernel.pid()),
+            cells_done: 0,
+            cells_total: code.len(),
+            started_at: record.created_at,
+        };
+        self.write_live(&runtime_dir, &live_record);
+        let watch = std::sync::Arc::new(live::Watch::default());
+        live::watch_for_stop(runtime_dir.clone(), kernel.handle(), watch.clone());
+        // Unlisted when this returns: after its verdict is recorded, or on an early error.
+        let _listed = live::Listed { watch: watch.clone(), runtime_dir: runtime_dir.clone() };
         self.store.insert_verification(&record)?;
         // A stop from now on kills the kernel: the running cell ends `interrupted`.
         let handle = kernel.handle();
         let _kill_on_stop = req.stop.as_ref().map(|s| s.on_request(move |_| handle.kill()));
+        obs.started(&id);
+        let asked_to_stop = || watch.stopped.load(std::sync::atomic::Ordering::SeqCst);
 
         // The bootstrap is the only thing run before the first cell.
-        let boot = kernel.execute(BOOTSTRAP, req.cell_timeout, &mut |_| {});
+        let boot = kernel.execute(BOOTSTRAP, timeout.0, &mut |_| {});
         let facts = bootstrap_facts(&boot.outputs);
         let boot_status = cell_status(&boot.status);
 
@@ -270,30 +337,37 @@ impl Engine {
                 Some(format!("the bootstrap cell did not pass ({}): {}", boot_status.as_str(), describe(&boot.status)));
         }
         for (i, cell) in code.iter().enumerate() {
-            if failure.is_some() {
-                outcomes.push(CellOutcome {
-                    status: CellStatus::Skipped,
-                    duration_ms: 0,
-                    execution_count: None,
-                    outputs: vec![],
-                });
+            if failure.is_some() || cell.has_tag(TAG_SKIP_EXECUTION) {
+                let reason = if failure.is_some() { SkipReason::AfterFailure } else { SkipReason::Tag };
+                outcomes.push(CellOutcome::skipped(reason));
                 obs.cell_finished(i, CellStatus::Skipped, 0);
                 continue;
             }
-            if cancelled() {
-                failure = Some(format!("interrupted before cell {i}; the kernel was killed"));
-                outcomes.push(CellOutcome {
-                    status: CellStatus::Interrupted,
-                    duration_ms: 0,
-                    execution_count: None,
-                    outputs: vec![],
+            if cancelled() || asked_to_stop() {
+                failure = Some(if cancelled() {
+                    format!("interrupted before cell {i}; the kernel was killed")
+                } else {
+                    format!("interrupted before cell {i}: a person asked the kernel to stop (interrupt or restart)")
                 });
+                let never_sent = CellOutcome::skipped(SkipReason::AfterFailure);
+                outcomes.push(CellOutcome { status: CellStatus::Interrupted, skipped: None, ..never_sent });
                 obs.cell_finished(i, CellStatus::Interrupted, 0);
                 continue;
             }
             obs.cell_started(i, code.len());
-            let run = kernel.execute(&cell.source, req.cell_timeout, &mut |_| {});
+            let run = kernel.execute(&cell.source, timeout.0, &mut |_| {});
             let mut status = cell_status(&run.status);
+            let error = match &run.status {
+                kernel::CellStatus::Error { ename, evalue, traceback } => {
+                    Some(CellError::new(ename, evalue, traceback))
+                }
+                _ => None,
+            };
+            // An error its tag expects is what the author meant: recorded, and the run goes on.
+            let error_expected = error.is_some() && status == CellStatus::Failed && cell.has_tag(TAG_RAISES_EXCEPTION);
+            if error_expected {
+                status = CellStatus::Passed;
+            }
             // Under --memory-limit, running out of it is "does not fit in memory": the verdict
             // is `died` whether Python raised MemoryError or the kernel was killed.
             if let (Some(limit), kernel::CellStatus::Error { ename, .. }) = (req.memory_limit, &run.status)
@@ -305,6 +379,17 @@ impl Engine {
                     cell.line.map(|l| format!(" (line {l})")).unwrap_or_default()
                 ));
             }
+            // A person stopped it while this cell ran: whatever ended it, the verdict is theirs.
+            if status != CellStatus::Passed && asked_to_stop() {
+                status = CellStatus::Interrupted;
+                failure = Some(format!(
+                    "cell {i}{}: interrupted: a person asked the kernel to stop (interrupt or restart)",
+                    cell.line.map(|l| format!(" (line {l})")).unwrap_or_default()
+                ));
+            }
+            watch.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            live_record.cells_done = i + 1;
+            self.write_live(&runtime_dir, &live_record);
             let ms = run.duration.as_millis() as u64;
             obs.cell_finished(i, status, ms);
             if status != CellStatus::Passed && failure.is_none() {
@@ -319,11 +404,13 @@ impl Engine {
                 duration_ms: ms,
                 execution_count: run.execution_count,
                 outputs: run.outputs,
+                error,
+                error_expected,
+                skipped: None,
             });
         }
         kernel.kill();
         drop(kernel);
-        let _ = std::fs::remove_dir_all(&runtime_dir);
 
         let statuses: Vec<CellStatus> = std::iter::once(boot_status).chain(outcomes.iter().map(|o| o.status)).collect();
         let verdict = verification::verdict(&statuses);
@@ -339,10 +426,20 @@ impl Engine {
             plugins_failed: list(facts.get("failed")),
             cairn_version: env!("CARGO_PKG_VERSION").into(),
             code_cells: code.len(),
+            not_run: (0..outcomes.len()).filter(|i| outcomes[*i].skipped == Some(SkipReason::Tag)).collect(),
+            expected_errors: outcomes
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.error_expected)
+                .filter_map(|(i, o)| o.error.as_ref().map(|e| (i, e.ename.clone())))
+                .collect(),
+            timeout: Some((timeout.0.as_secs(), timeout.1)),
+            parameters: req.parameters.clone(),
         };
         cap_outputs(&mut outcomes, NOTEBOOK_OUTPUT_CAP);
         let notebook = verification::build_notebook(
-            &cells,
+            cells,
+            &parsed.metadata,
             &outcomes,
             (BOOTSTRAP, &boot.outputs, boot.execution_count),
             &provenance,
@@ -357,20 +454,26 @@ impl Engine {
             self.remove_stale_draft(&title, &doc_path);
             record.notebook = Some(path.display().to_string());
         } else {
-            let (draft, preserved) = self.write_draft(&title, &cells, &notebook, &stamp)?;
+            let (draft, preserved) = self.write_draft(&title, cells, &notebook, &stamp, is_notebook(&label))?;
             record.draft = Some(draft.display().to_string());
             preserved_edit = preserved;
         }
-        let cell_rows: Vec<(usize, CellStatus, u64)> =
-            outcomes.iter().enumerate().map(|(i, o)| (i, o.status, o.duration_ms)).collect();
-        record.cells = Value::Array(
-            cell_rows.iter().map(|(i, s, ms)| json!({"index": i, "status": s.as_str(), "duration_ms": ms})).collect(),
-        );
+        let cell_rows: Vec<CellReport> =
+            outcomes.iter().enumerate().map(|(i, o)| CellReport::of(i, o, code.get(i).copied())).collect();
+        record.cells = serde_json::to_value(&cell_rows).unwrap_or(Value::Null);
         record.verdict = Some(verdict.as_str().into());
         record.error = failure.clone();
         record.finished_at = Some(self.clock.now_ms());
         self.store.finish_verification(&record)?;
-        Ok(VerifyReport { record, verdict, cells: cell_rows, failure, preserved_edit })
+        Ok(VerifyReport {
+            record,
+            verdict,
+            cells: cell_rows,
+            timeout,
+            parameters: req.parameters.clone(),
+            failure,
+            preserved_edit,
+        })
     }
 
     fn document_and_title(&self, req: &VerifyRequest) -> Result<(PathBuf, String), EngineError> {
@@ -394,11 +497,15 @@ impl Engine {
                 Ok((path, title.clone().unwrap_or_else(|| format!("document-{}", &sha[..12]))))
             }
             (Document::Draft, Some(title)) => {
-                let draft = self.drafts_dir().join(format!("{}.md", slug(title)));
-                if draft.is_file() {
-                    Ok((draft, title.clone()))
-                } else {
-                    Err(EngineError::DraftNotFound { title: title.clone(), path: draft.display().to_string() })
+                // A markdown document's draft is markdown, a notebook's a notebook: whichever the
+                // title's last failure left.
+                let base = slug(title);
+                let md = self.drafts_dir().join(format!("{base}.md"));
+                let nb = self.drafts_dir().join(format!("{base}.ipynb"));
+                match (md.is_file(), nb.is_file()) {
+                    (true, _) => Ok((md, title.clone())),
+                    (false, true) => Ok((nb, title.clone())),
+                    _ => Err(EngineError::DraftNotFound { title: title.clone(), path: md.display().to_string() }),
                 }
             }
             (Document::Draft, None) => Err(EngineError::NoDocument),
@@ -430,45 +537,65 @@ impl Engine {
     fn remove_stale_draft(&self, title: &str, verified: &Path) {
         let dir = self.drafts_dir();
         let base = slug(title);
-        let draft = dir.join(format!("{base}.md"));
-        let mark = dir.join(format!(".{base}.md.sha256"));
-        let Ok(current) = std::fs::read(&draft) else { return };
-        let unedited = std::fs::read_to_string(&mark).is_ok_and(|m| m.trim() == sha256_hex(&current));
-        let was_verified = draft.canonicalize().is_ok_and(|d| d == verified);
-        if unedited || was_verified {
-            for f in [draft, mark, dir.join(format!("{base}.ipynb"))] {
-                let _ = std::fs::remove_file(f);
+        for ext in ["md", "ipynb"] {
+            let draft = dir.join(format!("{base}.{ext}"));
+            let mark = dir.join(format!(".{base}.{ext}.sha256"));
+            let Ok(current) = std::fs::read(&draft) else { continue };
+            let unedited = std::fs::read_to_string(&mark).is_ok_and(|m| m.trim() == sha256_hex(&current));
+            let was_verified = draft.canonicalize().is_ok_and(|d| d == verified);
+            if unedited || was_verified {
+                let _ = std::fs::remove_file(&draft);
+                let _ = std::fs::remove_file(&mark);
+                if ext == "md" {
+                    // The failed notebook written beside a markdown draft goes with it.
+                    let _ = std::fs::remove_file(dir.join(format!("{base}.ipynb")));
+                }
             }
         }
     }
 
-    /// Writes the single draft of a title (the document as markdown) and the failed notebook
-    /// beside it. A draft edited since Cairn wrote it is moved aside first, never overwritten.
+    /// Writes the single draft of a title in its document's format, and, beside a markdown one,
+    /// the failed notebook. A notebook's draft is that notebook: the cells that ran with their
+    /// outputs, the failure shown. A draft edited since Cairn wrote it is moved aside first, never
+    /// overwritten; a draft of the other format the title had is resolved the same way.
     fn write_draft(
         &self,
         title: &str,
         cells: &[DocCell],
         notebook: &Value,
         stamp: &str,
+        as_notebook: bool,
     ) -> Result<(PathBuf, Option<PathBuf>), EngineError> {
         let dir = self.drafts_dir();
         std::fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
         let base = slug(title);
-        let draft = dir.join(format!("{base}.md"));
-        let mark = dir.join(format!(".{base}.md.sha256"));
         let mut preserved = None;
-        if let Ok(current) = std::fs::read(&draft) {
+        // Set a person's edit of either format aside, and drop Cairn's own of the other format.
+        for ext in ["md", "ipynb"] {
+            let draft = dir.join(format!("{base}.{ext}"));
+            let mark = dir.join(format!(".{base}.{ext}.sha256"));
+            let Ok(current) = std::fs::read(&draft) else { continue };
             let written = std::fs::read_to_string(&mark).unwrap_or_default();
-            if written.trim() != sha256_hex(&current) {
-                let aside = dir.join(format!("{base}.edited-{stamp}.md"));
+            // The failed notebook beside a markdown draft has no mark of its own: it is Cairn's.
+            let cairns = written.trim() == sha256_hex(&current) || (ext == "ipynb" && !mark.exists());
+            if !cairns {
+                let aside = dir.join(format!("{base}.edited-{stamp}.{ext}"));
                 std::fs::rename(&draft, &aside).map_err(|e| EngineError::io(&draft, e))?;
                 preserved = Some(aside);
+            } else if (ext == "md") == as_notebook {
+                let _ = std::fs::remove_file(&draft);
+                let _ = std::fs::remove_file(&mark);
             }
         }
-        let text = as_markdown(cells);
-        write_atomic(&draft, text.as_bytes())?;
-        write_atomic(&mark, sha256_hex(text.as_bytes()).as_bytes())?;
-        write_atomic(&dir.join(format!("{base}.ipynb")), &pretty(notebook))?;
+        let (draft, bytes) = if as_notebook {
+            (dir.join(format!("{base}.ipynb")), pretty(notebook))
+        } else {
+            write_atomic(&dir.join(format!("{base}.ipynb")), &pretty(notebook))?;
+            (dir.join(format!("{base}.md")), as_markdown(cells).into_bytes())
+        };
+        let ext = if as_notebook { "ipynb" } else { "md" };
+        write_atomic(&draft, &bytes)?;
+        write_atomic(&dir.join(format!(".{base}.{ext}.sha256")), sha256_hex(&bytes).as_bytes())?;
         Ok((draft, preserved))
     }
 }

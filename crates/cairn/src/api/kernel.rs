@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ErrorBody, blocking};
+use cairn_engine::verify::StopHow;
+
 use crate::wire::{self, Interrupted, Job, JobList, Restarted, SubmitJob};
 
 /// Queues a job for the session kernel. Refused (409) while a verification holds the kernel slot.
@@ -39,8 +41,14 @@ pub(super) async fn submit_job(
 #[utoipa::path(get, path = "/kernel/jobs", tag = "kernel",
     responses((status = 200, body = JobList), (status = 401, body = ErrorBody)), security(("bearer" = [])))]
 pub(super) async fn list_jobs(State(state): State<AppRef>) -> Result<Json<JobList>, ApiError> {
-    blocking(move || Ok(Json(JobList { jobs: state.service.session().jobs()?.iter().map(Job::from_record).collect() })))
-        .await
+    blocking(move || {
+        let mut jobs: Vec<Job> = state.service.session().jobs()?.iter().map(Job::from_record).collect();
+        // Verifications in progress (here or in a `cairn verify` of this state root) are jobs a
+        // person can see and stop too.
+        jobs.extend(state.service.engine().live_verifications().iter().map(Job::from_live));
+        Ok(Json(JobList { jobs }))
+    })
+    .await
 }
 
 /// One job: its status, outputs so far, timings.
@@ -52,26 +60,49 @@ pub(super) async fn get_job(
     State(state): State<AppRef>,
     ApiPath(job_id): ApiPath<String>,
 ) -> Result<Json<Job>, ApiError> {
-    blocking(move || Ok(Json(Job::from_record(&state.service.session().job(&job_id)?)))).await
+    blocking(move || {
+        if job_id.starts_with("ver_") {
+            let engine = state.service.engine();
+            if let Some(live) = engine.live_verifications().iter().find(|l| l.verification_id == job_id) {
+                return Ok(Json(Job::from_live(live)));
+            }
+            // Finished (or its process died): the record says which.
+            return match engine.verification(&job_id) {
+                Ok(v) => Ok(Json(Job::from_verification(&v))),
+                Err(cairn_engine::EngineError::VerificationNotFound { .. }) => {
+                    Err(cairn_engine::EngineError::JobNotFound { job_id }.into())
+                }
+                Err(e) => Err(e.into()),
+            };
+        }
+        Ok(Json(Job::from_record(&state.service.session().job(&job_id)?)))
+    })
+    .await
 }
 
-/// Sends KeyboardInterrupt to the running job (the kernel and its state survive).
+/// Sends KeyboardInterrupt to the running job (the kernel and its state survive), and stops any
+/// verification in progress: no further cell, the running one interrupted, then killed after 2 s.
 #[utoipa::path(post, path = "/kernel/interrupt", tag = "kernel",
     responses((status = 200, body = Interrupted), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn interrupt_kernel(State(state): State<AppRef>) -> Result<Json<Interrupted>, ApiError> {
-    blocking(move || Ok(Json(Interrupted { interrupted: state.service.session().interrupt() }))).await
+    blocking(move || {
+        let verifications = state.service.engine().stop_verifications(StopHow::Interrupt);
+        Ok(Json(Interrupted { interrupted: state.service.session().interrupt(), verifications }))
+    })
+    .await
 }
 
-/// Kills the session kernel (its state is lost; queued and running jobs end `cancelled`); the
-/// next job starts a fresh one.
+/// Kills the session kernel (its state is lost; queued and running jobs end `cancelled`), and the
+/// kernel of any verification in progress; the next job starts a fresh one.
 #[utoipa::path(post, path = "/kernel/restart", tag = "kernel",
     responses((status = 200, body = Restarted), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn restart_kernel(State(state): State<AppRef>) -> Result<Json<Restarted>, ApiError> {
     blocking(move || {
+        let verifications = state.service.engine().stop_verifications(StopHow::Kill);
         let r = state.service.session().restart()?;
-        Ok(Json(Restarted { killed_session: r.killed_session, cancelled: r.cancelled }))
+        Ok(Json(Restarted { killed_session: r.killed_session, cancelled: r.cancelled, verifications }))
     })
     .await
 }

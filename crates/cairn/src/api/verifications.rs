@@ -7,14 +7,18 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use cairn_engine::verify::Quiet;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use cairn_engine::verify::{Quiet, VerifyObserver};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::IntoParams;
 
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
-use crate::wire::{VerificationRecord, Verify, VerifyResult};
+use crate::wire::{MAX_VERIFY_WAIT_SECS, VerificationRecord, Verify, VerifyResult};
 
 /// Verifies a document in a fresh, disposable kernel and answers when it has a verdict. Give its
 /// text as `document`, or an absolute path on this machine as `path`, or only a `title` to
@@ -30,14 +34,59 @@ use crate::wire::{VerificationRecord, Verify, VerifyResult};
 pub(super) async fn create_verification(
     State(state): State<AppRef>,
     ApiJson(body): ApiJson<Verify>,
-) -> Result<Json<VerifyResult>, ApiError> {
+) -> Result<Response, ApiError> {
+    let wait = match body.wait {
+        Some(w) if w > MAX_VERIFY_WAIT_SECS => {
+            return Err(ApiError::invalid(format!("wait must be 0 to {MAX_VERIFY_WAIT_SECS} seconds")));
+        }
+        w => w.map(Duration::from_secs),
+    };
     blocking(move || {
         // The daemon's own interpreter setting; a relative path means nothing to a caller.
         let python = std::env::var_os("CAIRN_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from);
         let req = Verify { python, memory_limit: None, ..body }.into_request(None)?;
-        Ok(Json(VerifyResult::from_report(&state.service.engine().verify(&req, &mut Quiet)?)))
+        let Some(wait) = wait else {
+            return Ok(
+                Json(VerifyResult::from_report(&state.service.engine().verify(&req, &mut Quiet)?)).into_response()
+            );
+        };
+        // Runs on its own thread, so the answer can come before the verdict.
+        let (started_tx, started_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let app = state.clone();
+        std::thread::spawn(move || {
+            let report = app.service.engine().verify(&req, &mut Started(started_tx));
+            let _ = done_tx.send(report.map(|r| VerifyResult::from_report(&r)));
+        });
+        let deadline = Instant::now() + wait;
+        let started = match started_rx.recv_timeout(wait) {
+            Ok(id) => id,
+            // It ended (most likely refused) before its kernel started: its answer is the result.
+            Err(_) => match done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(result) => return Ok(Json(result?).into_response()),
+                Err(_) => return Err(ApiError::invalid("the verification did not start within `wait`; raise it")),
+            },
+        };
+        match done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(result) => Ok(Json(result?).into_response()),
+            Err(_) => Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"verification_id": started, "status": "running",
+                            "poll": format!("GET /kernel/jobs/{started} (MCP poll_job)")})),
+            )
+                .into_response()),
+        }
     })
     .await
+}
+
+/// Sends the verification's id once its kernel started.
+struct Started(mpsc::Sender<String>);
+
+impl VerifyObserver for Started {
+    fn started(&mut self, verification_id: &str) {
+        let _ = self.0.send(verification_id.to_string());
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

@@ -300,7 +300,7 @@ impl Workbench {
     }
 
     #[tool(
-        description = "Verify a workflow document (markdown with fenced python cells, or an .ipynb; give its text as `document` or a file as `path`) in a fresh, disposable kernel: stops at the first failing cell, keeps the proven notebook (a provenance cell first) or a draft to fix. The cells really run: their side effects are not undone.",
+        description = "Verify a workflow document (markdown with fenced python cells, or an .ipynb; give its text as `document` or a file as `path`) in a fresh, disposable kernel: stops at the first failing cell, keeps the proven notebook (a provenance cell first) or a draft to fix. `parameters` are injected as papermill does. Waits up to `wait` seconds (default 60) and returns the result, or `{verification_id, status: running}` to follow with poll_job; interrupt_kernel stops it. The cells really run: their side effects are not undone.",
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
     async fn verify_workflow(
@@ -308,6 +308,9 @@ impl Workbench {
         Parameters(p): Parameters<Verify>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
+        // An agent is answered within a minute: with the verdict, or the running verification's
+        // id to poll.
+        let p = Verify { wait: Some(p.wait.unwrap_or(60)), ..p };
         self.daemon.tool(&ctx, "POST", "/verifications".into(), Some(to_value(&p))).await
     }
 
@@ -331,7 +334,7 @@ impl Workbench {
     }
 
     #[tool(
-        description = "One session-kernel job: status, outputs so far, timings. Read-only.",
+        description = "One session-kernel job (status, outputs so far, timings), or a verification by its id (cells done of total while it runs; its result once it has a verdict). Read-only.",
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn poll_job(&self, Parameters(p): Parameters<JobRef>, ctx: RequestContext<RoleServer>) -> CallToolResult {
@@ -339,7 +342,7 @@ impl Workbench {
     }
 
     #[tool(
-        description = "The session kernel's jobs, oldest first. Read-only.",
+        description = "The session kernel's jobs, oldest first, and every verification in progress (kind `verification`, cells done of total). Read-only.",
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn list_jobs(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
@@ -347,7 +350,7 @@ impl Workbench {
     }
 
     #[tool(
-        description = "Send KeyboardInterrupt to the running session job; the kernel and its state survive.",
+        description = "Send KeyboardInterrupt to the running session job (the kernel and its state survive), and stop any verification in progress: no further cell, the running one interrupted, its kernel killed after 2 s.",
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn interrupt_kernel(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
@@ -355,7 +358,7 @@ impl Workbench {
     }
 
     #[tool(
-        description = "Kill the session kernel: its state is lost, queued and running jobs end cancelled; the next job starts a fresh kernel.",
+        description = "Kill the session kernel (its state is lost, queued and running jobs end cancelled; the next job starts a fresh kernel), and the kernel of any verification in progress.",
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
     async fn restart_kernel(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {

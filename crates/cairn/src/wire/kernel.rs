@@ -5,12 +5,20 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::time;
+use cairn_engine::verify::LiveVerification;
 
-/// A job of the session kernel.
+use super::time;
+use super::verify::VerificationRecord;
+
+/// A job of the session kernel, or a verification (`kind: "verification"`): one row a person can
+/// see and stop.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Job {
     pub job_id: String,
+    /// `session` (a job of the session kernel) or `verification` (a document verified in its own
+    /// scratch kernel; `job_id` is its verification id).
+    #[serde(default = "session_kind")]
+    pub kind: String,
     /// `queued`, `running`, `ok`, `error`, `died`, `timed_out`, `interrupted` or `cancelled`.
     pub status: String,
     pub code: String,
@@ -25,12 +33,78 @@ pub struct Job {
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub duration_ms: Option<i64>,
+    /// A verification's title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// A verification's code cells that have ended, of `cells_total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cells_done: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cells_total: Option<usize>,
+    /// A finished verification, as `GET /verifications/{id}` gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub verification: Option<VerificationRecord>,
+}
+
+fn session_kind() -> String {
+    "session".into()
 }
 
 impl Job {
+    /// A verification in progress, as a job.
+    pub fn from_live(l: &LiveVerification) -> Job {
+        Job {
+            job_id: l.verification_id.clone(),
+            kind: "verification".into(),
+            status: "running".into(),
+            code: l.document.clone(),
+            outputs: Vec::new(),
+            execution_count: None,
+            error: None,
+            session: "verification".into(),
+            submitted_at: time(l.started_at),
+            started_at: Some(time(l.started_at)),
+            finished_at: None,
+            duration_ms: None,
+            title: Some(l.title.clone()),
+            cells_done: Some(l.cells_done),
+            cells_total: Some(l.cells_total),
+            verification: None,
+        }
+    }
+
+    /// A verification that is not in progress: its verdict is its status (`died` when the
+    /// process running it ended before it had one).
+    pub fn from_verification(v: &cairn_core::store::VerificationRecord) -> Job {
+        let cells = v.cells.as_array().map(Vec::len);
+        Job {
+            job_id: v.id.clone(),
+            kind: "verification".into(),
+            status: v.verdict.clone().unwrap_or_else(|| "died".into()),
+            code: v.document.clone(),
+            outputs: Vec::new(),
+            execution_count: None,
+            error: match &v.verdict {
+                Some(_) => v.error.clone(),
+                None => Some("the process running this verification ended before it had a verdict".into()),
+            },
+            session: "verification".into(),
+            submitted_at: time(v.created_at),
+            started_at: Some(time(v.created_at)),
+            finished_at: v.finished_at.map(time),
+            duration_ms: v.finished_at.map(|f| f - v.created_at),
+            title: Some(v.title.clone()),
+            cells_done: cells,
+            cells_total: cells,
+            verification: Some(VerificationRecord::from_record(v)),
+        }
+    }
+
     pub fn from_record(j: &KernelJob) -> Job {
         Job {
             job_id: j.job_id.clone(),
+            kind: session_kind(),
             status: j.status.clone(),
             code: j.code.clone(),
             outputs: j.outputs.clone(),
@@ -41,6 +115,10 @@ impl Job {
             started_at: j.started_at.map(time),
             finished_at: j.finished_at.map(time),
             duration_ms: j.duration_ms,
+            title: None,
+            cells_done: None,
+            cells_total: None,
+            verification: None,
         }
     }
 
@@ -58,8 +136,12 @@ pub struct JobList {
 /// What `POST /kernel/interrupt` did.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Interrupted {
-    /// The job that received KeyboardInterrupt; null when none was running.
+    /// The session job that received KeyboardInterrupt; null when none was running.
     pub interrupted: Option<String>,
+    /// Verifications in progress that were asked to stop: no further cell, the running one
+    /// interrupted, its kernel killed if it has not ended within 2 s (verdict `interrupted`).
+    #[serde(default)]
+    pub verifications: Vec<String>,
 }
 
 /// What `POST /kernel/restart` did.
@@ -69,4 +151,7 @@ pub struct Restarted {
     pub killed_session: Option<String>,
     /// Jobs that were queued or running and ended `cancelled`.
     pub cancelled: Vec<String>,
+    /// Verifications in progress whose kernels were killed (verdict `interrupted`).
+    #[serde(default)]
+    pub verifications: Vec<String>,
 }

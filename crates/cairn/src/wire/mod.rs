@@ -20,7 +20,8 @@ pub use docs::{
 pub use kernel::{Interrupted, Job, JobList, Restarted};
 pub use plans::{PlanList, PlanSummary};
 pub use requests::{
-    AddTarget, ExecutePlan, ExecutorName, PlanReplay, PlanRun, ReplayDirective, SubmitJob, SubmitRun, Verify,
+    AddTarget, ExecutePlan, ExecutorName, MAX_VERIFY_WAIT_SECS, PlanReplay, PlanRun, ReplayDirective, SubmitJob,
+    SubmitRun, Verify,
 };
 pub use runs::{
     ArtifactEntry, ArtifactList, Event, EventList, Explanation, LineageEntry, ReplayPreview, RunList, RunResult,

@@ -343,7 +343,7 @@ impl AddTarget {
 // ------------------------------------------------------------------------------------ verify
 
 /// The longest per-cell timeout a verification may ask for.
-const MAX_CELL_TIMEOUT_SECS: u64 = 24 * 3600;
+const MAX_CELL_TIMEOUT_SECS: u64 = cairn_engine::verify::MAX_CELL_TIMEOUT.as_secs();
 
 /// Verify a workflow document in a fresh, disposable kernel: `cairn verify`, `POST
 /// /verifications`, and the MCP workbench's `verify_workflow`. Give exactly one document: its
@@ -367,8 +367,8 @@ pub struct Verify {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// Per-cell timeout in seconds (1 to 86400, default 600): the cell is interrupted, then its
-    /// kernel killed.
+    /// Per-cell timeout in seconds (1 to 86400; default: the document's
+    /// `metadata.execution.timeout`, else 600): the cell is interrupted, then its kernel killed.
     #[arg(long = "timeout", value_name = "SECS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 86400)]
@@ -386,11 +386,37 @@ pub struct Verify {
     #[arg(long, env = "CAIRN_PYTHON", value_name = "PATH")]
     #[serde(skip)]
     pub python: Option<PathBuf>,
+    /// Values injected as papermill injects them: a cell tagged `injected-parameters` after the
+    /// cell tagged `parameters` (or first), each `NAME = <Python literal>`.
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<serde_json::Map<String, Value>>,
+    /// A parameter, as papermill's `-p`: VALUE is typed like papermill types it (True, False,
+    /// None, an integer, a float, else a string); repeatable, and over --parameters.
+    #[arg(short = 'p', long = "parameter", num_args = 2, value_names = ["NAME", "VALUE"])]
+    #[serde(skip)]
+    pub parameter: Vec<String>,
+    /// A JSON (.json) or YAML file of parameters, NAME: VALUE.
+    #[arg(long = "parameters", value_name = "FILE")]
+    #[serde(skip)]
+    pub parameters_file: Option<PathBuf>,
+    /// Answer after at most this many seconds (0 to 3600): with the verdict if it has one, else
+    /// with the running verification's id, to follow with `poll_job` (`GET /kernel/jobs/{id}`).
+    /// Without it the API answers with the verdict; MCP `verify_workflow` waits 60 s.
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 3600)]
+    pub wait: Option<u64>,
 }
 
 fn verify_arguments(schema: &mut Schema) {
-    mcp_arguments(schema, &["document", "path", "title"], &[]);
+    mcp_arguments(schema, &["document", "path", "title", "parameters", "wait"], &[]);
 }
+
+/// The longest a request may wait for a verification's verdict before it is answered with the
+/// running verification's id.
+pub const MAX_VERIFY_WAIT_SECS: u64 = 3600;
 
 impl Verify {
     /// The engine's request. A relative `path` is resolved against `cwd` (the command line's);
@@ -423,8 +449,9 @@ impl Verify {
                 });
             }
         };
-        let timeout = self.timeout_secs.unwrap_or(600);
-        if !(1..=MAX_CELL_TIMEOUT_SECS).contains(&timeout) {
+        if let Some(timeout) = self.timeout_secs
+            && !(1..=MAX_CELL_TIMEOUT_SECS).contains(&timeout)
+        {
             return Err(EngineError::InvalidField {
                 field: "timeout_secs",
                 message: format!(
@@ -432,10 +459,31 @@ impl Verify {
                 ),
             });
         }
+        // A file's, then the request's own, then each -p: a later one wins.
+        let mut parameters = serde_json::Map::new();
+        if let Some(file) = &self.parameters_file {
+            let path = match cwd {
+                Some(dir) => dir.join(file),
+                None => file.clone(),
+            };
+            let bad = |message: String| EngineError::InvalidField { field: "parameters", message };
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| bad(format!("{}: cannot read the parameters file: {e}", path.display())))?;
+            let from_file = cairn_core::parameters::parse_file(&text, &path.display().to_string())
+                .map_err(|e| bad(e.to_string()))?;
+            parameters.extend(from_file);
+        }
+        parameters.extend(self.parameters.unwrap_or_default());
+        for pair in self.parameter.chunks(2) {
+            if let [name, value] = pair {
+                parameters.insert(name.clone(), cairn_core::parameters::cli_value(value));
+            }
+        }
         Ok(cairn_engine::verify::VerifyRequest {
             document,
             title: self.title,
-            cell_timeout: std::time::Duration::from_secs(timeout),
+            parameters,
+            cell_timeout: self.timeout_secs.map(std::time::Duration::from_secs),
             memory_limit: self.memory_limit,
             python: self.python,
             no_wait: self.no_wait,

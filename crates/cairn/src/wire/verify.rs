@@ -14,7 +14,8 @@ pub struct VerificationRecord {
     pub document_sha256: String,
     /// `passed`, `failed`, `died`, `timed_out` or `interrupted`; null while it runs.
     pub verdict: Option<String>,
-    /// `[{index, status, duration_ms}]`.
+    /// `[{index, status, duration_ms, error?, error_expected?, reason?, tags?}]`, as in
+    /// [`VerifyResult`].
     #[schema(value_type = Vec<Object>)]
     pub cells: Value,
     pub notebook: Option<String>,
@@ -56,9 +57,20 @@ pub struct VerifyResult {
     pub document: String,
     pub document_sha256: String,
     pub verdict: String,
-    /// `[{index, status, duration_ms}]`.
+    /// Each code cell: `{index, status, duration_ms}`; a cell that raised has `error: {ename,
+    /// evalue, traceback}` (ANSI stripped, bounded at 16 KiB), with `error_expected: true` when
+    /// its `raises-exception` tag allowed it; a skipped one has `reason` (`tag`: its
+    /// `skip-execution` tag; `after_failure`); a tagged one its `tags`.
     #[schema(value_type = Vec<Object>)]
     pub cells: Vec<Value>,
+    /// The per-cell timeout the cells ran under: `{secs, source}`, `source` being `request`
+    /// (`--timeout`), `document` (its `metadata.execution.timeout`) or `default`.
+    #[schema(value_type = Object)]
+    pub timeout: Value,
+    /// The parameters injected (papermill's convention), when there were any.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub parameters: serde_json::Map<String, Value>,
     /// The failing cell's error, in words.
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,11 +90,9 @@ impl VerifyResult {
             document: r.record.document.clone(),
             document_sha256: r.record.document_sha256.clone(),
             verdict: r.verdict.as_str().to_string(),
-            cells: r
-                .cells
-                .iter()
-                .map(|(i, s, ms)| serde_json::json!({"index": i, "status": s.as_str(), "duration_ms": ms}))
-                .collect(),
+            cells: r.cells.iter().map(|c| serde_json::to_value(c).unwrap_or(Value::Null)).collect(),
+            timeout: serde_json::json!({"secs": r.timeout.0.as_secs(), "source": r.timeout.1.as_str()}),
+            parameters: r.parameters.clone(),
             error: r.failure.clone(),
             notebook: r.record.notebook.clone(),
             draft: r.record.draft.clone(),

@@ -14,6 +14,7 @@ mod controllers;
 mod daemon;
 mod docs;
 mod evidence;
+mod jupyter;
 mod kernel;
 mod layers;
 mod limits;

@@ -50,7 +50,7 @@ const WORKBENCH: Tools = &[
     ("get_step_result", &["run_id", "step_id"], &[]),
     ("tail_log", &["run_id", "step_id"], &["lines"]),
     ("cancel_run", &["run_id"], &[]),
-    ("verify_workflow", &[], &["document", "path", "title"]),
+    ("verify_workflow", &[], &["document", "path", "title", "parameters", "wait"]),
     ("execute_code", &["code"], &[]),
     ("poll_job", &["job_id"], &[]),
     ("list_jobs", &[], &[]),
@@ -898,8 +898,15 @@ fn verify_workflow_keeps_a_notebook_or_a_draft() {
             validated = true;
         }
 
+        // Parameters, as papermill injects them.
+        let doc = "```python tags=[\"parameters\"]\nalpha = 1\n```\n\n```python\nassert alpha == 21\n```\n";
+        let p = wb.call_ok("verify_workflow", json!({"document": doc, "parameters": {"alpha": 21}}));
+        assert_eq!((p["verdict"].as_str(), &p["parameters"]), (Some("passed"), &json!({"alpha": 21})), "{w}: {p:#}");
+        assert_eq!(p["cells"][1]["tags"], json!(["injected-parameters"]), "{w}: {p:#}");
+
         let f = wb.call_ok("verify_workflow", json!({"document": FAILING_DOC, "title": format!("boom {over:?}")}));
         assert_eq!(f["verdict"], "failed", "{w}: {f:#}");
+        assert!(f["cells"][1]["error"]["ename"].is_string(), "{w}: the failed cell's error: {f:#}");
         assert!(f["error"].as_str().is_some_and(|e| e.contains("boom")), "{w}: {f:#}");
         assert!(f.get("notebook").is_none(), "{w}: a failure keeps no notebook: {f:#}");
         let draft = PathBuf::from(f["draft"].as_str().unwrap_or_else(|| panic!("{w}: no draft: {f:#}")));
@@ -1422,4 +1429,38 @@ fn a_viewer_checks_readiness_but_does_not_probe() {
     let refused = compute.call("probe_target", json!({"name": "local"}));
     assert_eq!(refused["isError"], true, "{refused:#}");
     assert_eq!(refused["structuredContent"]["error"]["status"], 403, "{refused:#}");
+}
+
+/// `verify_workflow` answers within `wait` seconds: with the verdict, or with the running
+/// verification's id, which `list_jobs` lists and `poll_job` follows to its result.
+#[test]
+fn verify_workflow_answers_within_wait_and_poll_job_follows_it() {
+    let Some(fx) = Fx::new() else { return };
+    fx.start_daemon();
+    let client = fx.client();
+    let wb = client.over(Over::Stdio, "workbench");
+    let doc = "```python\nimport time\ntime.sleep(3)\n```\n\n```python\nx = 1\n```\n";
+    let started = std::time::Instant::now();
+    let v = wb.call_ok("verify_workflow", json!({"document": doc, "title": "slow", "wait": 1}));
+    assert!(started.elapsed() < Duration::from_secs(3), "it waited {:?}", started.elapsed());
+    assert_eq!(v["status"], "running", "{v:#}");
+    let id = v["verification_id"].as_str().unwrap().to_string();
+    let jobs = wb.call_ok("list_jobs", json!({}));
+    let listed: Vec<&Value> = jobs["jobs"].as_array().unwrap().iter().filter(|j| j["job_id"] == id.as_str()).collect();
+    assert_eq!(listed.len(), 1, "{jobs:#}");
+    assert_eq!((listed[0]["kind"].as_str(), listed[0]["cells_total"].as_u64()), (Some("verification"), Some(2)));
+    let mut polled = Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            polled = wb.call_ok("poll_job", json!({"job_id": id}));
+            polled["status"] != "running"
+        }),
+        "never finished: {polled:#}"
+    );
+    assert_eq!(polled["status"], "passed", "{polled:#}");
+    assert_eq!(polled["verification"]["verdict"], "passed");
+    assert!(polled["verification"]["notebook"].as_str().is_some_and(|n| std::path::Path::new(n).is_file()));
+    // A fast one, within the default minute: the result itself.
+    let fast = wb.call_ok("verify_workflow", json!({"document": "```python\ny = 2\n```\n"}));
+    assert_eq!(fast["verdict"], "passed", "{fast:#}");
 }

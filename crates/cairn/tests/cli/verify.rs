@@ -18,7 +18,7 @@ use h::{Verdict, Verify, assert_no_kernel_left, nbconvert, statuses};
 use crate::support::*;
 
 /// Test helpers, private to this file.
-mod h {
+pub(crate) mod h {
     use std::ffi::OsStr;
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Output, Stdio};
@@ -28,6 +28,9 @@ mod h {
     use tempfile::TempDir;
 
     use crate::support::*;
+
+    /// How long an interrupted cell has to end before its kernel is killed (the engine's grace).
+    pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
     /// What a `cairn verify --json` result says.
     pub trait Verdict {
@@ -822,4 +825,332 @@ fn ctrl_c_while_waiting_for_the_slot_stops_the_verification() {
     );
     assert_ne!(b_code, Some(0), "an interrupted verification must not exit 0:\n{b_stdout}");
     assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Jupyter's conventions: cell tags, the notebook's timeout, errors an agent can act on, drafts in
+// the document's format
+
+/// An nbformat 4.5 notebook of code cells, each `(source, tags)`, with notebook `metadata`.
+pub(crate) fn notebook_of(cells: &[(&str, &[&str])], metadata: serde_json::Value) -> String {
+    let cells: Vec<serde_json::Value> = cells
+        .iter()
+        .enumerate()
+        .map(|(i, (source, tags))| {
+            serde_json::json!({"id": format!("c{i}"), "cell_type": "code", "execution_count": null, "outputs": [],
+                               "metadata": {"tags": tags}, "source": source})
+        })
+        .collect();
+    let mut meta =
+        serde_json::json!({"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}});
+    if let (Some(m), Some(extra)) = (meta.as_object_mut(), metadata.as_object()) {
+        m.extend(extra.clone());
+    }
+    serde_json::json!({"nbformat": 4, "nbformat_minor": 5, "metadata": meta, "cells": cells}).to_string()
+}
+
+/// What nbclient's tags mean: an expected error, a cell not run.
+const TAGGED: &[(&str, &[&str])] = &[
+    ("x = 20", &[]),
+    ("1/0", &["raises-exception"]),
+    ("raise SystemExit(3)", &["skip-execution"]),
+    ("print(x + 22)", &[]),
+];
+
+const TAGGED_MYST: &str = "# Tagged\n\n```{code-cell} python\nx = 20\n```\n\n\
+```{code-cell} python\n:tags: [raises-exception]\n1/0\n```\n\n\
+```{code-cell} python\n---\ntags: [skip-execution]\n---\nraise SystemExit(3)\n```\n\n\
+```python tags=[\"other\"]\nprint(x + 22)\n```\n";
+
+/// `raises-exception` and `skip-execution` mean here what they mean to nbclient: a notebook
+/// and a MyST document that pass under `jupyter nbconvert --execute` pass here, the expected
+/// error recorded with its cell, the skipped cell listed as not proved; the notebook written
+/// keeps the tags, so it re-runs under nbconvert the same way.
+#[test]
+fn cell_tags_mean_what_they_mean_to_nbclient() {
+    let v = Verify::new();
+    let nb = v.doc("tagged.ipynb", &notebook_of(TAGGED, serde_json::json!({})));
+    let theirs = nbconvert(&nb, &v.path("nbconvert-src"), v.config.path());
+    assert!(theirs.status.success(), "nbconvert: {}", String::from_utf8_lossy(&theirs.stderr));
+    let md = v.doc("tagged.md", TAGGED_MYST);
+    for (doc, tags) in [
+        (&nb, vec![vec!["raises-exception"], vec!["skip-execution"], vec![]]),
+        (&md, vec![vec!["raises-exception"], vec!["skip-execution"], vec!["other"]]),
+    ] {
+        let out = v.verify(&[doc]).expect(0);
+        assert_eq!(statuses(&out.json), ["passed", "passed", "skipped", "passed"], "{:#}", out.json);
+        let cells = out.json["cells"].as_array().unwrap();
+        assert_eq!(cells[1]["error"]["ename"], "ZeroDivisionError", "{:#}", cells[1]);
+        assert_eq!(cells[1]["error_expected"], true);
+        assert_eq!(cells[2]["reason"], "tag");
+        let got: Vec<Vec<&str>> = cells[1..]
+            .iter()
+            .map(|c| c["tags"].as_array().map(|t| t.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default())
+            .collect();
+        assert_eq!(got, tags);
+        let path = out.notebook();
+        let written = validate_notebook(&path);
+        let prov = h::source(&written["cells"][0]);
+        assert!(prov.contains("3 of the 4 code cells"), "{prov}");
+        assert!(prov.contains("cell 1 raised ZeroDivisionError, as its `raises-exception` tag expects"), "{prov}");
+        assert!(prov.contains("cell 2, which was not run (tagged `skip-execution`)"), "{prov}");
+        let code = h::doc_code_cells(&written);
+        assert_eq!(code[2]["metadata"]["tags"], serde_json::json!(["skip-execution"]));
+        assert_eq!(code[2]["metadata"]["cairn"]["reason"], "tag");
+        assert_eq!(h::stream_text(code[3]), "42\n");
+        h::reexecutes(&v, &path);
+    }
+    // Untagged, the same cells fail where nbconvert fails: at 1/0.
+    let plain: Vec<(&str, &[&str])> = TAGGED.iter().map(|(s, _)| (*s, &[][..])).collect();
+    let nb = v.doc("plain.ipynb", &notebook_of(&plain, serde_json::json!({})));
+    let out = v.verify(&[&nb]).expect(1);
+    assert_eq!(statuses(&out.json), ["passed", "failed", "skipped", "skipped"]);
+    assert_eq!(out.json["cells"][2]["reason"], "after_failure");
+    assert!(!nbconvert(&nb, &v.path("nbconvert-plain"), v.config.path()).status.success());
+    assert_no_kernel_left(&v);
+}
+
+/// A failed cell says what an agent needs: the exception's name and value and its traceback,
+/// without terminal colours; `sys.exit(0)` fails as under nbconvert; a line magic's UsageError,
+/// which IPython only prints, is named too.
+#[test]
+fn a_failed_cells_error_has_its_name_value_and_traceback() {
+    let v = Verify::new();
+    let doc =
+        v.doc("errors.md", "```python\ndef parse(s):\n    return int(s)\n```\n\n```python\nparse('twelve')\n```\n");
+    let out = v.verify(&[&doc]).expect(1);
+    let e = &out.json["cells"][1]["error"];
+    assert_eq!(e["ename"], "ValueError", "{:#}", out.json);
+    assert_eq!(e["evalue"], "invalid literal for int() with base 10: 'twelve'");
+    let tb: Vec<&str> = e["traceback"].as_array().unwrap().iter().filter_map(|l| l.as_str()).collect();
+    assert!(tb.iter().any(|l| l.contains("parse(s)") || l.contains("in parse")), "{tb:#?}");
+    assert!(tb.iter().all(|l| !l.contains('\u{1b}')), "ANSI codes are stripped: {tb:#?}");
+    assert!(out.json["error"].as_str().unwrap().starts_with("cell 1 (line 6): ValueError: invalid literal"));
+
+    for (code, ename) in [("import sys\nsys.exit(0)", "SystemExit"), ("%no_such_magic", "UsageError")] {
+        let doc = v.doc("one.md", &format!("```python\n{code}\n```\n"));
+        let out = v.verify(&[&doc]).expect(1);
+        assert_eq!(out.json["cells"][0]["error"]["ename"], ename, "{code}: {:#}", out.json);
+        let nb = v.doc("one.ipynb", &notebook_of(&[(code, &[])], serde_json::json!({})));
+        assert!(!nbconvert(&nb, &v.path("nbconvert-one"), v.config.path()).status.success(), "{code} passes nbconvert");
+    }
+    assert_no_kernel_left(&v);
+}
+
+/// `metadata.execution.timeout` (jupyter-book, MyST-NB) applies when `--timeout` is not given,
+/// and the result says which one won.
+#[test]
+fn the_notebooks_timeout_applies_unless_the_request_gives_one() {
+    let v = Verify::new();
+    let slow = notebook_of(&[("import time\ntime.sleep(30)", &[])], serde_json::json!({"execution": {"timeout": 1}}));
+    let nb = v.doc("slow.ipynb", &slow);
+    let started = Instant::now();
+    let out = v.verify(&[&nb]).expect(1);
+    assert_eq!(out.verdict(), "timed_out", "{:#}", out.json);
+    assert_eq!(out.json["timeout"], serde_json::json!({"secs": 1, "source": "document"}));
+    assert!(started.elapsed() < Duration::from_secs(25), "the document's 1 s applied: {:?}", started.elapsed());
+    let fast = notebook_of(&[("x = 1", &[])], serde_json::json!({"execution": {"timeout": 1}}));
+    let nb = v.doc("fast.ipynb", &fast);
+    let out = v.verify(&[nb.to_str().unwrap(), "--timeout", "90"]).expect(0);
+    assert_eq!(out.json["timeout"], serde_json::json!({"secs": 90, "source": "request"}));
+    let prov = h::source(&validate_notebook(&out.notebook())["cells"][0]);
+    assert!(prov.contains("| cell timeout | 90 s (the request's) |"), "{prov}");
+    let md = v.doc("plain.md", "```python\nx = 1\n```\n");
+    assert_eq!(v.verify(&[&md]).expect(0).json["timeout"], serde_json::json!({"secs": 600, "source": "default"}));
+    let bad =
+        v.doc("bad.ipynb", &notebook_of(&[("x = 1", &[])], serde_json::json!({"execution": {"timeout": "soon"}})));
+    let out = v.verify(&[&bad]).expect(2);
+    assert!(out.stderr.contains("metadata execution.timeout must be a number of seconds"), "{}", out.stderr);
+    assert_no_kernel_left(&v);
+}
+
+/// A failed notebook's draft is a notebook (the cells that ran with their outputs, the failure
+/// shown); `--title` retries it, and an edited one is never overwritten.
+#[test]
+fn a_failed_notebook_is_kept_as_a_notebook_draft() {
+    let v = Verify::new();
+    let nb = v.doc(
+        "nb.ipynb",
+        &notebook_of(
+            &[("x = 1\nprint('ran')", &[]), ("raise RuntimeError('fix me')", &[]), ("y = x", &[])],
+            serde_json::json!({}),
+        ),
+    );
+    let out = v.verify(&[nb.to_str().unwrap(), "--title", "NB"]).expect(1);
+    let draft = out.draft();
+    assert_eq!(draft, v.home().join("workflows/drafts/nb.ipynb"));
+    assert!(!v.home().join("workflows/drafts/nb.md").exists(), "no markdown draft of a notebook");
+    let written = validate_notebook(&draft);
+    let code = h::doc_code_cells(&written);
+    assert_eq!(code.len(), 3, "Cairn's own cells are not counted: {written:#}");
+    assert_eq!(h::stream_text(code[0]), "ran\n");
+    assert_eq!(code[1]["outputs"][0]["output_type"], "error", "the failure is shown");
+
+    // Fixed in the draft (a person edits the notebook): retried by title, it passes.
+    let fixed = std::fs::read_to_string(&draft).unwrap().replace("raise RuntimeError('fix me')", "z = 2");
+    std::fs::write(&draft, &fixed).unwrap();
+    let retry = v.verify(&["--title", "NB"]).expect(0);
+    assert_eq!(statuses(&retry.json), ["passed", "passed", "passed"], "{:#}", retry.json);
+    h::reexecutes(&v, &retry.notebook());
+
+    // An edited draft is set aside when the original fails again, never overwritten.
+    let again = v.verify(&[nb.to_str().unwrap(), "--title", "NB2"]).expect(1);
+    let mut edited = std::fs::read_to_string(again.draft()).unwrap();
+    edited = edited.replace("fix me", "fix me later");
+    std::fs::write(again.draft(), &edited).unwrap();
+    let third = v.verify(&[nb.to_str().unwrap(), "--title", "NB2"]).expect(1);
+    let kept = PathBuf::from(third.json["preserved_edit"].as_str().unwrap_or_else(|| panic!("{:#}", third.json)));
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), edited);
+    assert_no_kernel_left(&v);
+}
+
+/// Parameters as papermill users know them: `-p NAME VALUE` (typed as papermill types it) and a
+/// YAML file are injected as a cell tagged `injected-parameters` after the cell tagged
+/// `parameters`; the notebook says which values were proved, and re-runs with them under plain
+/// papermill and under plain nbconvert, with the same output papermill gives on the document.
+#[test]
+fn parameters_are_injected_as_papermill_injects_them() {
+    let v = Verify::new();
+    let nb = v.doc(
+        "params.ipynb",
+        &notebook_of(
+            &[
+                ("import json", &[]),
+                ("alpha = 1\nname = 'default'\nflags = []", &["parameters"]),
+                ("print(json.dumps([alpha * 2, name, flags]))", &[]),
+            ],
+            serde_json::json!({}),
+        ),
+    );
+    std::fs::write(v.path("more.yaml"), "flags: [fast, 'x y']\nname: from-file\n").unwrap();
+    let out = v
+        .verify(&[nb.to_str().unwrap(), "--parameters", "more.yaml", "-p", "alpha", "21", "-p", "name", "Ada"])
+        .expect(0);
+    let want = serde_json::json!({"flags": ["fast", "x y"], "name": "Ada", "alpha": 21});
+    assert_eq!(out.json["parameters"], want, "-p wins over the file: {:#}", out.json);
+    assert_eq!(statuses(&out.json), ["passed", "passed", "passed", "passed"]);
+    assert_eq!(out.json["cells"][2]["tags"], serde_json::json!(["injected-parameters"]));
+    let path = out.notebook();
+    let written = validate_notebook(&path);
+    assert_eq!(written["metadata"]["cairn"]["parameters"], want);
+    let prov = h::source(&written["cells"][0]);
+    assert!(prov.contains("| parameters | `flags = [\"fast\", \"x y\"]`, `name = \"Ada\"`, `alpha = 21` |"), "{prov}");
+    let code = h::doc_code_cells(&written);
+    assert_eq!(h::source(code[2]), "# Parameters\nflags = [\"fast\", \"x y\"]\nname = \"Ada\"\nalpha = 21");
+    let ours = h::stream_text(code[3]);
+    assert_eq!(ours, "[42, \"Ada\", [\"fast\", \"x y\"]]\n");
+
+    // Plain papermill on the document, and on the notebook Cairn wrote, with the same values.
+    let papermill = |input: &std::path::Path, output: &str| {
+        let out = std::process::Command::new(venv().join("bin/papermill"))
+            .arg(input)
+            .arg(v.path(output))
+            .args(["-f", v.path("more.yaml").to_str().unwrap(), "-p", "alpha", "21", "-p", "name", "Ada"])
+            .args(["--cwd", v.path("").to_str().unwrap()])
+            .env("JUPYTER_PATH", venv().join("share/jupyter"))
+            .env("JUPYTER_PLATFORM_DIRS", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "papermill {}: {}", input.display(), String::from_utf8_lossy(&out.stderr));
+        let nb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(v.path(output)).unwrap()).unwrap();
+        let printed = h::doc_code_cells(&nb).into_iter().map(h::stream_text).find(|t| t.starts_with('['));
+        printed.unwrap_or_default()
+    };
+    assert_eq!(papermill(&nb, "pm-doc.ipynb"), ours, "papermill on the document prints what Cairn's run printed");
+    assert_eq!(papermill(&path, "pm-ours.ipynb"), ours, "Cairn's notebook re-runs under papermill");
+    h::reexecutes(&v, &path);
+
+    // A bad name or file is an input error naming it, and nothing is created.
+    let fresh = Verify::new();
+    let nb = fresh.doc("p.ipynb", &notebook_of(&[("x = 1", &["parameters"])], serde_json::json!({})));
+    let out = fresh.verify(&[nb.to_str().unwrap(), "-p", "1x", "2"]).expect(2);
+    assert!(out.stderr.contains("parameter `1x` is not a Python name"), "{}", out.stderr);
+    let out = fresh.verify(&[nb.to_str().unwrap(), "--parameters", "missing.yaml"]).expect(2);
+    assert!(out.stderr.contains("missing.yaml: cannot read the parameters file"), "{}", out.stderr);
+    fresh.assert_nothing_created();
+    assert_no_kernel_left(&v);
+}
+
+// ------------------------------------------------------------------------------------------------
+// a verification is a job a person can see and stop
+
+/// Starts `doc` verifying in the background and waits until its first cell wrote `marker`.
+fn verifying_in_background(v: &Verify, doc: &std::path::Path, marker: &str) -> std::process::Child {
+    let child = v.spawn(&[doc]);
+    assert!(wait_until(Duration::from_secs(60), || v.path(marker).exists()), "the verification's first cell never ran");
+    child
+}
+
+/// The verification job rows of `cairn kernel jobs --json`.
+fn verification_rows(v: &Verify) -> Vec<serde_json::Value> {
+    let list = v.c.json(&["kernel", "jobs"]).expect(0).json;
+    list["jobs"].as_array().unwrap().iter().filter(|j| j["kind"] == "verification").cloned().collect()
+}
+
+/// A verification run by `cairn verify` is a job of the state root's kernel list while it runs
+/// (its id, title, cells done of total), `cairn kernel poll` follows it by its id, and
+/// `cairn kernel interrupt` stops it: no further cell, the running one interrupted (and killed
+/// after the grace when it ignores SIGINT), verdict `interrupted`; `cairn kernel restart` kills it
+/// at once.
+#[test]
+fn a_running_verification_is_a_job_a_person_can_see_and_stop() {
+    let v = Verify::new();
+    let slow = |name: &str, middle: &str| {
+        v.doc(
+            name,
+            &format!(
+                "```python\nopen('{name}.started', 'w').write('1')\n```\n\n```python\n{middle}\n```\n\n\
+                 ```python\nopen('{name}.after', 'w').write('ran')\n```\n"
+            ),
+        )
+    };
+    let cases = [
+        ("obeys.md", "import time\ntime.sleep(60)", "interrupt"),
+        (
+            "ignores.md",
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
+            "interrupt",
+        ),
+        ("restarted.md", "import time\ntime.sleep(60)", "restart"),
+    ];
+    for (name, middle, how) in cases {
+        let doc = slow(name, middle);
+        let mut child = verifying_in_background(&v, &doc, &format!("{name}.started"));
+        let mut rows = Vec::new();
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                rows = verification_rows(&v);
+                rows.first().is_some_and(|r| r["cells_done"] == 1)
+            }),
+            "{name}: no running verification listed: {rows:#?}"
+        );
+        let row = &rows[0];
+        assert_eq!((row["status"].as_str(), row["cells_total"].as_u64()), (Some("running"), Some(3)), "{row:#}");
+        assert_eq!(row["title"], name.trim_end_matches(".md"));
+        let id = row["job_id"].as_str().unwrap().to_string();
+        let polled = v.c.json(&["kernel", "poll", &id]).expect(0).json;
+        assert_eq!((polled["kind"].as_str(), polled["status"].as_str()), (Some("verification"), Some("running")));
+
+        let asked = Instant::now();
+        let out = v.c.json(&["kernel", how]).expect(0).json;
+        assert_eq!(out["verifications"], serde_json::json!([id]), "{how}: {out:#}");
+        let status = child.wait().unwrap();
+        let took = asked.elapsed();
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let result: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(status.code(), Some(1), "{name}: {result:#}");
+        assert_eq!(result["verdict"], "interrupted", "{name}: {result:#}");
+        assert_eq!(statuses(&result), ["passed", "interrupted", "skipped"], "{name}: {result:#}");
+        assert!(!v.path(&format!("{name}.after")).exists(), "{name}: a cell ran after the stop");
+        let bound = h::INTERRUPT_GRACE + Duration::from_secs(5);
+        assert!(took < bound, "{name}: {how} took {took:?} to stop the verification");
+        // Finished, it is no longer listed; polled by its id, its verdict and record.
+        assert!(verification_rows(&v).is_empty());
+        let polled = v.c.json(&["kernel", "poll", &id]).expect(0).json;
+        assert_eq!(polled["status"], "interrupted", "{polled:#}");
+        assert_eq!(polled["verification"]["verdict"], "interrupted");
+        assert_no_kernel_left(&v);
+    }
+    v.c.stop_daemon();
 }
