@@ -172,7 +172,7 @@ async function waitPage(page, name) {
 async function checkChrome(page, name) {
   const nav = page.locator('nav[aria-label="Sections"]');
   check((await nav.count()) === 1, `${name}: expected one <nav aria-label="Sections">, found ${await nav.count()}`);
-  for (const link of ['Runs', 'Workflows', 'Compute', 'Verifications']) {
+  for (const link of ['Runs', 'Workflows', 'Compute', 'Verifications', 'Docs']) {
     const n = await nav.getByRole('link', { name: link, exact: true }).count();
     check(n === 1, `${name}: the Sections nav must hold one link named ${link}, found ${n}`);
   }
@@ -562,6 +562,46 @@ async function workflowNotebook(page) {
   check(notebookText(wf).includes(EXPECT.passed_code), `the workflow export must hold the last verified code ${JSON.stringify(EXPECT.passed_code)}`);
 }
 
+/** The Docs page: every doc listed, a search that highlights its word, and one doc rendered as
+ *  markdown with its versions and the verification (and notebook) it came from. */
+async function docsPages(page) {
+  const d = EXPECT.doc;
+  await go(page, '#/docs', 'docs');
+  for (const name of [d.name, d.other]) await mustExist(page, `table#docs-table tr[data-doc=${attr(name)}]`, `the row of doc ${name}`);
+  await waitText(page, `table#docs-table tr[data-doc=${attr(d.name)}] td[data-col=version]`, String(d.versions));
+  await page.fill('input#doc-query', d.word);
+  await page.click('button#doc-search');
+  const hit = `#doc-hits li[data-doc=${attr(d.name)}]`;
+  await mustExist(page, hit, `the search hit of ${d.name} for ${d.word}`);
+  check((await count(page, '#doc-hits li')) === 1, `the search for ${d.word} must find only ${d.name}`);
+  await waitText(page, `${hit} mark`, (t) => t.toLowerCase() === d.word);
+  await finishPage(page, 'docs');
+
+  // Into the doc from its search hit.
+  await page.click(`${hit} a`);
+  await waitPage(page, 'doc');
+  await waitText(page, 'main#main h1', d.title);
+  await waitText(page, '#doc-version', `${d.versions} of ${d.versions}`);
+  await waitText(page, 'article#doc-text h2', d.title);
+  await waitText(page, 'article#doc-text h3', d.heading);
+  await waitText(page, 'article#doc-text pre code', (t) => t.includes(d.code));
+  await waitText(page, 'article#doc-text em', 'inputs');
+  check((await count(page, 'article#doc-text script')) === 0, 'raw HTML in a doc must not become an element');
+  await waitText(page, 'article#doc-text', (t) => t.includes('<script>alert(1)</script>'));
+  check((await count(page, '#doc-versions li')) === d.versions, `the doc page must list ${d.versions} versions`);
+  await waitText(page, '#doc-verification', (t) => t.includes(d.verification) && t.includes('passed'));
+  await finishPage(page, 'doc');
+  const nb = await download(page, 'button#doc-notebook', 'doc-notebook.ipynb');
+  check(notebookText(nb).includes(EXPECT.passed_code), `the doc's notebook must be the passed verification's (${EXPECT.passed_code})`);
+
+  // An older version, from the versions list.
+  await page.click('#doc-versions li[data-version="1"] a');
+  await waitPage(page, 'doc');
+  await waitText(page, '#doc-version', `1 of ${d.versions}`);
+  await waitText(page, '#doc-verification', (t) => t.includes('no verification'));
+  await finishPage(page, 'doc', 'doc-old-version');
+}
+
 async function liveRun(page) {
   await go(page, `#/runs/${EXPECT.live}`, 'run');
   await waitText(page, '#run-status', 'RUNNING');
@@ -747,6 +787,7 @@ async function main() {
     ['download notebook', verifiedNotebook],
     ['download audit', auditNotebook],
     ['download workflow', workflowNotebook],
+    ['docs', docsPages],
     ['live run', liveRun],
     ['sign-in refusals', signInRefusals],
   ];

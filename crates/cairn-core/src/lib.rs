@@ -10,6 +10,7 @@ pub mod audit;
 pub mod canonical;
 pub mod controller;
 pub mod dag;
+pub mod docs;
 pub mod document;
 pub mod event;
 pub mod ids;

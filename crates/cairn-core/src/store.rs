@@ -243,6 +243,9 @@ pub enum StoreError {
     RunDirReserved { target: String, run_dir: String, run_id: String },
     #[error("a target named `{0}` exists already; remove it first with `cairn target remove {0}`")]
     TargetExists(String),
+    /// A doc search the full-text index cannot parse (its message).
+    #[error("{0}")]
+    InvalidDocQuery(String),
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]
@@ -289,6 +292,72 @@ pub struct ConsumeReceipt {
     pub plan_id: String,
     pub target: String,
     pub run: NewRun,
+}
+
+/// A procedure doc in the index: its name, its newest version (with that version's summary),
+/// and its tombstone once removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocRecord {
+    pub name: String,
+    /// The newest version (versions are 1, 2, …; none is ever overwritten or deleted).
+    pub latest_version: u32,
+    /// The newest version itself.
+    pub latest: DocVersion,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// When `remove_doc` tombstoned it; its versions stay readable by number.
+    pub removed_at: Option<i64>,
+}
+
+/// One saved version of a doc (its text is read with `doc_text`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocVersion {
+    pub name: String,
+    pub version: u32,
+    /// The first heading, else the doc's name.
+    pub title: String,
+    pub bytes: u64,
+    pub sha256: String,
+    /// The passed verification the doc was saved from, if any.
+    pub verification_id: Option<String>,
+    /// That verification's notebook, as it was when the doc was saved.
+    pub notebook: Option<String>,
+    pub saved_at: i64,
+}
+
+/// A new version to save, with its text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDocVersion {
+    pub name: String,
+    pub text: String,
+    pub sha256: String,
+    pub title: String,
+    pub verification_id: Option<String>,
+    pub notebook: Option<String>,
+    pub at: i64,
+}
+
+/// What a save did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SaveDoc {
+    /// A new version was written.
+    Saved(DocVersion),
+    /// The doc's newest version already holds this text from the same verification; nothing was
+    /// written (so a retried save makes no duplicate).
+    Unchanged(DocVersion),
+}
+
+/// One doc a search found: its newest version, ranked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocHit {
+    pub name: String,
+    pub version: u32,
+    pub title: String,
+    /// An excerpt around the matches, each matched term between [`crate::docs::HIGHLIGHT_START`]
+    /// and [`crate::docs::HIGHLIGHT_END`].
+    pub snippet: String,
+    /// BM25 relevance (higher is better).
+    pub score: f64,
 }
 
 /// The registry of workflows, runs, step records and events.
@@ -411,4 +480,25 @@ pub trait RunStore {
     fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError>;
     /// The run reserved for `target + run_dir`, if any.
     fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError>;
+
+    // --- the procedure-doc index
+
+    /// Saves a new version of a doc (its number one more than the newest, or 1), with its index
+    /// row and its search row replaced, in one transaction; a removed doc is live again. The
+    /// newest version holding the same text and verification is returned `Unchanged` instead.
+    fn save_doc(&self, new: &NewDocVersion) -> Result<SaveDoc, StoreError>;
+    /// A doc, removed or not.
+    fn doc(&self, name: &str) -> Result<Option<DocRecord>, StoreError>;
+    /// Every doc by name (the removed ones too when `include_removed`).
+    fn docs(&self, include_removed: bool) -> Result<Vec<DocRecord>, StoreError>;
+    /// A doc's versions, oldest first.
+    fn doc_versions(&self, name: &str) -> Result<Vec<DocVersion>, StoreError>;
+    /// One version with its text.
+    fn doc_text(&self, name: &str, version: u32) -> Result<Option<(DocVersion, String)>, StoreError>;
+    /// Tombstones a doc and takes it out of the search (its versions stay); a doc removed
+    /// already keeps its first tombstone. `None` when there is no such doc.
+    fn remove_doc(&self, name: &str, at: i64) -> Result<Option<DocRecord>, StoreError>;
+    /// Full-text search (SQLite FTS5 query syntax) over the newest version of every live doc,
+    /// best first; a query the index cannot parse is `InvalidDocQuery`.
+    fn search_docs(&self, query: &str, limit: usize) -> Result<Vec<DocHit>, StoreError>;
 }

@@ -3,6 +3,7 @@
 //! decides the [`ErrorKind`], and the kind alone decides the exit code, the HTTP status and the
 //! MCP error result, in one table at the binary's edge, so the surfaces cannot disagree.
 
+use cairn_core::docs::DocError;
 use cairn_core::ids::InvalidRunId;
 use cairn_core::status::RunStatus;
 use cairn_core::store::StoreError;
@@ -63,6 +64,9 @@ error_codes! {
     NothingVerified => "nothing_verified", NotFound;
     NotebookUnreadable => "notebook_unreadable", NotFound;
     NoNotebook => "no_notebook", NotFound;
+    DocNotFound => "doc_not_found", NotFound;
+    DocVersionNotFound => "doc_version_not_found", NotFound;
+    DocRemoved => "doc_removed", NotFound;
     InvalidWorkflow => "invalid_workflow", Invalid;
     InvalidWorkflowFolder => "invalid_workflow_folder", Invalid;
     InvalidReference => "invalid_reference", Invalid;
@@ -84,6 +88,11 @@ error_codes! {
     EmptyJob => "empty_job", Invalid;
     KernelUnavailable => "kernel_unavailable", Invalid;
     TraceFileUnreadable => "trace_file_unreadable", Invalid;
+    InvalidDocName => "invalid_doc_name", Invalid;
+    InvalidDocVersion => "invalid_doc_version", Invalid;
+    InvalidDocText => "invalid_doc_text", Invalid;
+    InvalidDocQuery => "invalid_doc_query", Invalid;
+    VerificationNotPassed => "verification_not_passed", Invalid;
     ExecutionInputMismatch => "execution_input_mismatch", Conflict;
     StepRunning => "step_running", Conflict;
     RunOwnedElsewhere => "run_owned_elsewhere", Conflict;
@@ -169,6 +178,23 @@ pub enum EngineError {
     /// A verification that proved no notebook (it failed, or has no verdict yet).
     #[error("{message}")]
     NoNotebook { message: String },
+    #[error(
+        "doc `{name}` is not in the doc index; list the docs with `cairn doc list` (GET /docs), or save it with `cairn doc save {name} FILE`"
+    )]
+    DocNotFound { name: String },
+    #[error(
+        "doc `{name}` has no version {version}; its versions are 1 to {latest} (`cairn doc show {name}` lists them)"
+    )]
+    DocVersionNotFound { name: String, version: u32, latest: u32 },
+    #[error(
+        "doc `{name}` was removed; its versions 1 to {latest} stay readable by number (`{name}@{latest}`), and saving it again makes version {}",
+        latest + 1
+    )]
+    DocRemoved { name: String, latest: u32 },
+    #[error(
+        "verification_id `{id}` (`--from`) is not a verification Cairn recorded; `cairn verify DOC --json` prints a verification's id, and GET /verifications lists them"
+    )]
+    DocVerificationNotFound { id: String },
 
     // --- invalid
     #[error("{0}")]
@@ -226,6 +252,16 @@ pub enum EngineError {
     KernelUnavailable { message: String },
     #[error("{path} cannot be traced: {message}")]
     TraceFileUnreadable { path: String, message: String },
+    #[error("{0}")]
+    Doc(#[from] DocError),
+    #[error(
+        "query `{query}` is not a valid search: {message}. A query is SQLite FTS5 syntax: words (every one must match), \"a phrase\", OR, NOT, AND, NEAR(a b), prefix*; put a word with punctuation or an operator word in double quotes, e.g. \"k-means\" or \"AND\""
+    )]
+    DocQuery { query: String, message: String },
+    #[error(
+        "verification_id `{id}` (`--from`) has verdict {verdict}: a procedure doc links only a passed verification, whose notebook proves the procedure ran; fix the document and verify it again, then save from the passing verification (or save without `--from`)"
+    )]
+    VerificationNotPassed { id: String, verdict: String },
 
     // --- conflict
     #[error(
@@ -323,6 +359,10 @@ impl EngineError {
             E::NothingVerified => ErrorCode::NothingVerified,
             E::NotebookUnreadable { .. } => ErrorCode::NotebookUnreadable,
             E::NoNotebook { .. } => ErrorCode::NoNotebook,
+            E::DocNotFound { .. } => ErrorCode::DocNotFound,
+            E::DocVersionNotFound { .. } => ErrorCode::DocVersionNotFound,
+            E::DocRemoved { .. } => ErrorCode::DocRemoved,
+            E::DocVerificationNotFound { .. } => ErrorCode::VerificationNotFound,
             E::Workflow(_) => ErrorCode::InvalidWorkflow,
             E::WorkflowFolder { .. } => ErrorCode::InvalidWorkflowFolder,
             E::InvalidReference { .. } => ErrorCode::InvalidReference,
@@ -344,6 +384,18 @@ impl EngineError {
             E::EmptyJob => ErrorCode::EmptyJob,
             E::KernelUnavailable { .. } => ErrorCode::KernelUnavailable,
             E::TraceFileUnreadable { .. } => ErrorCode::TraceFileUnreadable,
+            E::Doc(e) => match e {
+                DocError::InvalidName { .. } => ErrorCode::InvalidDocName,
+                DocError::InvalidVersion { .. } => ErrorCode::InvalidDocVersion,
+                DocError::EmptyText | DocError::TooLarge { .. } | DocError::ControlCharacter { .. } => {
+                    ErrorCode::InvalidDocText
+                }
+                DocError::EmptyQuery | DocError::QueryTooLong { .. } | DocError::InvalidLimit { .. } => {
+                    ErrorCode::InvalidDocQuery
+                }
+            },
+            E::DocQuery { .. } => ErrorCode::InvalidDocQuery,
+            E::VerificationNotPassed { .. } => ErrorCode::VerificationNotPassed,
             E::ExecutionInputMismatch { .. } => ErrorCode::ExecutionInputMismatch,
             E::StepRunning { .. } => ErrorCode::StepRunning,
             E::RunOwnedElsewhere { .. } => ErrorCode::RunOwnedElsewhere,
@@ -394,6 +446,7 @@ fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::ReceiptConsumed(_) => ErrorCode::ReceiptConsumed,
         StoreError::RunDirReserved { .. } => ErrorCode::RunDirReserved,
         StoreError::TargetExists(_) => ErrorCode::TargetExists,
+        StoreError::InvalidDocQuery(_) => ErrorCode::InvalidDocQuery,
         StoreError::Database(_) => ErrorCode::Database,
         StoreError::Corrupt(_) => ErrorCode::Corrupt,
     }

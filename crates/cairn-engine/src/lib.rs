@@ -9,6 +9,7 @@
 //! to [`Engine`].
 
 mod artifacts;
+pub mod docs;
 mod env;
 mod error;
 pub mod launcher;

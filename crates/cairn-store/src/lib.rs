@@ -30,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0007_probes.sql"),
     include_str!("../migrations/0008_run_lookups.sql"),
     include_str!("../migrations/0009_artifacts.sql"),
+    include_str!("../migrations/0010_docs.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -1327,6 +1328,200 @@ impl RunStore for SqliteStore {
         .optional()
         .map_err(db)
     }
+
+    fn save_doc(&self, n: &NewDocVersion) -> Result<SaveDoc, StoreError> {
+        self.write(|tx| {
+            let existing: Option<(i64, u32, Option<i64>)> = tx
+                .query_row("SELECT id, latest_version, removed_at FROM docs WHERE name = ?1", [&n.name], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()
+                .map_err(db)?;
+            if let Some((_, latest, None)) = existing {
+                let newest = load_doc_version(tx, &n.name, latest)?;
+                if let Some(v) = newest
+                    && v.sha256 == n.sha256
+                    && v.verification_id == n.verification_id
+                {
+                    return Ok(SaveDoc::Unchanged(v));
+                }
+            }
+            let version = existing.map(|(_, latest, _)| latest + 1).unwrap_or(1);
+            let id: i64 = match existing {
+                Some((id, _, _)) => {
+                    tx.execute(
+                        "UPDATE docs SET latest_version = ?2, updated_at = ?3, removed_at = NULL WHERE id = ?1",
+                        params![id, version, n.at],
+                    )
+                    .map_err(db)?;
+                    id
+                }
+                None => tx
+                    .query_row(
+                        "INSERT INTO docs (name, latest_version, created_at, updated_at) VALUES (?1, ?2, ?3, ?3) \
+                         RETURNING id",
+                        params![n.name, version, n.at],
+                        |r| r.get(0),
+                    )
+                    .map_err(db)?,
+            };
+            tx.execute(
+                "INSERT INTO doc_versions (name, version, text, sha256, bytes, title, verification_id, notebook, saved_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    n.name,
+                    version,
+                    n.text,
+                    n.sha256,
+                    n.text.len() as i64,
+                    n.title,
+                    n.verification_id,
+                    n.notebook,
+                    n.at
+                ],
+            )
+            .map_err(db)?;
+            tx.execute("DELETE FROM doc_search WHERE rowid = ?1", [id]).map_err(db)?;
+            tx.execute(
+                "INSERT INTO doc_search (rowid, name, title, text, version) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, n.name, n.title, n.text, version],
+            )
+            .map_err(db)?;
+            let saved = load_doc_version(tx, &n.name, version)?
+                .ok_or_else(|| StoreError::Database(format!("doc `{}` version {version} vanished", n.name)))?;
+            Ok(SaveDoc::Saved(saved))
+        })
+    }
+
+    fn doc(&self, name: &str) -> Result<Option<DocRecord>, StoreError> {
+        let conn = self.conn();
+        Ok(select_docs(&conn, "WHERE d.name = ?1", &[&name])?.pop())
+    }
+
+    fn docs(&self, include_removed: bool) -> Result<Vec<DocRecord>, StoreError> {
+        let conn = self.conn();
+        let clause = if include_removed { "ORDER BY d.name" } else { "WHERE d.removed_at IS NULL ORDER BY d.name" };
+        select_docs(&conn, clause, &[])
+    }
+
+    fn doc_versions(&self, name: &str) -> Result<Vec<DocVersion>, StoreError> {
+        let conn = self.conn();
+        let sql = format!("SELECT {DOC_VERSION_COLUMNS} FROM doc_versions WHERE name = ?1 ORDER BY version");
+        let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+        stmt.query_map([name], doc_version_from_row).map_err(db)?.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
+    }
+
+    fn doc_text(&self, name: &str, version: u32) -> Result<Option<(DocVersion, String)>, StoreError> {
+        let conn = self.conn();
+        let sql = format!("SELECT {DOC_VERSION_COLUMNS}, text FROM doc_versions WHERE name = ?1 AND version = ?2");
+        conn.query_row(&sql, params![name, version], |r| Ok((doc_version_from_row(r)?, r.get(8)?)))
+            .optional()
+            .map_err(db)
+    }
+
+    fn remove_doc(&self, name: &str, at: i64) -> Result<Option<DocRecord>, StoreError> {
+        self.write(|tx| {
+            let Some((id, removed)) = tx
+                .query_row("SELECT id, removed_at FROM docs WHERE name = ?1", [name], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?))
+                })
+                .optional()
+                .map_err(db)?
+            else {
+                return Ok(None);
+            };
+            if removed.is_none() {
+                tx.execute("UPDATE docs SET removed_at = ?2, updated_at = ?2 WHERE id = ?1", params![id, at])
+                    .map_err(db)?;
+                tx.execute("DELETE FROM doc_search WHERE rowid = ?1", [id]).map_err(db)?;
+            }
+            Ok(select_docs(tx, "WHERE d.name = ?1", &[&name])?.pop())
+        })
+    }
+
+    fn search_docs(&self, query: &str, limit: usize) -> Result<Vec<DocHit>, StoreError> {
+        let conn = self.conn();
+        // `ORDER BY rank` lets FTS5 rank the matches itself (the weights are set in the
+        // migration), so the snippet is made only for the rows returned.
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT name, CAST(version AS INTEGER), title, snippet(doc_search, -1, char(1), char(2), '…', 24), rank \
+                 FROM doc_search WHERE doc_search MATCH ?1 ORDER BY rank LIMIT ?2",
+            )
+            .map_err(db)?;
+        let rows = stmt.query_map(params![query, limit as i64], |r| {
+            Ok(DocHit {
+                name: r.get(0)?,
+                version: r.get(1)?,
+                title: r.get(2)?,
+                snippet: r.get(3)?,
+                score: -r.get::<_, f64>(4)?,
+            })
+        });
+        let hits = rows.and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
+        hits.map_err(|e| match e {
+            // The query's own fault (FTS5 syntax, an unknown column) is a plain SQL error; the
+            // database failing is another code (busy, I/O, corrupt).
+            rusqlite::Error::SqliteFailure(f, Some(message)) if f.code == rusqlite::ErrorCode::Unknown => {
+                StoreError::InvalidDocQuery(message)
+            }
+            other => db(other),
+        })
+    }
+}
+
+const DOC_VERSION_COLUMNS: &str = "name, version, title, bytes, sha256, verification_id, notebook, saved_at";
+
+fn doc_version_from_row(r: &Row<'_>) -> rusqlite::Result<DocVersion> {
+    Ok(DocVersion {
+        name: r.get(0)?,
+        version: r.get(1)?,
+        title: r.get(2)?,
+        bytes: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+        sha256: r.get(4)?,
+        verification_id: r.get(5)?,
+        notebook: r.get(6)?,
+        saved_at: r.get(7)?,
+    })
+}
+
+fn load_doc_version(conn: &Connection, name: &str, version: u32) -> Result<Option<DocVersion>, StoreError> {
+    let sql = format!("SELECT {DOC_VERSION_COLUMNS} FROM doc_versions WHERE name = ?1 AND version = ?2");
+    conn.query_row(&sql, params![name, version], doc_version_from_row).optional().map_err(db)
+}
+
+/// Docs selected by `clause` (over `docs d`, with its parameters), each with its newest version.
+fn select_docs(conn: &Connection, clause: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<DocRecord>, StoreError> {
+    let sql = format!(
+        "SELECT d.name, d.latest_version, d.created_at, d.updated_at, d.removed_at, v.title, v.bytes, v.sha256, \
+         v.verification_id, v.notebook, v.saved_at FROM docs d \
+         JOIN doc_versions v ON v.name = d.name AND v.version = d.latest_version {clause}"
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+    stmt.query_map(params, |r| {
+        let name: String = r.get(0)?;
+        let latest_version: u32 = r.get(1)?;
+        Ok(DocRecord {
+            latest: DocVersion {
+                name: name.clone(),
+                version: latest_version,
+                title: r.get(5)?,
+                bytes: u64::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
+                sha256: r.get(7)?,
+                verification_id: r.get(8)?,
+                notebook: r.get(9)?,
+                saved_at: r.get(10)?,
+            },
+            name,
+            latest_version,
+            created_at: r.get(2)?,
+            updated_at: r.get(3)?,
+            removed_at: r.get(4)?,
+        })
+    })
+    .map_err(db)?
+    .collect::<rusqlite::Result<Vec<_>>>()
+    .map_err(db)
 }
 
 /// Orders versions semantically; an unparsable one (never stored by the engine) sorts first.

@@ -202,6 +202,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The procedure-doc index: markdown procedures (minus their data), versioned and searchable.
+    Doc {
+        #[command(subcommand)]
+        command: DocCommand,
+    },
 }
 
 /// The MCP servers.
@@ -359,6 +364,54 @@ pub enum WorkflowCommand {
     Show {
         /// NAME or NAME@VERSION.
         workflow: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DocCommand {
+    /// Store a new version of a procedure doc (versions 1, 2, … are kept, never overwritten).
+    Save {
+        /// The doc's name: 1 to 128 of A-Z a-z 0-9 . _ -, starting with a letter or a digit.
+        name: String,
+        /// The markdown file (- for stdin), at most 1 MiB.
+        file: PathBuf,
+        /// The passed verification the procedure was proven by: the doc links it and its notebook.
+        #[arg(long = "from", value_name = "VERIFICATION_ID")]
+        from: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The docs by name, each with its newest version.
+    List {
+        /// Removed docs too (their versions stay readable).
+        #[arg(long)]
+        removed: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a doc's markdown (its details on stderr): the newest version, or NAME@VERSION.
+    Show {
+        /// NAME or NAME@VERSION.
+        doc: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Full-text search over every live doc's newest version, best first (SQLite FTS5 syntax:
+    /// words, "a phrase", OR, NOT, prefix*).
+    Search {
+        query: String,
+        /// At most N results (1 to 100).
+        #[arg(long, value_name = "N", default_value_t = cairn_core::docs::DEFAULT_SEARCH_LIMIT)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a doc (a tombstone: it leaves the list and the search; its versions stay readable
+    /// as NAME@VERSION, and saving it again makes the next version).
+    Remove {
+        name: String,
         #[arg(long)]
         json: bool,
     },

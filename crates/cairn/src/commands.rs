@@ -256,6 +256,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Kernel { command } => crate::kernel::run(&state_root(cli.home)?, command),
         Command::Target { command } => target_command(&open_engine(cli.home)?, command),
+        Command::Doc { command } => crate::docs::run(&open_engine(cli.home)?, command),
     }
 }
 

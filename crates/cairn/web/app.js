@@ -82,7 +82,7 @@ function page(name, title, ...body) {
 }
 
 function section(name) {
-  return { run: 'runs', workflow: 'workflows' }[name] || name;
+  return { run: 'runs', workflow: 'workflows', doc: 'docs' }[name] || name;
 }
 
 function loaded() {
@@ -213,6 +213,8 @@ async function route() {
     else if (top === 'workflows') await workflowsPage();
     else if (top === 'compute') await computePage();
     else if (top === 'verifications') await verificationsPage();
+    else if (top === 'docs' && a) await docPage(a, b);
+    else if (top === 'docs') await docsPage();
     else if (top === 'runs' || !top) await runsPage();
     else {
       page('missing', 'Not found', h('p', {}, 'This page does not exist. ', h('a', { href: '#/runs' }, 'Go to the runs.')));
@@ -723,6 +725,97 @@ async function verificationsPage() {
 function firstLines(code) {
   const lines = String(code).split('\n');
   return lines.length > 3 ? `${lines.slice(0, 3).join('\n')}\n…` : code;
+}
+
+// ------------------------------------------------------------------------------------ docs
+
+/** The query of the last search on the Docs page, kept while moving between pages. */
+let docSearch = '';
+
+async function docsPage() {
+  const life = pageLife;
+  const { docs } = await api('/docs');
+  const input = h('input', { id: 'doc-query', type: 'search', name: 'query', autocomplete: 'off', value: docSearch,
+    placeholder: 'e.g. pca clustering' });
+  const said = h('p', { class: 'small muted', role: 'status', id: 'doc-search-status' });
+  const results = h('div', { id: 'doc-results' });
+  const search = async () => {
+    docSearch = input.value;
+    const q = docSearch.trim();
+    if (!q) {
+      results.replaceChildren();
+      said.textContent = '';
+      return;
+    }
+    said.textContent = 'Searching…';
+    try {
+      const found = await api(`/docs/search?query=${encodeURIComponent(q)}&limit=50`, life.signal);
+      said.textContent = found.results.length ? `${found.results.length} doc${found.results.length === 1 ? '' : 's'} match, best first.` : 'No doc matches.';
+      results.replaceChildren(found.results.length ? h('ol', { id: 'doc-hits', class: 'hits' }, found.results.map((r) => h('li', { 'data-doc': r.name },
+        h('a', { href: `#/docs/${encodeURIComponent(r.name)}` }, r.title), ' ',
+        h('span', { class: 'muted small mono' }, `${r.name}@${r.version}`),
+        h('p', { class: 'snippet small' }, r.snippet_parts.map((part) => (part.highlighted ? h('mark', {}, part.text) : part.text)))))) : '');
+    } catch (e) {
+      if (life.signal.aborted) return;
+      said.textContent = '';
+      results.replaceChildren(errorBox(e));
+    }
+  };
+  const form = h('form', { role: 'search', class: 'filters', 'aria-label': 'Search the docs', onsubmit: (ev) => { ev.preventDefault(); search(); } },
+    h('label', {}, 'Search the docs', input),
+    h('button', { type: 'submit', id: 'doc-search' }, 'Search'),
+    said);
+  page('docs', 'Docs',
+    h('p', { class: 'muted' }, 'Procedure docs: a proven procedure minus its dataset, kept for an agent to run again on new data and derive its parameters there. A notebook, on the Verifications page, is the other artifact: one run on one dataset, for a person to re-run.'),
+    form, results,
+    h('section', { 'aria-labelledby': 'h-docs' }, h('h2', { id: 'h-docs' }, 'All docs'),
+      docs.length ? table('docs-table', 'By name, each with its newest version', ['Doc', 'Title', 'Version', 'Saved', 'Verified by'],
+        docs.map((d) => h('tr', { 'data-doc': d.name },
+          h('th', { scope: 'row' }, h('a', { href: `#/docs/${encodeURIComponent(d.name)}` }, d.name)),
+          h('td', {}, d.title),
+          h('td', { 'data-col': 'version', class: 'num' }, d.latest_version),
+          h('td', {}, time(d.updated_at)),
+          h('td', { class: 'mono small' }, d.verification_id || '—'))))
+        : h('p', { class: 'muted' }, 'No doc yet; an agent saves one with save_doc, a person with cairn doc save NAME FILE.')));
+  if (docSearch.trim()) await search();
+  loaded();
+}
+
+async function docPage(name, version) {
+  const enc = encodeURIComponent(name);
+  const doc = await api(`/docs/${enc}?render=html${version ? `&version=${encodeURIComponent(version)}` : ''}`);
+  const said = h('p', { class: 'small muted', role: 'status' });
+  const article = h('article', { id: 'doc-text', class: 'doc', 'aria-label': `The text of ${doc.name}, version ${doc.version}` });
+  // The server renders the markdown with its raw HTML escaped and only safe links (see markdown.rs).
+  article.innerHTML = doc.html;
+  // The page's own h1 is the doc's title: the doc's headings move one level down.
+  for (const el of [...article.querySelectorAll('h1, h2, h3, h4, h5')]) {
+    const next = h(`h${Number(el.tagName[1]) + 1}`, {});
+    next.append(...el.childNodes);
+    el.replaceWith(next);
+  }
+  const v = doc.verification;
+  page('doc', doc.title,
+    doc.removed_at ? h('div', { class: 'error', role: 'alert' }, `This doc was removed at ${doc.removed_at}; its versions stay readable.`) : null,
+    h('dl', { class: 'meta', id: 'doc-meta' },
+      h('dt', {}, 'Doc'), h('dd', { class: 'mono' }, doc.name),
+      h('dt', {}, 'Version'), h('dd', { id: 'doc-version' }, `${doc.version} of ${doc.latest_version}`),
+      h('dt', {}, 'Saved'), h('dd', {}, time(doc.saved_at)),
+      h('dt', {}, 'Size'), h('dd', {}, `${doc.bytes} bytes · SHA-256 `, h('span', { class: 'mono small wrap' }, doc.sha256)),
+      h('dt', {}, 'Verified by'), h('dd', { id: 'doc-verification' }, v
+        ? [h('a', { href: '#/verifications', class: 'mono' }, v.verification_id), ` ${v.title ? `(${v.title}, ` : '('}${v.verdict || 'record gone'})`,
+          v.notebook ? h('div', { class: 'actions' },
+            h('button', { type: 'button', id: 'doc-notebook', onclick: () => download(`/verifications/${encodeURIComponent(v.verification_id)}/notebook`, `${v.verification_id}.ipynb`, said) }, 'Download its notebook'),
+            said) : null]
+        : 'no verification: this doc was saved without one')),
+    h('section', { 'aria-labelledby': 'h-versions' }, h('h2', { id: 'h-versions' }, 'Versions'),
+      h('ol', { id: 'doc-versions', class: 'plain' }, doc.versions.map((x) => h('li', { 'data-version': x.version },
+        x.version === doc.version
+          ? h('strong', { 'aria-current': 'page' }, `Version ${x.version}`)
+          : h('a', { href: `#/docs/${enc}/${x.version}` }, `Version ${x.version}`),
+        ` · ${x.title} · `, time(x.saved_at), ` · ${x.bytes} bytes`, x.verification_id ? ` · verified by ${x.verification_id}` : '')))),
+    h('section', { 'aria-labelledby': 'h-text' }, h('h2', { id: 'h-text' }, 'The procedure'), article));
+  loaded();
 }
 
 // ------------------------------------------------------------------------------------ start

@@ -76,7 +76,8 @@ impl From<JsonRejection> for ApiError {
         };
         let mut message = r.body_text();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
-            message = format!("the body is larger than {BODY_LIMIT} bytes");
+            message =
+                format!("the body is larger than {BODY_LIMIT} bytes ({} for POST /docs)", super::docs::DOCS_BODY_LIMIT);
         } else if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
             message = "send the body as JSON with `Content-Type: application/json`".into();
         }
@@ -181,7 +182,7 @@ pub(super) async fn require_token(State(state): State<AppRef>, req: Request, nex
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            "a Viewer token may only read; submitting and cancelling need the Operator token",
+            "a Viewer token may only read; changes (submitting, cancelling, approving, saving or removing a doc) need the Operator token",
         )
         .into_response();
     }

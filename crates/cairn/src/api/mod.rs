@@ -3,6 +3,7 @@
 //! resource; each handler parses its request, makes one engine call and answers with a wire
 //! object.
 
+mod docs;
 mod http;
 mod kernel;
 mod openapi;
@@ -22,6 +23,7 @@ use axum::routing::{get, post};
 use axum::{Router, middleware};
 use cairn_engine::Service;
 
+pub use docs::DOCS_BODY_LIMIT;
 pub use http::{ApiError, ErrorBody, ErrorDetail};
 pub use openapi::ApiDoc;
 pub use web::UsedLogins;
@@ -80,6 +82,9 @@ pub fn router(state: AppRef) -> Router {
         .route("/verifications/{id}", get(verifications::get_verification))
         .route("/verifications/{id}/notebook", get(verifications::verification_notebook))
         .route("/api/notebook", get(web::notebook_export))
+        .route("/docs", get(docs::list_docs).post(docs::save_doc).layer(DefaultBodyLimit::max(docs::DOCS_BODY_LIMIT)))
+        .route("/docs/search", get(docs::search_docs))
+        .route("/docs/{name}", get(docs::get_doc).delete(docs::remove_doc))
         .route_layer(middleware::from_fn_with_state(state.clone(), http::require_token));
     let mcp = crate::mcp::http_router(&state.url, &state.tokens.viewer, state.mcp_closing.clone())
         .layer(middleware::from_fn_with_state(state.clone(), http::require_any_token));

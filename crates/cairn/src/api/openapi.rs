@@ -7,7 +7,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::http::{ErrorBody, ErrorDetail};
-use super::{http, kernel, plans, runs, targets, verifications, web, workflows};
+use super::{docs, http, kernel, plans, runs, targets, verifications, web, workflows};
 use crate::wire;
 
 /// This document. Needs no token.
@@ -31,13 +31,16 @@ pub(super) async fn openapi_json() -> Response {
         targets::list_targets, targets::create_target, targets::probe_target, targets::check_readiness,
         verifications::create_verification, verifications::list_verifications, verifications::get_verification,
         verifications::verification_notebook,
-        web::index, web::asset, web::login, web::notebook_export),
+        web::index, web::asset, web::login, web::notebook_export,
+        docs::list_docs, docs::save_doc, docs::search_docs, docs::get_doc, docs::remove_doc),
     components(schemas(ErrorBody, ErrorDetail, http::Health, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
         wire::RunList, wire::EventList, wire::StepLog, wire::Explanation, wire::StepDetail, wire::ArtifactList,
         wire::TraceResult, wire::WorkflowList, wire::WorkflowDetail,
         wire::SubmitJob, wire::Job, wire::JobList, wire::Interrupted, wire::Restarted, runs::SseEventSchema,
         runs::SseRunsSchema, wire::PlanRun, wire::ExecutePlan, wire::PlanSummary, wire::PlanList, wire::AddTarget,
-        wire::Verify, wire::VerificationRecord, wire::VerifyResult, web::UiLogin)),
+        wire::Verify, wire::VerificationRecord, wire::VerifyResult, web::UiLogin,
+        wire::SaveDoc, wire::Doc, wire::DocSaved, wire::DocList, wire::DocSummary, wire::DocSearchResult, wire::DocHit,
+        wire::SnippetPart, wire::DocVerification, wire::DocVersionEntry)),
     modifiers(&BearerAuth, &CommonResponses),
 )]
 pub struct ApiDoc;
@@ -88,7 +91,7 @@ fn describe_status(status: &str) -> &'static str {
         "403" => "The Host header is not loopback, or a Viewer token asked for a change",
         "404" => "Not found",
         "409" => "Conflict with the stored state",
-        "413" => "The body is larger than 1 MiB",
+        "413" => "The body is larger than 1 MiB (4 MiB for POST /docs)",
         "415" => "The body is not sent as application/json",
         "422" => "The body or a parameter is invalid",
         _ => "See the error body",

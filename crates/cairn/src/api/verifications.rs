@@ -138,7 +138,7 @@ pub(super) async fn get_verification(
 /// The notebook a passed verification proved (nbformat 4.5 JSON, a provenance cell first); a
 /// failed one has none: its draft is named in the 404's message.
 #[utoipa::path(get, path = "/verifications/{id}/notebook", tag = "verifications", params(("id" = String, Path)),
-    responses((status = 200, description = "The notebook (application/x-ipynb+json)", body = Object),
+    responses((status = 200, description = "The notebook", content_type = "application/x-ipynb+json", body = Object),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn verification_notebook(

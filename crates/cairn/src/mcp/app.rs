@@ -107,10 +107,21 @@ impl App {
             Err(e) => e.tool_result(),
         }
     }
+
+    #[tool(
+        description = "The procedure docs (at most 100): name, newest version, title, when saved, the verification it came from. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn docs_overview(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        match self.daemon.call(&ctx, "GET", "/docs".into(), None).await {
+            Ok(v) => structured(bounded(v)),
+            Err(e) => e.tool_result(),
+        }
+    }
 }
 
 server_handler!(
     App,
     "cairn-app",
-    "Read-only views of Cairn for a person: runs, one run's detail, workflows and targets. This server holds a Viewer token: it cannot plan, approve, execute or cancel."
+    "Read-only views of Cairn for a person: runs, one run's detail, workflows, targets and procedure docs. This server holds a Viewer token: it cannot plan, approve, execute or cancel."
 );

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::RunRef;
 use super::api_client::{ApiClient, invalid, seg, structured};
 use super::resources::server_handler;
-use crate::wire::{PlanReplay, PlanRun, Verify, to_value};
+use crate::wire::{PlanReplay, PlanRun, ReadDoc, SaveDoc, SearchDocs, Verify, to_value};
 
 /// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
 const WAIT_FOR_END: Duration = Duration::from_secs(60);
@@ -364,10 +364,58 @@ impl Workbench {
     async fn restart_kernel(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
         self.daemon.tool(&ctx, "POST", "/kernel/restart".into(), None).await
     }
+
+    #[tool(
+        description = "The procedure docs in the doc index, by name, each with its newest version's title. A procedure doc holds a proven procedure minus its dataset, for an agent to re-run on new data (read cairn://guide: when to keep a notebook and when a doc). Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list_docs(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", "/docs".into(), None).await
+    }
+
+    #[tool(
+        description = "One procedure doc: its markdown text (the newest version, or `version`), every version, and the passed verification (and notebook) it was saved from. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn read_doc(&self, Parameters(p): Parameters<ReadDoc>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        let (name, version) = match p.reference() {
+            Ok(r) => r,
+            Err(e) => return invalid(e.to_string()),
+        };
+        let mut path = format!("/docs/{}", seg(&name));
+        if let Some(v) = version {
+            path.push_str(&format!("?version={v}"));
+        }
+        self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
+        description = "Full-text search over the newest version of every procedure doc (SQLite FTS5 syntax: words, all of which must match, \"a phrase\", OR, NOT, prefix*; quote a word with punctuation such as \"k-means\"). Best first (BM25; a match in the name or title weighs more), each with a snippet whose matches are in **bold**. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn search_docs(
+        &self,
+        Parameters(p): Parameters<SearchDocs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let mut path = format!("/docs/search?query={}", seg(&p.query));
+        if let Some(n) = p.limit {
+            path.push_str(&format!("&limit={n}"));
+        }
+        self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
+        description = "Save a new version of a procedure doc: markdown (at most 1 MiB) holding the procedure minus the dataset, written so an agent can re-run it on new data, deriving its parameters there. Versions are numbered 1, 2, … and never overwritten; the same text again saves nothing (created: false). Give `verification_id` of the passed verification that proved the procedure to link it and its notebook. Needs the Operator token.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn save_doc(&self, Parameters(p): Parameters<SaveDoc>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.daemon.tool(&ctx, "POST", "/docs".into(), Some(to_value(&p))).await
+    }
 }
 
 server_handler!(
     Workbench,
     "cairn-workbench",
-    "Cairn's workbench: plan, approve and run registered workflows durably, replay them selectively, verify documents, and use a session kernel. Planning is read-only; execute_plan runs exactly the plan shown to the person. Read cairn://guide first."
+    "Cairn's workbench: plan, approve and run registered workflows durably, replay them selectively, verify documents, keep proven procedures as docs, and use a session kernel. Planning is read-only; execute_plan runs exactly the plan shown to the person. Read cairn://guide first."
 );

@@ -4,6 +4,7 @@
 //! generated from what is actually sent and `cairn show --json` and `GET /runs/{id}` cannot
 //! disagree.
 
+mod docs;
 mod kernel;
 mod plans;
 pub mod requests;
@@ -12,6 +13,10 @@ mod targets;
 mod verify;
 mod workflows;
 
+pub use docs::{
+    Doc, DocHit, DocList, DocSaved, DocSearchResult, DocSummary, DocVerification, DocVersionEntry, ReadDoc, SaveDoc,
+    SearchDocs, SnippetPart,
+};
 pub use kernel::{Interrupted, Job, JobList, Restarted};
 pub use plans::{PlanList, PlanSummary};
 pub use requests::{

@@ -487,6 +487,31 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         protected("POST", "/verifications", Some(json!({})), FORBIDDEN, (422, Some("invalid_request"))),
         protected("GET", "/verifications/nope", None, NOT_FOUND, NOT_FOUND),
         protected("GET", "/verifications/nope/notebook", None, NOT_FOUND, NOT_FOUND),
+        // The doc index: the operator saves `m` (and a bad name is refused), everyone reads it,
+        // and the operator removes it last.
+        protected("GET", "/docs", None, OK, OK),
+        protected("POST", "/docs", Some(json!({"name": "m", "text": "# M\n"})), FORBIDDEN, (201, None)),
+        protected(
+            "POST",
+            "/docs",
+            Some(json!({"name": "a/b", "text": "# M\n"})),
+            FORBIDDEN,
+            (422, Some("invalid_request")),
+        ),
+        protected("GET", "/docs?removed=true", None, OK, OK),
+        protected("GET", "/docs/search?query=m", None, OK, OK),
+        protected(
+            "GET",
+            "/docs/search?query=AND%20OR",
+            None,
+            (422, Some("invalid_request")),
+            (422, Some("invalid_request")),
+        ),
+        protected("GET", "/docs/m", None, OK, OK),
+        protected("GET", "/docs/m?version=2", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/docs/nope", None, NOT_FOUND, NOT_FOUND),
+        protected("DELETE", "/docs/nope", None, FORBIDDEN, NOT_FOUND),
+        protected("DELETE", "/docs/m", None, FORBIDDEN, OK),
         // Not an endpoint: 404 for everyone, as JSON.
         public("GET", "/nope", NOT_FOUND),
         public("DELETE", "/runs/R1", (405, Some("method_not_allowed"))),
@@ -517,7 +542,7 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
                     assert!(r.body.is_object(), "{what}: a JSON object: {}", r.text);
                 }
             }
-            if row.method == "POST" && *who == Caller::Viewer {
+            if matches!(row.method, "POST" | "DELETE") && *who == Caller::Viewer && status == 403 {
                 assert!(message(&r).contains("Operator"), "{what}: the 403 says which token is needed: {}", r.text);
             }
         }

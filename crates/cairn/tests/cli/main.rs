@@ -12,6 +12,7 @@ mod bad_input;
 mod conformance;
 mod controllers;
 mod daemon;
+mod docs;
 mod evidence;
 mod jupyter;
 mod kernel;

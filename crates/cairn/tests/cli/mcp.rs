@@ -30,6 +30,8 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+mod docs;
+
 // ------------------------------------------------------------------------------------------------
 // the contract
 
@@ -54,6 +56,10 @@ const WORKBENCH: Tools = &[
     ("list_jobs", &[], &[]),
     ("interrupt_kernel", &[], &[]),
     ("restart_kernel", &[], &[]),
+    ("list_docs", &[], &[]),
+    ("read_doc", &["name"], &["version"]),
+    ("search_docs", &["query"], &["limit"]),
+    ("save_doc", &["name", "text"], &["verification_id"]),
 ];
 
 const COMPUTE: Tools = &[
@@ -72,11 +78,12 @@ const APP: Tools = &[
     ("run_detail", &["run_id"], &[]),
     ("workflows_overview", &[], &[]),
     ("targets_overview", &[], &[]),
+    ("docs_overview", &[], &[]),
 ];
 
 /// Tools that change something (plan, run, cancel, verify, drive the kernel, register a target):
 /// never annotated read-only, and never offered by the app server.
-const MUTATING: [&str; 10] = [
+const MUTATING: [&str; 11] = [
     "plan_run",
     "plan_replay",
     "execute_plan",
@@ -88,10 +95,11 @@ const MUTATING: [&str; 10] = [
     "add_target",
     // It changes nothing on the target, but Cairn records its result as the last probe.
     "probe_target",
+    "save_doc",
 ];
 
 /// Tools that only read: annotated read-only.
-const READ_ONLY: [&str; 15] = [
+const READ_ONLY: [&str; 19] = [
     "list_workflows",
     "describe_workflow",
     "list_runs",
@@ -107,6 +115,10 @@ const READ_ONLY: [&str; 15] = [
     "run_detail",
     "workflows_overview",
     "targets_overview",
+    "list_docs",
+    "read_doc",
+    "search_docs",
+    "docs_overview",
 ];
 
 const TEMPLATES: [&str; 3] =

@@ -64,6 +64,15 @@ const FINDING: &str = "the report did not pass";
 
 /// A line only the passed verification's document holds (the download check looks for it).
 const PASSED_CODE: &str = "print('cairn webapp e2e: the answer is', 6 * 7)";
+/// The procedure doc the Docs page shows: its name, title, a second-level heading, a code line and
+/// a word only it holds (the search finds it by that word).
+const DOC: &str = "webapp-procedure";
+const DOC_TITLE: &str = "Answer the question on new data";
+const DOC_HEADING: &str = "Derive the parameters";
+const DOC_CODE: &str = "answer = 6 * 7";
+const DOC_WORD: &str = "ultimately";
+const DOC_TEXT: &str = "# Answer the question on new data\n\nThe procedure, ultimately, minus the dataset. <script>alert(1)</script>\n\n## Derive the parameters\n\n- count the *inputs*\n- [the guide](https://example.org/guide)\n\n```python\nanswer = 6 * 7\n```\n";
+
 /// A line only the failed verification's document holds (its draft shows it).
 const FAILED_CODE: &str = "raise RuntimeError('cairn webapp e2e: this verification fails on purpose')";
 
@@ -274,6 +283,24 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
     let failed_v = e.json(&["verify", fail_doc.to_str().unwrap()]).expect(1).json;
     assert_eq!(failed_v["verdict"], "failed", "{failed_v:#}");
 
+    // Procedure docs: one in two versions, the newest saved from the passed verification, and
+    // another one.
+    let doc_v1 = c.path("procedure-v1.md");
+    std::fs::write(&doc_v1, "# Answer the question\n\nA first draft.\n").unwrap();
+    c.json(&["doc", "save", DOC, doc_v1.to_str().unwrap()]).expect(0);
+    let doc_v2 = c.path("procedure-v2.md");
+    std::fs::write(&doc_v2, DOC_TEXT).unwrap();
+    let vid = id(&passed, "verification_id");
+    let saved = c.json(&["doc", "save", DOC, doc_v2.to_str().unwrap(), "--from", &vid]).expect(0).json;
+    assert_eq!(
+        (saved["version"].as_u64(), saved["verification"]["verdict"].as_str()),
+        (Some(2), Some("passed")),
+        "{saved:#}"
+    );
+    let other = c.path("procedure-other.md");
+    std::fs::write(&other, "# Something else\n\nNothing about the answer.\n").unwrap();
+    c.json(&["doc", "save", "webapp-other", other.to_str().unwrap()]).expect(0);
+
     // Session-kernel jobs: two that pass and one that errors.
     let mut jobs = Vec::new();
     for (code, exit, status) in
@@ -361,6 +388,16 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
         "failed_code": FAILED_CODE,
         "jobs": jobs,
         "target": target,
+        "doc": {
+            "name": DOC,
+            "title": DOC_TITLE,
+            "heading": DOC_HEADING,
+            "code": DOC_CODE,
+            "word": DOC_WORD,
+            "versions": 2,
+            "verification": vid,
+            "other": "webapp-other",
+        },
     });
     (expect, bg)
 }
