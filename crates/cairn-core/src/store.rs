@@ -212,13 +212,15 @@ pub struct VerificationRecord {
     pub document_sha256: String,
     /// `None` while it runs.
     pub verdict: Option<String>,
-    /// `[{index, status, duration_ms}]`.
+    /// `[{index, status, duration_ms, error?, …}]`.
     pub cells: Value,
     pub notebook: Option<String>,
     pub draft: Option<String>,
     pub error: Option<String>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
+    /// The parameters it injected, an object (`{}` without any).
+    pub parameters: Value,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0008_run_lookups.sql"),
     include_str!("../migrations/0009_artifacts.sql"),
     include_str!("../migrations/0010_docs.sql"),
+    include_str!("../migrations/0011_verification_parameters.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -399,7 +400,7 @@ impl SqliteStore {
         let conn = self.conn();
         let sql = format!(
             "SELECT id, title, document, document_sha256, verdict, cells_json, notebook, draft, error, created_at, \
-             finished_at FROM verifications {clause}"
+             finished_at, parameters_json FROM verifications {clause}"
         );
         let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
         let rows = stmt
@@ -417,16 +418,19 @@ impl SqliteStore {
                         error: r.get(8)?,
                         created_at: r.get(9)?,
                         finished_at: r.get(10)?,
+                        parameters: Value::Null,
                     },
                     r.get::<_, String>(5)?,
+                    r.get::<_, String>(11)?,
                 ))
             })
             .map_err(db)?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(db)?;
         rows.into_iter()
-            .map(|(mut v, cells)| {
+            .map(|(mut v, cells, parameters)| {
                 v.cells = parse_json(&cells, "verification cells")?;
+                v.parameters = parse_json(&parameters, "verification parameters")?;
                 Ok(v)
             })
             .collect()
@@ -966,7 +970,7 @@ impl RunStore for SqliteStore {
         self.write(|tx| {
             tx.execute(
                 "INSERT INTO verifications (id, title, document, document_sha256, verdict, cells_json, notebook, draft, error, \
-                 created_at, finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 created_at, finished_at, parameters_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     v.id,
                     v.title,
@@ -978,7 +982,9 @@ impl RunStore for SqliteStore {
                     v.draft,
                     v.error,
                     v.created_at,
-                    v.finished_at
+                    v.finished_at,
+                    // A verification without parameters has none: `{}`.
+                    if v.parameters.is_null() { "{}".to_string() } else { to_json(&v.parameters) }
                 ],
             )
             .map_err(db)?;

@@ -275,6 +275,7 @@ impl Engine {
             error: None,
             created_at: self.clock.now_ms(),
             finished_at: None,
+            parameters: Value::Object(req.parameters.clone()),
         };
         let python = resolve_python(req.python.as_deref(), &self.state.path().join("python"), obs)?;
         let _slot = self.acquire_slot(req.no_wait, req.stop.as_ref(), obs)?;

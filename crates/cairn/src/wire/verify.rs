@@ -24,6 +24,10 @@ pub struct VerificationRecord {
     /// Unix milliseconds.
     pub created_at: i64,
     pub finished_at: Option<i64>,
+    /// The parameters it injected (papermill's convention), when there were any.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub parameters: serde_json::Map<String, Value>,
     /// For one verification read alone: its draft's text (cut at 256 KiB), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_text: Option<String>,
@@ -43,6 +47,7 @@ impl VerificationRecord {
             error: v.error.clone(),
             created_at: v.created_at,
             finished_at: v.finished_at,
+            parameters: v.parameters.as_object().cloned().unwrap_or_default(),
             draft_text: None,
         }
     }

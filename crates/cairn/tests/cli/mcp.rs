@@ -903,6 +903,11 @@ fn verify_workflow_keeps_a_notebook_or_a_draft() {
         let p = wb.call_ok("verify_workflow", json!({"document": doc, "parameters": {"alpha": 21}}));
         assert_eq!((p["verdict"].as_str(), &p["parameters"]), (Some("passed"), &json!({"alpha": 21})), "{w}: {p:#}");
         assert_eq!(p["cells"][1]["tags"], json!(["injected-parameters"]), "{w}: {p:#}");
+        // The stored record keeps them: the same answer from the API.
+        let pid = p["verification_id"].as_str().unwrap();
+        let d = fx.c.daemon();
+        let stored = http("GET", &format!("{}/verifications/{pid}", d.url), Some(&fx.c.token("viewer")), None, &[]);
+        assert_eq!(stored.body["parameters"], json!({"alpha": 21}), "{w}: {:#}", stored.body);
 
         let f = wb.call_ok("verify_workflow", json!({"document": FAILING_DOC, "title": format!("boom {over:?}")}));
         assert_eq!(f["verdict"], "failed", "{w}: {f:#}");
