@@ -539,6 +539,13 @@ async function verificationsTable(page) {
     await mustExist(page, row, `the row of kernel job ${job.id}`);
     await waitText(page, `${row} td[data-col=status]`, (t) => t.toLowerCase().includes(job.status));
   }
+  // The failed cell's error, as an agent reads it, and a verification in progress as a job.
+  await waitText(page, `${failed} details.cell-error summary`, (t) => t.includes(EXPECT.failed_cell_error));
+  const held = `table#jobs-table tr[data-job=${attr(EXPECT.held_verification.id)}]`;
+  await mustExist(page, held, `the row of the verification in progress ${EXPECT.held_verification.id}`);
+  check((await page.getAttribute(held, 'data-kind')) === 'verification', 'a verification in progress must be a row of kind verification');
+  await waitText(page, `${held} td[data-col=status]`, (t) => t.toLowerCase().includes('running'));
+  await waitText(page, `${held} td[data-col=cells]`, (t) => t.includes(EXPECT.held_verification.cells));
   await finishPage(page, 'verifications');
 }
 

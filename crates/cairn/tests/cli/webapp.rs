@@ -230,7 +230,7 @@ fn id(v: &Value, key: &str) -> String {
 
 /// The data of the web app, made through the real CLI and daemon; returns what the browser test
 /// must find (`CAIRN_EXPECT`) and the live run's background process.
-fn fill(e: &Env, gate: &Path) -> (Value, Background) {
+fn fill(e: &Env, gate: &Path) -> (Value, Background, Held) {
     let c = &e.c;
     e.json(&["daemon", "start"]).expect(0);
 
@@ -320,6 +320,40 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
         "test-sshd".to_string()
     });
 
+    // A verification in progress (after the session jobs: it holds the kernel slot), held in its
+    // second cell until its own gate opens: a row of the jobs table while the browser looks.
+    let (vgate, vstarted) = (c.path("verification-gate"), c.path("verification-started"));
+    let held_doc = c.path("held.md");
+    std::fs::write(
+        &held_doc,
+        format!(
+            "```python\nopen({:?}, 'w').close()\n```\n\n```python\nimport os, time\nwhile not os.path.exists({:?}):\n    time.sleep(0.05)\n```\n",
+            vstarted.to_str().unwrap(),
+            vgate.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let held = Held {
+        gate: vgate,
+        child: Background(Some(c.spawn(&["verify".into(), held_doc.display().to_string(), "--json".into()]))),
+    };
+    assert!(wait_until(Duration::from_secs(60), || vstarted.exists()), "the held verification never started");
+    let mut held_row = Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            let jobs = e.json(&["kernel", "jobs"]).expect(0).json;
+            held_row = jobs["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|j| j["kind"] == "verification")
+                .cloned()
+                .unwrap_or_default();
+            held_row["cells_done"] == 1
+        }),
+        "the held verification is not listed: {held_row:#}"
+    );
+
     // The live run: started in the background through the daemon, RUNNING until the gate opens.
     let started = c.path("live-started");
     let mut args = c.run_args(LIVE, &json!({"gate": gate, "started": started}), &[]);
@@ -387,6 +421,8 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
         "passed_code": PASSED_CODE,
         "failed_code": FAILED_CODE,
         "jobs": jobs,
+        "held_verification": {"id": id(&held_row, "job_id"), "cells": "held: 1 of 2 cells done"},
+        "failed_cell_error": "RuntimeError: cairn webapp e2e: this verification fails on purpose",
         "target": target,
         "doc": {
             "name": DOC,
@@ -399,7 +435,13 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background) {
             "other": "webapp-other",
         },
     });
-    (expect, bg)
+    (expect, bg, held)
+}
+
+/// A verification held in progress until its gate opens.
+struct Held {
+    gate: PathBuf,
+    child: Background,
 }
 
 #[test]
@@ -409,7 +451,7 @@ fn the_web_app_shows_every_page_follows_a_live_run_and_only_reads() {
     let mut e = Env::new();
     e.ssh = true;
     let gate = e.c.path("gate");
-    let (expect, mut bg) = fill(&e, &gate);
+    let (expect, mut bg, mut held) = fill(&e, &gate);
     eprintln!("webapp: data ready in {:?}: {expect:#}", started.elapsed());
 
     let ui = e.json(&["ui", "--no-open"]).expect(0).json;
@@ -459,6 +501,10 @@ fn the_web_app_shows_every_page_follows_a_live_run_and_only_reads() {
     let run = child.wait_with_output().unwrap();
     assert_eq!(run.status.code(), Some(0), "the live run: {}", String::from_utf8_lossy(&run.stderr));
     assert_eq!(e.c.show(&id(&expect, "live"))["status"], "READY");
+    // The held verification passes once its gate opens: the browser stopped nothing.
+    std::fs::write(&held.gate, "").unwrap();
+    let verified = held.child.0.take().unwrap().wait_with_output().unwrap();
+    assert_eq!(verified.status.code(), Some(0), "the held verification: {}", String::from_utf8_lossy(&verified.stderr));
 
     e.json(&["daemon", "stop"]).expect(0);
     close_ssh_masters(&e.c);
