@@ -1468,4 +1468,21 @@ fn verify_workflow_answers_within_wait_and_poll_job_follows_it() {
     // A fast one, within the default minute: the result itself.
     let fast = wb.call_ok("verify_workflow", json!({"document": "```python\ny = 2\n```\n"}));
     assert_eq!(fast["verdict"], "passed", "{fast:#}");
+    // A long one, stopped by interrupt_kernel: no further cell, verdict interrupted.
+    let long = "```python\nimport time\ntime.sleep(60)\n```\n\n```python\nz = 3\n```\n";
+    let v = wb.call_ok("verify_workflow", json!({"document": long, "title": "long", "wait": 1}));
+    let id = v["verification_id"].as_str().unwrap().to_string();
+    let out = wb.call_ok("interrupt_kernel", json!({}));
+    assert_eq!(out["verifications"], json!([id]), "{out:#}");
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            polled = wb.call_ok("poll_job", json!({"job_id": id}));
+            polled["status"] != "running"
+        }),
+        "interrupt_kernel did not stop it: {polled:#}"
+    );
+    assert_eq!(polled["status"], "interrupted", "{polled:#}");
+    let cells: Vec<&str> =
+        polled["verification"]["cells"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap()).collect();
+    assert_eq!(cells, ["interrupted", "skipped"], "{polled:#}");
 }
