@@ -439,34 +439,37 @@ fn a_planned_pipeline_runs_locally_from_its_deployed_copy() {
     planned_pipeline_runs(&fx, "local");
 }
 
+/// Starts the registered `naps` pipeline in the background: here as run `name` (`cairn run`), or
+/// on `target` planned into `<scratch>/<run_dir>` and approved. Returns the follower, the run's id
+/// and its run directory.
+fn start_naps(fx: &Fx, target: Option<&str>, name: &str, run_dir: &str) -> (usize, String, PathBuf) {
+    let Some(t) = target else {
+        let args = fx.c.run_args("naps", &json!({}), &["--run-id", name, "--json"]);
+        return (fx.spawn(&args), name.to_string(), fx.c.home().join("runs").join(name));
+    };
+    let run_dir = fx.p(run_dir);
+    let plan = fx.plan("naps", &json!({}), t, &run_dir, name).expect(0).json;
+    let mut args = approval(&plan);
+    args.push("--json".into());
+    let i = fx.spawn(&args);
+    let mut run_id = String::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let plans = fx.json(&["plans"]).expect(0).json;
+            run_id = plans["plans"][0]["run_id"].as_str().unwrap_or_default().to_string();
+            !run_id.is_empty()
+        }),
+        "execute-plan never created its run"
+    );
+    (i, run_id, run_dir)
+}
+
 /// (3) Cancel mid-run: `naps` sleeps 4 s per job, two at a time, 6 jobs. Once the first outputs
 /// exist (and the next jobs run), `cairn cancel`: snakemake gets SIGINT, stops its jobs, releases
 /// its lock and exits; the run is CANCELLED within seconds; completed outputs stay.
 fn cancel_mid_run(fx: &Fx, target: Option<&str>) {
     fx.add("naps");
-    let (follower, run_id, run_dir) = match target {
-        None => {
-            let args = fx.c.run_args("naps", &json!({}), &["--run-id", "naps", "--json"]);
-            (fx.spawn(&args), "naps".to_string(), fx.c.home().join("runs/naps"))
-        }
-        Some(t) => {
-            let run_dir = fx.p("ws/naps-1");
-            let plan = fx.plan("naps", &json!({}), t, &run_dir, "naps-1").expect(0).json;
-            let mut args = approval(&plan);
-            args.push("--json".into());
-            let i = fx.spawn(&args);
-            let mut run_id = String::new();
-            assert!(
-                wait_until(Duration::from_secs(30), || {
-                    let plans = fx.json(&["plans"]).expect(0).json;
-                    run_id = plans["plans"][0]["run_id"].as_str().unwrap_or_default().to_string();
-                    !run_id.is_empty()
-                }),
-                "execute-plan never created its run"
-            );
-            (i, run_id, run_dir)
-        }
-    };
+    let (follower, run_id, run_dir) = start_naps(fx, target, "naps", "ws/naps-1");
 
     // Mid-run: the first naps are done, snakemake runs and holds its lock.
     let work = run_dir.join("steps/pipeline");
@@ -834,29 +837,7 @@ fn a_completed_controller_step_is_not_run_again_under_the_same_run_id() {
 /// nonce) instead of starting the pipeline again. One attempt, one snakemake, every output.
 fn daemon_killed_mid_pipeline(fx: &Fx, target: Option<&str>) {
     fx.add("naps");
-    let (follower, run_id, run_dir) = match target {
-        None => {
-            let args = fx.c.run_args("naps", &json!({}), &["--run-id", "naps", "--json"]);
-            (fx.spawn(&args), "naps".to_string(), fx.c.home().join("runs/naps"))
-        }
-        Some(t) => {
-            let run_dir = fx.p("ws/naps-1");
-            let plan = fx.plan("naps", &json!({}), t, &run_dir, "naps-1").expect(0).json;
-            let mut args = approval(&plan);
-            args.push("--json".into());
-            let i = fx.spawn(&args);
-            let mut run_id = String::new();
-            assert!(
-                wait_until(Duration::from_secs(30), || {
-                    let plans = fx.json(&["plans"]).expect(0).json;
-                    run_id = plans["plans"][0]["run_id"].as_str().unwrap_or_default().to_string();
-                    !run_id.is_empty()
-                }),
-                "execute-plan never created its run"
-            );
-            (i, run_id, run_dir)
-        }
-    };
+    let (follower, run_id, run_dir) = start_naps(fx, target, "naps", "ws/naps-1");
     let work = run_dir.join("steps/pipeline");
     assert!(
         wait_until(Duration::from_secs(60), || std::fs::read_dir(work.join("results/naps"))
@@ -930,29 +911,7 @@ fn killed_snakemake_resumes(fx: &Fx, target: Option<&str>) {
         std::fs::write(dir.join("Snakefile"), logged).unwrap();
         fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
     }
-    let (follower, run_id, run_dir) = match target {
-        None => {
-            let args = fx.c.run_args("naps", &json!({}), &["--run-id", "killed", "--json"]);
-            (fx.spawn(&args), "killed".to_string(), fx.c.home().join("runs/killed"))
-        }
-        Some(t) => {
-            let run_dir = fx.p("ws/killed");
-            let plan = fx.plan("naps", &json!({}), t, &run_dir, "killed").expect(0).json;
-            let mut args = approval(&plan);
-            args.push("--json".into());
-            let i = fx.spawn(&args);
-            let mut run_id = String::new();
-            assert!(
-                wait_until(Duration::from_secs(30), || {
-                    let plans = fx.json(&["plans"]).expect(0).json;
-                    run_id = plans["plans"][0]["run_id"].as_str().unwrap_or_default().to_string();
-                    !run_id.is_empty()
-                }),
-                "execute-plan never created its run"
-            );
-            (i, run_id, run_dir)
-        }
-    };
+    let (follower, run_id, run_dir) = start_naps(fx, target, "killed", "ws/killed");
     let work = run_dir.join("steps/pipeline");
     assert!(
         wait_until(Duration::from_secs(60), || files_under(&work, "results/naps").len() >= 2),
