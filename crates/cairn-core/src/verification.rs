@@ -453,6 +453,26 @@ pub fn slug(title: &str) -> String {
 mod tests {
     use super::*;
 
+    fn provenance(document: &str, verdict: Verdict, code_cells: usize) -> Provenance {
+        Provenance {
+            title: "t".into(),
+            document: document.into(),
+            document_sha256: "ab".into(),
+            verdict,
+            python: "3.11".into(),
+            ipykernel: "6".into(),
+            environment_sha256: "cd".into(),
+            plugins_loaded: vec![],
+            plugins_failed: vec![],
+            cairn_version: "0.1.0".into(),
+            code_cells,
+            not_run: vec![],
+            expected_errors: vec![],
+            timeout: Some((600, TimeoutSource::Default)),
+            parameters: Map::new(),
+        }
+    }
+
     #[test]
     fn the_verdict_is_the_first_cell_that_did_not_pass() {
         use CellStatus::*;
@@ -486,23 +506,7 @@ mod tests {
             error_expected: false,
             skipped: None,
         }];
-        let p = Provenance {
-            title: "t".into(),
-            document: "d.md".into(),
-            document_sha256: "ab".into(),
-            verdict: Verdict::Failed,
-            python: "3.11".into(),
-            ipykernel: "6".into(),
-            environment_sha256: "cd".into(),
-            plugins_loaded: vec![],
-            plugins_failed: vec![],
-            cairn_version: "0.1.0".into(),
-            code_cells: 2,
-            not_run: vec![],
-            expected_errors: vec![],
-            timeout: Some((600, TimeoutSource::Default)),
-            parameters: Map::new(),
-        };
+        let p = provenance("d.md", Verdict::Failed, 2);
         let nb = build_notebook(&doc, &Map::new(), &outcomes, ("# bootstrap\n", &[], Some(1)), &p);
         assert_eq!(nb["nbformat_minor"], 5);
         let cells = nb["cells"].as_array().unwrap();
@@ -530,21 +534,11 @@ mod tests {
     #[test]
     fn the_provenance_says_which_cells_were_not_run_and_which_errors_were_expected() {
         let p = Provenance {
-            title: "t".into(),
-            document: "d.ipynb".into(),
-            document_sha256: "ab".into(),
-            verdict: Verdict::Passed,
-            python: "3.11".into(),
-            ipykernel: "6".into(),
-            environment_sha256: "cd".into(),
-            plugins_loaded: vec![],
-            plugins_failed: vec![],
-            cairn_version: "0.1.0".into(),
-            code_cells: 4,
             not_run: vec![1, 3],
             expected_errors: vec![(2, "ZeroDivisionError".into())],
             timeout: Some((30, TimeoutSource::Document)),
             parameters: json!({"alpha": 2, "name": "a|b"}).as_object().unwrap().clone(),
+            ..provenance("d.ipynb", Verdict::Passed, 4)
         };
         let md = provenance_markdown(&p);
         assert!(md.contains("2 of the 4 code cells of `d.ipynb`"), "{md}");
