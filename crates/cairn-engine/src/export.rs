@@ -19,6 +19,8 @@ use crate::{Engine, EngineError};
 pub enum ExportOut {
     /// A crate directory (created; it must not exist yet).
     Dir(PathBuf),
+    /// A zipped crate (`ro-crate-metadata.json` at its root; the file must not exist yet).
+    Zip(PathBuf),
 }
 
 #[derive(Debug, Clone)]
@@ -138,11 +140,50 @@ impl Engine {
         let record = self.store.workflow(&view.run.workflow, Some(&view.run.version))?.ok_or_else(|| {
             EngineError::WorkflowNotFound { name: view.run.workflow.clone(), version: Some(view.run.version.clone()) }
         })?;
-        let ExportOut::Dir(root) = &request.out;
-        if fs::symlink_metadata(root).is_ok() {
-            return Err(EngineError::ExportExists { path: root.display().to_string() });
+        let (dest, zip) = match &request.out {
+            ExportOut::Dir(p) => (p, false),
+            ExportOut::Zip(p) => (p, true),
+        };
+        if fs::symlink_metadata(dest).is_ok() {
+            return Err(EngineError::ExportExists { path: dest.display().to_string() });
         }
+        // A zip is made from a crate directory beside it, removed once zipped (or on failure).
+        let staging;
+        let root = if zip {
+            let name = dest.file_name().ok_or_else(|| EngineError::InvalidExportPath {
+                path: dest.display().to_string(),
+                message: "name a zip file".into(),
+            })?;
+            staging = dest.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+            let _ = fs::remove_dir_all(&staging);
+            &staging
+        } else {
+            dest
+        };
         fs::create_dir_all(root).map_err(|e| EngineError::io(root, e))?;
+        let written = self.write_crate(request, &view, &record, root);
+        if !zip {
+            return written;
+        }
+        let zipped = written.and_then(|r| {
+            let bytes = zip_dir(root, dest)?;
+            Ok(ExportResult { path: dest.clone(), bytes, ..r })
+        });
+        let _ = fs::remove_dir_all(root);
+        if zipped.is_err() {
+            let _ = fs::remove_file(dest);
+        }
+        zipped
+    }
+
+    fn write_crate(
+        &self,
+        request: &ExportRequest,
+        view: &crate::RunView,
+        record: &cairn_core::store::WorkflowRecord,
+        root: &Path,
+    ) -> Result<ExportResult, EngineError> {
+        let root = &root.to_path_buf();
         let mut w = Writer { root: root.clone(), files: 0, bytes: 0 };
 
         // The workflow folder, as registered.
@@ -220,11 +261,28 @@ impl Engine {
         let text = serde_json::to_vec_pretty(&metadata).map_err(|e| EngineError::internal(e.to_string()))?;
         w.write("ro-crate-metadata.json", &text)?;
         Ok(ExportResult {
-            run_id: view.run.run_id,
+            run_id: view.run.run_id.clone(),
             path: root.clone(),
             files: w.files,
             bytes: w.bytes,
             artifacts: copied,
         })
     }
+}
+
+/// Zips the crate directory `dir` into `to` (deflated, paths relative to the crate root) and
+/// returns the zip's size.
+fn zip_dir(dir: &Path, to: &Path) -> Result<u64, EngineError> {
+    let file = fs::File::create_new(to).map_err(|e| EngineError::io(to, e))?;
+    let mut zip = zip::ZipWriter::new(file);
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    for rel in folder_files(dir)? {
+        zip.start_file(rel.as_str(), options).map_err(|e| EngineError::io(to, e))?;
+        let from = dir.join(contained(&rel)?);
+        let mut input = fs::File::open(&from).map_err(|e| EngineError::io(&from, e))?;
+        std::io::copy(&mut input, &mut zip).map_err(|e| EngineError::io(to, e))?;
+    }
+    let file = zip.finish().map_err(|e| EngineError::io(to, e))?;
+    file.sync_all().map_err(|e| EngineError::io(to, e))?;
+    Ok(file.metadata().map_err(|e| EngineError::io(to, e))?.len())
 }

@@ -130,8 +130,11 @@ pub enum Command {
     Export {
         run_id: String,
         /// The crate directory to create (default `RUN.crate`).
-        #[arg(long = "ro-crate", value_name = "DIR")]
+        #[arg(long = "ro-crate", value_name = "DIR", conflicts_with = "zip")]
         ro_crate: Option<PathBuf>,
+        /// Write the crate as one zip file instead.
+        #[arg(long, value_name = "FILE")]
+        zip: Option<PathBuf>,
         /// Reference the artifacts by path and hash instead of copying them.
         #[arg(long)]
         no_data: bool,

@@ -163,9 +163,13 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Export { run_id, ro_crate, no_data, json } => {
-            let dir = ro_crate.clone().unwrap_or_else(|| PathBuf::from(format!("{run_id}.crate")));
-            let request = ExportRequest { run_id: run_id.clone(), out: ExportOut::Dir(dir), data: !no_data };
+        Command::Export { run_id, ro_crate, zip, no_data, json } => {
+            let out = match (ro_crate, zip) {
+                (_, Some(file)) => ExportOut::Zip(file.clone()),
+                (Some(dir), None) => ExportOut::Dir(dir.clone()),
+                (None, None) => ExportOut::Dir(PathBuf::from(format!("{run_id}.crate"))),
+            };
+            let request = ExportRequest { run_id: run_id.clone(), out, data: !no_data };
             let done = wire::ExportResult::from_engine(&open_engine(cli.home)?.export_run(&request)?);
             if json {
                 print_wire(&done);
