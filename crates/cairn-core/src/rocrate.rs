@@ -6,9 +6,12 @@
 
 use serde_json::{Value, json};
 
+use std::collections::BTreeMap;
+
 use crate::artifact::ArtifactRecord;
-use crate::status::RunStatus;
-use crate::store::{RunRecord, StepRecord};
+use crate::event::RunEvent;
+use crate::status::{Outcome, RunStatus};
+use crate::store::{EventRecord, RunRecord, StepRecord};
 use crate::workflow::WorkflowSpec;
 
 /// The crate's file of the run's input, and of the validator's verdict and findings.
@@ -38,6 +41,56 @@ pub struct CrateStep {
     /// For a reused step: the run whose attempt really executed it (following the lineage past
     /// the runs that reused it too) and that attempt's number.
     pub producer: Option<(String, u32)>,
+    /// The attempts this run executed, from its events (empty for a reused step).
+    pub attempts: Vec<CrateAttempt>,
+}
+
+/// One executed attempt of a step, as the run's events tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrateAttempt {
+    pub number: u32,
+    pub started_ms: i64,
+    pub ended_ms: Option<i64>,
+    /// `None` while it runs (or when it was abandoned by a crash).
+    pub outcome: Option<Outcome>,
+    pub error: Option<String>,
+    pub args_hash: String,
+}
+
+/// Each step's executed attempts, in order, from a run's event log.
+pub fn attempts_from_events(events: &[EventRecord]) -> BTreeMap<String, Vec<CrateAttempt>> {
+    let mut out: BTreeMap<String, Vec<CrateAttempt>> = BTreeMap::new();
+    for e in events {
+        let (Some(step), Some(number)) = (&e.step_id, e.attempt) else { continue };
+        let list = out.entry(step.clone()).or_default();
+        if let RunEvent::StepStarted { args_hash, .. } = &e.event {
+            list.push(CrateAttempt {
+                number,
+                started_ms: e.at,
+                ended_ms: None,
+                outcome: None,
+                error: None,
+                args_hash: args_hash.clone(),
+            });
+            continue;
+        }
+        let Some(a) = list.iter_mut().rev().find(|a| a.number == number) else { continue };
+        match &e.event {
+            RunEvent::StepCompleted { .. } => {
+                a.ended_ms = Some(e.at);
+                a.outcome = Some(Outcome::Completed);
+            }
+            RunEvent::StepRetrying { outcome, error, .. } | RunEvent::StepFailed { outcome, error, .. } => {
+                a.ended_ms = Some(e.at);
+                a.outcome = Some(*outcome);
+                a.error = error.clone();
+            }
+            RunEvent::StepInterrupted { .. } | RunEvent::StepCancelled { .. } => a.ended_ms = Some(e.at),
+            _ => {}
+        }
+    }
+    out.retain(|_, v| !v.is_empty());
+    out
 }
 
 /// Everything the crate says about a run.
@@ -279,7 +332,40 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
                 a["error"] = json!(e);
             }
             a["description"] = json!(desc.join("; "));
-            control_entity["object"] = id(&action);
+            // The earlier attempts this run executed, each its own action (the last one above).
+            let mut objects = Vec::new();
+            if r.reused_from.is_none() {
+                for earlier in s.attempts.iter().filter(|x| x.number != attempt) {
+                    let eid = attempt_action_id(&run.run_id, &s.step_id, earlier.number);
+                    let mut e = json!({
+                        "@id": eid, "@type": "CreateAction",
+                        "name": format!("Run of tool {} for step {} (attempt {})", s.tool, s.step_id, earlier.number),
+                        "instrument": id(&tool_id(&s.tool)),
+                        "object": [id(&c.input.id)],
+                        "startTime": rfc3339(earlier.started_ms),
+                        "actionStatus": action_status(earlier.outcome.map(|o| o == Outcome::Completed)),
+                        "description": match earlier.outcome {
+                            Some(o) => format!("args sha256 {}; outcome {}", earlier.args_hash, o.as_str()),
+                            None => format!("args sha256 {}; abandoned", earlier.args_hash),
+                        },
+                    });
+                    if let Some(end) = earlier.ended_ms {
+                        e["endTime"] = json!(rfc3339(end));
+                    }
+                    if let Some(err) = &earlier.error {
+                        e["error"] = json!(err);
+                    }
+                    graph.push(e);
+                    objects.push(eid.clone());
+                    actions.push(eid);
+                }
+                if let Some(last) = s.attempts.iter().find(|x| x.number == attempt) {
+                    a["startTime"] = json!(rfc3339(last.started_ms));
+                }
+            }
+            objects.push(action.clone());
+            control_entity["object"] =
+                if objects.len() == 1 { id(&action) } else { ids(objects.iter().map(String::as_str)) };
             graph.push(a);
             actions.push(action);
         }
@@ -367,6 +453,36 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(seq: i64, step: &str, attempt: u32, event: RunEvent) -> EventRecord {
+        EventRecord { seq, run_id: "r".into(), step_id: Some(step.into()), attempt: Some(attempt), at: seq * 10, event }
+    }
+
+    #[test]
+    fn attempts_come_from_the_events_each_with_its_end() {
+        let started = || RunEvent::StepStarted { tool: "t".into(), tool_digest: "d".into(), args_hash: "h".into() };
+        let events = [
+            event(1, "a", 1, started()),
+            event(
+                2,
+                "a",
+                1,
+                RunEvent::StepRetrying { outcome: Outcome::Failed, error: Some("boom".into()), next_attempt: 2 },
+            ),
+            event(3, "a", 2, started()),
+            event(4, "a", 2, RunEvent::StepCompleted { duration_us: 5 }),
+            event(5, "b", 1, started()),
+        ];
+        let got = attempts_from_events(&events);
+        let a = &got["a"];
+        assert_eq!(a.len(), 2);
+        assert_eq!(
+            (a[0].number, a[0].ended_ms, a[0].outcome, a[0].error.as_deref()),
+            (1, Some(20), Some(Outcome::Failed), Some("boom"))
+        );
+        assert_eq!((a[1].number, a[1].started_ms, a[1].outcome), (2, 30, Some(Outcome::Completed)));
+        assert_eq!((got["b"][0].ended_ms, got["b"][0].outcome), (None, None), "still running");
+    }
 
     #[test]
     fn rfc3339_formats_utc_milliseconds() {

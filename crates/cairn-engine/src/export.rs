@@ -216,6 +216,7 @@ impl Engine {
         let run_dir = Path::new(&view.run.run_dir);
         let mut copied = 0;
         let mut steps = Vec::new();
+        let mut attempts = rocrate::attempts_from_events(&self.store.events(&view.run.run_id, 0)?);
         for s in &view.steps {
             let mut artifacts = Vec::new();
             for a in &s.artifacts {
@@ -242,7 +243,15 @@ impl Engine {
                 Some(from) => self.producer_of(&from, &s.step_id)?,
                 None => None,
             };
-            steps.push(CrateStep { step_id: s.step_id.clone(), tool, record: s.record.clone(), artifacts, producer });
+            let attempts = attempts.remove(&s.step_id).unwrap_or_default();
+            steps.push(CrateStep {
+                step_id: s.step_id.clone(),
+                tool,
+                record: s.record.clone(),
+                artifacts,
+                producer,
+                attempts,
+            });
         }
 
         let crate_run = CrateRun {

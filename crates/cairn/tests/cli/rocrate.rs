@@ -200,7 +200,8 @@ version = "1.0.0"
 id = "first"
 tool = "t"
 args = {{ plan = "${{input.plan}}", log = "${{input.log}}" }}
-max_attempts = 1
+max_attempts = 2
+retry_on = ["FAILED"]
 
 [[steps]]
 id = "after"
@@ -211,15 +212,23 @@ args = {{ log = "${{input.log}}" }}
         tool_toml("t", "timeout_secs = 30") + &tool_toml("u", "timeout_secs = 30")
     );
     c.add(&write_workflow(&c.path("fails"), &toml, &tool_files()));
-    let run = c.run("fails", &json!({"plan": "exit:1", "log": c.path_str("log")}), &["--run-id", "F1"]).json;
+    let run =
+        c.run("fails", &json!({"plan": ["exit:3", "exit:1"], "log": c.path_str("log")}), &["--run-id", "F1"]).json;
     assert_eq!(run["status"], "FAILED", "{run:#}");
     let (dir, _) = export(&c, "F1", &[]);
     assert_valid(&c, &dir);
     let meta = metadata(&dir);
     assert_eq!(entity(&meta, "#run-F1")["actionStatus"]["@id"], "http://schema.org/FailedActionStatus");
-    let attempt = entity(&meta, "#run-F1-step-first-attempt-1");
-    assert_eq!(attempt["actionStatus"]["@id"], "http://schema.org/FailedActionStatus");
-    assert!(attempt["error"].as_str().is_some_and(|e| e.contains("exited with code")), "{attempt:#}");
+    // Both attempts are actions of their own, each with its error, orchestrated by the step.
+    for (n, code) in [(1, 3), (2, 1)] {
+        let attempt = entity(&meta, &format!("#run-F1-step-first-attempt-{n}"));
+        assert_eq!(attempt["actionStatus"]["@id"], "http://schema.org/FailedActionStatus");
+        let wanted = format!("exited with code {code}");
+        assert!(attempt["error"].as_str().is_some_and(|e| e.contains(&wanted)), "{attempt:#}");
+        assert!(attempt["endTime"].is_string(), "{attempt:#}");
+    }
+    let objects = &entity(&meta, "#control-F1-first")["object"];
+    assert_eq!(objects, &json!([{"@id": "#run-F1-step-first-attempt-1"}, {"@id": "#run-F1-step-first-attempt-2"}]));
     // The step that never started is a HowToStep of the workflow without an attempt.
     entity(&meta, "#step-after");
     let graph = meta["@graph"].as_array().unwrap();
