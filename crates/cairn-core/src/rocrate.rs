@@ -118,6 +118,20 @@ pub const PROVENANCE_RUN_CRATE: &str = "https://w3id.org/ro/wfrun/provenance/0.5
 pub const WORKFLOW_RO_CRATE: &str = "https://w3id.org/workflowhub/workflow-ro-crate/1.0";
 pub const RO_CRATE_1_1: &str = "https://w3id.org/ro/crate/1.1";
 
+/// The `@id` of a file at a relative path of the crate: the path as a URI reference, every byte
+/// but the unreserved ones and `/` percent-encoded (RO-Crate 1.1 data entity ids are URIs).
+pub fn path_id(rel: &str) -> String {
+    let mut out = String::with_capacity(rel.len());
+    for b in rel.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// RFC 3339 UTC text of milliseconds since the epoch (the crate's time format).
 pub fn rfc3339(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
@@ -482,6 +496,13 @@ mod tests {
         );
         assert_eq!((a[1].number, a[1].started_ms, a[1].outcome), (2, 30, Some(Outcome::Completed)));
         assert_eq!((got["b"][0].ended_ms, got["b"][0].outcome), (None, None), "still running");
+    }
+
+    #[test]
+    fn a_path_id_is_a_uri_reference() {
+        assert_eq!(path_id("steps/render/plots/a b#1.png"), "steps/render/plots/a%20b%231.png");
+        assert_eq!(path_id("workflow/tools/é.py"), "workflow/tools/%C3%A9.py");
+        assert_eq!(path_id("steps/x/report.html"), "steps/x/report.html");
     }
 
     #[test]

@@ -190,9 +190,9 @@ impl Engine {
         let snapshot = Path::new(&record.path);
         let mut workflow_files = Vec::new();
         for rel in folder_files(snapshot)? {
-            let id = format!("{}/{rel}", rocrate::WORKFLOW_DIR);
-            let (bytes, sha256) = w.copy(&snapshot.join(contained(&rel)?), &id)?;
-            workflow_files.push(CrateFile { id, bytes, sha256 });
+            let path = format!("{}/{rel}", rocrate::WORKFLOW_DIR);
+            let (bytes, sha256) = w.copy(&snapshot.join(contained(&rel)?), &path)?;
+            workflow_files.push(CrateFile { id: rocrate::path_id(&path), bytes, sha256 });
         }
 
         // The input and the verdict.
@@ -232,9 +232,9 @@ impl Engine {
                         });
                     }
                     copied += 1;
-                    a.artifact.path.clone()
+                    rocrate::path_id(&a.artifact.path)
                 } else {
-                    format!("file://{}", run_dir.join(rel).display())
+                    format!("file://{}", rocrate::path_id(&run_dir.join(rel).display().to_string()))
                 };
                 artifacts.push((a.clone(), id));
             }

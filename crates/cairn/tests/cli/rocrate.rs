@@ -123,7 +123,7 @@ fn assert_artifacts_in(run: &Value, dir: &Path, meta: &Value) {
     for s in run["steps"].as_array().unwrap() {
         for a in s["artifacts"].as_array().unwrap() {
             let path = str_of(&a["path"]);
-            let f = entity(meta, path);
+            let f = entity(meta, &path.replace(' ', "%20").replace('#', "%23"));
             assert_eq!(f["sha256"], a["sha256"], "{path}");
             assert_eq!(f["contentSize"], a["bytes"].to_string(), "{path}");
             assert_eq!(sha256_file(&dir.join(path)), str_of(&a["sha256"]), "{path}");
@@ -240,14 +240,22 @@ args = {{ log = "${{input.log}}" }}
 fn rocrate_of_folder_artifacts_and_a_replay_child_of_a_child_validates_and_points_to_the_producers() {
     let c = Cairn::new();
     evidence_workflow(&c);
-    let run = c.run("evidence", &evidence_input(&c, render_files(1024)), &["--run-id", "E1"]).expect(0).json;
+    let mut files = render_files(1024);
+    files["plots/by region/eu #2.png"] = json!("text:eu2");
+    let run = c.run("evidence", &evidence_input(&c, files), &["--run-id", "E1"]).expect(0).json;
     assert_eq!(run["status"], "READY", "{run:#}");
     let (dir, out) = export(&c, "E1", &[]);
     assert_valid(&c, &dir);
     let meta = metadata(&dir);
     assert_artifacts_in(&run, &dir, &meta);
-    assert_eq!(out["artifacts"], 6, "{out:#}");
+    assert_eq!(out["artifacts"], 7, "{out:#}");
     entity(&meta, "steps/render/plots/by-region/eu.png");
+    // A name with a space and a `#` is a percent-encoded id of the file as named.
+    assert_eq!(
+        entity(&meta, "steps/render/plots/by%20region/eu%20%232.png")["name"],
+        "steps/render/plots/by region/eu #2.png"
+    );
+    assert!(dir.join("steps/render/plots/by region/eu #2.png").is_file());
 
     c.json(&["replay", "E1", "--step", "publish", "--run-id", "E2"]).expect(0);
     let e3 = c.json(&["replay", "E2", "--step", "notes", "--run-id", "E3"]).expect(0).json;
@@ -287,7 +295,8 @@ print(json.dumps({"root": crate.root_dataset.id, "main": crate.mainEntity.id, "e
     for s in shown["steps"].as_array().unwrap() {
         for a in s["artifacts"].as_array().unwrap() {
             let path = str_of(&a["path"]);
-            assert_eq!(entities[path]["sha256"], a["sha256"], "{path}");
+            let id = path.replace(' ', "%20").replace('#', "%23");
+            assert_eq!(entities[&id]["sha256"], a["sha256"], "{path}");
             assert_eq!(sha256_file(&dir.join(path)), str_of(&a["sha256"]));
         }
     }
