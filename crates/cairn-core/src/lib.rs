@@ -18,6 +18,7 @@ pub mod parameters;
 pub mod pipeline;
 pub mod plan;
 pub mod replay;
+pub mod rocrate;
 pub mod signature;
 pub mod status;
 pub mod store;

@@ -93,6 +93,7 @@ error_codes! {
     InvalidDocText => "invalid_doc_text", Invalid;
     InvalidDocQuery => "invalid_doc_query", Invalid;
     VerificationNotPassed => "verification_not_passed", Invalid;
+    InvalidExportPath => "invalid_export_path", Invalid;
     ExecutionInputMismatch => "execution_input_mismatch", Conflict;
     StepRunning => "step_running", Conflict;
     RunOwnedElsewhere => "run_owned_elsewhere", Conflict;
@@ -115,6 +116,8 @@ error_codes! {
     ReceiptConsumed => "receipt_consumed", Conflict;
     RunDirReserved => "run_dir_reserved", Conflict;
     TargetExists => "target_exists", Conflict;
+    ExportExists => "export_exists", Conflict;
+    ExportArtifactMismatch => "export_artifact_mismatch", Conflict;
     Database => "database", Internal;
     Corrupt => "corrupt", Internal;
     Io => "io", Internal;
@@ -307,6 +310,17 @@ pub enum EngineError {
     /// A reused step's artifact changed between the replay's plan and its materialisation.
     #[error("replay child `{run_id}`: {message}")]
     ArtifactChanged { run_id: String, message: String },
+    /// The destination of an export is already there.
+    #[error("export destination {path} already exists: remove it or name another")]
+    ExportExists { path: String },
+    /// A path an export would write or read lies outside its root, or cannot be used.
+    #[error("export path {path}: {message}")]
+    InvalidExportPath { path: String, message: String },
+    /// An artifact's bytes no longer match what the run recorded.
+    #[error(
+        "run `{run_id}`: artifact {path} no longer matches its record ({message}); export with --no-data to reference it by hash only"
+    )]
+    ExportArtifactMismatch { run_id: String, path: String, message: String },
     #[error("{0}")]
     Store(#[from] StoreError),
 
@@ -410,6 +424,9 @@ impl EngineError {
             E::DaemonStopping { .. } => ErrorCode::DaemonStopping,
             E::StopRefused { .. } => ErrorCode::StopRefused,
             E::ArtifactChanged { .. } => ErrorCode::ArtifactChanged,
+            E::ExportExists { .. } => ErrorCode::ExportExists,
+            E::InvalidExportPath { .. } => ErrorCode::InvalidExportPath,
+            E::ExportArtifactMismatch { .. } => ErrorCode::ExportArtifactMismatch,
             E::Store(e) => store_code(e),
             E::Io { .. } => ErrorCode::Io,
             E::Internal { .. } => ErrorCode::Internal,

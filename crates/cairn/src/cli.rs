@@ -125,6 +125,22 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a run as a Provenance Run Crate 0.5 (RO-Crate 1.1): its workflow, input, steps,
+    /// attempts, artifacts with their SHA-256, the validator's verdict and its replay lineage.
+    Export {
+        run_id: String,
+        /// The crate directory to create (default `RUN.crate`).
+        #[arg(long = "ro-crate", value_name = "DIR", conflicts_with = "zip")]
+        ro_crate: Option<PathBuf>,
+        /// Write the crate as one zip file instead.
+        #[arg(long, value_name = "FILE")]
+        zip: Option<PathBuf>,
+        /// Reference the artifacts by path and hash instead of copying them.
+        #[arg(long)]
+        no_data: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Which run made this file: every recorded artifact with its bytes (exit 1 when none).
     Trace {
         file: PathBuf,

@@ -11,7 +11,7 @@ use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunRequest};
-use cairn_engine::{Engine, RunView, TraceQuery};
+use cairn_engine::{Engine, ExportOut, ExportRequest, RunView, TraceQuery};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, DaemonCommand, McpServer, PlanCommand, TargetCommand, WorkflowCommand};
@@ -160,6 +160,22 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 print_wire(&list);
             } else {
                 output::print_artifacts(&list);
+            }
+            Ok(0)
+        }
+        Command::Export { run_id, ro_crate, zip, no_data, json } => {
+            let out = match (ro_crate, zip) {
+                (_, Some(file)) => ExportOut::Zip(file.clone()),
+                (Some(dir), None) => ExportOut::Dir(dir.clone()),
+                (None, None) => ExportOut::Dir(PathBuf::from(format!("{run_id}.crate"))),
+            };
+            let request = ExportRequest { run_id: run_id.clone(), out, data: !no_data };
+            let done = wire::ExportResult::from_engine(&open_engine(cli.home)?.export_run(&request)?);
+            if json {
+                print_wire(&done);
+            } else {
+                println!("{}", done.path);
+                eprintln!("wrote {} files ({} bytes, {} artifacts copied)", done.files, done.bytes, done.artifacts);
             }
             Ok(0)
         }

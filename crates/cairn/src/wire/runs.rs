@@ -472,3 +472,27 @@ impl ReplayPreview {
         }
     }
 }
+
+/// Where a run's RO-Crate was written (`cairn export RUN`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ExportResult {
+    pub run_id: String,
+    /// The crate directory.
+    pub path: String,
+    pub files: usize,
+    pub bytes: u64,
+    /// Artifacts copied into the crate (0 with `--no-data`).
+    pub artifacts: usize,
+}
+
+impl ExportResult {
+    pub fn from_engine(r: &cairn_engine::ExportResult) -> ExportResult {
+        ExportResult {
+            run_id: r.run_id.clone(),
+            path: r.path.display().to_string(),
+            files: r.files,
+            bytes: r.bytes,
+            artifacts: r.artifacts,
+        }
+    }
+}

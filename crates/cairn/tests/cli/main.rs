@@ -27,6 +27,7 @@ mod recovery;
 mod registry;
 mod remote;
 mod replay;
+mod rocrate;
 mod schemathesis;
 mod targets;
 mod verify;

@@ -1,0 +1,514 @@
+//! The RO-Crate of a run: a pure function from the run's records (its steps, attempts, artifacts,
+//! workflow files, validator findings and replay lineage) to the `ro-crate-metadata.json` value
+//! of a Provenance Run Crate 0.5 (with the Process and Workflow Run Crate profiles it builds on,
+//! and Workflow RO-Crate 1.0), RO-Crate 1.1. Which files are copied is the engine's concern; this
+//! only names them.
+
+use serde_json::{Value, json};
+
+use std::collections::BTreeMap;
+
+use crate::artifact::ArtifactRecord;
+use crate::event::RunEvent;
+use crate::status::{Outcome, RunStatus};
+use crate::store::{EventRecord, RunRecord, StepRecord};
+use crate::workflow::WorkflowSpec;
+
+/// The crate's file of the run's input, and of the validator's verdict and findings.
+pub const INPUT_FILE: &str = "input.json";
+pub const VALIDATION_FILE: &str = "validation.json";
+/// Where the workflow folder's files go inside the crate.
+pub const WORKFLOW_DIR: &str = "workflow";
+
+/// One file of the crate (or, without data, referenced by its id only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrateFile {
+    /// The file's `@id`: a path relative to the crate root (or a `file://` URI without data).
+    pub id: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// One step of the run, in execution order.
+#[derive(Debug, Clone)]
+pub struct CrateStep {
+    pub step_id: String,
+    pub tool: String,
+    /// `None` when the step never started.
+    pub record: Option<StepRecord>,
+    /// Its artifacts with the `@id` each has in the crate.
+    pub artifacts: Vec<(ArtifactRecord, String)>,
+    /// For a reused step: the run whose attempt really executed it (following the lineage past
+    /// the runs that reused it too) and that attempt's number.
+    pub producer: Option<(String, u32)>,
+    /// The attempts this run executed, from its events (empty for a reused step).
+    pub attempts: Vec<CrateAttempt>,
+}
+
+/// One executed attempt of a step, as the run's events tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrateAttempt {
+    pub number: u32,
+    pub started_ms: i64,
+    pub ended_ms: Option<i64>,
+    /// `None` while it runs (or when it was abandoned by a crash).
+    pub outcome: Option<Outcome>,
+    pub error: Option<String>,
+    pub args_hash: String,
+}
+
+/// Each step's executed attempts, in order, from a run's event log.
+pub fn attempts_from_events(events: &[EventRecord]) -> BTreeMap<String, Vec<CrateAttempt>> {
+    let mut out: BTreeMap<String, Vec<CrateAttempt>> = BTreeMap::new();
+    for e in events {
+        let (Some(step), Some(number)) = (&e.step_id, e.attempt) else { continue };
+        let list = out.entry(step.clone()).or_default();
+        if let RunEvent::StepStarted { args_hash, .. } = &e.event {
+            list.push(CrateAttempt {
+                number,
+                started_ms: e.at,
+                ended_ms: None,
+                outcome: None,
+                error: None,
+                args_hash: args_hash.clone(),
+            });
+            continue;
+        }
+        let Some(a) = list.iter_mut().rev().find(|a| a.number == number) else { continue };
+        match &e.event {
+            RunEvent::StepCompleted { .. } => {
+                a.ended_ms = Some(e.at);
+                a.outcome = Some(Outcome::Completed);
+            }
+            RunEvent::StepRetrying { outcome, error, .. } | RunEvent::StepFailed { outcome, error, .. } => {
+                a.ended_ms = Some(e.at);
+                a.outcome = Some(*outcome);
+                a.error = error.clone();
+            }
+            RunEvent::StepInterrupted { .. } | RunEvent::StepCancelled { .. } => a.ended_ms = Some(e.at),
+            _ => {}
+        }
+    }
+    out.retain(|_, v| !v.is_empty());
+    out
+}
+
+/// Everything the crate says about a run.
+#[derive(Debug, Clone)]
+pub struct CrateRun {
+    pub run: RunRecord,
+    pub spec: WorkflowSpec,
+    /// The workflow folder's files (ids under [`WORKFLOW_DIR`]), `workflow.toml` among them.
+    pub workflow_files: Vec<CrateFile>,
+    pub input: CrateFile,
+    pub validation: CrateFile,
+    pub steps: Vec<CrateStep>,
+    /// The source runs above it, nearest first.
+    pub lineage: Vec<RunRecord>,
+    /// Where it executed: `local` or a target's name.
+    pub target: String,
+    pub cairn_version: String,
+    /// When the crate is made (milliseconds since the epoch), as `datePublished`.
+    pub published_ms: i64,
+}
+
+pub const PROCESS_RUN_CRATE: &str = "https://w3id.org/ro/wfrun/process/0.5";
+pub const WORKFLOW_RUN_CRATE: &str = "https://w3id.org/ro/wfrun/workflow/0.5";
+pub const PROVENANCE_RUN_CRATE: &str = "https://w3id.org/ro/wfrun/provenance/0.5";
+pub const WORKFLOW_RO_CRATE: &str = "https://w3id.org/workflowhub/workflow-ro-crate/1.0";
+pub const RO_CRATE_1_1: &str = "https://w3id.org/ro/crate/1.1";
+
+/// The `@id` of a file at a relative path of the crate: the path as a URI reference, every byte
+/// but the unreserved ones and `/` percent-encoded (RO-Crate 1.1 data entity ids are URIs).
+pub fn path_id(rel: &str) -> String {
+    let mut out = String::with_capacity(rel.len());
+    for b in rel.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// RFC 3339 UTC text of milliseconds since the epoch (the crate's time format).
+pub fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let milli = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z", sod / 3600, sod % 3600 / 60, sod % 60)
+}
+
+fn id(s: &str) -> Value {
+    json!({ "@id": s })
+}
+
+fn ids<'a>(it: impl IntoIterator<Item = &'a str>) -> Value {
+    Value::Array(it.into_iter().map(id).collect())
+}
+
+fn tool_id(tool: &str) -> String {
+    format!("#tool-{tool}")
+}
+
+fn step_id(step: &str) -> String {
+    format!("#step-{step}")
+}
+
+/// The `@id` of the action of the attempt of `run_id` that produced a step's evidence.
+pub fn attempt_action_id(run_id: &str, step: &str, attempt: u32) -> String {
+    format!("#run-{run_id}-step-{step}-attempt-{attempt}")
+}
+
+fn file_entity(f: &CrateFile, name: &str) -> Value {
+    json!({
+        "@id": f.id, "@type": "File", "name": name,
+        "contentSize": f.bytes.to_string(), "sha256": f.sha256,
+    })
+}
+
+fn action_status(ok: Option<bool>) -> Value {
+    match ok {
+        Some(true) => id("http://schema.org/CompletedActionStatus"),
+        Some(false) => id("http://schema.org/FailedActionStatus"),
+        None => id("http://schema.org/ActiveActionStatus"),
+    }
+}
+
+/// The `ro-crate-metadata.json` of a run.
+pub fn crate_metadata(c: &CrateRun) -> Value {
+    let run = &c.run;
+    let wf_toml = format!("{WORKFLOW_DIR}/workflow.toml");
+    let run_action = format!("#run-{}", run.run_id);
+    let mut graph: Vec<Value> = Vec::new();
+    let mut parts: Vec<String> = Vec::new();
+    let mut actions: Vec<String> = vec![run_action.clone()];
+    let mut seen_files = std::collections::BTreeSet::new();
+
+    graph.push(json!({
+        "@id": "ro-crate-metadata.json", "@type": "CreativeWork",
+        "conformsTo": [id(RO_CRATE_1_1), id(WORKFLOW_RO_CRATE)],
+        "about": id("./"),
+    }));
+    for (url, name, version) in [
+        (PROCESS_RUN_CRATE, "Process Run Crate", "0.5"),
+        (WORKFLOW_RUN_CRATE, "Workflow Run Crate", "0.5"),
+        (PROVENANCE_RUN_CRATE, "Provenance Run Crate", "0.5"),
+        (WORKFLOW_RO_CRATE, "Workflow RO-Crate", "1.0"),
+    ] {
+        graph.push(json!({"@id": url, "@type": "CreativeWork", "name": name, "version": version}));
+    }
+    graph.push(json!({
+        "@id": "https://spdx.org/licenses/CC0-1.0", "@type": "CreativeWork",
+        "name": "Creative Commons Zero v1.0 Universal", "identifier": "CC0-1.0",
+    }));
+    graph.push(json!({
+        "@id": "#cairn-language", "@type": "ComputerLanguage",
+        "name": "Cairn workflow", "alternateName": "workflow.toml",
+        "url": id("https://github.com/cairn-workbench/cairn"), "version": "1",
+    }));
+    graph.push(json!({
+        "@id": "#cairn", "@type": "SoftwareApplication", "name": "Cairn",
+        "version": c.cairn_version, "url": id("https://github.com/cairn-workbench/cairn"),
+    }));
+
+    // The workflow and its files.
+    let tools_in_order: Vec<&String> = c.spec.tools.keys().collect();
+    // The profile counts every part of the workflow as a tool some action ran (`instrument`):
+    // the tools of the steps that have a record (executed here or reused) are its parts.
+    let used: std::collections::BTreeSet<&str> =
+        c.steps.iter().filter(|s| s.record.is_some()).map(|s| s.tool.as_str()).collect();
+    let wf_parts: Vec<String> =
+        tools_in_order.iter().filter(|t| used.contains(t.as_str())).map(|t| tool_id(t)).collect();
+    // The files a tool's command names are its source code.
+    let is_tool_file = |f: &CrateFile| {
+        let rel = f.id.strip_prefix(&format!("{WORKFLOW_DIR}/")).unwrap_or(&f.id).to_string();
+        c.spec.tools.values().any(|t| t.command.iter().any(|a| a.trim_start_matches("./") == rel))
+    };
+    for f in &c.workflow_files {
+        parts.push(f.id.clone());
+        seen_files.insert(f.id.clone());
+        if f.id == wf_toml {
+            graph.push(json!({
+                "@id": f.id,
+                "@type": ["File", "SoftwareSourceCode", "ComputationalWorkflow", "HowTo"],
+                "name": c.spec.reference(),
+                "description": c.spec.description,
+                "version": c.spec.version,
+                "encodingFormat": "application/toml",
+                "programmingLanguage": id("#cairn-language"),
+                "contentSize": f.bytes.to_string(), "sha256": f.sha256,
+                "hasPart": ids(wf_parts.iter().map(String::as_str)),
+                "step": ids(c.steps.iter().map(|s| step_id(&s.step_id)).collect::<Vec<_>>().iter().map(String::as_str)),
+            }));
+        } else {
+            let name = f.id.strip_prefix(&format!("{WORKFLOW_DIR}/")).unwrap_or(&f.id);
+            let mut e = file_entity(f, name);
+            if is_tool_file(f) {
+                e["@type"] = json!(["File", "SoftwareSourceCode"]);
+            }
+            graph.push(e);
+        }
+    }
+    for (name, tool) in &c.spec.tools {
+        let mut t = json!({
+            "@id": tool_id(name), "@type": "SoftwareApplication", "name": name,
+            "description": tool.command.join(" "),
+        });
+        if let Some(v) = &tool.version {
+            t["softwareVersion"] = json!(v);
+        }
+        graph.push(t);
+    }
+    for (position, s) in c.steps.iter().enumerate() {
+        graph.push(json!({
+            "@id": step_id(&s.step_id), "@type": "HowToStep", "name": s.step_id,
+            "position": position.to_string(), "workExample": id(&tool_id(&s.tool)),
+        }));
+    }
+
+    // The input and the verdict.
+    parts.push(c.input.id.clone());
+    graph.push(file_entity(&c.input, "the run's input"));
+    parts.push(c.validation.id.clone());
+    let verdict = match run.status {
+        RunStatus::Ready => "READY: the validator found nothing".to_string(),
+        RunStatus::Blocked => format!("BLOCKED: the validator found {} finding(s)", run.findings.len()),
+        other => format!("{}: {}", other.as_str(), run.error.as_deref().unwrap_or("no evidence")),
+    };
+    let mut validation = file_entity(&c.validation, "the validator's verdict and findings");
+    validation["description"] = json!(verdict);
+    graph.push(validation);
+
+    // Step actions.
+    let mut control_ids = Vec::new();
+    let mut results = Vec::new();
+    let decision_of = |step: &str| -> Option<&Value> {
+        run.replay.as_ref()?.get("decisions")?.as_array()?.iter().find(|d| d["step_id"] == step)
+    };
+    for s in &c.steps {
+        let control = format!("#control-{}-{}", run.run_id, s.step_id);
+        let mut control_entity = json!({
+            "@id": control, "@type": "ControlAction",
+            "name": format!("orchestrate step {}", s.step_id),
+            "instrument": id(&step_id(&s.step_id)),
+        });
+        if let Some(d) = decision_of(&s.step_id) {
+            control_entity["description"] =
+                json!(format!("{}: {}", d["decision"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or("")));
+        }
+        if let Some(r) = &s.record {
+            let (producer, attempt) = match (&r.reused_from, &s.producer) {
+                (Some(_), Some((p, n))) => (p.clone(), *n),
+                (Some(from), None) => (from.clone(), 1),
+                (None, _) => (run.run_id.clone(), r.attempt_count.max(1)),
+            };
+            let action = attempt_action_id(&producer, &s.step_id, attempt);
+            let ok = match r.status.as_str() {
+                "COMPLETED" => Some(true),
+                "FAILED" => Some(false),
+                _ => None,
+            };
+            let mut a = json!({
+                "@id": action, "@type": "CreateAction",
+                "name": if r.reused_from.is_some() {
+                    format!("Run of tool {} for step {} in run {producer} (reused)", s.tool, s.step_id)
+                } else {
+                    format!("Run of tool {} for step {} (attempt {attempt})", s.tool, s.step_id)
+                },
+                "instrument": id(&tool_id(&s.tool)),
+                "object": [id(&c.input.id)],
+                "result": ids(s.artifacts.iter().map(|(_, i)| i.as_str())),
+                "startTime": rfc3339(r.started_at),
+                "actionStatus": action_status(ok),
+                "identifier": r.signature.tool_digest.clone(),
+            });
+            if let Some(end) = r.finished_at {
+                a["endTime"] = json!(rfc3339(end));
+            }
+            let mut desc = vec![format!("args sha256 {}", r.signature.args_hash)];
+            if let Some(o) = r.outcome {
+                desc.push(format!("outcome {}", o.as_str()));
+            }
+            if let Some(e) = &r.error {
+                a["error"] = json!(e);
+            }
+            a["description"] = json!(desc.join("; "));
+            // The earlier attempts this run executed, each its own action (the last one above).
+            let mut objects = Vec::new();
+            if r.reused_from.is_none() {
+                for earlier in s.attempts.iter().filter(|x| x.number != attempt) {
+                    let eid = attempt_action_id(&run.run_id, &s.step_id, earlier.number);
+                    let mut e = json!({
+                        "@id": eid, "@type": "CreateAction",
+                        "name": format!("Run of tool {} for step {} (attempt {})", s.tool, s.step_id, earlier.number),
+                        "instrument": id(&tool_id(&s.tool)),
+                        "object": [id(&c.input.id)],
+                        "startTime": rfc3339(earlier.started_ms),
+                        "actionStatus": action_status(earlier.outcome.map(|o| o == Outcome::Completed)),
+                        "description": match earlier.outcome {
+                            Some(o) => format!("args sha256 {}; outcome {}", earlier.args_hash, o.as_str()),
+                            None => format!("args sha256 {}; abandoned", earlier.args_hash),
+                        },
+                    });
+                    if let Some(end) = earlier.ended_ms {
+                        e["endTime"] = json!(rfc3339(end));
+                    }
+                    if let Some(err) = &earlier.error {
+                        e["error"] = json!(err);
+                    }
+                    graph.push(e);
+                    objects.push(eid.clone());
+                    actions.push(eid);
+                }
+                if let Some(last) = s.attempts.iter().find(|x| x.number == attempt) {
+                    a["startTime"] = json!(rfc3339(last.started_ms));
+                }
+            }
+            objects.push(action.clone());
+            control_entity["object"] =
+                if objects.len() == 1 { id(&action) } else { ids(objects.iter().map(String::as_str)) };
+            graph.push(a);
+            actions.push(action);
+        }
+        for (art, art_id) in &s.artifacts {
+            results.push(art_id.clone());
+            if seen_files.insert(art_id.clone()) {
+                parts.push(art_id.clone());
+                graph.push(file_entity(
+                    &CrateFile { id: art_id.clone(), bytes: art.artifact.bytes, sha256: art.artifact.sha256.clone() },
+                    &art.artifact.path,
+                ));
+            }
+        }
+        // The profile requires a ControlAction to name the attempt it orchestrated: a step that
+        // never started is a HowToStep of the workflow only.
+        if control_entity.get("object").is_some() {
+            control_ids.push(control.clone());
+            graph.push(control_entity);
+        }
+    }
+
+    // The run and Cairn orchestrating it.
+    let ok = match run.status {
+        RunStatus::Ready | RunStatus::Blocked => Some(true),
+        s if s.is_terminal() => Some(false),
+        _ => None,
+    };
+    let mut run_entity = json!({
+        "@id": run_action, "@type": "CreateAction",
+        "name": format!("Run {} of workflow {}", run.run_id, c.spec.reference()),
+        "identifier": run.run_id,
+        "description": format!("{verdict}; executed on {}", c.target),
+        "instrument": id(&wf_toml),
+        "object": [id(&c.input.id)],
+        "result": ids(results.iter().map(String::as_str).chain([c.validation.id.as_str()])),
+        "startTime": rfc3339(run.created_at),
+        "actionStatus": action_status(ok),
+    });
+    if let Some(end) = run.finished_at {
+        run_entity["endTime"] = json!(rfc3339(end));
+    }
+    if let Some(e) = &run.error {
+        run_entity["error"] = json!(e);
+    }
+    if let Some(source) = c.lineage.first() {
+        run_entity["description"] = json!(format!(
+            "{verdict}; executed on {}; a replay of run {} (lineage: {})",
+            c.target,
+            source.run_id,
+            c.lineage.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>().join(" <- ")
+        ));
+    }
+    graph.push(run_entity);
+    let mut organize = json!({
+        "@id": format!("#cairn-{}", run.run_id), "@type": "OrganizeAction",
+        "name": format!("Cairn orchestrating run {}", run.run_id),
+        "instrument": id("#cairn"),
+        "object": ids(control_ids.iter().map(String::as_str)),
+        "result": id(&run_action),
+        "startTime": rfc3339(run.created_at),
+    });
+    if let Some(end) = run.finished_at {
+        organize["endTime"] = json!(rfc3339(end));
+    }
+    graph.push(organize);
+
+    let root = json!({
+        "@id": "./", "@type": "Dataset",
+        "conformsTo": [id(PROCESS_RUN_CRATE), id(WORKFLOW_RUN_CRATE), id(PROVENANCE_RUN_CRATE), id(WORKFLOW_RO_CRATE)],
+        "name": format!("Cairn run {} of {}", run.run_id, c.spec.reference()),
+        "description": format!("Provenance Run Crate of Cairn run {}: {verdict}", run.run_id),
+        "license": id("https://spdx.org/licenses/CC0-1.0"),
+        "datePublished": rfc3339(c.published_ms),
+        "mainEntity": id(&wf_toml),
+        "hasPart": ids(parts.iter().map(String::as_str)),
+        "mentions": ids(actions.iter().map(String::as_str)),
+    });
+    graph.insert(1, root);
+    json!({
+        "@context": ["https://w3id.org/ro/crate/1.1/context", "https://w3id.org/ro/terms/workflow-run/context"],
+        "@graph": graph,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: i64, step: &str, attempt: u32, event: RunEvent) -> EventRecord {
+        EventRecord { seq, run_id: "r".into(), step_id: Some(step.into()), attempt: Some(attempt), at: seq * 10, event }
+    }
+
+    #[test]
+    fn attempts_come_from_the_events_each_with_its_end() {
+        let started = || RunEvent::StepStarted { tool: "t".into(), tool_digest: "d".into(), args_hash: "h".into() };
+        let events = [
+            event(1, "a", 1, started()),
+            event(
+                2,
+                "a",
+                1,
+                RunEvent::StepRetrying { outcome: Outcome::Failed, error: Some("boom".into()), next_attempt: 2 },
+            ),
+            event(3, "a", 2, started()),
+            event(4, "a", 2, RunEvent::StepCompleted { duration_us: 5 }),
+            event(5, "b", 1, started()),
+        ];
+        let got = attempts_from_events(&events);
+        let a = &got["a"];
+        assert_eq!(a.len(), 2);
+        assert_eq!(
+            (a[0].number, a[0].ended_ms, a[0].outcome, a[0].error.as_deref()),
+            (1, Some(20), Some(Outcome::Failed), Some("boom"))
+        );
+        assert_eq!((a[1].number, a[1].started_ms, a[1].outcome), (2, 30, Some(Outcome::Completed)));
+        assert_eq!((got["b"][0].ended_ms, got["b"][0].outcome), (None, None), "still running");
+    }
+
+    #[test]
+    fn a_path_id_is_a_uri_reference() {
+        assert_eq!(path_id("steps/render/plots/a b#1.png"), "steps/render/plots/a%20b%231.png");
+        assert_eq!(path_id("workflow/tools/é.py"), "workflow/tools/%C3%A9.py");
+        assert_eq!(path_id("steps/x/report.html"), "steps/x/report.html");
+    }
+
+    #[test]
+    fn rfc3339_formats_utc_milliseconds() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_764_616_741_123), "2025-12-01T19:19:01.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}

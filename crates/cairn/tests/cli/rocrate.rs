@@ -1,0 +1,367 @@
+//! `cairn export RUN --ro-crate DIR`: a run as a Provenance Run Crate 0.5, validated offline with
+//! `roc-validator` (pinned in scripts/requirements-test.txt, from the test venv) at the REQUIRED
+//! level with zero skipped checks, and read back with `rocrate` (ro-crate-py). The JSON-LD
+//! contexts come from `tests/data/ro-crate/` through a filled requests-cache, never the network.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::evidence::{evidence_workflow, input as evidence_input, render_files, sha256_file};
+use crate::support::*;
+
+fn data_dir() -> PathBuf {
+    repo().join("crates/cairn/tests/data/ro-crate")
+}
+
+/// The test venv's `rocrate-validator`; missing, the test fails (the venv is required).
+fn validator() -> PathBuf {
+    let bin = venv().join("bin/rocrate-validator");
+    assert!(
+        bin.exists(),
+        "no rocrate-validator in the test venv {} (pip install -r scripts/requirements-test.txt)",
+        venv().display()
+    );
+    bin
+}
+
+/// Validates a crate offline at REQUIRED against provenance-run-crate-0.5 (which runs the
+/// workflow-run, process-run, workflow-ro-crate and ro-crate checks it inherits): it must pass
+/// with zero skipped checks.
+#[track_caller]
+fn assert_valid(c: &Cairn, dir: &Path) {
+    let work = tempfile::tempdir_in(c.path("")).unwrap();
+    let cache = work.path().join("http_cache");
+    let fill = Command::new(python())
+        .arg(data_dir().join("fill-cache.py"))
+        .arg(&cache)
+        .arg("--contexts")
+        .arg(data_dir())
+        .output()
+        .unwrap();
+    assert!(
+        fill.status.success(),
+        "fill-cache.py: {}{}",
+        String::from_utf8_lossy(&fill.stdout),
+        String::from_utf8_lossy(&fill.stderr)
+    );
+    let report = work.path().join("report.json");
+    let out = Command::new(validator())
+        .args(["--no-interactive", "--disable-color", "validate", "-p", "provenance-run-crate-0.5", "-l", "REQUIRED"])
+        .args(["-f", "json", "-o"])
+        .arg(&report)
+        .arg("--offline")
+        .arg("--cache-path")
+        .arg(&cache)
+        .arg(dir)
+        .env("ROCRATE_VALIDATOR_AUTO_WARM", "0")
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
+        panic!("no report ({e}): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    let r: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "report unreadable ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let s = &r["statistics"];
+    let skipped = r["skipped_checks"].as_u64().unwrap_or(0).max(s["total_skipped_checks"].as_u64().unwrap_or(0));
+    let issues: Vec<String> = r["issues"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            format!("{} {}: {} [{}]", i["check"]["identifier"], i["check"]["name"], i["message"], i["violatingEntity"])
+        })
+        .collect();
+    assert!(
+        r["passed"] == true && skipped == 0 && out.status.success(),
+        "{} does not validate: passed {}, {} skipped, exit {:?}\n{}\n{:#}",
+        dir.display(),
+        r["passed"],
+        skipped,
+        out.status.code(),
+        issues.join("\n"),
+        r["skipped_check_details"]
+    );
+    assert!(s["total_checks"].as_u64().unwrap() > 50, "too few checks ran: {s}");
+}
+
+fn export(c: &Cairn, run_id: &str, extra: &[&str]) -> (PathBuf, Value) {
+    let dir = c.path(&format!("{run_id}.crate"));
+    let mut args = vec!["export", run_id, "--ro-crate", dir.to_str().unwrap()];
+    args.extend(extra);
+    let out = c.json(&args).expect(0).json;
+    assert_eq!(out["path"], dir.display().to_string(), "{out:#}");
+    (dir, out)
+}
+
+fn metadata(dir: &Path) -> Value {
+    read_json(&dir.join("ro-crate-metadata.json"))
+}
+
+fn entity<'a>(meta: &'a Value, id: &str) -> &'a Value {
+    meta["@graph"].as_array().unwrap().iter().find(|e| e["@id"] == id).unwrap_or_else(|| panic!("no entity {id}"))
+}
+
+fn of_type<'a>(meta: &'a Value, ty: &str) -> Vec<&'a Value> {
+    meta["@graph"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["@type"] == ty || e["@type"].as_array().is_some_and(|a| a.iter().any(|t| t == ty)))
+        .collect()
+}
+
+/// Every artifact of the run is a File of the crate with its SHA-256 and size, copied in.
+#[track_caller]
+fn assert_artifacts_in(run: &Value, dir: &Path, meta: &Value) {
+    for s in run["steps"].as_array().unwrap() {
+        for a in s["artifacts"].as_array().unwrap() {
+            let path = str_of(&a["path"]);
+            let f = entity(meta, &path.replace(' ', "%20").replace('#', "%23"));
+            assert_eq!(f["sha256"], a["sha256"], "{path}");
+            assert_eq!(f["contentSize"], a["bytes"].to_string(), "{path}");
+            assert_eq!(sha256_file(&dir.join(path)), str_of(&a["sha256"]), "{path}");
+        }
+    }
+}
+
+fn add_example(c: &Cairn) {
+    c.add(&example("1.0.0"));
+}
+
+fn example_input(name: &str) -> Value {
+    read_json(&example("inputs").join(name))
+}
+
+#[test]
+fn rocrate_of_a_ready_run_validates_and_names_its_workflow_steps_and_actions() {
+    let c = Cairn::new();
+    add_example(&c);
+    let run = c.run("release-validation", &example_input("ready.json"), &["--run-id", "R1"]).expect(0).json;
+    assert_eq!(run["status"], "READY");
+    let (dir, out) = export(&c, "R1", &[]);
+    assert!(out["files"].as_u64().unwrap() >= 4, "{out:#}");
+    assert_valid(&c, &dir);
+    let meta = metadata(&dir);
+    let wf = entity(&meta, "workflow/workflow.toml");
+    for t in ["File", "SoftwareSourceCode", "ComputationalWorkflow", "HowTo"] {
+        assert!(wf["@type"].as_array().unwrap().iter().any(|x| x == t), "{wf:#}");
+    }
+    let steps = run["steps"].as_array().unwrap();
+    assert_eq!(of_type(&meta, "HowToStep").len(), steps.len());
+    for (i, s) in steps.iter().enumerate() {
+        let id = str_of(&s["step_id"]);
+        let how = entity(&meta, &format!("#step-{id}"));
+        assert_eq!(how["position"], i.to_string());
+    }
+    assert_eq!(of_type(&meta, "ControlAction").len(), steps.len());
+    assert_eq!(of_type(&meta, "OrganizeAction").len(), 1);
+    let run_action = entity(&meta, "#run-R1");
+    assert_eq!(run_action["actionStatus"]["@id"], "http://schema.org/CompletedActionStatus");
+    assert_eq!(read_json(&dir.join("input.json")), example_input("ready.json"));
+    assert_artifacts_in(&run, &dir, &meta);
+}
+
+#[test]
+fn rocrate_of_a_blocked_run_validates_and_carries_its_findings() {
+    let c = Cairn::new();
+    add_example(&c);
+    let run = c.run("release-validation", &example_input("blocked.json"), &["--run-id", "B1"]).json;
+    assert_eq!(run["status"], "BLOCKED", "{run:#}");
+    let (dir, _) = export(&c, "B1", &[]);
+    assert_valid(&c, &dir);
+    let meta = metadata(&dir);
+    let verdict = read_json(&dir.join("validation.json"));
+    assert_eq!(verdict["status"], "BLOCKED");
+    assert_eq!(verdict["findings"], run["findings"]);
+    assert!(!verdict["findings"].as_array().unwrap().is_empty());
+    let v = entity(&meta, "validation.json");
+    assert_eq!(v["sha256"], sha256_file(&dir.join("validation.json")));
+    assert!(str_of(&entity(&meta, "#run-B1")["description"]).starts_with("BLOCKED"));
+}
+
+#[test]
+fn rocrate_of_a_failed_run_validates_with_its_failed_attempt_and_unstarted_steps() {
+    let c = Cairn::new();
+    let toml = format!(
+        r#"
+[workflow]
+name = "fails"
+version = "1.0.0"
+
+{}
+[[steps]]
+id = "first"
+tool = "t"
+args = {{ plan = "${{input.plan}}", log = "${{input.log}}" }}
+max_attempts = 2
+retry_on = ["FAILED"]
+
+[[steps]]
+id = "after"
+tool = "u"
+needs = ["first"]
+args = {{ log = "${{input.log}}" }}
+"#,
+        tool_toml("t", "timeout_secs = 30") + &tool_toml("u", "timeout_secs = 30")
+    );
+    c.add(&write_workflow(&c.path("fails"), &toml, &tool_files()));
+    let run =
+        c.run("fails", &json!({"plan": ["exit:3", "exit:1"], "log": c.path_str("log")}), &["--run-id", "F1"]).json;
+    assert_eq!(run["status"], "FAILED", "{run:#}");
+    let (dir, _) = export(&c, "F1", &[]);
+    assert_valid(&c, &dir);
+    let meta = metadata(&dir);
+    assert_eq!(entity(&meta, "#run-F1")["actionStatus"]["@id"], "http://schema.org/FailedActionStatus");
+    // Both attempts are actions of their own, each with its error, orchestrated by the step.
+    for (n, code) in [(1, 3), (2, 1)] {
+        let attempt = entity(&meta, &format!("#run-F1-step-first-attempt-{n}"));
+        assert_eq!(attempt["actionStatus"]["@id"], "http://schema.org/FailedActionStatus");
+        let wanted = format!("exited with code {code}");
+        assert!(attempt["error"].as_str().is_some_and(|e| e.contains(&wanted)), "{attempt:#}");
+        assert!(attempt["endTime"].is_string(), "{attempt:#}");
+    }
+    let objects = &entity(&meta, "#control-F1-first")["object"];
+    assert_eq!(objects, &json!([{"@id": "#run-F1-step-first-attempt-1"}, {"@id": "#run-F1-step-first-attempt-2"}]));
+    // The step that never started is a HowToStep of the workflow without an attempt.
+    entity(&meta, "#step-after");
+    let graph = meta["@graph"].as_array().unwrap();
+    assert!(!graph.iter().any(|e| e["@id"] == "#control-F1-after"), "no ControlAction without an attempt");
+    assert!(graph.iter().any(|e| e["@id"] == "#control-F1-first"));
+}
+
+#[test]
+fn rocrate_of_folder_artifacts_and_a_replay_child_of_a_child_validates_and_points_to_the_producers() {
+    let c = Cairn::new();
+    evidence_workflow(&c);
+    let mut files = render_files(1024);
+    files["plots/by region/eu #2.png"] = json!("text:eu2");
+    let run = c.run("evidence", &evidence_input(&c, files), &["--run-id", "E1"]).expect(0).json;
+    assert_eq!(run["status"], "READY", "{run:#}");
+    let (dir, out) = export(&c, "E1", &[]);
+    assert_valid(&c, &dir);
+    let meta = metadata(&dir);
+    assert_artifacts_in(&run, &dir, &meta);
+    assert_eq!(out["artifacts"], 7, "{out:#}");
+    entity(&meta, "steps/render/plots/by-region/eu.png");
+    // A name with a space and a `#` is a percent-encoded id of the file as named.
+    assert_eq!(
+        entity(&meta, "steps/render/plots/by%20region/eu%20%232.png")["name"],
+        "steps/render/plots/by region/eu #2.png"
+    );
+    assert!(dir.join("steps/render/plots/by region/eu #2.png").is_file());
+
+    c.json(&["replay", "E1", "--step", "publish", "--run-id", "E2"]).expect(0);
+    let e3 = c.json(&["replay", "E2", "--step", "notes", "--run-id", "E3"]).expect(0).json;
+    assert_eq!(e3["status"], "READY", "{e3:#}");
+    let shown = c.show("E3");
+    let (dir, _) = export(&c, "E3", &[]);
+    assert_valid(&c, &dir);
+    let meta = metadata(&dir);
+    assert_artifacts_in(&shown, &dir, &meta);
+    // render was executed by E1 (reused twice), publish by E2, notes by E3.
+    for (step, producer) in [("render", "E1"), ("publish", "E2"), ("notes", "E3")] {
+        let control = entity(&meta, &format!("#control-E3-{step}"));
+        let action = format!("#run-{producer}-step-{step}-attempt-1");
+        assert_eq!(control["object"]["@id"], action, "{step}: {control:#}");
+        entity(&meta, &action);
+        let decision = str_of(&control["description"]);
+        assert!(decision.starts_with(if step == "notes" { "replay" } else { "reuse" }), "{step}: {decision}");
+    }
+    assert!(str_of(&entity(&meta, "#run-E3")["description"]).contains("E2 <- E1"));
+
+    // Read back with ro-crate-py: the same entities and the files' hashes.
+    let script = r#"
+import hashlib, json, sys
+from rocrate.rocrate import ROCrate
+crate = ROCrate(sys.argv[1])
+out = {}
+for e in crate.get_entities():
+    t = e.type if isinstance(e.type, list) else [e.type]
+    out[e.id] = {"type": t, "sha256": e.get("sha256")}
+print(json.dumps({"root": crate.root_dataset.id, "main": crate.mainEntity.id, "entities": out}))
+"#;
+    let read = Command::new(python()).arg("-c").arg(script).arg(&dir).output().unwrap();
+    assert!(read.status.success(), "rocrate: {}", String::from_utf8_lossy(&read.stderr));
+    let back: Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(back["main"], "workflow/workflow.toml", "{back:#}");
+    let entities = back["entities"].as_object().unwrap();
+    for s in shown["steps"].as_array().unwrap() {
+        for a in s["artifacts"].as_array().unwrap() {
+            let path = str_of(&a["path"]);
+            let id = path.replace(' ', "%20").replace('#', "%23");
+            assert_eq!(entities[&id]["sha256"], a["sha256"], "{path}");
+            assert_eq!(sha256_file(&dir.join(path)), str_of(&a["sha256"]));
+        }
+    }
+    assert!(entities["#run-E3"]["type"].as_array().unwrap().iter().any(|t| t == "CreateAction"));
+}
+
+#[test]
+fn rocrate_export_refuses_an_existing_destination_and_an_unknown_run() {
+    let c = Cairn::new();
+    add_example(&c);
+    c.run("release-validation", &example_input("ready.json"), &["--run-id", "R1"]).expect(0);
+    let (dir, _) = export(&c, "R1", &[]);
+    let again = c.json(&["export", "R1", "--ro-crate", dir.to_str().unwrap()]);
+    assert_ne!(again.code, 0);
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+    let missing = c.json(&["export", "nope", "--ro-crate", &c.path_str("x")]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+}
+
+#[test]
+fn rocrate_without_data_references_the_artifacts_by_path_and_hash_and_validates() {
+    let c = Cairn::new();
+    evidence_workflow(&c);
+    let run = c.run("evidence", &evidence_input(&c, render_files(1024)), &["--run-id", "N1"]).expect(0).json;
+    let (dir, out) = export(&c, "N1", &["--no-data"]);
+    assert_eq!(out["artifacts"], 0, "{out:#}");
+    assert!(!dir.join("steps").exists(), "no artifact is copied without data");
+    assert_valid(&c, &dir);
+    let meta = metadata(&dir);
+    let run_dir = PathBuf::from(str_of(&run["run_dir"]));
+    for s in run["steps"].as_array().unwrap() {
+        for a in s["artifacts"].as_array().unwrap() {
+            let id = format!("file://{}", run_dir.join(str_of(&a["path"])).display());
+            assert_eq!(entity(&meta, &id)["sha256"], a["sha256"], "{id}");
+        }
+    }
+}
+
+#[test]
+fn rocrate_as_a_zip_holds_the_same_crate_and_validates() {
+    let c = Cairn::new();
+    add_example(&c);
+    c.run("release-validation", &example_input("ready.json"), &["--run-id", "Z1"]).expect(0);
+    let file = c.path("Z1.zip");
+    let out = c.json(&["export", "Z1", "--zip", file.to_str().unwrap()]).expect(0).json;
+    assert_eq!(out["path"], file.display().to_string(), "{out:#}");
+    assert_eq!(out["bytes"], std::fs::metadata(&file).unwrap().len());
+    assert!(!c.path(".Z1.zip.partial").exists(), "the staging directory is removed");
+    // roc-validator 0.13.0 cannot write its JSON report for a zip ("Object of type URI is not
+    // JSON serializable"), so the zip is extracted with Python's zipfile and that is validated.
+    let unzipped = c.path("Z1.unzipped");
+    let x = Command::new(python())
+        .args(["-c", "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])"])
+        .arg(&file)
+        .arg(&unzipped)
+        .output()
+        .unwrap();
+    assert!(x.status.success(), "{}", String::from_utf8_lossy(&x.stderr));
+    assert_valid(&c, &unzipped);
+    let list = Command::new(python())
+        .args(["-c", "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&list.stdout);
+    assert!(names.lines().any(|l| l == "ro-crate-metadata.json"), "{names}");
+    assert!(names.lines().any(|l| l == "workflow/workflow.toml"), "{names}");
+}
