@@ -147,33 +147,30 @@ impl Engine {
         if fs::symlink_metadata(dest).is_ok() {
             return Err(EngineError::ExportExists { path: dest.display().to_string() });
         }
-        // A zip is made from a crate directory beside it, removed once zipped (or on failure).
-        let staging;
-        let root = if zip {
-            let name = dest.file_name().ok_or_else(|| EngineError::InvalidExportPath {
-                path: dest.display().to_string(),
-                message: "name a zip file".into(),
-            })?;
-            staging = dest.with_file_name(format!(".{}.partial", name.to_string_lossy()));
-            let _ = fs::remove_dir_all(&staging);
-            &staging
-        } else {
-            dest
-        };
-        fs::create_dir_all(root).map_err(|e| EngineError::io(root, e))?;
-        let written = self.write_crate(request, &view, &record, root);
-        if !zip {
-            return written;
-        }
-        let zipped = written.and_then(|r| {
-            let bytes = zip_dir(root, dest)?;
-            Ok(ExportResult { path: dest.clone(), bytes, ..r })
+        // The crate is written into a hidden directory beside the destination and takes its place
+        // only once whole (a rename, or the zip made from it): an export killed or failed midway
+        // leaves no crate, and the next export of that destination starts afresh.
+        let name = dest.file_name().ok_or_else(|| EngineError::InvalidExportPath {
+            path: dest.display().to_string(),
+            message: if zip { "name a zip file".into() } else { "name the crate's directory".into() },
+        })?;
+        let staging = dest.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+        let _ = fs::remove_dir_all(&staging);
+        fs::create_dir_all(&staging).map_err(|e| EngineError::io(&staging, e))?;
+        let written = self.write_crate(request, &view, &record, &staging).and_then(|r| {
+            if zip {
+                let bytes = zip_dir(&staging, dest)?;
+                Ok(ExportResult { path: dest.clone(), bytes, ..r })
+            } else {
+                fs::rename(&staging, dest).map_err(|e| EngineError::io(dest, e))?;
+                Ok(ExportResult { path: dest.clone(), ..r })
+            }
         });
-        let _ = fs::remove_dir_all(root);
-        if zipped.is_err() {
+        let _ = fs::remove_dir_all(&staging);
+        if written.is_err() && zip {
             let _ = fs::remove_file(dest);
         }
-        zipped
+        written
     }
 
     fn write_crate(
@@ -224,7 +221,6 @@ impl Engine {
                 let id = if request.data {
                     let (bytes, sha) = w.copy(&run_dir.join(rel), &a.artifact.path)?;
                     if sha != a.artifact.sha256 || bytes != a.artifact.bytes {
-                        let _ = fs::remove_file(root.join(rel));
                         return Err(EngineError::ExportArtifactMismatch {
                             run_id: view.run.run_id.clone(),
                             path: a.artifact.path.clone(),

@@ -365,3 +365,27 @@ fn rocrate_as_a_zip_holds_the_same_crate_and_validates() {
     assert!(names.lines().any(|l| l == "ro-crate-metadata.json"), "{names}");
     assert!(names.lines().any(|l| l == "workflow/workflow.toml"), "{names}");
 }
+
+/// An export killed (SIGKILL) while it copies a large artifact leaves no crate at its destination,
+/// only its hidden staging directory; the next export of that destination starts afresh, removes
+/// it, and writes a whole crate that validates.
+#[test]
+fn rocrate_export_killed_midway_leaves_no_crate_and_the_next_one_is_whole() {
+    let c = Cairn::new();
+    evidence_workflow(&c);
+    let mut files = render_files(1);
+    files["data.bin"] = json!(format!("sparse:{}", 512u64 << 20));
+    c.run("evidence", &evidence_input(&c, files), &["--run-id", "K"]).expect(0);
+    let (dir, staging) = (c.path("K.crate"), c.path(".K.crate.partial"));
+    let mut child = c.spawn(&["export", "K", "--ro-crate", dir.to_str().unwrap()]);
+    assert!(wait_until(std::time::Duration::from_secs(30), || staging.exists()), "the export never started");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    assert!(std::fs::symlink_metadata(&dir).is_err(), "a killed export left a crate at {}", dir.display());
+    assert!(staging.exists(), "the killed export's staging directory should be what is left");
+
+    let (dir, _) = export(&c, "K", &[]);
+    assert!(!staging.exists(), "the next export removed the leftover");
+    assert_valid(&c, &dir);
+    assert_artifacts_in(&c.show("K"), &dir, &metadata(&dir));
+}
