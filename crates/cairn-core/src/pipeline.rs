@@ -162,13 +162,19 @@ impl SnakemakeLog {
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<JobEvent> {
         let mut out = Vec::new();
         self.partial.extend_from_slice(bytes);
-        while let Some(nl) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=nl).collect();
+        // Lines are taken from the front, and the rest kept once: a chunk of many lines is not
+        // shifted line by line.
+        let partial = std::mem::take(&mut self.partial);
+        let mut start = 0;
+        while let Some(nl) = partial[start..].iter().position(|&b| b == b'\n') {
+            let line = &partial[start..start + nl];
             let offset = self.line_start;
-            self.line_start += line.len() as u64;
-            let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            self.line_start += nl as u64 + 1;
+            start += nl + 1;
+            let text = String::from_utf8_lossy(line).into_owned();
             self.line(text.trim_end_matches('\r'), offset, &mut out);
         }
+        self.partial = partial[start..].to_vec();
         out
     }
 

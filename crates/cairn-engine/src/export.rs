@@ -219,6 +219,16 @@ impl Engine {
             for a in &s.artifacts {
                 let rel = contained(&a.artifact.path)?;
                 let id = if request.data {
+                    // Recorded under the run directory: no folder on the way may be a link out of it.
+                    if let Some(link) = cairn_exec::artifacts::symlinked_component(run_dir, &a.artifact.path) {
+                        return Err(EngineError::InvalidExportPath {
+                            path: link.display().to_string(),
+                            message: format!(
+                                "artifact {} is reached through a symlink, which is not followed",
+                                a.artifact.path
+                            ),
+                        });
+                    }
                     let (bytes, sha) = w.copy(&run_dir.join(rel), &a.artifact.path)?;
                     if sha != a.artifact.sha256 || bytes != a.artifact.bytes {
                         return Err(EngineError::ExportArtifactMismatch {
@@ -278,6 +288,24 @@ impl Engine {
 /// Zips the crate directory `dir` into `to` (deflated, paths relative to the crate root) and
 /// returns the zip's size.
 fn zip_dir(dir: &Path, to: &Path) -> Result<u64, EngineError> {
+    // Into a hidden file beside `to`, renamed once whole: a kill midway leaves no zip at `to`.
+    let name = to.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let partial = to.with_file_name(format!(".{name}.partial-zip"));
+    let _ = fs::remove_file(&partial);
+    let bytes = write_zip(dir, &partial);
+    match bytes {
+        Ok(bytes) => {
+            fs::rename(&partial, to).map_err(|e| EngineError::io(to, e))?;
+            Ok(bytes)
+        }
+        Err(e) => {
+            let _ = fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+fn write_zip(dir: &Path, to: &Path) -> Result<u64, EngineError> {
     let file = fs::File::create_new(to).map_err(|e| EngineError::io(to, e))?;
     let mut zip = zip::ZipWriter::new(file);
     let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);

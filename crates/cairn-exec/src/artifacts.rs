@@ -68,7 +68,7 @@ fn kind_of(meta: &fs::Metadata) -> &'static str {
 }
 
 /// The first component of `rel` below `root` that is a symlink, if any (`rel` itself included).
-fn symlinked_component(root: &Path, rel: &str) -> Option<PathBuf> {
+pub fn symlinked_component(root: &Path, rel: &str) -> Option<PathBuf> {
     let mut at = root.to_path_buf();
     for part in Path::new(rel).components() {
         at.push(part);

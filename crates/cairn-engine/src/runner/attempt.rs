@@ -55,7 +55,7 @@ impl Engine {
             let token = self.ids.token();
             self.store.adopt_attempt(&run.run_id, &step.id, &previous_token, &token, self.clock.now_ms())?;
             let end = {
-                let jobs = self.job_sink(run, &step.id, &token, attempt - 1, progress);
+                let jobs = self.job_sink(run, &step.id, &token, attempt - 1, true, progress);
                 self.launcher.reattach(self, &recorded, &launch(attempt - 1), &jobs, &halted)
             };
             adopted = Some((token, attempt - 1, end));
@@ -89,7 +89,8 @@ impl Engine {
                         let _ = self.store.record_process(&run.run_id, &step.id, &token, info);
                     };
                     let end = {
-                        let jobs = self.job_sink(run, &step.id, &token, attempt, progress);
+                        // A new attempt number: nothing can be recorded of it yet.
+                        let jobs = self.job_sink(run, &step.id, &token, attempt, false, progress);
                         self.launcher.launch(self, &launch(attempt), &mut record, &jobs, &halted)
                     };
                     (token, attempt, end)
@@ -148,7 +149,8 @@ impl Engine {
         }
     }
 
-    /// Where an attempt's pipeline jobs go: each recorded once, under the attempt's token, as an
+    /// Where an attempt's pipeline jobs go (`adopted`: a re-attach, whose predecessor may have
+    /// recorded some): each recorded once, under the attempt's token, as an
     /// event of its step (a successor re-reading the log from its start skips what its
     /// predecessor recorded, by the log offset each event carries), and shown as progress.
     fn job_sink<'s>(
@@ -157,11 +159,12 @@ impl Engine {
         step_id: &'s str,
         token: &'s str,
         attempt: u32,
+        adopted: bool,
         progress: &'s (dyn Fn(Progress) + Sync),
     ) -> impl Fn(Vec<JobEvent>) + Sync + 's {
-        // What a predecessor recorded of this attempt, read when the first jobs come (a step
-        // that is not a pipeline never asks).
-        let last: Mutex<Option<Option<u64>>> = Mutex::new(None);
+        // What a predecessor recorded of an adopted attempt, read when the first jobs come (a
+        // step that is not a pipeline never asks); an attempt launched now has none.
+        let last: Mutex<Option<Option<u64>>> = Mutex::new((!adopted).then_some(None));
         move |events: Vec<JobEvent>| {
             if events.is_empty() {
                 return;

@@ -96,43 +96,87 @@ impl Engine {
     /// Records (or updates) a verification in progress beside its kernel. Best effort: progress
     /// that cannot be written leaves the verification itself unaffected.
     pub(crate) fn write_live(&self, runtime_dir: &Path, live: &LiveVerification) {
+        // Renamed into place, so a reader never sees half of it; no fsync: after a power loss the
+        // verification is gone anyway.
         if let Ok(bytes) = serde_json::to_vec(live) {
-            let _ = super::write_atomic(&runtime_dir.join(LIVE), &bytes);
+            let tmp = runtime_dir.join(".live.json.tmp");
+            if std::fs::write(&tmp, bytes).is_ok() {
+                let _ = std::fs::rename(&tmp, runtime_dir.join(LIVE));
+            }
         }
+    }
+
+    /// Every `live.json` of this state root: its directory, what it says, and whether its owner
+    /// is alive.
+    fn live_entries(&self) -> Vec<(PathBuf, LiveVerification, bool)> {
+        let Ok(dir) = std::fs::read_dir(self.kernels_dir()) else { return Vec::new() };
+        dir.flatten()
+            .filter_map(|e| {
+                let live: LiveVerification = serde_json::from_slice(&std::fs::read(e.path().join(LIVE)).ok()?).ok()?;
+                let alive = is_alive(&Owner { pid: live.owner_pid, start_time: live.owner_start_time });
+                Some((e.path(), live, alive))
+            })
+            .collect()
     }
 
     /// The verifications in progress on this state root, oldest first (those whose owner is
     /// alive).
     pub fn live_verifications(&self) -> Vec<LiveVerification> {
-        let Ok(dir) = std::fs::read_dir(self.kernels_dir()) else { return Vec::new() };
-        let mut out: Vec<LiveVerification> = dir
-            .flatten()
-            .filter_map(|e| std::fs::read(e.path().join(LIVE)).ok())
-            .filter_map(|b| serde_json::from_slice::<LiveVerification>(&b).ok())
-            .filter(|l| is_alive(&Owner { pid: l.owner_pid, start_time: l.owner_start_time }))
-            .collect();
+        let mut out: Vec<LiveVerification> =
+            self.live_entries().into_iter().filter(|(_, _, alive)| *alive).map(|(_, l, _)| l).collect();
         out.sort_by_key(|l| l.started_at);
         out
     }
 
+    /// One verification in progress, by its id.
+    pub fn live_verification(&self, id: &str) -> Option<LiveVerification> {
+        let bytes = std::fs::read(self.kernels_dir().join(id).join(LIVE)).ok()?;
+        let live: LiveVerification = serde_json::from_slice(&bytes).ok()?;
+        is_alive(&Owner { pid: live.owner_pid, start_time: live.owner_start_time }).then_some(live)
+    }
+
     /// Asks every verification in progress to stop; returns their ids. One whose owner died
-    /// without cleaning up has its kernel stopped here, verified by pid and start time.
+    /// without cleaning up is settled here instead.
     pub fn stop_verifications(&self, how: StopHow) -> Vec<String> {
-        let Ok(dir) = std::fs::read_dir(self.kernels_dir()) else { return Vec::new() };
         let mut stopped = Vec::new();
-        for entry in dir.flatten() {
-            let Ok(bytes) = std::fs::read(entry.path().join(LIVE)) else { continue };
-            let Ok(live) = serde_json::from_slice::<LiveVerification>(&bytes) else { continue };
-            if is_alive(&Owner { pid: live.owner_pid, start_time: live.owner_start_time }) {
-                let _ = super::write_atomic(&entry.path().join(STOP), how.word().as_bytes());
+        for (dir, live, alive) in self.live_entries() {
+            if alive {
+                // Into the directory as it is: one that just finished is not made again.
+                let _ = std::fs::write(dir.join(STOP), how.word());
                 stopped.push(live.verification_id);
-            } else if live.kernel_start_time.is_some() {
-                let kernel =
-                    ProcessIdentity { pid: live.kernel_pid, pgid: live.kernel_pid, start_time: live.kernel_start_time };
-                cairn_exec::terminate_if_same(&kernel, INTERRUPT_GRACE);
+            } else {
+                self.settle_orphan(&dir, &live);
             }
         }
         stopped
+    }
+
+    /// Settles every verification whose process died mid-run (a kill -9): its kernel, which
+    /// leads its own process group and so outlived it, is stopped (verified by pid and start
+    /// time), its record ends `died`, and its directory goes.
+    pub(crate) fn reap_orphan_verifications(&self) {
+        for (dir, live, alive) in self.live_entries() {
+            if !alive {
+                self.settle_orphan(&dir, &live);
+            }
+        }
+    }
+
+    fn settle_orphan(&self, dir: &Path, live: &LiveVerification) {
+        if live.kernel_start_time.is_some() {
+            let kernel =
+                ProcessIdentity { pid: live.kernel_pid, pgid: live.kernel_pid, start_time: live.kernel_start_time };
+            cairn_exec::terminate_if_same(&kernel, INTERRUPT_GRACE);
+        }
+        if let Ok(Some(mut record)) = self.store.verification(&live.verification_id)
+            && record.verdict.is_none()
+        {
+            record.verdict = Some(cairn_core::verification::Verdict::Died.as_str().into());
+            record.error = Some("the process verifying it was killed mid-run; its kernel was stopped after it".into());
+            record.finished_at = Some(self.clock.now_ms());
+            let _ = self.store.finish_verification(&record);
+        }
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 

@@ -198,7 +198,11 @@ impl Engine {
         let mut told = false;
         loop {
             match file.try_lock() {
-                Ok(()) => return Ok(Slot { _file: file }),
+                Ok(()) => {
+                    // Whoever holds the slot next settles a verification whose process was killed.
+                    self.reap_orphan_verifications();
+                    return Ok(Slot { _file: file });
+                }
                 Err(std::fs::TryLockError::WouldBlock) if no_wait => {
                     return Err(EngineError::KernelSlotTaken {
                         message: "the kernel slot is taken by another verification or session job; wait for it, or run without --no-wait to queue".into(),

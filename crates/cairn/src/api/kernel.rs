@@ -63,8 +63,8 @@ pub(super) async fn get_job(
     blocking(move || {
         if job_id.starts_with("ver_") {
             let engine = state.service.engine();
-            if let Some(live) = engine.live_verifications().iter().find(|l| l.verification_id == job_id) {
-                return Ok(Json(Job::from_live(live)));
+            if let Some(live) = engine.live_verification(&job_id) {
+                return Ok(Json(Job::from_live(&live)));
             }
             // Finished (or its process died): the record says which.
             return match engine.verification(&job_id) {

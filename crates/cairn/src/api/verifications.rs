@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use cairn_engine::verify::{Quiet, VerifyObserver};
+use cairn_engine::{StopKind, StopSignal};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::IntoParams;
@@ -44,13 +45,17 @@ pub(super) async fn create_verification(
     blocking(move || {
         // The daemon's own interpreter setting; a relative path means nothing to a caller.
         let python = std::env::var_os("CAIRN_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from);
-        let req = Verify { python, memory_limit: None, ..body }.into_request(None)?;
+        let mut req = Verify { python, memory_limit: None, ..body }.into_request(None)?;
         let Some(wait) = wait else {
             return Ok(
                 Json(VerifyResult::from_report(&state.service.engine().verify(&req, &mut Quiet)?)).into_response()
             );
         };
-        // Runs on its own thread, so the answer can come before the verdict.
+        // Runs on its own thread, so the answer can come before the verdict. One that has not
+        // started by then (the slot still taken) is stopped before it runs: the caller is told
+        // so, and nothing runs behind its back.
+        let stop = StopSignal::new();
+        req.stop = Some(stop.clone());
         let (started_tx, started_rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         let app = state.clone();
@@ -59,13 +64,20 @@ pub(super) async fn create_verification(
             let _ = done_tx.send(report.map(|r| VerifyResult::from_report(&r)));
         });
         let deadline = Instant::now() + wait;
-        let started = match started_rx.recv_timeout(wait) {
+        // Its kernel's start counts too: at least a short while, even for `wait: 0`.
+        let started = match started_rx.recv_timeout(wait.max(START_AT_LEAST)) {
             Ok(id) => id,
-            // It ended (most likely refused) before its kernel started: its answer is the result.
-            Err(_) => match done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(result) => return Ok(Json(result?).into_response()),
-                Err(_) => return Err(ApiError::invalid("the verification did not start within `wait`; raise it")),
-            },
+            Err(_) => {
+                stop.request(StopKind::Cancel);
+                // It ended (most likely refused) before its kernel started, or has now been
+                // stopped before it ran: its answer is the result.
+                return match done_rx.recv_timeout(START_AT_LEAST) {
+                    Ok(result) => Ok(Json(result?).into_response()),
+                    Err(_) => {
+                        Err(ApiError::invalid("the verification did not start within `wait`; nothing ran: raise it"))
+                    }
+                };
+            }
         };
         match done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(result) => Ok(Json(result?).into_response()),
@@ -79,6 +91,9 @@ pub(super) async fn create_verification(
     })
     .await
 }
+
+/// How long a verification with `wait` may take to start its kernel, however short `wait` is.
+const START_AT_LEAST: Duration = Duration::from_secs(10);
 
 /// Sends the verification's id once its kernel started.
 struct Started(mpsc::Sender<String>);

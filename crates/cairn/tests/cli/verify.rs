@@ -1154,3 +1154,33 @@ fn a_running_verification_is_a_job_a_person_can_see_and_stop() {
     }
     v.c.stop_daemon();
 }
+
+/// `cairn verify` killed (SIGKILL) mid-cell: its kernel leads its own process group and outlives
+/// it, so whoever takes the kernel slot next (here the next verification) stops that kernel,
+/// records the verification `died` and removes its directory; it is never listed as running.
+#[test]
+fn a_verification_whose_process_is_killed_is_settled_by_the_next_one() {
+    let v = Verify::new();
+    let doc =
+        v.doc("killed.md", "```python\nopen('killed.started', 'w').write('1')\nimport time\ntime.sleep(120)\n```\n");
+    let mut child = verifying_in_background(&v, &doc, "killed.started");
+    let mut rows = Vec::new();
+    assert!(wait_until(Duration::from_secs(10), || {
+        rows = verification_rows(&v);
+        !rows.is_empty()
+    }));
+    let id = rows[0]["job_id"].as_str().unwrap().to_string();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    assert!(!kernel_processes(v.home()).is_empty(), "the kernel outlives its killed verifier (else nothing to test)");
+    assert!(verification_rows(&v).is_empty(), "a verification whose process died is not listed as running");
+
+    let next = v.doc("next.md", "```python\nx = 1\n```\n");
+    v.verify(&[&next]).expect(0);
+    assert_no_kernel_left(&v);
+    assert!(!v.home().join("kernels").join(&id).exists(), "the killed verification's directory is gone");
+    let polled = v.c.json(&["kernel", "poll", &id]).expect(0).json;
+    assert_eq!((polled["status"].as_str(), polled["verification"]["verdict"].as_str()), (Some("died"), Some("died")));
+    assert!(polled["verification"]["error"].as_str().is_some_and(|e| e.contains("was killed")), "{polled:#}");
+    v.c.stop_daemon();
+}
