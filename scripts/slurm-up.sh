@@ -54,7 +54,8 @@ if ! db_ok; then
     mariadb-install-db --no-defaults --user=mysql --datadir="$DB" >"$DBRUN/install.log" 2>&1 \
       || die "mariadb-install-db failed" "$DBRUN/install.log"
   fi
-  setsid -f mariadbd --no-defaults --user=mysql --datadir="$DB" --skip-networking \
+  # Its own temporary directory: the caller's TMPDIR may be one the mysql user cannot write.
+  setsid -f mariadbd --no-defaults --user=mysql --datadir="$DB" --skip-networking --tmpdir="$DBRUN" \
     --socket="$SOCK" --pid-file="$DBRUN/mysqld.pid" --log-error="$DBRUN/mysqld.err" \
     </dev/null >/dev/null 2>&1                     # does not daemonize by itself
   for _ in $(seq 300); do db_ok && break; sleep 0.1; done

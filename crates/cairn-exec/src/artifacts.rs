@@ -285,10 +285,17 @@ pub fn materialize(from: &Path, to: &Path, carry: &Carry<'_>) -> Result<Material
                 if let Some(parent) = dest.parent() {
                     fs::create_dir_all(parent).map_err(|e| io_err(&w.path, e))?;
                 }
-                let mut f =
-                    fs::OpenOptions::new().write(true).create_new(true).open(&dest).map_err(|e| io_err(&w.path, e))?;
-                use std::io::Write;
-                f.write_all(&w.content).and_then(|_| f.sync_all()).map_err(|e| io_err(&w.path, e))?;
+                // Whole or not at all: written beside it, then linked in (which, like a new file,
+                // never replaces one), so a kill midway leaves no half file to conflict with.
+                let tmp = dest.with_file_name(format!(
+                    ".{}.partial",
+                    dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+                ));
+                let written = fs::write(&tmp, &w.content)
+                    .and_then(|_| fs::File::open(&tmp)?.sync_all())
+                    .and_then(|_| fs::hard_link(&tmp, &dest));
+                let _ = fs::remove_file(&tmp);
+                written.map_err(|e| io_err(&w.path, e))?;
                 done.copied += 1;
             }
             Some(found) => {

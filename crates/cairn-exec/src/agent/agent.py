@@ -937,11 +937,18 @@ def op_materialize(r):
             done["present"] += 1
         elif found["kind"] == "missing" and not os.path.lexists(dest):
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, w["mode"])
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
+            # Whole or not at all: written beside it, then linked in (never replacing a file), so a
+            # kill midway leaves no half file to conflict with.
+            tmp = os.path.join(os.path.dirname(dest), "." + os.path.basename(dest) + ".partial")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, w["mode"])
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.link(tmp, dest)
+            finally:
+                os.unlink(tmp)
             done["copied"] += 1
         else:
             what = "sha256 %s" % found["sha256"] if found["kind"] == "changed" else "missing"
