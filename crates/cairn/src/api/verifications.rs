@@ -27,6 +27,7 @@ use crate::wire::{MAX_VERIFY_WAIT_SECS, VerificationRecord, Verify, VerifyResult
 /// undone.
 #[utoipa::path(post, path = "/verifications", tag = "verifications", request_body = Verify,
     responses((status = 200, description = "The verification: verdict, cells, notebook or draft", body = VerifyResult),
+        (status = 202, description = "With `wait`: it runs on; `{verification_id, status: \"running\", poll}`, to follow with GET /kernel/jobs/{id}", body = Object),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, description = "No draft of that title", body = ErrorBody),
         (status = 409, description = "The kernel slot is taken and no_wait was set", body = ErrorBody),
