@@ -88,6 +88,8 @@ fn main() {
                     error: None,
                     args_hash: sha.clone(),
                 }],
+                agent: None,
+                input_files: vec![],
                 step_id,
             }
         })
@@ -97,8 +99,10 @@ fn main() {
         spec,
         workflow_files: vec![file("workflow/workflow.toml")],
         input: file("input.json"),
+        input_files: vec![],
         validation: file("validation.json"),
         steps,
+        targets: vec![],
         lineage: vec![],
         target: "local".into(),
         cairn_version: "bench".into(),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::artifact::ArtifactRecord;
 use crate::event::RunEvent;
 use crate::status::{Outcome, RunStatus};
-use crate::store::{EventRecord, RunRecord, StepRecord};
+use crate::store::{EventRecord, RunRecord, StepRecord, VerificationRecord};
 use crate::workflow::WorkflowSpec;
 
 /// The crate's file of the run's input, and of the validator's verdict and findings.
@@ -19,6 +19,10 @@ pub const INPUT_FILE: &str = "input.json";
 pub const VALIDATION_FILE: &str = "validation.json";
 /// Where the workflow folder's files go inside the crate.
 pub const WORKFLOW_DIR: &str = "workflow";
+/// Where copied input files go inside the crate (each under its absolute path, less the `/`).
+pub const INPUTS_DIR: &str = "inputs";
+/// Where the targets' observed facts go inside the crate (`<name>.json`).
+pub const TARGETS_DIR: &str = "targets";
 
 /// One file of the crate (or, without data, referenced by its id only).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +47,42 @@ pub struct CrateStep {
     pub producer: Option<(String, u32)>,
     /// The attempts this run executed, from its events (empty for a reused step).
     pub attempts: Vec<CrateAttempt>,
+    /// The target whose agent executed its attempts (the producer's, for a reused step), when
+    /// that is a configured target rather than this machine.
+    pub agent: Option<String>,
+    /// The `@id`s of the input files it recorded reading (a pipeline's bound inputs).
+    pub input_files: Vec<String>,
+}
+
+/// A file the run read from outside its run directory: named in the input (hashed when planned)
+/// or bound by a step (hashed when it read it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrateInputFile {
+    /// Its `@id`: under [`INPUTS_DIR`] when copied into the crate, else a `file://` URI.
+    pub id: String,
+    /// Its absolute path where the run read it.
+    pub path: String,
+    /// As recorded by the run.
+    pub sha256: String,
+    /// Its size, where it could be read at export (and still had the recorded bytes).
+    pub bytes: Option<u64>,
+    /// What the export found, when it is not what the run recorded (changed, gone, unreadable),
+    /// or how its hash was taken.
+    pub note: Option<String>,
+}
+
+/// A configured target that executed attempts: the agent of those attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrateTarget {
+    pub name: String,
+    /// `user@host:port`.
+    pub address: String,
+    /// `ssh` or `slurm`.
+    pub executor: String,
+    pub workspace_root: String,
+    /// The facts observed there (the plan's readiness check, else the last probe), as a file of
+    /// the crate.
+    pub facts: Option<CrateFile>,
 }
 
 /// One executed attempt of a step, as the run's events tell it.
@@ -101,8 +141,12 @@ pub struct CrateRun {
     /// The workflow folder's files (ids under [`WORKFLOW_DIR`]), `workflow.toml` among them.
     pub workflow_files: Vec<CrateFile>,
     pub input: CrateFile,
+    /// The files the run read from outside its run directory.
+    pub input_files: Vec<CrateInputFile>,
     pub validation: CrateFile,
     pub steps: Vec<CrateStep>,
+    /// The configured targets that executed attempts, by name.
+    pub targets: Vec<CrateTarget>,
     /// The source runs above it, nearest first.
     pub lineage: Vec<RunRecord>,
     /// Where it executed: `local` or a target's name.
@@ -161,6 +205,10 @@ fn ids<'a>(it: impl IntoIterator<Item = &'a str>) -> Value {
 
 fn tool_id(tool: &str) -> String {
     format!("#tool-{tool}")
+}
+
+fn target_id(name: &str) -> String {
+    format!("#target-{name}")
 }
 
 fn step_id(step: &str) -> String {
@@ -279,9 +327,40 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
         }));
     }
 
-    // The input and the verdict.
+    // The input, the files it names, and the verdict.
     parts.push(c.input.id.clone());
     graph.push(file_entity(&c.input, "the run's input"));
+    for f in &c.input_files {
+        parts.push(f.id.clone());
+        let mut e = json!({"@id": f.id, "@type": "File", "name": f.path, "sha256": f.sha256});
+        if let Some(bytes) = f.bytes {
+            e["contentSize"] = json!(bytes.to_string());
+        }
+        if let Some(note) = &f.note {
+            e["description"] = json!(note);
+        }
+        graph.push(e);
+    }
+    for t in &c.targets {
+        let mut e = json!({
+            "@id": target_id(&t.name), "@type": "Thing", "name": format!("target {}", t.name),
+            "identifier": t.address,
+            "description": format!(
+                "Cairn target `{}`: {} over SSH, executor {}, workspace {}; its step agent ran these attempts",
+                t.name, t.address, t.executor, t.workspace_root
+            ),
+        });
+        if let Some(facts) = &t.facts {
+            parts.push(facts.id.clone());
+            graph.push(file_entity(facts, &format!("the facts observed on target {}", t.name)));
+            e["subjectOf"] = id(&facts.id);
+        }
+        graph.push(e);
+    }
+    let object_of = |files: &[String]| -> Value {
+        ids(std::iter::once(c.input.id.as_str()).chain(files.iter().map(String::as_str)))
+    };
+    let all_inputs: Vec<String> = c.input_files.iter().map(|f| f.id.clone()).collect();
     parts.push(c.validation.id.clone());
     let verdict = match run.status {
         RunStatus::Ready => "READY: the validator found nothing".to_string(),
@@ -329,7 +408,7 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
                     format!("Run of tool {} for step {} (attempt {attempt})", s.tool, s.step_id)
                 },
                 "instrument": id(&tool_id(&s.tool)),
-                "object": [id(&c.input.id)],
+                "object": object_of(&s.input_files),
                 "result": ids(s.artifacts.iter().map(|(_, i)| i.as_str())),
                 "startTime": rfc3339(r.started_at),
                 "actionStatus": action_status(ok),
@@ -337,6 +416,9 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
             });
             if let Some(end) = r.finished_at {
                 a["endTime"] = json!(rfc3339(end));
+            }
+            if let Some(t) = &s.agent {
+                a["agent"] = id(&target_id(t));
             }
             let mut desc = vec![format!("args sha256 {}", r.signature.args_hash)];
             if let Some(o) = r.outcome {
@@ -355,7 +437,7 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
                         "@id": eid, "@type": "CreateAction",
                         "name": format!("Run of tool {} for step {} (attempt {})", s.tool, s.step_id, earlier.number),
                         "instrument": id(&tool_id(&s.tool)),
-                        "object": [id(&c.input.id)],
+                        "object": object_of(&s.input_files),
                         "startTime": rfc3339(earlier.started_ms),
                         "actionStatus": action_status(earlier.outcome.map(|o| o == Outcome::Completed)),
                         "description": match earlier.outcome {
@@ -368,6 +450,9 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
                     }
                     if let Some(err) = &earlier.error {
                         e["error"] = json!(err);
+                    }
+                    if let Some(t) = &s.agent {
+                        e["agent"] = id(&target_id(t));
                     }
                     graph.push(e);
                     objects.push(eid.clone());
@@ -413,7 +498,7 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
         "identifier": run.run_id,
         "description": format!("{verdict}; executed on {}", c.target),
         "instrument": id(&wf_toml),
-        "object": [id(&c.input.id)],
+        "object": object_of(&all_inputs),
         "result": ids(results.iter().map(String::as_str).chain([c.validation.id.as_str()])),
         "startTime": rfc3339(run.created_at),
         "actionStatus": action_status(ok),
@@ -458,6 +543,152 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
         "mentions": ids(actions.iter().map(String::as_str)),
     });
     graph.insert(1, root);
+    json!({
+        "@context": ["https://w3id.org/ro/crate/1.1/context", "https://w3id.org/ro/terms/workflow-run/context"],
+        "@graph": graph,
+    })
+}
+
+/// The kernel a verification ran in, as its notebook's metadata records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelFacts {
+    pub python: String,
+    pub ipykernel: String,
+    /// sha256 of the interpreter and package versions the kernel reported.
+    pub environment_sha256: String,
+}
+
+/// Everything the crate of a verification says: a Process Run Crate of one notebook run.
+#[derive(Debug, Clone)]
+pub struct CrateVerification {
+    pub record: VerificationRecord,
+    /// The document it verified (copied when it still has the verified bytes, else referenced by
+    /// its path and the recorded hash).
+    pub document: CrateFile,
+    pub document_note: Option<String>,
+    /// The notebook it proved, or the failed notebook.
+    pub notebook: Option<CrateFile>,
+    /// A failed one's draft to fix (the document with its failing cell), when not the notebook.
+    pub draft: Option<CrateFile>,
+    /// The verification's record (its cells, verdict, parameters), as a file of the crate.
+    pub report: CrateFile,
+    pub kernel: Option<KernelFacts>,
+    pub cairn_version: String,
+    pub published_ms: i64,
+}
+
+/// The crate's file of a verification's record.
+pub const VERIFICATION_FILE: &str = "verification.json";
+
+/// The `ro-crate-metadata.json` of a verification.
+pub fn verification_metadata(c: &CrateVerification) -> Value {
+    let v = &c.record;
+    let action = format!("#verification-{}", v.id);
+    let passed = v.verdict.as_deref() == Some("passed");
+    let verdict = v.verdict.as_deref().unwrap_or("running");
+    let mut graph = vec![
+        json!({
+            "@id": "ro-crate-metadata.json", "@type": "CreativeWork",
+            "conformsTo": id(RO_CRATE_1_1), "about": id("./"),
+        }),
+        json!({"@id": PROCESS_RUN_CRATE, "@type": "CreativeWork", "name": "Process Run Crate", "version": "0.5"}),
+        json!({
+            "@id": "https://spdx.org/licenses/CC0-1.0", "@type": "CreativeWork",
+            "name": "Creative Commons Zero v1.0 Universal", "identifier": "CC0-1.0",
+        }),
+        json!({
+            "@id": "#cairn", "@type": "SoftwareApplication", "name": "Cairn",
+            "version": c.cairn_version, "url": id("https://github.com/cairn-workbench/cairn"),
+        }),
+    ];
+    let mut parts = Vec::new();
+    let mut instruments = vec![c.document.id.clone()];
+    let mut doc = file_entity(&c.document, &v.document);
+    doc["@type"] = json!(["File", "SoftwareSourceCode"]);
+    doc["description"] = json!(c.document_note.clone().unwrap_or_else(|| "the verified document".into()));
+    parts.push(c.document.id.clone());
+    graph.push(doc);
+    if let Some(k) = &c.kernel {
+        instruments.push("#kernel".into());
+        graph.push(json!({
+            "@id": "#kernel", "@type": "SoftwareApplication",
+            "name": format!("Python {} with ipykernel {}", k.python, k.ipykernel),
+            "softwareVersion": k.python,
+            "identifier": id("#kernel-environment"),
+            "description": "the fresh, disposable Jupyter kernel the cells ran in",
+        }));
+        graph.push(json!({
+            "@id": "#kernel-environment", "@type": "PropertyValue", "name": "environment sha256",
+            "propertyID": "environment_sha256", "value": k.environment_sha256,
+            "description": "sha256 of the interpreter and package versions the kernel reported",
+        }));
+    }
+    let mut results = Vec::new();
+    if let Some(nb) = &c.notebook {
+        let name = if passed { "the proven notebook (a provenance cell first)" } else { "the failed notebook" };
+        let mut e = file_entity(nb, name);
+        e["encodingFormat"] =
+            json!(if nb.id.ends_with(".ipynb") { "application/x-ipynb+json" } else { "text/markdown" });
+        parts.push(nb.id.clone());
+        results.push(nb.id.clone());
+        graph.push(e);
+    }
+    if let Some(d) = &c.draft {
+        parts.push(d.id.clone());
+        results.push(d.id.clone());
+        graph.push(file_entity(d, "the draft to fix: the document with its failing cell"));
+    }
+    parts.push(c.report.id.clone());
+    results.push(c.report.id.clone());
+    graph.push(file_entity(&c.report, "the verification's record: verdict, cells and parameters"));
+    let mut objects = Vec::new();
+    if let Some(params) = v.parameters.as_object() {
+        for (k, value) in params {
+            let pid = format!("#parameter-{}", path_id(k));
+            graph.push(json!({
+                "@id": pid, "@type": "PropertyValue", "name": k,
+                "value": match value { Value::String(s) => s.clone(), other => other.to_string() },
+            }));
+            objects.push(pid);
+        }
+    }
+    let cells = v.cells.as_array().map(Vec::len).unwrap_or(0);
+    let mut a = json!({
+        "@id": action, "@type": "CreateAction",
+        "name": format!("Verification {} of {}", v.id, v.title),
+        "identifier": v.id,
+        "description": format!(
+            "{verdict}: {cells} code cell(s) run in a fresh kernel{}",
+            c.kernel.as_ref().map(|k| format!(", environment sha256 {}", k.environment_sha256)).unwrap_or_default()
+        ),
+        "instrument": ids(instruments.iter().map(String::as_str)),
+        "result": ids(results.iter().map(String::as_str)),
+        "startTime": rfc3339(v.created_at),
+        "actionStatus": action_status(v.verdict.as_ref().map(|_| passed)),
+    });
+    if !objects.is_empty() {
+        a["object"] = ids(objects.iter().map(String::as_str));
+    }
+    if let Some(end) = v.finished_at {
+        a["endTime"] = json!(rfc3339(end));
+    }
+    if let Some(e) = &v.error {
+        a["error"] = json!(e);
+    }
+    graph.push(a);
+    graph.insert(
+        1,
+        json!({
+            "@id": "./", "@type": "Dataset",
+            "conformsTo": id(PROCESS_RUN_CRATE),
+            "name": format!("Cairn verification {} of {}", v.id, v.title),
+            "description": format!("Process Run Crate of Cairn verification {}: {verdict}", v.id),
+            "license": id("https://spdx.org/licenses/CC0-1.0"),
+            "datePublished": rfc3339(c.published_ms),
+            "hasPart": ids(parts.iter().map(String::as_str)),
+            "mentions": id(&action),
+        }),
+    );
     json!({
         "@context": ["https://w3id.org/ro/crate/1.1/context", "https://w3id.org/ro/terms/workflow-run/context"],
         "@graph": graph,

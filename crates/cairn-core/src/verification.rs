@@ -404,7 +404,11 @@ pub fn build_notebook(
             }
         }
     }
-    let mut cairn = json!({"verdict": provenance.verdict.as_str(), "document_sha256": provenance.document_sha256, "title": provenance.title});
+    let mut cairn = json!({
+        "verdict": provenance.verdict.as_str(), "document_sha256": provenance.document_sha256, "title": provenance.title,
+        "python": provenance.python, "ipykernel": provenance.ipykernel,
+        "environment_sha256": provenance.environment_sha256,
+    });
     if !provenance.parameters.is_empty() {
         cairn["parameters"] = Value::Object(provenance.parameters.clone());
     }

@@ -1,17 +1,25 @@
-//! Exporting a run as a Provenance Run Crate: the run's records gathered through the store, the
-//! crate's metadata built by the pure `cairn_core::rocrate`, and its files written here: the
-//! workflow folder, the input, the validator's verdict and (unless `data` is off) the artifacts,
-//! each copied and checked against its recorded SHA-256.
+//! Exporting a run as a Provenance Run Crate, or a verification as a Process Run Crate: the
+//! records gathered through the store, the crate's metadata built by the pure
+//! `cairn_core::rocrate`, and its files written here: the workflow folder, the input and the
+//! files it names, the validator's verdict, the targets' observed facts and (unless `data` is off)
+//! the artifacts, each copied (over SSH, for a run on a target) and checked against its recorded
+//! SHA-256.
 //!
 //! **Invariant:** every path written lies under the crate's root, and every path read lies under
-//! the run directory or the workflow snapshot (no `..`, no absolute path, no symlink followed).
+//! the run directory or the workflow snapshot (no `..`, no absolute path, no symlink followed), or
+//! is an input file the run recorded.
 
+use std::collections::BTreeMap;
 use std::fs;
+use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
-use cairn_core::rocrate::{self, CrateFile, CrateRun, CrateStep};
-use serde_json::json;
+use cairn_core::plan::{InputFile, Plan, absolute_path_strings};
+use cairn_core::rocrate::{self, CrateFile, CrateInputFile, CrateRun, CrateStep, CrateTarget, CrateVerification};
+use cairn_core::target::LOCAL;
+use serde_json::{Value, json};
 
+use crate::placement::Placement;
 use crate::{Engine, EngineError};
 
 /// Where an export goes.
@@ -23,17 +31,37 @@ pub enum ExportOut {
     Zip(PathBuf),
 }
 
+/// What is exported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportSubject {
+    /// A run, as a Provenance Run Crate.
+    Run(String),
+    /// A verification, as a Process Run Crate of its notebook run.
+    Verification(String),
+}
+
+impl ExportSubject {
+    /// `run-ID` or `verification-ID`: the name of its crate in the state root's exports.
+    pub fn slug(&self) -> String {
+        match self {
+            ExportSubject::Run(id) => format!("run-{id}"),
+            ExportSubject::Verification(id) => format!("verification-{id}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ExportRequest {
-    pub run_id: String,
+    pub subject: ExportSubject,
     pub out: ExportOut,
-    /// Copy the artifacts into the crate; without, they are referenced by path and hash only.
+    /// Copy the artifacts and input files into the crate; without, they are referenced by path and
+    /// hash only.
     pub data: bool,
 }
 
 #[derive(Debug, Clone)]
 pub struct ExportResult {
-    pub run_id: String,
+    pub subject: ExportSubject,
     pub path: PathBuf,
     /// Files written, `ro-crate-metadata.json` included.
     pub files: usize,
@@ -41,6 +69,8 @@ pub struct ExportResult {
     pub bytes: u64,
     /// Artifacts copied into the crate (0 without data).
     pub artifacts: usize,
+    /// Input files copied into the crate (0 without data).
+    pub input_files: usize,
 }
 
 /// A relative path that stays under its root: no `..`, no root, no prefix.
@@ -94,6 +124,17 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Forgets a file copied in (its bytes did not match the record).
+    fn discard(&mut self, rel: &str, bytes: u64) {
+        if let Ok(p) = contained(rel) {
+            let _ = fs::remove_file(self.root.join(p));
+        }
+        self.files -= 1;
+        self.bytes -= bytes;
+    }
+}
+
 /// The regular files under `dir`, relative, sorted (symlinks skipped).
 fn folder_files(dir: &Path) -> Result<Vec<String>, EngineError> {
     let mut out = Vec::new();
@@ -134,12 +175,13 @@ impl Engine {
         Ok(None)
     }
 
-    /// Writes a run as a Provenance Run Crate 0.5.
-    pub fn export_run(&self, request: &ExportRequest) -> Result<ExportResult, EngineError> {
-        let view = self.show_run(&request.run_id)?;
-        let record = self.store.workflow(&view.run.workflow, Some(&view.run.version))?.ok_or_else(|| {
-            EngineError::WorkflowNotFound { name: view.run.workflow.clone(), version: Some(view.run.version.clone()) }
-        })?;
+    /// Writes a run as a Provenance Run Crate 0.5, or a verification as a Process Run Crate 0.5.
+    pub fn export(&self, request: &ExportRequest) -> Result<ExportResult, EngineError> {
+        // The subject is looked up before anything is written: an unknown one creates nothing.
+        match &request.subject {
+            ExportSubject::Run(id) => drop(self.show_run(id)?),
+            ExportSubject::Verification(id) => drop(self.verification(id)?),
+        }
         let (dest, zip) = match &request.out {
             ExportOut::Dir(p) => (p, false),
             ExportOut::Zip(p) => (p, true),
@@ -147,41 +189,186 @@ impl Engine {
         if fs::symlink_metadata(dest).is_ok() {
             return Err(EngineError::ExportExists { path: dest.display().to_string() });
         }
+        self.write_export(request, dest, zip)
+    }
+
+    /// Writes the zipped crate of `subject` into the state root's `exports/` as
+    /// `<run|verification>-ID.ro-crate.zip`, replacing the one before: what the API serves and the
+    /// MCP tool names.
+    pub fn export_to_state(&self, subject: &ExportSubject, data: bool) -> Result<ExportResult, EngineError> {
+        match subject {
+            ExportSubject::Run(id) => drop(self.show_run(id)?),
+            ExportSubject::Verification(id) => drop(self.verification(id)?),
+        }
+        let dir = self.state.path().join("exports");
+        fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
+        let dest = dir.join(format!("{}.ro-crate.zip", subject.slug()));
+        let request = ExportRequest { subject: subject.clone(), out: ExportOut::Zip(dest.clone()), data };
+        self.write_export(&request, &dest, true)
+    }
+
+    fn write_export(&self, request: &ExportRequest, dest: &Path, zip: bool) -> Result<ExportResult, EngineError> {
         // The crate is written into a hidden directory beside the destination and takes its place
         // only once whole (a rename, or the zip made from it): an export killed or failed midway
-        // leaves no crate, and the next export of that destination starts afresh.
+        // leaves no crate, and the next export of that destination removes what it left.
         let name = dest.file_name().ok_or_else(|| EngineError::InvalidExportPath {
             path: dest.display().to_string(),
             message: if zip { "name a zip file".into() } else { "name the crate's directory".into() },
         })?;
-        let staging = dest.with_file_name(format!(".{}.partial", name.to_string_lossy()));
-        let _ = fs::remove_dir_all(&staging);
+        let prefix = format!(".{}.partial-", name.to_string_lossy());
+        remove_dead_staging(dest, &prefix);
+        let staging = dest.with_file_name(format!("{prefix}{}-{}", std::process::id(), self.ids.token()));
         fs::create_dir_all(&staging).map_err(|e| EngineError::io(&staging, e))?;
-        let written = self.write_crate(request, &view, &record, &staging).and_then(|r| {
+        let written = match &request.subject {
+            ExportSubject::Run(id) => self.write_run_crate(id, request.data, &staging),
+            ExportSubject::Verification(id) => self.write_verification_crate(id, &staging),
+        }
+        .and_then(|w| {
+            let done = ExportResult {
+                subject: request.subject.clone(),
+                path: dest.to_path_buf(),
+                files: w.files,
+                bytes: w.bytes,
+                artifacts: w.artifacts,
+                input_files: w.input_files,
+            };
             if zip {
                 let bytes = zip_dir(&staging, dest)?;
-                Ok(ExportResult { path: dest.clone(), bytes, ..r })
+                Ok(ExportResult { bytes, ..done })
             } else {
                 fs::rename(&staging, dest).map_err(|e| EngineError::io(dest, e))?;
-                Ok(ExportResult { path: dest.clone(), ..r })
+                Ok(done)
             }
         });
         let _ = fs::remove_dir_all(&staging);
-        if written.is_err() && zip {
-            let _ = fs::remove_file(dest);
-        }
         written
     }
 
-    fn write_crate(
+    /// Copies the file at absolute `from` where the run executes (here, or on its target over SSH
+    /// through the step agent) to `rel` in the crate; its size and SHA-256 as copied.
+    fn fetch(
         &self,
-        request: &ExportRequest,
+        w: &mut Writer,
+        placement: &Placement,
+        from: &str,
+        rel: &str,
+    ) -> Result<(u64, String), EngineError> {
+        let Placement::Target(spec, _) = placement else { return w.copy(Path::new(from), rel) };
+        let to = w.root.join(contained(rel)?);
+        if let Some(parent) = to.parent() {
+            fs::create_dir_all(parent).map_err(|e| EngineError::io(parent, e))?;
+        }
+        let mut file = fs::File::create_new(&to).map_err(|e| EngineError::io(&to, e))?;
+        let mut offset = 0u64;
+        loop {
+            let (bytes, size) = self
+                .read_from(placement, from, offset)
+                .map_err(|message| EngineError::TargetUnreachable { target: spec.name.clone(), message })?;
+            if offset == 0 && size == 0 && bytes.is_empty() {
+                break;
+            }
+            file.write_all(&bytes).map_err(|e| EngineError::io(&to, e))?;
+            offset += bytes.len() as u64;
+            if bytes.is_empty() || offset >= size {
+                break;
+            }
+        }
+        drop(file);
+        let (bytes, sha) = cairn_exec::artifacts::hash_file(&to).map_err(|e| EngineError::io(&to, e))?;
+        w.files += 1;
+        w.bytes += bytes;
+        Ok((bytes, sha))
+    }
+
+    /// The files the run read from outside its run directory, by path: its plan's input files
+    /// (hashed when planned), those its steps bound (hashed when read), and, for a local run
+    /// without a plan, the existing files its input names (hashed now, and said so).
+    fn input_files_of(
+        &self,
         view: &crate::RunView,
-        record: &cairn_core::store::WorkflowRecord,
-        root: &Path,
-    ) -> Result<ExportResult, EngineError> {
-        let root = &root.to_path_buf();
-        let mut w = Writer { root: root.clone(), files: 0, bytes: 0 };
+        plan: Option<&Plan>,
+        placement: &Placement,
+    ) -> BTreeMap<String, (String, Option<&'static str>)> {
+        let mut files: BTreeMap<String, (String, Option<&'static str>)> = BTreeMap::new();
+        for f in plan.map(|p| p.inputs.as_slice()).unwrap_or_default() {
+            files.insert(f.path.clone(), (f.sha256.clone(), None));
+        }
+        for s in &view.steps {
+            for f in step_inputs(s) {
+                files.entry(f.path).or_insert((f.sha256, None));
+            }
+        }
+        if view.run.plan_id.is_none() && !placement.is_remote() {
+            let run_dir = Path::new(&view.run.run_dir);
+            for p in absolute_path_strings(&view.run.input) {
+                let path = Path::new(&p);
+                if files.contains_key(&p) || path.starts_with(run_dir) || !path.is_file() {
+                    continue;
+                }
+                if let Ok((_, sha)) = cairn_exec::artifacts::hash_file(path) {
+                    files.insert(p, (sha, Some("the run did not record its bytes; hashed when exported")));
+                }
+            }
+        }
+        files
+    }
+
+    /// The approved plan a run executes, if it came from one.
+    fn plan_of_run(&self, run: &cairn_core::store::RunRecord) -> Result<Option<Plan>, EngineError> {
+        let Some(plan_id) = &run.plan_id else { return Ok(None) };
+        match self.store.plans()?.into_iter().find(|p| &p.plan_id == plan_id) {
+            Some(record) => Ok(Some(self.load_plan(&record.plan_name)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A configured target as the agent of the attempts it executed, with the facts observed
+    /// there (the plan's readiness check when `plan_facts`, else its last probe).
+    fn crate_target(
+        &self,
+        w: &mut Writer,
+        name: &str,
+        plan_facts: Option<&Value>,
+    ) -> Result<Option<CrateTarget>, EngineError> {
+        let Some(spec) = self.store.target(name)? else { return Ok(None) };
+        let facts = match plan_facts {
+            Some(f) => Some(json!({"source": "the plan's readiness check", "facts": f})),
+            None => {
+                self.store.last_probe(name)?.map(|(v, at)| json!({"source": "the last probe", "at": at, "facts": v}))
+            }
+        };
+        let facts = match facts {
+            Some(f) => {
+                let rel = format!("{}/{name}.json", rocrate::TARGETS_DIR);
+                let text = serde_json::to_vec_pretty(&f).map_err(|e| EngineError::internal(e.to_string()))?;
+                w.write(&rel, &text)?;
+                Some(CrateFile {
+                    id: rocrate::path_id(&rel),
+                    bytes: text.len() as u64,
+                    sha256: cairn_core::canonical::sha256_hex(&text),
+                })
+            }
+            None => None,
+        };
+        Ok(Some(CrateTarget {
+            name: name.to_string(),
+            address: format!("{}@{}:{}", spec.ssh.user, spec.ssh.host, spec.ssh.port),
+            executor: match spec.executor {
+                cairn_core::target::Executor::Process => "process".into(),
+                cairn_core::target::Executor::Slurm => "slurm".into(),
+            },
+            workspace_root: spec.workspace_root.clone(),
+            facts,
+        }))
+    }
+
+    fn write_run_crate(&self, run_id: &str, data: bool, root: &Path) -> Result<Written, EngineError> {
+        let view = self.show_run(run_id)?;
+        let record = self.store.workflow(&view.run.workflow, Some(&view.run.version))?.ok_or_else(|| {
+            EngineError::WorkflowNotFound { name: view.run.workflow.clone(), version: Some(view.run.version.clone()) }
+        })?;
+        let placement = self.placement(run_id)?;
+        let mut w = Writer { root: root.to_path_buf(), files: 0, bytes: 0 };
 
         // The workflow folder, as registered.
         let snapshot = Path::new(&record.path);
@@ -192,7 +379,7 @@ impl Engine {
             workflow_files.push(CrateFile { id: rocrate::path_id(&path), bytes, sha256 });
         }
 
-        // The input and the verdict.
+        // The input, the files it names, and the verdict.
         let input = serde_json::to_vec_pretty(&view.run.input).map_err(|e| EngineError::internal(e.to_string()))?;
         w.write(rocrate::INPUT_FILE, &input)?;
         let validation = serde_json::to_vec_pretty(&json!({
@@ -208,9 +395,63 @@ impl Engine {
             bytes: data.len() as u64,
             sha256: cairn_core::canonical::sha256_hex(data),
         };
+        let host = match &placement {
+            Placement::Target(spec, _) => spec.ssh.host.clone(),
+            Placement::Local => String::new(),
+        };
+        let uri = |path: &str| format!("file://{host}{}", rocrate::path_id(path));
+        let mut input_files = Vec::new();
+        let mut copied_inputs = 0;
+        let mut input_ids: BTreeMap<String, String> = BTreeMap::new();
+        let plan = self.plan_of_run(&view.run)?;
+        for (path, (sha256, how)) in self.input_files_of(&view, plan.as_ref(), &placement) {
+            let mut f = CrateInputFile {
+                id: uri(&path),
+                path: path.clone(),
+                sha256: sha256.clone(),
+                bytes: None,
+                note: how.map(str::to_string),
+            };
+            if data {
+                let rel = format!("{}/{}", rocrate::INPUTS_DIR, path.trim_start_matches('/'));
+                match self.fetch(&mut w, &placement, &path, &rel) {
+                    Ok((bytes, sha)) if sha == sha256 => {
+                        f.id = rocrate::path_id(&rel);
+                        f.bytes = Some(bytes);
+                        copied_inputs += 1;
+                    }
+                    Ok((bytes, sha)) => {
+                        w.discard(&rel, bytes);
+                        f.note = Some(format!(
+                            "changed since the run read it: its bytes are now sha256 {sha}, so it is not copied"
+                        ));
+                    }
+                    Err(e) => f.note = Some(format!("not readable when exported, so not copied: {e}")),
+                }
+            } else if !placement.is_remote() {
+                f.bytes = fs::metadata(&path).ok().map(|m| m.len());
+            }
+            input_ids.insert(path, f.id.clone());
+            input_files.push(f);
+        }
 
-        // The artifacts, copied and checked, or referenced where they lie.
+        // The targets that executed attempts: this run's, and those of the runs it reused from.
+        let own_target = (view.target != LOCAL).then(|| view.target.clone());
+        let mut target_names: BTreeMap<String, ()> = BTreeMap::new();
+        let plan_facts = plan.and_then(|p| p.readiness);
+
+        // The artifacts, copied and checked, or referenced where they lie. On a target, the step
+        // agent first checks them all there in one call (each a regular file under the run
+        // directory, reached through no symlink, with its recorded bytes).
         let run_dir = Path::new(&view.run.run_dir);
+        let on_target = match (data, placement.is_remote()) {
+            (true, true) => {
+                let all: Vec<&cairn_core::artifact::Artifact> =
+                    view.steps.iter().flat_map(|s| s.artifacts.iter().map(|a| &a.artifact)).collect();
+                self.check_artifacts(&placement, &view.run.run_dir, &all)
+            }
+            _ => Default::default(),
+        };
         let mut copied = 0;
         let mut steps = Vec::new();
         let mut attempts = rocrate::attempts_from_events(&self.store.events(&view.run.run_id, 0)?);
@@ -218,9 +459,21 @@ impl Engine {
             let mut artifacts = Vec::new();
             for a in &s.artifacts {
                 let rel = contained(&a.artifact.path)?;
-                let id = if request.data {
+                let at = run_dir.join(rel);
+                let id = if data {
                     // Recorded under the run directory: no folder on the way may be a link out of it.
-                    if let Some(link) = cairn_exec::artifacts::symlinked_component(run_dir, &a.artifact.path) {
+                    if let Some(Some(found)) = on_target.get(&a.artifact.path) {
+                        return Err(EngineError::ExportArtifactMismatch {
+                            run_id: view.run.run_id.clone(),
+                            path: a.artifact.path.clone(),
+                            message: format!("on target `{}`, {found}", view.target),
+                        });
+                    }
+                    let link = match placement.is_remote() {
+                        false => cairn_exec::artifacts::symlinked_component(run_dir, &a.artifact.path),
+                        true => None,
+                    };
+                    if let Some(link) = link {
                         return Err(EngineError::InvalidExportPath {
                             path: link.display().to_string(),
                             message: format!(
@@ -229,7 +482,7 @@ impl Engine {
                             ),
                         });
                     }
-                    let (bytes, sha) = w.copy(&run_dir.join(rel), &a.artifact.path)?;
+                    let (bytes, sha) = self.fetch(&mut w, &placement, &at.display().to_string(), &a.artifact.path)?;
                     if sha != a.artifact.sha256 || bytes != a.artifact.bytes {
                         return Err(EngineError::ExportArtifactMismatch {
                             run_id: view.run.run_id.clone(),
@@ -240,7 +493,7 @@ impl Engine {
                     copied += 1;
                     rocrate::path_id(&a.artifact.path)
                 } else {
-                    format!("file://{}", rocrate::path_id(&run_dir.join(rel).display().to_string()))
+                    uri(&at.display().to_string())
                 };
                 artifacts.push((a.clone(), id));
             }
@@ -249,6 +502,18 @@ impl Engine {
                 Some(from) => self.producer_of(&from, &s.step_id)?,
                 None => None,
             };
+            let agent = match (&s.record, &producer) {
+                (None, _) => None,
+                (Some(r), Some((p, _))) if r.reused_from.is_some() => {
+                    Some(self.target_name_of_run(p)?).filter(|t| t != LOCAL)
+                }
+                (Some(r), None) if r.reused_from.is_some() => None,
+                (Some(_), _) => own_target.clone(),
+            };
+            if let Some(t) = &agent {
+                target_names.insert(t.clone(), ());
+            }
+            let input_files = step_inputs(s).into_iter().filter_map(|f| input_ids.get(&f.path).cloned()).collect();
             let attempts = attempts.remove(&s.step_id).unwrap_or_default();
             steps.push(CrateStep {
                 step_id: s.step_id.clone(),
@@ -257,16 +522,25 @@ impl Engine {
                 artifacts,
                 producer,
                 attempts,
+                agent,
+                input_files,
             });
+        }
+        let mut targets = Vec::new();
+        for name in target_names.keys() {
+            let facts = if own_target.as_deref() == Some(name.as_str()) { plan_facts.as_ref() } else { None };
+            targets.extend(self.crate_target(&mut w, name, facts)?);
         }
 
         let crate_run = CrateRun {
             input: file(rocrate::INPUT_FILE, &input),
+            input_files,
             validation: file(rocrate::VALIDATION_FILE, &validation),
             run: view.run.clone(),
             spec: record.spec.clone(),
             workflow_files,
             steps,
+            targets,
             lineage: view.lineage.clone(),
             target: view.target.clone(),
             cairn_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -275,23 +549,149 @@ impl Engine {
         let metadata = rocrate::crate_metadata(&crate_run);
         let text = serde_json::to_vec_pretty(&metadata).map_err(|e| EngineError::internal(e.to_string()))?;
         w.write("ro-crate-metadata.json", &text)?;
-        Ok(ExportResult {
-            run_id: view.run.run_id.clone(),
-            path: root.clone(),
-            files: w.files,
-            bytes: w.bytes,
-            artifacts: copied,
-        })
+        Ok(Written { files: w.files, bytes: w.bytes, artifacts: copied, input_files: copied_inputs })
+    }
+
+    fn write_verification_crate(&self, id: &str, root: &Path) -> Result<Written, EngineError> {
+        let v = self.verification(id)?;
+        let mut w = Writer { root: root.to_path_buf(), files: 0, bytes: 0 };
+        // The document as verified: copied when it still has those bytes.
+        let doc_path = Path::new(&v.document);
+        let doc_name =
+            doc_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "document".into());
+        let doc_rel = format!("document/{doc_name}");
+        let uri = |p: &str| format!("file://{}", rocrate::path_id(p));
+        let (document, document_note) = match w.copy(doc_path, &doc_rel) {
+            Ok((bytes, sha)) if sha == v.document_sha256 => {
+                (CrateFile { id: rocrate::path_id(&doc_rel), bytes, sha256: sha }, None)
+            }
+            Ok((bytes, sha)) => {
+                w.discard(&doc_rel, bytes);
+                (
+                    CrateFile { id: uri(&v.document), bytes: 0, sha256: v.document_sha256.clone() },
+                    Some(format!(
+                        "the verified document; changed since (its bytes are now sha256 {sha}), so not copied"
+                    )),
+                )
+            }
+            Err(e) => (
+                CrateFile { id: uri(&v.document), bytes: 0, sha256: v.document_sha256.clone() },
+                Some(format!("the verified document; not readable when exported, so not copied: {e}")),
+            ),
+        };
+        // The notebook it proved (for a failure: the failed notebook beside the draft, and the
+        // draft), and the kernel facts the notebook records.
+        let notebook_path = match (&v.notebook, &v.draft) {
+            (Some(nb), _) => Some(PathBuf::from(nb)),
+            (None, Some(d)) => Some(Path::new(d).with_extension("ipynb")),
+            (None, None) => None,
+        };
+        let mut kernel = None;
+        let copy_into = |w: &mut Writer, path: &Path, dir: &str| -> Result<Option<CrateFile>, EngineError> {
+            if !path.is_file() {
+                return Ok(None);
+            }
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let rel = format!("{dir}/{name}");
+            let (bytes, sha256) = w.copy(path, &rel)?;
+            Ok(Some(CrateFile { id: rocrate::path_id(&rel), bytes, sha256 }))
+        };
+        let notebook = match &notebook_path {
+            Some(p) => copy_into(&mut w, p, "notebook")?,
+            None => None,
+        };
+        if let Some(nb) = &notebook {
+            let copied = root.join(contained(&nb.id).unwrap_or(Path::new("")));
+            if let Ok(doc) = serde_json::from_slice::<Value>(&fs::read(copied).unwrap_or_default()) {
+                let c = &doc["metadata"]["cairn"];
+                if let Some(env) = c["environment_sha256"].as_str() {
+                    kernel = Some(rocrate::KernelFacts {
+                        python: c["python"].as_str().unwrap_or("unknown").to_string(),
+                        ipykernel: c["ipykernel"].as_str().unwrap_or("unknown").to_string(),
+                        environment_sha256: env.to_string(),
+                    });
+                }
+            }
+        }
+        let draft = match &v.draft {
+            Some(d) if notebook_path.as_deref() != Some(Path::new(d)) => copy_into(&mut w, Path::new(d), "draft")?,
+            _ => None,
+        };
+        let report = serde_json::to_vec_pretty(&json!({
+            "verification_id": v.id, "title": v.title, "document": v.document,
+            "document_sha256": v.document_sha256, "verdict": v.verdict, "error": v.error,
+            "parameters": v.parameters, "cells": v.cells,
+            "created_at": v.created_at, "finished_at": v.finished_at,
+        }))
+        .map_err(|e| EngineError::internal(e.to_string()))?;
+        w.write(rocrate::VERIFICATION_FILE, &report)?;
+        let c = CrateVerification {
+            report: CrateFile {
+                id: rocrate::VERIFICATION_FILE.into(),
+                bytes: report.len() as u64,
+                sha256: cairn_core::canonical::sha256_hex(&report),
+            },
+            record: v,
+            document,
+            document_note,
+            notebook,
+            draft,
+            kernel,
+            cairn_version: env!("CARGO_PKG_VERSION").to_string(),
+            published_ms: self.clock.now_ms(),
+        };
+        let text = serde_json::to_vec_pretty(&rocrate::verification_metadata(&c))
+            .map_err(|e| EngineError::internal(e.to_string()))?;
+        w.write("ro-crate-metadata.json", &text)?;
+        Ok(Written { files: w.files, bytes: w.bytes, artifacts: 0, input_files: 0 })
+    }
+}
+
+/// What a crate's writing wrote.
+struct Written {
+    files: usize,
+    bytes: u64,
+    artifacts: usize,
+    input_files: usize,
+}
+
+/// The input files a step recorded reading (a pipeline's bound inputs, in its result).
+fn step_inputs(s: &crate::StepView) -> Vec<InputFile> {
+    s.record
+        .as_ref()
+        .and_then(|r| r.result.as_ref())
+        .and_then(|r| r.get("inputs"))
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// Removes the staging directories beside `dest` that an export killed midway left (named
+/// `<prefix><pid>-<token>`, their process gone); a live export's is left alone.
+fn remove_dead_staging(dest: &Path, prefix: &str) {
+    let parent = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let Ok(entries) = fs::read_dir(&parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(prefix) else { continue };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<i32>().ok());
+        let alive = pid.is_some_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok());
+        if !alive {
+            let _ = fs::remove_dir_all(entry.path()).or_else(|_| fs::remove_file(entry.path()));
+        }
     }
 }
 
 /// Zips the crate directory `dir` into `to` (deflated, paths relative to the crate root) and
-/// returns the zip's size.
+/// returns the zip's size. It is written beside `to` first (as `dir` with `.zip` appended, so a
+/// later export removes it as it removes `dir` when a kill left it) and renamed into place once
+/// whole, replacing any zip there.
 fn zip_dir(dir: &Path, to: &Path) -> Result<u64, EngineError> {
-    // Into a hidden file beside `to`, renamed once whole: a kill midway leaves no zip at `to`.
-    let name = to.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let partial = to.with_file_name(format!(".{name}.partial-zip"));
-    let _ = fs::remove_file(&partial);
+    let mut partial = dir.as_os_str().to_owned();
+    partial.push(".zip");
+    let partial = PathBuf::from(partial);
     let bytes = write_zip(dir, &partial);
     match bytes {
         Ok(bytes) => {

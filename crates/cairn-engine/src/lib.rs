@@ -36,7 +36,7 @@ use std::time::Duration;
 pub use artifacts::{RunArtifacts, Trace, TraceMatch, TraceQuery};
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
 pub use error::{EngineError, ErrorCode, ErrorKind};
-pub use export::{ExportOut, ExportRequest, ExportResult};
+pub use export::{ExportOut, ExportRequest, ExportResult, ExportSubject};
 pub use runs::{EventBatch, RunListing, RunView, StepDetail, StepExplanation, StepLog, StepView};
 pub use service::{Service, ServiceConfig, SubmitRun, Submitted};
 pub use stop::{StopHook, StopKind, StopSignal};

@@ -125,17 +125,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Write a run as a Provenance Run Crate 0.5 (RO-Crate 1.1): its workflow, input, steps,
-    /// attempts, artifacts with their SHA-256, the validator's verdict and its replay lineage.
+    /// Write a run as a Provenance Run Crate 0.5 (RO-Crate 1.1): its workflow, input and input
+    /// files, steps, attempts, artifacts with their SHA-256, the validator's verdict, its replay
+    /// lineage and the targets that ran it; or, with --verification, a verification as a Process
+    /// Run Crate (the document, the notebook, the kernel's environment hash).
     Export {
-        run_id: String,
-        /// The crate directory to create (default `RUN.crate`).
+        #[arg(required_unless_present = "verification", conflicts_with = "verification")]
+        run_id: Option<String>,
+        /// Export this verification instead of a run.
+        #[arg(long, value_name = "ID")]
+        verification: Option<String>,
+        /// The crate directory to create (default `RUN.crate`, or `verification-ID.crate`).
         #[arg(long = "ro-crate", value_name = "DIR", conflicts_with = "zip")]
         ro_crate: Option<PathBuf>,
         /// Write the crate as one zip file instead.
         #[arg(long, value_name = "FILE")]
         zip: Option<PathBuf>,
-        /// Reference the artifacts by path and hash instead of copying them.
+        /// Reference the artifacts and input files by path and hash instead of copying them.
         #[arg(long)]
         no_data: bool,
         #[arg(long)]

@@ -11,7 +11,7 @@ use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunRequest};
-use cairn_engine::{Engine, ExportOut, ExportRequest, RunView, TraceQuery};
+use cairn_engine::{Engine, ExportOut, ExportRequest, ExportSubject, RunView, TraceQuery};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, DaemonCommand, McpServer, PlanCommand, TargetCommand, WorkflowCommand};
@@ -163,19 +163,30 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Export { run_id, ro_crate, zip, no_data, json } => {
+        Command::Export { run_id, verification, ro_crate, zip, no_data, json } => {
+            let subject = match (run_id, verification) {
+                (_, Some(id)) => ExportSubject::Verification(id.clone()),
+                (Some(id), None) => ExportSubject::Run(id.clone()),
+                (None, None) => return Err(Failure::usage("name a run, or a verification with --verification ID")),
+            };
             let out = match (ro_crate, zip) {
                 (_, Some(file)) => ExportOut::Zip(file.clone()),
                 (Some(dir), None) => ExportOut::Dir(dir.clone()),
-                (None, None) => ExportOut::Dir(PathBuf::from(format!("{run_id}.crate"))),
+                (None, None) => ExportOut::Dir(PathBuf::from(match &subject {
+                    ExportSubject::Run(id) => format!("{id}.crate"),
+                    other => format!("{}.crate", other.slug()),
+                })),
             };
-            let request = ExportRequest { run_id: run_id.clone(), out, data: !no_data };
-            let done = wire::ExportResult::from_engine(&open_engine(cli.home)?.export_run(&request)?);
+            let request = ExportRequest { subject, out, data: !no_data };
+            let done = wire::ExportResult::from_engine(&open_engine(cli.home)?.export(&request)?);
             if json {
                 print_wire(&done);
             } else {
                 println!("{}", done.path);
-                eprintln!("wrote {} files ({} bytes, {} artifacts copied)", done.files, done.bytes, done.artifacts);
+                eprintln!(
+                    "wrote {} files ({} bytes; {} artifacts and {} input files copied)",
+                    done.files, done.bytes, done.artifacts, done.input_files
+                );
             }
             Ok(0)
         }

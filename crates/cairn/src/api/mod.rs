@@ -4,6 +4,7 @@
 //! object.
 
 mod docs;
+mod exports;
 mod http;
 mod kernel;
 mod openapi;
@@ -64,6 +65,8 @@ pub fn router(state: AppRef) -> Router {
         .route("/runs/{run_id}/steps/{step_id}/log", get(runs::step_log))
         .route("/runs/{run_id}/steps/{step_id}/explain", get(runs::explain_step))
         .route("/runs/{run_id}/cancel", post(runs::cancel_run))
+        .route("/runs/{run_id}/ro-crate", get(exports::run_ro_crate))
+        .route("/runs/{run_id}/export", get(exports::export_run))
         .route("/artifacts", get(runs::trace_artifacts))
         .route("/workflows", get(workflows::list_workflows))
         .route("/workflows/{name}", get(workflows::get_workflow))
@@ -81,6 +84,7 @@ pub fn router(state: AppRef) -> Router {
         .route("/verifications", get(verifications::list_verifications).post(verifications::create_verification))
         .route("/verifications/{id}", get(verifications::get_verification))
         .route("/verifications/{id}/notebook", get(verifications::verification_notebook))
+        .route("/verifications/{id}/ro-crate", get(exports::verification_ro_crate))
         .route("/api/notebook", get(web::notebook_export))
         .route("/docs", get(docs::list_docs).post(docs::save_doc).layer(DefaultBodyLimit::max(docs::DOCS_BODY_LIMIT)))
         .route("/docs/search", get(docs::search_docs))

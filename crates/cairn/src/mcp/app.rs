@@ -7,9 +7,9 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
-use super::RunRef;
 use super::api_client::{ApiClient, seg, structured};
 use super::resources::server_handler;
+use super::{EXPORT_RUN, ExportRun, RunRef};
 
 /// Rows in an overview, and events in a run's detail.
 const MAX_ROWS: usize = 100;
@@ -87,6 +87,21 @@ impl App {
     }
 
     #[tool(
+        description = EXPORT_RUN,
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn export_run(
+        &self,
+        Parameters(p): Parameters<ExportRun>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        match self.daemon.call(&ctx, "GET", p.path(), None).await {
+            Ok(v) => structured(v),
+            Err(e) => e.tool_result(),
+        }
+    }
+
+    #[tool(
         description = "Registered workflows and their versions. Read-only.",
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -123,5 +138,5 @@ impl App {
 server_handler!(
     App,
     "cairn-app",
-    "Read-only views of Cairn for a person: runs, one run's detail, workflows, targets and procedure docs. This server holds a Viewer token: it cannot plan, approve, execute or cancel."
+    "Read-only views of Cairn for a person: runs, one run's detail and its RO-Crate export, workflows, targets and procedure docs. This server holds a Viewer token: it cannot plan, approve, execute or cancel."
 );

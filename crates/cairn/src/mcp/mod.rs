@@ -33,6 +33,26 @@ pub struct RunRef {
     pub run_id: String,
 }
 
+/// `export_run`'s arguments (the workbench's and the app's).
+#[derive(Debug, serde::Deserialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct ExportRun {
+    pub run_id: String,
+    /// Copy the artifacts and input files into the crate (default true); false references them by
+    /// path and SHA-256 only.
+    pub data: Option<bool>,
+}
+
+impl ExportRun {
+    /// The API path that writes the crate and answers where.
+    fn path(&self) -> String {
+        format!("/runs/{}/export?data={}", api_client::seg(&self.run_id), self.data.unwrap_or(true))
+    }
+}
+
+/// What `export_run` says of itself (the same on both servers).
+const EXPORT_RUN: &str = "Export a run as a Provenance Run Crate 0.5 (RO-Crate 1.1, what WorkflowHub and Zenodo ingest): its workflow, input and input files, steps, attempts, artifacts with their SHA-256, the validator's verdict, its replay lineage and the targets that ran it. Writes a zip under the daemon's state root (replacing this run's previous export) and returns its path, files and bytes. Changes no run.";
+
 /// Which server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

@@ -476,23 +476,36 @@ impl ReplayPreview {
 /// Where a run's RO-Crate was written (`cairn export RUN`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ExportResult {
-    pub run_id: String,
-    /// The crate directory.
+    /// The run exported (absent for a verification).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The verification exported (absent for a run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification_id: Option<String>,
+    /// The crate directory, or the zip file.
     pub path: String,
     pub files: usize,
     pub bytes: u64,
     /// Artifacts copied into the crate (0 with `--no-data`).
     pub artifacts: usize,
+    /// Input files copied into the crate (0 with `--no-data`).
+    pub input_files: usize,
 }
 
 impl ExportResult {
     pub fn from_engine(r: &cairn_engine::ExportResult) -> ExportResult {
+        let (run_id, verification_id) = match &r.subject {
+            cairn_engine::ExportSubject::Run(id) => (Some(id.clone()), None),
+            cairn_engine::ExportSubject::Verification(id) => (None, Some(id.clone())),
+        };
         ExportResult {
-            run_id: r.run_id.clone(),
+            run_id,
+            verification_id,
             path: r.path.display().to_string(),
             files: r.files,
             bytes: r.bytes,
             artifacts: r.artifacts,
+            input_files: r.input_files,
         }
     }
 }

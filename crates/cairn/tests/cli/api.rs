@@ -218,7 +218,7 @@ fn send_raw(port: u16, head: &str, body: &[u8]) -> Http {
         .collect();
     let text = body.to_string();
     let body = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.clone()));
-    Http { status, headers, body, text }
+    Http { status, headers, body, bytes: text.clone().into_bytes(), text }
 }
 
 // ------------------------------------------------------------------------------------ workflow
@@ -1279,4 +1279,40 @@ fn the_run_list_streams_while_runs_are_active() {
     let other = api.get("/runs?workflow=nope", Caller::Viewer);
     assert_eq!(other.body["runs"], json!([]), "{}", other.text);
     assert_eq!(api.get("/runs?workflow=demo&limit=1", Caller::Viewer).body["runs"].as_array().unwrap().len(), 1);
+}
+
+/// `GET /runs/{id}/ro-crate` answers the run's zipped Provenance Run Crate, to a Viewer too (it
+/// changes no record); `GET /runs/{id}/export` writes it under the state root and says where;
+/// an unknown run is a 404 that writes nothing, a bad query a 400, no token a 401.
+#[test]
+fn a_run_exports_as_a_zipped_ro_crate_to_a_viewer() {
+    let api = Api::start();
+    let before = api.finished_run("X1");
+    let r = api.get("/runs/X1/ro-crate", Caller::Viewer);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("content-type"), "application/zip");
+    assert!(r.header("content-disposition").contains("run-X1.ro-crate.zip"), "{:?}", r.headers);
+    assert_eq!(r.header("content-length"), r.bytes.len().to_string());
+    let zip = api.c.path("X1.zip");
+    std::fs::write(&zip, &r.bytes).unwrap();
+    let dir = api.c.path("X1.unzipped");
+    crate::rocrate::unzip(&zip, &dir);
+    crate::rocrate::assert_valid(&api.c, &dir);
+    let meta = crate::rocrate::metadata(&dir);
+    assert_eq!(crate::rocrate::entity(&meta, "#run-X1")["identifier"], "X1");
+
+    let e = api.get("/runs/X1/export?data=false", Caller::Viewer);
+    assert_eq!(e.status, 200, "{}", e.text);
+    let kept = api.c.home().join("exports/run-X1.ro-crate.zip");
+    assert_eq!(e.body["path"], kept.display().to_string(), "{}", e.text);
+    assert_eq!((e.body["run_id"].as_str(), e.body["artifacts"].as_u64()), (Some("X1"), Some(0)), "{}", e.text);
+    assert_eq!(e.body["bytes"], std::fs::metadata(&kept).unwrap().len(), "{}", e.text);
+    let after = api.get("/runs/X1", Caller::Viewer).body;
+    assert_eq!(after["revision"], before["revision"], "an export changes no record");
+
+    let unknown = api.get("/runs/nope/ro-crate", Caller::Viewer);
+    expect(&unknown, 404, Some("not_found"), "unknown run");
+    assert!(!api.c.home().join("exports/run-nope.ro-crate.zip").exists());
+    expect(&api.get("/runs/X1/export?data=maybe", Caller::Viewer), 400, None, "bad query");
+    expect(&api.get("/runs/X1/ro-crate", Caller::Anonymous), 401, None, "no token");
 }

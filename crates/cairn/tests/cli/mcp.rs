@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use crate::support::*;
 
 mod docs;
+mod export;
 
 // ------------------------------------------------------------------------------------------------
 // the contract
@@ -48,6 +49,7 @@ const WORKBENCH: Tools = &[
     ("get_run", &["run_id"], &[]),
     ("explain_step", &["run_id", "step_id"], &[]),
     ("get_step_result", &["run_id", "step_id"], &[]),
+    ("export_run", &["run_id"], &["data"]),
     ("tail_log", &["run_id", "step_id"], &["lines"]),
     ("cancel_run", &["run_id"], &[]),
     ("verify_workflow", &[], &["document", "path", "title", "parameters", "wait"]),
@@ -76,6 +78,7 @@ const COMPUTE: Tools = &[
 const APP: Tools = &[
     ("runs_overview", &[], &[]),
     ("run_detail", &["run_id"], &[]),
+    ("export_run", &["run_id"], &["data"]),
     ("workflows_overview", &[], &[]),
     ("targets_overview", &[], &[]),
     ("docs_overview", &[], &[]),
@@ -99,13 +102,14 @@ const MUTATING: [&str; 11] = [
 ];
 
 /// Tools that only read: annotated read-only.
-const READ_ONLY: [&str; 19] = [
+const READ_ONLY: [&str; 20] = [
     "list_workflows",
     "describe_workflow",
     "list_runs",
     "get_run",
     "explain_step",
     "get_step_result",
+    "export_run",
     "tail_log",
     "poll_job",
     "list_jobs",

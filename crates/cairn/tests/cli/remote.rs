@@ -480,6 +480,70 @@ fn the_evidence_of_an_ssh_run_is_hashed_and_reused_on_its_target() {
     rt.stop();
 }
 
+/// A run on an SSH target exported as an RO-Crate: its artifacts and the input file bound on the
+/// target are read there over SSH (through the step agent) and checked against their records, and
+/// the target — its address, executor and the facts its plan observed — is the agent of every
+/// attempt. Without data, the files are referenced on the target's host by path and hash.
+#[test]
+fn the_rocrate_of_an_ssh_run_names_its_target_as_the_agent_and_copies_the_evidence_from_there() {
+    rocrate_of_a_remote_run("process");
+}
+
+/// The same through Slurm: the target's executor is `slurm`, its facts name `sbatch`.
+#[test]
+fn the_rocrate_of_a_slurm_run_names_its_target_as_the_agent() {
+    if sshd().is_some() && slurm() {
+        rocrate_of_a_remote_run("slurm");
+    }
+}
+
+fn rocrate_of_a_remote_run(executor: &str) {
+    use crate::evidence::{evidence_workflow, input, render_files, sha256_file};
+    use crate::rocrate::{assert_artifacts_in, assert_valid, entity, export, metadata};
+    let Some(d) = sshd() else { return };
+    let rt = Rt::new(d, "box", executor);
+    evidence_workflow(&rt.c);
+    let data = rt.p("samples.csv");
+    std::fs::write(&data, "sample,reads\nA,120\n").unwrap();
+    let mut inp = input(&rt.c, render_files(3 << 20));
+    inp["data"] = json!(data.to_str().unwrap());
+    let run_dir = rt.p("ev-crate");
+    rt.c.plan("evidence", &rt.c.input(&inp), "box", &run_dir, "ev-crate").expect(0);
+    let run = rt.execute(&rt.approval("ev-crate")).expect(0).json;
+    assert_eq!(run["status"], "READY", "{run:#}\n{}", rt.c.daemon_log());
+    let run_id = str_of(&run["run_id"]).to_string();
+
+    let (dir, out) = export(&rt.c, &run_id, &[]);
+    assert_eq!(out["input_files"], 1, "{out:#}");
+    assert_valid(&rt.c, &dir);
+    let meta = metadata(&dir);
+    assert_artifacts_in(&run, &dir, &meta);
+    let copied = format!("inputs{}", data.display());
+    assert_eq!(entity(&meta, &copied)["sha256"], sha256_file(&data));
+    let target = entity(&meta, "#target-box");
+    assert!(str_of(&target["identifier"]).ends_with(&format!("@127.0.0.1:{}", sshd_port())), "{target:#}");
+    assert!(str_of(&target["description"]).contains(&format!("executor {executor}")), "{target:#}");
+    let facts = read_json(&dir.join(str_of(&target["subjectOf"]["@id"])));
+    assert_eq!(facts["source"], "the plan's readiness check", "{facts:#}");
+    assert_eq!(facts["facts"]["observed"]["run_dir"], run_dir.to_str().unwrap(), "{facts:#}");
+    if executor == "slurm" {
+        assert!(facts["facts"]["observed"]["programs"]["sbatch"].is_string(), "{facts:#}");
+    }
+    assert_eq!(entity(&meta, "targets/box.json")["sha256"], sha256_file(&dir.join("targets/box.json")));
+    for s in run["steps"].as_array().unwrap() {
+        let action = entity(&meta, &format!("#run-{run_id}-step-{}-attempt-1", str_of(&s["step_id"])));
+        assert_eq!(action["agent"]["@id"], "#target-box", "{action:#}");
+    }
+
+    let bare = rt.p("bare.crate");
+    rt.c.json(&["export", &run_id, "--no-data", "--ro-crate", bare.to_str().unwrap()]).expect(0);
+    assert_valid(&rt.c, &bare);
+    let meta = metadata(&bare);
+    let on_target = format!("file://127.0.0.1{}", run_dir.join("steps/render/report.html").display());
+    assert_eq!(entity(&meta, &on_target)["sha256"], crate::evidence::artifacts(&run, "render")[3]["sha256"]);
+    rt.stop();
+}
+
 /// The bundled example, planned and executed on an SSH target with the process executor.
 #[test]
 fn the_example_runs_on_an_ssh_target_with_the_process_executor() {

@@ -30,7 +30,13 @@ fn validator() -> PathBuf {
 /// workflow-run, process-run, workflow-ro-crate and ro-crate checks it inherits): it must pass
 /// with zero skipped checks.
 #[track_caller]
-fn assert_valid(c: &Cairn, dir: &Path) {
+pub(crate) fn assert_valid(c: &Cairn, dir: &Path) {
+    assert_valid_as(c, dir, "provenance-run-crate-0.5")
+}
+
+/// Validates a crate offline at REQUIRED against `profile`, with zero skipped checks.
+#[track_caller]
+fn assert_valid_as(c: &Cairn, dir: &Path, profile: &str) {
     let work = tempfile::tempdir_in(c.path("")).unwrap();
     let cache = work.path().join("http_cache");
     let fill = Command::new(python())
@@ -48,7 +54,7 @@ fn assert_valid(c: &Cairn, dir: &Path) {
     );
     let report = work.path().join("report.json");
     let out = Command::new(validator())
-        .args(["--no-interactive", "--disable-color", "validate", "-p", "provenance-run-crate-0.5", "-l", "REQUIRED"])
+        .args(["--no-interactive", "--disable-color", "validate", "-p", profile, "-l", "REQUIRED"])
         .args(["-f", "json", "-o"])
         .arg(&report)
         .arg("--offline")
@@ -88,10 +94,23 @@ fn assert_valid(c: &Cairn, dir: &Path) {
         issues.join("\n"),
         r["skipped_check_details"]
     );
-    assert!(s["total_checks"].as_u64().unwrap() > 50, "too few checks ran: {s}");
+    assert!(s["total_checks"].as_u64().unwrap() > 20, "too few checks ran: {s}");
 }
 
-fn export(c: &Cairn, run_id: &str, extra: &[&str]) -> (PathBuf, Value) {
+/// Extracts a zip with Python's zipfile (roc-validator 0.13.0 cannot report on a zip: "Object of
+/// type URI is not JSON serializable"), to validate what it holds.
+#[track_caller]
+pub(crate) fn unzip(file: &Path, to: &Path) {
+    let x = Command::new(python())
+        .args(["-c", "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])"])
+        .arg(file)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(x.status.success(), "unzip {}: {}", file.display(), String::from_utf8_lossy(&x.stderr));
+}
+
+pub(crate) fn export(c: &Cairn, run_id: &str, extra: &[&str]) -> (PathBuf, Value) {
     let dir = c.path(&format!("{run_id}.crate"));
     let mut args = vec!["export", run_id, "--ro-crate", dir.to_str().unwrap()];
     args.extend(extra);
@@ -100,15 +119,15 @@ fn export(c: &Cairn, run_id: &str, extra: &[&str]) -> (PathBuf, Value) {
     (dir, out)
 }
 
-fn metadata(dir: &Path) -> Value {
+pub(crate) fn metadata(dir: &Path) -> Value {
     read_json(&dir.join("ro-crate-metadata.json"))
 }
 
-fn entity<'a>(meta: &'a Value, id: &str) -> &'a Value {
+pub(crate) fn entity<'a>(meta: &'a Value, id: &str) -> &'a Value {
     meta["@graph"].as_array().unwrap().iter().find(|e| e["@id"] == id).unwrap_or_else(|| panic!("no entity {id}"))
 }
 
-fn of_type<'a>(meta: &'a Value, ty: &str) -> Vec<&'a Value> {
+pub(crate) fn of_type<'a>(meta: &'a Value, ty: &str) -> Vec<&'a Value> {
     meta["@graph"]
         .as_array()
         .unwrap()
@@ -119,7 +138,7 @@ fn of_type<'a>(meta: &'a Value, ty: &str) -> Vec<&'a Value> {
 
 /// Every artifact of the run is a File of the crate with its SHA-256 and size, copied in.
 #[track_caller]
-fn assert_artifacts_in(run: &Value, dir: &Path, meta: &Value) {
+pub(crate) fn assert_artifacts_in(run: &Value, dir: &Path, meta: &Value) {
     for s in run["steps"].as_array().unwrap() {
         for a in s["artifacts"].as_array().unwrap() {
             let path = str_of(&a["path"]);
@@ -344,17 +363,15 @@ fn rocrate_as_a_zip_holds_the_same_crate_and_validates() {
     let out = c.json(&["export", "Z1", "--zip", file.to_str().unwrap()]).expect(0).json;
     assert_eq!(out["path"], file.display().to_string(), "{out:#}");
     assert_eq!(out["bytes"], std::fs::metadata(&file).unwrap().len());
-    assert!(!c.path(".Z1.zip.partial").exists(), "the staging directory is removed");
-    // roc-validator 0.13.0 cannot write its JSON report for a zip ("Object of type URI is not
-    // JSON serializable"), so the zip is extracted with Python's zipfile and that is validated.
+    let left: Vec<String> = std::fs::read_dir(c.path(""))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".Z1.zip.partial"))
+        .collect();
+    assert!(left.is_empty(), "the staging directory and partial zip are removed: {left:?}");
     let unzipped = c.path("Z1.unzipped");
-    let x = Command::new(python())
-        .args(["-c", "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])"])
-        .arg(&file)
-        .arg(&unzipped)
-        .output()
-        .unwrap();
-    assert!(x.status.success(), "{}", String::from_utf8_lossy(&x.stderr));
+    unzip(&file, &unzipped);
     assert_valid(&c, &unzipped);
     let list = Command::new(python())
         .args(["-c", "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))"])
@@ -376,16 +393,145 @@ fn rocrate_export_killed_midway_leaves_no_crate_and_the_next_one_is_whole() {
     let mut files = render_files(1);
     files["data.bin"] = json!(format!("sparse:{}", 512u64 << 20));
     c.run("evidence", &evidence_input(&c, files), &["--run-id", "K"]).expect(0);
-    let (dir, staging) = (c.path("K.crate"), c.path(".K.crate.partial"));
+    let dir = c.path("K.crate");
+    // The staging directory is `.K.crate.partial-<pid>-<token>`, beside the destination.
+    let staging = || {
+        std::fs::read_dir(c.path(""))
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with(".K.crate.partial-"))
+            .map(|e| e.path())
+    };
     let mut child = c.spawn(&["export", "K", "--ro-crate", dir.to_str().unwrap()]);
-    assert!(wait_until(std::time::Duration::from_secs(30), || staging.exists()), "the export never started");
+    assert!(wait_until(std::time::Duration::from_secs(30), || staging().is_some()), "the export never started");
+    let killed = staging().unwrap();
+    let named = killed.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(named.starts_with(&format!(".K.crate.partial-{}-", child.id())), "named after its process: {named}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     child.wait().unwrap();
     assert!(std::fs::symlink_metadata(&dir).is_err(), "a killed export left a crate at {}", dir.display());
-    assert!(staging.exists(), "the killed export's staging directory should be what is left");
+    assert!(killed.exists(), "the killed export's staging directory should be what is left");
 
     let (dir, _) = export(&c, "K", &[]);
-    assert!(!staging.exists(), "the next export removed the leftover");
+    assert!(!killed.exists(), "the next export removed the leftover");
+    assert!(staging().is_none(), "no staging directory is left after a whole export");
     assert_valid(&c, &dir);
     assert_artifacts_in(&c.show("K"), &dir, &metadata(&dir));
+}
+
+/// The files a run reads from outside its run directory are Files of the crate with their
+/// SHA-256 and size, copied in under `inputs/` and named as objects of the run's action: a
+/// planned run's bound by the plan's checksum, a direct run's hashed when exported (and said
+/// so); one changed since the run is referenced with the recorded hash, not copied.
+#[test]
+fn rocrate_carries_the_input_files_with_their_hashes_and_says_which_changed() {
+    let c = Cairn::new();
+    evidence_workflow(&c);
+    let data = c.path("data/samples.csv");
+    std::fs::create_dir_all(data.parent().unwrap()).unwrap();
+    std::fs::write(&data, "sample,reads\nA,120\nB,98\n").unwrap();
+    let (sha, size) = (sha256_file(&data), std::fs::metadata(&data).unwrap().len().to_string());
+    let mut input = evidence_input(&c, render_files(16));
+    input["data"] = json!(data.to_str().unwrap());
+
+    // Planned and executed here: the plan bound the file.
+    let input_file = c.input(&input);
+    let plan = c.plan("evidence", &input_file, "local", &c.path("planned-run"), "planned").expect(0).json;
+    assert_eq!(plan["inputs"][0]["sha256"], sha.as_str(), "{plan:#}");
+    let argv = approval(&plan);
+    let run = c.json(&argv.iter().map(String::as_str).collect::<Vec<_>>()).expect(0).json;
+    let run_id = str_of(&run["run_id"]).to_string();
+    let (dir, out) = export(&c, &run_id, &[]);
+    assert_eq!(out["input_files"], 1, "{out:#}");
+    assert_valid(&c, &dir);
+    let meta = metadata(&dir);
+    let rel = format!("inputs{}", data.display());
+    let f = entity(&meta, &rel);
+    assert_eq!((f["sha256"].as_str(), f["contentSize"].as_str()), (Some(sha.as_str()), Some(size.as_str())), "{f:#}");
+    assert_eq!(f["name"], data.to_str().unwrap());
+    assert!(f.get("description").is_none(), "bound by the plan, nothing to say: {f:#}");
+    assert_eq!(sha256_file(&dir.join(&rel)), sha);
+    let objects = &entity(&meta, &format!("#run-{run_id}"))["object"];
+    assert!(objects.as_array().unwrap().iter().any(|o| o["@id"] == rel.as_str()), "{objects:#}");
+
+    // Run directly: nothing recorded its bytes, so the export hashes it and says so.
+    let direct = c.run("evidence", &input, &["--run-id", "D1"]).expect(0).json;
+    assert_eq!(direct["status"], "READY");
+    let (dir, _) = export(&c, "D1", &[]);
+    assert_valid(&c, &dir);
+    let f = entity(&metadata(&dir), &rel).clone();
+    assert_eq!(f["sha256"], sha.as_str());
+    assert!(str_of(&f["description"]).contains("hashed when exported"), "{f:#}");
+
+    // Changed since the planned run read it: referenced by path and the recorded hash.
+    std::fs::write(&data, "sample,reads\nA,121\n").unwrap();
+    let dir = c.path("no-data.crate");
+    let out = c.json(&["export", &run_id, "--ro-crate", dir.to_str().unwrap(), "--no-data"]).expect(0).json;
+    assert_eq!(out["input_files"], 0, "{out:#}");
+    assert_valid(&c, &dir);
+    let f = entity(&metadata(&dir), &format!("file://{}", data.display())).clone();
+    assert_eq!(f["sha256"], sha.as_str(), "the recorded hash: {f:#}");
+    let dir = c.path("changed.crate");
+    c.json(&["export", &run_id, "--ro-crate", dir.to_str().unwrap()]).expect(0);
+    let f = entity(&metadata(&dir), &format!("file://{}", data.display())).clone();
+    assert!(str_of(&f["description"]).contains("changed since the run read it"), "{f:#}");
+    assert!(!dir.join(&rel).exists(), "a changed input is not copied");
+    assert_valid(&c, &dir);
+}
+
+/// `cairn export --verification ID`: a Process Run Crate of the notebook run — the document as
+/// verified, the notebook it proved (or, failed, the failed notebook and the draft), the kernel's
+/// environment hash as the notebook records it, the parameters as objects — validated like a run's.
+#[test]
+fn rocrate_of_a_verification_names_its_document_notebook_environment_and_parameters() {
+    use crate::verify::h::{Verdict, Verify};
+    let v = Verify::new();
+    let doc = v.doc(
+        "report.md",
+        "# Report\n\n```python tags=[\"parameters\"]\nalpha = 1\n```\n\n```python\nprint(alpha * 2)\n```\n",
+    );
+    let out = v.verify(&[doc.to_str().unwrap(), "-p", "alpha", "21"]).expect(0);
+    let id = str_of(&out.json["verification_id"]).to_string();
+    let dir = v.path("verification.crate");
+    let done = v.c.json(&["export", "--verification", &id, "--ro-crate", dir.to_str().unwrap()]).expect(0).json;
+    assert_eq!(done["verification_id"], id.as_str(), "{done:#}");
+    assert!(done.get("run_id").is_none(), "{done:#}");
+    assert_valid_as(&v.c, &dir, "process-run-crate-0.5");
+    let meta = metadata(&dir);
+    let action = entity(&meta, &format!("#verification-{id}"));
+    assert_eq!(action["actionStatus"]["@id"], "http://schema.org/CompletedActionStatus");
+    let document = entity(&meta, "document/report.md");
+    assert_eq!(document["sha256"], out.json["document_sha256"], "{document:#}");
+    assert_eq!(sha256_file(&dir.join("document/report.md")), sha256_file(&doc));
+    let nb_name = out.notebook().file_name().unwrap().to_string_lossy().into_owned();
+    let nb = entity(&meta, &format!("notebook/{nb_name}"));
+    assert_eq!(nb["sha256"], sha256_file(&out.notebook()), "the very notebook it proved");
+    assert!(action["result"].as_array().unwrap().iter().any(|r| r["@id"] == nb["@id"]), "{action:#}");
+    let kept = read_json(&out.notebook());
+    let env = str_of(&kept["metadata"]["cairn"]["environment_sha256"]);
+    assert_eq!(env.len(), 64, "the notebook records its kernel's environment hash: {kept:#}");
+    assert_eq!(entity(&meta, "#kernel-environment")["value"], env);
+    assert!(action["instrument"].as_array().unwrap().iter().any(|i| i["@id"] == "#kernel"), "{action:#}");
+    let alpha = entity(&meta, "#parameter-alpha");
+    assert_eq!((alpha["name"].as_str(), alpha["value"].as_str()), (Some("alpha"), Some("21")), "{alpha:#}");
+    assert_eq!(read_json(&dir.join("verification.json"))["verdict"], "passed");
+
+    // A failed verification: the failed notebook and the draft, and the error.
+    let bad = v.doc("bad.md", "# Bad\n\n```python\nraise ValueError('boom')\n```\n");
+    let failed = v.verify(&[bad.to_str().unwrap()]).expect(1);
+    let fid = str_of(&failed.json["verification_id"]).to_string();
+    let file = v.path("failed.zip");
+    v.c.json(&["export", "--verification", &fid, "--zip", file.to_str().unwrap()]).expect(0);
+    let unzipped = v.path("failed.unzipped");
+    unzip(&file, &unzipped);
+    assert_valid_as(&v.c, &unzipped, "process-run-crate-0.5");
+    let meta = metadata(&unzipped);
+    let action = entity(&meta, &format!("#verification-{fid}"));
+    assert_eq!(action["actionStatus"]["@id"], "http://schema.org/FailedActionStatus");
+    assert!(str_of(&action["error"]).contains("ValueError"), "{action:#}");
+    entity(&meta, "notebook/bad.ipynb");
+    entity(&meta, "draft/bad.md");
+    let unknown = v.c.json(&["export", "--verification", "nope", "--ro-crate", v.path("x").to_str().unwrap()]);
+    assert_eq!(unknown.code, 2, "{}", unknown.stderr);
+    assert!(!v.path("x").exists());
 }

@@ -36,6 +36,8 @@ pub struct Http {
     /// JSON when the body parses, else the text as a string.
     pub body: Value,
     pub text: String,
+    /// The body's bytes as sent (a zip, say).
+    pub bytes: Vec<u8>,
 }
 
 impl Http {
@@ -88,9 +90,10 @@ pub fn request(
         .iter()
         .map(|(k, v)| (k.as_str().to_ascii_lowercase(), v.to_str().unwrap_or("").to_string()))
         .collect();
-    let text = resp.body_mut().with_config().limit(64 << 20).read_to_string().unwrap_or_default();
+    let bytes = resp.body_mut().with_config().limit(64 << 20).read_to_vec().unwrap_or_default();
+    let text = String::from_utf8(bytes.clone()).unwrap_or_default();
     let body = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.clone()));
-    Http { status, headers, body, text }
+    Http { status, headers, body, text, bytes }
 }
 
 /// One HTTP request to the daemon (within 30 s), with a JSON body when one is given.
