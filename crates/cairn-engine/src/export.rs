@@ -19,7 +19,12 @@ use cairn_core::rocrate::{self, CrateFile, CrateInputFile, CrateRun, CrateStep, 
 use cairn_core::target::LOCAL;
 use serde_json::{Value, json};
 
+use cairn_exec::agent::protocol::ReadRequest;
+
 use crate::placement::Placement;
+
+/// How long asking a target for an input file's size may take.
+const REMOTE_SIZE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 use crate::{Engine, EngineError};
 
 /// Where an export goes.
@@ -428,8 +433,17 @@ impl Engine {
                     }
                     Err(e) => f.note = Some(format!("not readable when exported, so not copied: {e}")),
                 }
-            } else if !placement.is_remote() {
-                f.bytes = fs::metadata(&path).ok().map(|m| m.len());
+            } else {
+                // Its size as found where the run read it (not re-hashed: without data nothing is
+                // read whole).
+                f.bytes = match &placement {
+                    Placement::Local => fs::metadata(&path).ok().map(|m| m.len()),
+                    Placement::Target(_, agent) => agent
+                        .read(ReadRequest { path: path.clone(), offset: 0, max_bytes: 0 }, REMOTE_SIZE_TIMEOUT)
+                        .ok()
+                        .filter(|c| c.size > 0)
+                        .map(|c| c.size),
+                };
             }
             input_ids.insert(path, f.id.clone());
             input_files.push(f);

@@ -345,6 +345,7 @@ fn content_type_of(path: &str) -> &'static str {
         p if p.starts_with("/assets/") && p.ends_with(".js") => "text/javascript",
         p if p.starts_with("/assets/") && p.ends_with(".css") => "text/css",
         "/api/notebook" => "application/x-ipynb+json",
+        p if p.ends_with("/ro-crate") => "application/zip",
         _ if path.contains("follow=true") => "text/event-stream",
         _ => "application/json",
     }
@@ -467,6 +468,12 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         protected("GET", "/runs/R1/steps/zz", None, NOT_FOUND, NOT_FOUND),
         protected("GET", "/runs/R1/artifacts", None, OK, OK),
         protected("GET", "/runs/nope/artifacts", None, NOT_FOUND, NOT_FOUND),
+        // RO-Crate exports: a projection, so a Viewer may have one.
+        protected("GET", "/runs/R1/ro-crate", None, OK, OK),
+        protected("GET", "/runs/nope/ro-crate", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/R1/export?data=false", None, OK, OK),
+        protected("GET", "/runs/nope/export", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/verifications/nope/ro-crate", None, NOT_FOUND, NOT_FOUND),
         protected("GET", &format!("/artifacts?sha256={}", "ab".repeat(32)), None, OK, OK),
         protected("GET", "/artifacts?sha256=xyz", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),
         protected("GET", "/artifacts", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),

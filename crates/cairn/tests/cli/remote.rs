@@ -541,6 +541,9 @@ fn rocrate_of_a_remote_run(executor: &str) {
     let meta = metadata(&bare);
     let on_target = format!("file://127.0.0.1{}", run_dir.join("steps/render/report.html").display());
     assert_eq!(entity(&meta, &on_target)["sha256"], crate::evidence::artifacts(&run, "render")[3]["sha256"]);
+    let input_there = entity(&meta, &format!("file://127.0.0.1{}", data.display()));
+    assert_eq!(input_there["sha256"], sha256_file(&data), "{input_there:#}");
+    assert_eq!(input_there["contentSize"], std::fs::metadata(&data).unwrap().len().to_string(), "{input_there:#}");
     rt.stop();
 }
 
