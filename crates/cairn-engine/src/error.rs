@@ -108,6 +108,8 @@ error_codes! {
     DaemonStopping => "daemon_stopping", Conflict;
     StopRefused => "stop_refused", Conflict;
     ArtifactChanged => "artifact_changed", Conflict;
+    ArtifactNotFound => "artifact_not_found", NotFound;
+    ArtifactUnreadable => "artifact_unreadable", Conflict;
     StaleToken => "stale_token", Conflict;
     StaleRevision => "stale_revision", Conflict;
     RunFinished => "run_finished", Conflict;
@@ -310,6 +312,12 @@ pub enum EngineError {
     /// A reused step's artifact changed between the replay's plan and its materialisation.
     #[error("replay child `{run_id}`: {message}")]
     ArtifactChanged { run_id: String, message: String },
+    /// No artifact of that name (or path) in that step.
+    #[error("run `{run_id}` step `{step_id}` has no artifact `{name}`: {message}")]
+    ArtifactNotFound { run_id: String, step_id: String, name: String, message: String },
+    /// The artifact's file cannot be read where it lies.
+    #[error("artifact {path} cannot be read: {message}")]
+    ArtifactUnreadable { path: String, message: String },
     /// The destination of an export is already there.
     #[error("export destination {path} already exists: remove it or name another")]
     ExportExists { path: String },
@@ -424,6 +432,8 @@ impl EngineError {
             E::DaemonStopping { .. } => ErrorCode::DaemonStopping,
             E::StopRefused { .. } => ErrorCode::StopRefused,
             E::ArtifactChanged { .. } => ErrorCode::ArtifactChanged,
+            E::ArtifactNotFound { .. } => ErrorCode::ArtifactNotFound,
+            E::ArtifactUnreadable { .. } => ErrorCode::ArtifactUnreadable,
             E::ExportExists { .. } => ErrorCode::ExportExists,
             E::InvalidExportPath { .. } => ErrorCode::InvalidExportPath,
             E::ExportArtifactMismatch { .. } => ErrorCode::ExportArtifactMismatch,

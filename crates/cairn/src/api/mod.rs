@@ -64,6 +64,7 @@ pub fn router(state: AppRef) -> Router {
         .route("/runs/{run_id}/steps/{step_id}", get(runs::get_step))
         .route("/runs/{run_id}/steps/{step_id}/log", get(runs::step_log))
         .route("/runs/{run_id}/steps/{step_id}/explain", get(runs::explain_step))
+        .route("/runs/{run_id}/steps/{step_id}/artifacts/{name}", get(runs::read_artifact))
         .route("/runs/{run_id}/cancel", post(runs::cancel_run))
         .route("/runs/{run_id}/ro-crate", get(exports::run_ro_crate))
         .route("/runs/{run_id}/export", get(exports::export_run))

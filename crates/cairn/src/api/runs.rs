@@ -18,7 +18,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
 use crate::wire::{
-    ArtifactList, Event, EventList, Explanation, RunList, RunResult, StepDetail, StepLog, SubmitRun, TraceResult,
+    ArtifactList, ArtifactSlice, Event, EventList, Explanation, RunList, RunResult, StepDetail, StepLog, SubmitRun,
+    TraceResult,
 };
 
 /// An accepted run as an answer: 200 when it had finished already, else 202 with where to find it.
@@ -396,4 +397,44 @@ pub(super) async fn cancel_run(
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<RunResult>, ApiError> {
     blocking(move || Ok(Json(RunResult::from_view(&state.service.cancel_run(&run_id)?)))).await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReadArtifactQuery {
+    /// For a folder output: which of its files (relative to the run directory, or to the folder).
+    path: Option<String>,
+    /// The first byte (default 0).
+    offset: Option<u64>,
+    /// At most this many bytes (default and most: 262,144).
+    length: Option<u64>,
+}
+
+/// A bounded slice of one artifact's bytes, read where it lies: here, or on the run's target over
+/// SSH (nothing is copied back); text as text, else base64, with its recorded size and SHA-256.
+#[utoipa::path(get, path = "/runs/{run_id}/steps/{step_id}/artifacts/{name}", tag = "runs",
+    params(("run_id" = String, Path), ("step_id" = String, Path), ("name" = String, Path), ReadArtifactQuery),
+    responses((status = 200, body = ArtifactSlice),
+        (status = 400, description = "A bad query, or the run's target cannot be reached", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The file cannot be read where it lies", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn read_artifact(
+    State(state): State<AppRef>,
+    ApiPath((run_id, step_id, name)): ApiPath<(String, String, String)>,
+    ApiQuery(q): ApiQuery<ReadArtifactQuery>,
+) -> Result<Json<ArtifactSlice>, ApiError> {
+    blocking(move || {
+        let req = cairn_engine::ReadArtifact {
+            run_id,
+            step_id,
+            name,
+            path: q.path,
+            offset: q.offset.unwrap_or(0),
+            length: q.length,
+        };
+        Ok(Json(ArtifactSlice::from_engine(&state.service.engine().read_artifact(&req)?)))
+    })
+    .await
 }

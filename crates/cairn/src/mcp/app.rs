@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::api_client::{ApiClient, seg, structured};
 use super::resources::server_handler;
-use super::{EXPORT_RUN, ExportRun, RunRef};
+use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 
 /// Rows in an overview, and events in a run's detail.
 const MAX_ROWS: usize = 100;
@@ -84,6 +84,21 @@ impl App {
             Err(e) => return e.tool_result(),
         }
         structured(bounded(run))
+    }
+
+    #[tool(
+        description = READ_ARTIFACT,
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn read_artifact(
+        &self,
+        Parameters(p): Parameters<ReadArtifact>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        match self.daemon.call(&ctx, "GET", p.path(), None).await {
+            Ok(v) => structured(v),
+            Err(e) => e.tool_result(),
+        }
     }
 
     #[tool(

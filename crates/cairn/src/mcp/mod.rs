@@ -50,6 +50,44 @@ impl ExportRun {
     }
 }
 
+/// `read_artifact`'s arguments (the workbench's and the app's).
+#[derive(Debug, serde::Deserialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct ReadArtifact {
+    pub run_id: String,
+    pub step_id: String,
+    /// The declared output's name (as get_run lists a step's artifacts).
+    pub name: String,
+    /// For a folder output: which of its files.
+    pub path: Option<String>,
+    /// The first byte (default 0).
+    pub offset: Option<u64>,
+    /// At most this many bytes (default and most: 262144).
+    pub length: Option<u64>,
+}
+
+impl ReadArtifact {
+    fn path(&self) -> String {
+        let mut q = vec![format!("offset={}", self.offset.unwrap_or(0))];
+        if let Some(l) = self.length {
+            q.push(format!("length={l}"));
+        }
+        if let Some(p) = &self.path {
+            q.push(format!("path={}", api_client::seg(p)));
+        }
+        format!(
+            "/runs/{}/steps/{}/artifacts/{}?{}",
+            api_client::seg(&self.run_id),
+            api_client::seg(&self.step_id),
+            api_client::seg(&self.name),
+            q.join("&")
+        )
+    }
+}
+
+/// What `read_artifact` says of itself (the same on both servers).
+const READ_ARTIFACT: &str = "A slice of one artifact's bytes (at most 256 KiB a call; page with offset), read where it lies: on this machine, or on the run's SSH/Slurm target over SSH without copying it back. Text comes as text, other bytes as base64, with the recorded size and SHA-256 and the size now. Read-only.";
+
 /// What `export_run` says of itself (the same on both servers).
 const EXPORT_RUN: &str = "Export a run as a Provenance Run Crate 0.5 (RO-Crate 1.1, what WorkflowHub and Zenodo ingest): its workflow, input and input files, steps, attempts, artifacts with their SHA-256, the validator's verdict, its replay lineage and the targets that ran it. Writes a zip under the daemon's state root (replacing this run's previous export) and returns its path, files and bytes. Changes no run.";
 

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::api_client::{ApiClient, invalid, seg, structured};
 use super::resources::server_handler;
-use super::{EXPORT_RUN, ExportRun, RunRef};
+use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 use crate::wire::{PlanReplay, PlanRun, ReadDoc, SaveDoc, SearchDocs, Verify, to_value};
 
 /// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
@@ -280,6 +280,18 @@ impl Workbench {
     ) -> CallToolResult {
         let path = format!("/runs/{}/steps/{}", seg(&p.run_id), seg(&p.step_id));
         self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
+        description = READ_ARTIFACT,
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn read_artifact(
+        &self,
+        Parameters(p): Parameters<ReadArtifact>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", p.path(), None).await
     }
 
     #[tool(

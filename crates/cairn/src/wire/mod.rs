@@ -24,8 +24,8 @@ pub use requests::{
     SubmitRun, Verify,
 };
 pub use runs::{
-    ArtifactEntry, ArtifactList, Event, EventList, Explanation, ExportResult, LineageEntry, ReplayPreview, RunList,
-    RunResult, RunSummary, StepDetail, StepLog, StepResult, TraceMatch, TraceResult,
+    ArtifactEntry, ArtifactList, ArtifactSlice, Event, EventList, Explanation, ExportResult, LineageEntry,
+    ReplayPreview, RunList, RunResult, RunSummary, StepDetail, StepLog, StepResult, TraceMatch, TraceResult,
 };
 pub use targets::targets_json;
 pub use verify::{VerificationRecord, VerifyResult};

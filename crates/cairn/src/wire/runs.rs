@@ -509,3 +509,60 @@ impl ExportResult {
         }
     }
 }
+
+/// A slice of one artifact's bytes, read where it lies (`GET
+/// /runs/{id}/steps/{step}/artifacts/{name}`, MCP `read_artifact`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ArtifactSlice {
+    pub run_id: String,
+    pub step_id: String,
+    /// The declared output's name.
+    pub name: String,
+    /// Relative to the run directory.
+    pub path: String,
+    /// Where it was read: `local` or the run's target (over SSH, nothing copied back).
+    pub target: String,
+    /// Its recorded size and SHA-256.
+    pub size: u64,
+    pub sha256: String,
+    /// Its size where it lies now (not `size`: it changed since it was recorded).
+    pub size_now: u64,
+    pub offset: u64,
+    /// Bytes in this slice (at most 262,144).
+    pub length: u64,
+    /// Whether the slice reaches the end of the file.
+    pub eof: bool,
+    /// `text` (the slice is UTF-8) or `base64`.
+    pub encoding: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+}
+
+impl ArtifactSlice {
+    pub fn from_engine(s: &cairn_engine::ArtifactSlice) -> ArtifactSlice {
+        use base64::Engine as _;
+        // Text is UTF-8 without NUL bytes (as git tells text from binary); the rest is base64.
+        let (encoding, text, base64) = match std::str::from_utf8(&s.bytes) {
+            Ok(t) if !t.contains('\0') => ("text", Some(t.to_string()), None),
+            _ => ("base64", None, Some(base64::engine::general_purpose::STANDARD.encode(&s.bytes))),
+        };
+        ArtifactSlice {
+            run_id: s.record.run_id.clone(),
+            step_id: s.record.step_id.clone(),
+            name: s.record.artifact.name.clone(),
+            path: s.record.artifact.path.clone(),
+            target: s.target.clone(),
+            size: s.record.artifact.bytes,
+            sha256: s.record.artifact.sha256.clone(),
+            size_now: s.size_now,
+            offset: s.offset,
+            length: s.bytes.len() as u64,
+            eof: s.eof(),
+            encoding: encoding.into(),
+            text,
+            base64,
+        }
+    }
+}

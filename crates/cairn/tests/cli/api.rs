@@ -468,6 +468,7 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         protected("GET", "/runs/R1/steps/zz", None, NOT_FOUND, NOT_FOUND),
         protected("GET", "/runs/R1/artifacts", None, OK, OK),
         protected("GET", "/runs/nope/artifacts", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/R1/steps/b/artifacts/nope", None, NOT_FOUND, NOT_FOUND),
         // RO-Crate exports: a projection, so a Viewer may have one.
         protected("GET", "/runs/R1/ro-crate", None, OK, OK),
         protected("GET", "/runs/nope/ro-crate", None, NOT_FOUND, NOT_FOUND),

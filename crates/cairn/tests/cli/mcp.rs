@@ -32,6 +32,7 @@ use crate::support::*;
 
 mod docs;
 mod export;
+mod read_artifact;
 
 // ------------------------------------------------------------------------------------------------
 // the contract
@@ -50,6 +51,7 @@ const WORKBENCH: Tools = &[
     ("explain_step", &["run_id", "step_id"], &[]),
     ("get_step_result", &["run_id", "step_id"], &[]),
     ("export_run", &["run_id"], &["data"]),
+    ("read_artifact", &["run_id", "step_id", "name"], &["path", "offset", "length"]),
     ("tail_log", &["run_id", "step_id"], &["lines"]),
     ("cancel_run", &["run_id"], &[]),
     ("verify_workflow", &[], &["document", "path", "title", "parameters", "wait"]),
@@ -79,6 +81,7 @@ const APP: Tools = &[
     ("runs_overview", &[], &[]),
     ("run_detail", &["run_id"], &[]),
     ("export_run", &["run_id"], &["data"]),
+    ("read_artifact", &["run_id", "step_id", "name"], &["path", "offset", "length"]),
     ("workflows_overview", &[], &[]),
     ("targets_overview", &[], &[]),
     ("docs_overview", &[], &[]),
@@ -102,7 +105,7 @@ const MUTATING: [&str; 11] = [
 ];
 
 /// Tools that only read: annotated read-only.
-const READ_ONLY: [&str; 20] = [
+const READ_ONLY: [&str; 21] = [
     "list_workflows",
     "describe_workflow",
     "list_runs",
@@ -110,6 +113,7 @@ const READ_ONLY: [&str; 20] = [
     "explain_step",
     "get_step_result",
     "export_run",
+    "read_artifact",
     "tail_log",
     "poll_job",
     "list_jobs",

@@ -535,6 +535,17 @@ fn rocrate_of_a_remote_run(executor: &str) {
         assert_eq!(action["agent"]["@id"], "#target-box", "{action:#}");
     }
 
+    // The agent reads the report there, nothing copied back: the same bytes as recorded.
+    let daemon = rt.c.daemon();
+    let url = format!("{}/runs/{run_id}/steps/render/artifacts/report", daemon.url);
+    let read = http("GET", &url, Some(&rt.c.token("viewer")), None, &[]);
+    assert_eq!(read.status, 200, "{}", read.text);
+    assert_eq!(
+        (read.body["target"].as_str(), read.body["text"].as_str()),
+        (Some("box"), Some("<h1>release 2.4.1</h1>"))
+    );
+    assert_eq!(read.body["sha256"], crate::evidence::artifacts(&run, "render")[3]["sha256"], "{}", read.text);
+
     let bare = rt.p("bare.crate");
     rt.c.json(&["export", &run_id, "--no-data", "--ro-crate", bare.to_str().unwrap()]).expect(0);
     assert_valid(&rt.c, &bare);
