@@ -24,6 +24,7 @@ pub mod status;
 pub mod store;
 pub mod target;
 pub mod template;
+pub mod time;
 pub mod validator;
 pub mod verification;
 pub mod workflow;

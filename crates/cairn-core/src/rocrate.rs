@@ -12,6 +12,7 @@ use crate::artifact::ArtifactRecord;
 use crate::event::RunEvent;
 use crate::status::{Outcome, RunStatus};
 use crate::store::{EventRecord, RunRecord, StepRecord, VerificationRecord};
+use crate::time::rfc3339;
 use crate::workflow::WorkflowSpec;
 
 /// The crate's file of the run's input, and of the validator's verdict and findings.
@@ -174,25 +175,6 @@ pub fn path_id(rel: &str) -> String {
         }
     }
     out
-}
-
-/// RFC 3339 UTC text of milliseconds since the epoch (the crate's time format).
-pub fn rfc3339(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let milli = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z", sod / 3600, sod % 3600 / 60, sod % 60)
 }
 
 fn id(s: &str) -> Value {
@@ -734,12 +716,5 @@ mod tests {
         assert_eq!(path_id("steps/render/plots/a b#1.png"), "steps/render/plots/a%20b%231.png");
         assert_eq!(path_id("workflow/tools/é.py"), "workflow/tools/%C3%A9.py");
         assert_eq!(path_id("steps/x/report.html"), "steps/x/report.html");
-    }
-
-    #[test]
-    fn rfc3339_formats_utc_milliseconds() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_764_616_741_123), "2025-12-01T19:19:01.123Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
     }
 }

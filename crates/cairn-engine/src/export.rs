@@ -12,19 +12,14 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use cairn_core::plan::{InputFile, Plan, absolute_path_strings};
 use cairn_core::rocrate::{self, CrateFile, CrateInputFile, CrateRun, CrateStep, CrateTarget, CrateVerification};
 use cairn_core::target::LOCAL;
 use serde_json::{Value, json};
 
-use cairn_exec::agent::protocol::ReadRequest;
-
 use crate::placement::Placement;
-
-/// How long asking a target for an input file's size may take.
-const REMOTE_SIZE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 use crate::{Engine, EngineError};
 
 /// Where an export goes.
@@ -80,14 +75,13 @@ pub struct ExportResult {
 
 /// A relative path that stays under its root: no `..`, no root, no prefix.
 fn contained(rel: &str) -> Result<&Path, EngineError> {
-    let p = Path::new(rel);
-    if rel.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+    if !cairn_exec::artifacts::safe_relative(rel) {
         return Err(EngineError::InvalidExportPath {
             path: rel.to_string(),
             message: "it leaves its root; only plain relative paths are exported".into(),
         });
     }
-    Ok(p)
+    Ok(Path::new(rel))
 }
 
 struct Writer {
@@ -163,30 +157,52 @@ fn folder_files(dir: &Path) -> Result<Vec<String>, EngineError> {
 
 impl Engine {
     /// The run and attempt that really executed a step reused from `from`: the first run up the
-    /// lineage whose record of the step was not itself reused.
-    fn producer_of(&self, from: &str, step_id: &str) -> Result<Option<(String, u32)>, EngineError> {
+    /// lineage whose record of the step was not itself reused. Each run's steps are read once per
+    /// export, however many reused steps point to it.
+    fn producer_of(&self, seen: &mut Lineage, from: &str, step_id: &str) -> Result<Option<(String, u32)>, EngineError> {
         let mut next = Some(from.to_string());
         // Sources are older and never form a cycle; the bound only guards a corrupt registry.
         for _ in 0..10_000 {
             let Some(run_id) = next else { break };
-            let Some(record) = self.store.steps(&run_id)?.into_iter().find(|r| r.step_id == step_id) else {
+            if !seen.steps.contains_key(&run_id) {
+                let rows = self.store.steps(&run_id)?;
+                seen.steps.insert(
+                    run_id.clone(),
+                    rows.into_iter().map(|r| (r.step_id, (r.reused_from, r.attempt_count.max(1)))).collect(),
+                );
+            }
+            let Some((reused_from, attempts)) = seen.steps.get(&run_id).and_then(|s| s.get(step_id)) else {
                 return Ok(None);
             };
-            match record.reused_from {
-                None => return Ok(Some((run_id, record.attempt_count.max(1)))),
-                Some(up) => next = Some(up),
+            match reused_from {
+                None => return Ok(Some((run_id, *attempts))),
+                Some(up) => next = Some(up.clone()),
             }
         }
         Ok(None)
     }
 
+    /// The target a run of the lineage executed on, read once per export.
+    fn target_in_lineage(&self, seen: &mut Lineage, run_id: &str) -> Result<String, EngineError> {
+        if let Some(t) = seen.targets.get(run_id) {
+            return Ok(t.clone());
+        }
+        let t = self.target_name_of_run(run_id)?;
+        seen.targets.insert(run_id.to_string(), t.clone());
+        Ok(t)
+    }
+
+    /// Refuses an unknown subject before anything is written.
+    fn check_subject(&self, subject: &ExportSubject) -> Result<(), EngineError> {
+        match subject {
+            ExportSubject::Run(id) => self.run_record(id).map(drop),
+            ExportSubject::Verification(id) => self.verification(id).map(drop),
+        }
+    }
+
     /// Writes a run as a Provenance Run Crate 0.5, or a verification as a Process Run Crate 0.5.
     pub fn export(&self, request: &ExportRequest) -> Result<ExportResult, EngineError> {
-        // The subject is looked up before anything is written: an unknown one creates nothing.
-        match &request.subject {
-            ExportSubject::Run(id) => drop(self.show_run(id)?),
-            ExportSubject::Verification(id) => drop(self.verification(id)?),
-        }
+        self.check_subject(&request.subject)?;
         let (dest, zip) = match &request.out {
             ExportOut::Dir(p) => (p, false),
             ExportOut::Zip(p) => (p, true),
@@ -201,10 +217,7 @@ impl Engine {
     /// `<run|verification>-ID.ro-crate.zip`, replacing the one before: what the API serves and the
     /// MCP tool names.
     pub fn export_to_state(&self, subject: &ExportSubject, data: bool) -> Result<ExportResult, EngineError> {
-        match subject {
-            ExportSubject::Run(id) => drop(self.show_run(id)?),
-            ExportSubject::Verification(id) => drop(self.verification(id)?),
-        }
+        self.check_subject(subject)?;
         let dir = self.state.path().join("exports");
         fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
         let dest = dir.join(format!("{}.ro-crate.zip", subject.slug()));
@@ -438,11 +451,10 @@ impl Engine {
                 // read whole).
                 f.bytes = match &placement {
                     Placement::Local => fs::metadata(&path).ok().map(|m| m.len()),
-                    Placement::Target(_, agent) => agent
-                        .read(ReadRequest { path: path.clone(), offset: 0, max_bytes: 0 }, REMOTE_SIZE_TIMEOUT)
-                        .ok()
-                        .filter(|c| c.size > 0)
-                        .map(|c| c.size),
+                    // A target answers a missing file as empty.
+                    Placement::Target(..) => {
+                        self.read_slice(&placement, &path, 0, 0).ok().map(|(_, n)| n).filter(|n| *n > 0)
+                    }
                 };
             }
             input_ids.insert(path, f.id.clone());
@@ -469,6 +481,7 @@ impl Engine {
         let mut copied = 0;
         let mut steps = Vec::new();
         let mut attempts = rocrate::attempts_from_events(&self.store.events(&view.run.run_id, 0)?);
+        let mut seen = Lineage::default();
         for s in &view.steps {
             let mut artifacts = Vec::new();
             for a in &s.artifacts {
@@ -513,13 +526,13 @@ impl Engine {
             }
             let tool = record.spec.step(&s.step_id).map(|d| d.tool.clone()).unwrap_or_default();
             let producer = match s.record.as_ref().and_then(|r| r.reused_from.clone()) {
-                Some(from) => self.producer_of(&from, &s.step_id)?,
+                Some(from) => self.producer_of(&mut seen, &from, &s.step_id)?,
                 None => None,
             };
             let agent = match (&s.record, &producer) {
                 (None, _) => None,
                 (Some(r), Some((p, _))) if r.reused_from.is_some() => {
-                    Some(self.target_name_of_run(p)?).filter(|t| t != LOCAL)
+                    Some(self.target_in_lineage(&mut seen, p)?).filter(|t| t != LOCAL)
                 }
                 (Some(r), None) if r.reused_from.is_some() => None,
                 (Some(_), _) => own_target.clone(),
@@ -659,6 +672,14 @@ impl Engine {
         w.write("ro-crate-metadata.json", &text)?;
         Ok(Written { files: w.files, bytes: w.bytes, artifacts: 0, input_files: 0 })
     }
+}
+
+/// The step records and targets of the runs a replay child reuses from, as an export reads them.
+#[derive(Default)]
+struct Lineage {
+    /// By run, each step's `reused_from` and attempt count.
+    steps: std::collections::HashMap<String, std::collections::HashMap<String, (Option<String>, u32)>>,
+    targets: std::collections::HashMap<String, String>,
 }
 
 /// What a crate's writing wrote.

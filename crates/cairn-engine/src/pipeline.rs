@@ -144,6 +144,18 @@ impl Engine {
     /// Bytes of a file where the run executes, from `offset` (at most [`LOG_CHUNK`]), and the
     /// file's size; a missing file is empty.
     pub(crate) fn read_from(&self, placement: &Placement, path: &str, offset: u64) -> Result<(Vec<u8>, u64), String> {
+        self.read_slice(placement, path, offset, LOG_CHUNK as u64)
+    }
+
+    /// At most `max` bytes of a file where the run executes, from `offset`, and the file's size;
+    /// a missing file is empty.
+    pub(crate) fn read_slice(
+        &self,
+        placement: &Placement,
+        path: &str,
+        offset: u64,
+        max: u64,
+    ) -> Result<(Vec<u8>, u64), String> {
         match placement {
             Placement::Local => {
                 use std::io::{Read, Seek, SeekFrom};
@@ -155,12 +167,15 @@ impl Engine {
                 let size = f.metadata().map_err(|e| format!("{path}: {e}"))?.len();
                 f.seek(SeekFrom::Start(offset.min(size))).map_err(|e| format!("{path}: {e}"))?;
                 let mut buf = Vec::new();
-                f.take(LOG_CHUNK as u64).read_to_end(&mut buf).map_err(|e| format!("{path}: {e}"))?;
+                f.take(max).read_to_end(&mut buf).map_err(|e| format!("{path}: {e}"))?;
                 Ok((buf, size))
             }
             Placement::Target(spec, agent) => {
                 let chunk = agent
-                    .read(ReadRequest { path: path.to_string(), offset, max_bytes: LOG_CHUNK }, Duration::from_secs(60))
+                    .read(
+                        ReadRequest { path: path.to_string(), offset, max_bytes: max as usize },
+                        Duration::from_secs(60),
+                    )
                     .map_err(|e| format!("{path} on target `{}`: {e}", spec.name))?;
                 Ok((chunk.bytes(), chunk.size))
             }

@@ -2,21 +2,15 @@
 //! the run's target over SSH through the step agent (nothing copied back), with its recorded size
 //! and SHA-256, so an agent can read a result in the conversation.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
-use std::time::Duration;
 
 use cairn_core::artifact::ArtifactRecord;
-use cairn_exec::agent::protocol::ReadRequest;
 
 use crate::placement::Placement;
 use crate::{Engine, EngineError};
 
 /// The most bytes one read answers.
 pub const ARTIFACT_SLICE_MAX: u64 = 256 << 10;
-
-/// How long a target may take to answer one read.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 pub struct ReadArtifact {
@@ -89,51 +83,48 @@ impl Engine {
         };
         let length = req.length.unwrap_or(ARTIFACT_SLICE_MAX).min(ARTIFACT_SLICE_MAX);
         let at = Path::new(&view.run.run_dir).join(&record.artifact.path);
-        let (bytes, size_now) = match self.placement(&req.run_id)? {
+        let placement = self.placement(&req.run_id)?;
+        // Here, no folder on the way may be a link out of the run directory (on a target, the
+        // step agent reads the path as recorded).
+        let link = match placement {
             Placement::Local => {
-                if let Some(link) =
-                    cairn_exec::artifacts::symlinked_component(Path::new(&view.run.run_dir), &record.artifact.path)
-                {
+                cairn_exec::artifacts::symlinked_component(Path::new(&view.run.run_dir), &record.artifact.path)
+            }
+            Placement::Target(..) => None,
+        };
+        if let Some(link) = link {
+            return Err(EngineError::ArtifactUnreadable {
+                path: link.display().to_string(),
+                message: format!(
+                    "artifact {} is reached through a symlink, which is not followed",
+                    record.artifact.path
+                ),
+            });
+        }
+        if let Placement::Local = placement {
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.is_file() => {}
+                Ok(_) => {
                     return Err(EngineError::ArtifactUnreadable {
-                        path: link.display().to_string(),
-                        message: format!(
-                            "artifact {} is reached through a symlink, which is not followed",
-                            record.artifact.path
-                        ),
+                        path: at.display().to_string(),
+                        message: "it is not a regular file (symlinks are not followed)".into(),
                     });
                 }
-                read_local(&at, req.offset, length).map_err(|e| EngineError::ArtifactUnreadable {
-                    path: at.display().to_string(),
-                    message: e.to_string(),
-                })?
-            }
-            Placement::Target(spec, agent) => {
-                let chunk = agent
-                    .read(
-                        ReadRequest { path: at.display().to_string(), offset: req.offset, max_bytes: length as usize },
-                        READ_TIMEOUT,
-                    )
-                    .map_err(|e| EngineError::TargetUnreachable {
-                        target: spec.name.clone(),
+                Err(e) => {
+                    return Err(EngineError::ArtifactUnreadable {
+                        path: at.display().to_string(),
                         message: e.to_string(),
-                    })?;
-                (chunk.bytes(), chunk.size)
+                    });
+                }
             }
-        };
+        }
+        let (bytes, size_now) =
+            self.read_slice(&placement, &at.display().to_string(), req.offset, length).map_err(|message| {
+                match &placement {
+                    Placement::Target(spec, _) => EngineError::TargetUnreachable { target: spec.name.clone(), message },
+                    Placement::Local => EngineError::ArtifactUnreadable { path: at.display().to_string(), message },
+                }
+            })?;
         Ok(ArtifactSlice { record: record.clone(), target: view.target.clone(), offset: req.offset, bytes, size_now })
     }
-}
-
-/// At most `length` bytes of a regular file from `offset`, and its size.
-fn read_local(path: &Path, offset: u64, length: u64) -> std::io::Result<(Vec<u8>, u64)> {
-    let meta = std::fs::symlink_metadata(path)?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("it is not a regular file (symlinks are not followed)"));
-    }
-    let mut f = std::fs::File::open(path)?;
-    let size = f.metadata()?.len();
-    f.seek(SeekFrom::Start(offset.min(size)))?;
-    let mut buf = Vec::new();
-    f.take(length).read_to_end(&mut buf)?;
-    Ok((buf, size))
 }

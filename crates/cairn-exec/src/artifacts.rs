@@ -173,8 +173,8 @@ fn walk(decl: &OutputDecl, dir: &Path, rel: &str, out: &mut Vec<(PathBuf, String
     Ok(())
 }
 
-/// A recorded path is relative to its run directory and stays inside it.
-fn safe_relative(rel: &str) -> bool {
+/// A recorded path is relative to its run directory and stays inside it: no `..`, no root.
+pub fn safe_relative(rel: &str) -> bool {
     !rel.is_empty() && Path::new(rel).components().all(|c| matches!(c, Component::Normal(_)))
 }
 

@@ -125,6 +125,25 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A slice of one artifact's bytes (at most 256 KiB), read where it lies: here, or on the run's
+    /// target over SSH (nothing copied back). The bytes go to stdout; --json gives them as text or
+    /// base64 with the recorded size and SHA-256.
+    ReadArtifact {
+        run_id: String,
+        step_id: String,
+        /// The declared output's name.
+        name: String,
+        /// For a folder output: which of its files.
+        #[arg(long)]
+        path: Option<String>,
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// At most this many bytes (default and most: 262144).
+        #[arg(long)]
+        length: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a run as a Provenance Run Crate 0.5 (RO-Crate 1.1): its workflow, input and input
     /// files, steps, attempts, artifacts with their SHA-256, the validator's verdict, its replay
     /// lineage and the targets that ran it; or, with --verification, a verification as a Process

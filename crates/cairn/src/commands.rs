@@ -163,6 +163,20 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(0)
         }
+        Command::ReadArtifact { run_id, step_id, name, path, offset, length, json } => {
+            let req = cairn_engine::ReadArtifact { run_id, step_id, name, path, offset, length };
+            let slice = open_engine(cli.home)?.read_artifact(&req)?;
+            if json {
+                print_wire(&wire::ArtifactSlice::from_engine(&slice));
+            } else {
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                out.write_all(&slice.bytes)
+                    .and_then(|_| out.flush())
+                    .map_err(|e| Failure::usage(format!("stdout: {e}")))?;
+            }
+            Ok(0)
+        }
         Command::Export { run_id, verification, ro_crate, zip, no_data, json } => {
             let subject = match (run_id, verification) {
                 (_, Some(id)) => ExportSubject::Verification(id.clone()),

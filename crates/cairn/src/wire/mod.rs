@@ -33,7 +33,7 @@ pub use workflows::{WorkflowAdded, WorkflowDetail, WorkflowList, WorkflowSummary
 
 /// A time as every surface shows it: RFC 3339 UTC with milliseconds.
 pub fn time(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()).unwrap_or_default()
+    cairn_core::time::rfc3339(ms)
 }
 
 /// A wire value as JSON. Our wire types hold only strings, numbers and JSON values: serialising

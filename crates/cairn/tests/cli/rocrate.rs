@@ -383,6 +383,39 @@ fn rocrate_as_a_zip_holds_the_same_crate_and_validates() {
     assert!(names.lines().any(|l| l == "workflow/workflow.toml"), "{names}");
 }
 
+/// An export to a zip killed (SIGKILL) while it deflates: no zip at its destination, only the
+/// partial zip beside it, which the next export of that destination removes before it writes a
+/// whole one.
+#[test]
+fn rocrate_zip_killed_while_zipping_leaves_no_zip_and_the_next_one_is_whole() {
+    let c = Cairn::new();
+    evidence_workflow(&c);
+    let mut files = render_files(1);
+    files["data.bin"] = json!(format!("zeros:{}", 256u64 << 20));
+    c.run("evidence", &evidence_input(&c, files), &["--run-id", "KZ"]).expect(0);
+    let file = c.path("KZ.zip");
+    let partial = || {
+        std::fs::read_dir(c.path(""))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(".zip") && p.to_string_lossy().contains("/.KZ.zip.partial-"))
+    };
+    let mut child = c.spawn(&["export", "KZ", "--zip", file.to_str().unwrap()]);
+    assert!(wait_until(std::time::Duration::from_secs(60), || partial().is_some()), "the zip was never begun");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    let left = partial().expect("the killed export's partial zip should be what is left");
+    assert!(std::fs::symlink_metadata(&file).is_err(), "a killed export left a zip at {}", file.display());
+
+    let out = c.json(&["export", "KZ", "--zip", file.to_str().unwrap()]).expect(0).json;
+    assert_eq!(out["bytes"], std::fs::metadata(&file).unwrap().len());
+    assert!(!left.exists() && partial().is_none(), "the next export removed the leftover");
+    let unzipped = c.path("KZ.unzipped");
+    unzip(&file, &unzipped);
+    assert_valid(&c, &unzipped);
+}
+
 /// An export killed (SIGKILL) while it copies a large artifact leaves no crate at its destination,
 /// only its hidden staging directory; the next export of that destination starts afresh, removes
 /// it, and writes a whole crate that validates.

@@ -29,6 +29,11 @@ fn read_artifact_pages_an_artifact_where_it_lies_on_both_servers() {
     let (url, viewer) = (fx.url(), fx.token("viewer"));
     let api = http("GET", &format!("{url}/runs/A1/steps/render/artifacts/report"), Some(&viewer), None, &[]);
     assert_eq!(api.body, report, "read_artifact is GET /runs/{{id}}/steps/{{step}}/artifacts/{{name}}");
+    let (code, cli, out) = fx.json(&["read-artifact", "A1", "render", "report"]);
+    assert_eq!((code, &cli), (0, &report), "read_artifact is `cairn read-artifact --json`: {out}");
+    let raw =
+        fx.command(&["read-artifact", "A1", "render", "data", "--offset", "10", "--length", "7"]).output().unwrap();
+    assert_eq!((raw.status.code(), raw.stdout.as_slice()), (Some(0), &[0u8; 7][..]), "the bytes themselves on stdout");
 
     // 300,000 zero bytes: base64, in two pages.
     let first = wb.call_ok("read_artifact", json!({"run_id": "A1", "step_id": "render", "name": "data"}));
