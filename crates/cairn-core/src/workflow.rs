@@ -65,6 +65,22 @@ pub struct ToolDef {
     pub outputs: BTreeMap<String, String>,
 }
 
+impl ToolDef {
+    /// A tool whose definition has a problem that leaves nothing to check of it (an unknown
+    /// kind): known by name, so its steps do not also report it as unknown.
+    fn unchecked(name: String) -> ToolDef {
+        ToolDef {
+            name,
+            kind: ToolKind::Process,
+            command: Vec::new(),
+            timeout_secs: DEFAULT_TIMEOUT_SECS,
+            version: None,
+            env: Vec::new(),
+            outputs: BTreeMap::new(),
+        }
+    }
+}
+
 /// A DAG node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepDef {
@@ -278,33 +294,72 @@ impl<'a> Locator<'a> {
     }
 }
 
-/// Parses and validates a `workflow.toml`. `file` is the path used in messages.
+/// Every problem found in a workflow file (at least one), in file order within each kind: a
+/// person or an agent fixes them all in one pass instead of one per attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowProblems(pub Vec<WorkflowError>);
+
+impl WorkflowProblems {
+    /// The first problem (there is always one).
+    pub fn first(&self) -> &WorkflowError {
+        &self.0[0]
+    }
+}
+
+impl fmt::Display for WorkflowProblems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for WorkflowProblems {}
+
+impl From<WorkflowError> for WorkflowProblems {
+    fn from(e: WorkflowError) -> Self {
+        WorkflowProblems(vec![e])
+    }
+}
+
+/// Parses and validates a `workflow.toml`. `file` is the path used in messages. Every problem is
+/// reported, not only the first; a problem that makes later checks meaningless (a TOML syntax
+/// error, a broken step graph) ends the checks that depend on it.
 /// Checks that need the filesystem (tool files, the input schema) are the engine's.
-pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowError> {
+pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowProblems> {
     let loc = Locator::new(file, text);
     let raw: RawFile = toml::from_str(text).map_err(|e| {
         let offset = e.span().map(|s| s.start);
-        loc.err(offset, None, None, e.message().trim_end().to_string())
+        WorkflowProblems::from(loc.err(offset, None, None, e.message().trim_end().to_string()))
     })?;
+    let mut problems: Vec<WorkflowError> = Vec::new();
 
     let meta_span = raw.workflow.span().start;
     let meta = raw.workflow.into_inner();
     if !is_name(meta.name.get_ref()) {
-        return Err(loc.err(
+        problems.push(loc.err(
             Some(meta.name.span().start),
             None,
             Some("workflow.name"),
             format!("`{}` is not a valid workflow name; use lowercase letters, digits and `-`, starting with a letter or digit", meta.name.get_ref()),
         ));
     }
-    let version = semver::Version::parse(meta.version.get_ref()).map_err(|e| {
-        loc.err(
-            Some(meta.version.span().start),
-            None,
-            Some("workflow.version"),
-            format!("`{}` is not a semantic version ({e}); write it like \"1.2.0\"", meta.version.get_ref()),
-        )
-    })?;
+    let version = match semver::Version::parse(meta.version.get_ref()) {
+        Ok(v) => v.to_string(),
+        Err(e) => {
+            problems.push(loc.err(
+                Some(meta.version.span().start),
+                None,
+                Some("workflow.version"),
+                format!("`{}` is not a semantic version ({e}); write it like \"1.2.0\"", meta.version.get_ref()),
+            ));
+            meta.version.get_ref().clone()
+        }
+    };
 
     let mut tools = BTreeMap::new();
     for (name, raw_tool) in raw.tools {
@@ -312,7 +367,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
         let t = raw_tool.into_inner();
         let field = |f: &str| format!("tools.{name}.{f}");
         if !is_identifier(&name) {
-            return Err(loc.err(
+            problems.push(loc.err(
                 Some(at),
                 None,
                 Some(&format!("tools.{name}")),
@@ -326,30 +381,33 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 "snakemake" => ToolKind::Snakemake,
                 "nextflow" => ToolKind::Nextflow,
                 other => {
-                    return Err(loc.err(
+                    problems.push(loc.err(
                         Some(k.span().start),
                         None,
                         Some(&field("kind")),
                         format!("`{other}` is not a tool kind; use `process` (the default), `snakemake` or `nextflow`"),
                     ));
+                    // Its steps are not checked against a kind it does not have.
+                    tools.insert(name.clone(), ToolDef::unchecked(name));
+                    continue;
                 }
             },
         };
         let (command_at, command) = match (t.command, kind) {
             (Some(c), ToolKind::Process) => (c.span().start, c.into_inner()),
-            (None, ToolKind::Process) => (at, Vec::new()),
             (None, _) => (at, Vec::new()),
             (Some(c), _) => {
-                return Err(loc.err(
+                problems.push(loc.err(
                     Some(c.span().start),
                     None,
                     Some(&field("command")),
                     "a pipeline controller takes no command: Cairn runs it; its steps' args name the pipeline source (e.g. `snakefile`, `configfile`, `cores`)",
                 ));
+                (at, Vec::new())
             }
         };
         if kind.is_process() && (command.is_empty() || command[0].is_empty()) {
-            return Err(loc.err(
+            problems.push(loc.err(
                 Some(command_at),
                 None,
                 Some(&field("command")),
@@ -357,26 +415,26 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
             ));
         }
         if command.iter().any(|a| a.contains('\0')) {
-            return Err(loc.err(Some(command_at), None, Some(&field("command")), "an argument contains a NUL byte"));
+            problems.push(loc.err(Some(command_at), None, Some(&field("command")), "an argument contains a NUL byte"));
         }
         let timeout_secs = match t.timeout_secs {
             None => DEFAULT_TIMEOUT_SECS,
             Some(v) => {
                 let n = *v.get_ref();
                 if n < 1 || n as u64 > MAX_TIMEOUT_SECS {
-                    return Err(loc.err(
+                    problems.push(loc.err(
                         Some(v.span().start),
                         None,
                         Some(&field("timeout_secs")),
                         format!("{n} is out of range; use 1 to {MAX_TIMEOUT_SECS} seconds"),
                     ));
                 }
-                n as u64
+                n.clamp(1, MAX_TIMEOUT_SECS as i64) as u64
             }
         };
         for var in &t.env {
             if var.is_empty() || var.contains('=') || var.contains('\0') {
-                return Err(loc.err(
+                problems.push(loc.err(
                     Some(at),
                     None,
                     Some(&field("env")),
@@ -385,15 +443,19 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
             }
         }
         for (out, path) in &t.outputs {
-            OutputDecl::parse(out, path)
-                .map_err(|e| loc.err(Some(at), None, Some(&field("outputs")), e.to_string()))?;
+            if let Err(e) = OutputDecl::parse(out, path) {
+                problems.push(loc.err(Some(at), None, Some(&field("outputs")), e.to_string()));
+            }
         }
         if !kind.is_process() && !t.outputs.is_empty() {
-            return Err(loc.err(Some(at), None, Some(&field("outputs")), PIPELINE_OUTPUTS));
+            problems.push(loc.err(Some(at), None, Some(&field("outputs")), PIPELINE_OUTPUTS));
         }
+        // Only well-formed outputs are kept, so its steps' references are checked against those.
+        let mut outputs = t.outputs;
+        outputs.retain(|n, p| OutputDecl::parse(n, p).is_ok());
         tools.insert(
             name.clone(),
-            ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env, outputs: t.outputs },
+            ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env, outputs },
         );
     }
 
@@ -404,16 +466,17 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
         let id = s.id.get_ref().clone();
         let sid = Some(id.as_str());
         if !is_identifier(&id) {
-            return Err(loc.err(
+            problems.push(loc.err(
                 Some(s.id.span().start),
                 sid,
                 Some("id"),
                 "a step id must be 1 to 128 letters, digits, `_` or `-`",
             ));
         }
-        if !tools.contains_key(s.tool.get_ref()) {
+        let tool = tools.get(s.tool.get_ref());
+        if tool.is_none() {
             let known: Vec<&str> = tools.keys().map(String::as_str).collect();
-            return Err(loc.err(
+            problems.push(loc.err(
                 Some(s.tool.span().start),
                 sid,
                 Some("tool"),
@@ -429,16 +492,22 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
             None => Value::Object(Default::default()),
             Some(a) => {
                 let a_at = a.span().start;
-                let v = toml_to_json(a.get_ref()).map_err(|e| loc.err(Some(a_at), sid, Some("args"), e))?;
-                if !v.is_object() {
-                    return Err(loc.err(
-                        Some(a_at),
-                        sid,
-                        Some("args"),
-                        "args must be a table, such as { suite = \"${input.tests}\" }",
-                    ));
+                match toml_to_json(a.get_ref()) {
+                    Ok(v) if v.is_object() => v,
+                    Ok(_) => {
+                        problems.push(loc.err(
+                            Some(a_at),
+                            sid,
+                            Some("args"),
+                            "args must be a table, such as { suite = \"${input.tests}\" }",
+                        ));
+                        Value::Object(Default::default())
+                    }
+                    Err(e) => {
+                        problems.push(loc.err(Some(a_at), sid, Some("args"), e));
+                        Value::Object(Default::default())
+                    }
                 }
-                v
             }
         };
         let max_attempts = match s.max_attempts {
@@ -446,14 +515,14 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
             Some(v) => {
                 let n = *v.get_ref();
                 if n < 1 || n > MAX_MAX_ATTEMPTS as i64 {
-                    return Err(loc.err(
+                    problems.push(loc.err(
                         Some(v.span().start),
                         sid,
                         Some("max_attempts"),
                         format!("{n} is out of range; use 1 to {MAX_MAX_ATTEMPTS}"),
                     ));
                 }
-                n as u32
+                n.clamp(1, MAX_MAX_ATTEMPTS as i64) as u32
             }
         };
         let retry_on = match s.retry_on {
@@ -462,19 +531,16 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 let v_at = v.span().start;
                 let mut out = Vec::new();
                 for name in v.into_inner() {
-                    let o: Outcome = name.parse().map_err(|e: crate::status::UnknownName| {
-                        loc.err(Some(v_at), sid, Some("retry_on"), e.to_string())
-                    })?;
-                    if o == Outcome::Completed {
-                        return Err(loc.err(
+                    match name.parse::<Outcome>() {
+                        Err(e) => problems.push(loc.err(Some(v_at), sid, Some("retry_on"), e.to_string())),
+                        Ok(Outcome::Completed) => problems.push(loc.err(
                             Some(v_at),
                             sid,
                             Some("retry_on"),
                             "COMPLETED is not a failure and cannot be retried",
-                        ));
-                    }
-                    if !out.contains(&o) {
-                        out.push(o);
+                        )),
+                        Ok(o) if !out.contains(&o) => out.push(o),
+                        Ok(_) => {}
                     }
                 }
                 out
@@ -482,7 +548,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
         };
         // A controller's argument names are checked now, and its args whole when they hold no
         // template: a bad one is never registered.
-        let kind = tools[s.tool.get_ref()].kind;
+        let kind = tool.map(|t| t.kind).unwrap_or_default();
         if !kind.is_process() {
             let checked = crate::controller::check_keys(kind, &args).and_then(|_| {
                 if args.to_string().contains("${") {
@@ -492,26 +558,30 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                 }
             });
             if let Err(e) = checked {
-                return Err(loc.err(Some(at), Some(&id), Some("args"), e.to_string()));
+                problems.push(loc.err(Some(at), Some(&id), Some("args"), e.to_string()));
             }
         }
-        for (out, path) in &s.outputs {
-            OutputDecl::parse(out, path).map_err(|e| loc.err(Some(at), Some(&id), Some("outputs"), e.to_string()))?;
+        let mut outputs = s.outputs;
+        for (out, path) in &outputs {
+            if let Err(e) = OutputDecl::parse(out, path) {
+                problems.push(loc.err(Some(at), Some(&id), Some("outputs"), e.to_string()));
+            }
         }
-        if !kind.is_process() && !s.outputs.is_empty() {
-            return Err(loc.err(Some(at), Some(&id), Some("outputs"), PIPELINE_OUTPUTS));
+        outputs.retain(|n, p| OutputDecl::parse(n, p).is_ok());
+        if !kind.is_process() && !outputs.is_empty() {
+            problems.push(loc.err(Some(at), Some(&id), Some("outputs"), PIPELINE_OUTPUTS));
         }
         // One file is one artifact: no two outputs of a step may cover the same path.
         let mut declared: BTreeMap<&String, &String> = BTreeMap::new();
-        if let Some(tool) = tools.get(s.tool.get_ref()) {
+        if let Some(tool) = tool {
             declared.extend(tool.outputs.iter());
         }
-        declared.extend(s.outputs.iter());
+        declared.extend(outputs.iter());
         let decls: Vec<OutputDecl> =
             declared.iter().filter_map(|(name, path)| OutputDecl::parse(name, path).ok()).collect();
         for (k, a) in decls.iter().enumerate() {
             if let Some(b) = decls[k + 1..].iter().find(|b| a.overlaps(b)) {
-                return Err(loc.err(
+                problems.push(loc.err(
                     Some(at),
                     Some(&id),
                     Some("outputs"),
@@ -523,6 +593,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
                         b.declared()
                     ),
                 ));
+                break;
             }
         }
         steps.push(StepDef {
@@ -532,12 +603,12 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
             needs: s.needs,
             max_attempts,
             retry_on,
-            outputs: s.outputs,
+            outputs,
             line: loc.line(at),
         });
     }
     if steps.is_empty() {
-        return Err(loc.err(
+        problems.push(loc.err(
             Some(meta_span),
             None,
             Some("steps"),
@@ -546,73 +617,89 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
     }
 
     let line_of = |id: &str| steps.iter().find(|s| s.id == id).map(|s| s.line);
-    let dag = Dag::build(steps.iter().map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str)))).map_err(|e| {
-        let (step, field) = match &e {
-            DagError::EmptyId { .. } => (None, Some("id")),
-            DagError::DuplicateId { id } => (Some(id.clone()), Some("id")),
-            DagError::MissingDependency { step, .. }
-            | DagError::DuplicateDependency { step, .. }
-            | DagError::SelfDependency { step } => (Some(step.clone()), Some("needs")),
-            DagError::Cycle { cycle } => (cycle.first().cloned(), Some("needs")),
-        };
-        let line = match &e {
-            // The second declaration is the one to fix.
-            DagError::DuplicateId { id } => steps.iter().filter(|s| &s.id == id).nth(1).map(|s| s.line),
-            _ => step.as_deref().and_then(line_of),
-        };
-        WorkflowError { file: file.to_string(), line, step, field: field.map(str::to_string), message: e.to_string() }
-    })?;
+    // The references and the rules are checked against the step graph; without one (it has a
+    // problem of its own) they are not checked at all.
+    let dag = if steps.is_empty() {
+        None
+    } else {
+        match Dag::build(steps.iter().map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str)))) {
+            Ok(dag) => Some(dag),
+            Err(e) => {
+                let (step, field) = match &e {
+                    DagError::EmptyId { .. } => (None, Some("id")),
+                    DagError::DuplicateId { id } => (Some(id.clone()), Some("id")),
+                    DagError::MissingDependency { step, .. }
+                    | DagError::DuplicateDependency { step, .. }
+                    | DagError::SelfDependency { step } => (Some(step.clone()), Some("needs")),
+                    DagError::Cycle { cycle } => (cycle.first().cloned(), Some("needs")),
+                };
+                let line = match &e {
+                    // The second declaration is the one to fix.
+                    DagError::DuplicateId { id } => steps.iter().filter(|s| &s.id == id).nth(1).map(|s| s.line),
+                    _ => step.as_deref().and_then(line_of),
+                };
+                problems.push(WorkflowError {
+                    file: file.to_string(),
+                    line,
+                    step,
+                    field: field.map(str::to_string),
+                    message: e.to_string(),
+                });
+                None
+            }
+        }
+    };
 
     for (i, step) in steps.iter().enumerate() {
-        let refs = template::references(&step.args).map_err(|e| WorkflowError {
+        let at_step = |message: String| WorkflowError {
             file: file.to_string(),
             line: Some(step.line),
             step: Some(step.id.clone()),
             field: Some("args".into()),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let refs = match template::references(&step.args) {
+            Ok(refs) => refs,
+            Err(e) => {
+                problems.push(at_step(e.to_string()));
+                continue;
+            }
+        };
+        let Some(dag) = &dag else { continue };
         for (pointer, r) in refs {
             let (target, output) = match &r.root {
                 Root::Input => continue,
                 Root::Step(target) => (target, None),
                 Root::Output { step, name } => (step, Some(name)),
             };
-            {
-                let problem = match dag.index_of(target) {
-                    None => Some(format!("`${{{}}}` at `{pointer}` references unknown step `{target}`", r.text)),
-                    Some(t) if t == i => Some(format!("`${{{}}}` at `{pointer}` references the step itself", r.text)),
-                    Some(t) if !dag.is_ancestor(t, i) => Some(format!(
-                        "`${{{}}}` at `{pointer}` references step `{target}`, which is not an ancestor; add \"{target}\" to `needs`",
-                        r.text
-                    )),
-                    Some(t) => output.and_then(|name| {
-                        let upstream = &steps[t];
-                        let declared: Vec<String> = tools
-                            .get(&upstream.tool)
-                            .map(|tool| tool.outputs.keys().chain(upstream.outputs.keys()).cloned().collect())
-                            .unwrap_or_default();
-                        (!declared.contains(name)).then(|| {
-                            format!(
-                                "`${{{}}}` at `{pointer}` names output `{name}`, which step `{target}` does not declare; {}",
-                                r.text,
-                                if declared.is_empty() {
-                                    format!("declare it with `outputs = {{ {name} = \"…\" }}` on the step or its tool")
-                                } else {
-                                    format!("it declares: {}", declared.join(", "))
-                                }
-                            )
-                        })
-                    }),
-                };
-                if let Some(message) = problem {
-                    return Err(WorkflowError {
-                        file: file.to_string(),
-                        line: Some(step.line),
-                        step: Some(step.id.clone()),
-                        field: Some("args".into()),
-                        message,
-                    });
-                }
+            let problem = match dag.index_of(target) {
+                None => Some(format!("`${{{}}}` at `{pointer}` references unknown step `{target}`", r.text)),
+                Some(t) if t == i => Some(format!("`${{{}}}` at `{pointer}` references the step itself", r.text)),
+                Some(t) if !dag.is_ancestor(t, i) => Some(format!(
+                    "`${{{}}}` at `{pointer}` references step `{target}`, which is not an ancestor; add \"{target}\" to `needs`",
+                    r.text
+                )),
+                Some(t) => output.and_then(|name| {
+                    let upstream = &steps[t];
+                    let declared: Vec<String> = tools
+                        .get(&upstream.tool)
+                        .map(|tool| tool.outputs.keys().chain(upstream.outputs.keys()).cloned().collect())
+                        .unwrap_or_default();
+                    (!declared.contains(name)).then(|| {
+                        format!(
+                            "`${{{}}}` at `{pointer}` names output `{name}`, which step `{target}` does not declare; {}",
+                            r.text,
+                            if declared.is_empty() {
+                                format!("declare it with `outputs = {{ {name} = \"…\" }}` on the step or its tool")
+                            } else {
+                                format!("it declares: {}", declared.join(", "))
+                            }
+                        )
+                    })
+                }),
+            };
+            if let Some(message) = problem {
+                problems.push(at_step(message));
             }
         }
     }
@@ -623,15 +710,15 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
         let r = raw_rule.into_inner();
         let field = |f: &str| format!("validator.rules[{}].{f}", r.id.get_ref());
         if r.id.get_ref().is_empty() || rules.iter().any(|x: &Rule| &x.id == r.id.get_ref()) {
-            return Err(loc.err(
+            problems.push(loc.err(
                 Some(r.id.span().start),
                 None,
                 Some(&field("id")),
                 "rule ids must be non-empty and unique",
             ));
         }
-        if dag.index_of(r.step.get_ref()).is_none() {
-            return Err(loc.err(
+        if dag.is_some() && !steps.iter().any(|s| &s.id == r.step.get_ref()) {
+            problems.push(loc.err(
                 Some(r.step.span().start),
                 None,
                 Some(&field("step")),
@@ -640,42 +727,36 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
         }
         let pointer = r.pointer.get_ref();
         if !(pointer.is_empty() || pointer.starts_with('/')) {
-            return Err(loc.err(
+            problems.push(loc.err(
                 Some(r.pointer.span().start),
                 None,
                 Some(&field("pointer")),
                 format!("`{pointer}` is not a JSON Pointer; write it like \"/failed\" (or \"\" for the whole result)"),
             ));
         }
-        let op = Op::parse(r.op.get_ref())
-            .map_err(|e| loc.err(Some(r.op.span().start), None, Some(&field("op")), e.to_string()))?;
-        let value = r
-            .value
-            .as_ref()
-            .map(toml_to_json)
-            .transpose()
-            .map_err(|e| loc.err(Some(at), None, Some(&field("value")), e))?;
-        match (&value, op.takes_value()) {
-            (None, true) => {
-                return Err(loc.err(
-                    Some(at),
-                    None,
-                    Some(&field("value")),
-                    format!("op `{}` needs a `value`", r.op.get_ref()),
-                ));
+        let op = match Op::parse(r.op.get_ref()) {
+            Ok(op) => op,
+            Err(e) => {
+                problems.push(loc.err(Some(r.op.span().start), None, Some(&field("op")), e.to_string()));
+                continue;
             }
-            (Some(_), false) => {
-                return Err(loc.err(
-                    Some(at),
-                    None,
-                    Some(&field("value")),
-                    format!("op `{}` takes no `value`; remove it", r.op.get_ref()),
-                ));
+        };
+        let value = match r.value.as_ref().map(toml_to_json).transpose() {
+            Ok(v) => v,
+            Err(e) => {
+                problems.push(loc.err(Some(at), None, Some(&field("value")), e));
+                continue;
             }
-            (Some(v), _) if op == Op::In && !v.is_array() => {
-                return Err(loc.err(Some(at), None, Some(&field("value")), "op `in` needs an array `value`"));
-            }
-            _ => {}
+        };
+        let wrong = match (&value, op.takes_value()) {
+            (None, true) => Some(format!("op `{}` needs a `value`", r.op.get_ref())),
+            (Some(_), false) => Some(format!("op `{}` takes no `value`; remove it", r.op.get_ref())),
+            (Some(v), _) if op == Op::In && !v.is_array() => Some("op `in` needs an array `value`".to_string()),
+            _ => None,
+        };
+        if let Some(message) = wrong {
+            problems.push(loc.err(Some(at), None, Some(&field("value")), message));
+            continue;
         }
         rules.push(Rule {
             id: r.id.into_inner(),
@@ -687,9 +768,12 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowEr
         });
     }
 
+    if !problems.is_empty() {
+        return Err(WorkflowProblems(problems));
+    }
     Ok(WorkflowSpec {
         name: meta.name.into_inner(),
-        version: version.to_string(),
+        version,
         description: meta.description,
         input_schema: meta.input_schema.map(Spanned::into_inner),
         tools,
@@ -758,7 +842,7 @@ finding = "unit tests failed"
     }
 
     fn err(text: &str) -> WorkflowError {
-        parse_workflow(text, "wf/workflow.toml").unwrap_err()
+        parse_workflow(text, "wf/workflow.toml").unwrap_err().first().clone()
     }
 
     #[test]
@@ -793,6 +877,42 @@ finding = "unit tests failed"
 
         let e = err(&GOOD.replace("version = \"1.1.0\"", "version = \"1.1\""));
         assert_eq!(e.field.as_deref(), Some("workflow.version"));
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = GOOD
+            .replace("version = \"1.1.0\"", "version = \"1.1\"")
+            .replace("timeout_secs = 5", "timeout_secs = 0")
+            .replace("max_attempts = 3", "max_attempts = 0")
+            .replace("x = \"${steps.a.result.failed}\"", "x = \"${steps.c.result}\"")
+            .replace("op = \"eq\"", "op = \"equals\"");
+        let all = parse_workflow(&text, "wf/workflow.toml").unwrap_err().0;
+        let fields: Vec<(Option<&str>, Option<&str>)> =
+            all.iter().map(|e| (e.step.as_deref(), e.field.as_deref())).collect();
+        assert_eq!(
+            fields,
+            [
+                (None, Some("workflow.version")),
+                (None, Some("tools.t.timeout_secs")),
+                (Some("b"), Some("max_attempts")),
+                (Some("b"), Some("args")),
+                (None, Some("validator.rules[tests-pass].op")),
+            ],
+            "{all:#?}"
+        );
+        assert!(all.iter().all(|e| e.line.is_some()), "every problem has its line: {all:#?}");
+
+        // A broken step graph is one problem; what depends on it is not checked.
+        let cyc = GOOD.replace(
+            "[[steps]]\nid = \"a\"\ntool = \"t\"\n",
+            "[[steps]]\nid = \"a\"\ntool = \"nope\"\nneeds = [\"b\"]\n",
+        );
+        let all = parse_workflow(&cyc, "w.toml").unwrap_err().0;
+        assert_eq!(all.len(), 2, "{all:#?}");
+        assert!(all[0].message.contains("unknown tool `nope`") && all[1].message.contains("a -> b -> a"), "{all:#?}");
+        // Each on its own line in the message.
+        assert_eq!(parse_workflow(&cyc, "w.toml").unwrap_err().to_string().lines().count(), 2);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use cairn_core::ids::InvalidRunId;
 use cairn_core::status::RunStatus;
 use cairn_core::store::StoreError;
 use cairn_core::target::TargetError;
-use cairn_core::workflow::WorkflowError;
+use cairn_core::workflow::{WorkflowError, WorkflowProblems};
 
 /// What kind of failure an error is: what a caller can do about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,7 +203,7 @@ pub enum EngineError {
 
     // --- invalid
     #[error("{0}")]
-    Workflow(#[from] WorkflowError),
+    Workflow(#[from] WorkflowProblems),
     #[error("{path}: {message}")]
     WorkflowFolder { path: String, message: String },
     #[error("`{given}` is not a workflow reference; write NAME or NAME@VERSION")]
@@ -366,6 +366,22 @@ fn replay_not_finished(run_id: &str, status: RunStatus) -> String {
 }
 
 impl EngineError {
+    /// A rejected workflow's problems, each located (file, line, step, field) as well as it can
+    /// be: every one the checks found, so all can be fixed at once. Empty for any other error.
+    pub fn problems(&self) -> Vec<WorkflowError> {
+        match self {
+            EngineError::Workflow(all) => all.0.clone(),
+            EngineError::WorkflowFolder { path, message } => vec![WorkflowError {
+                file: path.clone(),
+                line: None,
+                step: None,
+                field: None,
+                message: message.clone(),
+            }],
+            _ => Vec::new(),
+        }
+    }
+
     pub fn code(&self) -> ErrorCode {
         use EngineError as E;
         match self {

@@ -11,7 +11,7 @@ use cairn_core::canonical::sha256_hex;
 use cairn_core::dag::Dag;
 use cairn_core::signature::{ToolFile, folder_digest, step_tool_digest, tool_digest};
 use cairn_core::store::{RegisterOutcome, WorkflowRecord};
-use cairn_core::workflow::{WorkflowError, WorkflowSpec, parse_workflow, tool_path_candidate};
+use cairn_core::workflow::{WorkflowError, WorkflowProblems, WorkflowSpec, parse_workflow, tool_path_candidate};
 use serde_json::Value;
 
 use crate::{Engine, EngineError};
@@ -26,6 +26,8 @@ pub struct LoadedWorkflow {
     /// Per tool: its digest and its argv with tool files made absolute inside the snapshot.
     pub tools: BTreeMap<String, LoadedTool>,
     pub schema: Option<jsonschema::Validator>,
+    /// The input schema's document as registered (what an agent builds an input from).
+    pub schema_document: Option<Value>,
 }
 
 pub struct LoadedTool {
@@ -47,13 +49,11 @@ impl LoadedWorkflow {
 }
 
 fn wf_err(file: &str, field: &str, message: String) -> EngineError {
-    EngineError::Workflow(WorkflowError {
-        file: file.into(),
-        line: None,
-        step: None,
-        field: Some(field.into()),
-        message,
-    })
+    EngineError::Workflow(wf_problem(file, field, message).into())
+}
+
+fn wf_problem(file: &str, field: &str, message: String) -> WorkflowError {
+    WorkflowError { file: file.into(), line: None, step: None, field: Some(field.into()), message }
 }
 
 fn folder_err(path: &Path, message: impl Into<String>) -> EngineError {
@@ -128,13 +128,15 @@ pub(crate) fn hash_folder(dir: &Path) -> Result<(Vec<ToolFile>, String), EngineE
 const DEFINITION_FILE: &str = "workflow.toml";
 
 /// The tool files of each tool (argv elements naming files in the folder) and their hashes.
+/// Every tool argument that names a missing file is a problem; all are reported.
 fn tool_files(
     spec: &WorkflowSpec,
     dir: &Path,
     file_label: &str,
     files: &BTreeMap<String, String>,
-) -> Result<BTreeMap<String, Vec<ToolFile>>, EngineError> {
+) -> Result<BTreeMap<String, Vec<ToolFile>>, Vec<WorkflowError>> {
     let mut out = BTreeMap::new();
+    let mut problems = Vec::new();
     for (name, tool) in &spec.tools {
         let mut found = Vec::new();
         if !tool.kind.is_process() {
@@ -154,7 +156,7 @@ fn tool_files(
             if let Some(sha) = files.get(normalized) {
                 found.push(ToolFile { path: normalized.to_string(), sha256: sha.clone() });
             } else if arg.contains('/') && (i == 0 || !dir.join(normalized).exists()) {
-                return Err(wf_err(
+                problems.push(wf_problem(
                     file_label,
                     &format!("tools.{name}.command"),
                     format!(
@@ -166,7 +168,7 @@ fn tool_files(
         }
         out.insert(name.clone(), found);
     }
-    Ok(out)
+    if problems.is_empty() { Ok(out) } else { Err(problems) }
 }
 
 fn compile_schema(schema: &Value, label: &str) -> Result<jsonschema::Validator, EngineError> {
@@ -179,7 +181,7 @@ fn compile_schema(schema: &Value, label: &str) -> Result<jsonschema::Validator, 
     })
 }
 
-fn read_schema(dir: &Path, rel: &str, label: &str) -> Result<jsonschema::Validator, EngineError> {
+fn read_schema(dir: &Path, rel: &str, label: &str) -> Result<(Value, jsonschema::Validator), EngineError> {
     if !tool_path_candidate(rel) {
         return Err(wf_err(
             label,
@@ -192,7 +194,8 @@ fn read_schema(dir: &Path, rel: &str, label: &str) -> Result<jsonschema::Validat
         .map_err(|e| wf_err(label, "workflow.input_schema", format!("cannot read {}: {e}", path.display())))?;
     let schema: Value = serde_json::from_str(&text)
         .map_err(|e| wf_err(label, "workflow.input_schema", format!("{} is not JSON: {e}", path.display())))?;
-    compile_schema(&schema, &path.display().to_string())
+    let validator = compile_schema(&schema, &path.display().to_string())?;
+    Ok((schema, validator))
 }
 
 /// A workflow folder, validated: its spec, its canonical path, its files with their hashes and
@@ -208,7 +211,12 @@ pub struct InspectedFolder {
 pub fn inspect_folder(path: &Path) -> Result<InspectedFolder, EngineError> {
     let dir =
         if path.is_file() { path.parent().map(Path::to_path_buf).unwrap_or_default() } else { path.to_path_buf() };
-    let dir = dir.canonicalize().map_err(|e| EngineError::io(path, e))?;
+    let dir = dir.canonicalize().map_err(|e| {
+        folder_err(
+            path,
+            format!("cannot open the workflow folder ({e}); give the path of a folder holding a workflow.toml"),
+        )
+    })?;
     let toml_path = dir.join(DEFINITION_FILE);
     let bytes = std::fs::read(&toml_path).map_err(|e| {
         folder_err(&toml_path, format!("cannot read the workflow file ({e}); a workflow folder holds a workflow.toml"))
@@ -218,9 +226,16 @@ pub fn inspect_folder(path: &Path) -> Result<InspectedFolder, EngineError> {
     let spec = parse_workflow(&text, &label)?;
     let (files, digest) = hash_folder(&dir)?;
     let hashes: BTreeMap<String, String> = files.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();
-    tool_files(&spec, &dir, &label, &hashes)?;
+    let mut problems = tool_files(&spec, &dir, &label, &hashes).err().unwrap_or_default();
     if let Some(rel) = &spec.input_schema {
-        read_schema(&dir, rel, &label)?;
+        match read_schema(&dir, rel, &label) {
+            Ok(_) => {}
+            Err(EngineError::Workflow(WorkflowProblems(more))) => problems.extend(more),
+            Err(other) => return Err(other),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(EngineError::Workflow(WorkflowProblems(problems)));
     }
     Ok(InspectedFolder { spec, dir, files, digest })
 }
@@ -349,9 +364,12 @@ pub fn load_record(record: WorkflowRecord) -> Result<LoadedWorkflow, EngineError
             tool_digest(tool, &files).map_err(|e| EngineError::internal(format!("{label}: tools.{name}: {e}")))?;
         tools.insert(name.clone(), LoadedTool { digest, argv, files });
     }
-    let schema = match &record.spec.input_schema {
-        Some(rel) => Some(read_schema(&dir, rel, &label)?),
-        None => None,
+    let (schema_document, schema) = match &record.spec.input_schema {
+        Some(rel) => {
+            let (document, validator) = read_schema(&dir, rel, &label)?;
+            (Some(document), Some(validator))
+        }
+        None => (None, None),
     };
-    Ok(LoadedWorkflow { record, dag, tools, schema })
+    Ok(LoadedWorkflow { record, dag, tools, schema, schema_document })
 }

@@ -304,6 +304,8 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
 fn workflow_command(engine: &Engine, command: WorkflowCommand) -> Result<u8, Failure> {
     match command {
         WorkflowCommand::Add { path, json } => {
+            // A refused folder prints every problem on stderr, one a line (the API and MCP give
+            // them as data).
             let added = engine.add_workflow(&path)?;
             if json {
                 print_wire(&wire::WorkflowAdded::from_added(&added));

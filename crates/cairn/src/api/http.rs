@@ -29,6 +29,10 @@ pub struct ErrorDetail {
     pub code: String,
     /// What went wrong and how to fix it.
     pub message: String,
+    /// A rejected workflow (`invalid_workflow`, `invalid_workflow_folder`): every problem found,
+    /// each located, so all can be fixed at once. Absent for any other error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<crate::wire::WorkflowProblem>,
 }
 
 #[derive(Debug)]
@@ -36,11 +40,12 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    problems: Vec<crate::wire::WorkflowProblem>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), problems: Vec::new() }
     }
 
     pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
@@ -50,7 +55,9 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message } };
+        let body = ErrorBody {
+            error: ErrorDetail { code: self.code.to_string(), message: self.message, problems: self.problems },
+        };
         let mut resp = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -61,7 +68,12 @@ impl IntoResponse for ApiError {
 
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
-        ApiError::new(crate::failure::http_status(e.kind()), e.code().wire_name(), e.to_string())
+        ApiError {
+            status: crate::failure::http_status(e.kind()),
+            code: e.code().wire_name(),
+            message: e.to_string(),
+            problems: e.problems().iter().map(crate::wire::WorkflowProblem::from).collect(),
+        }
     }
 }
 

@@ -69,7 +69,7 @@ pub fn router(state: AppRef) -> Router {
         .route("/runs/{run_id}/ro-crate", get(exports::run_ro_crate))
         .route("/runs/{run_id}/export", get(exports::export_run))
         .route("/artifacts", get(runs::trace_artifacts))
-        .route("/workflows", get(workflows::list_workflows))
+        .route("/workflows", get(workflows::list_workflows).post(workflows::add_workflow))
         .route("/workflows/{name}", get(workflows::get_workflow))
         .route("/plans", get(plans::list_plans).post(plans::create_plan))
         .route("/plans/{name}", get(plans::get_plan))

@@ -2,12 +2,13 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::AppRef;
-use super::http::{ApiError, ApiPath, ApiQuery, ErrorBody, blocking};
-use crate::wire::{WorkflowDetail, WorkflowList};
+use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
+use crate::wire::{AddWorkflow, WorkflowAdded, WorkflowDetail, WorkflowList};
 
 /// Registered workflows and versions.
 #[utoipa::path(get, path = "/workflows", tag = "workflows",
@@ -15,6 +16,37 @@ use crate::wire::{WorkflowDetail, WorkflowList};
     security(("bearer" = [])))]
 pub(super) async fn list_workflows(State(state): State<AppRef>) -> Result<Json<WorkflowList>, ApiError> {
     blocking(move || Ok(Json(WorkflowList::from_records(&state.service.engine().workflows()?)))).await
+}
+
+/// Registers the workflow folder at `path` on the daemon's host, exactly as `cairn workflow add`:
+/// validated (every problem reported at once, in `error.problems`), snapshotted content-addressed
+/// into the state root, recorded. Executes nothing. 201 when newly registered, 200 when the same
+/// content was registered already; other content under a registered `name@version` is 409.
+#[utoipa::path(post, path = "/workflows", tag = "workflows", request_body = AddWorkflow,
+    responses((status = 201, description = "Registered", body = WorkflowAdded),
+        (status = 200, description = "The same content was registered already", body = WorkflowAdded),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, description = "Other content is registered under this name@version", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, description = "The workflow is rejected: `error.problems` lists every problem", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn add_workflow(
+    State(state): State<AppRef>,
+    ApiJson(body): ApiJson<AddWorkflow>,
+) -> Result<(StatusCode, Json<WorkflowAdded>), ApiError> {
+    let path = std::path::PathBuf::from(&body.path);
+    if !path.is_absolute() {
+        return Err(ApiError::invalid(format!(
+            "path `{}` is relative; give the workflow folder's absolute path on the daemon's host (the daemon's working directory is not the caller's)",
+            body.path
+        )));
+    }
+    blocking(move || {
+        let added = state.service.engine().add_workflow(&path)?;
+        let status = if added.newly_registered { StatusCode::CREATED } else { StatusCode::OK };
+        Ok((status, Json(WorkflowAdded::from_added(&added))))
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

@@ -13,23 +13,34 @@ pub struct CallError {
     pub status: u16,
     pub code: String,
     pub message: String,
+    /// A rejected workflow's problems, `[{file, line, step, field, message}]`, as the API gave them.
+    pub problems: Vec<Value>,
 }
 
 impl CallError {
     fn new(status: u16, code: &str, message: impl Into<String>) -> CallError {
-        CallError { status, code: code.into(), message: message.into() }
+        CallError { status, code: code.into(), message: message.into(), problems: Vec::new() }
     }
 
     /// The tool result for this failure: `isError`, the message with what to do next.
     pub fn tool_result(&self) -> CallToolResult {
-        let hint = match self.status {
-            401 => " (the MCP client must send the daemon's token as `Authorization: Bearer …`)",
-            403 => " (the token this server calls the daemon with may only read; changes need the Operator token)",
+        let hint = match (self.status, self.code.as_str()) {
+            _ if !self.problems.is_empty() => " (fix every problem in `problems`, then call add_workflow again)",
+            (401, _) => " (the MCP client must send the daemon's token as `Authorization: Bearer …`)",
+            (403, _) => " (the token this server calls the daemon with may only read; changes need the Operator token)",
+            (_, "workflow_version_conflict") => {
+                " (raise `version` in the workflow.toml, then call add_workflow again; list_workflows shows what is registered)"
+            }
+            (_, "workflow_not_found") => " (list_workflows shows what is registered; add_workflow registers a folder)",
+            (_, "run_not_found") => " (list_runs shows the runs)",
+            (_, "plan_not_found") => " (plan_run makes a plan)",
             _ => "",
         };
-        CallToolResult::structured_error(json!({
-            "error": {"status": self.status, "code": self.code, "message": format!("{}{hint}", self.message)}
-        }))
+        let mut error = json!({"status": self.status, "code": self.code, "message": format!("{}{hint}", self.message)});
+        if !self.problems.is_empty() {
+            error["problems"] = Value::Array(self.problems.clone());
+        }
+        CallToolResult::structured_error(json!({ "error": error }))
     }
 }
 
@@ -100,7 +111,8 @@ impl ApiClient {
             }
             let code = body["error"]["code"].as_str().unwrap_or("error").to_string();
             let message = body["error"]["message"].as_str().map(String::from).unwrap_or_else(|| body.to_string());
-            Err(CallError { status, code, message })
+            let problems = body["error"]["problems"].as_array().cloned().unwrap_or_default();
+            Err(CallError { status, code, message, problems })
         })
         .await
         .map_err(|e| CallError::new(500, "internal", format!("the request's worker failed: {e}")))?

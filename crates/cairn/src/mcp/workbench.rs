@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::api_client::{ApiClient, invalid, seg, structured};
 use super::resources::server_handler;
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
-use crate::wire::{PlanReplay, PlanRun, ReadDoc, SaveDoc, SearchDocs, Verify, to_value};
+use crate::wire::{AddWorkflow, PlanReplay, PlanRun, ReadDoc, SaveDoc, SearchDocs, Verify, to_value};
 
 /// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
 const WAIT_FOR_END: Duration = Duration::from_secs(60);
@@ -157,7 +157,19 @@ impl Workbench {
     }
 
     #[tool(
-        description = "One workflow version: its steps in order, tools with digests, validator rules and input schema. Read-only.",
+        description = "Register a workflow folder on the daemon's host (give its absolute path): a Cairn workflow.toml, or a Snakemake/Nextflow pipeline's folder with a workflow.toml beside its source. Validated and snapshotted exactly as `cairn workflow add`; executes nothing. A rejected folder returns every problem at once in error.problems ([{file, line, step, field, message}]). Re-adding the same content changes nothing (registered: false). Needs the Operator token.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn add_workflow(
+        &self,
+        Parameters(p): Parameters<AddWorkflow>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        self.daemon.tool(&ctx, "POST", "/workflows".into(), Some(to_value(&p))).await
+    }
+
+    #[tool(
+        description = "One workflow version: its steps in execution order (each with its declared outputs), tools with digests, validator rules, and its input schema (input_schema_document, JSON Schema 2020-12: what plan_run's input must satisfy). Read-only.",
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn describe_workflow(

@@ -29,7 +29,7 @@ pub use runs::{
 };
 pub use targets::targets_json;
 pub use verify::{VerificationRecord, VerifyResult};
-pub use workflows::{WorkflowAdded, WorkflowDetail, WorkflowList, WorkflowSummary};
+pub use workflows::{AddWorkflow, WorkflowAdded, WorkflowDetail, WorkflowList, WorkflowProblem, WorkflowSummary};
 
 /// A time as every surface shows it: RFC 3339 UTC with milliseconds.
 pub fn time(ms: i64) -> String {

@@ -155,7 +155,12 @@ fn expect(r: &Http, status: u16, code: Option<&str>, what: &str) {
     let err = r.body["error"].as_object().unwrap_or_else(|| panic!("{what}: `error` is not an object: {}", r.text));
     let mut keys: Vec<&String> = err.keys().collect();
     keys.sort();
-    assert_eq!(keys, ["code", "message"], "{what}: {}", r.text);
+    // A rejected workflow also lists its problems, each located.
+    if r.body["error"]["problems"].as_array().is_some_and(|p| !p.is_empty()) {
+        assert_eq!(keys, ["code", "message", "problems"], "{what}: {}", r.text);
+    } else {
+        assert_eq!(keys, ["code", "message"], "{what}: {}", r.text);
+    }
     let got = r.body["error"]["code"].as_str().unwrap_or("");
     assert!(!got.is_empty(), "{what}: empty error code: {}", r.text);
     assert!(!r.body["error"]["message"].as_str().unwrap_or("").trim().is_empty(), "{what}: empty message: {}", r.text);
@@ -423,6 +428,17 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         protected("GET", "/workflows/demo", None, OK, OK),
         protected("GET", "/workflows/demo?version=1.0.0", None, OK, OK),
         protected("GET", "/workflows/nope", None, NOT_FOUND, NOT_FOUND),
+        // Registering: the operator's folders are refused (relative; no workflow.toml; no such
+        // field), so nothing is registered.
+        protected("POST", "/workflows", Some(json!({"path": "demo"})), FORBIDDEN, (422, Some("invalid_request"))),
+        protected(
+            "POST",
+            "/workflows",
+            Some(json!({"path": "/nonexistent/cairn-folder"})),
+            FORBIDDEN,
+            (422, Some("invalid_request")),
+        ),
+        protected("POST", "/workflows", Some(json!({"folder": "/tmp"})), FORBIDDEN, (422, Some("invalid_body"))),
         // The session kernel. The operator's job is refused for its empty code, so no kernel
         // starts; interrupt and restart with no kernel running are harmless no-ops.
         protected("GET", "/kernel/jobs", None, OK, OK),

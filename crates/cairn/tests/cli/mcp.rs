@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+mod add_workflow;
 mod docs;
 mod export;
 mod read_artifact;
@@ -42,6 +43,7 @@ type Tools = &'static [(&'static str, &'static [&'static str], &'static [&'stati
 
 const WORKBENCH: Tools = &[
     ("list_workflows", &[], &[]),
+    ("add_workflow", &["path"], &[]),
     ("describe_workflow", &["name"], &["version"]),
     ("plan_run", &["workflow", "input", "target", "run_dir"], &["version", "plan_name"]),
     ("plan_replay", &["source_run_id", "step_ids", "run_dir"], &["input", "target"]),
@@ -89,7 +91,8 @@ const APP: Tools = &[
 
 /// Tools that change something (plan, run, cancel, verify, drive the kernel, register a target):
 /// never annotated read-only, and never offered by the app server.
-const MUTATING: [&str; 11] = [
+const MUTATING: [&str; 12] = [
+    "add_workflow",
     "plan_run",
     "plan_replay",
     "execute_plan",
