@@ -188,6 +188,53 @@ pub fn absolute_path_strings(input: &Value) -> Vec<String> {
     out
 }
 
+/// How the person approved a plan's execution, as the surface that asked them declares it: an
+/// MCP elicitation form, an MCP multi round-trip input request, the MCP host's own tool-call
+/// confirmation, `cairn execute-plan`, or a direct API call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalChannel {
+    Elicitation,
+    InputRequired,
+    Host,
+    Cli,
+    Api,
+}
+
+impl ApprovalChannel {
+    pub const ALL: [ApprovalChannel; 5] = [
+        ApprovalChannel::Elicitation,
+        ApprovalChannel::InputRequired,
+        ApprovalChannel::Host,
+        ApprovalChannel::Cli,
+        ApprovalChannel::Api,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalChannel::Elicitation => "elicitation",
+            ApprovalChannel::InputRequired => "input_required",
+            ApprovalChannel::Host => "host",
+            ApprovalChannel::Cli => "cli",
+            ApprovalChannel::Api => "api",
+        }
+    }
+
+    /// The channel named `s`, or `None`.
+    pub fn parse(s: &str) -> Option<ApprovalChannel> {
+        ApprovalChannel::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+/// How and when a run's plan was approved (its receipt consumed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    /// An [`ApprovalChannel`]'s name; `unrecorded` for a run approved before Cairn kept it.
+    pub channel: String,
+    /// Milliseconds since the epoch.
+    pub at: i64,
+}
+
 /// A single-use approval of one plan's execution request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -257,9 +304,93 @@ pub fn verify_receipt(key: &[u8], r: &Receipt, plan: &Plan, now: i64) -> Result<
     Ok(())
 }
 
+/// What an MCP server carries through a multi round-trip request (MCP 2026-07-28
+/// `InputRequiredResult`) while the person is asked to approve a plan: bound to the caller, the
+/// plan and a deadline, integrity-protected by an HMAC under the server's own key, and made
+/// single-use by its nonce (the server keeps the nonces it has accepted). The client sees it but
+/// cannot change it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalState {
+    /// Who asked: a hash of the caller's bearer token, or the stdio server's own name.
+    pub principal: String,
+    pub plan_name: String,
+    pub plan_id: String,
+    pub plan_checksum: String,
+    /// Milliseconds since the epoch.
+    pub expires_at: i64,
+    pub nonce: String,
+}
+
+/// Why a request state does not carry an approval.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalStateError {
+    #[error("the request state is not one this server issued (malformed)")]
+    Malformed,
+    #[error("the request state's MAC does not verify: it was not issued by this server, or was altered")]
+    BadMac,
+    #[error("the request state expired {0} ms ago; call execute_plan again to ask the person anew")]
+    Expired(i64),
+}
+
+fn state_mac(key: &[u8], body: &[u8]) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts any key length");
+    mac.update(body);
+    mac
+}
+
+/// `HEX(canonical JSON).HEX(HMAC-SHA256)`: opaque to the client, checked by [`open_approval_state`].
+pub fn seal_approval_state(key: &[u8], state: &ApprovalState) -> Result<String, CanonicalError> {
+    let body = crate::canonical::canonical_json(&serde_json::to_value(state).unwrap_or_default())?;
+    let mac = state_mac(key, body.as_bytes()).finalize().into_bytes();
+    Ok(format!("{}.{}", hex::encode(body.as_bytes()), hex::encode(mac)))
+}
+
+/// The state sealed in `sealed`, if its MAC verifies (in constant time) and it has not expired
+/// at `now` (ms). Binding to the caller and the plan is the caller's check: it knows both.
+pub fn open_approval_state(key: &[u8], sealed: &str, now: i64) -> Result<ApprovalState, ApprovalStateError> {
+    let (body, mac) = sealed.split_once('.').ok_or(ApprovalStateError::Malformed)?;
+    let body = hex::decode(body).map_err(|_| ApprovalStateError::Malformed)?;
+    let mac = hex::decode(mac).map_err(|_| ApprovalStateError::Malformed)?;
+    state_mac(key, &body).verify_slice(&mac).map_err(|_| ApprovalStateError::BadMac)?;
+    let state: ApprovalState = serde_json::from_slice(&body).map_err(|_| ApprovalStateError::Malformed)?;
+    if now > state.expires_at {
+        return Err(ApprovalStateError::Expired(now - state.expires_at));
+    }
+    Ok(state)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_approval_state_opens_only_unaltered_under_its_key_and_before_its_deadline() {
+        let state = ApprovalState {
+            principal: "p".into(),
+            plan_name: "n".into(),
+            plan_id: "plan_1".into(),
+            plan_checksum: "c".repeat(64),
+            expires_at: 1_000,
+            nonce: "x".into(),
+        };
+        let sealed = seal_approval_state(b"key", &state).unwrap();
+        assert_eq!(open_approval_state(b"key", &sealed, 999), Ok(state.clone()));
+        assert_eq!(open_approval_state(b"other", &sealed, 999), Err(ApprovalStateError::BadMac));
+        assert_eq!(open_approval_state(b"key", &sealed, 1_500), Err(ApprovalStateError::Expired(500)));
+        // Any change to the body, however small, breaks the MAC.
+        let (body, mac) = sealed.split_once('.').unwrap();
+        let mut bytes = hex::decode(body).unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap().replace("plan_1", "plan_2");
+        bytes = text.into_bytes();
+        assert_eq!(
+            open_approval_state(b"key", &format!("{}.{mac}", hex::encode(&bytes)), 999),
+            Err(ApprovalStateError::BadMac)
+        );
+        for bad in ["", "zz", "ab.cd", "no-dot"] {
+            assert!(open_approval_state(b"key", bad, 999).is_err(), "{bad}");
+        }
+    }
 
     fn plan() -> Plan {
         let mut p = Plan {

@@ -293,6 +293,8 @@ pub struct ConsumeReceipt {
     pub receipt_id: String,
     pub plan_id: String,
     pub target: String,
+    /// How the person approved it, kept with the consumed receipt.
+    pub channel: crate::plan::ApprovalChannel,
     pub run: NewRun,
 }
 
@@ -474,6 +476,8 @@ pub trait RunStore {
     fn remove_target(&self, name: &str) -> Result<bool, StoreError>;
     /// The run that consumed a receipt of this plan, if any.
     fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError>;
+    /// How and when the plan a run executes was approved; `None` for a run without a plan.
+    fn approval_of_run(&self, run_id: &str) -> Result<Option<crate::plan::Approval>, StoreError>;
     /// Keeps a target's last probe (replacing the one before).
     fn record_probe(&self, target: &str, observed: &Value, at: i64) -> Result<(), StoreError>;
     /// A target's last probe and when it ran.

@@ -14,8 +14,8 @@ use cairn_core::canonical::sha256_hex;
 use cairn_core::controller::SlurmSubmit;
 use cairn_core::ids::{Owner, RunId};
 use cairn_core::plan::{
-    Effect, InputFile, PLAN_FORMAT, Plan, PlannedCommand, Receipt, absolute_path_strings, check_effect_path,
-    sign_receipt, verify_receipt,
+    ApprovalChannel, Effect, InputFile, PLAN_FORMAT, Plan, PlannedCommand, Receipt, absolute_path_strings,
+    check_effect_path, sign_receipt, verify_receipt,
 };
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
@@ -474,6 +474,7 @@ impl Engine {
         &self,
         plan: &Plan,
         receipt: &Receipt,
+        channel: ApprovalChannel,
         owner: Option<Owner>,
         thread_id: Option<String>,
     ) -> Result<(RunRecord, LoadedWorkflow), EngineError> {
@@ -508,6 +509,7 @@ impl Engine {
             receipt_id: receipt.receipt_id.clone(),
             plan_id: plan.plan_id.clone(),
             target: plan.target.clone(),
+            channel,
             run,
         })?;
         if let Err(why) = self.apply_effects(plan) {

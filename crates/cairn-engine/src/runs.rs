@@ -23,6 +23,8 @@ pub struct RunView {
     pub target: String,
     /// The source runs above it, nearest first (empty unless it is a replay child).
     pub lineage: Vec<RunRecord>,
+    /// How and when its plan was approved; `None` for a run submitted without a plan.
+    pub approval: Option<cairn_core::plan::Approval>,
 }
 
 #[derive(Debug, Clone)]
@@ -143,7 +145,8 @@ impl Engine {
             .collect();
         let target = self.target_name_of_run(run_id)?;
         let lineage = self.lineage_of(&run)?;
-        Ok(RunView { run, steps, target, lineage })
+        let approval = self.store.approval_of_run(run_id)?;
+        Ok(RunView { run, steps, target, lineage, approval })
     }
 
     pub(crate) fn target_name_of_run(&self, run_id: &str) -> Result<String, EngineError> {

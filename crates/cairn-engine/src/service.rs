@@ -194,10 +194,18 @@ impl Service {
 
     /// The only way a plan executes: approves exactly the plan shown (its id and checksum),
     /// consumes the receipt (which reserves the run before any effect) and queues the run. The
-    /// answer is the run: RUNNING, or FAILED naming the effect that failed.
-    pub fn execute_plan(&self, name: &str, plan_id: &str, plan_checksum: &str) -> Result<Submitted, EngineError> {
+    /// answer is the run: RUNNING, or FAILED naming the effect that failed. `channel` is how the
+    /// person approved it, recorded with the run.
+    pub fn execute_plan(
+        &self,
+        name: &str,
+        plan_id: &str,
+        plan_checksum: &str,
+        channel: cairn_core::plan::ApprovalChannel,
+    ) -> Result<Submitted, EngineError> {
         let (plan, receipt) = self.engine.approve_plan(name, plan_id, plan_checksum)?;
-        let (run, wf) = self.engine.consume_receipt(&plan, &receipt, Some(self.owner), Some(format!("plan:{name}")))?;
+        let thread = Some(format!("plan:{name}"));
+        let (run, wf) = self.engine.consume_receipt(&plan, &receipt, channel, Some(self.owner), thread)?;
         if !run.status.is_terminal() {
             let owner = Some(self.owner);
             let work = match self.engine.replay_request(&plan, &run.run_id) {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use cairn_core::event::RunEvent;
-use cairn_core::plan::{Effect, Plan, Receipt, sign_receipt, verify_receipt};
+use cairn_core::plan::{Approval, ApprovalChannel, Effect, Plan, Receipt, sign_receipt, verify_receipt};
 use cairn_core::store::{RunRecord, StoreError};
 use cairn_core::target::LOCAL as LOCAL_TARGET;
 use cairn_engine::plan::{PlanRequest, RECEIPT_TTL_MS};
@@ -117,7 +117,7 @@ type Alteration<'a> = Box<dyn Fn(&mut Plan) + 'a>;
 type Consumed = Result<(RunRecord, LoadedWorkflow), EngineError>;
 
 fn consume(e: &Engine, p: &Plan, r: &Receipt) -> Consumed {
-    e.consume_receipt(p, r, None, None)
+    e.consume_receipt(p, r, ApprovalChannel::Cli, None, None)
 }
 
 /// The run a consumption created; panics (with the error) if it was refused.
@@ -271,6 +271,8 @@ fn a_replayed_receipt_creates_nothing() {
     let events = e.events(&run.run_id, 0).unwrap();
     assert_eq!(events.first().map(|ev| ev.event.kind()), Some("run.created"));
     assert_eq!(events[0].event.data()["receipt_id"], r.receipt_id.as_str());
+    let approval = Some(Approval { channel: "cli".into(), at: run.created_at });
+    assert_eq!(e.show_run(&run.run_id).unwrap().approval, approval, "how it was approved is kept with the run");
     let before = std::fs::read_dir(&p.run_dir).unwrap().count();
 
     for _ in 0..3 {
@@ -281,6 +283,7 @@ fn a_replayed_receipt_creates_nothing() {
     assert_eq!(runs(&e).len(), 1, "exactly one run");
     assert_eq!(assert_one_run(&e, &p).run_id, run.run_id);
     assert_eq!(e.events(&run.run_id, 0).unwrap(), events, "the replays added no event");
+    assert_eq!(e.show_run(&run.run_id).unwrap().approval, approval, "nor changed the approval");
     assert_eq!(std::fs::read_dir(&p.run_dir).unwrap().count(), before, "the replays wrote nothing");
     // Even within its lifetime: a consumed receipt is consumed even with time left.
     assert!(e.now_ms() < r.expires_at);
@@ -485,7 +488,7 @@ fn concurrent_approvals_and_consumptions_create_one_run() {
                 std::thread::spawn(move || {
                     barrier.wait();
                     let (approved, receipt) = e.approve_plan(&p.plan_name, &p.plan_id, &p.plan_checksum)?;
-                    e.consume_receipt(&approved, &receipt, None, None).map(|(run, _)| run.run_id)
+                    e.consume_receipt(&approved, &receipt, ApprovalChannel::Cli, None, None).map(|(run, _)| run.run_id)
                 })
             })
             .collect();
@@ -511,7 +514,7 @@ fn concurrent_consumptions_through_separate_connections_create_one_run() {
                 let (e, p, barrier) = (f.engine(), p.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     barrier.wait();
-                    e.consume_receipt(&p, &r, None, None).map(|(run, _)| run.run_id)
+                    e.consume_receipt(&p, &r, ApprovalChannel::Cli, None, None).map(|(run, _)| run.run_id)
                 })
             })
             .collect();

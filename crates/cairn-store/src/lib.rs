@@ -32,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0009_artifacts.sql"),
     include_str!("../migrations/0010_docs.sql"),
     include_str!("../migrations/0011_verification_parameters.sql"),
+    include_str!("../migrations/0012_approval_channel.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -1227,8 +1228,8 @@ impl RunStore for SqliteStore {
             let n = &c.run;
             insert_run(tx, n, Some(&c.plan_id))?;
             tx.execute(
-                "INSERT INTO receipts (receipt_id, plan_id, run_id, consumed_at) VALUES (?1, ?2, ?3, ?4)",
-                params![c.receipt_id, c.plan_id, n.run_id, n.at],
+                "INSERT INTO receipts (receipt_id, plan_id, run_id, consumed_at, channel) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![c.receipt_id, c.plan_id, n.run_id, n.at, c.channel.as_str()],
             )
             .map_err(db)?;
             tx.execute(
@@ -1315,6 +1316,18 @@ impl RunStore for SqliteStore {
     fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError> {
         let conn = self.conn();
         conn.query_row("SELECT run_id FROM receipts WHERE plan_id = ?1", [plan_id], |r| r.get(0)).optional().map_err(db)
+    }
+
+    fn approval_of_run(&self, run_id: &str) -> Result<Option<cairn_core::plan::Approval>, StoreError> {
+        let conn = self.conn();
+        conn.query_row("SELECT channel, consumed_at FROM receipts WHERE run_id = ?1", [run_id], |r| {
+            Ok(cairn_core::plan::Approval {
+                channel: r.get::<_, Option<String>>(0)?.unwrap_or_else(|| "unrecorded".into()),
+                at: r.get(1)?,
+            })
+        })
+        .optional()
+        .map_err(db)
     }
 
     fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError> {

@@ -168,7 +168,7 @@ pub fn ensure_tokens(root: &Path) -> Result<Tokens, Failure> {
 }
 
 /// 256 bits from the OS's random source (two UUIDv4s carry 244 of them; a third tops it up).
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     format!(
         "{}{}{}",
         uuid::Uuid::new_v4().simple(),

@@ -291,7 +291,11 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::ExecutePlan { plan_name, plan_id, checksum, json } => {
             let root = state_root(cli.home)?;
-            let body = wire::to_value(&wire::requests::ExecutePlan { plan_id, plan_checksum: checksum });
+            let body = wire::to_value(&wire::requests::ExecutePlan {
+                plan_id,
+                plan_checksum: checksum,
+                approval: Some(wire::requests::ApprovedVia::Cli),
+            });
             let view = follow::post_and_follow(&root, &format!("/plans/{plan_name}/execute"), &body, json)?;
             finish_run_output(&view, json)
         }

@@ -247,6 +247,17 @@ pub fn print_workflow(wf: &LoadedWorkflow) {
 
 pub fn print_lineage(view: &RunView) {
     let (run, chain) = (&view.run, &view.lineage);
+    if let Some(a) = &view.approval {
+        let how = match a.channel.as_str() {
+            "elicitation" => "by the person, in the MCP client's approval form",
+            "input_required" => "by the person, through the MCP client's input request",
+            "host" => "through the MCP host's tool-call confirmation",
+            "cli" => "with `cairn execute-plan`",
+            "api" => "by a direct API call",
+            _ => "(how was not recorded)",
+        };
+        println!("  approved {how} at {}  [{}]", wire::time(a.at), a.channel);
+    }
     if let Some(replay) = &run.replay {
         let list = |k: &str| {
             replay[k]

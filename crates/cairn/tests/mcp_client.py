@@ -10,8 +10,20 @@ It reads one JSON request per line on stdin and answers each with exactly one JS
     {"op": "connect", "session": S, "mode": "http", "url": URL, "token": TOKEN or null}
         streamable HTTP, with `Authorization: Bearer TOKEN` when a token is given
         -> both: the server's InitializeResult (the session is initialised)
+    either connect may add "era": "modern" (negotiate 2026-07-28 with server/discover instead of
+    the 2025-11-25 initialize handshake; the answer is then the DiscoverResult) and
+    "elicitation": true (declare the elicitation capability; each call then says how the person
+    answers with "elicit": "accept" | "unconfirmed" | "decline" | "cancel")
     {"op": "list_tools" | "list_resources" | "list_templates", "session": S}
+    {"op": "call_raw", "session": S, "name": TOOL, "arguments": {...}, "request_state": STATE?,
+     "input_responses": {...}?}
+        one tools/call round exactly as given (2026-07-28): the CallToolResult or the
+        InputRequiredResult, nothing answered on the caller's behalf
     {"op": "call", "session": S, "name": TOOL, "arguments": {...}}  -> the CallToolResult
+        with "elicit" (above) and "progress": true (a progress callback), the answer also holds
+        "elicited" (each elicitation's params, as the server sent them), "rounds" (how many
+        input-required rounds the call took, 2026-07-28) and "progress" ([{progress, total,
+        message}])
     {"op": "read", "session": S, "uri": URI}                        -> the ReadResourceResult
     {"op": "close", "session": S}                                   -> {"closed": true}
     {"op": "exit"}   closes every session and exits 0 (so does the end of stdin)
@@ -37,7 +49,8 @@ def emit(obj):
 try:
     import anyio
     import httpx2
-    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp import ClientSession, StdioServerParameters, stdio_client, types
+    from mcp.client.session import ClientRequestContext
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
 except ImportError as e:
@@ -84,6 +97,7 @@ class Conn:
         self.ready = anyio.Event()
         self.first = None  # the answer to `connect`
         self.current = None  # the request being handled
+        self.extra = None  # what the call being handled saw: elicitations, rounds, progress
         self.dead = None  # why the session is gone
 
 
@@ -116,13 +130,73 @@ class _http:
             await self.client.__aexit__(None, None, None)
 
 
-async def answer(session, req):
+async def call(session, conn, req):
+    """One tools/call, its elicitations answered as `req["elicit"]` says and its progress kept;
+    on 2026-07-28 the input-required rounds are driven here, through the same callback."""
+    extra = {"elicited": [], "progress": [], "rounds": 0}
+    conn.extra = extra
+
+    async def progress(value, total, message):
+        extra["progress"].append({"progress": value, "total": total, "message": message})
+
+    kwargs = {"progress_callback": progress} if req.get("progress") else {}
+    name, args = req["name"], req.get("arguments")
+    if conn.spec.get("era") != "modern":
+        result = await session.call_tool(name, args, **kwargs)
+    else:
+        result = await session.call_tool(name, args, allow_input_required=True, **kwargs)
+        while isinstance(result, types.InputRequiredResult):
+            extra["rounds"] += 1
+            if extra["rounds"] > 5:
+                raise RuntimeError("more than 5 input-required rounds")
+            responses = {}
+            for key, request in (result.input_requests or {}).items():
+                got = await session.dispatch_input_request(ClientRequestContext(session=session, request_id=key), request)
+                if isinstance(got, types.ErrorData):
+                    raise MCPError(got.code, got.message, got.data)
+                responses[key] = got
+            result = await session.call_tool(
+                name,
+                args,
+                input_responses=responses or None,
+                request_state=result.request_state,
+                allow_input_required=True,
+                **kwargs,
+            )
+    return {"ok": dump(result), **extra}
+
+
+def elicitation(conn):
+    async def answer_it(context, params):
+        extra = getattr(conn, "extra", None)
+        if extra is not None:
+            extra["elicited"].append(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+        how = (conn.current.req.get("elicit") if conn.current else None) or "cancel"
+        if how == "accept":
+            return types.ElicitResult(action="accept", content={"confirm": True})
+        if how == "unconfirmed":
+            return types.ElicitResult(action="accept", content={"confirm": False})
+        return types.ElicitResult(action=how)
+
+    return answer_it
+
+
+async def answer(session, req, conn):
     op = req["op"]
     try:
         if op == "list_tools":
             return {"ok": dump(await session.list_tools())}
         if op == "call":
-            return {"ok": dump(await session.call_tool(req["name"], req.get("arguments")))}
+            return await call(session, conn, req)
+        if op == "call_raw":
+            result = await session.call_tool(
+                req["name"],
+                req.get("arguments"),
+                input_responses=req.get("input_responses"),
+                request_state=req.get("request_state"),
+                allow_input_required=True,
+            )
+            return {"ok": dump(result)}
         if op == "list_resources":
             return {"ok": dump(await session.list_resources())}
         if op == "list_templates":
@@ -137,8 +211,12 @@ async def answer(session, req):
 async def run_conn(conn):
     try:
         async with connection(conn.spec) as (read, write):
-            async with ClientSession(read, write) as session:
-                conn.first = {"ok": dump(await session.initialize())}
+            callbacks = {"elicitation_callback": elicitation(conn)} if conn.spec.get("elicitation") else {}
+            async with ClientSession(read, write, **callbacks) as session:
+                if conn.spec.get("era") == "modern":
+                    conn.first = {"ok": dump(await session.discover())}
+                else:
+                    conn.first = {"ok": dump(await session.initialize())}
                 conn.ready.set()
                 async with conn.recv:
                     async for pending in conn.recv:
@@ -146,7 +224,7 @@ async def run_conn(conn):
                         if pending.req["op"] == "close":
                             pending.finish({"ok": {"closed": True}})
                             break
-                        pending.finish(await answer(session, pending.req))
+                        pending.finish(await answer(session, pending.req, conn))
                         conn.current = None
     except Exception as e:  # noqa: BLE001
         conn.dead = failure(e)

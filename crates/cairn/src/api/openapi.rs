@@ -38,7 +38,7 @@ pub(super) async fn openapi_json() -> Response {
         wire::RunList, wire::EventList, wire::StepLog, wire::Explanation, wire::StepDetail, wire::ArtifactList,
         wire::TraceResult, wire::ExportResult, wire::ArtifactSlice, wire::WorkflowList, wire::WorkflowDetail, wire::AddWorkflow, wire::WorkflowAdded, wire::WorkflowProblem,
         wire::SubmitJob, wire::Job, wire::JobList, wire::Interrupted, wire::Restarted, runs::SseEventSchema,
-        runs::SseRunsSchema, wire::PlanRun, wire::ExecutePlan, wire::PlanSummary, wire::PlanList, wire::AddTarget,
+        runs::SseRunsSchema, wire::PlanRun, wire::ExecutePlan, wire::requests::ApprovedVia, wire::PlanSummary, wire::PlanList, wire::AddTarget,
         wire::Verify, wire::VerificationRecord, wire::VerifyResult, web::UiLogin,
         wire::SaveDoc, wire::Doc, wire::DocSaved, wire::DocList, wire::DocSummary, wire::DocSearchResult, wire::DocHit,
         wire::SnippetPart, wire::DocVerification, wire::DocVersionEntry)),

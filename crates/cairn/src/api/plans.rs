@@ -67,5 +67,7 @@ pub(super) async fn execute_plan(
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<ExecutePlan>,
 ) -> Result<Response, ApiError> {
-    blocking(move || Ok(run_answer(&state.service.execute_plan(&name, &body.plan_id, &body.plan_checksum)?))).await
+    let channel = body.approval.map(Into::into).unwrap_or(cairn_core::plan::ApprovalChannel::Api);
+    blocking(move || Ok(run_answer(&state.service.execute_plan(&name, &body.plan_id, &body.plan_checksum, channel)?)))
+        .await
 }

@@ -18,7 +18,7 @@ pub struct CallError {
 }
 
 impl CallError {
-    fn new(status: u16, code: &str, message: impl Into<String>) -> CallError {
+    pub(crate) fn new(status: u16, code: &str, message: impl Into<String>) -> CallError {
         CallError { status, code: code.into(), message: message.into(), problems: Vec::new() }
     }
 
@@ -76,6 +76,14 @@ impl ApiClient {
             .and_then(|p| crate::auth::bearer(&p.headers))
             .map(String::from)
             .ok_or_else(|| CallError::new(401, "unauthorized", "no bearer token came with this MCP request"))
+    }
+
+    /// Who is calling, for binding an approval request to its caller: a hash of the request's
+    /// bearer token, or (a fixed token: a stdio server) the server's own.
+    pub fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<String, CallError> {
+        let token = self.token_for(ctx)?;
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes());
+        Ok(hex::encode(&digest[..16]))
     }
 
     /// `method path` with an optional JSON body; the answer's JSON when it is a 2xx.

@@ -8,6 +8,7 @@
 
 mod api_client;
 mod app;
+mod approval;
 mod compute;
 mod resources;
 mod workbench;
@@ -109,7 +110,10 @@ pub fn serve_stdio(kind: Kind, daemon: ApiClient) -> Result<u8, Failure> {
     rt.block_on(async move {
         let transport = rmcp::transport::stdio();
         let waited = match kind {
-            Kind::Workbench => Workbench::new(daemon).serve(transport).await.map(|s| tokio::spawn(s.waiting())),
+            Kind::Workbench => Workbench::new(daemon, approval::Approvals::default())
+                .serve(transport)
+                .await
+                .map(|s| tokio::spawn(s.waiting())),
             Kind::Compute => Compute::new(daemon).serve(transport).await.map(|s| tokio::spawn(s.waiting())),
             Kind::App => App::new(daemon).serve(transport).await.map(|s| tokio::spawn(s.waiting())),
         };
@@ -140,11 +144,12 @@ pub fn http_router<S: Clone + Send + Sync + 'static>(
     let forwarded = ApiClient::forwarding(base);
     let app = ApiClient::fixed(base, viewer);
     let (w, c) = (forwarded.clone(), forwarded);
+    let approvals = approval::Approvals::default();
     Router::new()
         .nest_service(
             "/mcp/workbench",
             StreamableHttpService::new(
-                move || Ok(Workbench::new(w.clone())),
+                move || Ok(Workbench::new(w.clone(), approvals.clone())),
                 Arc::new(LocalSessionManager::default()),
                 config(),
             ),

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use rmcp::handler::server::tool::{InputResponses as ToolInputResponses, RequestState};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult, ElicitResult, InputRequiredResult};
 use rmcp::schemars::{self, JsonSchema};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
@@ -12,8 +13,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::api_client::{ApiClient, invalid, seg, structured};
+use super::approval::{self, Approvals, Ask, Verdict};
 use super::resources::server_handler;
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
+use crate::wire::requests::ApprovedVia;
 use crate::wire::{AddWorkflow, PlanReplay, PlanRun, ReadDoc, SaveDoc, SearchDocs, Verify, to_value};
 
 /// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
@@ -22,6 +25,7 @@ const WAIT_FOR_END: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct Workbench {
     daemon: ApiClient,
+    approvals: Approvals,
     tool_router: ToolRouter<Self>,
 }
 
@@ -76,8 +80,9 @@ pub struct JobRef {
     pub job_id: String,
 }
 
-/// A plan as the tools return it: what to show the person, and what to approve it with.
-fn plan_view(plan: &Value) -> Value {
+/// What a person is shown of a plan before approving it: workflow@version, target, run_dir,
+/// every command, every input file with its SHA-256, and every effect.
+fn plan_summary(plan: &Value) -> String {
     let mut summary = format!(
         "Plan {} for {}@{} on target `{}`, in the new directory {}.\nCommands:\n",
         plan["plan_name"].as_str().unwrap_or("?"),
@@ -90,15 +95,27 @@ fn plan_view(plan: &Value) -> Value {
         let argv: Vec<&str> = c["argv"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         summary.push_str(&format!("  {}: {}\n", c["step_id"].as_str().unwrap_or("?"), argv.join(" ")));
     }
-    let inputs = plan["inputs"].as_array().map(Vec::len).unwrap_or(0);
-    summary.push_str(&format!("Input files bound by checksum: {inputs}.\nEffects:\n"));
+    let inputs = plan["inputs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    summary.push_str(&format!("Input files bound by checksum: {}.\n", inputs.len()));
+    for f in inputs {
+        summary.push_str(&format!(
+            "  {} (sha256 {})\n",
+            f["path"].as_str().unwrap_or("?"),
+            f["sha256"].as_str().unwrap_or("?")
+        ));
+    }
+    summary.push_str("Effects:\n");
     for e in plan["effects"].as_array().into_iter().flatten() {
         let kind = e["kind"].as_str().or_else(|| e.as_object().and_then(|m| m.keys().next().map(String::as_str)));
         summary.push_str(&format!("  {}\n", kind.unwrap_or("?")));
     }
-    summary.push_str(
-        "Nothing has been created. To run exactly this plan, call execute_plan with its name, id and checksum.",
-    );
+    summary
+}
+
+/// A plan as the tools return it: what to show the person, and what to approve it with.
+fn plan_view(plan: &Value) -> Value {
+    let summary = plan_summary(plan)
+        + "Nothing has been created. To run exactly this plan, call execute_plan with its name, id and checksum.";
     json!({
         "plan_name": plan["plan_name"],
         "plan_id": plan["plan_id"],
@@ -120,6 +137,36 @@ fn terminal(status: &Value) -> bool {
 }
 
 impl Workbench {
+    /// Executes the plan if the person approved it; otherwise says so, having created nothing.
+    async fn decided(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        p: &ExecutePlan,
+        verdict: Verdict,
+        channel: ApprovedVia,
+    ) -> CallToolResult {
+        match verdict {
+            Verdict::Approved => self.execute(ctx, p, channel).await,
+            Verdict::Refused { action, why } => Verdict::refusal(&p.plan_name, action, &why).tool_result(),
+        }
+    }
+
+    /// `POST /plans/{name}/execute`, recording how it was approved, then waits for the run's end.
+    async fn execute(&self, ctx: &RequestContext<RoleServer>, p: &ExecutePlan, channel: ApprovedVia) -> CallToolResult {
+        let body = to_value(&crate::wire::requests::ExecutePlan {
+            plan_id: p.plan_id.clone(),
+            plan_checksum: p.plan_checksum.clone(),
+            approval: Some(channel),
+        });
+        match self.daemon.call(ctx, "POST", format!("/plans/{}/execute", seg(&p.plan_name)), Some(body)).await {
+            Ok(run) => {
+                let path = format!("/runs/{}", seg(run["run_id"].as_str().unwrap_or_default()));
+                self.until(ctx, run, path, Duration::from_millis(200), |r| terminal(&r["status"])).await
+            }
+            Err(e) => e.tool_result(),
+        }
+    }
+
     /// Reads `path` every `every` until `done` holds for what it answers, or `WAIT_FOR_END`
     /// passes; answers with the last state read (`now` to begin with).
     async fn until(
@@ -144,8 +191,10 @@ impl Workbench {
 
 #[tool_router]
 impl Workbench {
-    pub fn new(daemon: ApiClient) -> Workbench {
-        Workbench { daemon, tool_router: Self::tool_router() }
+    /// `approvals` is shared by every session of this process, so a sealed approval request is
+    /// accepted once whichever session brings it back.
+    pub fn new(daemon: ApiClient, approvals: Approvals) -> Workbench {
+        Workbench { daemon, approvals, tool_router: Self::tool_router() }
     }
 
     #[tool(
@@ -230,21 +279,61 @@ impl Workbench {
     }
 
     #[tool(
-        description = "Approve and execute exactly the plan shown to the person: the only tool that executes anything. It is refused if the plan, an input file or the target's readiness changed, or if the plan ran already. Waits up to 60 s for the run to end and returns the run (status RUNNING if it goes on: follow it with get_run).",
+        description = "Approve and execute exactly the plan shown to the person: the only tool that executes anything. When the client supports elicitation, the person is first asked in the client (a form with the plan's summary, checksum and a confirmation; on protocol 2026-07-28 as an input request of this call): only their approval executes it, and a decline or cancel creates nothing (error approval_declined / approval_cancelled). Otherwise the host's own tool-call confirmation is the approval. Refused if the plan, an input file or the target's readiness changed, or if the plan ran already. Waits up to 60 s for the run to end and returns the run, with `approval` saying how it was approved (status RUNNING if it goes on: follow it with get_run).",
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
     async fn execute_plan(
         &self,
         Parameters(p): Parameters<ExecutePlan>,
         ctx: RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let body = json!({"plan_id": p.plan_id, "plan_checksum": p.plan_checksum});
-        match self.daemon.call(&ctx, "POST", format!("/plans/{}/execute", seg(&p.plan_name)), Some(body)).await {
-            Ok(run) => {
-                let path = format!("/runs/{}", seg(run["run_id"].as_str().unwrap_or_default()));
-                self.until(&ctx, run, path, Duration::from_millis(200), |r| terminal(&r["status"])).await
+        RequestState(state): RequestState,
+        ToolInputResponses(responses): ToolInputResponses,
+    ) -> CallToolResponse {
+        let ask = Ask::of(&ctx);
+        let channel = match ask {
+            Ask::Host => return self.execute(&ctx, &p, ApprovedVia::Host).await.into(),
+            Ask::Elicitation => ApprovedVia::Elicitation,
+            Ask::InputRequired => ApprovedVia::InputRequired,
+        };
+        let principal = match self.daemon.principal(&ctx) {
+            Ok(who) => who,
+            Err(e) => return e.tool_result().into(),
+        };
+        // The answer to an input request: accepted once, for this caller and exactly this plan.
+        if let (Ask::InputRequired, Some(sealed)) = (ask, state) {
+            if let Err(e) = self.approvals.accept(&sealed, &principal, &p.plan_name, &p.plan_id, &p.plan_checksum) {
+                return e.tool_result().into();
             }
-            Err(e) => e.tool_result(),
+            let answer = responses.as_ref().and_then(|r| r.get(approval::INPUT_KEY)).cloned();
+            let verdict = match answer.map(serde_json::from_value::<ElicitResult>) {
+                Some(Ok(r)) => Verdict::of(&r),
+                Some(Err(e)) => return invalid(format!("inputResponses.approval is not an elicitation result: {e}")).into(),
+                None => return invalid("the call carries requestState but no inputResponses.approval; call execute_plan again without requestState to ask anew").into(),
+            };
+            return self.decided(&ctx, &p, verdict, channel).await.into();
+        }
+        // The plan the person is asked about: the stored one. One that is not what the agent
+        // names (another id or checksum, or none) is refused by the daemon without asking.
+        let plan = match self.daemon.call(&ctx, "GET", format!("/plans/{}", seg(&p.plan_name)), None).await {
+            Ok(plan) if plan["plan_id"] == p.plan_id.as_str() && plan["plan_checksum"] == p.plan_checksum.as_str() => {
+                plan
+            }
+            Ok(_) => return self.execute(&ctx, &p, channel).await.into(),
+            Err(e) => return e.tool_result().into(),
+        };
+        let form = match approval::form(&plan_summary(&plan), &p.plan_checksum) {
+            Ok(form) => form,
+            Err(e) => return e.tool_result().into(),
+        };
+        match ask {
+            Ask::InputRequired => match self.approvals.seal(&principal, &p.plan_name, &p.plan_id, &p.plan_checksum) {
+                Ok(sealed) => InputRequiredResult::new(Some(approval::input_requests(form)), Some(sealed)).into(),
+                Err(e) => e.tool_result().into(),
+            },
+            _ => match approval::elicit(&ctx, form).await {
+                Ok(verdict) => self.decided(&ctx, &p, verdict, channel).await.into(),
+                Err(e) => e.tool_result().into(),
+            },
         }
     }
 

@@ -265,6 +265,34 @@ impl From<PlanReplay> for PlanRun {
 pub struct ExecutePlan {
     pub plan_id: String,
     pub plan_checksum: String,
+    /// How the person approved it (recorded with the run as `approval.channel`); default `api`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovedVia>,
+}
+
+/// How the person approved a plan: an MCP elicitation form, an MCP multi round-trip input
+/// request, the MCP host's own tool-call confirmation, `cairn execute-plan`, or a direct API call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovedVia {
+    Elicitation,
+    InputRequired,
+    Host,
+    Cli,
+    Api,
+}
+
+impl From<ApprovedVia> for cairn_core::plan::ApprovalChannel {
+    fn from(v: ApprovedVia) -> Self {
+        use cairn_core::plan::ApprovalChannel as C;
+        match v {
+            ApprovedVia::Elicitation => C::Elicitation,
+            ApprovedVia::InputRequired => C::InputRequired,
+            ApprovedVia::Host => C::Host,
+            ApprovedVia::Cli => C::Cli,
+            ApprovedVia::Api => C::Api,
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------ targets

@@ -219,6 +219,19 @@ pub struct RunResult {
     /// The runs it was replayed from, nearest first (empty unless it is a replay child).
     #[serde(default)]
     pub lineage: Vec<LineageEntry>,
+    /// How and when its plan was approved; null for a run submitted without a plan.
+    #[serde(default)]
+    pub approval: Option<ApprovalView>,
+}
+
+/// How and when a run's plan was approved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalView {
+    /// `elicitation` (an MCP form the person answered), `input_required` (an MCP multi round-trip
+    /// request), `host` (the MCP host's own tool-call confirmation), `cli` (`cairn execute-plan`),
+    /// `api` (a direct API call); `unrecorded` for a run approved before Cairn kept it.
+    pub channel: String,
+    pub at: String,
 }
 
 impl RunResult {
@@ -239,6 +252,7 @@ impl RunResult {
             target: view.target.clone(),
             replay: run.replay.clone(),
             lineage: view.lineage.iter().map(lineage_entry).collect(),
+            approval: view.approval.as_ref().map(|a| ApprovalView { channel: a.channel.clone(), at: time(a.at) }),
         }
     }
 }

@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use crate::support::*;
 
 mod add_workflow;
+mod approval;
 mod docs;
 mod export;
 mod read_artifact;
@@ -389,6 +390,11 @@ impl Client {
 
     /// Connects a session: the answer to `initialize`, or the error the client saw.
     fn connect(&self, over: Over, server: &str, token: Option<&str>) -> (String, Value) {
+        self.connect_with(over, server, token, json!({}))
+    }
+
+    /// As [`Client::connect`], with the bridge's connect options (`era`, `elicitation`).
+    fn connect_with(&self, over: Over, server: &str, token: Option<&str>, options: Value) -> (String, Value) {
         let n = self.sessions.get() + 1;
         self.sessions.set(n);
         let id = format!("s{n}");
@@ -401,6 +407,10 @@ impl Client {
                 json!({"op": "connect", "session": id, "mode": "http", "url": format!("{url}/mcp/{server}"), "token": token})
             }
         };
+        let mut req = req;
+        if let Value::Object(m) = options {
+            req.as_object_mut().unwrap().extend(m);
+        }
         (id, self.send(&req))
     }
 
@@ -408,11 +418,18 @@ impl Client {
     /// compute, Viewer for app), or over HTTP with the `role`'s token.
     #[track_caller]
     fn session(&self, over: Over, server: &str, role: &str) -> Session<'_> {
+        self.session_with(over, server, role, json!({}))
+    }
+
+    /// As [`Client::session`], with the bridge's connect options: `{"era": "modern"}` negotiates
+    /// 2026-07-28, `{"elicitation": true}` declares the elicitation capability.
+    #[track_caller]
+    fn session_with(&self, over: Over, server: &str, role: &str, options: Value) -> Session<'_> {
         let token = match over {
             Over::Stdio => None,
             Over::Http => Some(read_token(&self.home, role)),
         };
-        let (id, answer) = self.connect(over, server, token.as_deref());
+        let (id, answer) = self.connect_with(over, server, token.as_deref(), options);
         let what = match over {
             Over::Stdio => format!("{server} over stdio"),
             Over::Http => format!("{server} over HTTP as {role}"),
@@ -502,6 +519,24 @@ impl Session<'_> {
     #[track_caller]
     fn call(&self, name: &str, args: Value) -> Value {
         self.ok("call", json!({"name": name, "arguments": args}))
+    }
+
+    /// A call with the bridge's per-call options (`elicit`, `progress`): the whole answer,
+    /// `{ok: CallToolResult, elicited, rounds, progress}`.
+    #[track_caller]
+    fn call_seeing(&self, name: &str, args: Value, options: Value) -> Value {
+        let mut extra = json!({"name": name, "arguments": args});
+        if let Value::Object(m) = options {
+            extra.as_object_mut().unwrap().extend(m);
+        }
+        let answer = self.raw("call", extra.clone());
+        assert!(
+            answer.get("ok").is_some(),
+            "{}: call {extra} failed: {answer:#}\nclient stderr:\n{}",
+            self.what,
+            self.client.stderr()
+        );
+        answer
     }
 
     /// A successful call's structured content.
@@ -720,6 +755,7 @@ fn agent_path(over: Over) {
     let approve = json!({"plan_name": name, "plan_id": plan["plan_id"], "plan_checksum": checksum});
     let run = wb.call_ok("execute_plan", approve.clone());
     assert_eq!(run["status"], "READY", "{w}: {run:#}");
+    assert_eq!(run["approval"]["channel"], "host", "{w}: no elicitation capability: the host approved: {run:#}");
     let src = run["run_id"].as_str().unwrap().to_string();
     assert_eq!(run["run_dir"], run_dir.display().to_string());
     assert!(run_dir.join("input.json").is_file() && run_dir.join("workflow/workflow.toml").is_file(), "{w}");
