@@ -10,6 +10,7 @@ mod api_client;
 mod app;
 mod approval;
 mod compute;
+mod progress;
 mod resources;
 mod workbench;
 

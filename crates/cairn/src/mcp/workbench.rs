@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::api_client::{ApiClient, invalid, seg, structured};
 use super::approval::{self, Approvals, Ask, Verdict};
+use super::progress::{self, Progress, RunProgress};
 use super::resources::server_handler;
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 use crate::wire::requests::ApprovedVia;
@@ -159,11 +160,85 @@ impl Workbench {
             approval: Some(channel),
         });
         match self.daemon.call(ctx, "POST", format!("/plans/{}/execute", seg(&p.plan_name)), Some(body)).await {
-            Ok(run) => {
-                let path = format!("/runs/{}", seg(run["run_id"].as_str().unwrap_or_default()));
-                self.until(ctx, run, path, Duration::from_millis(200), |r| terminal(&r["status"])).await
-            }
+            Ok(run) => self.follow_run(ctx, run).await,
             Err(e) => e.tool_result(),
+        }
+    }
+
+    /// Waits up to `WAIT_FOR_END` for the run to end, reporting its steps (and a pipeline step's
+    /// jobs) as progress when the caller asked for it; answers with the run as it is then.
+    async fn follow_run(&self, ctx: &RequestContext<RoleServer>, mut run: Value) -> CallToolResult {
+        let id = seg(run["run_id"].as_str().unwrap_or_default());
+        let mut progress = Progress::of(ctx);
+        let mut seen = RunProgress::default();
+        let started = Instant::now();
+        loop {
+            if let Some(progress) = progress.as_mut() {
+                if let Ok(events) =
+                    self.daemon.call(ctx, "GET", format!("/runs/{id}/events?after={}", seen.after), None).await
+                {
+                    seen.feed(&events);
+                }
+                let (done, total, message) = seen.of(&run);
+                progress.report(done, Some(total), message).await;
+            }
+            if terminal(&run["status"]) || started.elapsed() >= WAIT_FOR_END {
+                return structured(run);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            match self.daemon.call(ctx, "GET", format!("/runs/{id}"), None).await {
+                Ok(v) => run = v,
+                Err(e) => return e.tool_result(),
+            }
+        }
+    }
+
+    /// `POST /verifications` while the verification in progress is read for its cells done of
+    /// total, as progress; the answer is the POST's.
+    async fn verify_reporting(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        body: Value,
+        mut progress: Progress,
+    ) -> CallToolResult {
+        // Verifications share one kernel slot: ours is the one in progress that was not already.
+        let live = |list: &Value| -> Vec<Value> {
+            list["jobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|j| j["kind"] == "verification" && j["status"] == "running")
+                .cloned()
+                .collect()
+        };
+        let before: Vec<Value> = match self.daemon.call(ctx, "GET", "/kernel/jobs".into(), None).await {
+            Ok(list) => live(&list).into_iter().map(|j| j["job_id"].clone()).collect(),
+            Err(_) => Vec::new(),
+        };
+        let post = self.daemon.call(ctx, "POST", "/verifications".into(), Some(body));
+        tokio::pin!(post);
+        loop {
+            tokio::select! {
+                answer = &mut post => {
+                    return match answer {
+                        Ok(v) => {
+                            if let Some((done, total, message)) = progress::ended_cells(&v) {
+                                progress.report(done, Some(total), message).await;
+                            }
+                            structured(v)
+                        }
+                        Err(e) => e.tool_result(),
+                    };
+                }
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if let Ok(list) = self.daemon.call(ctx, "GET", "/kernel/jobs".into(), None).await
+                        && let Some(ours) = live(&list).into_iter().find(|j| !before.contains(&j["job_id"]))
+                        && let Some((done, total, message)) = progress::cells(&ours)
+                    {
+                        progress.report(done, Some(total), message).await;
+                    }
+                }
+            }
         }
     }
 
@@ -436,7 +511,10 @@ impl Workbench {
         // An agent is answered within a minute: with the verdict, or the running verification's
         // id to poll.
         let p = Verify { wait: Some(p.wait.unwrap_or(60)), ..p };
-        self.daemon.tool(&ctx, "POST", "/verifications".into(), Some(to_value(&p))).await
+        match Progress::of(&ctx) {
+            Some(progress) => self.verify_reporting(&ctx, to_value(&p), progress).await,
+            None => self.daemon.tool(&ctx, "POST", "/verifications".into(), Some(to_value(&p))).await,
+        }
     }
 
     #[tool(
