@@ -25,6 +25,10 @@ It reads one JSON request per line on stdin and answers each with exactly one JS
         input-required rounds the call took, 2026-07-28) and "progress" ([{progress, total,
         message}])
     {"op": "read", "session": S, "uri": URI}                        -> the ReadResourceResult
+    {"op": "subscribe" | "unsubscribe", "session": S, "uri": URI}
+        resources/subscribe (2025-11-25), or a subscriptions/listen stream (2026-07-28), answered
+        once the server has acknowledged it -> {}
+    {"op": "updates", "session": S}  -> {"uris": [...]}: each notifications/resources/updated so far
     {"op": "close", "session": S}                                   -> {"closed": true}
     {"op": "exit"}   closes every session and exits 0 (so does the end of stdin)
 
@@ -98,6 +102,8 @@ class Conn:
         self.first = None  # the answer to `connect`
         self.current = None  # the request being handled
         self.extra = None  # what the call being handled saw: elicitations, rounds, progress
+        self.updates = []  # the URIs of notifications/resources/updated, in order
+        self.listens = {}  # a 2026-07-28 listen stream per URI: its cancel scope
         self.dead = None  # why the session is gone
 
 
@@ -181,9 +187,55 @@ def elicitation(conn):
     return answer_it
 
 
-async def answer(session, req, conn):
+def on_message(conn):
+    async def handle(message):
+        if isinstance(message, types.ResourceUpdatedNotification):
+            conn.updates.append(message.params.uri)
+
+    return handle
+
+
+async def subscribe(session, conn, uri, tg):
+    if conn.spec.get("era") != "modern":
+        await session.subscribe_resource(uri)
+        return {"ok": {}}
+    from mcp.client.subscriptions import listen
+
+    acknowledged = anyio.Event()
+    scope = anyio.CancelScope()
+    failed = {}
+
+    async def stream():
+        with scope:
+            try:
+                async with listen(session, resource_subscriptions=[uri]) as sub:
+                    acknowledged.set()
+                    async for event in sub:
+                        conn.updates.append(event.uri)
+            except Exception as e:  # noqa: BLE001
+                failed["error"] = failure(e)
+            finally:
+                acknowledged.set()
+
+    conn.listens[uri] = scope
+    tg.start_soon(stream)
+    await acknowledged.wait()
+    return failed.get("error") or {"ok": {}}
+
+
+async def answer(session, req, conn, tg):
     op = req["op"]
     try:
+        if op == "subscribe":
+            return await subscribe(session, conn, req["uri"], tg)
+        if op == "unsubscribe":
+            if conn.spec.get("era") != "modern":
+                await session.unsubscribe_resource(req["uri"])
+            elif req["uri"] in conn.listens:
+                conn.listens.pop(req["uri"]).cancel()
+            return {"ok": {}}
+        if op == "updates":
+            return {"ok": {"uris": list(conn.updates)}}
         if op == "list_tools":
             return {"ok": dump(await session.list_tools())}
         if op == "call":
@@ -212,7 +264,7 @@ async def run_conn(conn):
     try:
         async with connection(conn.spec) as (read, write):
             callbacks = {"elicitation_callback": elicitation(conn)} if conn.spec.get("elicitation") else {}
-            async with ClientSession(read, write, **callbacks) as session:
+            async with ClientSession(read, write, message_handler=on_message(conn), **callbacks) as session, anyio.create_task_group() as tg:
                 if conn.spec.get("era") == "modern":
                     conn.first = {"ok": dump(await session.discover())}
                 else:
@@ -224,8 +276,10 @@ async def run_conn(conn):
                         if pending.req["op"] == "close":
                             pending.finish({"ok": {"closed": True}})
                             break
-                        pending.finish(await answer(session, pending.req, conn))
+                        pending.finish(await answer(session, pending.req, conn, tg))
                         conn.current = None
+                # Open listen streams end with the session.
+                tg.cancel_scope.cancel()
     except Exception as e:  # noqa: BLE001
         conn.dead = failure(e)
     finally:

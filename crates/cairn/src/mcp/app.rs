@@ -8,7 +8,7 @@ use rmcp::{RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
 use super::api_client::{ApiClient, seg, structured};
-use super::resources::server_handler;
+use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 
 /// Rows in an overview, and events in a run's detail.
@@ -19,6 +19,7 @@ const MAX_TEXT: usize = 2000;
 #[derive(Clone)]
 pub struct App {
     daemon: ApiClient,
+    subscriptions: Subscriptions,
     tool_router: ToolRouter<Self>,
 }
 
@@ -41,7 +42,7 @@ fn bounded(v: Value) -> Value {
 #[tool_router]
 impl App {
     pub fn new(daemon: ApiClient) -> App {
-        App { daemon, tool_router: Self::tool_router() }
+        App { daemon, subscriptions: Subscriptions::default(), tool_router: Self::tool_router() }
     }
 
     #[tool(

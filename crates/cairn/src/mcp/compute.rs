@@ -8,12 +8,13 @@ use rmcp::{RoleServer, tool, tool_router};
 use serde::Deserialize;
 
 use super::api_client::{ApiClient, seg};
-use super::resources::server_handler;
+use super::resources::{Subscriptions, server_handler};
 use crate::wire::{AddTarget, to_value};
 
 #[derive(Clone)]
 pub struct Compute {
     daemon: ApiClient,
+    subscriptions: Subscriptions,
     tool_router: ToolRouter<Self>,
 }
 
@@ -33,7 +34,7 @@ pub struct Readiness {
 #[tool_router]
 impl Compute {
     pub fn new(daemon: ApiClient) -> Compute {
-        Compute { daemon, tool_router: Self::tool_router() }
+        Compute { daemon, subscriptions: Subscriptions::default(), tool_router: Self::tool_router() }
     }
 
     #[tool(

@@ -1,11 +1,22 @@
 //! The resources every server offers, each read through the daemon: a run, a workflow version, a
-//! verification's proven notebook, and the guide to working with Cairn.
+//! verification's proven notebook, and the guide to working with Cairn. A run is the one that
+//! changes: a client subscribed to `cairn://runs/{run_id}` (`resources/subscribe`, or on
+//! 2026-07-28 `subscriptions/listen`) gets `notifications/resources/updated` on each change of its
+//! state — its status, a step's status or attempts, its findings — until it ends. The others never
+//! change once they exist.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::{
     ErrorData, ListResourceTemplatesResult, ListResourcesResult, ReadResourceResponse, ReadResourceResult, Resource,
     ResourceContents, ResourceTemplate,
 };
 use rmcp::{RoleServer, service::RequestContext};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::api_client::{ApiClient, seg};
 
@@ -69,6 +80,157 @@ pub async fn read(
     }
 }
 
+/// How often a watched run is read.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// A session's legacy subscriptions (`resources/subscribe`), by URI, each ended by its token.
+#[derive(Clone, Default)]
+pub struct Subscriptions(Arc<Mutex<HashMap<String, CancellationToken>>>);
+
+impl Subscriptions {
+    fn replace(&self, uri: &str, stop: CancellationToken) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = map.insert(uri.to_string(), stop) {
+            old.cancel();
+        }
+    }
+
+    pub fn end(&self, uri: &str) {
+        if let Some(stop) = self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(uri) {
+            stop.cancel();
+        }
+    }
+}
+
+/// The run a URI names, if it names one.
+fn run_of(uri: &str) -> Option<&str> {
+    uri.strip_prefix("cairn://runs/").filter(|id| !id.is_empty() && !id.contains('/'))
+}
+
+/// What a subscriber is told about when it changes.
+fn state_of(run: &Value) -> Value {
+    let steps: Vec<Value> = run["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| json!([s["step_id"], s["status"], s["attempts"]]))
+        .collect();
+    json!({"status": run["status"], "steps": steps, "findings": run["findings"], "error": run["error"]})
+}
+
+fn is_terminal(run: &Value) -> bool {
+    run["status"]
+        .as_str()
+        .and_then(|s| s.parse::<cairn_core::status::RunStatus>().ok())
+        .is_some_and(|s| s.is_terminal())
+}
+
+/// Checks that `uri` can be subscribed to: a run that exists (its state now, to watch from), or
+/// another resource that exists and never changes (`None`: nothing to watch).
+async fn subscribable(
+    daemon: &ApiClient,
+    uri: &str,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<Option<Value>, ErrorData> {
+    match run_of(uri) {
+        Some(id) => match daemon.call(ctx, "GET", format!("/runs/{}", seg(id)), None).await {
+            Ok(run) => Ok(Some(run)),
+            Err(e) if e.status == 404 => Err(ErrorData::resource_not_found(
+                format!("{}; list_runs shows the runs to subscribe to", e.message),
+                None,
+            )),
+            Err(e) => Err(ErrorData::internal_error(format!("{} ({})", e.message, e.code), None)),
+        },
+        None => read(daemon, uri.to_string(), ctx).await.map(|_| None),
+    }
+}
+
+/// Reads the run every [`WATCH_EVERY`] and calls `notify` on each change of its state, until it
+/// ends (told once more), `stop` is cancelled, or `notify` says the client is gone.
+async fn watch<F, Fut>(
+    daemon: ApiClient,
+    ctx: RequestContext<RoleServer>,
+    uri: String,
+    mut run: Value,
+    stop: CancellationToken,
+    notify: F,
+) where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let Some(id) = run_of(&uri).map(seg) else { return };
+    let mut last = state_of(&run);
+    while !is_terminal(&run) {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(WATCH_EVERY) => {}
+        }
+        let Ok(now) = daemon.call(&ctx, "GET", format!("/runs/{id}"), None).await else { continue };
+        run = now;
+        let state = state_of(&run);
+        if state != last {
+            last = state;
+            if !notify(uri.clone()).await {
+                return;
+            }
+        }
+    }
+}
+
+/// `resources/subscribe`: watches a run for this session.
+pub async fn subscribe(
+    daemon: &ApiClient,
+    subscriptions: &Subscriptions,
+    uri: String,
+    ctx: RequestContext<RoleServer>,
+) -> Result<(), ErrorData> {
+    let Some(run) = subscribable(daemon, &uri, &ctx).await? else { return Ok(()) };
+    let stop = CancellationToken::new();
+    subscriptions.replace(&uri, stop.clone());
+    let peer = ctx.peer.clone();
+    let (daemon, subs) = (daemon.clone(), subscriptions.clone());
+    tokio::spawn(async move {
+        let ended = stop.clone();
+        watch(daemon, ctx, uri.clone(), run, stop, |uri| {
+            let peer = peer.clone();
+            async move {
+                peer.notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(uri)).await.is_ok()
+            }
+        })
+        .await;
+        // Over: forget it, unless a newer subscription to the same URI replaced it.
+        if !ended.is_cancelled() {
+            subs.end(&uri);
+        }
+    });
+    Ok(())
+}
+
+/// The part of a `subscriptions/listen` filter this server honours: runs that exist.
+pub fn accepted(requested: &rmcp::model::SubscriptionFilter) -> Option<rmcp::model::SubscriptionFilter> {
+    let runs: Vec<String> =
+        requested.resource_subscriptions.iter().flatten().filter(|u| run_of(u).is_some()).cloned().collect();
+    Some(rmcp::model::SubscriptionFilter::builder().resource_subscriptions(runs).build())
+}
+
+/// `subscriptions/listen` (2026-07-28): watches each accepted run until the stream ends.
+pub async fn listen(daemon: &ApiClient, cx: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+    let stop = CancellationToken::new();
+    let ctx = cx.request_context().clone();
+    for uri in cx.accepted().resource_subscriptions.clone().unwrap_or_default() {
+        let Ok(Some(run)) = subscribable(daemon, &uri, &ctx).await else { continue };
+        let sink = cx.sink().clone();
+        let (daemon, ctx, stop) = (daemon.clone(), ctx.clone(), stop.clone());
+        tokio::spawn(watch(daemon, ctx, uri, run, stop, move |uri| {
+            let sink = sink.clone();
+            async move { sink.notify_resource_updated(uri).await.is_ok() }
+        }));
+    }
+    cx.cancelled().await;
+    stop.cancel();
+    Ok(())
+}
+
 /// The `ServerHandler` of one server: its name and instructions, its tools, and the resources.
 macro_rules! server_handler {
     ($ty:ident, $name:literal, $instructions:expr) => {
@@ -76,7 +238,11 @@ macro_rules! server_handler {
         impl rmcp::ServerHandler for $ty {
             fn get_info(&self) -> rmcp::model::ServerConfig {
                 rmcp::model::ServerConfig::new(
-                    rmcp::model::ServerCapabilities::builder().enable_tools().enable_resources().build(),
+                    rmcp::model::ServerCapabilities::builder()
+                        .enable_tools()
+                        .enable_resources()
+                        .enable_resources_subscribe()
+                        .build(),
                 )
                 .with_server_info(rmcp::model::Implementation::new($name, env!("CARGO_PKG_VERSION")))
                 .with_instructions($instructions)
@@ -118,6 +284,36 @@ macro_rules! server_handler {
                 context: rmcp::service::RequestContext<rmcp::RoleServer>,
             ) -> Result<rmcp::model::ReadResourceResponse, rmcp::model::ErrorData> {
                 crate::mcp::resources::read(&self.daemon, request.uri, &context).await
+            }
+
+            #[allow(deprecated, reason = "resources/subscribe is how clients before 2026-07-28 subscribe")]
+            async fn subscribe(
+                &self,
+                request: rmcp::model::SubscribeRequestParams,
+                context: rmcp::service::RequestContext<rmcp::RoleServer>,
+            ) -> Result<(), rmcp::model::ErrorData> {
+                crate::mcp::resources::subscribe(&self.daemon, &self.subscriptions, request.uri, context).await
+            }
+
+            #[allow(deprecated, reason = "resources/unsubscribe is how clients before 2026-07-28 unsubscribe")]
+            async fn unsubscribe(
+                &self,
+                request: rmcp::model::UnsubscribeRequestParams,
+                _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+            ) -> Result<(), rmcp::model::ErrorData> {
+                self.subscriptions.end(&request.uri);
+                Ok(())
+            }
+
+            fn accepted_subscription_filter(
+                &self,
+                requested: &rmcp::model::SubscriptionFilter,
+            ) -> Option<rmcp::model::SubscriptionFilter> {
+                crate::mcp::resources::accepted(requested)
+            }
+
+            async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), rmcp::model::ErrorData> {
+                crate::mcp::resources::listen(&self.daemon, context).await
             }
         }
     };

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::api_client::{ApiClient, invalid, seg, structured};
 use super::approval::{self, Approvals, Ask, Verdict};
 use super::progress::{self, Progress, RunProgress};
-use super::resources::server_handler;
+use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 use crate::wire::requests::ApprovedVia;
 use crate::wire::{AddWorkflow, PlanReplay, PlanRun, ReadDoc, SaveDoc, SearchDocs, Verify, to_value};
@@ -27,6 +27,7 @@ const WAIT_FOR_END: Duration = Duration::from_secs(60);
 pub struct Workbench {
     daemon: ApiClient,
     approvals: Approvals,
+    subscriptions: Subscriptions,
     tool_router: ToolRouter<Self>,
 }
 
@@ -269,7 +270,7 @@ impl Workbench {
     /// `approvals` is shared by every session of this process, so a sealed approval request is
     /// accepted once whichever session brings it back.
     pub fn new(daemon: ApiClient, approvals: Approvals) -> Workbench {
-        Workbench { daemon, approvals, tool_router: Self::tool_router() }
+        Workbench { daemon, approvals, subscriptions: Subscriptions::default(), tool_router: Self::tool_router() }
     }
 
     #[tool(

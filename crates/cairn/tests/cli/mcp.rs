@@ -36,6 +36,7 @@ mod docs;
 mod export;
 mod progress;
 mod read_artifact;
+mod subscribe;
 
 // ------------------------------------------------------------------------------------------------
 // the contract

@@ -57,17 +57,26 @@ fn checked(answer: &Value, total: f64, what: &str) -> Vec<String> {
     seen.iter().map(|p| str_of(&p["message"]).to_string()).collect()
 }
 
-#[test]
-fn long_calls_report_their_progress_to_a_caller_that_asks() {
-    let Some(mut fx) = Fx::with_example() else { return };
+/// The example registered, the slow pipeline written (not registered) at `slow/`, and the daemon
+/// started with the test venv's Snakemake on its PATH.
+pub(super) fn with_slow_pipeline() -> Option<Fx> {
+    let mut fx = Fx::new()?;
+    let (code, _, out) = fx.json(&["workflow", "add", example("1.2.0").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
     let path = format!("{}:{}", venv_dir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
-    let _ = fx.command(&["daemon", "stop"]).output();
     fx.c = std::mem::replace(&mut fx.c, Cairn::new()).with_env("PATH", path);
     let pipeline = fx.p("slow");
     std::fs::create_dir_all(&pipeline).unwrap();
     std::fs::write(pipeline.join("Snakefile"), SLOW_SNAKEFILE).unwrap();
     std::fs::write(pipeline.join("workflow.toml"), SLOW_WORKFLOW).unwrap();
     fx.start_daemon();
+    Some(fx)
+}
+
+#[test]
+fn long_calls_report_their_progress_to_a_caller_that_asks() {
+    let Some(fx) = with_slow_pipeline() else { return };
+    let pipeline = fx.p("slow");
     let client = fx.client();
 
     for over in [Over::Stdio, Over::Http] {
