@@ -29,6 +29,11 @@ It reads one JSON request per line on stdin and answers each with exactly one JS
         resources/subscribe (2025-11-25), or a subscriptions/listen stream (2026-07-28), answered
         once the server has acknowledged it -> {}
     {"op": "updates", "session": S}  -> {"uris": [...]}: each notifications/resources/updated so far
+    {"op": "list_prompts", "session": S} / {"op": "get_prompt", "session": S, "name": N, "arguments": {...}}
+    {"op": "complete", "session": S, "ref": {"type": "ref/prompt", "name": N} | {"type": "ref/resource",
+     "uri": TEMPLATE}, "argument": {"name", "value"}, "context": {...}?}   -> the CompleteResult
+    {"op": "set_level", "session": S, "level": LEVEL}  -> {}  (logging/setLevel)
+    {"op": "logs", "session": S}  -> {"logs": [...]}: each notifications/message's params so far
     {"op": "close", "session": S}                                   -> {"closed": true}
     {"op": "exit"}   closes every session and exits 0 (so does the end of stdin)
 
@@ -103,6 +108,7 @@ class Conn:
         self.current = None  # the request being handled
         self.extra = None  # what the call being handled saw: elicitations, rounds, progress
         self.updates = []  # the URIs of notifications/resources/updated, in order
+        self.logs = []  # the params of notifications/message, in order
         self.listens = {}  # a 2026-07-28 listen stream per URI: its cancel scope
         self.dead = None  # why the session is gone
 
@@ -236,6 +242,23 @@ async def answer(session, req, conn, tg):
             return {"ok": {}}
         if op == "updates":
             return {"ok": {"uris": list(conn.updates)}}
+        if op == "list_prompts":
+            return {"ok": dump(await session.list_prompts())}
+        if op == "get_prompt":
+            return {"ok": dump(await session.get_prompt(req["name"], req.get("arguments")))}
+        if op == "complete":
+            r = req["ref"]
+            ref = (
+                types.PromptReference(type="ref/prompt", name=r["name"])
+                if r["type"] == "ref/prompt"
+                else types.ResourceTemplateReference(type="ref/resource", uri=r["uri"])
+            )
+            return {"ok": dump(await session.complete(ref, req["argument"], req.get("context")))}
+        if op == "set_level":
+            await session.set_logging_level(req["level"])
+            return {"ok": {}}
+        if op == "logs":
+            return {"ok": {"logs": list(conn.logs)}}
         if op == "list_tools":
             return {"ok": dump(await session.list_tools())}
         if op == "call":
@@ -264,6 +287,11 @@ async def run_conn(conn):
     try:
         async with connection(conn.spec) as (read, write):
             callbacks = {"elicitation_callback": elicitation(conn)} if conn.spec.get("elicitation") else {}
+
+            async def on_log(params):
+                conn.logs.append(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+            callbacks["logging_callback"] = on_log
             async with ClientSession(read, write, message_handler=on_message(conn), **callbacks) as session, anyio.create_task_group() as tg:
                 if conn.spec.get("era") == "modern":
                     conn.first = {"ok": dump(await session.discover())}

@@ -8,6 +8,7 @@ use rmcp::{RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
 use super::api_client::{ApiClient, seg, structured};
+use super::logging::LogLevel;
 use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 
@@ -19,6 +20,7 @@ const MAX_TEXT: usize = 2000;
 #[derive(Clone)]
 pub struct App {
     daemon: ApiClient,
+    logging: LogLevel,
     subscriptions: Subscriptions,
     tool_router: ToolRouter<Self>,
 }
@@ -42,7 +44,12 @@ fn bounded(v: Value) -> Value {
 #[tool_router]
 impl App {
     pub fn new(daemon: ApiClient) -> App {
-        App { daemon, subscriptions: Subscriptions::default(), tool_router: Self::tool_router() }
+        App {
+            daemon,
+            subscriptions: Subscriptions::default(),
+            logging: LogLevel::default(),
+            tool_router: Self::tool_router(),
+        }
     }
 
     #[tool(
@@ -153,6 +160,7 @@ impl App {
 
 server_handler!(
     App,
+    super::Kind::App,
     "cairn-app",
     "Read-only views of Cairn for a person: runs, one run's detail and its RO-Crate export, workflows, targets and procedure docs. This server holds a Viewer token: it cannot plan, approve, execute or cancel."
 );

@@ -8,12 +8,14 @@ use rmcp::{RoleServer, tool, tool_router};
 use serde::Deserialize;
 
 use super::api_client::{ApiClient, seg};
+use super::logging::LogLevel;
 use super::resources::{Subscriptions, server_handler};
 use crate::wire::{AddTarget, to_value};
 
 #[derive(Clone)]
 pub struct Compute {
     daemon: ApiClient,
+    logging: LogLevel,
     subscriptions: Subscriptions,
     tool_router: ToolRouter<Self>,
 }
@@ -34,7 +36,12 @@ pub struct Readiness {
 #[tool_router]
 impl Compute {
     pub fn new(daemon: ApiClient) -> Compute {
-        Compute { daemon, subscriptions: Subscriptions::default(), tool_router: Self::tool_router() }
+        Compute {
+            daemon,
+            subscriptions: Subscriptions::default(),
+            logging: LogLevel::default(),
+            tool_router: Self::tool_router(),
+        }
     }
 
     #[tool(
@@ -90,6 +97,7 @@ impl Compute {
 
 server_handler!(
     Compute,
+    super::Kind::Compute,
     "cairn-compute",
     "Cairn's compute targets: list, register, probe (read-only) and check a run directory's readiness. It defines no workflows and approves nothing."
 );

@@ -10,6 +10,9 @@ mod api_client;
 mod app;
 mod approval;
 mod compute;
+mod guided;
+#[allow(deprecated, reason = "MCP logging (SEP-2577 deprecates it) is what clients before 2026-07-28 use")]
+mod logging;
 mod progress;
 mod resources;
 mod workbench;

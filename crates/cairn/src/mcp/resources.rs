@@ -233,15 +233,19 @@ pub async fn listen(daemon: &ApiClient, cx: rmcp::service::SubscriptionContext) 
 
 /// The `ServerHandler` of one server: its name and instructions, its tools, and the resources.
 macro_rules! server_handler {
-    ($ty:ident, $name:literal, $instructions:expr) => {
+    ($ty:ident, $kind:expr, $name:literal, $instructions:expr) => {
         #[rmcp::tool_handler(router = self.tool_router)]
         impl rmcp::ServerHandler for $ty {
+            #[allow(deprecated, reason = "MCP logging (SEP-2577 deprecates it) is what clients before 2026-07-28 use")]
             fn get_info(&self) -> rmcp::model::ServerConfig {
                 rmcp::model::ServerConfig::new(
                     rmcp::model::ServerCapabilities::builder()
-                        .enable_tools()
+                        .enable_logging()
+                        .enable_completions()
+                        .enable_prompts()
                         .enable_resources()
                         .enable_resources_subscribe()
+                        .enable_tools()
                         .build(),
                 )
                 .with_server_info(rmcp::model::Implementation::new($name, env!("CARGO_PKG_VERSION")))
@@ -253,13 +257,50 @@ macro_rules! server_handler {
                 request: rmcp::model::CallToolRequestParams,
                 context: rmcp::service::RequestContext<rmcp::RoleServer>,
             ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+                let (tool, started, ctx) = (request.name.to_string(), std::time::Instant::now(), context.clone());
                 let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
                 match self.tool_router.call(tcc).await? {
                     rmcp::model::CallToolResponse::Complete(r) => {
-                        Ok(rmcp::model::CallToolResponse::Complete(crate::mcp::api_client::with_structured_error(r)))
+                        let r = crate::mcp::api_client::with_structured_error(r);
+                        self.logging.call_ended(&ctx, &tool, started.elapsed(), &r).await;
+                        Ok(rmcp::model::CallToolResponse::Complete(r))
                     }
                     other => Ok(other),
                 }
+            }
+
+            async fn list_prompts(
+                &self,
+                _request: Option<rmcp::model::PaginatedRequestParams>,
+                _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+            ) -> Result<rmcp::model::ListPromptsResult, rmcp::model::ErrorData> {
+                Ok(crate::mcp::guided::list($kind))
+            }
+
+            async fn get_prompt(
+                &self,
+                request: rmcp::model::GetPromptRequestParams,
+                _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+            ) -> Result<rmcp::model::GetPromptResponse, rmcp::model::ErrorData> {
+                crate::mcp::guided::get($kind, &request).map(Into::into)
+            }
+
+            async fn complete(
+                &self,
+                request: rmcp::model::CompleteRequestParams,
+                context: rmcp::service::RequestContext<rmcp::RoleServer>,
+            ) -> Result<rmcp::model::CompleteResult, rmcp::model::ErrorData> {
+                crate::mcp::guided::complete(&self.daemon, $kind, &request, &context).await
+            }
+
+            #[allow(deprecated, reason = "logging/setLevel is how clients before 2026-07-28 ask for log lines")]
+            async fn set_level(
+                &self,
+                request: rmcp::model::SetLevelRequestParams,
+                _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+            ) -> Result<(), rmcp::model::ErrorData> {
+                self.logging.set(request.level);
+                Ok(())
             }
 
             async fn list_resources(

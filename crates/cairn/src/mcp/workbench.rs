@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::api_client::{ApiClient, invalid, seg, structured};
 use super::approval::{self, Approvals, Ask, Verdict};
+use super::logging::LogLevel;
 use super::progress::{self, Progress, RunProgress};
 use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
@@ -26,6 +27,7 @@ const WAIT_FOR_END: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct Workbench {
     daemon: ApiClient,
+    logging: LogLevel,
     approvals: Approvals,
     subscriptions: Subscriptions,
     tool_router: ToolRouter<Self>,
@@ -270,7 +272,13 @@ impl Workbench {
     /// `approvals` is shared by every session of this process, so a sealed approval request is
     /// accepted once whichever session brings it back.
     pub fn new(daemon: ApiClient, approvals: Approvals) -> Workbench {
-        Workbench { daemon, approvals, subscriptions: Subscriptions::default(), tool_router: Self::tool_router() }
+        Workbench {
+            daemon,
+            approvals,
+            subscriptions: Subscriptions::default(),
+            logging: LogLevel::default(),
+            tool_router: Self::tool_router(),
+        }
     }
 
     #[tool(
@@ -620,6 +628,7 @@ impl Workbench {
 
 server_handler!(
     Workbench,
+    super::Kind::Workbench,
     "cairn-workbench",
     "Cairn's workbench: plan, approve and run registered workflows durably, replay them selectively, verify documents, keep proven procedures as docs, and use a session kernel. Planning is read-only; execute_plan runs exactly the plan shown to the person. Read cairn://guide first."
 );

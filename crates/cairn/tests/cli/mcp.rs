@@ -34,6 +34,7 @@ mod add_workflow;
 mod approval;
 mod docs;
 mod export;
+mod guided;
 mod progress;
 mod read_artifact;
 mod subscribe;

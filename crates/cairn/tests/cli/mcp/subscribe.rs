@@ -31,7 +31,8 @@ tool = "nap"
 needs = ["second"]
 "#;
 
-const NAP_PY: &str = "import json, sys, time\njson.load(sys.stdin)\ntime.sleep(0.8)\nprint(json.dumps({'slept': 0.8}))\n";
+const NAP_PY: &str =
+    "import json, sys, time\njson.load(sys.stdin)\ntime.sleep(0.8)\nprint(json.dumps({'slept': 0.8}))\n";
 
 /// Starts `naps` into runs/NAME through the API (it answers at once): its run id.
 fn start(fx: &Fx, wb: &Session<'_>, name: &str) -> String {
