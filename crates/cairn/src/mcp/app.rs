@@ -48,7 +48,7 @@ impl App {
             daemon,
             subscriptions: Subscriptions::default(),
             logging: LogLevel::default(),
-            tool_router: Self::tool_router(),
+            tool_router: super::schemas::attach(super::Kind::App, Self::tool_router()),
         }
     }
 

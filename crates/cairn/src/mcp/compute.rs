@@ -40,7 +40,7 @@ impl Compute {
             daemon,
             subscriptions: Subscriptions::default(),
             logging: LogLevel::default(),
-            tool_router: Self::tool_router(),
+            tool_router: super::schemas::attach(super::Kind::Compute, Self::tool_router()),
         }
     }
 

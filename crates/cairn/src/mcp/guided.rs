@@ -15,13 +15,16 @@ use serde_json::Value;
 use super::Kind;
 use super::api_client::{ApiClient, seg};
 
+/// A prompt's argument by name, if given.
+type Args<'a> = &'a dyn Fn(&str) -> Option<String>;
+
 /// One guided path: its name, what it is for, its arguments `(name, description, required)`,
 /// and the instructions it renders from them.
 struct Guide {
     name: &'static str,
     description: &'static str,
     arguments: &'static [(&'static str, &'static str, bool)],
-    render: fn(&dyn Fn(&str) -> Option<String>) -> String,
+    render: fn(Args<'_>) -> String,
 }
 
 const WORKBENCH: &[Guide] = &[

@@ -9,12 +9,14 @@
 mod api_client;
 mod app;
 mod approval;
+mod bounds;
 mod compute;
 mod guided;
 #[allow(deprecated, reason = "MCP logging (SEP-2577 deprecates it) is what clients before 2026-07-28 use")]
 mod logging;
 mod progress;
 mod resources;
+mod schemas;
 mod workbench;
 
 use std::sync::Arc;
@@ -67,16 +69,15 @@ pub struct ReadArtifact {
     pub path: Option<String>,
     /// The first byte (default 0).
     pub offset: Option<u64>,
-    /// At most this many bytes (default and most: 262144).
+    /// At most this many bytes (default and most: 184320, so that the answer, base64 and all,
+    /// stays under 256 KiB).
     pub length: Option<u64>,
 }
 
 impl ReadArtifact {
     fn path(&self) -> String {
-        let mut q = vec![format!("offset={}", self.offset.unwrap_or(0))];
-        if let Some(l) = self.length {
-            q.push(format!("length={l}"));
-        }
+        let length = self.length.unwrap_or(bounds::ARTIFACT_SLICE).min(bounds::ARTIFACT_SLICE);
+        let mut q = vec![format!("offset={}", self.offset.unwrap_or(0)), format!("length={length}")];
         if let Some(p) = &self.path {
             q.push(format!("path={}", api_client::seg(p)));
         }
@@ -91,7 +92,7 @@ impl ReadArtifact {
 }
 
 /// What `read_artifact` says of itself (the same on both servers).
-const READ_ARTIFACT: &str = "A slice of one artifact's bytes (at most 256 KiB a call; page with offset), read where it lies: on this machine, or on the run's SSH/Slurm target over SSH without copying it back. Text comes as text, other bytes as base64, with the recorded size and SHA-256 and the size now. Read-only.";
+const READ_ARTIFACT: &str = "A slice of one artifact's bytes (at most 180 KiB a call, so the answer stays under 256 KiB; page with offset), read where it lies: on this machine, or on the run's SSH/Slurm target over SSH without copying it back. Text comes as text, other bytes as base64, with the recorded size and SHA-256 and the size now. Read-only.";
 
 /// What `export_run` says of itself (the same on both servers).
 const EXPORT_RUN: &str = "Export a run as a Provenance Run Crate 0.5 (RO-Crate 1.1, what WorkflowHub and Zenodo ingest): its workflow, input and input files, steps, attempts, artifacts with their SHA-256, the validator's verdict, its replay lineage and the targets that ran it. Writes a zip under the daemon's state root (replacing this run's previous export) and returns its path, files and bytes. Changes no run.";

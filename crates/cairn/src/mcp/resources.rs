@@ -36,6 +36,9 @@ pub fn templates() -> ListResourceTemplatesResult {
         ResourceTemplate::new("cairn://runs/{run_id}", "run")
             .with_description("A run: status, steps with attempts and outcomes, findings, replay decisions")
             .with_mime_type("application/json"),
+        ResourceTemplate::new("cairn://runs/{run_id}/steps/{step_id}/result", "step result")
+            .with_description("A step's whole result (the tool's JSON), however large")
+            .with_mime_type("application/json"),
         ResourceTemplate::new("cairn://workflows/{name}@{version}", "workflow")
             .with_description("A registered workflow version: steps, tools with digests, validator rules")
             .with_mime_type("application/json"),
@@ -59,7 +62,19 @@ pub async fn read(
     }
     let not_found = |why: String| ErrorData::resource_not_found(why, None);
     let rest = uri.strip_prefix("cairn://").ok_or_else(|| not_found(format!("`{uri}` is not a cairn:// resource")))?;
-    let (path, mime) = if let Some(id) = rest.strip_prefix("runs/") {
+    let step_result = rest
+        .strip_prefix("runs/")
+        .and_then(|r| r.strip_suffix("/result"))
+        .and_then(|r| r.split_once("/steps/"))
+        .filter(|(run, step)| !run.contains('/') && !step.contains('/'));
+    if let Some((run, step)) = step_result {
+        return match daemon.call(ctx, "GET", format!("/runs/{}/steps/{}", seg(run), seg(step)), None).await {
+            Ok(v) => Ok(text(serde_json::to_string_pretty(&v["result"]).unwrap_or_default(), "application/json")),
+            Err(e) if e.status == 404 => Err(not_found(e.message)),
+            Err(e) => Err(ErrorData::internal_error(format!("{} ({})", e.message, e.code), None)),
+        };
+    }
+    let (path, mime) = if let Some(id) = rest.strip_prefix("runs/").filter(|id| !id.contains('/')) {
         (format!("/runs/{}", seg(id)), "application/json")
     } else if let Some(wf) = rest.strip_prefix("workflows/") {
         let (name, version) = wf
@@ -261,7 +276,7 @@ macro_rules! server_handler {
                 let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
                 match self.tool_router.call(tcc).await? {
                     rmcp::model::CallToolResponse::Complete(r) => {
-                        let r = crate::mcp::api_client::with_structured_error(r);
+                        let r = crate::mcp::bounds::checked(&tool, crate::mcp::api_client::with_structured_error(r));
                         self.logging.call_ended(&ctx, &tool, started.elapsed(), &r).await;
                         Ok(rmcp::model::CallToolResponse::Complete(r))
                     }

@@ -277,7 +277,7 @@ impl Workbench {
             approvals,
             subscriptions: Subscriptions::default(),
             logging: LogLevel::default(),
-            tool_router: Self::tool_router(),
+            tool_router: super::schemas::attach(super::Kind::Workbench, Self::tool_router()),
         }
     }
 
@@ -455,7 +455,7 @@ impl Workbench {
     }
 
     #[tool(
-        description = "One step of a run whole: its status, its result (the tool's JSON, never cut, where get_run cuts results over 64 KiB) and its artifacts (the files it produced, with path, size and SHA-256). Read-only.",
+        description = "One step of a run: its status, its result (the tool's JSON, whole where get_run cuts results over 64 KiB; one over 192 KiB comes as the start of its text with result_truncated, and whole from the resource result_resource, cairn://runs/{run_id}/steps/{step_id}/result) and its artifacts (the files it produced, with path, size and SHA-256). Read-only.",
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn get_step_result(
@@ -464,7 +464,10 @@ impl Workbench {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let path = format!("/runs/{}/steps/{}", seg(&p.run_id), seg(&p.step_id));
-        self.daemon.tool(&ctx, "GET", path, None).await
+        match self.daemon.call(&ctx, "GET", path, None).await {
+            Ok(step) => structured(super::bounds::step_result(step, &p.run_id, &p.step_id)),
+            Err(e) => e.tool_result(),
+        }
     }
 
     #[tool(

@@ -32,6 +32,7 @@ use crate::support::*;
 
 mod add_workflow;
 mod approval;
+mod bounds;
 mod docs;
 mod export;
 mod guided;
@@ -136,8 +137,12 @@ const READ_ONLY: [&str; 21] = [
     "docs_overview",
 ];
 
-const TEMPLATES: [&str; 3] =
-    ["cairn://runs/{run_id}", "cairn://workflows/{name}@{version}", "cairn://verifications/{verification_id}/notebook"];
+const TEMPLATES: [&str; 4] = [
+    "cairn://runs/{run_id}",
+    "cairn://runs/{run_id}/steps/{step_id}/result",
+    "cairn://workflows/{name}@{version}",
+    "cairn://verifications/{verification_id}/notebook",
+];
 
 /// What a replay of the bundled example's `run_unit_tests` does with its [`EXAMPLE_STEPS`].
 const REUSED: [&str; 4] = ["load_manifest", "inspect_artifacts", "run_compatibility", "inspect_deployment"];
@@ -628,6 +633,8 @@ fn check_tools(s: &Session, server: &str, contract: Tools) -> Vec<Value> {
         assert!(t["description"].as_str().is_some_and(|d| d.len() > 10), "{what}: no description: {t:#}");
         let schema = &t["inputSchema"];
         assert_eq!(schema["type"], "object", "{what}: inputSchema: {t:#}");
+        // Its structured content's schema (the SDK validates every result against it).
+        assert_eq!(t["outputSchema"]["type"], "object", "{what}: outputSchema: {t:#}");
         let mut props: Vec<String> =
             schema["properties"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
         props.sort();
