@@ -276,7 +276,8 @@ macro_rules! server_handler {
                 let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
                 match self.tool_router.call(tcc).await? {
                     rmcp::model::CallToolResponse::Complete(r) => {
-                        let r = crate::mcp::bounds::checked(&tool, crate::mcp::api_client::with_structured_error(r));
+                        let r = crate::mcp::api_client::with_structured_error(r);
+                        let r = crate::mcp::api_client::with_next_call(&tool, crate::mcp::bounds::checked(&tool, r));
                         self.logging.call_ended(&ctx, &tool, started.elapsed(), &r).await;
                         Ok(rmcp::model::CallToolResponse::Complete(r))
                     }

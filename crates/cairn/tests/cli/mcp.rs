@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use crate::support::*;
 
 mod add_workflow;
+mod agent_loop;
 mod approval;
 mod bounds;
 mod docs;
