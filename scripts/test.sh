@@ -57,6 +57,8 @@ npm_ci() {
 # The official MCP conformance suite and the Node 22 it runs on, pinned in
 # tools/mcp-conformance/package-lock.json.
 npm_ci "$ROOT/tools/mcp-conformance" "the MCP conformance suite" --engine-strict=false
+# Its first release with the 2026-07-28 requirements, pinned in tools/mcp-conformance-2026.
+npm_ci "$ROOT/tools/mcp-conformance-2026" "the MCP conformance suite for 2026-07-28" --engine-strict=false
 
 # The web app's browser test (crates/cairn/tests/cli/webapp.rs) drives Debian's chromium headless
 # through playwright-core (no browser download), with axe-core; both pinned in

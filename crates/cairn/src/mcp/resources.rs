@@ -60,7 +60,8 @@ pub async fn read(
     if uri == GUIDE_URI {
         return Ok(text(GUIDE.to_string(), "text/markdown"));
     }
-    let not_found = |why: String| ErrorData::resource_not_found(why, None);
+    // The error names the URI (`data.uri`), as the specification asks.
+    let not_found = |why: String| ErrorData::resource_not_found(why, Some(json!({"uri": uri})));
     let rest = uri.strip_prefix("cairn://").ok_or_else(|| not_found(format!("`{uri}` is not a cairn:// resource")))?;
     let step_result = rest
         .strip_prefix("runs/")
@@ -152,7 +153,7 @@ async fn subscribable(
             Ok(run) => Ok(Some(run)),
             Err(e) if e.status == 404 => Err(ErrorData::resource_not_found(
                 format!("{}; list_runs shows the runs to subscribe to", e.message),
-                None,
+                Some(json!({"uri": uri})),
             )),
             Err(e) => Err(ErrorData::internal_error(format!("{} ({})", e.message, e.code), None)),
         },

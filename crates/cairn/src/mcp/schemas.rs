@@ -1,8 +1,8 @@
 //! Every tool's `outputSchema`: the JSON Schema of its structured content. A tool that answers
-//! with an API response has that response's schema from the API's own OpenAPI document (one
-//! source for both surfaces: the components become `$defs`, each tool's holding only those it
-//! reaches); a tool that shapes its own answer (a plan for the person, an overview) has one
-//! written here. A client may validate each result against it (the Python SDK does).
+//! with an API response has that response's schema, the one the API's OpenAPI document gives it
+//! (one source for both surfaces: the wire type's `ToSchema`, and those it refers to as `$defs`,
+//! each tool's holding only those it reaches); a tool that shapes its own answer (a plan for the
+//! person, an overview) has one written here. A client may validate each result against it (the Python SDK does).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -10,14 +10,42 @@ use std::sync::{Arc, OnceLock};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
-use utoipa::OpenApi;
+use utoipa::ToSchema;
 
-/// The API's component schemas, with their references rewritten to `#/$defs/NAME`.
+use crate::wire;
+
+/// The schemas of the wire types tools answer with, and of every type they refer to, by name,
+/// with their references rewritten to `#/$defs/NAME`.
 fn components() -> &'static BTreeMap<String, Value> {
     static DEFS: OnceLock<BTreeMap<String, Value>> = OnceLock::new();
     DEFS.get_or_init(|| {
-        let doc = serde_json::to_value(crate::api::ApiDoc::openapi()).unwrap_or_default();
-        let text = doc["components"]["schemas"].to_string().replace("#/components/schemas/", "#/$defs/");
+        let mut all: Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)> = Vec::new();
+        fn add<T: ToSchema>(all: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+            all.push((T::name().into_owned(), T::schema()));
+            T::schemas(all);
+        }
+        add::<wire::WorkflowList>(&mut all);
+        add::<wire::WorkflowAdded>(&mut all);
+        add::<wire::WorkflowDetail>(&mut all);
+        add::<wire::RunResult>(&mut all);
+        add::<wire::RunList>(&mut all);
+        add::<wire::Explanation>(&mut all);
+        add::<wire::StepDetail>(&mut all);
+        add::<wire::ArtifactSlice>(&mut all);
+        add::<wire::ExportResult>(&mut all);
+        add::<wire::StepLog>(&mut all);
+        add::<wire::VerifyResult>(&mut all);
+        add::<wire::Job>(&mut all);
+        add::<wire::JobList>(&mut all);
+        add::<wire::Interrupted>(&mut all);
+        add::<wire::Restarted>(&mut all);
+        add::<wire::DocList>(&mut all);
+        add::<wire::Doc>(&mut all);
+        add::<wire::DocSearchResult>(&mut all);
+        add::<wire::DocSaved>(&mut all);
+        let map: BTreeMap<String, Value> =
+            all.into_iter().map(|(name, schema)| (name, serde_json::to_value(schema).unwrap_or_default())).collect();
+        let text = serde_json::to_string(&map).unwrap_or_default().replace("#/components/schemas/", "#/$defs/");
         serde_json::from_str(&text).unwrap_or_default()
     })
 }

@@ -1,13 +1,15 @@
 //! The daemon's MCP endpoints (`/mcp/workbench`, `/mcp/compute`, `/mcp/app`, streamable HTTP)
-//! against the official MCP conformance suite, `@modelcontextprotocol/conformance`, pinned with the
-//! Node 22 it runs on in `tools/mcp-conformance/package.json`.
+//! against the official MCP conformance suite, `@modelcontextprotocol/conformance`, for two
+//! protocol revisions: 2025-11-25 (every server scenario of the suite pinned with the Node 22 it
+//! runs on in `tools/mcp-conformance/package.json`) and 2026-07-28 (exactly the scenarios that
+//! revision requires, at its wire, from the suite pinned in `tools/mcp-conformance-2026`).
 //!
 //! The work is `scripts/mcp-conformance.sh`, run here with this build's binary (`CAIRN_BIN`, so it
 //! builds nothing): it installs the pinned packages if needed (`npm ci`; `scripts/test.sh` installs
 //! them first), starts a daemon on a temporary state root with the example workflow registered,
 //! runs every server scenario against each endpoint through a loopback proxy that adds the bearer
 //! token (the suite cannot send headers), and compares the outcome with
-//! `tools/mcp-conformance/expected-failures.txt`, in which every entry is justified. Any unexpected
+//! the revision's `expected-failures.txt`, in which every entry is justified. Any unexpected
 //! failure, or a listed failure that now passes, fails this test with the script's summary.
 //!
 //! Without npm and without an installed suite the test is skipped, loudly; under `CI=true` it fails.
@@ -35,6 +37,15 @@ fn installed(conf: &Path) -> bool {
 
 #[test]
 fn the_official_mcp_conformance_suite_passes_on_every_endpoint() {
+    conformance("2025-11-25");
+}
+
+#[test]
+fn the_official_mcp_conformance_suite_passes_on_every_endpoint_for_2026_07_28() {
+    conformance("2026-07-28");
+}
+
+fn conformance(revision: &str) {
     let root = repo();
     let conf = root.join("tools/mcp-conformance");
     let ci = ci();
@@ -55,6 +66,7 @@ fn the_official_mcp_conformance_suite_passes_on_every_endpoint() {
         .arg(root.join("scripts/mcp-conformance.sh"))
         .current_dir(&root)
         .env("CAIRN_BIN", env!("CARGO_BIN_EXE_cairn"))
+        .env("CAIRN_MCP_REVISION", revision)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -85,9 +97,9 @@ fn the_official_mcp_conformance_suite_passes_on_every_endpoint() {
     match status {
         Some(s) if s.success() => {
             eprintln!("{output}");
-            eprintln!("scripts/mcp-conformance.sh passed in {:.1?}", started.elapsed());
+            eprintln!("scripts/mcp-conformance.sh ({revision}) passed in {:.1?}", started.elapsed());
         }
-        Some(s) => panic!("scripts/mcp-conformance.sh failed ({s}):\n{output}"),
+        Some(s) => panic!("scripts/mcp-conformance.sh ({revision}) failed ({s}):\n{output}"),
         None => panic!("scripts/mcp-conformance.sh still ran after {DEADLINE:?}; stopped it:\n{output}"),
     }
 }

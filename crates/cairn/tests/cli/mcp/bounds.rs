@@ -59,3 +59,28 @@ fn large_results_are_cut_with_a_way_to_the_whole_and_nothing_over_256_kib_is_ans
     let page = wb.call_ok("read_artifact", json!({"run_id": "B1", "step_id": "make", "name": "odd", "length": 40000}));
     assert_eq!((page["length"].as_u64(), page["eof"].as_bool()), (Some(40_000), Some(false)), "a shorter page fits");
 }
+
+/// A tool that answers with an API response declares that response's schema, the very one the
+/// API's OpenAPI document gives it.
+#[test]
+fn output_schemas_are_the_api_s_own() {
+    let Some(fx) = Fx::new() else { return };
+    fx.start_daemon();
+    let client = fx.client();
+    let wb = client.stdio("workbench");
+    let doc = http("GET", &format!("{}/openapi.json", fx.url()), None, None, &[]).body;
+    let components: Value =
+        serde_json::from_str(&doc["components"]["schemas"].to_string().replace("#/components/schemas/", "#/$defs/"))
+            .unwrap();
+    let tools = wb.tools();
+    for (tool, component) in
+        [("get_run", "RunResult"), ("get_step_result", "StepDetail"), ("read_doc", "Doc"), ("list_jobs", "JobList")]
+    {
+        let t = tools.iter().find(|t| t["name"] == tool).unwrap();
+        let schema = &t["outputSchema"];
+        assert_eq!(schema["allOf"][0]["$ref"], format!("#/$defs/{component}"), "{tool}: {schema:#}");
+        for (name, def) in schema["$defs"].as_object().unwrap() {
+            assert_eq!(def, &components[name], "{tool}: $defs.{name} is the OpenAPI document's");
+        }
+    }
+}
