@@ -251,6 +251,14 @@ impl Fx {
         self.c.home()
     }
 
+    /// The test venv's `bin` (its Snakemake) first on the PATH of every command, and so of a
+    /// daemon started after.
+    fn with_venv_on_path(mut self) -> Fx {
+        let path = format!("{}:{}", venv_dir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
+        self.c = std::mem::replace(&mut self.c, Cairn::new()).with_env("PATH", path);
+        self
+    }
+
     fn p(&self, rel: &str) -> PathBuf {
         self.base.join(rel)
     }

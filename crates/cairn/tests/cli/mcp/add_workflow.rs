@@ -27,10 +27,7 @@ fn names(list: &Value) -> Vec<String> {
 
 #[test]
 fn an_agent_registers_describes_and_runs_workflows_and_gets_every_problem_as_data() {
-    let Some(mut fx) = Fx::new() else { return };
-    // The daemon runs the pipeline with the test venv's Snakemake.
-    let path = format!("{}:{}", venv_dir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
-    fx.c = std::mem::replace(&mut fx.c, Cairn::new()).with_env("PATH", path);
+    let Some(fx) = Fx::new().map(Fx::with_venv_on_path) else { return };
     fx.start_daemon();
     let client = fx.client();
     let wb = client.stdio("workbench");

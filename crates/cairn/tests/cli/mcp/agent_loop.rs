@@ -9,9 +9,7 @@ use super::*;
 
 #[test]
 fn an_agent_closes_the_loop_alone_over_mcp() {
-    let Some(mut fx) = Fx::new() else { return };
-    let path = format!("{}:{}", venv_dir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
-    fx.c = std::mem::replace(&mut fx.c, Cairn::new()).with_env("PATH", path);
+    let Some(fx) = Fx::new().map(Fx::with_venv_on_path) else { return };
     let pipeline = fx.p("bare");
     copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pipelines/bare"), &pipeline);
     let broken = fx.p("broken");

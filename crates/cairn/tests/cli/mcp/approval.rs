@@ -12,9 +12,7 @@ use super::*;
 /// A daemon (with the test venv's Snakemake on its PATH) and the `bare` Snakemake pipeline
 /// registered, and an input file beside it for plans to bind by hash.
 fn fixture() -> Option<(Fx, PathBuf)> {
-    let mut fx = Fx::new()?;
-    let path = format!("{}:{}", venv_dir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
-    fx.c = std::mem::replace(&mut fx.c, Cairn::new()).with_env("PATH", path);
+    let fx = Fx::new()?.with_venv_on_path();
     let pipeline = fx.p("bare");
     copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pipelines/bare"), &pipeline);
     let (code, _, out) = fx.json(&["workflow", "add", pipeline.to_str().unwrap()]);

@@ -60,11 +60,9 @@ fn checked(answer: &Value, total: f64, what: &str) -> Vec<String> {
 /// The example registered, the slow pipeline written (not registered) at `slow/`, and the daemon
 /// started with the test venv's Snakemake on its PATH.
 pub(super) fn with_slow_pipeline() -> Option<Fx> {
-    let mut fx = Fx::new()?;
+    let fx = Fx::new()?.with_venv_on_path();
     let (code, _, out) = fx.json(&["workflow", "add", example("1.2.0").to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
-    let path = format!("{}:{}", venv_dir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
-    fx.c = std::mem::replace(&mut fx.c, Cairn::new()).with_env("PATH", path);
     let pipeline = fx.p("slow");
     std::fs::create_dir_all(&pipeline).unwrap();
     std::fs::write(pipeline.join("Snakefile"), SLOW_SNAKEFILE).unwrap();
