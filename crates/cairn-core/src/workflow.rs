@@ -326,6 +326,19 @@ impl From<WorkflowError> for WorkflowProblems {
     }
 }
 
+/// `outputs` without the declarations that do not parse, each of those told to `bad` (in name
+/// order).
+fn valid_outputs(mut outputs: BTreeMap<String, String>, mut bad: impl FnMut(String)) -> BTreeMap<String, String> {
+    outputs.retain(|name, path| match OutputDecl::parse(name, path) {
+        Ok(_) => true,
+        Err(e) => {
+            bad(e.to_string());
+            false
+        }
+    });
+    outputs
+}
+
 /// Parses and validates a `workflow.toml`. `file` is the path used in messages. Every problem is
 /// reported, not only the first; a problem that makes later checks meaningless (a TOML syntax
 /// error, a broken step graph) ends the checks that depend on it.
@@ -442,17 +455,14 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
                 ));
             }
         }
-        for (out, path) in &t.outputs {
-            if let Err(e) = OutputDecl::parse(out, path) {
-                problems.push(loc.err(Some(at), None, Some(&field("outputs")), e.to_string()));
-            }
-        }
-        if !kind.is_process() && !t.outputs.is_empty() {
+        let declared_any = !t.outputs.is_empty();
+        // Only well-formed outputs are kept, so its steps' references are checked against those.
+        let outputs = valid_outputs(t.outputs, |e| {
+            problems.push(loc.err(Some(at), None, Some(&field("outputs")), e));
+        });
+        if !kind.is_process() && declared_any {
             problems.push(loc.err(Some(at), None, Some(&field("outputs")), PIPELINE_OUTPUTS));
         }
-        // Only well-formed outputs are kept, so its steps' references are checked against those.
-        let mut outputs = t.outputs;
-        outputs.retain(|n, p| OutputDecl::parse(n, p).is_ok());
         tools.insert(
             name.clone(),
             ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env, outputs },
@@ -561,13 +571,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
                 problems.push(loc.err(Some(at), Some(&id), Some("args"), e.to_string()));
             }
         }
-        let mut outputs = s.outputs;
-        for (out, path) in &outputs {
-            if let Err(e) = OutputDecl::parse(out, path) {
-                problems.push(loc.err(Some(at), Some(&id), Some("outputs"), e.to_string()));
-            }
-        }
-        outputs.retain(|n, p| OutputDecl::parse(n, p).is_ok());
+        let outputs = valid_outputs(s.outputs, |e| problems.push(loc.err(Some(at), Some(&id), Some("outputs"), e)));
         if !kind.is_process() && !outputs.is_empty() {
             problems.push(loc.err(Some(at), Some(&id), Some("outputs"), PIPELINE_OUTPUTS));
         }

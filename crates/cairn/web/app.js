@@ -378,6 +378,7 @@ async function runPage(runId) {
       h('dt', {}, 'Finished'), h('dd', {}, r.finished_at ? time(r.finished_at) : 'not yet'),
       h('dt', {}, 'Duration'), h('dd', {}, ms(span(r.created_at, r.finished_at))),
       ...(r.thread_id ? [h('dt', {}, 'Thread'), h('dd', {}, r.thread_id)] : []),
+      ...(r.approval ? [h('dt', {}, 'Approved'), h('dd', {}, `${r.approval.channel}, ${time(r.approval.at)}`)] : []),
       ...(r.error ? [h('dt', {}, 'Error'), h('dd', {}, r.error)] : []));
     const byStep = Object.fromEntries(r.steps.map((s) => [s.step_id, s]));
     dagBox.replaceChildren(drawDag(h, wf ? wf.steps : r.steps.map((s) => ({ id: s.step_id, needs: [] })), byStep,

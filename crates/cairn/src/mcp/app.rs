@@ -103,10 +103,7 @@ impl App {
         Parameters(p): Parameters<ReadArtifact>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        match self.daemon.call(&ctx, "GET", p.path(), None).await {
-            Ok(v) => structured(v),
-            Err(e) => e.tool_result(),
-        }
+        self.daemon.tool(&ctx, "GET", p.path(), None).await
     }
 
     #[tool(
@@ -118,10 +115,7 @@ impl App {
         Parameters(p): Parameters<ExportRun>,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        match self.daemon.call(&ctx, "GET", p.path(), None).await {
-            Ok(v) => structured(v),
-            Err(e) => e.tool_result(),
-        }
+        self.daemon.tool(&ctx, "GET", p.path(), None).await
     }
 
     #[tool(

@@ -197,11 +197,19 @@ fn table(server: super::Kind) -> Vec<(&'static str, Arc<JsonObject>)> {
     }
 }
 
-/// Sets each tool's output schema in `router`.
+/// Sets each tool's output schema in `router`; the schemas are built once per server kind: the
+/// daemon makes a server for every HTTP session.
 pub fn attach<S>(server: super::Kind, mut router: ToolRouter<S>) -> ToolRouter<S> {
-    for (name, schema) in table(server) {
-        if let Some(route) = router.map.get_mut(name) {
-            route.attr.output_schema = Some(schema);
+    type Table = Vec<(&'static str, Arc<JsonObject>)>;
+    static TABLES: [OnceLock<Table>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let slot = match server {
+        super::Kind::Workbench => 0,
+        super::Kind::Compute => 1,
+        super::Kind::App => 2,
+    };
+    for (name, schema) in TABLES[slot].get_or_init(|| table(server)) {
+        if let Some(route) = router.map.get_mut(*name) {
+            route.attr.output_schema = Some(schema.clone());
         }
     }
     router
