@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
-# Engine overhead per step, end to end through the release binary, and the same chain in
-# Snakemake. See BENCHMARKS.md for what each figure means and the results on record.
+# Cairn's cost per step through the daemon (the path users take), against Snakemake on the same
+# DAGs, in one run. See BENCHMARKS.md §2–3 for what each figure means and the results on record.
 #
-#   scripts/bench-engine.sh                # 1,000-step chain and 1,000-wide fan-in, 3 repetitions
+#   scripts/bench-engine.sh            # 300-step chain (serial) and 1,000-wide fan-out + join (--parallel 2)
 #
 # Settings (environment):
-#   BENCH_STEPS=1000      steps of the chain; roots of the fan-in (plus one sink)
-#   BENCH_REPS=3          repetitions; medians are reported
-#   BENCH_SNAKEMAKE=1     also time the equivalent Snakemake chain (0 to skip)
-#   BENCH_SNAKE_STEPS=200 rules of the Snakemake chain; if it differs from BENCH_STEPS, the Cairn
-#                         chain is also run at that size for the ratio. Not 1,000: Snakemake 9.27
-#                         builds its DAG recursively and a 1,000-deep chain stops with
-#                         "RecursionError: maximum recursion depth exceeded" (at about depth 500)
-#   BENCH_TMP=/tmp        where the fresh CAIRN_HOMEs and Snakemake directories are made
-#                         (/dev/shm puts the SQLite database on tmpfs, where fsync costs nothing)
+#   BENCH_CHAIN=300       steps of the chain (Snakemake 9 builds its DAG recursively and stops
+#                         with RecursionError on a chain deeper than about 500)
+#   BENCH_FANOUT=1000     roots of the fan-out; one join step needs them all
+#   BENCH_PARALLEL=2      --parallel of the fan-out run, --cores of Snakemake's
+#   BENCH_REPS=5          timed repetitions of each (after one untimed warm-up); medians reported
+#   BENCH_SNAKEMAKE=1     also time Snakemake (0 to skip)
+#   BENCH_TMP=/tmp        where the state roots and Snakemake directories are made
 #   BENCH_OUT=bench-out/engine-<time>   where raw outputs are kept
+#   BENCH_BASELINE=PATH   another cairn binary (an earlier commit's release build) timed the same
+#                         way, interleaved, on its own state root: the before/after ratio
+#
+# Cairn's own work per step = (wall − Σ the tools' durations) / steps, the tools' durations as
+# each step records them (spawn to exit and output collected). Ratios are printed last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-STEPS=${BENCH_STEPS:-1000}
-REPS=${BENCH_REPS:-3}
+CHAIN=${BENCH_CHAIN:-300}
+FANOUT=${BENCH_FANOUT:-1000}
+PAR=${BENCH_PARALLEL:-2}
+REPS=${BENCH_REPS:-5}
 SNAKE=${BENCH_SNAKEMAKE:-1}
-SNAKE_STEPS=${BENCH_SNAKE_STEPS:-200}
 TMPBASE=${BENCH_TMP:-/tmp}
 OUT=${BENCH_OUT:-$ROOT/bench-out/engine-$(date +%Y%m%dT%H%M%S)}
 CAIRN=$ROOT/target/release/cairn
+BASELINE=${BENCH_BASELINE:-}
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -35,7 +40,14 @@ log "cargo build --release"
 cargo build --release -q
 
 WORK=$(mktemp -d -p "$TMPBASE" cairn-bench.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+HOME_DIR=$WORK/state
+BASE_HOME=$WORK/state-baseline
+cleanup() {
+  CAIRN_HOME=$HOME_DIR "$CAIRN" daemon stop > /dev/null 2>&1 || true
+  [ -z "$BASELINE" ] || CAIRN_HOME=$BASE_HOME "$BASELINE" daemon stop > /dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 echo '{}' > "$WORK/input.json"
 
 # --- workflows ------------------------------------------------------------------------------
@@ -46,7 +58,7 @@ header() { # name
 gen_chain() { # dir steps
   mkdir -p "$1"
   {
-    header "bench-chain-$2"
+    header "bench-chain"
     printf '[[steps]]\nid = "s0"\ntool = "echo"\nargs = {}\n\n'
     for ((i = 1; i < $2; i++)); do
       printf '[[steps]]\nid = "s%d"\ntool = "echo"\nneeds = ["s%d"]\nargs = {}\n\n' "$i" "$((i - 1))"
@@ -54,14 +66,14 @@ gen_chain() { # dir steps
   } > "$1/workflow.toml"
 }
 
-gen_fanin() { # dir roots
+gen_fanout() { # dir roots
   mkdir -p "$1"
   {
-    header "bench-fanin-$2"
+    header "bench-fanout"
     for ((i = 0; i < $2; i++)); do
       printf '[[steps]]\nid = "r%d"\ntool = "echo"\nargs = {}\n\n' "$i"
     done
-    printf '[[steps]]\nid = "sink"\ntool = "echo"\nargs = {}\nneeds = ['
+    printf '[[steps]]\nid = "join"\ntool = "echo"\nargs = {}\nneeds = ['
     for ((i = 0; i < $2; i++)); do
       printf '%s"r%d"' "$([ "$i" -gt 0 ] && echo ', ')" "$i"
     done
@@ -71,137 +83,163 @@ gen_fanin() { # dir roots
 
 now() { echo "$EPOCHREALTIME"; }
 
-# One run of a workflow under a fresh CAIRN_HOME: registers it (not timed), times `cairn run`,
-# then records `cairn show --json` with the wall time added. In-process: this measures the
-# engine; the daemon's own cost is measured by scripts/bench-daemon.sh.
-cairn_once() { # label workflow-dir workflow-name rep
-  local label=$1 dir=$2 name=$3 rep=$4
-  local home
-  home=$(mktemp -d -p "$TMPBASE" cairn-home.XXXXXX)
-  CAIRN_HOME=$home "$CAIRN" workflow add "$dir" --json > "$OUT/$label-$rep.add.json"
-  local t0 t1 rc=0
+# One timed `cairn run` through the warm daemon, then its record with the wall time added.
+cairn_once() { # label workflow parallel rep [binary home]
+  local label=$1 name=$2 par=$3 rep=$4 bin=${5:-$CAIRN} home=${6:-$HOME_DIR} t0 t1 rc=0
   t0=$(now)
-  CAIRN_HOME=$home "$CAIRN" run "$name" --input "$WORK/input.json" --in-process --json > "$OUT/$label-$rep.run.json" \
-    2> "$OUT/$label-$rep.run.err" || rc=$?
+  CAIRN_HOME=$home "$bin" run "$name" --input "$WORK/input.json" --parallel "$par" --json \
+    > "$OUT/$label-$rep.run.json" 2> "$OUT/$label-$rep.run.err" || rc=$?
   t1=$(now)
   if [ "$rc" -ne 0 ]; then
     log "cairn run $name exited $rc"; cat "$OUT/$label-$rep.run.err" >&2; exit 1
   fi
   local run_id
   run_id=$(jq -r .run_id "$OUT/$label-$rep.run.json")
-  CAIRN_HOME=$home "$CAIRN" show "$run_id" --json \
-    | jq --arg t0 "$t0" --arg t1 "$t1" --arg home "$home" \
-        '. + {bench_wall_s: (($t1 | tonumber) - ($t0 | tonumber)), bench_home: $home}' \
+  CAIRN_HOME=$home "$bin" show "$run_id" --json \
+    | jq --arg t0 "$t0" --arg t1 "$t1" '. + {bench_wall_s: (($t1 | tonumber) - ($t0 | tonumber))}' \
     > "$OUT/$label-$rep.show.json"
-  rm -rf "$home"
 }
 
-# Medians over the repetitions of one label: wall, wall/step, tool time/step, Cairn's own work/step.
-summarise() { # label
-  python3 - "$OUT" "$1" <<'PY'
-import json, glob, statistics, sys
-out, label = sys.argv[1], sys.argv[2]
-rows = []
-for f in sorted(glob.glob(f"{out}/{label}-[0-9]*.show.json")):
-    r = json.load(open(f))
-    steps = r["steps"]
-    assert r["status"] == "READY", (f, r["status"])
-    assert all(s["status"] == "COMPLETED" for s in steps), f
-    d = [s["duration_ms"] for s in steps]
-    n, wall_ms = len(steps), r["bench_wall_s"] * 1000
-    rows.append(dict(n=n, wall_ms=wall_ms, per_step=wall_ms / n, tool_med=statistics.median(d),
-                     tool_sum=sum(d), own=(wall_ms - sum(d)) / n))
-med = lambda k: statistics.median(x[k] for x in rows)
-summary = {k: med(k) for k in ("wall_ms", "per_step", "tool_med", "tool_sum", "own")}
-summary.update(label=label, steps=rows[0]["n"], reps=len(rows),
-               own_each=[round(x["own"], 3) for x in rows], wall_each=[round(x["wall_ms"]) for x in rows])
-json.dump(summary, open(f"{out}/{label}.summary.json", "w"), indent=1)
-print(f"| {label:<14} | {summary['steps']:>5} | {summary['reps']:>4} | {summary['wall_ms']/1000:>9.2f} s "
-      f"| {summary['per_step']:>8.3f} ms | {summary['tool_med']:>8.3f} ms | {summary['own']:>8.3f} ms "
-      f"| {'yes' if summary['own'] < 1 else 'NO':<4} | {summary['own_each']} |")
-PY
+snake_once() { # label snakefile cores rep expected-file
+  local label=$1 snakefile=$2 cores=$3 rep=$4 expect=$5 dir t0 t1 rc=0
+  dir=$(mktemp -d -p "$TMPBASE" snake.XXXXXX)
+  cp "$snakefile" "$dir/Snakefile"
+  t0=$(now)
+  (cd "$dir" && "$SNAKEMAKE" --cores "$cores" --quiet > "$OUT/$label-$rep.out" 2> "$OUT/$label-$rep.err") || rc=$?
+  t1=$(now)
+  if [ "$rc" -ne 0 ]; then
+    log "snakemake exited $rc:"; tail -5 "$OUT/$label-$rep.err" >&2; exit 1
+  fi
+  test "$(cat "$dir/$expect")" = "{}"
+  echo "$t0 $t1" > "$OUT/$label-$rep.time"
+  rm -rf "$dir"
 }
 
-gen_chain "$WORK/chain" "$STEPS"
-gen_fanin "$WORK/fanin" "$STEPS"
-labels=(chain fanin)
-for ((rep = 1; rep <= REPS; rep++)); do
-  log "repetition $rep/$REPS: $STEPS-step chain"
-  cairn_once chain "$WORK/chain" "bench-chain-$STEPS" "$rep"
-  log "repetition $rep/$REPS: $STEPS-wide fan-in (+1 sink)"
-  cairn_once fanin "$WORK/fanin" "bench-fanin-$STEPS" "$rep"
-done
-if [ "$SNAKE" = 1 ] && [ "$SNAKE_STEPS" != "$STEPS" ]; then
-  gen_chain "$WORK/chain-s" "$SNAKE_STEPS"
-  labels+=(chain-s)
-  for ((rep = 1; rep <= REPS; rep++)); do
-    log "repetition $rep/$REPS: $SNAKE_STEPS-step chain (the Snakemake comparison's size)"
-    cairn_once chain-s "$WORK/chain-s" "bench-chain-$SNAKE_STEPS" "$rep"
-  done
+gen_chain "$WORK/chain" "$CHAIN"
+gen_fanout "$WORK/fanout" "$FANOUT"
+CAIRN_HOME=$HOME_DIR "$CAIRN" workflow add "$WORK/chain" --json > /dev/null
+CAIRN_HOME=$HOME_DIR "$CAIRN" workflow add "$WORK/fanout" --json > /dev/null
+CAIRN_HOME=$HOME_DIR "$CAIRN" daemon start > "$OUT/daemon.txt"
+log "$(cat "$OUT/daemon.txt")"
+if [ -n "$BASELINE" ]; then
+  CAIRN_HOME=$BASE_HOME "$BASELINE" workflow add "$WORK/chain" --json > /dev/null
+  CAIRN_HOME=$BASE_HOME "$BASELINE" workflow add "$WORK/fanout" --json > /dev/null
+  CAIRN_HOME=$BASE_HOME "$BASELINE" daemon start > "$OUT/daemon-baseline.txt"
+  log "baseline $BASELINE: $(cat "$OUT/daemon-baseline.txt")"
 fi
 
-echo
-echo "## Cairn engine overhead (CAIRN_HOME under $TMPBASE; medians of $REPS)"
-echo
-echo "| workflow       | steps | reps |      wall   | wall/step   | tool/step   | own/step    | <1ms | own/step each rep |"
-echo "|----------------|------:|-----:|------------:|------------:|------------:|------------:|------|-------------------|"
-for l in "${labels[@]}"; do summarise "$l"; done
-
-# --- Snakemake --------------------------------------------------------------------------------
 if [ "$SNAKE" = 1 ]; then
-  VENV=$ROOT/.venv
-  if [ ! -x "$VENV/bin/python" ]; then
-    log "creating $VENV"
-    python3 -m venv "$VENV"
-  fi
+  VENV=${CAIRN_TEST_VENV:-$ROOT/.venv}
   if [ ! -x "$VENV/bin/snakemake" ]; then
-    log "installing snakemake into $VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check snakemake
+    log "installing the test venv's packages (scripts/requirements-test.txt) into $VENV"
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check -r scripts/requirements-test.txt
   fi
   SNAKEMAKE=$VENV/bin/snakemake
   log "snakemake $("$SNAKEMAKE" --version)"
-  SNAKEFILE=$WORK/Snakefile
   {
-    printf 'rule all:\n    input: "out/r%d.txt"\n\n' "$((SNAKE_STEPS - 1))"
+    printf 'rule all:\n    input: "out/r%d.txt"\n\n' "$((CHAIN - 1))"
     printf 'rule r0:\n    output: "out/r0.txt"\n    shell: "echo {{}} > {output}"\n\n'
-    for ((i = 1; i < SNAKE_STEPS; i++)); do
+    for ((i = 1; i < CHAIN; i++)); do
       printf 'rule r%d:\n    input: "out/r%d.txt"\n    output: "out/r%d.txt"\n    shell: "echo {{}} > {output}"\n\n' \
         "$i" "$((i - 1))" "$i"
     done
-  } > "$SNAKEFILE"
-  cp "$SNAKEFILE" "$OUT/Snakefile"
-  for ((rep = 1; rep <= REPS; rep++)); do
-    dir=$(mktemp -d -p "$TMPBASE" snake.XXXXXX)
-    cp "$SNAKEFILE" "$dir/Snakefile"
-    log "repetition $rep/$REPS: snakemake --cores 1 --quiet, $SNAKE_STEPS-rule chain"
-    t0=$(now)
-    rc=0
-    (cd "$dir" && "$SNAKEMAKE" --cores 1 --quiet > "$OUT/snakemake-$rep.out" 2> "$OUT/snakemake-$rep.err") || rc=$?
-    t1=$(now)
-    if [ "$rc" -ne 0 ]; then
-      log "snakemake exited $rc:"; tail -5 "$OUT/snakemake-$rep.err" >&2; exit 1
-    fi
-    test "$(cat "$dir/out/r$((SNAKE_STEPS - 1)).txt")" = "{}"
-    echo "$t0 $t1" > "$OUT/snakemake-$rep.time"
-    rm -rf "$dir"
-  done
-  cairn_label=chain
-  [ "$SNAKE_STEPS" != "$STEPS" ] && cairn_label=chain-s
-  python3 - "$OUT" "$cairn_label" "$SNAKE_STEPS" <<'PY'
-import json, glob, statistics, sys
-out, label, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-snake = []
-for f in sorted(glob.glob(f"{out}/snakemake-[0-9]*.time")):
-    t0, t1 = map(float, open(f).read().split())
-    snake.append(t1 - t0)
-cairn = json.load(open(f"{out}/{label}.summary.json"))["wall_ms"] / 1000
-s = statistics.median(snake)
-json.dump({"steps": n, "snakemake_s": s, "snakemake_each": snake, "cairn_s": cairn, "ratio": s / cairn},
-          open(f"{out}/snakemake.summary.json", "w"), indent=1)
-print(f"\n## {n}-step chain end to end: Snakemake --cores 1 vs cairn run (medians of {len(snake)})\n")
-print("| steps | snakemake | cairn run | ratio | >= 10x | snakemake each run |")
-print("|------:|----------:|----------:|------:|--------|--------------------|")
-print(f"| {n:>5} | {s:>7.2f} s | {cairn:>7.2f} s | {s / cairn:>4.1f}x | {'yes' if s / cairn >= 10 else 'NO':<6} "
-      f"| {[round(x, 2) for x in snake]} |")
-PY
+  } > "$WORK/Snakefile.chain"
+  # The idiomatic fan-out: one rule with a wildcard, one job per root, and a join.
+  cat > "$WORK/Snakefile.fanout" <<EOF
+ROOTS = range($FANOUT)
+
+rule all:
+    input: "out/join.txt"
+
+rule join:
+    input: expand("out/r{i}.txt", i=ROOTS)
+    output: "out/join.txt"
+    shell: "echo {{}} > {output}"
+
+rule root:
+    output: "out/r{i}.txt"
+    shell: "echo {{}} > {output}"
+EOF
+  cp "$WORK/Snakefile.chain" "$WORK/Snakefile.fanout" "$OUT/"
 fi
+
+# Interleaved: each repetition runs every measurement once, so a slow moment of this noisy
+# machine falls on all of them alike. Repetition 0 is the untimed warm-up.
+for ((rep = 0; rep <= REPS; rep++)); do
+  log "repetition $rep/$REPS$([ "$rep" = 0 ] && echo ' (warm-up)')"
+  cairn_once chain bench-chain 1 "$rep"
+  cairn_once fanout bench-fanout "$PAR" "$rep"
+  if [ -n "$BASELINE" ]; then
+    cairn_once base-chain bench-chain 1 "$rep" "$BASELINE" "$BASE_HOME"
+    cairn_once base-fanout bench-fanout "$PAR" "$rep" "$BASELINE" "$BASE_HOME"
+  fi
+  if [ "$SNAKE" = 1 ]; then
+    snake_once snake-chain "$WORK/Snakefile.chain" 1 "$rep" "out/r$((CHAIN - 1)).txt"
+    snake_once snake-fanout "$WORK/Snakefile.fanout" "$PAR" "$rep" out/join.txt
+  fi
+done
+
+python3 - "$OUT" "$REPS" "$SNAKE" "$PAR" "$BASELINE" <<'PY'
+import json, glob, statistics, sys
+out, reps, snake, par, baseline = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5]
+med = statistics.median
+
+def cairn(label):
+    rows = []
+    for rep in range(1, reps + 1):
+        r = json.load(open(f"{out}/{label}-{rep}.show.json"))
+        assert r["status"] == "READY", (label, rep, r["status"])
+        steps = r["steps"]
+        assert all(s["status"] == "COMPLETED" for s in steps), (label, rep)
+        d = [s["duration_ms"] for s in steps]
+        wall = r["bench_wall_s"] * 1000
+        # With several slots the tools' time is shared among them: what is beyond a perfect
+        # packing of it onto `parallel` slots is Cairn's.
+        slots = 1 if label.endswith("chain") else par
+        rows.append(dict(n=len(steps), wall=wall, tool=med(d), own=(wall - sum(d) / slots) / len(steps)))
+    return rows
+
+def snakes(label):
+    ts = []
+    for rep in range(1, reps + 1):
+        t0, t1 = map(float, open(f"{out}/{label}-{rep}.time").read().split())
+        ts.append((t1 - t0) * 1000)
+    return ts
+
+chain, fan = cairn("chain"), cairn("fanout")
+summary = {"reps": reps, "parallel": par}
+print(f"\n## Cairn through the daemon (medians of {reps}; each rep in brackets)\n")
+print("| workflow | steps | wall | wall/step | tool/step | own/step | own/step each rep |")
+print("|---|---:|---:|---:|---:|---:|---|")
+runs = [("chain", chain, "serial"), ("fanout", fan, f"--parallel {par}")]
+if baseline:
+    runs += [("base-chain", cairn("base-chain"), "serial, baseline"), ("base-fanout", cairn("base-fanout"), f"--parallel {par}, baseline")]
+for label, rows, note in runs:
+    s = {k: med(x[k] for x in rows) for k in ("wall", "tool", "own")}
+    s["steps"] = rows[0]["n"]
+    s["each_own"] = [round(x["own"], 3) for x in rows]
+    s["each_wall"] = [round(x["wall"], 1) for x in rows]
+    summary[label] = s
+    print(f"| {label} ({note}) | {s['steps']} | {s['wall']:.0f} ms | {s['wall'] / s['steps']:.3f} ms "
+          f"| {s['tool']:.3f} ms | {s['own']:.3f} ms | {s['each_own']} |")
+if baseline:
+    print(f"\n## Baseline ({baseline}) ÷ this build, end to end, medians\n")
+    print("| DAG | baseline | this build | ratio | own/step baseline → this build |")
+    print("|---|---:|---:|---:|---|")
+    for label in ("chain", "fanout"):
+        b, c = summary[f"base-{label}"], summary[label]
+        print(f"| {label} | {b['wall']:.0f} ms | {c['wall']:.0f} ms | {b['wall'] / c['wall']:.2f}× "
+              f"| {b['own']:.3f} → {c['own']:.3f} ms |")
+if snake:
+    print("\n## Ratios: Snakemake ÷ Cairn, end to end, medians (last)\n")
+    print("| DAG | snakemake | cairn run | ratio | target | met | snakemake each rep (ms) |")
+    print("|---|---:|---:|---:|---:|---|---|")
+    for label, cores in (("chain", 1), ("fanout", par)):
+        ts = snakes(f"snake-{label}")
+        s, c = med(ts), summary[label]["wall"]
+        summary[f"snakemake_{label}"] = {"median_ms": s, "each_ms": [round(t) for t in ts], "ratio": s / c}
+        print(f"| {label}, --cores {cores} | {s:.0f} ms | {c:.0f} ms | **{s / c:.1f}×** | 20× "
+              f"| {'yes' if s / c >= 20 else 'no'} | {[round(t) for t in ts]} |")
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
+PY

@@ -42,6 +42,7 @@ fn main() {
         owner: None,
         thread_id: None,
         plan_id: None,
+        parallelism: 1,
     };
     let steps: Vec<CrateStep> = (0..n)
         .map(|i| {

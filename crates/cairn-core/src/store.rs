@@ -57,6 +57,8 @@ pub struct RunRecord {
     pub thread_id: Option<String>,
     /// The approved plan it executes, if any.
     pub plan_id: Option<String>,
+    /// How many steps may execute at once, as submitted; recovery continues with it.
+    pub parallelism: u32,
 }
 
 /// Which runs a list holds: newest first, at most `limit`, each filter applied when given.
@@ -89,6 +91,8 @@ pub struct NewRun {
     pub replay: Option<Value>,
     pub owner: Option<Owner>,
     pub thread_id: Option<String>,
+    /// How many steps may execute at once (1: serial).
+    pub parallelism: u32,
     pub at: i64,
 }
 
@@ -374,6 +378,8 @@ pub trait RunStore {
     /// Creates a RUNNING run with a `run.created` event, or returns the existing one.
     fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError>;
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+    /// A run's status alone (what an event follower checks after every commit).
+    fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>, StoreError>;
     /// The runs `query` selects, newest first.
     fn runs(&self, query: &RunQuery<'_>) -> Result<Vec<RunRecord>, StoreError>;
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
@@ -408,6 +414,11 @@ pub trait RunStore {
     /// Writes COMPLETED with its result, its artifacts and a `step.completed` event, if the token
     /// owns the step.
     fn complete_attempt(&self, finish: &FinishAttempt) -> Result<(), StoreError>;
+    /// Completes attempts and begins others in one durable transaction, in that order: what a
+    /// scheduler writes when steps end and the steps they release start (a chain's next step, a
+    /// fan-out's completions gathered while they were running). All or nothing: any error (a
+    /// stale token, a finished run) writes none of it, and the caller writes each on its own.
+    fn commit_steps(&self, complete: &[FinishAttempt], begin: &[BeginAttempt]) -> Result<(), StoreError>;
     /// Writes the step FAILED and the run FAILED with `run_error`, in one transaction.
     fn fail_attempt(&self, finish: &FinishAttempt, run_error: &str) -> Result<(), StoreError>;
     /// Records that a write by a stale token was rejected (an event only).

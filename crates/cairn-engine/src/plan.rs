@@ -494,6 +494,7 @@ impl Engine {
                 replay: None,
                 owner,
                 thread_id,
+                parallelism: 1,
                 at: self.clock.now_ms(),
             },
             Some(req) => {

@@ -330,7 +330,12 @@ impl Engine {
             Some(prepared.source.run_id.clone()),
             Some(prepared.record()),
         )?;
-        Ok(NewRun { owner: req.owner, thread_id: req.thread_id.clone(), ..new })
+        Ok(NewRun {
+            owner: req.owner,
+            thread_id: req.thread_id.clone(),
+            parallelism: crate::runner::parallelism_of(req.parallelism),
+            ..new
+        })
     }
 
     /// Plans a replay and creates its child run (or finds the existing one with the same

@@ -198,7 +198,7 @@ impl Engine {
     /// status is read before the events, so a run that finished in between still has its
     /// `run.finished` in this batch.
     pub fn event_batch(&self, run_id: &str, after: i64) -> Result<EventBatch, EngineError> {
-        let finished = self.store.run(run_id)?.is_none_or(|r| r.status.is_terminal());
+        let finished = self.store.run_status(run_id)?.is_none_or(|s| s.is_terminal());
         Ok(EventBatch { finished, events: self.store.events(run_id, after)? })
     }
 

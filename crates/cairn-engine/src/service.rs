@@ -298,7 +298,8 @@ impl Service {
             return Ok(Work::Replay {
                 req: ReplayRequest {
                     resume_interrupted: true,
-                    parallelism: 1,
+                    // As submitted: a recovered run keeps its parallelism.
+                    parallelism: run.parallelism.max(1) as usize,
                     owner: Some(self.owner),
                     stop: Some(StopSignal::new()),
                     ..req
@@ -318,7 +319,7 @@ impl Service {
                 run_id: Some(run.run_id.clone()),
                 input: run.input.clone(),
                 resume_interrupted: resume,
-                parallelism: 1,
+                parallelism: run.parallelism.max(1) as usize,
                 owner: Some(self.owner),
                 thread_id: run.thread_id.clone(),
                 stop: Some(StopSignal::new()),

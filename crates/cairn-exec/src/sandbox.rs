@@ -2,18 +2,20 @@
 //! classify the exit and leave no process of the attempt's group behind.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::thread::{self, JoinHandle};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use cairn_core::status::{Outcome, classify_exit};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{PidfdFlags, pidfd_open};
 
 /// Variables passed through from this process's environment when set. The one list: the step
 /// agent receives it in each run request and builds a tool's environment there from it.
@@ -105,8 +107,6 @@ enum AttemptError {
     Spawn { program: String, source: io::Error },
     #[error("could not be waited for: {0}")]
     Wait(io::Error),
-    #[error("could not be waited for: the waiting thread stopped unexpectedly")]
-    WaiterLost,
     #[error("exceeded its timeout of {} and was terminated", human(*.timeout))]
     TimedOut { timeout: Duration },
     #[error("exceeded its timeout of {} and was killed after ignoring SIGTERM for {}", human(*.timeout), human(*.grace))]
@@ -115,12 +115,8 @@ enum AttemptError {
     StdoutTooLarge(usize),
     #[error("exited but its {0} stayed open: a process that left its process group still holds it")]
     PipeHeld(&'static str),
-    #[error("could not be supervised: the thread reading its {0} stopped unexpectedly")]
-    ReaderPanicked(&'static str),
     #[error("could not be supervised: failed to start a thread: {0}")]
     Thread(io::Error),
-    #[error("could not be supervised: its {0} was not captured")]
-    NotCaptured(&'static str),
     #[error("could not read its stdout: {0}")]
     ReadStdout(io::Error),
     #[error("exited with code {0}")]
@@ -141,35 +137,18 @@ enum AttemptError {
     Agent(String),
 }
 
-/// What the helper threads tell the main thread. One channel carries them all.
-enum Event {
-    /// The direct child has exited (or `wait` failed).
-    Exited(io::Result<ExitStatus>),
-    /// The waiter thread ended without reporting a status.
-    WaiterGone,
-    /// Stdout went over `max_stdout`; the group must be killed now.
-    StdoutOverflow,
-    /// A reader thread is done (EOF, error, overflow or a panic).
-    ReaderDone,
-}
-
-/// Sends its event when dropped, so a thread reports its end even if it unwinds.
-struct Notify {
-    tx: Sender<Event>,
-    event: Option<Event>,
-}
-
-impl Drop for Notify {
-    fn drop(&mut self) {
-        if let Some(event) = self.event.take() {
-            let _ = self.tx.send(event);
-        }
-    }
-}
-
 /// Runs one attempt. Never panics on any process behaviour; a spawn failure is a FAILED ToolRun.
 /// `on_start` is called right after spawn, before waiting, so the caller can record the identity durably.
+///
+/// One thread supervises the whole attempt: it polls the two output pipes and a pidfd of the
+/// child (the process's exit as a readable file descriptor), so an attempt costs no helper thread
+/// (only input larger than a pipe's atomic write gets one, to write it).
 pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -> ToolRun {
+    supervise(cmd, on_start, true)
+}
+
+/// [`run_tool`]; `use_pidfd: false` watches the exit as a kernel without pidfds makes it.
+fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_pidfd: bool) -> ToolRun {
     let started = Instant::now();
     let Some(program) = cmd.argv.first() else {
         return not_started(AttemptError::NoProgram, Duration::ZERO, started);
@@ -186,7 +165,8 @@ pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // The child leads its own group so the whole tree can be signalled at once. No pre_exec:
-        // it would force fork+exec instead of posix_spawn.
+        // it would force fork+exec instead of posix_spawn (a vfork: no page-table copy of this
+        // process, however large).
         .process_group(0);
 
     let spawned = command.spawn();
@@ -200,18 +180,19 @@ pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -
     };
 
     let pid = child.id();
-    // Read the start time before the waiter can reap the child and free its /proc entry.
+    // Read the start time before the child can be reaped and its /proc entry freed.
     let identity = ProcessIdentity { pid, pgid: pid, start_time: process_start_time(pid) };
     let pgid = Pid::from_raw(pid as i32);
+    // The child is ours and not yet waited for, so its pid cannot be reused before this opens.
+    // Without pidfds (Linux before 5.3, or a seccomp filter) its exit is polled instead.
+    let exit_fd =
+        use_pidfd.then(|| pidfd_open(rustix::process::Pid::from_child(&child), PidfdFlags::empty()).ok()).flatten();
 
-    let (tx, rx) = mpsc::channel();
-    // A helper thread that cannot be created fails the attempt (the process still runs to its end
-    // or its timeout and is cleaned up like any other).
     let mut thread_error = None;
     // A tool may exit without reading its input: EPIPE (and any other write error) is ignored.
     // Input that fits in PIPE_BUF goes into the fresh, empty pipe at once (such a write never
-    // blocks) and saves a thread; larger input is written by a thread that is not joined: its
-    // write ends at the latest when the group is gone. Either way stdin is then closed.
+    // blocks); larger input is written by a thread that is not joined: its write ends at the
+    // latest when the group is gone. Either way stdin is then closed.
     if let Some(mut stdin) = child.stdin.take() {
         if cmd.stdin.len() <= PIPE_BUF {
             let _ = stdin.write_all(&cmd.stdin);
@@ -225,47 +206,41 @@ pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -
             }
         }
     }
-    let max_stdout = cmd.max_stdout;
-    let stdout_reader =
-        child.stdout.take().map(|out| spawn_reader("cairn-stdout", &tx, move |tx| read_stdout(out, max_stdout, tx)));
-    let tail = cmd.stderr_tail;
-    let stderr_reader =
-        child.stderr.take().map(|err| spawn_reader("cairn-stderr", &tx, move |_| read_stderr_tail(err, tail)));
-    let waiter = spawn_waiter(child, &tx);
-    drop(tx);
 
     on_start(&identity);
 
-    let mut wait = Wait { rx, pgid, readers_done: 0 };
-    let ended = wait.for_exit(cmd.timeout, cmd.grace, waiter.is_ok());
+    let mut watch = Watch {
+        stdout: child.stdout.take().map(OwnedFd::from),
+        stderr: child.stderr.take().map(OwnedFd::from),
+        exit_fd,
+        out: Vec::new(),
+        max_stdout: cmd.max_stdout,
+        err_tail: VecDeque::with_capacity(cmd.stderr_tail.min(CHUNK)),
+        tail: cmd.stderr_tail,
+        chunk: vec![0u8; CHUNK],
+        overflow: false,
+        read_error: None,
+    };
+    let ended = watch.for_exit(&mut child, pgid, cmd.timeout, cmd.grace);
 
     // The direct child is gone: kill whatever else is left of its group, so no grandchild survives
     // holding the pipes.
     kill_group(pgid, Signal::SIGKILL);
+    let all_closed = watch.for_pipes(PIPE_CLOSE_WAIT);
 
-    let readers =
-        [stdout_reader.as_ref().is_some_and(Result::is_ok), stderr_reader.as_ref().is_some_and(Result::is_ok)];
-    let all_closed = wait.for_readers(readers.iter().filter(|r| **r).count(), PIPE_CLOSE_WAIT);
-    match waiter {
-        // Its event has been received, so joining does not block for long.
-        Ok(waiter) => {
-            let _ = waiter.join();
-        }
-        Err(e) => thread_error = Some(e),
+    let mut problem = None;
+    if !all_closed {
+        let pipe = if watch.stdout.is_some() { "stdout" } else { "stderr" };
+        problem = Some(AttemptError::PipeHeld(pipe));
     }
-
-    let stdout = collect(stdout_reader, all_closed, "stdout").and_then(|out| out);
-    let (stdout, mut problem) = match stdout {
-        Ok(out) => (out, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
-    let stderr = collect(stderr_reader, all_closed, "stderr").unwrap_or_else(|e| {
+    if let Some(e) = watch.read_error.take() {
         problem.get_or_insert(e);
-        Vec::new()
-    });
+    }
     if let Some(e) = thread_error {
         problem.get_or_insert(AttemptError::Thread(e));
     }
+    let stdout = if problem.is_some() { Vec::new() } else { std::mem::take(&mut watch.out) };
+    let stderr: Vec<u8> = std::mem::take(&mut watch.err_tail).into();
 
     let mut run = classify(cmd, ended, stdout, problem);
     run.stderr_tail = String::from_utf8_lossy(&stderr).into_owned();
@@ -323,153 +298,191 @@ struct Ended {
     overflow: bool,
 }
 
-struct Wait {
-    rx: Receiver<Event>,
-    pgid: Pid,
-    readers_done: usize,
+/// What one thread watches of a running attempt: its output pipes and its exit.
+struct Watch {
+    /// `None` once at its end (or, for stdout, abandoned over the bound).
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    /// Readable once the direct child has exited; `None` without pidfd support, or once reaped.
+    exit_fd: Option<OwnedFd>,
+    out: Vec<u8>,
+    max_stdout: usize,
+    err_tail: VecDeque<u8>,
+    tail: usize,
+    chunk: Vec<u8>,
+    /// Stdout went over `max_stdout`: the group was killed.
+    overflow: bool,
+    read_error: Option<AttemptError>,
 }
 
-impl Wait {
-    /// Waits for the direct child to exit, enforcing the timeout and the stdout bound.
-    fn for_exit(&mut self, timeout: Duration, grace: Duration, have_waiter: bool) -> Ended {
-        let mut ended = Ended {
-            status: Err(AttemptError::WaiterLost),
-            timed_out: false,
-            killed_after_grace: false,
-            overflow: false,
-        };
-        if !have_waiter {
-            return ended;
-        }
+/// How often the child's exit is checked when there is no pidfd to poll.
+const EXIT_POLL: Duration = Duration::from_millis(2);
+
+impl Watch {
+    /// Reads the output as it comes until the direct child exits, enforcing the timeout (SIGTERM to
+    /// the group, then SIGKILL after the grace) and the stdout bound (SIGKILL at once).
+    fn for_exit(&mut self, child: &mut Child, pgid: Pid, timeout: Duration, grace: Duration) -> Ended {
+        let mut ended =
+            Ended { status: Err(AttemptError::NoStatus), timed_out: false, killed_after_grace: false, overflow: false };
         // None: no limit (after SIGKILL, or a timeout too large to represent).
         let mut deadline = Instant::now().checked_add(timeout);
         loop {
-            let event = match deadline {
-                Some(at) => self.rx.recv_timeout(at.saturating_duration_since(Instant::now())),
-                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            match event {
-                Ok(Event::Exited(status)) => {
-                    ended.status = status.map_err(AttemptError::Wait);
-                    return ended;
-                }
-                Ok(Event::WaiterGone) | Err(RecvTimeoutError::Disconnected) => return ended,
-                Ok(Event::StdoutOverflow) => {
-                    ended.overflow = true;
-                    kill_group(self.pgid, Signal::SIGKILL);
-                    deadline = None;
-                }
-                Ok(Event::ReaderDone) => self.readers_done += 1,
-                Err(RecvTimeoutError::Timeout) => {
-                    if ended.timed_out {
-                        ended.killed_after_grace = true;
-                        kill_group(self.pgid, Signal::SIGKILL);
-                        deadline = None;
-                    } else {
-                        ended.timed_out = true;
-                        kill_group(self.pgid, Signal::SIGTERM);
-                        deadline = Instant::now().checked_add(grace);
+            // Without a pidfd, the exit is checked on every wake and at least every EXIT_POLL.
+            if self.exit_fd.is_none() {
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        ended.status = Ok(status);
+                        return ended;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        ended.status = Err(AttemptError::Wait(e));
+                        return ended;
                     }
                 }
+            }
+            let now = Instant::now();
+            if let Some(at) = deadline
+                && now >= at
+            {
+                if ended.timed_out {
+                    ended.killed_after_grace = true;
+                    kill_group(pgid, Signal::SIGKILL);
+                    deadline = None;
+                } else {
+                    ended.timed_out = true;
+                    kill_group(pgid, Signal::SIGTERM);
+                    deadline = Instant::now().checked_add(grace);
+                }
+                continue;
+            }
+            let mut wait = deadline.map(|at| at.saturating_duration_since(now));
+            if self.exit_fd.is_none() {
+                wait = Some(wait.map_or(EXIT_POLL, |w| w.min(EXIT_POLL)));
+            }
+            let exited = match self.poll(wait, true) {
+                Ok(exited) => exited,
+                Err(e) => {
+                    // Cannot watch any more: stop the group and reap the child.
+                    kill_group(pgid, Signal::SIGKILL);
+                    ended.status = child.wait().map_err(AttemptError::Wait);
+                    self.read_error.get_or_insert(AttemptError::Wait(e));
+                    return ended;
+                }
+            };
+            if self.overflow && !ended.overflow {
+                ended.overflow = true;
+                kill_group(pgid, Signal::SIGKILL);
+                deadline = None;
+            }
+            if exited {
+                // The pidfd says it has exited: this wait does not block.
+                ended.status = child.wait().map_err(AttemptError::Wait);
+                self.exit_fd = None;
+                return ended;
             }
         }
     }
 
-    /// Waits until `readers` reader threads are done, for at most `limit`. True when all are.
-    fn for_readers(&mut self, readers: usize, limit: Duration) -> bool {
+    /// Reads the pipes until both are closed, for at most `limit`. True when they are.
+    fn for_pipes(&mut self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
-        while self.readers_done < readers {
-            match self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(Event::ReaderDone) => self.readers_done += 1,
-                Ok(_) => {}
-                Err(_) => return false,
+        while self.stdout.is_some() || self.stderr.is_some() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.poll(Some(left), false).is_err() {
+                return false;
             }
         }
         true
     }
-}
 
-fn spawn_reader<T: Send + 'static>(
-    name: &str,
-    tx: &Sender<Event>,
-    read: impl FnOnce(&Sender<Event>) -> T + Send + 'static,
-) -> io::Result<JoinHandle<T>> {
-    let tx = tx.clone();
-    thread::Builder::new().name(name.into()).spawn(move || {
-        // Reports the end even if `read` unwinds.
-        let done = Notify { tx, event: Some(Event::ReaderDone) };
-        read(&done.tx)
-    })
-}
-
-fn spawn_waiter(mut child: Child, tx: &Sender<Event>) -> io::Result<JoinHandle<()>> {
-    let tx = tx.clone();
-    thread::Builder::new().name("cairn-wait".into()).spawn(move || {
-        let mut notify = Notify { tx, event: Some(Event::WaiterGone) };
-        notify.event = Some(Event::Exited(child.wait()));
-    })
-}
-
-/// The reader's result, or why there is none.
-fn collect<T>(
-    reader: Option<io::Result<JoinHandle<T>>>,
-    all_closed: bool,
-    pipe: &'static str,
-) -> Result<T, AttemptError> {
-    match reader {
-        Some(Ok(handle)) => join_reader(handle, all_closed, pipe),
-        Some(Err(e)) => Err(AttemptError::Thread(e)),
-        // Unreachable with piped stdio, but not worth a panic.
-        None => Err(AttemptError::NotCaptured(pipe)),
-    }
-}
-
-/// Joins a reader that reported done; one still blocked on a pipe held by an escaped process is
-/// left to finish on its own.
-fn join_reader<T>(handle: JoinHandle<T>, all_closed: bool, pipe: &'static str) -> Result<T, AttemptError> {
-    if !all_closed && !handle.is_finished() {
-        return Err(AttemptError::PipeHeld(pipe));
-    }
-    handle.join().map_err(|_| AttemptError::ReaderPanicked(pipe))
-}
-
-/// Reads stdout up to `max` bytes. Past that it reports the overflow, so the group is killed at
-/// once, and stops reading.
-fn read_stdout(mut out: ChildStdout, max: usize, tx: &Sender<Event>) -> Result<Vec<u8>, AttemptError> {
-    let mut buf = Vec::new();
-    let mut chunk = vec![0u8; CHUNK];
-    loop {
-        let n = match out.read(&mut chunk) {
-            Ok(0) => return Ok(buf),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(AttemptError::ReadStdout(e)),
+    /// One poll over the open pipes (and the exit, when `exit` is asked for), reading what is
+    /// ready. True when the child has exited.
+    fn poll(&mut self, wait: Option<Duration>, exit: bool) -> io::Result<bool> {
+        let ready = {
+            let mut fds = Vec::with_capacity(3);
+            let mut which = Vec::with_capacity(3);
+            for (fd, name) in [(&self.stdout, Ready::Stdout), (&self.stderr, Ready::Stderr)] {
+                if let Some(fd) = fd {
+                    fds.push(PollFd::new(fd, PollFlags::IN));
+                    which.push(name);
+                }
+            }
+            if exit && let Some(fd) = &self.exit_fd {
+                fds.push(PollFd::new(fd, PollFlags::IN));
+                which.push(Ready::Exit);
+            }
+            if fds.is_empty() {
+                // Nothing to watch but the clock (no pidfd, pipes closed).
+                thread::sleep(wait.unwrap_or(EXIT_POLL));
+                return Ok(false);
+            }
+            let timeout = wait.map(|w| Timespec {
+                tv_sec: w.as_secs().min(i64::MAX as u64) as i64,
+                tv_nsec: i64::from(w.subsec_nanos()),
+            });
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+            let seen: Vec<Ready> =
+                fds.iter().zip(&which).filter(|(fd, _)| !fd.revents().is_empty()).map(|(_, which)| *which).collect();
+            seen
         };
-        if buf.len() + n > max {
-            let _ = tx.send(Event::StdoutOverflow);
-            return Err(AttemptError::StdoutTooLarge(max));
+        let mut exited = false;
+        for r in ready {
+            match r {
+                Ready::Stdout => self.read_stdout(),
+                Ready::Stderr => self.read_stderr(),
+                Ready::Exit => exited = true,
+            }
         }
-        buf.extend_from_slice(&chunk[..n]);
+        Ok(exited)
+    }
+
+    /// One read of stdout. Past `max_stdout` it stops reading (the caller kills the group).
+    fn read_stdout(&mut self) {
+        let Some(fd) = &self.stdout else { return };
+        match rustix::io::read(fd, &mut self.chunk[..]) {
+            Ok(0) => self.stdout = None,
+            Ok(n) if self.out.len() + n > self.max_stdout => {
+                self.overflow = true;
+                self.stdout = None;
+            }
+            Ok(n) => self.out.extend_from_slice(&self.chunk[..n]),
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+            Err(e) => {
+                self.read_error.get_or_insert(AttemptError::ReadStdout(e.into()));
+                self.stdout = None;
+            }
+        }
+    }
+
+    /// One read of stderr, keeping only the last `tail` bytes.
+    fn read_stderr(&mut self) {
+        let Some(fd) = &self.stderr else { return };
+        match rustix::io::read(fd, &mut self.chunk[..]) {
+            Ok(0) => self.stderr = None,
+            Ok(n) => {
+                let fresh = &self.chunk[n.saturating_sub(self.tail)..n];
+                self.err_tail.extend(fresh);
+                let excess = self.err_tail.len().saturating_sub(self.tail);
+                self.err_tail.drain(..excess);
+            }
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+            // An unreadable stderr only loses the log's tail.
+            Err(_) => self.stderr = None,
+        }
     }
 }
 
-/// Reads stderr to its end, keeping only the last `tail` bytes.
-fn read_stderr_tail(mut err: ChildStderr, tail: usize) -> Vec<u8> {
-    let mut kept = VecDeque::with_capacity(tail.min(CHUNK));
-    let mut chunk = vec![0u8; CHUNK];
-    loop {
-        let n = match err.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        let fresh = &chunk[n.saturating_sub(tail)..n];
-        kept.extend(fresh);
-        let excess = kept.len().saturating_sub(tail);
-        kept.drain(..excess);
-    }
-    kept.into()
+/// Which of the watched descriptors was ready.
+#[derive(Clone, Copy)]
+enum Ready {
+    Stdout,
+    Stderr,
+    Exit,
 }
 
 /// Signals the whole group; a group that is already gone is fine.
@@ -626,5 +639,43 @@ fn human(d: Duration) -> String {
         format!("{} s", d.as_secs())
     } else {
         format!("{} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, timeout: Duration) -> ToolCommand {
+        ToolCommand {
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            cwd: std::env::temp_dir(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            stdin: b"{}".to_vec(),
+            timeout,
+            grace: Duration::from_millis(100),
+            max_stdout: 1024,
+            stderr_tail: 8,
+        }
+    }
+
+    /// Without a pidfd the exit is polled: the same outcomes, output and limits.
+    #[test]
+    fn without_pidfds_the_exit_is_polled_with_the_same_outcomes() {
+        let run = supervise(&sh("cat; echo err-tail-kept >&2", Duration::from_secs(5)), &mut |_| {}, false);
+        assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
+        assert_eq!(run.result, Some(serde_json::json!({})));
+        assert_eq!(run.stderr_tail, "il-kept\n");
+
+        let run = supervise(&sh("exit 3", Duration::from_secs(5)), &mut |_| {}, false);
+        assert_eq!((run.exit_code, run.error.as_deref()), (Some(3), Some("exited with code 3")));
+
+        let run = supervise(&sh("sleep 5", Duration::from_millis(100)), &mut |_| {}, false);
+        assert_eq!(run.error.as_deref(), Some("exceeded its timeout of 100 ms and was terminated"));
+        assert!(run.duration < Duration::from_secs(2), "{run:?}");
+
+        let run = supervise(&sh("head -c 5000 /dev/zero; sleep 5", Duration::from_secs(5)), &mut |_| {}, false);
+        assert_eq!(run.error.as_deref(), Some("wrote more than 1024 bytes to stdout"));
+        assert!(run.duration < Duration::from_secs(2), "{run:?}");
     }
 }

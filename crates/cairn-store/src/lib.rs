@@ -16,7 +16,7 @@ use cairn_core::signature::StepSignature;
 use cairn_core::status::{RunStatus, StepStatus};
 use cairn_core::store::*;
 use cairn_core::validator::Finding;
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::Value;
 
 /// Numbered migrations, applied in order; `user_version` records the last one applied.
@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0010_docs.sql"),
     include_str!("../migrations/0011_verification_parameters.sql"),
     include_str!("../migrations/0012_approval_channel.sql"),
+    include_str!("../migrations/0013_run_parallelism.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -40,9 +41,43 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// A second connection for the reads that followers repeat after every commit (events, a
+    /// run's status): in WAL mode it reads the last commit without waiting for the writer's lock,
+    /// so following a run never delays the commits of its steps.
+    reader: Mutex<Connection>,
     /// Called after every committed write (the daemon wakes its event followers with it).
     on_commit: Option<Box<dyn Fn() + Send + Sync>>,
 }
+
+/// `execute` and `query_row` through the connection's statement cache: the statements of the
+/// hot path (an attempt's begin and end, an event, a run's row) are compiled once, not per call.
+trait Cached {
+    fn execute_cached(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize>;
+    fn query_row_cached<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T>;
+}
+
+impl Cached for Connection {
+    fn execute_cached(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    fn query_row_cached<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+}
+
+/// Enough for every distinct statement the store runs, so none is compiled twice.
+const STATEMENT_CACHE: usize = 128;
 
 fn db(e: rusqlite::Error) -> StoreError {
     StoreError::Database(e.to_string())
@@ -70,10 +105,16 @@ impl SqliteStore {
         let mut conn =
             Connection::open(path).map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .map_err(db)?;
         migrate(&mut conn)?;
-        Ok(SqliteStore { conn: Mutex::new(conn), on_commit: None })
+        let reader =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|e| StoreError::Database(format!("cannot open {} to read: {e}", path.display())))?;
+        reader.busy_timeout(Duration::from_secs(10)).map_err(db)?;
+        reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(SqliteStore { conn: Mutex::new(conn), reader: Mutex::new(reader), on_commit: None })
     }
 
     /// Sets the function called after every committed write (after the lock is released).
@@ -93,6 +134,10 @@ impl SqliteStore {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
@@ -109,26 +154,35 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        let out = self.write_relaxed_quietly(f);
+        if out.is_ok() {
+            self.committed();
+        }
+        out
+    }
+
+    /// [`Self::write_relaxed`] without calling the commit hook: for a write that adds no event
+    /// and changes no status (a process's identity), so followers are not woken for nothing.
+    fn write_relaxed_quietly<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut conn = self.conn();
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(db)?;
+        conn.execute_cached("PRAGMA synchronous = NORMAL", []).map_err(db)?;
         let out = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&tx)?;
             tx.commit().map_err(db)?;
             Ok(out)
         })();
-        conn.pragma_update(None, "synchronous", "FULL").map_err(db)?;
-        drop(conn);
-        if out.is_ok() {
-            self.committed();
-        }
+        conn.execute_cached("PRAGMA synchronous = FULL", []).map_err(db)?;
         out
     }
 }
 
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
-    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(db)?;
+    let current: i64 = tx.query_row_cached("PRAGMA user_version", [], |r| r.get(0)).map_err(db)?;
     if current as usize > MIGRATIONS.len() {
         return Err(StoreError::Corrupt(format!(
             "the database schema is version {current}, newer than this cairn knows ({}); upgrade cairn",
@@ -144,10 +198,10 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 
 /// Inserts a new run, RUNNING at revision 1 (its `run.created` event is the caller's).
 fn insert_run(tx: &rusqlite::Transaction<'_>, n: &NewRun, plan_id: Option<&str>) -> Result<(), StoreError> {
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
-         run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12)",
+         run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id, parallelism) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             n.run_id,
             n.workflow,
@@ -161,6 +215,7 @@ fn insert_run(tx: &rusqlite::Transaction<'_>, n: &NewRun, plan_id: Option<&str>)
             n.owner.map(|o| o.to_string()),
             n.thread_id,
             plan_id,
+            n.parallelism.max(1),
         ],
     )
     .map_err(db)?;
@@ -176,7 +231,7 @@ fn insert_event(
     event: &RunEvent,
 ) -> Result<(), StoreError> {
     let (kind, data) = (event.kind(), event.data());
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO events (run_id, kind, step_id, attempt, at, data_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![run_id, kind, step_id, attempt, at, to_json(&data)],
     )
@@ -184,8 +239,127 @@ fn insert_event(
     Ok(())
 }
 
+/// Begins an attempt inside the caller's transaction (`begin_attempt`, `commit_steps`).
+fn begin_in(tx: &rusqlite::Transaction<'_>, b: &BeginAttempt) -> Result<(), StoreError> {
+    let sig = &b.signature;
+    let status: Option<String> = tx
+        .query_row_cached("SELECT status FROM workflow_executions WHERE run_id = ?1", [&b.run_id], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    match status.as_deref() {
+        None => return Err(StoreError::RunNotFound(b.run_id.clone())),
+        Some("PENDING") | Some("RUNNING") => {}
+        Some(other) => return Err(StoreError::RunFinished { run_id: b.run_id.clone(), status: other.into() }),
+    }
+    match &b.start {
+        AttemptStart::First => {
+            let inserted = tx
+                    .execute_cached(
+                        "INSERT OR IGNORE INTO tool_calls (run_id, step_id, status, tool, tool_digest, args_hash, args_json, \
+                         attempt_count, attempt_token, started_at) VALUES (?1, ?2, 'RUNNING', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                        params![b.run_id, b.step_id, sig.tool, sig.tool_digest, sig.args_hash, to_json(&b.args), b.attempt, b.token, b.at],
+                    )
+                    .map_err(db)?;
+            if inserted == 0 {
+                return Err(StoreError::StepExists { run_id: b.run_id.clone(), step_id: b.step_id.clone() });
+            }
+        }
+        AttemptStart::Retry { previous_token, outcome, error } => {
+            check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
+            tx.execute_cached(
+                    "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, outcome = NULL, error = NULL, \
+                     pid = NULL, pgid = NULL, proc_start_time = NULL, remote_json = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
+                    params![b.run_id, b.step_id, b.token, b.attempt, b.at],
+                )
+                .map_err(db)?;
+            insert_event(
+                tx,
+                &b.run_id,
+                Some(&b.step_id),
+                Some(b.attempt - 1),
+                b.at,
+                &RunEvent::StepRetrying { outcome: *outcome, error: error.clone(), next_attempt: b.attempt },
+            )?;
+        }
+        AttemptStart::ResumeInterrupted { previous_token, why } => {
+            check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
+            tx.execute_cached(
+                    "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, interrupted_count = interrupted_count + 1, \
+                     pid = NULL, pgid = NULL, proc_start_time = NULL, remote_json = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
+                    params![b.run_id, b.step_id, b.token, b.attempt, b.at],
+                )
+                .map_err(db)?;
+            insert_event(
+                tx,
+                &b.run_id,
+                Some(&b.step_id),
+                Some(b.attempt - 1),
+                b.at,
+                &RunEvent::StepInterrupted {
+                    abandoned_token: previous_token.clone(),
+                    next_attempt: b.attempt,
+                    why: why.clone(),
+                },
+            )?;
+        }
+    }
+    insert_event(
+        tx,
+        &b.run_id,
+        Some(&b.step_id),
+        Some(b.attempt),
+        b.at,
+        &RunEvent::StepStarted {
+            tool: sig.tool.clone(),
+            tool_digest: sig.tool_digest.clone(),
+            args_hash: sig.args_hash.clone(),
+        },
+    )
+}
+
+/// Completes an attempt inside the caller's transaction, if its token owns the step.
+fn complete_in(tx: &rusqlite::Transaction<'_>, f: &FinishAttempt) -> Result<(), StoreError> {
+    check_token(tx, &f.run_id, &f.step_id, &f.token)?;
+    tx.execute_cached(
+        "UPDATE tool_calls SET status = 'COMPLETED', outcome = ?3, result_json = ?4, error = NULL, log_tail = ?5, \
+             finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
+        params![
+            f.run_id,
+            f.step_id,
+            f.outcome.as_str(),
+            f.result.as_ref().map(to_json),
+            f.log_tail,
+            f.at,
+            f.duration_us
+        ],
+    )
+    .map_err(db)?;
+    {
+        let mut insert = tx
+            .prepare_cached(
+                "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8)",
+            )
+            .map_err(db)?;
+        for a in &f.artifacts {
+            let bytes = i64::try_from(a.bytes).unwrap_or(i64::MAX);
+            insert
+                .execute(params![f.run_id, f.step_id, f.attempt, a.name, a.path, bytes, a.sha256, f.at])
+                .map_err(db)?;
+        }
+    }
+    insert_event(
+        tx,
+        &f.run_id,
+        Some(&f.step_id),
+        Some(f.attempt),
+        f.at,
+        &RunEvent::StepCompleted { duration_us: f.duration_us },
+    )
+}
+
 const RUN_COLUMNS: &str = "run_id, workflow, version, identity_hash, input_json, status, revision, run_dir, created_at, \
-     updated_at, finished_at, findings_json, error, source_run_id, replay_json, owner, thread_id, plan_id";
+     updated_at, finished_at, findings_json, error, source_run_id, replay_json, owner, thread_id, plan_id, parallelism";
 
 fn run_from_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>> {
     let input: String = r.get(4)?;
@@ -217,6 +391,7 @@ fn run_from_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRecord, StoreError>> 
                 .transpose()?,
             thread_id: r.get(16).map_err(db)?,
             plan_id: r.get(17).map_err(db)?,
+            parallelism: r.get(18).map_err(db)?,
         })
     };
     Ok(build())
@@ -331,10 +506,14 @@ fn step_from_row(r: &Row<'_>) -> rusqlite::Result<Result<StepRecord, StoreError>
 }
 
 fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-    conn.query_row(&format!("SELECT {RUN_COLUMNS} FROM workflow_executions WHERE run_id = ?1"), [run_id], run_from_row)
-        .optional()
-        .map_err(db)?
-        .transpose()
+    conn.query_row_cached(
+        &format!("SELECT {RUN_COLUMNS} FROM workflow_executions WHERE run_id = ?1"),
+        [run_id],
+        run_from_row,
+    )
+    .optional()
+    .map_err(db)?
+    .transpose()
 }
 
 fn workflow_from_row(r: &Row<'_>) -> rusqlite::Result<Result<WorkflowRecord, StoreError>> {
@@ -365,7 +544,7 @@ fn guard_token(
     require_running: bool,
 ) -> Result<(), StoreError> {
     let current: Option<(Option<String>, String)> = tx
-        .query_row(
+        .query_row_cached(
             "SELECT attempt_token, status FROM tool_calls WHERE run_id = ?1 AND step_id = ?2",
             [run_id, step_id],
             |r| Ok((r.get(0)?, r.get(1)?)),
@@ -442,7 +621,7 @@ impl RunStore for SqliteStore {
     fn register_workflow(&self, rec: &WorkflowRecord) -> Result<RegisterOutcome, StoreError> {
         self.write(|tx| {
             let existing: Option<String> = tx
-                .query_row(
+                .query_row_cached(
                     "SELECT digest FROM workflows WHERE name = ?1 AND version = ?2",
                     [&rec.name, &rec.version],
                     |r| r.get(0),
@@ -453,7 +632,7 @@ impl RunStore for SqliteStore {
                 Some(d) if d == rec.digest => Ok(RegisterOutcome::AlreadyRegistered),
                 Some(d) => Ok(RegisterOutcome::Conflict { existing_digest: d }),
                 None => {
-                    tx.execute(
+                    tx.execute_cached(
                         "INSERT INTO workflows (name, version, digest, path, spec_json, registered_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                         params![rec.name, rec.version, rec.digest, rec.path, to_json(&rec.spec), rec.registered_at],
                     )
@@ -522,6 +701,15 @@ impl RunStore for SqliteStore {
         load_run(&self.conn(), run_id)
     }
 
+    fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>, StoreError> {
+        let status: Option<String> = self
+            .reader()
+            .query_row_cached("SELECT status FROM workflow_executions WHERE run_id = ?1", [run_id], |r| r.get(0))
+            .optional()
+            .map_err(db)?;
+        status.map(|s| parse_enum(&s, "run status")).transpose()
+    }
+
     fn runs(&self, q: &RunQuery<'_>) -> Result<Vec<RunRecord>, StoreError> {
         // Only the filters given are in the statement, so each one can use its index (a run's
         // replays by `source_run_id`, the newest runs by `created_at`).
@@ -572,7 +760,7 @@ impl RunStore for SqliteStore {
     }
 
     fn events(&self, run_id: &str, after_seq: i64) -> Result<Vec<EventRecord>, StoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare_cached(
                 "SELECT seq, run_id, kind, step_id, attempt, at, data_json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
@@ -603,91 +791,16 @@ impl RunStore for SqliteStore {
     }
 
     fn begin_attempt(&self, b: &BeginAttempt) -> Result<(), StoreError> {
-        self.write(|tx| {
-            let sig = &b.signature;
-            let status: Option<String> = tx
-                .query_row("SELECT status FROM workflow_executions WHERE run_id = ?1", [&b.run_id], |r| r.get(0))
-                .optional()
-                .map_err(db)?;
-            match status.as_deref() {
-                None => return Err(StoreError::RunNotFound(b.run_id.clone())),
-                Some("PENDING") | Some("RUNNING") => {}
-                Some(other) => return Err(StoreError::RunFinished { run_id: b.run_id.clone(), status: other.into() }),
-            }
-            match &b.start {
-                AttemptStart::First => {
-                    let inserted = tx
-                        .execute(
-                            "INSERT OR IGNORE INTO tool_calls (run_id, step_id, status, tool, tool_digest, args_hash, args_json, \
-                             attempt_count, attempt_token, started_at) VALUES (?1, ?2, 'RUNNING', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                            params![b.run_id, b.step_id, sig.tool, sig.tool_digest, sig.args_hash, to_json(&b.args), b.attempt, b.token, b.at],
-                        )
-                        .map_err(db)?;
-                    if inserted == 0 {
-                        return Err(StoreError::StepExists { run_id: b.run_id.clone(), step_id: b.step_id.clone() });
-                    }
-                }
-                AttemptStart::Retry { previous_token, outcome, error } => {
-                    check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
-                    tx.execute(
-                        "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, outcome = NULL, error = NULL, \
-                         pid = NULL, pgid = NULL, proc_start_time = NULL, remote_json = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
-                        params![b.run_id, b.step_id, b.token, b.attempt, b.at],
-                    )
-                    .map_err(db)?;
-                    insert_event(
-                        tx,
-                        &b.run_id,
-                        Some(&b.step_id),
-                        Some(b.attempt - 1),
-                        b.at,
-                        &RunEvent::StepRetrying { outcome: *outcome, error: error.clone(), next_attempt: b.attempt },
-                    )?;
-                }
-                AttemptStart::ResumeInterrupted { previous_token, why } => {
-                    check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
-                    tx.execute(
-                        "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, interrupted_count = interrupted_count + 1, \
-                         pid = NULL, pgid = NULL, proc_start_time = NULL, remote_json = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
-                        params![b.run_id, b.step_id, b.token, b.attempt, b.at],
-                    )
-                    .map_err(db)?;
-                    insert_event(
-                        tx,
-                        &b.run_id,
-                        Some(&b.step_id),
-                        Some(b.attempt - 1),
-                        b.at,
-                        &RunEvent::StepInterrupted {
-                            abandoned_token: previous_token.clone(),
-                            next_attempt: b.attempt,
-                            why: why.clone(),
-                        },
-                    )?;
-                }
-            }
-            insert_event(
-                tx,
-                &b.run_id,
-                Some(&b.step_id),
-                Some(b.attempt),
-                b.at,
-                &RunEvent::StepStarted {
-                    tool: sig.tool.clone(),
-                    tool_digest: sig.tool_digest.clone(),
-                    args_hash: sig.args_hash.clone(),
-                },
-            )
-        })
+        self.write(|tx| begin_in(tx, b))
     }
 
     fn record_process(&self, run_id: &str, step_id: &str, token: &str, p: &ProcessInfo) -> Result<(), StoreError> {
         // Without fsync (synchronous=NORMAL, for this commit only): the identity must survive a
         // crash of Cairn, which a commit to the WAL does; after a power loss the process is gone
         // anyway. That saves one fsync per step on the hot path.
-        self.write_relaxed(|tx| {
+        self.write_relaxed_quietly(|tx| {
             check_token(tx, run_id, step_id, token)?;
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE tool_calls SET pid = ?3, pgid = ?4, proc_start_time = ?5, remote_json = ?6 \
                  WHERE run_id = ?1 AND step_id = ?2",
                 params![
@@ -738,13 +851,13 @@ impl RunStore for SqliteStore {
         self.write(|tx| {
             check_running_token(tx, run_id, step_id, previous_token)?;
             let attempt: u32 = tx
-                .query_row(
+                .query_row_cached(
                     "SELECT attempt_count FROM tool_calls WHERE run_id = ?1 AND step_id = ?2",
                     params![run_id, step_id],
                     |r| r.get(0),
                 )
                 .map_err(db)?;
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE tool_calls SET attempt_token = ?3 WHERE run_id = ?1 AND step_id = ?2",
                 params![run_id, step_id, token],
             )
@@ -761,43 +874,25 @@ impl RunStore for SqliteStore {
     }
 
     fn complete_attempt(&self, f: &FinishAttempt) -> Result<(), StoreError> {
+        self.write(|tx| complete_in(tx, f))
+    }
+
+    fn commit_steps(&self, complete: &[FinishAttempt], begin: &[BeginAttempt]) -> Result<(), StoreError> {
         self.write(|tx| {
-            check_token(tx, &f.run_id, &f.step_id, &f.token)?;
-            tx.execute(
-                "UPDATE tool_calls SET status = 'COMPLETED', outcome = ?3, result_json = ?4, error = NULL, log_tail = ?5, \
-                 finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
-                params![f.run_id, f.step_id, f.outcome.as_str(), f.result.as_ref().map(to_json), f.log_tail, f.at, f.duration_us],
-            )
-            .map_err(db)?;
-            {
-                let mut insert = tx
-                    .prepare_cached(
-                        "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8)",
-                    )
-                    .map_err(db)?;
-                for a in &f.artifacts {
-                    let bytes = i64::try_from(a.bytes).unwrap_or(i64::MAX);
-                    insert
-                        .execute(params![f.run_id, f.step_id, f.attempt, a.name, a.path, bytes, a.sha256, f.at])
-                        .map_err(db)?;
-                }
+            for f in complete {
+                complete_in(tx, f)?;
             }
-            insert_event(
-                tx,
-                &f.run_id,
-                Some(&f.step_id),
-                Some(f.attempt),
-                f.at,
-                &RunEvent::StepCompleted { duration_us: f.duration_us },
-            )
+            for b in begin {
+                begin_in(tx, b)?;
+            }
+            Ok(())
         })
     }
 
     fn fail_attempt(&self, f: &FinishAttempt, run_error: &str) -> Result<(), StoreError> {
         self.write(|tx| {
             check_token(tx, &f.run_id, &f.step_id, &f.token)?;
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE tool_calls SET status = 'FAILED', outcome = ?3, result_json = NULL, error = ?4, log_tail = ?5, \
                  finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
                 params![f.run_id, f.step_id, f.outcome.as_str(), f.error, f.log_tail, f.at, f.duration_us],
@@ -812,7 +907,7 @@ impl RunStore for SqliteStore {
                 &RunEvent::StepFailed { outcome: f.outcome, error: f.error.clone(), duration_us: f.duration_us },
             )?;
             let changed = tx
-                .execute(
+                .execute_cached(
                     "UPDATE workflow_executions SET status = 'FAILED', error = ?2, finished_at = ?3, updated_at = ?3, \
                      revision = revision + 1 WHERE run_id = ?1 AND status IN ('PENDING', 'RUNNING')",
                     params![f.run_id, run_error, f.at],
@@ -860,7 +955,7 @@ impl RunStore for SqliteStore {
     ) -> Result<RunRecord, StoreError> {
         self.write(|tx| {
             let changed = tx
-                .execute(
+                .execute_cached(
                     "UPDATE workflow_executions SET status = ?3, findings_json = ?4, error = ?5, finished_at = ?6, \
                      updated_at = ?6, revision = revision + 1 \
                      WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
@@ -897,7 +992,7 @@ impl RunStore for SqliteStore {
             for s in steps {
                 // The evidence itself is copied, never recomputed: same result, same signature.
                 let n = tx
-                    .execute(
+                    .execute_cached(
                         "INSERT OR IGNORE INTO tool_calls (run_id, step_id, status, tool, tool_digest, args_hash, args_json, \
                          attempt_count, outcome, result_json, log_tail, started_at, finished_at, duration_us, reused_from) \
                          VALUES (?1, ?2, 'COMPLETED', ?3, ?4, ?5, ?6, 0, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
@@ -921,7 +1016,7 @@ impl RunStore for SqliteStore {
                     copied += 1;
                     // The bytes' producer stays the run whose attempt wrote them, however many
                     // replays carried them since.
-                    tx.execute(
+                    tx.execute_cached(
                         "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at) \
                          SELECT ?1, step_id, attempt, name, path, bytes, sha256, COALESCE(reused_from, run_id), ?4 \
                          FROM artifacts WHERE run_id = ?2 AND step_id = ?3",
@@ -969,7 +1064,7 @@ impl RunStore for SqliteStore {
 
     fn insert_verification(&self, v: &VerificationRecord) -> Result<(), StoreError> {
         self.write(|tx| {
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO verifications (id, title, document, document_sha256, verdict, cells_json, notebook, draft, error, \
                  created_at, finished_at, parameters_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
@@ -995,7 +1090,7 @@ impl RunStore for SqliteStore {
 
     fn finish_verification(&self, v: &VerificationRecord) -> Result<(), StoreError> {
         self.write(|tx| {
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE verifications SET verdict = ?2, cells_json = ?3, notebook = ?4, draft = ?5, error = ?6, finished_at = ?7 \
                  WHERE id = ?1",
                 params![v.id, v.verdict, to_json(&v.cells), v.notebook, v.draft, v.error, v.finished_at],
@@ -1022,7 +1117,7 @@ impl RunStore for SqliteStore {
     ) -> Result<i64, StoreError> {
         self.write(|tx| {
             let changed = tx
-                .execute(
+                .execute_cached(
                     "UPDATE workflow_executions SET revision = revision + 1, updated_at = ?3, owner = ?4 \
                      WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
                     params![run_id, expected_revision, at, owner.map(|o| o.to_string())],
@@ -1075,7 +1170,7 @@ impl RunStore for SqliteStore {
                     .map_err(db)?
             };
             for (step_id, attempt) in &running {
-                tx.execute(
+                tx.execute_cached(
                     "UPDATE tool_calls SET status = 'FAILED', error = ?3, attempt_token = NULL, finished_at = ?4 \
                      WHERE run_id = ?1 AND step_id = ?2",
                     params![run_id, step_id, reason, at],
@@ -1090,7 +1185,7 @@ impl RunStore for SqliteStore {
                     &RunEvent::StepCancelled { reason: reason.to_string() },
                 )?;
             }
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE workflow_executions SET status = 'CANCELLED', error = ?2, finished_at = ?3, updated_at = ?3, \
                  revision = revision + 1 WHERE run_id = ?1",
                 params![run_id, reason, at],
@@ -1110,7 +1205,7 @@ impl RunStore for SqliteStore {
 
     fn save_kernel_job(&self, job: &KernelJob) -> Result<(), StoreError> {
         self.write_relaxed(|tx| {
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO kernel_jobs (job_id, session, code, status, outputs_json, execution_count, error, \
                  submitted_at, started_at, finished_at, duration_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
                  ON CONFLICT (job_id) DO UPDATE SET session = excluded.session, status = excluded.status, outputs_json = excluded.outputs_json, \
@@ -1137,10 +1232,14 @@ impl RunStore for SqliteStore {
 
     fn kernel_job(&self, job_id: &str) -> Result<Option<KernelJob>, StoreError> {
         let conn = self.conn();
-        conn.query_row(&format!("SELECT {JOB_COLUMNS} FROM kernel_jobs WHERE job_id = ?1"), [job_id], job_from_row)
-            .optional()
-            .map_err(db)?
-            .transpose()
+        conn.query_row_cached(
+            &format!("SELECT {JOB_COLUMNS} FROM kernel_jobs WHERE job_id = ?1"),
+            [job_id],
+            job_from_row,
+        )
+        .optional()
+        .map_err(db)?
+        .transpose()
     }
 
     fn kernel_jobs(&self) -> Result<Vec<KernelJob>, StoreError> {
@@ -1158,13 +1257,13 @@ impl RunStore for SqliteStore {
     fn insert_plan(&self, p: &PlanRecord) -> Result<(), StoreError> {
         self.write(|tx| {
             let exists: Option<String> = tx
-                .query_row("SELECT plan_id FROM plans WHERE plan_name = ?1", [&p.plan_name], |r| r.get(0))
+                .query_row_cached("SELECT plan_id FROM plans WHERE plan_name = ?1", [&p.plan_name], |r| r.get(0))
                 .optional()
                 .map_err(db)?;
             if exists.is_some() {
                 return Err(StoreError::PlanExists(p.plan_name.clone()));
             }
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO plans (plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
@@ -1185,9 +1284,13 @@ impl RunStore for SqliteStore {
 
     fn plan(&self, plan_name: &str) -> Result<Option<PlanRecord>, StoreError> {
         let conn = self.conn();
-        conn.query_row(&format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_name = ?1"), [plan_name], plan_from_row)
-            .optional()
-            .map_err(db)
+        conn.query_row_cached(
+            &format!("SELECT {PLAN_COLUMNS} FROM plans WHERE plan_name = ?1"),
+            [plan_name],
+            plan_from_row,
+        )
+        .optional()
+        .map_err(db)
     }
 
     fn plans(&self) -> Result<Vec<PlanRecord>, StoreError> {
@@ -1201,14 +1304,14 @@ impl RunStore for SqliteStore {
     fn consume_receipt(&self, c: &ConsumeReceipt) -> Result<RunRecord, StoreError> {
         self.write(|tx| {
             let consumed: Option<String> = tx
-                .query_row("SELECT run_id FROM receipts WHERE receipt_id = ?1", [&c.receipt_id], |r| r.get(0))
+                .query_row_cached("SELECT run_id FROM receipts WHERE receipt_id = ?1", [&c.receipt_id], |r| r.get(0))
                 .optional()
                 .map_err(db)?;
             if consumed.is_some() {
                 return Err(StoreError::ReceiptConsumed(c.receipt_id.clone()));
             }
             let reserved: Option<String> = tx
-                .query_row(
+                .query_row_cached(
                     "SELECT run_id FROM reservations WHERE target = ?1 AND run_dir = ?2",
                     params![c.target, c.run.run_dir],
                     |r| r.get(0),
@@ -1227,12 +1330,12 @@ impl RunStore for SqliteStore {
             }
             let n = &c.run;
             insert_run(tx, n, Some(&c.plan_id))?;
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO receipts (receipt_id, plan_id, run_id, consumed_at, channel) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![c.receipt_id, c.plan_id, n.run_id, n.at, c.channel.as_str()],
             )
             .map_err(db)?;
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO reservations (target, run_dir, run_id, plan_id, reserved_at) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![c.target, n.run_dir, n.run_id, c.plan_id, n.at],
             )
@@ -1257,7 +1360,7 @@ impl RunStore for SqliteStore {
     fn add_target(&self, spec: &cairn_core::target::TargetSpec, at: i64) -> Result<(), StoreError> {
         self.write(|tx| {
             let n = tx
-                .execute(
+                .execute_cached(
                     "INSERT INTO targets (name, spec_json, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
                     params![spec.name, to_json(spec), at],
                 )
@@ -1280,7 +1383,7 @@ impl RunStore for SqliteStore {
     fn target(&self, name: &str) -> Result<Option<cairn_core::target::TargetSpec>, StoreError> {
         let conn = self.conn();
         let text: Option<String> = conn
-            .query_row("SELECT spec_json FROM targets WHERE name = ?1", [name], |r| r.get(0))
+            .query_row_cached("SELECT spec_json FROM targets WHERE name = ?1", [name], |r| r.get(0))
             .optional()
             .map_err(db)?;
         text.map(|t| parse_json(&t, "target")).transpose()
@@ -1288,7 +1391,7 @@ impl RunStore for SqliteStore {
 
     fn record_probe(&self, target: &str, observed: &Value, at: i64) -> Result<(), StoreError> {
         self.write(|tx| {
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO probes (target, observed_json, probed_at) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (target) DO UPDATE SET observed_json = ?2, probed_at = ?3",
                 params![target, to_json(observed), at],
@@ -1301,7 +1404,7 @@ impl RunStore for SqliteStore {
     fn last_probe(&self, target: &str) -> Result<Option<(Value, i64)>, StoreError> {
         let conn = self.conn();
         let row: Option<(String, i64)> = conn
-            .query_row("SELECT observed_json, probed_at FROM probes WHERE target = ?1", [target], |r| {
+            .query_row_cached("SELECT observed_json, probed_at FROM probes WHERE target = ?1", [target], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .optional()
@@ -1310,17 +1413,19 @@ impl RunStore for SqliteStore {
     }
 
     fn remove_target(&self, name: &str) -> Result<bool, StoreError> {
-        self.write(|tx| Ok(tx.execute("DELETE FROM targets WHERE name = ?1", [name]).map_err(db)? > 0))
+        self.write(|tx| Ok(tx.execute_cached("DELETE FROM targets WHERE name = ?1", [name]).map_err(db)? > 0))
     }
 
     fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError> {
         let conn = self.conn();
-        conn.query_row("SELECT run_id FROM receipts WHERE plan_id = ?1", [plan_id], |r| r.get(0)).optional().map_err(db)
+        conn.query_row_cached("SELECT run_id FROM receipts WHERE plan_id = ?1", [plan_id], |r| r.get(0))
+            .optional()
+            .map_err(db)
     }
 
     fn approval_of_run(&self, run_id: &str) -> Result<Option<cairn_core::plan::Approval>, StoreError> {
         let conn = self.conn();
-        conn.query_row("SELECT channel, consumed_at FROM receipts WHERE run_id = ?1", [run_id], |r| {
+        conn.query_row_cached("SELECT channel, consumed_at FROM receipts WHERE run_id = ?1", [run_id], |r| {
             Ok(cairn_core::plan::Approval {
                 channel: r.get::<_, Option<String>>(0)?.unwrap_or_else(|| "unrecorded".into()),
                 at: r.get(1)?,
@@ -1332,14 +1437,14 @@ impl RunStore for SqliteStore {
 
     fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError> {
         let conn = self.conn();
-        conn.query_row("SELECT target FROM reservations WHERE run_id = ?1", params![run_id], |r| r.get(0))
+        conn.query_row_cached("SELECT target FROM reservations WHERE run_id = ?1", params![run_id], |r| r.get(0))
             .optional()
             .map_err(db)
     }
 
     fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError> {
         let conn = self.conn();
-        conn.query_row(
+        conn.query_row_cached(
             "SELECT run_id FROM reservations WHERE target = ?1 AND run_dir = ?2",
             params![target, run_dir],
             |r| r.get(0),
@@ -1351,7 +1456,7 @@ impl RunStore for SqliteStore {
     fn save_doc(&self, n: &NewDocVersion) -> Result<SaveDoc, StoreError> {
         self.write(|tx| {
             let existing: Option<(i64, u32, Option<i64>)> = tx
-                .query_row("SELECT id, latest_version, removed_at FROM docs WHERE name = ?1", [&n.name], |r| {
+                .query_row_cached("SELECT id, latest_version, removed_at FROM docs WHERE name = ?1", [&n.name], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })
                 .optional()
@@ -1368,7 +1473,7 @@ impl RunStore for SqliteStore {
             let version = existing.map(|(_, latest, _)| latest + 1).unwrap_or(1);
             let id: i64 = match existing {
                 Some((id, _, _)) => {
-                    tx.execute(
+                    tx.execute_cached(
                         "UPDATE docs SET latest_version = ?2, updated_at = ?3, removed_at = NULL WHERE id = ?1",
                         params![id, version, n.at],
                     )
@@ -1376,7 +1481,7 @@ impl RunStore for SqliteStore {
                     id
                 }
                 None => tx
-                    .query_row(
+                    .query_row_cached(
                         "INSERT INTO docs (name, latest_version, created_at, updated_at) VALUES (?1, ?2, ?3, ?3) \
                          RETURNING id",
                         params![n.name, version, n.at],
@@ -1384,7 +1489,7 @@ impl RunStore for SqliteStore {
                     )
                     .map_err(db)?,
             };
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO doc_versions (name, version, text, sha256, bytes, title, verification_id, notebook, saved_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
@@ -1400,8 +1505,8 @@ impl RunStore for SqliteStore {
                 ],
             )
             .map_err(db)?;
-            tx.execute("DELETE FROM doc_search WHERE rowid = ?1", [id]).map_err(db)?;
-            tx.execute(
+            tx.execute_cached("DELETE FROM doc_search WHERE rowid = ?1", [id]).map_err(db)?;
+            tx.execute_cached(
                 "INSERT INTO doc_search (rowid, name, title, text, version) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![id, n.name, n.title, n.text, version],
             )
@@ -1433,7 +1538,7 @@ impl RunStore for SqliteStore {
     fn doc_text(&self, name: &str, version: u32) -> Result<Option<(DocVersion, String)>, StoreError> {
         let conn = self.conn();
         let sql = format!("SELECT {DOC_VERSION_COLUMNS}, text FROM doc_versions WHERE name = ?1 AND version = ?2");
-        conn.query_row(&sql, params![name, version], |r| Ok((doc_version_from_row(r)?, r.get(8)?)))
+        conn.query_row_cached(&sql, params![name, version], |r| Ok((doc_version_from_row(r)?, r.get(8)?)))
             .optional()
             .map_err(db)
     }
@@ -1441,7 +1546,7 @@ impl RunStore for SqliteStore {
     fn remove_doc(&self, name: &str, at: i64) -> Result<Option<DocRecord>, StoreError> {
         self.write(|tx| {
             let Some((id, removed)) = tx
-                .query_row("SELECT id, removed_at FROM docs WHERE name = ?1", [name], |r| {
+                .query_row_cached("SELECT id, removed_at FROM docs WHERE name = ?1", [name], |r| {
                     Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?))
                 })
                 .optional()
@@ -1450,9 +1555,9 @@ impl RunStore for SqliteStore {
                 return Ok(None);
             };
             if removed.is_none() {
-                tx.execute("UPDATE docs SET removed_at = ?2, updated_at = ?2 WHERE id = ?1", params![id, at])
+                tx.execute_cached("UPDATE docs SET removed_at = ?2, updated_at = ?2 WHERE id = ?1", params![id, at])
                     .map_err(db)?;
-                tx.execute("DELETE FROM doc_search WHERE rowid = ?1", [id]).map_err(db)?;
+                tx.execute_cached("DELETE FROM doc_search WHERE rowid = ?1", [id]).map_err(db)?;
             }
             Ok(select_docs(tx, "WHERE d.name = ?1", &[&name])?.pop())
         })
@@ -1506,7 +1611,7 @@ fn doc_version_from_row(r: &Row<'_>) -> rusqlite::Result<DocVersion> {
 
 fn load_doc_version(conn: &Connection, name: &str, version: u32) -> Result<Option<DocVersion>, StoreError> {
     let sql = format!("SELECT {DOC_VERSION_COLUMNS} FROM doc_versions WHERE name = ?1 AND version = ?2");
-    conn.query_row(&sql, params![name, version], doc_version_from_row).optional().map_err(db)
+    conn.query_row_cached(&sql, params![name, version], doc_version_from_row).optional().map_err(db)
 }
 
 /// Docs selected by `clause` (over `docs d`, with its parameters), each with its newest version.

@@ -80,6 +80,7 @@ fn new_run(run_id: &str) -> NewRun {
         replay: None,
         owner: None,
         thread_id: None,
+        parallelism: 1,
         at: 2_000,
     }
 }
@@ -371,6 +372,52 @@ fn retry_is_conditional_on_the_previous_token() {
     assert!(matches!(err, StoreError::StaleToken { .. }));
     store.complete_attempt(&finish("r", "a", "tok-2", 2, Outcome::Completed)).unwrap();
     assert_eq!(step(&store, "r", "a").status, StepStatus::Completed);
+}
+
+/// The scheduler's one commit: completions, then begins, all or nothing.
+#[test]
+fn commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing() {
+    let Db { _dir, path: _, store } = db();
+    created(&store, "r");
+    store.begin_attempt(&begin("r", "a", "tok-a", 1, AttemptStart::First)).unwrap();
+    store.begin_attempt(&begin("r", "b", "tok-b", 1, AttemptStart::First)).unwrap();
+    let before = (store.steps("r").unwrap(), kinds(&store, "r"));
+
+    // One stale completion among them: nothing of the batch is written, not even the good one.
+    let batch = [finish("r", "a", "tok-a", 1, Outcome::Completed), finish("r", "b", "tok-old", 1, Outcome::Completed)];
+    let err = store.commit_steps(&batch, &[begin("r", "c", "tok-c", 1, AttemptStart::First)]).unwrap_err();
+    assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "b".into() });
+    assert_eq!((store.steps("r").unwrap(), kinds(&store, "r")), before);
+
+    // A begin that cannot be made (the step exists) undoes the completions before it too.
+    let err = store
+        .commit_steps(
+            &[finish("r", "a", "tok-a", 1, Outcome::Completed)],
+            &[begin("r", "b", "tok-x", 1, AttemptStart::First)],
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::StepExists { .. }), "{err:?}");
+    assert_eq!((store.steps("r").unwrap(), kinds(&store, "r")), before);
+
+    let batch = [finish("r", "b", "tok-b", 1, Outcome::Completed), finish("r", "a", "tok-a", 1, Outcome::Completed)];
+    let starts = [begin("r", "c", "tok-c", 1, AttemptStart::First), begin("r", "d", "tok-d", 1, AttemptStart::First)];
+    store.commit_steps(&batch, &starts).unwrap();
+    for (id, status) in [("a", StepStatus::Completed), ("b", StepStatus::Completed), ("c", StepStatus::Running)] {
+        assert_eq!(step(&store, "r", id).status, status, "{id}");
+    }
+    assert_eq!(step(&store, "r", "d").attempt_token.as_deref(), Some("tok-d"));
+    // In the order given: the completions, then the begins.
+    let tail: Vec<(String, Option<String>)> = store
+        .events("r", 0)
+        .unwrap()
+        .iter()
+        .rev()
+        .take(4)
+        .rev()
+        .map(|e| (e.event.kind().to_string(), e.step_id.clone()))
+        .collect();
+    let want = [("step.completed", "b"), ("step.completed", "a"), ("step.started", "c"), ("step.started", "d")];
+    assert_eq!(tail, want.map(|(k, s)| (k.to_string(), Some(s.to_string()))));
 }
 
 #[test]

@@ -13,8 +13,7 @@ use cairn_core::attempt::{AttemptState, AttemptWrite, decide};
 use cairn_core::canonical::canonical_json;
 use cairn_core::event::RunEvent;
 use cairn_core::pipeline::JobEvent;
-use cairn_core::store::{BeginAttempt, ProcessInfo, StoreError};
-use serde_json::Value;
+use cairn_core::store::{BeginAttempt, FinishAttempt, ProcessInfo, StoreError};
 
 use super::events::{Done, Job, Progress, RunCtx};
 use crate::launcher::AttemptLaunch;
@@ -22,8 +21,8 @@ use crate::registry::LoadedWorkflow;
 use crate::{Engine, EngineError, StopSignal};
 
 impl Engine {
-    /// Runs attempts until one completes (its result), or the step fails for good or stops
-    /// (`None`).
+    /// Runs attempts until one completes (its end, for the scheduler to write), or the step fails
+    /// for good or stops (`None`).
     pub(super) fn attempt_loop(
         &self,
         wf: &LoadedWorkflow,
@@ -33,7 +32,9 @@ impl Engine {
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Option<Done>, EngineError> {
         let halted = || stop.and_then(StopSignal::requested).is_some();
-        let Job { step_index, sig, args, exec_args, mut attempt, mut start, mut finished, mut orphan, reattach } = job;
+        let Job { step_index, sig, args, exec_args, mut attempt, mut start, mut finished, mut orphan, reattach, begun } =
+            job;
+        let mut begun = begun;
         let step = &wf.spec().steps[step_index];
         let stdin = canonical_json(&exec_args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
         let outputs = wf.spec().outputs_of(step);
@@ -65,17 +66,25 @@ impl Engine {
             let (token, number, end) = match adopted.take() {
                 Some(a) => a,
                 None => {
-                    let token = self.ids.token();
-                    self.store.begin_attempt(&BeginAttempt {
-                        run_id: run.run_id.clone(),
-                        step_id: step.id.clone(),
-                        signature: sig.clone(),
-                        args: args.clone(),
-                        token: token.clone(),
-                        attempt,
-                        start: start.clone(),
-                        at: self.clock.now_ms(),
-                    })?;
+                    // The scheduler began the first attempt already, in the transaction that
+                    // completed the step before it.
+                    let token = match begun.take() {
+                        Some(token) => token,
+                        None => {
+                            let token = self.ids.token();
+                            self.store.begin_attempt(&BeginAttempt {
+                                run_id: run.run_id.clone(),
+                                step_id: step.id.clone(),
+                                signature: sig.clone(),
+                                args: args.clone(),
+                                token: token.clone(),
+                                attempt,
+                                start: start.clone(),
+                                at: self.clock.now_ms(),
+                            })?;
+                            token
+                        }
+                    };
                     // Only now that the new token owns the step may the abandoned process be
                     // stopped: its runner, if still alive, then finds its token stale and cannot
                     // write.
@@ -122,10 +131,8 @@ impl Engine {
                 progress(Progress::Finished { step_id: step.id.clone(), outcome, attempt: number, duration });
             }
             let written = match decision.write {
-                AttemptWrite::Complete(finish) => {
-                    let result = finish.result.clone().unwrap_or(Value::Null);
-                    self.store.complete_attempt(&finish).map(|_| Some((result, finish.artifacts)))
-                }
+                // Written by the scheduler, with the begins of the steps it releases.
+                AttemptWrite::Complete(finish) => return Ok(Some(finish)),
                 AttemptWrite::Fail { finish, run_error } => self.store.fail_attempt(&finish, &run_error).map(|_| None),
                 AttemptWrite::Retry { attempt: next, start: next_start } => {
                     (attempt, start) = (next, next_start);
@@ -139,13 +146,27 @@ impl Engine {
             };
             return match written {
                 Ok(v) => Ok(v),
-                Err(StoreError::StaleToken { run_id, step_id }) => {
-                    // Another worker took the step over: our result must not be applied.
-                    self.store.record_stale_write(&run_id, &step_id, &token, self.clock.now_ms())?;
-                    Err(EngineError::Store(StoreError::StaleToken { run_id, step_id }))
-                }
-                Err(e) => Err(e.into()),
+                Err(e) => Err(self.rejected(e, &token)),
             };
+        }
+    }
+
+    /// Writes one completion on its own (when it could not be folded with other writes).
+    pub(super) fn write_completion(&self, finish: &FinishAttempt) -> Result<(), EngineError> {
+        self.store.complete_attempt(finish).map_err(|e| self.rejected(e, &finish.token))
+    }
+
+    /// A write of `token`'s attempt the store refused; a stale token is recorded as such.
+    fn rejected(&self, e: StoreError, token: &str) -> EngineError {
+        match e {
+            StoreError::StaleToken { run_id, step_id } => {
+                // Another worker took the step over: our result must not be applied.
+                if let Err(e) = self.store.record_stale_write(&run_id, &step_id, token, self.clock.now_ms()) {
+                    return e.into();
+                }
+                EngineError::Store(StoreError::StaleToken { run_id, step_id })
+            }
+            e => e.into(),
         }
     }
 

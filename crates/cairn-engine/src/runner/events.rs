@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use cairn_core::artifact::Artifact;
 use cairn_core::pipeline::JobEvent;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::Outcome;
-use cairn_core::store::{AttemptStart, ProcessInfo, RemoteProcess};
+use cairn_core::store::{AttemptStart, FinishAttempt, ProcessInfo, RemoteProcess};
 use serde_json::Value;
 
 use crate::EngineError;
@@ -38,10 +37,14 @@ pub(super) struct Job {
     /// A launch the agent supervises, to re-attach to under a new token (same attempt), with
     /// the token that held it.
     pub reattach: Option<(RemoteProcess, String)>,
+    /// The token of attempt `attempt`, when the scheduler began it (folded into the commit of the
+    /// steps it waited for).
+    pub begun: Option<String>,
 }
 
-/// A completed step: its result and the artifacts recorded of it.
-pub(super) type Done = (Value, Vec<Artifact>);
+/// A completed attempt, not yet written: the scheduler commits it with the begins of the steps
+/// it releases.
+pub(super) type Done = FinishAttempt;
 
 /// What the scheduler does with a step, decided from its stored row.
 pub(super) enum Prepared {
@@ -76,8 +79,8 @@ pub(super) enum Progress {
 /// What a worker tells the scheduler.
 pub(super) enum Msg {
     Progress(Progress),
-    /// The step is done: its result and artifacts, or `None` when it failed (and the run with
-    /// it) or stopped.
+    /// The step is done: its completion to write, or `None` when it failed (and the run with it,
+    /// written) or stopped.
     Done {
         index: usize,
         outcome: Result<Option<Done>, EngineError>,

@@ -2,8 +2,10 @@
 //! its token, bounded retries, explicit recovery of interrupted steps, then the validator.
 //!
 //! The scheduler is one loop over a closed set of messages ([`events`]): among ready steps the
-//! first declared starts first, at most `parallelism` at once, each on its own worker thread,
-//! whose attempts are [`attempt`]'s decide → act → record.
+//! first declared starts first, at most `parallelism` at once, on the run's worker threads
+//! (at most `parallelism`, each taking the next step when it is free), whose attempts are
+//! [`attempt`]'s decide → act → record. A step's completion is written by the scheduler, in one
+//! transaction with the begins of the steps it releases (`commit_ended`).
 //!
 //! **Invariant:** a step's result is written only by the attempt whose token owns the row, in the
 //! same transaction that checks the token; a completed step is never executed again in its run.
@@ -117,7 +119,12 @@ impl Engine {
         let identity = run_identity(&spec.name, &spec.version, &req.input, None)
             .map_err(|e| EngineError::input(format!("run input: {e}")))?;
         let new = self.new_run(req.run_id.as_deref(), spec, identity, &req.input, None, None)?;
-        Ok(NewRun { owner: req.owner, thread_id: req.thread_id.clone(), ..new })
+        Ok(NewRun {
+            owner: req.owner,
+            thread_id: req.thread_id.clone(),
+            parallelism: parallelism_of(req.parallelism),
+            ..new
+        })
     }
 
     /// Creates the run, or returns the existing one after checking its identity.
@@ -162,6 +169,7 @@ impl Engine {
             replay,
             owner: None,
             thread_id: None,
+            parallelism: 1,
             at: self.clock.now_ms(),
         })
     }
@@ -234,11 +242,26 @@ impl Engine {
             }
         };
         let mut stop: Option<Result<(), EngineError>> = None;
+        // Completions received and not yet written: each is written with the begins of the steps
+        // it releases (or gathered with others that ended meanwhile), one durable commit for all.
+        let mut ended: Vec<FinishAttempt> = Vec::new();
         let (tx, rx) = mpsc::channel::<Msg>();
+        // The run's workers: started as steps need them, at most `parallelism`, each taking the
+        // next job when it is free, so a step costs no thread of its own.
+        let (job_tx, job_rx) = mpsc::channel::<Box<Job>>();
+        let job_rx = std::sync::Mutex::new(job_rx);
         std::thread::scope(|scope| {
             let mut in_flight = 0usize;
+            let mut workers = 0usize;
             loop {
-                while stop.is_none() && halted().is_none() && in_flight < parallelism.max(1) {
+                let mut starting: Vec<Box<Job>> = Vec::new();
+                // Written after the completions, so the run's last event stays last.
+                let mut fail = None;
+                while stop.is_none()
+                    && fail.is_none()
+                    && halted().is_none()
+                    && in_flight + starting.len() < parallelism.max(1)
+                {
                     let Some(Reverse(i)) = ready.pop() else { break };
                     let upstream = Upstream { results: &results, produced: &produced };
                     match self.prepare_step(wf, &ctx, &existing, upstream, input, resume, i) {
@@ -247,53 +270,85 @@ impl Engine {
                             obs.step_skipped(wf.dag.id(i), "completed earlier in this run");
                             release(i, &mut waiting_on, &mut ready);
                         }
-                        Prepared::Job(job) => {
-                            in_flight += 1;
-                            let tx = tx.clone();
-                            let ctx = &ctx;
-                            scope.spawn(move || {
-                                let sink = |p: Progress| {
-                                    let _ = tx.send(Msg::Progress(p));
-                                };
-                                let outcome = self.attempt_loop(wf, ctx, *job, stop_signal, &sink);
-                                let _ = tx.send(Msg::Done { index: i, outcome });
-                            });
-                        }
-                        Prepared::FailRun(message) => stop = Some(self.fail_run(run, &message)),
+                        Prepared::Job(job) => starting.push(job),
+                        Prepared::FailRun(message) => fail = Some(message),
                         Prepared::Error(e) => stop = Some(Err(e)),
                     }
+                }
+                // A step that cannot start fails the run; the ones chosen with it do not start.
+                if stop.is_some() || fail.is_some() {
+                    starting.clear();
+                }
+                if let Err(e) = self.commit_ended(wf, &ctx, &mut ended, &mut starting) {
+                    starting.clear();
+                    if !matches!(stop, Some(Err(_))) {
+                        stop = Some(Err(e));
+                    }
+                }
+                if let Some(message) = fail
+                    && stop.is_none()
+                {
+                    stop = Some(self.fail_run(run, &message));
+                }
+                for job in starting {
+                    in_flight += 1;
+                    if workers < in_flight {
+                        workers += 1;
+                        let (tx, ctx, jobs) = (tx.clone(), &ctx, &job_rx);
+                        scope.spawn(move || {
+                            let sink = |p: Progress| {
+                                let _ = tx.send(Msg::Progress(p));
+                            };
+                            // Ends when the scheduler drops its sender (the run is over).
+                            while let Some(job) = jobs.lock().ok().and_then(|rx| rx.recv().ok()) {
+                                let index = job.step_index;
+                                let outcome = self.attempt_loop(wf, ctx, *job, stop_signal, &sink);
+                                let _ = tx.send(Msg::Done { index, outcome });
+                            }
+                        });
+                    }
+                    // The receiver lives as long as this scope.
+                    let _ = job_tx.send(job);
                 }
                 if in_flight == 0 {
                     break;
                 }
-                let Ok(msg) = rx.recv() else { break };
-                match msg {
-                    Msg::Progress(Progress::Started { step_id, attempt }) => obs.step_started(&step_id, attempt),
-                    Msg::Progress(Progress::Finished { step_id, outcome, attempt, duration }) => {
-                        obs.step_finished(&step_id, outcome, attempt, duration)
-                    }
-                    Msg::Progress(Progress::Job { step_id, job }) => obs.pipeline_job(&step_id, &job),
-                    Msg::Done { index, outcome } => {
-                        in_flight -= 1;
-                        match outcome {
-                            Ok(Some((value, artifacts))) => {
-                                results.insert(wf.dag.id(index).to_string(), value);
-                                produced.insert(wf.dag.id(index).to_string(), artifacts);
-                                release(index, &mut waiting_on, &mut ready);
-                            }
-                            // The step failed and the run with it, in one transaction.
-                            Ok(None) => {
-                                stop.get_or_insert(Ok(()));
-                            }
-                            Err(e) => {
-                                if !matches!(stop, Some(Err(_))) {
-                                    stop = Some(Err(e));
+                // Everything that has arrived, so completions that ended together commit together.
+                let Ok(first) = rx.recv() else { break };
+                for msg in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                    match msg {
+                        Msg::Progress(Progress::Started { step_id, attempt }) => obs.step_started(&step_id, attempt),
+                        Msg::Progress(Progress::Finished { step_id, outcome, attempt, duration }) => {
+                            obs.step_finished(&step_id, outcome, attempt, duration)
+                        }
+                        Msg::Progress(Progress::Job { step_id, job }) => obs.pipeline_job(&step_id, &job),
+                        Msg::Done { index, outcome } => {
+                            in_flight -= 1;
+                            match outcome {
+                                Ok(Some(finish)) => {
+                                    // Its dependents are prepared now and start only once this
+                                    // completion is committed (with their begins).
+                                    let id = wf.dag.id(index).to_string();
+                                    results.insert(id.clone(), finish.result.clone().unwrap_or(Value::Null));
+                                    produced.insert(id, finish.artifacts.clone());
+                                    release(index, &mut waiting_on, &mut ready);
+                                    ended.push(finish);
+                                }
+                                // The step failed and the run with it, in one transaction.
+                                Ok(None) => {
+                                    stop.get_or_insert(Ok(()));
+                                }
+                                Err(e) => {
+                                    if !matches!(stop, Some(Err(_))) {
+                                        stop = Some(Err(e));
+                                    }
                                 }
                             }
                         }
                     }
                 }
             }
+            drop(job_tx);
         });
         // A stop wins over whatever the workers reported: their writes after it were not made
         // (or were rejected), and the canceller finalises a cancelled run.
@@ -410,7 +465,67 @@ impl Engine {
                 ));
             }
         };
-        Prepared::Job(Box::new(Job { step_index: i, sig, args, exec_args, attempt, start, finished, orphan, reattach }))
+        Prepared::Job(Box::new(Job {
+            step_index: i,
+            sig,
+            args,
+            exec_args,
+            attempt,
+            start,
+            finished,
+            orphan,
+            reattach,
+            begun: None,
+        }))
+    }
+
+    /// Writes the completions that `ended` holds and begins the first attempt of each step in
+    /// `starting`, in one durable transaction: a completed step is durable before any step it
+    /// released starts, and each of those is durably begun, token and all, before its tool does.
+    /// If the one transaction is refused (a stale token, a run finished meanwhile), the
+    /// completions are written one by one as they would have been alone, and the starting steps
+    /// begin on their own, meeting the same refusal.
+    fn commit_ended(
+        &self,
+        wf: &LoadedWorkflow,
+        ctx: &RunCtx,
+        ended: &mut Vec<FinishAttempt>,
+        starting: &mut [Box<Job>],
+    ) -> Result<(), EngineError> {
+        let at = self.clock.now_ms();
+        let mut begins = Vec::new();
+        for job in starting.iter_mut() {
+            // A resume or a re-attach stops or adopts a process first: those begin on their own.
+            if !matches!(job.start, AttemptStart::First) || job.orphan.is_some() || job.reattach.is_some() {
+                continue;
+            }
+            let token = self.ids.token();
+            begins.push(BeginAttempt {
+                run_id: ctx.run_id.clone(),
+                step_id: wf.spec().steps[job.step_index].id.clone(),
+                signature: job.sig.clone(),
+                args: job.args.clone(),
+                token: token.clone(),
+                attempt: job.attempt,
+                start: AttemptStart::First,
+                at,
+            });
+            job.begun = Some(token);
+        }
+        if ended.is_empty() && begins.is_empty() {
+            return Ok(());
+        }
+        if self.store.commit_steps(ended, &begins).is_ok() {
+            ended.clear();
+            return Ok(());
+        }
+        for job in starting.iter_mut() {
+            job.begun = None;
+        }
+        for finish in ended.drain(..) {
+            self.write_completion(&finish)?;
+        }
+        Ok(())
     }
 
     fn fail_run(&self, run: &mut RunRecord, error: &str) -> Result<(), EngineError> {
@@ -436,6 +551,11 @@ struct Upstream<'a> {
 
 fn missing_row(step: &str) -> EngineError {
     EngineError::internal(format!("step `{step}`: resume without a stored row"))
+}
+
+/// A requested parallelism as recorded (0 means serial, as the scheduler treats it).
+pub(crate) fn parallelism_of(requested: usize) -> u32 {
+    u32::try_from(requested.max(1)).unwrap_or(u32::MAX)
 }
 
 fn short(hash: &str) -> &str {

@@ -211,6 +211,9 @@ pub struct RunResult {
     /// Where it executes: `local`, or the target its plan named.
     #[serde(default = "local")]
     pub target: String,
+    /// How many steps may execute at once (`--parallel`), as submitted.
+    #[serde(default = "serial")]
+    pub parallel: u32,
     /// For a replay child: the source run, the requested, replayed, reused and invalidated steps
     /// and every decision with its reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -250,6 +253,7 @@ impl RunResult {
             finished_at: run.finished_at.map(time),
             thread_id: run.thread_id.clone(),
             target: view.target.clone(),
+            parallel: run.parallelism,
             replay: run.replay.clone(),
             lineage: view.lineage.iter().map(lineage_entry).collect(),
             approval: view.approval.as_ref().map(|a| ApprovalView { channel: a.channel.clone(), at: time(a.at) }),
@@ -314,10 +318,17 @@ pub struct RunSummary {
     /// Where it executes: `local`, or the target its plan named.
     #[serde(default = "local")]
     pub target: String,
+    /// How many steps may execute at once (`--parallel`), as submitted.
+    #[serde(default = "serial")]
+    pub parallel: u32,
 }
 
 fn local() -> String {
     cairn_core::target::LOCAL.to_string()
+}
+
+fn serial() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -343,6 +354,7 @@ impl RunList {
                         error: r.error.clone(),
                         source_run_id: r.source_run_id.clone(),
                         target: l.target.clone(),
+                        parallel: r.parallelism,
                     }
                 })
                 .collect(),

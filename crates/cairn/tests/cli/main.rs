@@ -28,6 +28,7 @@ mod registry;
 mod remote;
 mod replay;
 mod rocrate;
+mod scheduling;
 mod schemathesis;
 mod targets;
 mod verify;
