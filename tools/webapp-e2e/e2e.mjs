@@ -312,6 +312,18 @@ async function workflowFilter(page) {
 
 const stepRow = (step) => `table#steps-table tr[data-step=${attr(step)}]`;
 const dagNode = (step) => `svg#dag g.node[data-step=${attr(step)}]`;
+const ganttBar = (step) => `svg#gantt .bar[data-step=${attr(step)}]`;
+
+/** The Gantt of a finished run: one bar (or, reused, a point) per step, each ending as `ends` says
+ *  (default completed). */
+async function checkGantt(page, steps, ends = {}) {
+  for (const step of steps) {
+    await mustExist(page, ganttBar(step), `the Gantt bar of step ${step}`);
+    const want = ends[step] || 'completed';
+    const got = await page.$$eval(ganttBar(step), (bars) => bars.map((b) => b.getAttribute('data-end')));
+    check(got.includes(want), `the Gantt bars of ${step} must include one that ended ${want}, have ${JSON.stringify(got)}`);
+  }
+}
 
 async function checkSteps(page, steps, statuses) {
   for (const step of steps) {
@@ -352,6 +364,7 @@ async function readyRun(page) {
   }
   await mustExist(page, `#lineage a[href=${attr(`#/runs/${EXPECT.replay_child}`)}]`, 'the lineage link from the source to its replay child');
   await mustExist(page, '#events li[data-kind="run.finished"]', 'the run.finished event');
+  await checkGantt(page, steps);
   check((await count(page, '#findings li')) === 0, 'a READY run has no findings');
   await openLog(page, steps[0], EXPECT.log_text);
   await evidence(page);
@@ -410,6 +423,7 @@ async function replayRun(page) {
   for (const step of steps.filter((s) => s !== reused)) {
     check((await page.getAttribute(dagNode(step), 'data-reused')) !== 'true', `the replayed step ${step} must not be marked reused`);
   }
+  await checkGantt(page, steps, { [reused]: 'reused' });
   await waitText(page, `${stepRow(reused)} td[data-col=decision]`, 'reused');
   await waitText(page, `${stepRow(reused)} td[data-col=reason]`, (t) => t.toLowerCase().startsWith('reused'));
   // The reused step's artifact: the source's bytes, produced by the source run.
@@ -439,6 +453,7 @@ async function failedRun(page) {
   await waitText(page, '#run-status', 'FAILED');
   await checkSteps(page, steps, { [steps[0]]: 'COMPLETED', [EXPECT.failed_step]: 'FAILED' });
   await mustExist(page, '#events li[data-kind="run.finished"]', 'the run.finished event');
+  await checkGantt(page, [steps[0], EXPECT.failed_step], { [EXPECT.failed_step]: 'failed' });
   await openLog(page, EXPECT.failed_step, EXPECT.fail_text);
   await finishPage(page, 'run', 'run-failed');
 }

@@ -25,6 +25,7 @@ pub mod store;
 pub mod target;
 pub mod template;
 pub mod time;
+pub mod timeline;
 pub mod validator;
 pub mod verification;
 pub mod workflow;

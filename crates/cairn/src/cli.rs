@@ -109,6 +109,9 @@ pub enum Command {
     /// Show one run: its steps, findings and error.
     Show {
         run_id: String,
+        /// Every attempt on the run's time axis instead: what overlapped, where the time went.
+        #[arg(long)]
+        timeline: bool,
         #[arg(long)]
         json: bool,
     },

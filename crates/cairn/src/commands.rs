@@ -135,7 +135,16 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Show { run_id, json } => {
+        Command::Show { run_id, timeline: true, json } => {
+            let t = wire::RunTimeline::from_engine(&run_id, &open_engine(cli.home)?.timeline(&run_id)?);
+            if json {
+                print_wire(&t);
+            } else {
+                output::print_timeline(&t);
+            }
+            Ok(0)
+        }
+        Command::Show { run_id, json, .. } => {
             let view = open_engine(cli.home)?.show_run(&run_id)?;
             if json {
                 print_wire(&wire::RunResult::from_view(&view));

@@ -310,3 +310,77 @@ pub fn print_explain(e: &wire::Explanation) {
         println!("  error: {e}");
     }
 }
+
+/// How many columns the timeline's axis spans in a terminal.
+const TIMELINE_WIDTH: usize = 48;
+
+/// `cairn show --timeline`: one line per attempt, a bar where it ran on the run's time axis, so
+/// what overlapped and what was slow stand out; a reused step is a point (◆).
+pub fn print_timeline(t: &wire::RunTimeline) {
+    let len = t.length_ms.max(1);
+    let state = if t.finished_ms.is_some() { "finished" } else { "still running" };
+    let ran = t.attempts.iter().filter(|a| a.end != "reused").count();
+    println!(
+        "run {}: {ran} attempt{} over {} (0 ms = {}; {state})",
+        t.run_id,
+        if ran == 1 { "" } else { "s" },
+        human_ms(t.length_ms as f64),
+        t.started_at
+    );
+    if t.attempts.is_empty() {
+        println!("no step has started yet");
+        return;
+    }
+    let id_width = t.attempts.iter().map(|a| a.step_id.len()).max().unwrap_or(4).clamp(4, 32);
+    println!(
+        "{:<id_width$}  {:>3}  {:>9}  {:>9}  |0{:>w$}|",
+        "step",
+        "#",
+        "start",
+        "took",
+        human_ms(len as f64),
+        w = TIMELINE_WIDTH - 1
+    );
+    let column = |ms: i64| ((ms.clamp(0, len) as f64 / len as f64) * TIMELINE_WIDTH as f64) as usize;
+    for a in &t.attempts {
+        let from = column(a.start_ms).min(TIMELINE_WIDTH - 1);
+        let mut bar = vec![' '; TIMELINE_WIDTH];
+        let note = match a.end.as_str() {
+            "reused" => {
+                bar[from] = '◆';
+                " reused".to_string()
+            }
+            end => {
+                let to = column(a.end_ms.unwrap_or(t.length_ms)).clamp(from + 1, TIMELINE_WIDTH);
+                bar[from..to].fill(if end == "completed" { '█' } else { '▒' });
+                if end == "completed" { String::new() } else { format!(" {end}") }
+            }
+        };
+        let took = match (a.duration_ms, a.end_ms) {
+            (Some(d), _) => human_ms(d),
+            (None, Some(end)) if a.end != "reused" => human_ms((end - a.start_ms) as f64),
+            (None, None) => "…".into(),
+            _ => "—".into(),
+        };
+        let attempt = if a.attempt == 0 { "-".to_string() } else { a.attempt.to_string() };
+        println!(
+            "{:<id_width$}  {:>3}  {:>9}  {:>9}  |{}|{note}",
+            a.step_id,
+            attempt,
+            human_ms(a.start_ms as f64),
+            took,
+            bar.into_iter().collect::<String>()
+        );
+    }
+}
+
+/// "850 ms", "12.3 ms", "1.25 s".
+fn human_ms(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else if ms >= 100.0 || ms == ms.trunc() {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{ms:.1} ms")
+    }
+}

@@ -3,6 +3,7 @@
 // has no control that plans, approves, executes or cancels anything.
 
 import { drawDag } from './dag.js';
+import { drawGantt } from './gantt.js';
 
 const TOKEN_KEY = 'cairn.viewer';
 const RUNS_SHOWN = 200;
@@ -316,10 +317,11 @@ async function runPage(runId) {
   const enc = encodeURIComponent(runId);
   const run = await api(`/runs/${enc}`);
   // The graph needs the workflow's edges; a run whose workflow cannot be read still shows its steps.
-  const [wf, firstEvents, replays] = await Promise.all([
+  const [wf, firstEvents, replays, firstTimeline] = await Promise.all([
     api(`/workflows/${encodeURIComponent(run.workflow)}?version=${encodeURIComponent(run.version)}`).catch(() => null),
     api(`/runs/${enc}/events`),
     api(`/runs?source_run_id=${enc}&limit=1000`),
+    api(`/runs/${enc}/timeline`),
   ]);
   const children = replays.runs;
   const source = run.replay?.source_run_id;
@@ -328,6 +330,7 @@ async function runPage(runId) {
   const meta = h('dl', { class: 'meta' });
   const dagBox = h('div', { class: 'dag-wrap', role: 'region', 'aria-label': 'Step graph', tabindex: 0 });
   const stepsBox = h('div');
+  const ganttBox = h('div', { class: 'dag-wrap', role: 'region', 'aria-label': 'Attempts on a time axis', tabindex: 0 });
   const findingsBox = h('div');
   const resultsBox = h('div', { id: 'results' });
   const artifactsBox = h('div');
@@ -344,6 +347,8 @@ async function runPage(runId) {
     h('section', { 'aria-labelledby': 'h-lineage' }, h('h2', { id: 'h-lineage' }, 'Lineage'), lineage),
     h('section', { 'aria-labelledby': 'h-dag' }, h('h2', { id: 'h-dag' }, 'Steps as a graph'), legend(), dagBox),
     h('section', { 'aria-labelledby': 'h-steps' }, h('h2', { id: 'h-steps' }, 'Steps'), stepsBox),
+    h('section', { 'aria-labelledby': 'h-gantt' }, h('h2', { id: 'h-gantt' }, 'Where the time went'),
+      h('p', { class: 'muted small' }, 'Every attempt from its start to its end on the run\'s time axis; a diamond is a step reused from the source run.'), ganttBox),
     h('section', { 'aria-labelledby': 'h-results' }, h('h2', { id: 'h-results' }, 'Step results'),
       h('p', { class: 'muted small' }, 'What each step found: its tool\'s JSON result.'), resultsBox),
     h('section', { 'aria-labelledby': 'h-artifacts' }, h('h2', { id: 'h-artifacts' }, 'Artifacts'), artifactsBox),
@@ -367,7 +372,7 @@ async function runPage(runId) {
   }
 
   let events = [];
-  const render = (r) => {
+  const render = (r, tl) => {
     status.textContent = r.status;
     status.className = `badge s-${r.status}`;
     meta.replaceChildren(
@@ -383,6 +388,9 @@ async function runPage(runId) {
     const byStep = Object.fromEntries(r.steps.map((s) => [s.step_id, s]));
     dagBox.replaceChildren(drawDag(h, wf ? wf.steps : r.steps.map((s) => ({ id: s.step_id, needs: [] })), byStep,
       `Steps of run ${r.run_id} and what each needs, coloured by status`));
+    ganttBox.replaceChildren(tl.attempts.length
+      ? drawGantt(h, tl, `Attempts of run ${r.run_id} on its time axis, ${tl.length_ms} ms long`)
+      : h('p', { class: 'muted' }, 'No step has started yet.'));
     const attempts = attemptsOf(events);
     const jobs = jobsOf(events);
     stepsBox.replaceChildren(table('steps-table', null,
@@ -428,7 +436,7 @@ async function runPage(runId) {
 
   const finished = (s) => FINISHED.includes(s);
   events = firstEvents.events;
-  render(run);
+  render(run, firstTimeline);
   loaded();
   if (finished(run.status)) return;
 
@@ -440,8 +448,8 @@ async function runPage(runId) {
     pending = setTimeout(async () => {
       pending = null;
       try {
-        const r = await api(`/runs/${enc}`, life.signal);
-        render(r);
+        const [r, tl] = await Promise.all([api(`/runs/${enc}`, life.signal), api(`/runs/${enc}/timeline`, life.signal)]);
+        render(r, tl);
         if (finished(r.status)) liveNote.textContent = `Finished: ${r.status}.`;
       } catch (e) {
         if (!life.signal.aborted) liveNote.textContent = e.message;

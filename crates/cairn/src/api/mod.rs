@@ -62,6 +62,7 @@ pub fn router(state: AppRef) -> Router {
         .route("/runs/{run_id}/events", get(runs::run_events))
         .route("/runs/{run_id}/artifacts", get(runs::run_artifacts))
         .route("/runs/{run_id}/steps/{step_id}", get(runs::get_step))
+        .route("/runs/{run_id}/timeline", get(runs::run_timeline))
         .route("/runs/{run_id}/steps/{step_id}/log", get(runs::step_log))
         .route("/runs/{run_id}/steps/{step_id}/explain", get(runs::explain_step))
         .route("/runs/{run_id}/steps/{step_id}/artifacts/{name}", get(runs::read_artifact))

@@ -18,8 +18,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
 use crate::wire::{
-    ArtifactList, ArtifactSlice, Event, EventList, Explanation, RunList, RunResult, StepDetail, StepLog, SubmitRun,
-    TraceResult,
+    ArtifactList, ArtifactSlice, Event, EventList, Explanation, RunList, RunResult, RunTimeline, StepDetail, StepLog,
+    SubmitRun, TraceResult,
 };
 
 /// An accepted run as an answer: 200 when it had finished already, else 202 with where to find it.
@@ -321,6 +321,19 @@ pub(super) async fn step_log(
         return Err(ApiError::invalid("lines must be between 1 and 10000"));
     }
     blocking(move || Ok(Json(StepLog::from_engine(state.service.engine().step_log(&run_id, &step_id, lines)?)))).await
+}
+
+/// Every attempt of a run on its time axis: where its time went, what overlapped.
+#[utoipa::path(get, path = "/runs/{run_id}/timeline", tag = "runs",
+    params(("run_id" = String, Path)),
+    responses((status = 200, description = "The run's attempts on its time axis", body = RunTimeline),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn run_timeline(
+    State(state): State<AppRef>,
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Json<RunTimeline>, ApiError> {
+    blocking(move || Ok(Json(RunTimeline::from_engine(&run_id, &state.service.engine().timeline(&run_id)?)))).await
 }
 
 /// Why a step of a run was reused, run or invalidated, with its signature and attempts.

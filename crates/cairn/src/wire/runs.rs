@@ -362,6 +362,58 @@ impl RunList {
     }
 }
 
+/// Every attempt of a run on its time axis (`GET /runs/{id}/timeline`, `cairn show --timeline`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunTimeline {
+    pub run_id: String,
+    /// When the run was created: 0 on the axis.
+    pub started_at: String,
+    /// Milliseconds from `started_at` to the run's end (or to the last attempt so far).
+    pub length_ms: i64,
+    /// `null` while the run is not finished.
+    pub finished_ms: Option<i64>,
+    /// The attempts in the order they started.
+    pub attempts: Vec<TimelineAttempt>,
+}
+
+/// One attempt of a step, or a step a replay reused (attempt 0, a point).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TimelineAttempt {
+    pub step_id: String,
+    pub attempt: u32,
+    /// Milliseconds from the run's start.
+    pub start_ms: i64,
+    /// `null` while it runs.
+    pub end_ms: Option<i64>,
+    /// completed, failed, retrying, interrupted, cancelled, running or reused.
+    pub end: String,
+    /// The tool's own time as the attempt recorded it, when it ended.
+    pub duration_ms: Option<f64>,
+}
+
+impl RunTimeline {
+    pub fn from_engine(run_id: &str, t: &cairn_core::timeline::Timeline) -> RunTimeline {
+        RunTimeline {
+            run_id: run_id.to_string(),
+            started_at: time(t.origin_ms),
+            length_ms: t.length_ms(),
+            finished_ms: t.finished_ms,
+            attempts: t
+                .spans
+                .iter()
+                .map(|s| TimelineAttempt {
+                    step_id: s.step_id.clone(),
+                    attempt: s.attempt,
+                    start_ms: s.start_ms,
+                    end_ms: s.end_ms,
+                    end: s.end.as_str().to_string(),
+                    duration_ms: s.duration_us.map(|us| us as f64 / 1000.0),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One event of a run's append-only log.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Event {

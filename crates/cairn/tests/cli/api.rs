@@ -477,6 +477,8 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
             FORBIDDEN,
             NOT_FOUND,
         ),
+        protected("GET", "/runs/R1/timeline", None, OK, OK),
+        protected("GET", "/runs/nope/timeline", None, NOT_FOUND, NOT_FOUND),
         protected("GET", "/runs/R1/steps/b/explain", None, OK, OK),
         protected("GET", "/runs/R1/steps/zz/explain", None, NOT_FOUND, NOT_FOUND),
         // The evidence: a step whole, a run's artifacts, and a trace by hash (none recorded).

@@ -90,3 +90,66 @@ fn a_parallel_run_records_the_same_steps_results_and_events_as_the_serial_one() 
     // One started and one completed event per step, and the run's two.
     assert_eq!(par_events.len(), 2 * order.len() + 2, "{par_events:#?}");
 }
+
+/// `cairn show --timeline`: every attempt on the run's time axis, the same from the CLI and from
+/// `GET /runs/{id}/timeline`; a parallel run's roots overlap on it, and a replay's reused steps are
+/// points.
+#[test]
+fn the_timeline_shows_every_attempt_and_the_overlap_of_a_parallel_run() {
+    let c = Cairn::new();
+    diamond(&c);
+    let input = json!({"log": c.path_str("log"), "seed": "s-2"});
+    c.run("wide", &input, &["--run-id", "T", "--parallel", "3"]).expect(0);
+    let t = c.json(&["show", "T", "--timeline"]).expect(0).json;
+    assert_eq!(t["run_id"], "T", "{t:#}");
+    let attempts = t["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 10, "{t:#}");
+    for a in attempts {
+        assert_eq!(a["end"], "completed", "{t:#}");
+        assert_eq!(a["attempt"], 1, "{t:#}");
+        assert!(a["start_ms"].as_i64().unwrap() <= a["end_ms"].as_i64().unwrap(), "{t:#}");
+        assert!(a["end_ms"].as_i64().unwrap() <= t["length_ms"].as_i64().unwrap(), "{t:#}");
+        // Each root sleeps 50 ms: its recorded time says so.
+        if str_of(&a["step_id"]).starts_with('r') {
+            assert!(a["duration_ms"].as_f64().unwrap() >= 50.0, "{t:#}");
+        }
+    }
+    let span = |id: &str| {
+        let a = attempts.iter().find(|a| a["step_id"] == id).unwrap();
+        (a["start_ms"].as_i64().unwrap(), a["end_ms"].as_i64().unwrap())
+    };
+    // r1 started before r0 ended: they overlapped. The sink started after every m ended.
+    assert!(span("r1").0 < span("r0").1, "{t:#}");
+    assert!((0..3).all(|m| span(&format!("m{m}")).1 <= span("sink").0), "{t:#}");
+
+    let api = c.start_daemon();
+    let r = http("GET", &format!("{}/runs/T/timeline", api.url), Some(&c.token("viewer")), None, &[]);
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert_eq!(r.body, t, "the API and the CLI give the same timeline");
+
+    let text = c.raw(&["show", "T", "--timeline"]).expect(0).stdout;
+    assert!(text.starts_with("run T: 10 attempts over "), "{text}");
+    let r0 = text.lines().find(|l| l.starts_with("r0 ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(r0.contains('█') && r0.ends_with('|'), "{text}");
+
+    // A replay of the sink alone: the other nine are reused, each a point (attempt 0).
+    c.json(&["replay", "T", "--step", "sink", "--run-id", "T2"]).expect(0);
+    let t2 = c.json(&["show", "T2", "--timeline"]).expect(0).json;
+    let ends: Vec<(String, String)> = t2["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (str_of(&a["step_id"]).to_string(), str_of(&a["end"]).to_string()))
+        .collect();
+    assert_eq!(ends.iter().filter(|(_, e)| e == "reused").count(), 9, "{t2:#}");
+    assert_eq!(ends.last().unwrap(), &("sink".to_string(), "completed".to_string()), "{t2:#}");
+    let text = c.raw(&["show", "T2", "--timeline"]).expect(0).stdout;
+    let reused = text.lines().find(|l| l.starts_with("r0 ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(reused.contains('◆') && reused.ends_with("| reused"), "{text}");
+    assert!(text.starts_with("run T2: 1 attempt over "), "{text}");
+
+    let missing = c.raw(&["show", "nope", "--timeline"]);
+    assert_eq!(missing.code, 2, "{missing:?}");
+    assert!(missing.stderr.contains("run `nope` was not found"), "{missing:?}");
+    c.stop_daemon();
+}
