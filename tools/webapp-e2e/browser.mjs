@@ -32,6 +32,8 @@ export function launch(profile, options = {}) {
     headless: true,
     args: FLAGS,
     viewport: { width: 1280, height: 900 },
+    // Chromium's start on a loaded 2-core machine (the default is 30 s).
+    timeout: 90_000,
     ...options,
   });
 }
