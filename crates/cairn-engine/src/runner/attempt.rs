@@ -32,9 +32,18 @@ impl Engine {
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Option<Done>, EngineError> {
         let halted = || stop.and_then(StopSignal::requested).is_some();
-        let Job { step_index, sig, args, exec_args, mut attempt, mut start, mut finished, mut orphan, reattach, begun } =
-            job;
-        let mut begun = begun;
+        let Job {
+            step_index,
+            sig,
+            args,
+            exec_args,
+            mut attempt,
+            mut start,
+            mut finished,
+            mut orphan,
+            reattach,
+            mut begun,
+        } = job;
         let step = &wf.spec().steps[step_index];
         let stdin = canonical_json(&exec_args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
         let outputs = wf.spec().outputs_of(step);
