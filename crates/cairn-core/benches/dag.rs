@@ -12,6 +12,12 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+#[path = "support/allocator.rs"]
+mod allocator;
+
+#[global_allocator]
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
+
 use cairn_core::dag::Dag;
 use cairn_core::workflow::parse_workflow;
 
@@ -186,7 +192,10 @@ fn main() {
     let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let words: Vec<String> = args.iter().filter(|a| a.parse::<usize>().is_err()).map(|a| a.to_lowercase()).collect();
     let runs: usize = std::env::var("CAIRN_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(7).max(1);
-    println!("DAG validation and ordering; median of up to {runs} runs (std::time::Instant; cpu = on-CPU time)\n");
+    println!(
+        "DAG validation and ordering; median of up to {runs} runs (std::time::Instant; cpu = on-CPU time); {}\n",
+        allocator::name()
+    );
     println!(
         "| {:>7} | {:<26} | {:<16} | {:>10} | {:>10} | {:>10} | {:>10} | {:>4} | {:>9} | {:<4} |",
         "steps", "shape", "measured", "median", "cpu", "min", "max", "runs", "target", "met"

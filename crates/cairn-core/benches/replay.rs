@@ -4,6 +4,12 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+#[path = "support/allocator.rs"]
+mod allocator;
+
+#[global_allocator]
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
+
 use cairn_core::replay::{ReplayInput, SourceStep, normalise_requested, plan};
 use cairn_core::signature::{StepSignature, args_hash};
 use cairn_core::status::StepStatus;
@@ -74,7 +80,10 @@ fn main() {
     let mut changed_input = input.clone();
     changed_input["f7"] = json!("changed");
 
-    println!("replay planning, {n}-step random DAG (each step needs up to 3 of the 50 before it)");
+    println!(
+        "replay planning, {n}-step random DAG (each step needs up to 3 of the 50 before it); {}",
+        allocator::name()
+    );
     println!("{:<44} {:>10} {:>10} {:>10}", "case", "median ms", "replayed", "reused");
     for (name, requested, inp) in [
         ("request one step near the end, same input", vec![format!("s{}", n - 10)], &input),

@@ -244,19 +244,21 @@ pub fn is_identifier(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
-/// TOML → JSON. Datetimes become their RFC 3339 text; non-finite floats are refused.
-pub fn toml_to_json(v: &toml::Value) -> Result<Value, String> {
+/// TOML → JSON, consuming the TOML (a workflow of 100,000 steps would otherwise copy every
+/// string of its args once more). Datetimes become their RFC 3339 text; non-finite floats are
+/// refused.
+pub fn toml_to_json(v: toml::Value) -> Result<Value, String> {
     Ok(match v {
-        toml::Value::String(s) => Value::String(s.clone()),
-        toml::Value::Integer(i) => Value::from(*i),
+        toml::Value::String(s) => Value::String(s),
+        toml::Value::Integer(i) => Value::from(i),
         toml::Value::Float(f) => {
-            serde_json::Number::from_f64(*f).map(Value::Number).ok_or_else(|| format!("{f} is not a finite number"))?
+            serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| format!("{f} is not a finite number"))?
         }
-        toml::Value::Boolean(b) => Value::Bool(*b),
+        toml::Value::Boolean(b) => Value::Bool(b),
         toml::Value::Datetime(d) => Value::String(d.to_string()),
-        toml::Value::Array(items) => Value::Array(items.iter().map(toml_to_json).collect::<Result<_, _>>()?),
+        toml::Value::Array(items) => Value::Array(items.into_iter().map(toml_to_json).collect::<Result<_, _>>()?),
         toml::Value::Table(t) => {
-            Value::Object(t.iter().map(|(k, v)| Ok((k.clone(), toml_to_json(v)?))).collect::<Result<_, String>>()?)
+            Value::Object(t.into_iter().map(|(k, v)| Ok((k, toml_to_json(v)?))).collect::<Result<_, String>>()?)
         }
     })
 }
@@ -502,7 +504,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
             None => Value::Object(Default::default()),
             Some(a) => {
                 let a_at = a.span().start;
-                match toml_to_json(a.get_ref()) {
+                match toml_to_json(a.into_inner()) {
                     Ok(v) if v.is_object() => v,
                     Ok(_) => {
                         problems.push(loc.err(
@@ -745,7 +747,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
                 continue;
             }
         };
-        let value = match r.value.as_ref().map(toml_to_json).transpose() {
+        let value = match r.value.map(toml_to_json).transpose() {
             Ok(v) => v,
             Err(e) => {
                 problems.push(loc.err(Some(at), None, Some(&field("value")), e));

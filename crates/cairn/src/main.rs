@@ -1,5 +1,11 @@
 //! The `cairn` executable: everything is in the library (`lib.rs`), so tests can reach it too.
 
+/// mimalloc, not glibc's malloc: a workflow of 100,000 steps is millions of small allocations,
+/// and glibc spent over half of its parse in malloc, free and their consolidation (BENCHMARKS.md
+/// §1). The benchmarks of `cairn-core` use the same allocator, so they measure what users run.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     cairn::main()
 }
