@@ -1,33 +1,70 @@
 #!/usr/bin/env bash
 # The daemon: cold start, idle memory, POST /runs latency at 1 and 20 clients, and the end-to-end
-# overhead of a run through the API against the same run in-process. See BENCHMARKS.md for what
-# each figure means and the results on record.
+# overhead of a run through the API against the same run in-process; and, as `rss`, its resident
+# memory over 10,000 runs (issue 21). See BENCHMARKS.md for what each figure means and the
+# results on record.
 #
-#   scripts/bench-daemon.sh
+#   scripts/bench-daemon.sh               # start, idle memory, latency, end to end (BENCHMARKS.md §6)
+#   scripts/bench-daemon.sh rss           # RSS over BENCH_RUNS runs through one warm daemon (issue 21:
+#                                         # "the daemon's RSS after 10,000 runs stays under 40 MiB")
 #
 # Settings (environment):
+#   CAIRN_BIN=            the cairn binary to measure (default: `cargo build --release -p cairn`,
+#                         then target/release/cairn)
+#   BENCH_WORKERS=        --workers of the daemon (default: its own, the number of CPUs)
+#   BENCH_TMP=/tmp        where the fresh CAIRN_HOMEs are made
+#   BENCH_OUT=bench-out/daemon[-rss]-<time>   where raw outputs (samples, daemon logs) are kept
+# the default suite:
 #   BENCH_START_REPS=15   cold starts timed (each on a fresh state root, then a restart on it)
 #   BENCH_LOAD_REPS=3     load rounds, each with a fresh daemon: 1 client, then 20 clients
 #   BENCH_SEQ_POSTS=200   POSTs of the 1-client round (one after another)
 #   BENCH_CLIENTS=20      clients of the concurrent round
 #   BENCH_CLIENT_POSTS=25 POSTs per client in the concurrent round (20 x 25 = 500 runs)
 #   BENCH_E2E_REPS=15     interleaved trials of the 3-step run, in-process and through the daemon
-#   BENCH_WORKERS=        --workers of the daemon (default: its own, the number of CPUs)
-#   BENCH_TMP=/tmp        where the fresh CAIRN_HOMEs are made
-#   BENCH_OUT=bench-out/daemon-<time>   where raw outputs (samples, daemon logs) are kept
+# `rss`:
+#   BENCH_RUNS=10000      runs submitted (the 3-step chain below, each with its own run id)
+#   BENCH_BATCH=100       runs POSTed before waiting for all of them to finish (the most ever queued)
+#   BENCH_SETTLE=0.2      seconds between the last run of a batch finishing and a sample
+#   BENCH_IDLE=12         seconds idle before the last sample (Tokio lets an idle blocking thread
+#                         go after 10 s); 0 to skip it
+#   BENCH_BUDGET=780      seconds of submitting after which the next sample is the last (the rate
+#                         is reported; the figures are then for fewer runs than BENCH_RUNS)
+#
+# How `rss` submits (the path, and why): `cairn run` has no detached mode (Ctrl-C detaches, and
+# only `kernel exec` has --detach), and 10,000 `cairn run` processes would measure process starts
+# more than the daemon. So the runs go in as the CLI's own request does, `POST /runs` with the
+# operator token from the state root, on one kept-alive connection from a stdlib Python client:
+# the daemon creates, queues and executes each run exactly as for `cairn run` (the same handler,
+# `Service::submit_run`, the same worker pool). What the CLI does besides, following the run's
+# event stream, is not done per run; completion is read from `GET /runs?status=…` instead. Runs
+# go in batches of BENCH_BATCH and each batch is waited for (every run READY, checked) before the
+# next, so the pool's queue never holds more than a batch and every sample is taken with the
+# daemon quiet: VmRSS and VmHWM (and RssAnon/RssFile/RssShmem) from /proc/<pid>/status after 0,
+# 100, 1000, 2000, ... runs. Growth per run is (RSS at the end - RSS at 1,000) / (runs - 1,000):
+# the registry's SQLite page cache (2 MiB a connection by default) fills over the first runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-OUT=${BENCH_OUT:-$ROOT/bench-out/daemon-$(date +%Y%m%dT%H%M%S)}
-CAIRN=$ROOT/target/release/cairn
+MODE=${1:-suite}
+case "$MODE" in
+  suite | rss) ;;
+  *) echo "usage: $0 [rss]" >&2; exit 2 ;;
+esac
+OUT=${BENCH_OUT:-$ROOT/bench-out/daemon$([ "$MODE" = rss ] && echo -rss)-$(date +%Y%m%dT%H%M%S)}
 
 log() { printf '==> %s\n' "$*" >&2; }
 
 mkdir -p "$OUT"
 log "raw outputs in $OUT"
-log "cargo build --release"
-cargo build --release -q
+if [ -n "${CAIRN_BIN:-}" ]; then
+  CAIRN=$CAIRN_BIN
+  log "measuring $CAIRN (CAIRN_BIN)"
+else
+  log "cargo build --release -p cairn"
+  cargo build --release -q -p cairn
+  CAIRN=$ROOT/target/release/cairn
+fi
 log "load before: $(uptime)"
 
 WORK=$(mktemp -d -p "${BENCH_TMP:-/tmp}" cairn-bench-daemon.XXXXXX)
@@ -44,6 +81,8 @@ mkdir -p "$WORK/chain3"
 } > "$WORK/chain3/workflow.toml"
 echo '{}' > "$WORK/input.json"
 
+# --- the default suite: start, idle memory, POST latency, end to end ----------------------------
+suite() {
 BENCH_CAIRN=$CAIRN BENCH_WORK=$WORK BENCH_OUT=$OUT python3 - <<'PY'
 """The measurement driver: stdlib only (urllib/http.client, threads)."""
 import http.client, json, os, signal, socket, statistics, subprocess, tempfile, threading, time
@@ -420,3 +459,191 @@ for label, key in (("`cairn run --in-process` (whole process)", "in_process_ms")
     print(f"| {label} | {v:.1f} ms | {v / base:.2f}× | {v - base:+.1f} ms | {E[key]} |")
 PY
 log "load after: $(uptime)"
+}
+
+# --- rss: the daemon's memory over BENCH_RUNS runs ------------------------------------------------
+rss() {
+  # Global, not local: the EXIT trap runs after this function has returned.
+  RSS_HOME=$WORK/state
+  local home=$RSS_HOME
+  trap 'CAIRN_HOME=$RSS_HOME "$CAIRN" daemon stop > /dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
+  export CAIRN_QUIET_DAEMON=1
+  unset XDG_STATE_HOME
+  CAIRN_HOME=$home "$CAIRN" workflow add "$WORK/chain3" --json > /dev/null
+  CAIRN_HOME=$home "$CAIRN" daemon start ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"} > "$OUT/daemon.txt"
+  log "$(cat "$OUT/daemon.txt")"
+  CAIRN_HOME=$home "$CAIRN" daemon status --json > "$OUT/daemon-status.json"
+  local pid url
+  pid=$(jq -r .pid "$OUT/daemon-status.json")
+  url=$(jq -r .url "$OUT/daemon-status.json")
+  [ "$(jq -r .running "$OUT/daemon-status.json")" = true ] && [ -r "/proc/$pid/status" ] \
+    || { log "the daemon is not running: $(cat "$OUT/daemon-status.json")"; exit 1; }
+  log "daemon pid $pid at $url, $(grep -c '^processor' /proc/cpuinfo) CPUs, workers ${BENCH_WORKERS:-default}"
+
+  BENCH_PID=$pid BENCH_URL=$url BENCH_HOME=$home BENCH_OUT=$OUT python3 - <<'PY'
+"""Submits the runs in batches through the warm daemon and samples its memory between them."""
+import http.client, json, os, sys, time, urllib.parse
+
+PID, URL, HOME, OUT = int(os.environ["BENCH_PID"]), os.environ["BENCH_URL"], os.environ["BENCH_HOME"], os.environ["BENCH_OUT"]
+RUNS = int(os.environ.get("BENCH_RUNS", 10000))
+BATCH = int(os.environ.get("BENCH_BATCH", 100))
+SETTLE = float(os.environ.get("BENCH_SETTLE", 0.2))
+IDLE = float(os.environ.get("BENCH_IDLE", 12))
+BUDGET = float(os.environ.get("BENCH_BUDGET", 780))
+WF = "bench-chain-3"
+TOKEN = open(f"{HOME}/auth/operator.token").read().strip()
+u = urllib.parse.urlsplit(URL)
+HOST, PORT = u.hostname, u.port
+
+
+def log(msg):
+    print(f"==> {msg}", file=sys.stderr, flush=True)
+
+
+class Client:
+    """One kept-alive connection; reconnects once if the daemon closed it (every request here is
+    safe to repeat: a POST names its run id, and the same id with the same input is idempotent)."""
+
+    def __init__(self):
+        self.conn = None
+
+    def request(self, method, path, body=None):
+        data = json.dumps(body) if body is not None else None
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        for attempt in (0, 1):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(HOST, PORT, timeout=120)
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                r = self.conn.getresponse()
+                payload = r.read()
+                return r.status, (json.loads(payload) if payload else None)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+
+
+def memory():
+    """The daemon's /proc/<pid>/status figures, in KiB (Threads as a count)."""
+    want = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem", "Threads")
+    fields = {}
+    with open(f"/proc/{PID}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in want:
+                fields[k] = int(v.split()[0])
+    return fields
+
+
+def db_bytes():
+    return sum(os.path.getsize(f"{HOME}/cairn.db{s}") for s in ("", "-wal", "-shm") if os.path.exists(f"{HOME}/cairn.db{s}"))
+
+
+def smaps(tag):
+    try:
+        with open(f"/proc/{PID}/smaps_rollup") as f, open(f"{OUT}/smaps_rollup-{tag}.txt", "w") as o:
+            o.write(f.read())
+    except OSError:
+        pass
+
+
+c = Client()
+status, _ = c.request("GET", "/runs?limit=1")
+assert status == 200, status
+samples = []
+t_start = time.perf_counter()
+
+
+def sample(runs, label=None):
+    m = memory()
+    m.update(runs=runs, label=label or str(runs), t=time.perf_counter() - t_start, db=db_bytes())
+    samples.append(m)
+    log(f"{m['label']:>14} runs: RSS {m['VmRSS'] / 1024:.1f} MiB, HWM {m['VmHWM'] / 1024:.1f} MiB, "
+        f"{m['Threads']} threads, registry {m['db'] / 2**20:.1f} MiB, {m['t']:.1f} s")
+    json.dump(samples, open(f"{OUT}/samples.json", "w"), indent=1)
+
+
+def idle_count(status):
+    s, body = c.request("GET", f"/runs?status={status}&limit=1")
+    assert s == 200, (s, body)
+    return len(body["runs"])
+
+
+def drain():
+    """Until no run is PENDING or RUNNING (PENDING asked first: a run leaves it for RUNNING)."""
+    while idle_count("PENDING") or idle_count("RUNNING"):
+        time.sleep(0.01)
+
+
+checkpoints = sorted({0, 100, RUNS} | set(range(1000, RUNS, 1000)))
+checkpoints = [k for k in checkpoints if k <= RUNS]
+sample(0)
+smaps("0")
+done, stopped_early = 0, False
+for target in checkpoints[1:]:
+    while done < target:
+        n = min(BATCH, target - done)
+        ids = [f"rss-{done + i:06d}" for i in range(n)]
+        for rid in ids:
+            s, body = c.request("POST", "/runs", {"thread_id": "bench-rss", "workflow": WF, "input": {}, "run_id": rid})
+            assert s == 202 and body["run_id"] == rid, (rid, s, body)
+        drain()
+        s, body = c.request("GET", f"/runs?workflow={WF}&limit={min(1000, 2 * n)}")
+        listed = {r["run_id"]: r["status"] for r in body["runs"]}
+        bad = [(rid, listed.get(rid)) for rid in ids if listed.get(rid) != "READY"]
+        assert not bad, f"runs not READY: {bad[:5]}"
+        done += n
+    time.sleep(SETTLE)
+    sample(done)
+    if done == 1000:
+        smaps("1000")
+    if time.perf_counter() - t_start > BUDGET and done < RUNS:
+        stopped_early = True
+        log(f"over the budget of {BUDGET:.0f} s after {done} runs: stopping here")
+        break
+wall = samples[-1]["t"]
+last = samples[-1]
+smaps(str(done))
+if IDLE > 0:
+    time.sleep(IDLE)
+    sample(done, f"{done}, idle {IDLE:g} s")
+    smaps(f"{done}-idle")
+if c.conn is not None:
+    c.conn.close()
+
+# The daemon's own record of the runs: one "run ID READY after N ms" line each.
+ready_logged = sum(1 for line in open(f"{HOME}/daemon.log", errors="replace") if " READY after " in line)
+
+mib = lambda kib: kib / 1024.0
+print(f"\n## Daemon memory over {done} runs (3-step chain of /bin/echo, batches of {BATCH}, through POST /runs)\n")
+print("| runs | RSS MiB | HWM MiB | anon MiB | file MiB | shmem MiB | threads | registry MiB | s | runs/s since previous |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+prev = None
+for m in samples:
+    rate = "—"
+    if prev is not None and m["runs"] > prev["runs"]:
+        rate = f"{(m['runs'] - prev['runs']) / (m['t'] - prev['t']):.0f}"
+    print(f"| {m['label']} | {mib(m['VmRSS']):.1f} | {mib(m['VmHWM']):.1f} | {mib(m['RssAnon']):.1f} | {mib(m['RssFile']):.1f} "
+          f"| {mib(m['RssShmem']):.1f} | {m['Threads']} | {m['db'] / 2**20:.1f} | {m['t']:.1f} | {rate} |")
+    prev = m
+base = next((m for m in samples if m["runs"] == 1000), None) if done > 1000 else None
+if base is None:
+    base = samples[0]
+per_run = (last["VmRSS"] - base["VmRSS"]) / max(1, last["runs"] - base["runs"])
+print(f"\n{done} runs in {wall:.1f} s ({done / wall:.0f} runs/s); the daemon logged {ready_logged} READY runs"
+      + (f"; STOPPED EARLY at the {BUDGET:.0f} s budget (BENCH_RUNS={RUNS})" if stopped_early else ""))
+json.dump({"samples": samples, "runs": done, "wall_s": wall, "batch": BATCH, "growth_kib_per_run": per_run,
+           "from_runs": base["runs"], "ready_logged": ready_logged, "stopped_early": stopped_early},
+          open(f"{OUT}/results.json", "w"), indent=1)
+print(f"RSS after {done} runs: {mib(last['VmRSS']):.1f} MiB (HWM {mib(last['VmHWM']):.1f} MiB); growth from "
+      f"{base['runs']} to {done} runs: {per_run:.3f} KiB/run; under 40 MiB: {'yes' if last['VmRSS'] < 40 * 1024 else 'NO'}")
+assert ready_logged == done, (ready_logged, done)
+PY
+  log "load after: $(uptime)"
+}
+
+"$MODE"

@@ -205,7 +205,7 @@ struct RawTool {
 struct RawStep {
     id: Spanned<String>,
     tool: Spanned<String>,
-    args: Option<Spanned<toml::Value>>,
+    args: Option<Spanned<JsonValue>>,
     #[serde(default)]
     needs: Vec<String>,
     max_attempts: Option<Spanned<i64>>,
@@ -244,16 +244,13 @@ pub fn is_identifier(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
-/// TOML → JSON, consuming the TOML (a workflow of 100,000 steps would otherwise copy every
-/// string of its args once more). Datetimes become their RFC 3339 text; non-finite floats are
+/// TOML → JSON, consuming the TOML. Datetimes become their RFC 3339 text; non-finite floats are
 /// refused.
 pub fn toml_to_json(v: toml::Value) -> Result<Value, String> {
     Ok(match v {
         toml::Value::String(s) => Value::String(s),
         toml::Value::Integer(i) => Value::from(i),
-        toml::Value::Float(f) => {
-            serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| format!("{f} is not a finite number"))?
-        }
+        toml::Value::Float(f) => finite(f)?,
         toml::Value::Boolean(b) => Value::Bool(b),
         toml::Value::Datetime(d) => Value::String(d.to_string()),
         toml::Value::Array(items) => Value::Array(items.into_iter().map(toml_to_json).collect::<Result<_, _>>()?),
@@ -261,6 +258,82 @@ pub fn toml_to_json(v: toml::Value) -> Result<Value, String> {
             Value::Object(t.into_iter().map(|(k, v)| Ok((k, toml_to_json(v)?))).collect::<Result<_, String>>()?)
         }
     })
+}
+
+fn finite(f: f64) -> Result<Value, String> {
+    serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| format!("{f} is not a finite number"))
+}
+
+/// The key under which the TOML deserializer hands a datetime to a visitor (a one-field map).
+const TOML_DATETIME_KEY: &str = "$__toml_private_datetime";
+
+/// A step's args read from TOML straight into JSON, as [`toml_to_json`] converts them: a workflow
+/// of 100,000 steps would otherwise build every step's args twice (a TOML tree, then its JSON).
+/// A value JSON cannot hold (a non-finite float) is kept as the problem to report, not a parse
+/// error, so every other problem of the file is still found.
+struct JsonValue(Result<Value, String>);
+
+impl<'de> Deserialize<'de> for JsonValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> serde::de::Visitor<'de> for JsonVisitor {
+    type Value = JsonValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a TOML value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<JsonValue, E> {
+        Ok(JsonValue(Ok(Value::Bool(b))))
+    }
+    fn visit_i64<E>(self, i: i64) -> Result<JsonValue, E> {
+        Ok(JsonValue(Ok(Value::from(i))))
+    }
+    fn visit_u64<E>(self, u: u64) -> Result<JsonValue, E> {
+        Ok(JsonValue(Ok(Value::from(u))))
+    }
+    fn visit_f64<E>(self, f: f64) -> Result<JsonValue, E> {
+        Ok(JsonValue(finite(f)))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<JsonValue, E> {
+        Ok(JsonValue(Ok(Value::String(s.to_string()))))
+    }
+    fn visit_string<E>(self, s: String) -> Result<JsonValue, E> {
+        Ok(JsonValue(Ok(Value::String(s))))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<JsonValue, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let mut problem = None;
+        while let Some(JsonValue(item)) = seq.next_element()? {
+            match item {
+                Ok(v) => items.push(v),
+                Err(e) => problem = problem.or(Some(e)),
+            }
+        }
+        Ok(JsonValue(problem.map_or(Ok(Value::Array(items)), Err)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JsonValue, A::Error> {
+        let mut out = serde_json::Map::new();
+        let mut problem = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == TOML_DATETIME_KEY {
+                // Its value is the datetime's text, which is what the JSON keeps.
+                let text: String = map.next_value()?;
+                return Ok(JsonValue(Ok(Value::String(text))));
+            }
+            match map.next_value::<JsonValue>()?.0 {
+                Ok(v) => {
+                    out.insert(key, v);
+                }
+                Err(e) => problem = problem.or(Some(e)),
+            }
+        }
+        Ok(JsonValue(problem.map_or(Ok(Value::Object(out)), Err)))
+    }
 }
 
 struct Locator<'a> {
@@ -475,11 +548,12 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
     for raw_step in raw.steps {
         let at = raw_step.span().start;
         let s = raw_step.into_inner();
-        let id = s.id.get_ref().clone();
+        let id_at = s.id.span().start;
+        let id = s.id.into_inner();
         let sid = Some(id.as_str());
         if !is_identifier(&id) {
             problems.push(loc.err(
-                Some(s.id.span().start),
+                Some(id_at),
                 sid,
                 Some("id"),
                 "a step id must be 1 to 128 letters, digits, `_` or `-`",
@@ -504,7 +578,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
             None => Value::Object(Default::default()),
             Some(a) => {
                 let a_at = a.span().start;
-                match toml_to_json(a.into_inner()) {
+                match a.into_inner().0 {
                     Ok(v) if v.is_object() => v,
                     Ok(_) => {
                         problems.push(loc.err(
@@ -803,6 +877,41 @@ pub fn tool_path_candidate(arg: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A step's args read straight into JSON are what `toml_to_json` makes of the same TOML: every
+    /// kind of value, nested, datetimes as text, and a non-finite float kept as the problem.
+    #[test]
+    fn args_are_read_into_json_as_toml_to_json_converts_them() {
+        let table = r#"s = "${input.x}"
+i = -7
+u = 9223372036854775807
+f = 1.5
+b = true
+odt = 1979-05-27T07:32:00Z
+ldt = 1979-05-27T07:32:00
+ld = 1979-05-27
+lt = 07:32:00.25
+a = [1, "two", [3.0], { k = 1979-05-27 }]
+t = { inner = { deep = [true, false] } }
+"#;
+        let direct: JsonValue = toml::from_str(table).unwrap();
+        let via_toml = toml_to_json(toml::from_str::<toml::Value>(table).unwrap()).unwrap();
+        assert_eq!(direct.0.unwrap(), via_toml);
+        assert_eq!(via_toml["odt"], "1979-05-27T07:32:00Z");
+        assert_eq!(via_toml["a"][3]["k"], "1979-05-27");
+
+        for bad in ["x = nan", "x = [1, inf]", "x = { y = { z = -inf } }"] {
+            let direct: JsonValue = toml::from_str(bad).unwrap();
+            let converted = toml_to_json(toml::from_str::<toml::Value>(bad).unwrap());
+            assert_eq!(direct.0, converted, "{bad}");
+            assert!(direct.0.unwrap_err().contains("is not a finite number"), "{bad}");
+        }
+        let text = GOOD.replace(r#"args = { suite = "${input.manifest.tests}" }"#, "args = { w = nan }");
+        let problems = parse_workflow(&text, "w.toml").unwrap_err();
+        let p = problems.first();
+        assert_eq!((p.step.as_deref(), p.field.as_deref()), (Some("a"), Some("args")), "{problems}");
+        assert!(p.message.contains("NaN is not a finite number"), "{problems}");
+    }
 
     const GOOD: &str = r#"
 [workflow]
