@@ -32,16 +32,23 @@
 #
 # How `rss` submits (the path, and why): `cairn run` has no detached mode (Ctrl-C detaches, and
 # only `kernel exec` has --detach), and 10,000 `cairn run` processes would measure process starts
-# more than the daemon. So the runs go in as the CLI's own request does, `POST /runs` with the
-# operator token from the state root, on one kept-alive connection from a stdlib Python client:
+# more than the daemon. So the runs go in as the CLI's own request does (`cairn run` POSTs to
+# /runs, crates/cairn/src/follow.rs), `POST /runs` with the operator token from the state root
+# (auth/operator.token), on one kept-alive connection from a stdlib Python client (curl would be
+# a process per request, or per batch with no per-run check of the answer):
 # the daemon creates, queues and executes each run exactly as for `cairn run` (the same handler,
 # `Service::submit_run`, the same worker pool). What the CLI does besides, following the run's
 # event stream, is not done per run; completion is read from `GET /runs?status=…` instead. Runs
 # go in batches of BENCH_BATCH and each batch is waited for (every run READY, checked) before the
 # next, so the pool's queue never holds more than a batch and every sample is taken with the
-# daemon quiet: VmRSS and VmHWM (and RssAnon/RssFile/RssShmem) from /proc/<pid>/status after 0,
-# 100, 1000, 2000, ... runs. Growth per run is (RSS at the end - RSS at 1,000) / (runs - 1,000):
-# the registry's SQLite page cache (2 MiB a connection by default) fills over the first runs.
+# daemon quiet: VmRSS and VmHWM (and RssAnon, RssFile, Threads) from /proc/<pid>/status, and
+# AnonHugePages from smaps_rollup, after 0, 100, 1000, 2000, ... runs (smaps_rollup itself is kept
+# in BENCH_OUT at 0, 1,000 and the end). Growth per run is (RSS at the end - RSS at 1,000) /
+# (runs - 1,000): the registry's SQLite page cache (2 MiB a connection by default) fills over the
+# first runs. The figure depends on transparent huge pages: mimalloc v3 madvises its arena
+# MADV_HUGEPAGE, so with THP set to `madvise` or `always` every 2 MiB of it that is touched can be
+# one huge page (the "of it THP" column). The daemon inherits the environment of `cairn daemon
+# start`, so `MIMALLOC_ALLOW_THP=0 scripts/bench-daemon.sh rss` measures it without them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -479,6 +486,8 @@ rss() {
   [ "$(jq -r .running "$OUT/daemon-status.json")" = true ] && [ -r "/proc/$pid/status" ] \
     || { log "the daemon is not running: $(cat "$OUT/daemon-status.json")"; exit 1; }
   log "daemon pid $pid at $url, $(grep -c '^processor' /proc/cpuinfo) CPUs, workers ${BENCH_WORKERS:-default}"
+  log "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2> /dev/null || echo unknown)$(
+    [ -z "${MIMALLOC_ALLOW_THP:-}" ] || echo ", MIMALLOC_ALLOW_THP=$MIMALLOC_ALLOW_THP")"
 
   BENCH_PID=$pid BENCH_URL=$url BENCH_HOME=$home BENCH_OUT=$OUT python3 - <<'PY'
 """Submits the runs in batches through the warm daemon and samples its memory between them."""
@@ -539,6 +548,15 @@ def memory():
     return fields
 
 
+def huge_kib():
+    """AnonHugePages: anonymous memory backed by transparent huge pages (2 MiB each)."""
+    try:
+        with open(f"/proc/{PID}/smaps_rollup") as f:
+            return next((int(l.split()[1]) for l in f if l.startswith("AnonHugePages:")), 0)
+    except OSError:
+        return 0
+
+
 def db_bytes():
     return sum(os.path.getsize(f"{HOME}/cairn.db{s}") for s in ("", "-wal", "-shm") if os.path.exists(f"{HOME}/cairn.db{s}"))
 
@@ -560,9 +578,9 @@ t_start = time.perf_counter()
 
 def sample(runs, label=None):
     m = memory()
-    m.update(runs=runs, label=label or str(runs), t=time.perf_counter() - t_start, db=db_bytes())
+    m.update(runs=runs, label=label or str(runs), t=time.perf_counter() - t_start, db=db_bytes(), huge=huge_kib())
     samples.append(m)
-    log(f"{m['label']:>14} runs: RSS {m['VmRSS'] / 1024:.1f} MiB, HWM {m['VmHWM'] / 1024:.1f} MiB, "
+    log(f"{m['label']:>14} runs: RSS {m['VmRSS'] / 1024:.1f} MiB, HWM {m['VmHWM'] / 1024:.1f} MiB, THP {m['huge'] / 1024:.0f} MiB, "
         f"{m['Threads']} threads, registry {m['db'] / 2**20:.1f} MiB, {m['t']:.1f} s")
     json.dump(samples, open(f"{OUT}/samples.json", "w"), indent=1)
 
@@ -620,15 +638,15 @@ ready_logged = sum(1 for line in open(f"{HOME}/daemon.log", errors="replace") if
 
 mib = lambda kib: kib / 1024.0
 print(f"\n## Daemon memory over {done} runs (3-step chain of /bin/echo, batches of {BATCH}, through POST /runs)\n")
-print("| runs | RSS MiB | HWM MiB | anon MiB | file MiB | shmem MiB | threads | registry MiB | s | runs/s since previous |")
+print("| runs | RSS MiB | HWM MiB | anon MiB | of it THP MiB | file MiB | threads | registry MiB | s | runs/s since previous |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 prev = None
 for m in samples:
     rate = "—"
     if prev is not None and m["runs"] > prev["runs"]:
         rate = f"{(m['runs'] - prev['runs']) / (m['t'] - prev['t']):.0f}"
-    print(f"| {m['label']} | {mib(m['VmRSS']):.1f} | {mib(m['VmHWM']):.1f} | {mib(m['RssAnon']):.1f} | {mib(m['RssFile']):.1f} "
-          f"| {mib(m['RssShmem']):.1f} | {m['Threads']} | {m['db'] / 2**20:.1f} | {m['t']:.1f} | {rate} |")
+    print(f"| {m['label']} | {mib(m['VmRSS']):.1f} | {mib(m['VmHWM']):.1f} | {mib(m['RssAnon']):.1f} | {mib(m['huge']):.1f} "
+          f"| {mib(m['RssFile']):.1f} | {m['Threads']} | {m['db'] / 2**20:.1f} | {m['t']:.1f} | {rate} |")
     prev = m
 base = next((m for m in samples if m["runs"] == 1000), None) if done > 1000 else None
 if base is None:
