@@ -228,7 +228,7 @@ struct RawRule {
     step: Spanned<String>,
     pointer: Spanned<String>,
     op: Spanned<String>,
-    value: Option<toml::Value>,
+    value: Option<JsonValue>,
     finding: String,
 }
 
@@ -244,22 +244,6 @@ pub fn is_identifier(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
-/// TOML → JSON, consuming the TOML. Datetimes become their RFC 3339 text; non-finite floats are
-/// refused.
-pub fn toml_to_json(v: toml::Value) -> Result<Value, String> {
-    Ok(match v {
-        toml::Value::String(s) => Value::String(s),
-        toml::Value::Integer(i) => Value::from(i),
-        toml::Value::Float(f) => finite(f)?,
-        toml::Value::Boolean(b) => Value::Bool(b),
-        toml::Value::Datetime(d) => Value::String(d.to_string()),
-        toml::Value::Array(items) => Value::Array(items.into_iter().map(toml_to_json).collect::<Result<_, _>>()?),
-        toml::Value::Table(t) => {
-            Value::Object(t.into_iter().map(|(k, v)| Ok((k, toml_to_json(v)?))).collect::<Result<_, String>>()?)
-        }
-    })
-}
-
 fn finite(f: f64) -> Result<Value, String> {
     serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| format!("{f} is not a finite number"))
 }
@@ -267,10 +251,10 @@ fn finite(f: f64) -> Result<Value, String> {
 /// The key under which the TOML deserializer hands a datetime to a visitor (a one-field map).
 const TOML_DATETIME_KEY: &str = "$__toml_private_datetime";
 
-/// A step's args read from TOML straight into JSON, as [`toml_to_json`] converts them: a workflow
-/// of 100,000 steps would otherwise build every step's args twice (a TOML tree, then its JSON).
-/// A value JSON cannot hold (a non-finite float) is kept as the problem to report, not a parse
-/// error, so every other problem of the file is still found.
+/// A TOML value (a step's args, a rule's value) read straight into JSON: a workflow of 100,000
+/// steps would otherwise build every step's args twice (a TOML tree, then its JSON). Datetimes
+/// become their RFC 3339 text. A value JSON cannot hold (a non-finite float) is kept as the
+/// problem to report, not a parse error, so every other problem of the file is still found.
 struct JsonValue(Result<Value, String>);
 
 impl<'de> Deserialize<'de> for JsonValue {
@@ -821,7 +805,7 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
                 continue;
             }
         };
-        let value = match r.value.map(toml_to_json).transpose() {
+        let value = match r.value.map(|v| v.0).transpose() {
             Ok(v) => v,
             Err(e) => {
                 problems.push(loc.err(Some(at), None, Some(&field("value")), e));
@@ -877,6 +861,21 @@ pub fn tool_path_candidate(arg: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The plain conversion of a parsed TOML tree, kept as the reference `JsonValue` must match.
+    fn toml_to_json(v: toml::Value) -> Result<Value, String> {
+        Ok(match v {
+            toml::Value::String(s) => Value::String(s),
+            toml::Value::Integer(i) => Value::from(i),
+            toml::Value::Float(f) => finite(f)?,
+            toml::Value::Boolean(b) => Value::Bool(b),
+            toml::Value::Datetime(d) => Value::String(d.to_string()),
+            toml::Value::Array(items) => Value::Array(items.into_iter().map(toml_to_json).collect::<Result<_, _>>()?),
+            toml::Value::Table(t) => {
+                Value::Object(t.into_iter().map(|(k, v)| Ok((k, toml_to_json(v)?))).collect::<Result<_, String>>()?)
+            }
+        })
+    }
 
     /// A step's args read straight into JSON are what `toml_to_json` makes of the same TOML: every
     /// kind of value, nested, datetimes as text, and a non-finite float kept as the problem.
