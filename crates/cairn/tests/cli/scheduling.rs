@@ -12,7 +12,7 @@ fn diamond(c: &Cairn) {
     let mut toml = format!("[workflow]\nname = \"wide\"\nversion = \"1.0.0\"\n\n{}", tool_toml("t", ""));
     for i in 0..6 {
         toml += &format!(
-            "[[steps]]\nid = \"r{i}\"\ntool = \"t\"\nargs = {{ log = \"${{input.log}}\", plan = [\"sleep:0.05\"], result = {{ root = {i}, seed = \"${{input.seed}}\" }} }}\n\n"
+            "[[steps]]\nid = \"r{i}\"\ntool = \"t\"\nargs = {{ log = \"${{input.log}}\", plan = [\"sleep:0.2\"], result = {{ root = {i}, seed = \"${{input.seed}}\" }} }}\n\n"
         );
     }
     for m in 0..3 {
@@ -77,10 +77,19 @@ fn a_parallel_run_records_the_same_steps_results_and_events_as_the_serial_one() 
     assert_eq!(par["status"], "READY", "{par:#}");
     assert_eq!(par["parallel"], 4, "{par:#}");
 
-    // It did run in parallel: some root started before another one ended.
+    // It did run in parallel: at some moment two roots' tools were running at once (one started
+    // before another ended). Which two is up to the machine: a slow one starts the tools
+    // far apart.
     let lines = log_lines(&c.path("log"))[lines_before..].to_vec();
-    let first_end = lines.iter().position(|l| l.contains(":end:")).unwrap();
-    assert!(count(&lines[..first_end], "r") >= 2, "no two roots overlapped at --parallel 4: {lines:#?}");
+    let most_roots_at_once = lines
+        .iter()
+        .filter(|l| l.starts_with('r'))
+        .scan(0i32, |running, l| {
+            *running += if l.contains(":start:") { 1 } else { -1 };
+            Some(*running)
+        })
+        .max();
+    assert!(most_roots_at_once >= Some(2), "no two roots overlapped at --parallel 4: {lines:#?}");
 
     let (serial_steps, serial_events) = recorded(&c, "serial", &order);
     let (par_steps, par_events) = recorded(&c, "par", &order);
@@ -109,9 +118,9 @@ fn the_timeline_shows_every_attempt_and_the_overlap_of_a_parallel_run() {
         assert_eq!(a["attempt"], 1, "{t:#}");
         assert!(a["start_ms"].as_i64().unwrap() <= a["end_ms"].as_i64().unwrap(), "{t:#}");
         assert!(a["end_ms"].as_i64().unwrap() <= t["length_ms"].as_i64().unwrap(), "{t:#}");
-        // Each root sleeps 50 ms: its recorded time says so.
+        // Each root sleeps 200 ms: its recorded time says so.
         if str_of(&a["step_id"]).starts_with('r') {
-            assert!(a["duration_ms"].as_f64().unwrap() >= 50.0, "{t:#}");
+            assert!(a["duration_ms"].as_f64().unwrap() >= 200.0, "{t:#}");
         }
     }
     let span = |id: &str| {
