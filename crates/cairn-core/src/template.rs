@@ -6,6 +6,8 @@
 //! a path to run with, a content digest to sign with); a path is dot-separated keys, with a
 //! number indexing an array.
 
+use std::fmt::Write as _;
+
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,27 +46,121 @@ enum Piece<'a> {
     Ref(Reference),
 }
 
-fn parse_reference(inner: &str, pointer: &str) -> Result<Reference, TemplateError> {
+/// A reference's root, borrowed from the text that holds it: what a check needs of a reference
+/// without building the owned [`Reference`] (a workflow of 100,000 steps checks every one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootView<'a> {
+    Input,
+    Step(&'a str),
+    Output { step: &'a str, name: &'a str },
+}
+
+/// A reference as written, borrowed: its root and its text without `${` `}` (trimmed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReferenceView<'a> {
+    pub root: RootView<'a>,
+    pub text: &'a str,
+}
+
+/// The one definition of a reference's syntax: its root, and the rest of its path (dot-separated
+/// segments, or empty). Bytes, not `str::split`, since every reference of every step is read.
+fn split_reference<'a>(inner: &'a str, pointer: &str) -> Result<(ReferenceView<'a>, &'a str), TemplateError> {
     let bad = || TemplateError::BadReference { pointer: pointer.to_string(), reference: inner.to_string() };
-    let segs: Vec<&str> = inner.trim().split('.').collect();
-    let valid_seg = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !segs.iter().all(|s| valid_seg(s)) {
+    let text = inner.trim();
+    // Every segment non-empty and of `[A-Za-z0-9_-]`.
+    let mut segment_len = 0;
+    for &c in text.as_bytes() {
+        if c == b'.' {
+            if segment_len == 0 {
+                return Err(bad());
+            }
+            segment_len = 0;
+        } else if c.is_ascii_alphanumeric() || c == b'_' || c == b'-' {
+            segment_len += 1;
+        } else {
+            return Err(bad());
+        }
+    }
+    if segment_len == 0 {
         return Err(bad());
     }
-    let (root, rest) = match segs.as_slice() {
-        ["input", rest @ ..] => (Root::Input, rest),
-        ["steps", id, "result", rest @ ..] => (Root::Step(id.to_string()), rest),
-        ["steps", id, "outputs", name] => (Root::Output { step: id.to_string(), name: name.to_string() }, &[][..]),
+    let mut rest = text;
+    let mut next = || {
+        let seg;
+        (seg, rest) = match rest.bytes().position(|c| c == b'.') {
+            Some(dot) => (&rest[..dot], &rest[dot + 1..]),
+            None => (rest, ""),
+        };
+        (!seg.is_empty()).then_some(seg)
+    };
+    let root = match next() {
+        Some("input") => RootView::Input,
+        Some("steps") => match (next(), next()) {
+            (Some(id), Some("result")) => RootView::Step(id),
+            (Some(id), Some("outputs")) => match (next(), next()) {
+                (Some(name), None) => RootView::Output { step: id, name },
+                _ => return Err(bad()),
+            },
+            _ => return Err(bad()),
+        },
         _ => return Err(bad()),
     };
-    Ok(Reference { root, path: rest.iter().map(|s| s.to_string()).collect(), text: inner.trim().to_string() })
+    Ok((ReferenceView { root, text }, rest))
+}
+
+fn parse_reference(inner: &str, pointer: &str) -> Result<Reference, TemplateError> {
+    let (view, rest) = split_reference(inner, pointer)?;
+    let root = match view.root {
+        RootView::Input => Root::Input,
+        RootView::Step(id) => Root::Step(id.to_string()),
+        RootView::Output { step, name } => Root::Output { step: step.to_string(), name: name.to_string() },
+    };
+    let path = if rest.is_empty() { Vec::new() } else { rest.split('.').map(str::to_string).collect() };
+    Ok(Reference { root, path, text: view.text.to_string() })
+}
+
+/// Where the first `${` of `s` starts: `str::find` with a two-byte pattern sets up a substring
+/// searcher each call, and every string of every step's args is asked.
+fn find_open(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(at) = b[from..].iter().position(|&c| c == b'$') {
+        let at = from + at;
+        if b.get(at + 1) == Some(&b'{') {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// Calls `on_ref` with the inside of every `${…}` of `s`, in order, skipping `$${` escapes; the
+/// scan of [`parse_pieces`] without building its text pieces.
+fn scan_references<'a>(
+    s: &'a str,
+    pointer: &str,
+    mut on_ref: impl FnMut(&'a str) -> Result<(), TemplateError>,
+) -> Result<(), TemplateError> {
+    let mut rest = s;
+    while let Some(at) = find_open(rest) {
+        if at > 0 && rest.as_bytes()[at - 1] == b'$' {
+            rest = &rest[at + 2..];
+            continue;
+        }
+        let Some(close) = rest[at + 2..].find('}') else {
+            return Err(TemplateError::Unclosed { pointer: pointer.to_string(), text: s.to_string() });
+        };
+        on_ref(&rest[at + 2..at + 2 + close])?;
+        rest = &rest[at + 2 + close + 1..];
+    }
+    Ok(())
 }
 
 fn parse_pieces<'a>(s: &'a str, pointer: &str) -> Result<Vec<Piece<'a>>, TemplateError> {
     let mut pieces = Vec::new();
     let mut rest = s;
     let mut text = String::new();
-    while let Some(at) = rest.find("${") {
+    while let Some(at) = find_open(rest) {
         if at > 0 && rest.as_bytes()[at - 1] == b'$' {
             // `$${` is an escaped literal `${`.
             text.push_str(&rest[..at - 1]);
@@ -89,17 +185,17 @@ fn parse_pieces<'a>(s: &'a str, pointer: &str) -> Result<Vec<Piece<'a>>, Templat
     Ok(pieces)
 }
 
-fn walk(
-    value: &Value,
+fn walk<'v>(
+    value: &'v Value,
     pointer: &mut String,
-    f: &mut dyn FnMut(&str, &str) -> Result<(), TemplateError>,
+    f: &mut dyn FnMut(&str, &'v str) -> Result<(), TemplateError>,
 ) -> Result<(), TemplateError> {
     match value {
         Value::String(s) => f(pointer, s),
         Value::Array(items) => {
             for (i, v) in items.iter().enumerate() {
                 let len = pointer.len();
-                pointer.push_str(&format!("/{i}"));
+                let _ = write!(pointer, "/{i}");
                 walk(v, pointer, f)?;
                 pointer.truncate(len);
             }
@@ -123,16 +219,27 @@ fn walk(
 pub fn references(args: &Value) -> Result<Vec<(String, Reference)>, TemplateError> {
     let mut out = Vec::new();
     walk(args, &mut String::new(), &mut |pointer, s| {
-        if s.contains("${") {
-            for piece in parse_pieces(s, pointer)? {
-                if let Piece::Ref(r) = piece {
-                    out.push((pointer.to_string(), r));
-                }
-            }
-        }
-        Ok(())
+        scan_references(s, pointer, |inner| {
+            out.push((pointer.to_string(), parse_reference(inner, pointer)?));
+            Ok(())
+        })
     })?;
     Ok(out)
+}
+
+/// [`references`], borrowed from `args` and told to `f` as they are found, with the pointer of
+/// the string that holds each: no owned copy of a reference or its pointer. On an error, `f` has
+/// been told the references before it.
+pub fn for_each_reference<'v>(
+    args: &'v Value,
+    f: &mut dyn FnMut(&str, ReferenceView<'v>),
+) -> Result<(), TemplateError> {
+    walk(args, &mut String::new(), &mut |pointer, s| {
+        scan_references(s, pointer, |inner| {
+            f(pointer, split_reference(inner, pointer)?.0);
+            Ok(())
+        })
+    })
 }
 
 /// Looks a path up in a value; `Err` names the first segment that is missing.
@@ -186,7 +293,7 @@ pub fn names_outputs(args: &Value) -> bool {
 pub fn resolve_with(args: &Value, input: &Value, upstream: &Upstream<'_, '_>) -> Result<Value, TemplateError> {
     fn go(v: &Value, pointer: &mut String, input: &Value, upstream: &Upstream<'_, '_>) -> Result<Value, TemplateError> {
         match v {
-            Value::String(s) if s.contains("${") => {
+            Value::String(s) if find_open(s).is_some() => {
                 let pieces = parse_pieces(s, pointer)?;
                 let value_of = |r: &Reference| -> Result<Value, TemplateError> {
                     let unresolved = |reason: String| TemplateError::Unresolved {
@@ -226,7 +333,7 @@ pub fn resolve_with(args: &Value, input: &Value, upstream: &Upstream<'_, '_>) ->
                 let mut out = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
                     let len = pointer.len();
-                    pointer.push_str(&format!("/{i}"));
+                    let _ = write!(pointer, "/{i}");
                     out.push(go(item, pointer, input, upstream)?);
                     pointer.truncate(len);
                 }
@@ -305,7 +412,59 @@ mod tests {
         assert_eq!(refs[1].1.path, vec!["q".to_string()]);
     }
 
+    /// `references` as it was written before the borrowed scan: every `Piece::Ref` of
+    /// `parse_pieces`, kept as the reference the scan must match.
+    fn references_via_pieces(args: &Value) -> Result<Vec<(String, Reference)>, TemplateError> {
+        let mut out = Vec::new();
+        walk(args, &mut String::new(), &mut |pointer, s| {
+            if s.contains("${") {
+                for piece in parse_pieces(s, pointer)? {
+                    if let Piece::Ref(r) = piece {
+                        out.push((pointer.to_string(), r));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn view_of(r: &Reference) -> ReferenceView<'_> {
+        let root = match &r.root {
+            Root::Input => RootView::Input,
+            Root::Step(id) => RootView::Step(id),
+            Root::Output { step, name } => RootView::Output { step, name },
+        };
+        ReferenceView { root, text: &r.text }
+    }
+
     proptest! {
+        /// The scan finds what `parse_pieces` finds, with the same pointers and the same first
+        /// error, and the borrowed views are the owned references' roots and texts.
+        #[test]
+        fn the_reference_scan_matches_parse_pieces(
+            parts in prop::collection::vec(prop::sample::select(vec![
+                "$", "{", "}", "${", "$${", ".", " ", "x", "input", "steps", "s1", "result", "outputs", "a-b", "é", "0",
+            ]), 0..14),
+            nested in any::<bool>(),
+        ) {
+            let s: String = parts.concat();
+            let args = if nested { json!({"k": [1, s.clone(), {"m": s}]}) } else { json!({"k": s}) };
+            let expected = references_via_pieces(&args);
+            prop_assert_eq!(references(&args), expected.clone());
+            let mut seen = Vec::new();
+            let views = for_each_reference(&args, &mut |p, r| seen.push((p.to_string(), r)));
+            match (&expected, &views) {
+                (Ok(e), Ok(())) => {
+                    let e: Vec<(&str, ReferenceView<'_>)> = e.iter().map(|(p, r)| (p.as_str(), view_of(r))).collect();
+                    let v: Vec<(&str, ReferenceView<'_>)> = seen.iter().map(|(p, r)| (p.as_str(), *r)).collect();
+                    prop_assert_eq!(e, v);
+                }
+                (Err(e), Err(v)) => prop_assert_eq!(e, v),
+                _ => prop_assert!(false, "{:?} vs {:?}", expected, views),
+            }
+        }
+
         /// Strings without `${` are returned unchanged, whatever else they contain.
         #[test]
         fn plain_strings_are_untouched(s in "[^$]*|.*\\$[^{]?.*") {
