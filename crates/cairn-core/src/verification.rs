@@ -200,6 +200,34 @@ pub struct Provenance {
     pub timeout: Option<(u64, TimeoutSource)>,
     /// The values injected as the `injected-parameters` cell (papermill's convention).
     pub parameters: Map<String, Value>,
+    /// How its kernel came to be.
+    pub kernel: KernelStart,
+}
+
+/// How a verification's kernel was started: for it, or ahead of need by the daemon (a process
+/// that had run nothing until this verification).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "start")]
+pub enum KernelStart {
+    #[default]
+    Cold,
+    PreStarted {
+        /// From the kernel's ready to this verification's first code.
+        idle_ms: u64,
+    },
+}
+
+impl KernelStart {
+    /// The provenance table's words.
+    pub fn describe(self) -> String {
+        match self {
+            KernelStart::Cold => "started for this verification".into(),
+            KernelStart::PreStarted { idle_ms } => format!(
+                "pre-started by the daemon; it had run nothing and waited {:.1} s for this verification",
+                idle_ms as f64 / 1000.0
+            ),
+        }
+    }
 }
 
 /// Who set a verification's per-cell timeout.
@@ -312,6 +340,7 @@ pub fn provenance_markdown(p: &Provenance) -> String {
          | kernel plugins loaded | {plugins} |\n\
          | cell timeout | {timeout} |\n\
          | parameters | {parameters} |\n\
+         | kernel | {kernel} |\n\
          | cairn | {cairn} |\n\n\
          The bootstrap cell runs *your* kernel plugins from `$CAIRN_CONFIG/kernel/*.py` (fail-open: a missing \
          plugin binds nothing, and a cell that uses it fails where it is used). They need not be the author's.\n",
@@ -334,6 +363,7 @@ pub fn provenance_markdown(p: &Provenance) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         },
+        kernel = p.kernel.describe(),
         cairn = p.cairn_version,
     ));
     if !p.plugins_failed.is_empty() {
@@ -407,7 +437,7 @@ pub fn build_notebook(
     let mut cairn = json!({
         "verdict": provenance.verdict.as_str(), "document_sha256": provenance.document_sha256, "title": provenance.title,
         "python": provenance.python, "ipykernel": provenance.ipykernel,
-        "environment_sha256": provenance.environment_sha256,
+        "environment_sha256": provenance.environment_sha256, "kernel": provenance.kernel,
     });
     if !provenance.parameters.is_empty() {
         cairn["parameters"] = Value::Object(provenance.parameters.clone());
@@ -474,6 +504,7 @@ mod tests {
             expected_errors: vec![],
             timeout: Some((600, TimeoutSource::Default)),
             parameters: Map::new(),
+            kernel: KernelStart::Cold,
         }
     }
 
@@ -551,5 +582,13 @@ mod tests {
         assert!(md.contains("| cell timeout | 30 s (the document's `metadata.execution.timeout`) |"), "{md}");
         assert!(md.contains("| parameters | `alpha = 2`, `name = \"a\\|b\"` |"), "{md}");
         assert!(md.contains("with the parameters below injected as the cell tagged `injected-parameters`"), "{md}");
+        assert!(md.contains("| kernel | started for this verification |"), "{md}");
+        let warm = provenance_markdown(&Provenance { kernel: KernelStart::PreStarted { idle_ms: 2345 }, ..p });
+        assert!(
+            warm.contains(
+                "| kernel | pre-started by the daemon; it had run nothing and waited 2.3 s for this verification |"
+            ),
+            "{warm}"
+        );
     }
 }

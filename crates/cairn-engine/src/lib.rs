@@ -67,6 +67,10 @@ pub struct Engine {
     ids: Box<dyn IdGen>,
     options: EngineOptions,
     launcher: Arc<dyn launcher::Launcher>,
+    /// The daemon's spare scratch kernel, once it keeps one.
+    spare: std::sync::OnceLock<Arc<verify::SpareKernel>>,
+    /// Verifications running in this process, by id: what a cancel reaches.
+    verifying: std::sync::Mutex<std::collections::HashMap<String, StopSignal>>,
 }
 
 /// How an [`Engine`] is opened: the state root and what is injected (a clock and ids for
@@ -122,6 +126,8 @@ impl EngineBuilder {
             ids: self.ids,
             options: self.options,
             launcher: self.launcher,
+            spare: std::sync::OnceLock::new(),
+            verifying: Default::default(),
         })
     }
 }

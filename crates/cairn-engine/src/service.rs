@@ -30,6 +30,9 @@ pub struct ServiceConfig {
     pub workers: usize,
     pub session: SessionConfig,
     pub log: Log,
+    /// Keep a spare scratch kernel booted for the next verification (with the session's
+    /// interpreter setting).
+    pub spare_kernel: bool,
 }
 
 /// A request to run a registered workflow, or to replay steps of a finished run into a child
@@ -92,6 +95,11 @@ impl Service {
     /// predecessor left), owned by this process. Call [`Service::recover`] next.
     pub fn start(engine: Arc<Engine>, config: ServiceConfig) -> Result<Service, EngineError> {
         let pool = Pool::new(engine.clone(), config.workers, config.log.clone());
+        // A predecessor killed with its spare booted left that kernel running.
+        engine.reap_orphan_spares();
+        if config.spare_kernel {
+            crate::verify::SpareKernel::start(engine.clone(), config.session.python.clone());
+        }
         let session = SessionKernel::new(engine.clone(), config.session)?;
         Ok(Service { engine, pool, session, owner: this_process(), log: config.log })
     }
@@ -332,6 +340,9 @@ impl Service {
     /// stopped, and the workers are joined (up to `wait`). Those runs stay RUNNING, owned by this
     /// (then dead) daemon, for the next daemon to resume. Returns how many runs were interrupted.
     pub fn shutdown(&self, wait: Duration) -> usize {
+        if let Some(spare) = self.engine.spare_kernel() {
+            spare.close();
+        }
         self.session.shutdown(Duration::from_secs(5));
         let active = self.pool.close();
         // Launches the step agent supervises (on targets, and pipeline controllers) go on: the

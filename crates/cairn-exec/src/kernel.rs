@@ -407,6 +407,23 @@ impl ScratchKernel {
     /// then after `interrupt_grace` SIGKILL, whether or not the interrupt worked: a scratch kernel
     /// that overran is not reused.
     pub fn execute(&mut self, code: &str, timeout: Duration, on_output: &mut dyn FnMut(&Value)) -> CellRun {
+        self.execute_as(code, timeout, false, on_output)
+    }
+
+    /// Runs code the notebook does not show: `silent=true`, `store_history=false`, so the
+    /// execution count does not advance, `In`/`Out`/`_i` are untouched and no result is
+    /// displayed. Otherwise as [`ScratchKernel::execute`] (an error is still reported).
+    pub fn execute_silent(&mut self, code: &str, timeout: Duration) -> CellRun {
+        self.execute_as(code, timeout, true, &mut |_| {})
+    }
+
+    fn execute_as(
+        &mut self,
+        code: &str,
+        timeout: Duration,
+        silent: bool,
+        on_output: &mut dyn FnMut(&Value),
+    ) -> CellRun {
         let started = Instant::now();
         if let Some(exit) = self.exit_info() {
             self.kill();
@@ -426,7 +443,7 @@ impl ScratchKernel {
                 duration: started.elapsed(),
             };
         };
-        let ctx = CellContext { pgid: self.pid as i32, timeout, grace: self.grace, limits: self.limits };
+        let ctx = CellContext { pgid: self.pid as i32, timeout, grace: self.grace, limits: self.limits, silent };
         let mut exit_rx = self.exit_rx.clone();
         let (end, outputs, execution_count) =
             self.rt.block_on(run_cell(channels, &mut exit_rx, &ctx, code, started, on_output));
@@ -918,6 +935,7 @@ struct CellContext {
     timeout: Duration,
     grace: Duration,
     limits: OutputLimits,
+    silent: bool,
 }
 
 enum CellEnd {
@@ -963,8 +981,8 @@ async fn run_cell(
     let mut collector = OutputCollector::new(ctx.limits);
     let request = ExecuteRequest {
         code: code.to_string(),
-        silent: false,
-        store_history: true,
+        silent: ctx.silent,
+        store_history: !ctx.silent,
         user_expressions: None,
         allow_stdin: false,
         stop_on_error: true,

@@ -25,6 +25,24 @@ fn is_zombie(pid: u32) -> bool {
     crate::procfs::stat(pid).is_some_and(|s| s.is_dead())
 }
 
+/// The process-group leaders (alive, not zombies) one of whose arguments starts with `prefix`:
+/// how a process is found whose pid was never recorded (its start was cut short by a crash), by
+/// a path only it was given.
+pub fn leaders_naming(prefix: &std::path::Path) -> Vec<ProcessIdentity> {
+    let prefix = prefix.as_os_str().as_encoded_bytes();
+    crate::procfs::pids()
+        .into_iter()
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+            cmdline.split(|b| *b == 0).any(|arg| arg.starts_with(prefix))
+        })
+        .filter_map(|pid| {
+            let stat = crate::procfs::stat(pid).filter(|s| !s.is_dead() && s.pgrp == pid as i32)?;
+            Some(ProcessIdentity { pid, pgid: pid, start_time: Some(stat.start_time) })
+        })
+        .collect()
+}
+
 /// Terminates the recorded process group (SIGTERM, `grace`, SIGKILL) if the leader is verifiably
 /// the recorded process. Returns whether it was found alive and stopped.
 pub fn terminate_if_same(p: &ProcessIdentity, grace: Duration) -> bool {

@@ -365,6 +365,10 @@ pub enum DaemonCommand {
         /// Runs executing at once (default: the number of CPUs).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
         workers: Option<u16>,
+        /// Keep no spare kernel booted: every verification starts its own kernel (slower; a
+        /// spare costs an idle kernel's memory, about 50 MB).
+        #[arg(long, env = "CAIRN_NO_SPARE_KERNEL", value_parser = clap::builder::FalseyValueParser::new())]
+        no_spare_kernel: bool,
         #[arg(long)]
         json: bool,
     },
@@ -387,6 +391,10 @@ pub enum DaemonCommand {
         idle_exit: Option<u64>,
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
         workers: Option<u16>,
+        /// Keep no spare kernel booted: every verification starts its own kernel (slower; a
+        /// spare costs an idle kernel's memory, about 50 MB).
+        #[arg(long, env = "CAIRN_NO_SPARE_KERNEL", value_parser = clap::builder::FalseyValueParser::new())]
+        no_spare_kernel: bool,
     },
 }
 

@@ -25,6 +25,7 @@ pub fn http_agent() -> ureq::Agent {
         .into()
 }
 
+#[derive(Clone)]
 pub struct Client {
     base: String,
     token: String,
@@ -42,6 +43,13 @@ impl Client {
     pub fn connect(root: &Path) -> Result<Client, Failure> {
         let (base, token) = Client::endpoint(root, auth::Role::Operator)?;
         Ok(Client { base, token, agent: http_agent() })
+    }
+
+    /// The daemon of `root` if one runs (none is started).
+    pub fn if_running(root: &Path) -> Option<Client> {
+        let info = presence::running(root)?;
+        let token = auth::read_token(root, auth::Role::Operator).ok()??;
+        Some(Client { base: info.url, token, agent: http_agent() })
     }
 
     /// The URL of the daemon of `root` (started if none runs) and the token of `role`.
@@ -87,6 +95,28 @@ impl Client {
             .send_json(body)
             .map_err(|e| unreachable_daemon(&self.base, e))?;
         answer(resp)
+    }
+
+    /// POSTs asking for JSON lines (`Accept: application/x-ndjson`): the lines as they come, or,
+    /// when the daemon answers otherwise (a refusal), that answer.
+    pub fn post_lines(&self, path: &str, body: &Value) -> Result<Result<Box<dyn BufRead + Send>, Answer>, Failure> {
+        let resp = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", self.auth())
+            .header("Accept", "application/x-ndjson")
+            .send_json(body)
+            .map_err(|e| unreachable_daemon(&self.base, e))?;
+        let lines = resp.status().as_u16() == 200
+            && resp
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("application/x-ndjson"));
+        if !lines {
+            return Ok(Err(answer(resp)?));
+        }
+        Ok(Ok(Box::new(BufReader::new(resp.into_body().into_reader()))))
     }
 
     pub fn get(&self, path: &str) -> Result<Answer, Failure> {

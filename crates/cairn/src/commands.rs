@@ -509,8 +509,8 @@ fn follow_events(root: &Path, run_id: &str, json: bool) -> Result<u8, Failure> {
 
 fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
     match command {
-        DaemonCommand::Start { port, workers, json } => {
-            let opts = StartOptions { idle_exit: None, port, workers: workers.map(usize::from) };
+        DaemonCommand::Start { port, workers, no_spare_kernel, json } => {
+            let opts = StartOptions { idle_exit: None, port, workers: workers.map(usize::from), no_spare_kernel };
             let (info, started) = presence::start(root, &opts)?;
             if json {
                 print_json(&json!({"running": true, "pid": info.pid, "url": info.url, "started": started}));
@@ -553,13 +553,18 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        DaemonCommand::Run { port, idle_exit, workers } => {
+        DaemonCommand::Run { port, idle_exit, workers, no_spare_kernel } => {
             let workers = workers
                 .map(usize::from)
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
             daemon::serve(
                 root,
-                ServeOptions { port, idle_exit: idle_exit.map(std::time::Duration::from_secs), workers },
+                ServeOptions {
+                    port,
+                    idle_exit: idle_exit.map(std::time::Duration::from_secs),
+                    workers,
+                    spare_kernel: !no_spare_kernel,
+                },
             )?;
             Ok(0)
         }

@@ -22,6 +22,8 @@ pub struct ServeOptions {
     pub port: u16,
     pub idle_exit: Option<Duration>,
     pub workers: usize,
+    /// Keep a spare scratch kernel booted (`--no-spare-kernel` turns it off).
+    pub spare_kernel: bool,
 }
 
 /// The daemon itself, in the foreground: takes the lock, recovers what a dead predecessor left,
@@ -85,6 +87,7 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
                 default_timeout: Duration::from_secs(3600),
             },
             log: Arc::new(log),
+            spare_kernel: opts.spare_kernel,
         },
     )?);
     let recovered = service.recover();
@@ -103,6 +106,20 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         logins: Default::default(),
     });
 
+    // Before the daemon is announced: a SIGTERM from then on (a `cairn daemon stop` right after
+    // the start) must stop it through the shutdown below, not by the signal's default action,
+    // which would leave its kernels running.
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _in_runtime = rt.enter();
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(int)) => (term, int),
+            (Err(e), _) | (_, Err(e)) => {
+                service.shutdown(Duration::from_secs(10));
+                return Err(Failure::usage(format!("cannot handle SIGTERM and SIGINT: {e}")));
+            }
+        }
+    };
     let owner = service.owner();
     let info = DaemonInfo {
         pid: owner.pid,
@@ -127,7 +144,7 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
     let served = rt.block_on(async move {
         let app = api::router(state);
         let idle = move || idle_service.is_idle();
-        let signal = shutdown_signal(root_owned, opts.idle_exit, idle, last_activity, started);
+        let signal = shutdown_signal(signals, root_owned, opts.idle_exit, idle, last_activity, started);
         let shutdown = async move {
             signal.await;
             // End the event streams and MCP sessions first: graceful shutdown waits for open
@@ -162,16 +179,13 @@ fn log(line: &str) {
 /// Resolves when the daemon should stop: SIGTERM or SIGINT; idle for `idle_exit`; or its state
 /// root removed (a test's temporary directory), which leaves nothing to serve.
 async fn shutdown_signal(
+    (mut term, mut int): (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
     root: PathBuf,
     idle_exit: Option<Duration>,
     is_idle: impl Fn() -> bool,
     last_activity: Arc<AtomicI64>,
     started: Instant,
 ) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return;
-    };
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {

@@ -110,6 +110,8 @@ pub struct StartOptions {
     pub idle_exit: Option<Duration>,
     pub port: Option<u16>,
     pub workers: Option<usize>,
+    /// `--no-spare-kernel`.
+    pub no_spare_kernel: bool,
 }
 
 /// Starts a detached daemon for `root` unless one runs; returns its info and whether it was
@@ -142,6 +144,9 @@ pub fn start(root: &Path, opts: &StartOptions) -> Result<(DaemonInfo, bool), Fai
     }
     if let Some(w) = opts.workers {
         cmd.arg("--workers").arg(w.to_string());
+    }
+    if opts.no_spare_kernel {
+        cmd.arg("--no-spare-kernel");
     }
     cmd.stdin(std::process::Stdio::null()).stdout(log_file).stderr(log_err);
     // Its own session: no terminal's signals (Ctrl-C in the shell that started it) reach it.

@@ -1,12 +1,23 @@
 //! `cairn verify`: each cell's status live on stderr, then the verdict and the notebook or draft.
-//! Ctrl-C interrupts the verification: the engine kills its kernel and the verdict is
-//! `interrupted`; a second Ctrl-C exits at once.
+//! Ctrl-C interrupts the verification: its kernel is killed and the verdict is `interrupted`; a
+//! second Ctrl-C exits at once.
+//!
+//! When a daemon serves the state root and its spare kernel fits this verification (the same
+//! interpreter and kernel environment, no memory limit), the daemon runs it on that spare and
+//! this command shows its progress: the same lines, the same answer, a kernel that was already
+//! up. Otherwise (or with `--no-spare`) the kernel starts here, for this verification.
 
-use cairn_core::verification::{CellStatus, Verdict};
-use cairn_engine::verify::{VerifyObserver, VerifyReport};
+use std::io::BufRead;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use cairn_core::verification::CellStatus;
+use cairn_engine::verify::{Document, VerifyObserver};
 use cairn_engine::{Engine, StopKind, StopSignal};
+use serde_json::{Value, json};
 
 use crate::Failure;
+use crate::client::Client;
 use crate::output::print_wire;
 use crate::wire::{Verify, VerifyResult};
 
@@ -32,8 +43,8 @@ impl VerifyObserver for Live {
     }
 }
 
-/// On the first Ctrl-C, asks the verification to stop; on the second, exits at once.
-fn stop_on_interrupt(stop: StopSignal) {
+/// On the first Ctrl-C, runs `first`; on the second, exits at once.
+fn on_interrupt(first: impl Fn() + Send + 'static) {
     let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT]) else { return };
     std::thread::spawn(move || {
         let mut seen = 0;
@@ -43,45 +54,133 @@ fn stop_on_interrupt(stop: StopSignal) {
                 std::process::exit(130);
             }
             eprintln!("\ninterrupting the verification (Ctrl-C again to quit at once)");
-            stop.request(StopKind::Cancel);
+            first();
         }
     });
 }
 
 pub fn run(engine: &Engine, request: Verify, json: bool) -> Result<u8, Failure> {
     let cwd = std::env::current_dir().map_err(|e| Failure::usage(format!("cannot read the working directory: {e}")))?;
+    let on_spare = !request.no_spare && request.memory_limit.is_none();
+    let python = request.python.clone();
     let mut req = request.into_request(Some(&cwd))?;
+    if on_spare && let Some(daemon) = spare_that_fits(engine.state().path(), python.as_deref()) {
+        return through_daemon(&daemon, &req, json);
+    }
     let stop = StopSignal::new();
-    stop_on_interrupt(stop.clone());
+    let signal = stop.clone();
+    on_interrupt(move || signal.request(StopKind::Cancel));
     req.stop = Some(stop);
     let report = engine.verify(&req, &mut Live { json })?;
-    if json {
-        print_wire(&VerifyResult::from_report(&report));
-    } else {
-        print_human(&report);
-    }
-    Ok(if report.verdict == Verdict::Passed { 0 } else { 1 })
+    finish(&VerifyResult::from_report(&report), json)
 }
 
-fn print_human(r: &VerifyReport) {
-    let skipped = r.cells.iter().filter(|c| c.status == CellStatus::Skipped).count();
+/// The daemon of `root`, when one runs with a spare kernel (ready or booting) that this
+/// verification's kernel would match: the interpreter it would use and the environment it
+/// would give the kernel.
+fn spare_that_fits(root: &Path, python: Option<&Path>) -> Option<Client> {
+    let daemon = Client::if_running(root)?;
+    let spare = daemon.get("/kernel/spare").ok().filter(|a| a.status == 200)?.body;
+    if !matches!(spare["state"].as_str(), Some("ready" | "booting")) {
+        return None;
+    }
+    let ours = python.map(Path::to_path_buf).unwrap_or_else(|| root.join("python").join("bin").join("python"));
+    // A booting spare says nothing yet; the daemon checks it when it is taken (and starts a
+    // kernel for this verification if it does not fit).
+    let fits = spare["state"] == "booting"
+        || (spare["python"].as_str() == ours.to_str()
+            && spare["env_sha256"].as_str() == Some(cairn_engine::verify::kernel_env_sha256().as_str()));
+    fits.then_some(daemon)
+}
+
+/// Runs the verification in the daemon and shows its progress as it comes.
+fn through_daemon(daemon: &Client, req: &cairn_engine::verify::VerifyRequest, json: bool) -> Result<u8, Failure> {
+    let mut body = json!({"title": req.title, "no_wait": req.no_wait, "parameters": req.parameters});
+    match &req.document {
+        Document::File(p) => body["path"] = json!(p),
+        Document::Text(t) => body["document"] = json!(t),
+        Document::Draft => {}
+    }
+    if let Some(t) = req.cell_timeout {
+        body["timeout_secs"] = json!(t.as_secs());
+    }
+    let lines = match daemon.post_lines("/verifications", &body)? {
+        Ok(lines) => lines,
+        Err(refused) => return Err(crate::client::failure_of(&refused)),
+    };
+    let id: Arc<Mutex<Option<String>>> = Arc::default();
+    let (known, cancel_via) = (id.clone(), daemon.clone());
+    on_interrupt(move || {
+        // Cancelled in the daemon as Ctrl-C cancels one here; the answer still comes.
+        if let Some(id) = known.lock().ok().and_then(|g| g.clone()) {
+            let _ = cancel_via.post(&format!("/verifications/{id}/cancel"), &json!({}));
+        }
+    });
+    let mut live = Live { json };
+    for line in lines.lines() {
+        let line = line.map_err(|e| Failure::usage(format!("the daemon's verification stream broke: {e}")))?;
+        let Ok(event) = serde_json::from_str::<Value>(&line) else { continue };
+        let n = |k: &str| event[k].as_u64().unwrap_or(0);
+        match event["event"].as_str() {
+            Some("started") => {
+                if let Ok(mut g) = id.lock() {
+                    *g = event["verification_id"].as_str().map(String::from);
+                }
+            }
+            Some("message") => live.message(event["text"].as_str().unwrap_or_default()),
+            Some("cell_started") => live.cell_started(n("index") as usize, n("total") as usize),
+            Some("cell_finished") => {
+                let status = serde_json::from_value(event["status"].clone()).unwrap_or(CellStatus::Failed);
+                live.cell_finished(n("index") as usize, status, n("duration_ms"));
+            }
+            Some("result") => {
+                let result: VerifyResult = serde_json::from_value(event["result"].clone())
+                    .map_err(|e| Failure::usage(format!("the daemon's verification result is unreadable: {e}")))?;
+                return finish(&result, json);
+            }
+            Some("error") => {
+                let a = crate::client::Answer { status: n("status") as u16, body: json!({"error": event["error"]}) };
+                return Err(crate::client::failure_of(&a));
+            }
+            _ => {}
+        }
+    }
+    Err(Failure::usage(
+        "the daemon's verification stream ended without a verdict (did the daemon stop?); see `cairn daemon status`",
+    ))
+}
+
+fn finish(r: &VerifyResult, json: bool) -> Result<u8, Failure> {
+    if json {
+        print_wire(r);
+    } else {
+        print_human(r);
+    }
+    Ok(if r.verdict == "passed" { 0 } else { 1 })
+}
+
+fn print_human(r: &VerifyResult) {
+    let skipped = r.cells.iter().filter(|c| c["status"] == "skipped").count();
     println!(
         "{}: {} ({} cells{})",
-        r.record.title,
-        r.verdict.as_str(),
+        r.title,
+        r.verdict,
         r.cells.len(),
         if skipped > 0 { format!(", {skipped} skipped") } else { String::new() }
     );
-    if let Some(f) = &r.failure {
+    if let Some(f) = &r.error {
         println!("  {f}");
     }
-    if let Some(n) = &r.record.notebook {
+    if let Some(n) = &r.notebook {
         println!("  notebook: {n}");
     }
-    if let Some(d) = &r.record.draft {
-        println!("  draft: {d} (edit it and run `cairn verify --title {:?}` to retry)", r.record.title);
+    if let Some(d) = &r.draft {
+        println!("  draft: {d} (edit it and run `cairn verify --title {:?}` to retry)", r.title);
     }
     if let Some(p) = &r.preserved_edit {
-        println!("  your edited draft was kept as {}", p.display());
+        println!("  your edited draft was kept as {p}");
+    }
+    if r.kernel["start"] == "pre_started" {
+        println!("  kernel: the daemon's spare, idle {} ms before it", r.kernel["idle_ms"]);
     }
 }

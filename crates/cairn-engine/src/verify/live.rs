@@ -155,6 +155,7 @@ impl Engine {
     /// leads its own process group and so outlived it, is stopped (verified by pid and start
     /// time), its record ends `died`, and its directory goes.
     pub(crate) fn reap_orphan_verifications(&self) {
+        self.reap_orphan_spares();
         for (dir, live, alive) in self.live_entries() {
             if !alive {
                 self.settle_orphan(&dir, &live);

@@ -7,6 +7,7 @@
 
 mod live;
 mod python;
+mod spare;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -16,13 +17,15 @@ use cairn_core::canonical::sha256_hex;
 use cairn_core::document::{CellKind, DocCell, TAG_RAISES_EXCEPTION, TAG_SKIP_EXECUTION, is_notebook, read_document};
 use cairn_core::store::VerificationRecord;
 use cairn_core::verification::{
-    self, CellError, CellOutcome, CellReport, CellStatus, Provenance, SkipReason, TimeoutSource, Verdict, slug,
+    self, CellError, CellOutcome, CellReport, CellStatus, KernelStart, Provenance, SkipReason, TimeoutSource, Verdict,
+    slug,
 };
 use cairn_exec::kernel::{self, KernelConfig, ScratchKernel};
 use serde_json::{Value, json};
 
 pub use live::{INTERRUPT_GRACE, LiveVerification, StopHow};
 pub use python::{IPYKERNEL_PIN, resolve_python};
+pub use spare::{KernelAsk, SpareKernel, SpareStatus, env_sha256};
 
 use crate::{Engine, EngineError, StopSignal};
 
@@ -78,6 +81,8 @@ pub struct VerifyRequest {
     /// Requested from another thread (Ctrl-C, a cancel) to stop: before the kernel starts
     /// nothing runs; after, the engine kills the kernel, and the verdict is `interrupted`.
     pub stop: Option<StopSignal>,
+    /// Use the daemon's spare kernel when it fits (`--no-spare`, `spare: false` turn it off).
+    pub spare: bool,
 }
 
 /// Live progress of a verification.
@@ -106,6 +111,27 @@ pub struct VerifyReport {
     pub failure: Option<String>,
     /// A draft of this title that a person had edited, moved aside before the draft was rewritten.
     pub preserved_edit: Option<PathBuf>,
+    /// A cold start, or the daemon's spare.
+    pub kernel: KernelStart,
+}
+
+/// Keeps a verification reachable by [`Engine::cancel_verification`] while it runs.
+struct Cancellable<'a> {
+    engine: &'a Engine,
+    id: String,
+}
+
+impl<'a> Cancellable<'a> {
+    fn new(engine: &'a Engine, id: &str, stop: &StopSignal) -> Self {
+        engine.verifying.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id.to_string(), stop.clone());
+        Cancellable { engine, id: id.to_string() }
+    }
+}
+
+impl Drop for Cancellable<'_> {
+    fn drop(&mut self) {
+        self.engine.verifying.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.id);
+    }
 }
 
 /// The exclusive admission slot shared by verifications and session-kernel jobs.
@@ -226,6 +252,32 @@ impl Engine {
         }
     }
 
+    /// Stops a verification this process runs, as Ctrl-C stops `cairn verify`: its kernel is
+    /// killed and its verdict is `interrupted` (the cell that ran, `interrupted`; the rest
+    /// skipped).
+    pub fn cancel_verification(&self, id: &str) -> Result<(), EngineError> {
+        let stop = self.verifying.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id).cloned();
+        match stop {
+            Some(stop) => {
+                stop.request(crate::StopKind::Cancel);
+                Ok(())
+            }
+            None => {
+                let v = self.verification(id)?;
+                Err(EngineError::StopRefused {
+                    message: match v.verdict {
+                        Some(verdict) => {
+                            format!("verification `{id}` has already ended ({verdict}); nothing to cancel")
+                        }
+                        None => format!(
+                            "verification `{id}` is not run by this daemon (a `cairn verify` runs it in its own process: Ctrl-C there); POST /kernel/interrupt stops any"
+                        ),
+                    },
+                })
+            }
+        }
+    }
+
     pub fn verify(&self, req: &VerifyRequest, obs: &mut dyn VerifyObserver) -> Result<VerifyReport, EngineError> {
         let (doc_path, title) = self.document_and_title(req)?;
         let unreadable = |e: std::io::Error| EngineError::InvalidDocument {
@@ -233,7 +285,9 @@ impl Engine {
             message: format!("cannot read the document: {e}"),
         };
         let doc_path = doc_path.canonicalize().map_err(unreadable)?;
-        let cancelled = || req.stop.as_ref().is_some_and(|s| s.requested().is_some());
+        // Always a stop signal, so a cancel (`POST /verifications/{id}/cancel`) reaches it.
+        let stop = req.stop.clone().unwrap_or_default();
+        let cancelled = || stop.requested().is_some();
         let bytes = std::fs::read(&doc_path).map_err(|e| EngineError::InvalidDocument {
             path: doc_path.display().to_string(),
             message: format!("cannot read the document: {e}"),
@@ -266,7 +320,36 @@ impl Engine {
         let cells = &parsed.cells;
         let code: Vec<&DocCell> = cells.iter().filter(|c| c.kind == CellKind::Code).collect();
 
-        let id = format!("ver_{}", self.ids.run_suffix());
+        let python = resolve_python(req.python.as_deref(), &self.state.path().join("python"), obs)?;
+        // The daemon boots its next spare once this verification is over, however it ends.
+        let _replenish = self.spare.get().map(|keeper| spare::Replenish(keeper.clone()));
+        let _slot = self.acquire_slot(req.no_wait, Some(&stop), obs)?;
+        if cancelled() {
+            return Err(EngineError::Interrupted {
+                message: "interrupted before the kernel started; nothing ran".into(),
+            });
+        }
+
+        let workdir = doc_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        let env = kernel_env();
+        let ask = KernelAsk { python: python.clone(), env: env.clone(), memory_limit: req.memory_limit };
+        let taken = match self.spare.get() {
+            Some(keeper) if req.spare => keeper.take(&ask, &workdir, spare::BOOTING_WAIT),
+            _ => spare::Taken::Cold,
+        };
+        let (id, runtime_dir, mut kernel, kernel_start) = match taken {
+            spare::Taken::Spare(mut s) => {
+                let idle_ms = s.idle().as_millis() as u64;
+                if s.move_to(&workdir) {
+                    let s = *s;
+                    (s.id, s.runtime_dir, s.kernel, KernelStart::PreStarted { idle_ms })
+                } else {
+                    s.discard();
+                    self.cold_kernel(&python, &workdir, env, req.memory_limit)?
+                }
+            }
+            spare::Taken::Cold => self.cold_kernel(&python, &workdir, env, req.memory_limit)?,
+        };
         let mut record = VerificationRecord {
             id: id.clone(),
             title: title.clone(),
@@ -280,28 +363,6 @@ impl Engine {
             created_at: self.clock.now_ms(),
             finished_at: None,
             parameters: Value::Object(req.parameters.clone()),
-        };
-        let python = resolve_python(req.python.as_deref(), &self.state.path().join("python"), obs)?;
-        let _slot = self.acquire_slot(req.no_wait, req.stop.as_ref(), obs)?;
-        if cancelled() {
-            return Err(EngineError::Interrupted {
-                message: "interrupted before the kernel started; nothing ran".into(),
-            });
-        }
-
-        let runtime_dir = self.state.path().join("kernels").join(&id);
-        let workdir = doc_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        let mut cfg = KernelConfig::new(&python, &workdir, &runtime_dir);
-        cfg.env = kernel_env();
-        cfg.memory_limit = req.memory_limit;
-        let mut kernel = match ScratchKernel::start(&cfg) {
-            Ok(k) => k,
-            Err(e) => {
-                // Nothing ran: leave nothing behind.
-                let _ = std::fs::remove_dir_all(&runtime_dir);
-                let _ = std::fs::remove_dir(self.state.path().join("kernels"));
-                return Err(EngineError::KernelUnavailable { message: format!("failed to start the kernel: {e}") });
-            }
         };
         // Listed as a job while it runs (before it is recorded, so it is never seen recorded but
         // neither running nor finished); `interrupt_kernel` and `restart_kernel` stop it.
@@ -326,7 +387,8 @@ impl Engine {
         self.store.insert_verification(&record)?;
         // A stop from now on kills the kernel: the running cell ends `interrupted`.
         let handle = kernel.handle();
-        let _kill_on_stop = req.stop.as_ref().map(|s| s.on_request(move |_| handle.kill()));
+        let _kill_on_stop = stop.on_request(move |_| handle.kill());
+        let _cancellable = Cancellable::new(self, &id, &stop);
         obs.started(&id);
         let asked_to_stop = || watch.stopped.load(std::sync::atomic::Ordering::SeqCst);
 
@@ -440,6 +502,7 @@ impl Engine {
                 .collect(),
             timeout: Some((timeout.0.as_secs(), timeout.1)),
             parameters: req.parameters.clone(),
+            kernel: kernel_start,
         };
         cap_outputs(&mut outcomes, NOTEBOOK_OUTPUT_CAP);
         let notebook = verification::build_notebook(
@@ -478,7 +541,32 @@ impl Engine {
             parameters: req.parameters.clone(),
             failure,
             preserved_edit,
+            kernel: kernel_start,
         })
+    }
+
+    /// A kernel started for this verification: its id, directory, the kernel, and how it
+    /// started. A start that fails leaves nothing behind.
+    fn cold_kernel(
+        &self,
+        python: &Path,
+        workdir: &Path,
+        env: Vec<(String, String)>,
+        memory_limit: Option<u64>,
+    ) -> Result<(String, PathBuf, ScratchKernel, KernelStart), EngineError> {
+        let id = format!("ver_{}", self.ids.run_suffix());
+        let runtime_dir = self.state.path().join("kernels").join(&id);
+        let mut cfg = KernelConfig::new(python, workdir, &runtime_dir);
+        cfg.env = env;
+        cfg.memory_limit = memory_limit;
+        match ScratchKernel::start(&cfg) {
+            Ok(k) => Ok((id, runtime_dir, k, KernelStart::Cold)),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&runtime_dir);
+                let _ = std::fs::remove_dir(self.state.path().join("kernels"));
+                Err(EngineError::KernelUnavailable { message: format!("failed to start the kernel: {e}") })
+            }
+        }
     }
 
     fn document_and_title(&self, req: &VerifyRequest) -> Result<(PathBuf, String), EngineError> {
@@ -729,6 +817,12 @@ fn list(v: Option<&String>) -> Vec<String> {
         None | Some("-") | Some("") => vec![],
         Some(s) => s.split(',').map(str::to_string).collect(),
     }
+}
+
+/// The digest of the environment this process gives a kernel ([`env_sha256`] of it): what
+/// `cairn verify` compares with the daemon's spare before running on it.
+pub fn kernel_env_sha256() -> String {
+    env_sha256(&kernel_env())
 }
 
 /// The kernel's environment: the sandbox's base variables and the ones that locate the user's

@@ -53,6 +53,16 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The status and the body it answers with: what a streamed answer sends as its last line.
+    pub(crate) fn parts(self) -> (StatusCode, ErrorBody) {
+        let body = ErrorBody {
+            error: ErrorDetail { code: self.code.to_string(), message: self.message, problems: self.problems },
+        };
+        (self.status, body)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {

@@ -86,6 +86,8 @@ pub fn router(state: AppRef) -> Router {
         .route("/verifications", get(verifications::list_verifications).post(verifications::create_verification))
         .route("/verifications/{id}", get(verifications::get_verification))
         .route("/verifications/{id}/notebook", get(verifications::verification_notebook))
+        .route("/verifications/{id}/cancel", post(verifications::cancel_verification))
+        .route("/kernel/spare", get(verifications::spare_kernel))
         .route("/verifications/{id}/ro-crate", get(exports::verification_ro_crate))
         .route("/api/notebook", get(web::notebook_export))
         .route("/docs", get(docs::list_docs).post(docs::save_doc).layer(DefaultBodyLimit::max(docs::DOCS_BODY_LIMIT)))

@@ -31,7 +31,7 @@ pub(super) async fn openapi_json() -> Response {
         kernel::kernel_audit,
         targets::list_targets, targets::create_target, targets::probe_target, targets::check_readiness,
         verifications::create_verification, verifications::list_verifications, verifications::get_verification,
-        verifications::verification_notebook,
+        verifications::verification_notebook, verifications::cancel_verification, verifications::spare_kernel,
         web::index, web::asset, web::login, web::notebook_export,
         docs::list_docs, docs::save_doc, docs::search_docs, docs::get_doc, docs::remove_doc),
     components(schemas(ErrorBody, ErrorDetail, http::Health, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 
 use axum::Json;
+use axum::body::Body;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -24,9 +25,14 @@ use crate::wire::{MAX_VERIFY_WAIT_SECS, VerificationRecord, Verify, VerifyResult
 /// Verifies a document in a fresh, disposable kernel and answers when it has a verdict. Give its
 /// text as `document`, or an absolute path on this machine as `path`, or only a `title` to
 /// re-verify that title's draft. A verification's side effects (files its cells wrote) are not
-/// undone.
+/// undone. It runs on the daemon's spare kernel (booted ahead, never used) unless `spare` is
+/// false. With `Accept: application/x-ndjson` the answer is a stream of JSON lines as it goes:
+/// `{event: "message", text}`, `{event: "started", verification_id}`, `{event: "cell_started",
+/// index, total}`, `{event: "cell_finished", index, status, duration_ms}`, and last `{event:
+/// "result", result}` (the VerifyResult) or `{event: "error", status, error}`; closing it
+/// cancels the verification.
 #[utoipa::path(post, path = "/verifications", tag = "verifications", request_body = Verify,
-    responses((status = 200, description = "The verification: verdict, cells, notebook or draft", body = VerifyResult),
+    responses((status = 200, description = "The verification: verdict, cells, notebook or draft (or, with `Accept: application/x-ndjson`, its progress as JSON lines, the result last)", body = VerifyResult),
         (status = 202, description = "With `wait`: it runs on; `{verification_id, status: \"running\", poll}`, to follow with GET /kernel/jobs/{id}", body = Object),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, description = "No draft of that title", body = ErrorBody),
@@ -35,8 +41,16 @@ use crate::wire::{MAX_VERIFY_WAIT_SECS, VerificationRecord, Verify, VerifyResult
     security(("bearer" = [])))]
 pub(super) async fn create_verification(
     State(state): State<AppRef>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<Verify>,
 ) -> Result<Response, ApiError> {
+    let lines = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim().starts_with(NDJSON)));
+    if lines {
+        return stream_verification(state, body);
+    }
     let wait = match body.wait {
         Some(w) if w > MAX_VERIFY_WAIT_SECS => {
             return Err(ApiError::invalid(format!("wait must be 0 to {MAX_VERIFY_WAIT_SECS} seconds")));
@@ -91,6 +105,110 @@ pub(super) async fn create_verification(
         }
     })
     .await
+}
+
+const NDJSON: &str = "application/x-ndjson";
+
+/// A verification answered as JSON lines while it runs (what `cairn verify` shows live). A
+/// request refused before it starts is answered as usual (status and error body).
+fn stream_verification(state: AppRef, body: Verify) -> Result<Response, ApiError> {
+    if body.wait.is_some() {
+        return Err(ApiError::invalid(
+            "`wait` does not apply to a streamed verification (Accept: application/x-ndjson): it streams until its verdict",
+        ));
+    }
+    let python = std::env::var_os("CAIRN_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from);
+    let mut req = Verify { python, memory_limit: None, ..body }.into_request(None)?;
+    let stop = StopSignal::new();
+    req.stop = Some(stop.clone());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<Vec<u8>, std::convert::Infallible>>();
+    std::thread::Builder::new()
+        .name("cairn-verify".into())
+        .spawn(move || {
+            let mut lines = Lines { tx, stop };
+            let last = match state.service.engine().verify(&req, &mut lines) {
+                Ok(report) => json!({"event": "result", "result": VerifyResult::from_report(&report)}),
+                Err(e) => {
+                    let (status, body) = ApiError::from(e).parts();
+                    json!({"event": "error", "status": status.as_u16(), "error": body.error})
+                }
+            };
+            lines.send(&last);
+        })
+        .map_err(|e| {
+            ApiError::from(cairn_engine::EngineError::Internal {
+                message: format!("cannot start the verification's thread: {e}"),
+            })
+        })?;
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|line| (line, rx)) });
+    Ok(([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(stream)).into_response())
+}
+
+/// Sends a verification's progress as JSON lines; once the caller has gone, stops it.
+struct Lines {
+    tx: tokio::sync::mpsc::UnboundedSender<Result<Vec<u8>, std::convert::Infallible>>,
+    stop: StopSignal,
+}
+
+impl Lines {
+    fn send(&mut self, v: &Value) {
+        let mut line = serde_json::to_vec(v).unwrap_or_default();
+        line.push(b'\n');
+        if self.tx.send(Ok(line)).is_err() {
+            self.stop.request(StopKind::Cancel);
+        }
+    }
+}
+
+impl VerifyObserver for Lines {
+    fn started(&mut self, verification_id: &str) {
+        self.send(&json!({"event": "started", "verification_id": verification_id}));
+    }
+    fn message(&mut self, text: &str) {
+        self.send(&json!({"event": "message", "text": text}));
+    }
+    fn cell_started(&mut self, index: usize, total: usize) {
+        self.send(&json!({"event": "cell_started", "index": index, "total": total}));
+    }
+    fn cell_finished(&mut self, index: usize, status: cairn_core::verification::CellStatus, duration_ms: u64) {
+        self.send(
+            &json!({"event": "cell_finished", "index": index, "status": status.as_str(), "duration_ms": duration_ms}),
+        );
+    }
+}
+
+/// Cancels a verification the daemon runs, as Ctrl-C cancels `cairn verify`: its kernel is
+/// killed, the cell that ran ends `interrupted`, the verdict is `interrupted`, and its answer (or
+/// stream) says so.
+#[utoipa::path(post, path = "/verifications/{id}/cancel", tag = "verifications", params(("id" = String, Path)),
+    responses((status = 202, description = "`{verification_id, cancelled: true}`: it is stopping", body = Object),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "It has ended, or another process runs it", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn cancel_verification(
+    State(state): State<AppRef>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    blocking(move || {
+        state.service.engine().cancel_verification(&id)?;
+        Ok((StatusCode::ACCEPTED, Json(json!({"verification_id": id, "cancelled": true}))).into_response())
+    })
+    .await
+}
+
+/// The daemon's spare kernel: whether it keeps one, and whether one is ready (with what a
+/// verification must match to run on it).
+#[utoipa::path(get, path = "/kernel/spare", tag = "verifications",
+    responses((status = 200, description = "`{enabled, state: ready|booting|none|off, python, env_sha256, environment_sha256, idle_ms, reason}`", body = Object),
+        (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn spare_kernel(State(state): State<AppRef>) -> Json<Value> {
+    Json(match state.service.engine().spare_kernel() {
+        Some(spare) => serde_json::to_value(spare.status()).unwrap_or(Value::Null),
+        None => json!({"enabled": false, "state": "off", "python": null, "env_sha256": null,
+                       "environment_sha256": null, "idle_ms": null, "reason": "the daemon runs with --no-spare-kernel"}),
+    })
 }
 
 /// How long a verification with `wait` may take to start its kernel, however short `wait` is.

@@ -436,6 +436,16 @@ pub struct Verify {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 3600)]
     pub wait: Option<u64>,
+    /// Whether the daemon's pre-started kernel may run it, when it fits (default true): false
+    /// starts a kernel for this verification.
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare: Option<bool>,
+    /// Start a kernel for this verification, even when the daemon has a spare one booted (by
+    /// default `cairn verify` runs on it, through the daemon, when it fits).
+    #[arg(long)]
+    #[serde(skip)]
+    pub no_spare: bool,
 }
 
 fn verify_arguments(schema: &mut Schema) {
@@ -516,6 +526,7 @@ impl Verify {
             python: self.python,
             no_wait: self.no_wait,
             stop: None,
+            spare: !self.no_spare && self.spare.unwrap_or(true),
         })
     }
 }

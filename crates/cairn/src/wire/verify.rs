@@ -85,6 +85,11 @@ pub struct VerifyResult {
     /// A draft of this title a person had edited, moved aside before the draft was rewritten.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preserved_edit: Option<String>,
+    /// How the kernel started: `{start: "cold"}`, started for this verification, or
+    /// `{start: "pre_started", idle_ms}`, the daemon's spare, which had run nothing.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub kernel: Value,
 }
 
 impl VerifyResult {
@@ -102,6 +107,7 @@ impl VerifyResult {
             notebook: r.record.notebook.clone(),
             draft: r.record.draft.clone(),
             preserved_edit: r.preserved_edit.as_ref().map(|p| p.display().to_string()),
+            kernel: serde_json::to_value(r.kernel).unwrap_or(Value::Null),
         }
     }
 }

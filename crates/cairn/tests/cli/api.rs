@@ -513,6 +513,9 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         protected("POST", "/verifications", Some(json!({})), FORBIDDEN, (422, Some("invalid_request"))),
         protected("GET", "/verifications/nope", None, NOT_FOUND, NOT_FOUND),
         protected("GET", "/verifications/nope/notebook", None, NOT_FOUND, NOT_FOUND),
+        // Cancelling a verification no one runs: 404; the spare (this daemon keeps one, or not).
+        protected("POST", "/verifications/nope/cancel", None, FORBIDDEN, NOT_FOUND),
+        protected("GET", "/kernel/spare", None, OK, OK),
         // The doc index: the operator saves `m` (and a bad name is refused), everyone reads it,
         // and the operator removes it last.
         protected("GET", "/docs", None, OK, OK),

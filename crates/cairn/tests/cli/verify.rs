@@ -103,9 +103,23 @@ pub(crate) mod h {
     }
 
     impl Verify {
+        /// A daemon a command starts here keeps no spare kernel: these tests count the kernels a
+        /// verification leaves (the spare's own tests use [`Verify::with_spare`]).
         pub fn new() -> Verify {
+            Verify::build(false)
+        }
+
+        /// As a user has it: a daemon keeps a spare kernel booted.
+        pub fn with_spare() -> Verify {
+            Verify::build(true)
+        }
+
+        fn build(spare: bool) -> Verify {
             let config = tempfile::Builder::new().prefix("cairn-vcfg-").tempdir().unwrap();
-            let c = Cairn::new().with_env("CAIRN_PYTHON", python()).with_env("CAIRN_CONFIG", config.path());
+            let mut c = Cairn::new().with_env("CAIRN_PYTHON", python()).with_env("CAIRN_CONFIG", config.path());
+            if !spare {
+                c = c.with_env("CAIRN_NO_SPARE_KERNEL", "1");
+            }
             Verify { c, config }
         }
 
@@ -1183,4 +1197,240 @@ fn a_verification_whose_process_is_killed_is_settled_by_the_next_one() {
     assert_eq!((polled["status"].as_str(), polled["verification"]["verdict"].as_str()), (Some("died"), Some("died")));
     assert!(polled["verification"]["error"].as_str().is_some_and(|e| e.contains("was killed")), "{polled:#}");
     v.c.stop_daemon();
+}
+
+// ------------------------------------------------------------------------------------------------
+// the daemon's spare kernel
+
+/// The daemon's `GET /kernel/spare` once it says `state` (bounded wait).
+#[track_caller]
+fn spare_when(v: &Verify, state: &str) -> serde_json::Value {
+    let url = format!("{}/kernel/spare", v.c.daemon().url);
+    let token = v.c.token("viewer");
+    let mut last = serde_json::Value::Null;
+    let reached = wait_until(Duration::from_secs(60), || {
+        let r = http("GET", &url, Some(&token), None, &[]);
+        assert_eq!(r.status, 200, "{:#}", r.body);
+        last = r.body;
+        last["state"] == state
+    });
+    assert!(reached, "the spare never became {state}: {last:#}");
+    last
+}
+
+/// A notebook without what may differ between two runs of the same document: the timings, and
+/// how its kernel started (the provenance's `kernel` row and `metadata.cairn.kernel`).
+fn but_for_timings(nb: &std::path::Path) -> serde_json::Value {
+    let mut nb: serde_json::Value = serde_json::from_slice(&std::fs::read(nb).unwrap()).unwrap();
+    nb["metadata"]["cairn"].as_object_mut().unwrap().remove("kernel");
+    for cell in nb["cells"].as_array_mut().unwrap() {
+        if let Some(c) = cell["metadata"].get_mut("cairn").and_then(|c| c.as_object_mut()) {
+            c.remove("duration_ms");
+        }
+        if let Some(lines) = cell["source"].as_array_mut() {
+            lines.retain(|l| !l.as_str().is_some_and(|l| l.starts_with("| kernel |")));
+        }
+    }
+    nb
+}
+
+/// A verification through the daemon runs on its spare kernel, booted ahead and never used, and
+/// gives the notebook a cold start gives, but for timings: the same working directory, import
+/// path (a module beside the document imports), IPython state, namespace and execution counts.
+/// The provenance says the kernel was pre-started and how long it waited; the environment hash
+/// the spare was checked against is the one its bootstrap reports; the next spare boots after.
+#[test]
+fn a_verification_on_the_daemons_spare_gives_the_cold_starts_notebook() {
+    let v = Verify::with_spare();
+    std::fs::write(v.path("helper.py"), "ANSWER = 42\n").unwrap();
+    let doc = v.doc(
+        "warm.md",
+        "# Warm\n\n```python\nimport os, sys\nimport helper\nprint(os.getcwd(), helper.ANSWER)\n\
+         print([p for p in sys.path if p == '' or p.startswith(os.getcwd())])\n\
+         print(sorted(k for k in get_ipython().user_ns if not k.startswith('_')))\n\
+         print(_dh, get_ipython().starting_dir, get_ipython().execution_count, len(In))\n```\n\n\
+         Some prose.\n\n```python tags=[\"raises-exception\"]\n1 / 0\n```\n\n```python\nx = 2\nx * 21\n```\n",
+    );
+    v.c.start_daemon();
+    let spare = spare_when(&v, "ready");
+    assert_eq!(spare["python"], python().display().to_string(), "{spare:#}");
+
+    let warm = v.verify(&[&doc]);
+    assert_eq!(warm.verdict(), "passed", "{}", warm.stderr);
+    assert_eq!(warm.json["kernel"]["start"], "pre_started", "{:#}", warm.json);
+    assert!(warm.json["kernel"]["idle_ms"].as_u64().is_some(), "{:#}", warm.json);
+    let nb: serde_json::Value = serde_json::from_slice(&std::fs::read(warm.notebook()).unwrap()).unwrap();
+    assert_eq!(
+        nb["metadata"]["cairn"]["environment_sha256"], spare["environment_sha256"],
+        "the spare was checked against what its bootstrap reports"
+    );
+    assert!(
+        h::source(&nb["cells"][0]).contains("| kernel | pre-started by the daemon; it had run nothing"),
+        "{}",
+        h::source(&nb["cells"][0])
+    );
+    let first = h::stream_text(h::doc_code_cells(&nb)[0]);
+    assert!(first.contains(&format!("{} 42", v.path("").canonicalize().unwrap().display())), "{first}");
+
+    let cold = v.verify(&[doc.as_os_str(), "--no-spare".as_ref()]);
+    assert_eq!(cold.json["kernel"]["start"], "cold", "{:#}", cold.json);
+    assert_eq!(but_for_timings(&warm.notebook()), but_for_timings(&cold.notebook()));
+
+    // Used once: the next one boots after the verification, in another directory.
+    let next = spare_when(&v, "ready");
+    let dirs = v.entries("kernels");
+    assert_eq!(dirs.len(), 1, "one spare is kept: {dirs:?}");
+    assert_ne!(Some(dirs[0].as_str()), warm.json["verification_id"].as_str(), "{next:#}");
+    v.c.stop_daemon();
+    assert_no_kernel_left(&v);
+}
+
+/// A spare is used only for what a cold start would have given: under a memory limit, or with
+/// `--no-spare`, the kernel starts for the verification; a kernel plugin added since the spare
+/// booted discards it (and the plugin binds, read as always by the bootstrap); a daemon run with
+/// `--no-spare-kernel` keeps none.
+#[test]
+fn a_spare_that_does_not_fit_is_not_used() {
+    let v = Verify::with_spare();
+    let doc = v.doc("fit.md", "```python\nprint('hello')\n```\n");
+    v.c.start_daemon();
+    spare_when(&v, "ready");
+    let limited = v.verify(&[doc.as_os_str(), "--memory-limit".as_ref(), "4000000000".as_ref()]);
+    assert_eq!(
+        (limited.verdict(), limited.json["kernel"]["start"].as_str()),
+        ("passed", Some("cold")),
+        "{:#}",
+        limited.json
+    );
+
+    std::fs::create_dir_all(v.config.path().join("kernel")).unwrap();
+    std::fs::write(v.config.path().join("kernel").join("greet.py"), "GREETING = 'hi'\n").unwrap();
+    let with_plugin = v.doc("plugin.md", "```python\nprint(GREETING)\n```\n");
+    let out = v.verify(&[&with_plugin]);
+    assert_eq!(
+        (out.verdict(), out.json["kernel"]["start"].as_str()),
+        ("passed", Some("cold")),
+        "a spare booted before the plugin is discarded: {:#}",
+        out.json
+    );
+    spare_when(&v, "ready");
+    let out = v.verify(&[&with_plugin]);
+    assert_eq!(
+        (out.verdict(), out.json["kernel"]["start"].as_str()),
+        ("passed", Some("pre_started")),
+        "{:#}",
+        out.json
+    );
+    v.c.stop_daemon();
+    assert_no_kernel_left(&v);
+
+    v.c.json(&["daemon", "start", "--no-spare-kernel"]).expect(0);
+    let off = spare_when(&v, "off");
+    assert_eq!(off["enabled"], false, "{off:#}");
+    let out = v.verify(&[&doc]);
+    assert_eq!(out.json["kernel"]["start"], "cold", "{:#}", out.json);
+    v.c.stop_daemon();
+    assert_no_kernel_left(&v);
+}
+
+/// Ctrl-C on `cairn verify` running on the daemon's spare cancels it in the daemon as it
+/// cancels one run here: the running cell `interrupted`, the rest skipped, exit 1, its kernel
+/// gone; the progress lines come from the daemon.
+#[test]
+fn ctrl_c_on_a_verification_in_the_daemon_interrupts_it() {
+    let v = Verify::with_spare();
+    let doc = v.doc(
+        "long.md",
+        "```python\nprint('first')\n```\n\n```python\nimport os, time\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(30)\n```\n\n```python\nx = 1\n```\n",
+    );
+    v.c.start_daemon();
+    spare_when(&v, "ready");
+    let mut cmd = v.c.std_command(&["verify"]);
+    cmd.arg(&doc)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    assert!(wait_until(Duration::from_secs(30), || v.path("pid").exists()), "the cell never started");
+    let kernel: i32 = wait_for_text(&v.path("pid")).parse().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("long: interrupted (3 cells, 1 skipped)"), "{stdout}");
+    assert!(stdout.contains("kernel: the daemon's spare"), "{stdout}");
+    assert!(stderr.contains("cell   0/3   … passed"), "the daemon's progress is shown: {stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(
+        wait_until(Duration::from_secs(5), || !std::path::Path::new(&format!("/proc/{kernel}")).exists()),
+        "the kernel still runs"
+    );
+    v.c.stop_daemon();
+    assert_no_kernel_left(&v);
+}
+
+/// A daemon killed (SIGKILL) with its spare booted leaves that kernel running, in its own
+/// process group; the next daemon stops it (the same process: pid and start time) and removes
+/// its directory before it boots its own. So it does for a daemon killed while its spare boots.
+#[test]
+fn a_spare_left_by_a_killed_daemon_is_stopped_by_the_next() {
+    let v = Verify::with_spare();
+    let daemon = v.c.start_daemon();
+    spare_when(&v, "ready");
+    let dirs = v.entries("kernels");
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(v.home().join("kernels").join(&dirs[0]).join("spare.json")).unwrap())
+            .unwrap();
+    let kernel = record["kernel_pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || v.c.json(&["daemon", "status"]).json["running"] == false));
+    assert!(
+        std::path::Path::new(&format!("/proc/{kernel}")).exists(),
+        "the spare outlives its killed daemon (else nothing to test)"
+    );
+
+    v.c.start_daemon();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{kernel}")).exists() || is_zombie(kernel),
+        "the old spare still runs"
+    );
+    assert!(!v.home().join("kernels").join(&dirs[0]).exists(), "the old spare's directory is gone");
+    spare_when(&v, "ready");
+    v.c.stop_daemon();
+    assert_no_kernel_left(&v);
+
+    // Killed while the spare boots (its record written, its kernel's pid not yet): the next
+    // daemon finds that kernel by its connection file. Kill points across the boot.
+    for delay_ms in [0, 50, 150, 300, 450, 600] {
+        let daemon = v.c.start_daemon();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.pid), nix::sys::signal::Signal::SIGKILL)
+            .unwrap();
+        assert!(wait_until(Duration::from_secs(5), || v.c.json(&["daemon", "status"]).json["running"] == false));
+        let second = v.c.json(&["daemon", "start"]).expect(0).json;
+        let stopped = v.c.json(&["daemon", "stop"]).expect(0).json;
+        assert_no_kernel_left(&v);
+        let left = v.entries("kernels");
+        let inside: Vec<Vec<String>> = left.iter().map(|d| v.entries(&format!("kernels/{d}"))).collect();
+        assert!(
+            left.is_empty(),
+            "killed at {delay_ms} ms: {left:?} holding {inside:?}; {second} {stopped}; the daemon's log:\n{}",
+            std::fs::read_to_string(v.home().join("daemon.log")).unwrap_or_default()
+        );
+    }
+}
+
+fn wait_for_text(p: &std::path::Path) -> String {
+    let mut text = String::new();
+    wait_until(Duration::from_secs(5), || {
+        text = std::fs::read_to_string(p).unwrap_or_default();
+        !text.is_empty()
+    });
+    text
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
 }

@@ -173,9 +173,14 @@ impl Cairn {
 
     /// Every command of this state root, and the daemon one starts, runs kernels with the test
     /// venv's `python`, reads the empty folder `config` as `CAIRN_CONFIG` (so no kernel plugin of
-    /// the machine's user is loaded), and starts a daemon quietly.
+    /// the machine's user is loaded), and starts a daemon quietly. The daemon keeps no spare
+    /// kernel: these tests count the kernels a session or a verification leaves, and a spare is
+    /// one the daemon keeps on purpose (its own tests are in `verify.rs`, "the daemon's spare").
     pub fn with_kernel(self, python: impl AsRef<OsStr>, config: impl AsRef<OsStr>) -> Cairn {
-        self.with_env("CAIRN_PYTHON", python).with_env("CAIRN_CONFIG", config).with_env("CAIRN_QUIET_DAEMON", "1")
+        self.with_env("CAIRN_PYTHON", python)
+            .with_env("CAIRN_CONFIG", config)
+            .with_env("CAIRN_QUIET_DAEMON", "1")
+            .with_env("CAIRN_NO_SPARE_KERNEL", "1")
     }
 
     pub fn bin() -> PathBuf {
