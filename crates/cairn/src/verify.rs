@@ -85,11 +85,12 @@ fn spare_that_fits(root: &Path, python: Option<&Path>) -> Option<Client> {
         return None;
     }
     let ours = python.map(Path::to_path_buf).unwrap_or_else(|| root.join("python").join("bin").join("python"));
-    // A booting spare says nothing yet; the daemon checks it when it is taken (and starts a
-    // kernel for this verification if it does not fit).
-    let fits = spare["state"] == "booting"
-        || (spare["python"].as_str() == ours.to_str()
-            && spare["env_sha256"].as_str() == Some(cairn_engine::verify::kernel_env_sha256().as_str()));
+    // What the spare boots with (a booting one too): a verification the daemon runs gets the
+    // daemon's interpreter and kernel environment, so they must be this command's. The daemon
+    // checks the rest (memory limit, the interpreter file, distributions, plugins) as it takes
+    // the spare, and starts a kernel for the verification when it does not fit.
+    let fits = spare["python"].as_str() == ours.to_str()
+        && spare["env_sha256"].as_str() == Some(cairn_engine::verify::kernel_env_sha256().as_str());
     fits.then_some(daemon)
 }
 

@@ -146,6 +146,8 @@ fn stamp(path: &Path) -> Option<FileStamp> {
 /// The daemon's keeper of the spare: the slot, and the thread that boots into it.
 pub struct SpareKernel {
     python: Option<PathBuf>,
+    /// The interpreter a spare boots with, as a verification names it: `python`, else the venv's.
+    boots_with: PathBuf,
     inner: Mutex<Inner>,
     changed: Condvar,
 }
@@ -190,8 +192,11 @@ impl SpareKernel {
     ///
     /// [`close`]: SpareKernel::close
     pub fn start(engine: Arc<Engine>, python: Option<PathBuf>) -> Arc<SpareKernel> {
+        let boots_with =
+            python.clone().unwrap_or_else(|| engine.state.path().join("python").join("bin").join("python"));
         let keeper = Arc::new(SpareKernel {
             python,
+            boots_with,
             inner: Mutex::new(Inner { due: true, ..Default::default() }),
             changed: Condvar::new(),
         });
@@ -281,8 +286,9 @@ impl SpareKernel {
         let base = SpareStatus {
             enabled: true,
             state: "none",
-            python: None,
-            env_sha256: None,
+            // What the next spare boots with, so a client can tell before one is ready.
+            python: Some(self.boots_with.display().to_string()),
+            env_sha256: Some(env_sha256(&kernel_env())),
             environment_sha256: None,
             idle_ms: None,
             reason: inner.reason.clone(),
@@ -297,7 +303,9 @@ impl SpareKernel {
                 reason: None,
                 ..base
             },
-            None if inner.booting || inner.due => SpareStatus { state: "booting", reason: None, ..base },
+            None if inner.booting || (inner.due && !inner.closed) => {
+                SpareStatus { state: "booting", reason: None, ..base }
+            }
             None => base,
         }
     }

@@ -1405,8 +1405,7 @@ fn a_spare_left_by_a_killed_daemon_is_stopped_by_the_next() {
     for delay_ms in [0, 50, 150, 300, 450, 600] {
         let daemon = v.c.start_daemon();
         std::thread::sleep(Duration::from_millis(delay_ms));
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.pid), nix::sys::signal::Signal::SIGKILL)
-            .unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.pid), nix::sys::signal::Signal::SIGKILL).unwrap();
         assert!(wait_until(Duration::from_secs(5), || v.c.json(&["daemon", "status"]).json["running"] == false));
         let second = v.c.json(&["daemon", "start"]).expect(0).json;
         let stopped = v.c.json(&["daemon", "stop"]).expect(0).json;
