@@ -83,6 +83,21 @@ pub struct SpareStatus {
     pub reason: Option<String>,
 }
 
+impl SpareStatus {
+    /// A daemon that keeps none (`--no-spare-kernel`).
+    pub fn off() -> SpareStatus {
+        SpareStatus {
+            enabled: false,
+            state: "off",
+            python: None,
+            env_sha256: None,
+            environment_sha256: None,
+            idle_ms: None,
+            reason: Some("the daemon runs with --no-spare-kernel".into()),
+        }
+    }
+}
+
 /// A booted spare.
 pub(crate) struct Spare {
     pub kernel: ScratchKernel,

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use cairn_engine::verify::{Quiet, VerifyObserver};
+use cairn_engine::verify::{Quiet, SpareStatus, VerifyObserver};
 use cairn_engine::{StopKind, StopSignal};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -58,9 +58,7 @@ pub(super) async fn create_verification(
         w => w.map(Duration::from_secs),
     };
     blocking(move || {
-        // The daemon's own interpreter setting; a relative path means nothing to a caller.
-        let python = std::env::var_os("CAIRN_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from);
-        let mut req = Verify { python, memory_limit: None, ..body }.into_request(None)?;
+        let mut req = daemon_request(body)?;
         let Some(wait) = wait else {
             return Ok(
                 Json(VerifyResult::from_report(&state.service.engine().verify(&req, &mut Quiet)?)).into_response()
@@ -109,6 +107,14 @@ pub(super) async fn create_verification(
 
 const NDJSON: &str = "application/x-ndjson";
 
+/// The engine's request for a verification the daemon runs: with the daemon's own interpreter
+/// setting (the one its spare boots with; a path from a caller means nothing here) and no memory
+/// limit.
+fn daemon_request(body: Verify) -> Result<cairn_engine::verify::VerifyRequest, ApiError> {
+    let python = std::env::var_os("CAIRN_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from);
+    Ok(Verify { python, memory_limit: None, ..body }.into_request(None)?)
+}
+
 /// A verification answered as JSON lines while it runs (what `cairn verify` shows live). A
 /// request refused before it starts is answered as usual (status and error body).
 fn stream_verification(state: AppRef, body: Verify) -> Result<Response, ApiError> {
@@ -117,8 +123,7 @@ fn stream_verification(state: AppRef, body: Verify) -> Result<Response, ApiError
             "`wait` does not apply to a streamed verification (Accept: application/x-ndjson): it streams until its verdict",
         ));
     }
-    let python = std::env::var_os("CAIRN_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from);
-    let mut req = Verify { python, memory_limit: None, ..body }.into_request(None)?;
+    let mut req = daemon_request(body)?;
     let stop = StopSignal::new();
     req.stop = Some(stop.clone());
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<Vec<u8>, std::convert::Infallible>>();
@@ -204,11 +209,8 @@ pub(super) async fn cancel_verification(
         (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn spare_kernel(State(state): State<AppRef>) -> Json<Value> {
-    Json(match state.service.engine().spare_kernel() {
-        Some(spare) => serde_json::to_value(spare.status()).unwrap_or(Value::Null),
-        None => json!({"enabled": false, "state": "off", "python": null, "env_sha256": null,
-                       "environment_sha256": null, "idle_ms": null, "reason": "the daemon runs with --no-spare-kernel"}),
-    })
+    let status = state.service.engine().spare_kernel().map(|spare| spare.status()).unwrap_or_else(SpareStatus::off);
+    Json(serde_json::to_value(status).unwrap_or(Value::Null))
 }
 
 /// How long a verification with `wait` may take to start its kernel, however short `wait` is.
