@@ -15,6 +15,8 @@ use crate::status::Outcome;
 use crate::template::{self, RootView};
 use crate::validator::{Op, Rule};
 
+mod streamed;
+
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 2;
 pub const MAX_MAX_ATTEMPTS: u32 = 100;
@@ -506,10 +508,15 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
     // `toml::from_str` is this parse followed by serde over the tree; reading the common shapes
     // of the tree by hand is the same result at a fraction of serde's cost, and anything else
     // (or anything wrong) goes to serde on the same tree, for serde's result or error.
-    let root = DeTable::parse(text).map_err(toml_error)?;
-    let raw = match raw_file_from_tree(root.get_ref()) {
+    let raw = match streamed::read(text) {
         Some(raw) => raw,
-        None => RawFile::deserialize(toml::de::Deserializer::from(root)).map_err(toml_error)?,
+        None => {
+            let root = DeTable::parse(text).map_err(toml_error)?;
+            match raw_file_from_tree(root.get_ref()) {
+                Some(raw) => raw,
+                None => RawFile::deserialize(toml::de::Deserializer::from(root)).map_err(toml_error)?,
+            }
+        }
     };
     let mut problems: Vec<WorkflowError> = Vec::new();
 
