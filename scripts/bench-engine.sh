@@ -180,6 +180,34 @@ for ((rep = 0; rep <= REPS; rep++)); do
   fi
 done
 
+# The floor under a serial step's own work: one durable commit. The registry's commit of a chain
+# step writes about six WAL frames (4,120 bytes each) and syncs the file; here the same writes and
+# sync on a 4 MiB file already written once (as the WAL is after its first checkpoint), with a
+# tool's spawn and exit between commits as in the chain.
+log "one commit's sync on $TMPBASE, 300 times"
+python3 - "$WORK" "$OUT" <<'PY'
+import os, statistics, subprocess, sys, time, json
+work, out = sys.argv[1], sys.argv[2]
+path = os.path.join(work, "sync-floor")
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+size, frame = 4 << 20, 4120
+os.pwrite(fd, b"x" * size, 0)
+os.fsync(fd)
+at, ts = 32, []
+for _ in range(300):
+    subprocess.run(["/bin/echo", "{}"], stdout=subprocess.DEVNULL)
+    t0 = time.perf_counter()
+    for _ in range(6):
+        os.pwrite(fd, b"y" * frame, at)
+        at = 32 if at + 2 * frame > size else at + frame
+    os.fsync(fd)
+    ts.append((time.perf_counter() - t0) * 1000)
+os.close(fd)
+ts.sort()
+floor = {"p10_ms": ts[30], "median_ms": statistics.median(ts), "p90_ms": ts[270], "mean_ms": statistics.mean(ts)}
+json.dump(floor, open(os.path.join(out, "sync-floor.json"), "w"))
+PY
+
 python3 - "$OUT" "$REPS" "$SNAKE" "$PAR" "$BASELINE" <<'PY'
 import json, glob, statistics, sys
 out, reps, snake, par, baseline = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5]
@@ -223,6 +251,11 @@ for label, rows, note in runs:
     summary[label] = s
     print(f"| {label} ({note}) | {s['steps']} | {s['wall']:.0f} ms | {s['wall'] / s['steps']:.3f} ms "
           f"| {s['tool']:.3f} ms | {s['own']:.3f} ms | {s['each_own']} |")
+floor = json.load(open(f"{out}/sync-floor.json"))
+summary["sync_floor"] = floor
+print(f"\nThe floor: one commit's writes and sync here: median {floor['median_ms']:.3f} ms, mean "
+      f"{floor['mean_ms']:.3f} ms (p10 {floor['p10_ms']:.3f}, p90 {floor['p90_ms']:.3f}); a serial step's own work "
+      f"above it: {summary['chain']['own'] - floor['mean_ms']:.3f} ms")
 if baseline:
     print(f"\n## Baseline ({baseline}) ÷ this build, end to end, medians\n")
     print("| DAG | baseline | this build | ratio | own/step baseline → this build |")

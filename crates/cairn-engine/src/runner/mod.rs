@@ -3,8 +3,8 @@
 //!
 //! The scheduler is one loop over a closed set of messages ([`events`]): among ready steps the
 //! first declared starts first, at most `parallelism` at once, on the run's worker threads
-//! (at most `parallelism`, each taking the next step when it is free), whose attempts are
-//! [`attempt`]'s decide → act → record. A step's completion is written by the scheduler, in one
+//! (at most `parallelism`, each taking the next step when it is free; a serial run's steps run on
+//! the scheduler's own thread), whose attempts are [`attempt`]'s decide → act → record. A step's completion is written by the scheduler, in one
 //! transaction with the begins of the steps it releases (`commit_ended`).
 //!
 //! **Invariant:** a step's result is written only by the attempt whose token owns the row, in the
@@ -62,8 +62,10 @@ pub(crate) struct ExecOptions<'a> {
     pub stop: Option<&'a StopSignal>,
 }
 
-/// Live progress, for a terminal or a log. Calls happen on the executing thread.
-pub trait Observer {
+/// Live progress, for a terminal or a log. Calls happen on the executing thread, or (for a
+/// serial run, whose steps run on the scheduler's thread) under a lock from the thread that reads
+/// a pipeline step's log.
+pub trait Observer: Send {
     fn run_started(&mut self, _run_id: &str, _total_steps: usize) {}
     fn step_started(&mut self, _step_id: &str, _attempt: u32) {}
     fn step_finished(&mut self, _step_id: &str, _outcome: Outcome, _attempt: u32, _duration: Duration) {}
@@ -292,6 +294,17 @@ impl Engine {
                 }
                 for job in starting {
                     in_flight += 1;
+                    if parallelism <= 1 {
+                        // Serial: the step runs on this thread, which has nothing else to do
+                        // meanwhile; two thread hand-offs a step fewer. Its progress reaches the
+                        // observer as it happens.
+                        let index = job.step_index;
+                        let live = std::sync::Mutex::new(&mut *obs);
+                        let sink = |p: Progress| show(&mut **live.lock().unwrap_or_else(|e| e.into_inner()), p);
+                        let outcome = self.attempt_loop(wf, &ctx, *job, stop_signal, &sink);
+                        let _ = tx.send(Msg::Done { index, outcome });
+                        continue;
+                    }
                     if workers < in_flight {
                         workers += 1;
                         let (tx, ctx, jobs) = (tx.clone(), &ctx, &job_rx);
@@ -317,11 +330,7 @@ impl Engine {
                 let Ok(first) = rx.recv() else { break };
                 for msg in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
                     match msg {
-                        Msg::Progress(Progress::Started { step_id, attempt }) => obs.step_started(&step_id, attempt),
-                        Msg::Progress(Progress::Finished { step_id, outcome, attempt, duration }) => {
-                            obs.step_finished(&step_id, outcome, attempt, duration)
-                        }
-                        Msg::Progress(Progress::Job { step_id, job }) => obs.pipeline_job(&step_id, &job),
+                        Msg::Progress(p) => show(obs, p),
                         Msg::Done { index, outcome } => {
                             in_flight -= 1;
                             match outcome {
@@ -538,6 +547,17 @@ impl Engine {
             self.clock.now_ms(),
         )?;
         Ok(())
+    }
+}
+
+/// Tells `obs` of a step's progress.
+fn show(obs: &mut dyn Observer, p: Progress) {
+    match p {
+        Progress::Started { step_id, attempt } => obs.step_started(&step_id, attempt),
+        Progress::Finished { step_id, outcome, attempt, duration } => {
+            obs.step_finished(&step_id, outcome, attempt, duration)
+        }
+        Progress::Job { step_id, job } => obs.pipeline_job(&step_id, &job),
     }
 }
 
