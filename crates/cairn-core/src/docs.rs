@@ -7,6 +7,9 @@ use std::fmt;
 
 use pulldown_cmark::{Event, HeadingLevel, Parser, Tag, TagEnd};
 
+mod tsquery;
+pub use tsquery::fts5_to_tsquery;
+
 /// The most a doc's text may hold, in bytes of UTF-8.
 pub const MAX_DOC_BYTES: usize = 1 << 20;
 /// The longest doc name.

@@ -252,6 +252,10 @@ pub enum StoreError {
     /// A doc search the full-text index cannot parse (its message).
     #[error("{0}")]
     InvalidDocQuery(String),
+    #[error(
+        "the registry is already served by another daemon ({by}); a PostgreSQL registry has one daemon at a time: stop that one (`cairn daemon stop` on its host) or give this one another registry"
+    )]
+    RegistryServed { by: String },
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]
@@ -370,6 +374,13 @@ pub struct DocHit {
 
 /// The registry of workflows, runs, step records and events.
 pub trait RunStore {
+    /// Makes this process the daemon that serves the registry, for as long as the store lives;
+    /// `RegistryServed` while another one does. (A SQLite registry's daemon is elected by its
+    /// state root's lock file, so there it is nothing.)
+    fn serve(&self, _daemon: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     fn register_workflow(&self, record: &WorkflowRecord) -> Result<RegisterOutcome, StoreError>;
     /// A workflow by name and exact version, or the highest registered version when `None`.
     fn workflow(&self, name: &str, version: Option<&str>) -> Result<Option<WorkflowRecord>, StoreError>;

@@ -1,22 +1,64 @@
-//! The procedure-doc index in SQLite: numbered versions never overwritten, the FTS5 search over
-//! each live doc's newest version, tombstones, and the refusals of the index itself.
+//! The procedure-doc index, on SQLite and on PostgreSQL (every test runs on both): numbered
+//! versions never overwritten, the full-text search over each live doc's newest version (FTS5's
+//! query syntax on both), tombstones, and the refusals of the index itself.
 
 use cairn_core::canonical::sha256_hex;
 use cairn_core::docs::{HIGHLIGHT_END, HIGHLIGHT_START};
 use cairn_core::store::*;
-use cairn_store::SqliteStore;
+use cairn_store::testing::{Kind, TestSchema};
+use cairn_store::{PostgresStore, SqliteStore};
 use rusqlite::Connection;
 use tempfile::TempDir;
 
-struct Db {
-    dir: TempDir,
-    store: SqliteStore,
+enum Raw {
+    Sqlite(TempDir),
+    Postgres(TestSchema),
 }
 
-fn db() -> Db {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("cairn.db")).unwrap();
-    Db { dir, store }
+struct Db {
+    raw: Raw,
+    store: Box<dyn RunStore>,
+}
+
+/// A fresh registry on `kind`; `None` where the test database is not set up (outside CI).
+fn db(kind: Kind) -> Option<Db> {
+    Some(match kind {
+        Kind::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SqliteStore::open(&dir.path().join("cairn.db")).unwrap();
+            Db { raw: Raw::Sqlite(dir), store: Box::new(store) }
+        }
+        Kind::Postgres => {
+            let schema = TestSchema::create()?;
+            let store = PostgresStore::connect(&schema.url).unwrap();
+            Db { raw: Raw::Postgres(schema), store: Box::new(store) }
+        }
+    })
+}
+
+impl Db {
+    /// Runs `sql` on a connection of its own, as anyone who reaches the database could.
+    fn raw_execute(&self, sql: &str) -> Result<u64, String> {
+        match &self.raw {
+            Raw::Sqlite(dir) => Connection::open(dir.path().join("cairn.db"))
+                .unwrap()
+                .execute(sql, [])
+                .map(|n| n as u64)
+                .map_err(|e| e.to_string()),
+            Raw::Postgres(schema) => {
+                schema.client().execute(sql, &[]).map_err(|e| format!("{e}: {:?}", e.as_db_error()))
+            }
+        }
+    }
+
+    fn raw_count(&self, sql: &str) -> i64 {
+        match &self.raw {
+            Raw::Sqlite(dir) => {
+                Connection::open(dir.path().join("cairn.db")).unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
+            }
+            Raw::Postgres(schema) => schema.client().query_one(sql, &[]).unwrap().get(0),
+        }
+    }
 }
 
 fn new(name: &str, text: &str, at: i64) -> NewDocVersion {
@@ -31,7 +73,7 @@ fn new(name: &str, text: &str, at: i64) -> NewDocVersion {
     }
 }
 
-fn saved(store: &SqliteStore, name: &str, text: &str, at: i64) -> DocVersion {
+fn saved(store: &dyn RunStore, name: &str, text: &str, at: i64) -> DocVersion {
     match store.save_doc(&new(name, text, at)).unwrap() {
         SaveDoc::Saved(v) => v,
         other => panic!("expected a new version, got {other:?}"),
@@ -42,12 +84,11 @@ fn names(hits: &[DocHit]) -> Vec<&str> {
     hits.iter().map(|h| h.name.as_str()).collect()
 }
 
-#[test]
-fn versions_are_numbered_kept_and_an_identical_save_writes_nothing() {
-    let d = db();
-    let v1 = saved(&d.store, "pca", "# PCA\n\nfirst draft\n", 10);
+fn versions_are_numbered_kept_and_an_identical_save_writes_nothing(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let v1 = saved(&*d.store, "pca", "# PCA\n\nfirst draft\n", 10);
     assert_eq!((v1.version, v1.title.as_str(), v1.bytes, v1.saved_at), (1, "PCA", 19, 10));
-    let v2 = saved(&d.store, "pca", "# PCA run\n\nsecond draft\n", 20);
+    let v2 = saved(&*d.store, "pca", "# PCA run\n\nsecond draft\n", 20);
     assert_eq!(v2.version, 2);
     match d.store.save_doc(&new("pca", "# PCA run\n\nsecond draft\n", 30)).unwrap() {
         SaveDoc::Unchanged(v) => assert_eq!(v, v2),
@@ -64,13 +105,12 @@ fn versions_are_numbered_kept_and_an_identical_save_writes_nothing() {
     assert!(d.store.doc("nope").unwrap().is_none());
 }
 
-#[test]
-fn a_search_finds_the_newest_version_of_live_docs_ranked_with_highlights() {
-    let d = db();
-    saved(&d.store, "pca-clustering", "# PCA clustering\n\nReduce with PCA, then cluster with k-means.\n", 1);
-    saved(&d.store, "qc", "# Quality control\n\nDrop cells with few genes. Never use pca here.\n", 2);
-    saved(&d.store, "old", "# Old\n\nmentions zebrafish once\n", 3);
-    saved(&d.store, "old", "# Old\n\nnow about medaka\n", 4);
+fn a_search_finds_the_newest_version_of_live_docs_ranked_with_highlights(k: Kind) {
+    let Some(d) = db(k) else { return };
+    saved(&*d.store, "pca-clustering", "# PCA clustering\n\nReduce with PCA, then cluster with k-means.\n", 1);
+    saved(&*d.store, "qc", "# Quality control\n\nDrop cells with few genes. Never use pca here.\n", 2);
+    saved(&*d.store, "old", "# Old\n\nmentions zebrafish once\n", 3);
+    saved(&*d.store, "old", "# Old\n\nnow about medaka\n", 4);
 
     let hits = d.store.search_docs("pca", 10).unwrap();
     // The doc named and titled for it first, then the one that only mentions it.
@@ -89,14 +129,13 @@ fn a_search_finds_the_newest_version_of_live_docs_ranked_with_highlights() {
     assert_eq!(names(&d.store.search_docs("pca NOT genes", 10).unwrap()), ["pca-clustering"]);
     assert_eq!(d.store.search_docs("pca", 1).unwrap().len(), 1);
     // Diacritics fold.
-    saved(&d.store, "cafe", "# Café au lait\n", 5);
+    saved(&*d.store, "cafe", "# Café au lait\n", 5);
     assert_eq!(names(&d.store.search_docs("cafe", 10).unwrap()), ["cafe"]);
 }
 
-#[test]
-fn a_query_the_index_cannot_parse_is_refused_as_such() {
-    let d = db();
-    saved(&d.store, "a", "# A\n\ntext\n", 1);
+fn a_query_the_index_cannot_parse_is_refused_as_such(k: Kind) {
+    let Some(d) = db(k) else { return };
+    saved(&*d.store, "a", "# A\n\ntext\n", 1);
     for bad in ["\"unbalanced", "AND OR", "nocolumn: x", "(a", "a AND", "*"] {
         match d.store.search_docs(bad, 10) {
             Err(StoreError::InvalidDocQuery(m)) => assert!(!m.is_empty(), "{bad}"),
@@ -107,11 +146,10 @@ fn a_query_the_index_cannot_parse_is_refused_as_such() {
     assert_eq!(d.store.search_docs("text", 10).unwrap().len(), 1);
 }
 
-#[test]
-fn a_removed_doc_is_a_tombstone_and_a_later_save_continues_its_versions() {
-    let d = db();
-    saved(&d.store, "gone", "# Gone\n\nunique-word-xyzzy\n", 1);
-    saved(&d.store, "gone", "# Gone\n\nunique xyzzy again\n", 2);
+fn a_removed_doc_is_a_tombstone_and_a_later_save_continues_its_versions(k: Kind) {
+    let Some(d) = db(k) else { return };
+    saved(&*d.store, "gone", "# Gone\n\nunique-word-xyzzy\n", 1);
+    saved(&*d.store, "gone", "# Gone\n\nunique xyzzy again\n", 2);
     let removed = d.store.remove_doc("gone", 3).unwrap().unwrap();
     assert_eq!((removed.removed_at, removed.latest_version), (Some(3), 2));
     // Removing again keeps the first tombstone.
@@ -123,21 +161,19 @@ fn a_removed_doc_is_a_tombstone_and_a_later_save_continues_its_versions() {
     assert_eq!(d.store.doc_text("gone", 1).unwrap().unwrap().1, "# Gone\n\nunique-word-xyzzy\n");
 
     // The same text again is a new version: the doc was removed, so it comes back.
-    let v3 = saved(&d.store, "gone", "# Gone\n\nunique xyzzy again\n", 4);
+    let v3 = saved(&*d.store, "gone", "# Gone\n\nunique xyzzy again\n", 4);
     assert_eq!(v3.version, 3);
     assert_eq!(d.store.doc("gone").unwrap().unwrap().removed_at, None);
     assert_eq!(names(&d.store.search_docs("xyzzy", 10).unwrap()), ["gone"]);
 }
 
-#[test]
-fn versions_are_append_only_and_a_verification_must_exist() {
-    let d = db();
-    saved(&d.store, "a", "# A\n", 1);
-    let conn = Connection::open(d.dir.path().join("cairn.db")).unwrap();
-    let e = conn.execute("UPDATE doc_versions SET text = 'x'", []).unwrap_err();
-    assert!(e.to_string().contains("never changed"), "{e}");
-    let e = conn.execute("DELETE FROM doc_versions", []).unwrap_err();
-    assert!(e.to_string().contains("never deleted"), "{e}");
+fn versions_are_append_only_and_a_verification_must_exist(k: Kind) {
+    let Some(d) = db(k) else { return };
+    saved(&*d.store, "a", "# A\n", 1);
+    let e = d.raw_execute("UPDATE doc_versions SET text = 'x'").unwrap_err();
+    assert!(e.contains("never changed"), "{e}");
+    let e = d.raw_execute("DELETE FROM doc_versions").unwrap_err();
+    assert!(e.contains("never deleted"), "{e}");
 
     let mut n = new("b", "# B\n", 2);
     n.verification_id = Some("ver_missing".into());
@@ -146,17 +182,24 @@ fn versions_are_append_only_and_a_verification_must_exist() {
     assert!(d.store.search_docs("b", 10).unwrap().is_empty());
 }
 
-#[test]
-fn the_index_holds_one_search_row_per_live_doc() {
-    let d = db();
+fn the_index_holds_one_search_row_per_live_doc(k: Kind) {
+    let Some(d) = db(k) else { return };
     for i in 0..20 {
-        saved(&d.store, &format!("d{}", i % 5), &format!("# Doc {i}\n\nbody {i}\n"), i);
+        saved(&*d.store, &format!("d{}", i % 5), &format!("# Doc {i}\n\nbody {i}\n"), i);
     }
     d.store.remove_doc("d0", 100).unwrap();
-    let conn = Connection::open(d.dir.path().join("cairn.db")).unwrap();
-    let rows: i64 = conn.query_row("SELECT count(*) FROM doc_search", [], |r| r.get(0)).unwrap();
-    assert_eq!(rows, 4);
-    conn.execute("INSERT INTO doc_search (doc_search) VALUES ('integrity-check')", []).unwrap();
-    let versions: i64 = conn.query_row("SELECT count(*) FROM doc_versions", [], |r| r.get(0)).unwrap();
-    assert_eq!(versions, 20);
+    assert_eq!(d.raw_count("SELECT count(*) FROM doc_search"), 4);
+    if let Raw::Sqlite(_) = d.raw {
+        d.raw_execute("INSERT INTO doc_search (doc_search) VALUES ('integrity-check')").unwrap();
+    }
+    assert_eq!(d.raw_count("SELECT count(*) FROM doc_versions"), 20);
 }
+
+cairn_store::on_both!(
+    versions_are_numbered_kept_and_an_identical_save_writes_nothing,
+    a_search_finds_the_newest_version_of_live_docs_ranked_with_highlights,
+    a_query_the_index_cannot_parse_is_refused_as_such,
+    a_removed_doc_is_a_tombstone_and_a_later_save_continues_its_versions,
+    versions_are_append_only_and_a_verification_must_exist,
+    the_index_holds_one_search_row_per_live_doc,
+);

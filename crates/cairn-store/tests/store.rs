@@ -1,5 +1,6 @@
-//! The SQLite adapter against a real database file: migrations, run creation, attempt fencing,
-//! revision guards, the append-only event log and the workflow registry.
+//! The registry against a real SQLite file and a real PostgreSQL database (every test of its
+//! behaviour runs on both): migrations, run creation, attempt fencing, revision guards, the
+//! append-only event log and the workflow registry.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +9,8 @@ use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::*;
 use cairn_core::workflow::{WorkflowSpec, parse_workflow};
-use cairn_store::SqliteStore;
+use cairn_store::testing::{Kind, TestSchema};
+use cairn_store::{PostgresStore, SqliteStore};
 use rusqlite::Connection;
 use serde_json::json;
 use tempfile::TempDir;
@@ -31,10 +33,37 @@ tool = "t"
 needs = ["a"]
 "#;
 
+/// Where a store's database is, for what a test checks behind the store's back.
+enum Raw {
+    Sqlite(#[allow(dead_code, reason = "kept so the directory lives as long as the store")] TempDir, PathBuf),
+    Postgres(TestSchema),
+}
+
 struct Db {
-    _dir: TempDir,
-    path: PathBuf,
-    store: SqliteStore,
+    store: Box<dyn RunStore>,
+    raw: Raw,
+}
+
+impl Db {
+    /// Runs `sql` on a connection of its own, as anyone who reaches the database could.
+    fn raw_execute(&self, sql: &str) -> Result<u64, String> {
+        match &self.raw {
+            Raw::Sqlite(_, path) => {
+                Connection::open(path).unwrap().execute(sql, []).map(|n| n as u64).map_err(|e| e.to_string())
+            }
+            Raw::Postgres(schema) => {
+                schema.client().execute(sql, &[]).map_err(|e| format!("{e}: {:?}", e.as_db_error()))
+            }
+        }
+    }
+
+    /// The single number `sql` selects.
+    fn raw_count(&self, sql: &str) -> i64 {
+        match &self.raw {
+            Raw::Sqlite(_, path) => Connection::open(path).unwrap().query_row(sql, [], |r| r.get(0)).unwrap(),
+            Raw::Postgres(schema) => schema.client().query_one(sql, &[]).unwrap().get(0),
+        }
+    }
 }
 
 fn spec(version: &str) -> WorkflowSpec {
@@ -59,13 +88,36 @@ fn open(path: &Path) -> SqliteStore {
     }
 }
 
-/// A fresh database with `wf@1.0.0` registered.
-fn db() -> Db {
+/// A fresh, empty registry on `kind`; `None` where the test database is not set up (outside CI).
+fn empty_db(kind: Kind) -> Option<Db> {
+    Some(match kind {
+        Kind::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("cairn.db");
+            Db { store: Box::new(open(&path)), raw: Raw::Sqlite(dir, path) }
+        }
+        Kind::Postgres => {
+            let schema = TestSchema::create()?;
+            let store = PostgresStore::connect(&schema.url).unwrap_or_else(|e| panic!("connect: {e}"));
+            Db { store: Box::new(store), raw: Raw::Postgres(schema) }
+        }
+    })
+}
+
+/// A fresh registry on `kind` with `wf@1.0.0` registered.
+fn db(kind: Kind) -> Option<Db> {
+    let db = empty_db(kind)?;
+    assert_eq!(db.store.register_workflow(&record("1.0.0", "d1")).unwrap(), RegisterOutcome::Inserted);
+    Some(db)
+}
+
+/// A fresh SQLite registry with `wf@1.0.0` registered, and its file.
+fn sqlite_db() -> (TempDir, PathBuf, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cairn.db");
     let store = open(&path);
     assert_eq!(store.register_workflow(&record("1.0.0", "d1")).unwrap(), RegisterOutcome::Inserted);
-    Db { _dir: dir, path, store }
+    (dir, path, store)
 }
 
 fn new_run(run_id: &str) -> NewRun {
@@ -85,7 +137,7 @@ fn new_run(run_id: &str) -> NewRun {
     }
 }
 
-fn created(store: &SqliteStore, run_id: &str) -> RunRecord {
+fn created(store: &dyn RunStore, run_id: &str) -> RunRecord {
     match store.create_run(&new_run(run_id)).unwrap() {
         CreateRun::Created(r) => r,
         CreateRun::Existing(r) => panic!("run {} existed already", r.run_id),
@@ -125,11 +177,11 @@ fn finish(run_id: &str, step_id: &str, token: &str, attempt: u32, outcome: Outco
     }
 }
 
-fn step(store: &SqliteStore, run_id: &str, step_id: &str) -> StepRecord {
+fn step(store: &dyn RunStore, run_id: &str, step_id: &str) -> StepRecord {
     store.steps(run_id).unwrap().into_iter().find(|s| s.step_id == step_id).expect("step row")
 }
 
-fn kinds(store: &SqliteStore, run_id: &str) -> Vec<String> {
+fn kinds(store: &dyn RunStore, run_id: &str) -> Vec<String> {
     store.events(run_id, 0).unwrap().into_iter().map(|e| e.event.kind().to_string()).collect()
 }
 
@@ -147,7 +199,7 @@ fn schema(path: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn migrations_run_once_and_reopen_is_a_no_op() {
-    let Db { _dir, path, store } = db();
+    let (_dir, path, store) = sqlite_db();
     created(&store, "run-1");
     assert_eq!(user_version(&path), cairn_store::SCHEMA_VERSION);
     let before = schema(&path);
@@ -167,7 +219,7 @@ fn migrations_run_once_and_reopen_is_a_no_op() {
 
 #[test]
 fn the_database_is_in_wal_mode() {
-    let Db { _dir, path, store: _store } = db();
+    let (_dir, path, _store) = sqlite_db();
     let mode: String = Connection::open(&path).unwrap().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode.to_lowercase(), "wal");
 }
@@ -191,10 +243,10 @@ fn a_database_from_a_newer_cairn_is_refused_clearly() {
 
 // ---------------------------------------------------------------- runs
 
-#[test]
-fn create_run_returns_created_then_existing() {
-    let Db { _dir, path: _, store } = db();
-    let first = created(&store, "run-1");
+fn create_run_returns_created_then_existing(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    let first = created(store, "run-1");
     assert_eq!(first.status, RunStatus::Running);
     assert_eq!(first.revision, 1);
     assert_eq!(first.input, json!({"n": 1}));
@@ -208,17 +260,17 @@ fn create_run_returns_created_then_existing() {
         CreateRun::Existing(r) => assert_eq!(r, first),
         CreateRun::Created(_) => panic!("a run was created twice"),
     }
-    assert_eq!(kinds(&store, "run-1"), ["run.created"]);
+    assert_eq!(kinds(store, "run-1"), ["run.created"]);
     assert_eq!(store.runs(&RunQuery::newest(10)).unwrap().len(), 1);
 }
 
 /// The run list filters by status and workflow before its limit; a run knows its replays, and a
 /// run made without a plan has no target.
-#[test]
-fn runs_filter_and_replays_are_found() {
-    let Db { _dir, path: _, store } = db();
+fn runs_filter_and_replays_are_found(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
     let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
-    created(&store, "source");
+    created(store, "source");
     for (n, id) in ["child-1", "child-2"].into_iter().enumerate() {
         let mut child = new_run(id);
         child.source_run_id = Some("source".into());
@@ -237,9 +289,9 @@ fn runs_filter_and_replays_are_found() {
     assert!(runs(10, Some(RunStatus::Ready), Some("wf")).is_empty());
 }
 
-#[test]
-fn a_run_of_an_unregistered_workflow_is_refused_by_the_foreign_key() {
-    let Db { _dir, path: _, store } = db();
+fn a_run_of_an_unregistered_workflow_is_refused_by_the_foreign_key(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
     let mut new = new_run("run-x");
     new.version = "9.9.9".into();
     assert!(matches!(store.create_run(&new), Err(StoreError::Database(_))));
@@ -248,12 +300,12 @@ fn a_run_of_an_unregistered_workflow_is_refused_by_the_foreign_key() {
 
 // ---------------------------------------------------------------- attempts
 
-#[test]
-fn begin_attempt_first_twice_is_step_exists() {
-    let Db { _dir, path: _, store } = db();
-    created(&store, "r");
+fn begin_attempt_first_twice_is_step_exists(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
-    let row = step(&store, "r", "a");
+    let row = step(store, "r", "a");
     assert_eq!(row.status, StepStatus::Running);
     assert_eq!(row.attempt_token.as_deref(), Some("tok-1"));
     assert_eq!(row.attempt_count, 1);
@@ -261,14 +313,14 @@ fn begin_attempt_first_twice_is_step_exists() {
 
     let err = store.begin_attempt(&begin("r", "a", "tok-2", 1, AttemptStart::First)).unwrap_err();
     assert_eq!(err, StoreError::StepExists { run_id: "r".into(), step_id: "a".into() });
-    assert_eq!(step(&store, "r", "a"), row);
-    assert_eq!(kinds(&store, "r"), ["run.created", "step.started"]);
+    assert_eq!(step(store, "r", "a"), row);
+    assert_eq!(kinds(store, "r"), ["run.created", "step.started"]);
 }
 
-#[test]
-fn complete_attempt_with_a_wrong_token_is_stale_and_changes_nothing() {
-    let Db { _dir, path: _, store } = db();
-    created(&store, "r");
+fn complete_attempt_with_a_wrong_token_is_stale_and_changes_nothing(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     let steps_before = store.steps("r").unwrap();
     let events_before = store.events("r", 0).unwrap();
@@ -285,31 +337,31 @@ fn complete_attempt_with_a_wrong_token_is_stale_and_changes_nothing() {
 
     // The owner's write goes through.
     store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap();
-    let row = step(&store, "r", "a");
+    let row = step(store, "r", "a");
     assert_eq!(row.status, StepStatus::Completed);
     assert_eq!(row.result, Some(json!({"ok": true})));
     assert_eq!(row.outcome, Some(Outcome::Completed));
     assert_eq!(row.duration_us, Some(1_234));
     assert_eq!(row.finished_at, Some(4_000));
-    assert_eq!(kinds(&store, "r"), ["run.created", "step.started", "step.completed"]);
+    assert_eq!(kinds(store, "r"), ["run.created", "step.started", "step.completed"]);
 }
 
-#[test]
-fn record_process_is_fenced_by_the_token() {
-    let Db { _dir, path: _, store } = db();
-    created(&store, "r");
+fn record_process_is_fenced_by_the_token(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     let p = ProcessInfo { pid: 4242, pgid: 4242, start_time: Some(77), remote: None };
     assert!(matches!(store.record_process("r", "a", "tok-x", &p), Err(StoreError::StaleToken { .. })));
-    assert_eq!(step(&store, "r", "a").process, None);
+    assert_eq!(step(store, "r", "a").process, None);
     store.record_process("r", "a", "tok-1", &p).unwrap();
-    assert_eq!(step(&store, "r", "a").process, Some(p));
+    assert_eq!(step(store, "r", "a").process, Some(p));
 }
 
-#[test]
-fn a_launch_record_is_kept_before_and_after_its_identity_and_adopted_only_with_the_token() {
-    let Db { _dir, path: _, store } = db();
-    created(&store, "r");
+fn a_launch_record_is_kept_before_and_after_its_identity_and_adopted_only_with_the_token(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     let mut remote = RemoteProcess {
         target: "hpc".into(),
@@ -322,29 +374,29 @@ fn a_launch_record_is_kept_before_and_after_its_identity_and_adopted_only_with_t
     // Before the launch: only where to find it.
     let before = ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) };
     store.record_process("r", "a", "tok-1", &before).unwrap();
-    assert_eq!(step(&store, "r", "a").process, Some(before));
+    assert_eq!(step(store, "r", "a").process, Some(before));
     // After it: the identity the agent reported.
     remote.job_id = Some("31".into());
     let after = ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) };
     store.record_process("r", "a", "tok-1", &after).unwrap();
-    assert_eq!(step(&store, "r", "a").process, Some(after.clone()));
+    assert_eq!(step(store, "r", "a").process, Some(after.clone()));
 
     let err = store.adopt_attempt("r", "a", "tok-old", "tok-2", 5_000).unwrap_err();
     assert!(matches!(err, StoreError::StaleToken { .. }), "{err:?}");
     store.adopt_attempt("r", "a", "tok-1", "tok-2", 5_000).unwrap();
-    let row = step(&store, "r", "a");
+    let row = step(store, "r", "a");
     assert_eq!((row.attempt_token.as_deref(), row.attempt_count), (Some("tok-2"), 1));
     assert_eq!(row.process, Some(after), "adopting keeps the launch record");
-    assert_eq!(kinds(&store, "r"), ["run.created", "step.started", "step.reattached"]);
+    assert_eq!(kinds(store, "r"), ["run.created", "step.started", "step.reattached"]);
     // The predecessor's token can no longer write.
     assert!(store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).is_err());
     store.complete_attempt(&finish("r", "a", "tok-2", 1, Outcome::Completed)).unwrap();
 }
 
-#[test]
-fn retry_is_conditional_on_the_previous_token() {
-    let Db { _dir, path: _, store } = db();
-    created(&store, "r");
+fn retry_is_conditional_on_the_previous_token(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     let before = store.steps("r").unwrap();
     let n_events = store.events("r", 0).unwrap().len();
@@ -361,33 +413,33 @@ fn retry_is_conditional_on_the_previous_token() {
         error: Some("timed out after 1 s".into()),
     };
     store.begin_attempt(&begin("r", "a", "tok-2", 2, ok)).unwrap();
-    let row = step(&store, "r", "a");
+    let row = step(store, "r", "a");
     assert_eq!(row.attempt_token.as_deref(), Some("tok-2"));
     assert_eq!(row.attempt_count, 2);
     assert_eq!(row.interrupted_count, 0);
-    assert_eq!(kinds(&store, "r"), ["run.created", "step.started", "step.retrying", "step.started"]);
+    assert_eq!(kinds(store, "r"), ["run.created", "step.started", "step.retrying", "step.started"]);
 
     // The first attempt's token no longer owns the step.
     let err = store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap_err();
     assert!(matches!(err, StoreError::StaleToken { .. }));
     store.complete_attempt(&finish("r", "a", "tok-2", 2, Outcome::Completed)).unwrap();
-    assert_eq!(step(&store, "r", "a").status, StepStatus::Completed);
+    assert_eq!(step(store, "r", "a").status, StepStatus::Completed);
 }
 
 /// The scheduler's one commit: completions, then begins, all or nothing.
-#[test]
-fn commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing() {
-    let Db { _dir, path: _, store } = db();
-    created(&store, "r");
+fn commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-a", 1, AttemptStart::First)).unwrap();
     store.begin_attempt(&begin("r", "b", "tok-b", 1, AttemptStart::First)).unwrap();
-    let before = (store.steps("r").unwrap(), kinds(&store, "r"));
+    let before = (store.steps("r").unwrap(), kinds(store, "r"));
 
     // One stale completion among them: nothing of the batch is written, not even the good one.
     let batch = [finish("r", "a", "tok-a", 1, Outcome::Completed), finish("r", "b", "tok-old", 1, Outcome::Completed)];
     let err = store.commit_steps(&batch, &[begin("r", "c", "tok-c", 1, AttemptStart::First)]).unwrap_err();
     assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "b".into() });
-    assert_eq!((store.steps("r").unwrap(), kinds(&store, "r")), before);
+    assert_eq!((store.steps("r").unwrap(), kinds(store, "r")), before);
 
     // A begin that cannot be made (the step exists) undoes the completions before it too.
     let err = store
@@ -397,15 +449,15 @@ fn commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing() {
         )
         .unwrap_err();
     assert!(matches!(err, StoreError::StepExists { .. }), "{err:?}");
-    assert_eq!((store.steps("r").unwrap(), kinds(&store, "r")), before);
+    assert_eq!((store.steps("r").unwrap(), kinds(store, "r")), before);
 
     let batch = [finish("r", "b", "tok-b", 1, Outcome::Completed), finish("r", "a", "tok-a", 1, Outcome::Completed)];
     let starts = [begin("r", "c", "tok-c", 1, AttemptStart::First), begin("r", "d", "tok-d", 1, AttemptStart::First)];
     store.commit_steps(&batch, &starts).unwrap();
     for (id, status) in [("a", StepStatus::Completed), ("b", StepStatus::Completed), ("c", StepStatus::Running)] {
-        assert_eq!(step(&store, "r", id).status, status, "{id}");
+        assert_eq!(step(store, "r", id).status, status, "{id}");
     }
-    assert_eq!(step(&store, "r", "d").attempt_token.as_deref(), Some("tok-d"));
+    assert_eq!(step(store, "r", "d").attempt_token.as_deref(), Some("tok-d"));
     // In the order given: the completions, then the begins.
     let tail: Vec<(String, Option<String>)> = store
         .events("r", 0)
@@ -420,10 +472,10 @@ fn commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing() {
     assert_eq!(tail, want.map(|(k, s)| (k.to_string(), Some(s.to_string()))));
 }
 
-#[test]
-fn resume_interrupted_is_conditional_on_the_previous_token() {
-    let Db { _dir, path: _, store } = db();
-    created(&store, "r");
+fn resume_interrupted_is_conditional_on_the_previous_token(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     store.record_process("r", "a", "tok-1", &ProcessInfo { pid: 9, pgid: 9, start_time: None, remote: None }).unwrap();
     let before = store.steps("r").unwrap();
@@ -435,7 +487,7 @@ fn resume_interrupted_is_conditional_on_the_previous_token() {
 
     let ok = AttemptStart::ResumeInterrupted { previous_token: "tok-1".into(), why: None };
     store.begin_attempt(&begin("r", "a", "tok-2", 2, ok)).unwrap();
-    let row = step(&store, "r", "a");
+    let row = step(store, "r", "a");
     assert_eq!(row.attempt_token.as_deref(), Some("tok-2"));
     assert_eq!((row.attempt_count, row.interrupted_count), (2, 1));
     assert_eq!(row.process, None, "the abandoned attempt's process identity is cleared");
@@ -449,20 +501,20 @@ fn resume_interrupted_is_conditional_on_the_previous_token() {
     ));
 }
 
-#[test]
-fn fail_attempt_fails_the_step_and_the_run_in_one_go() {
-    let Db { _dir, path: _, store } = db();
-    let run = created(&store, "r");
+fn fail_attempt_fails_the_step_and_the_run_in_one_go(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    let run = created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
 
     // A stale token fails nothing.
     let err = store.fail_attempt(&finish("r", "a", "tok-x", 1, Outcome::Failed), "boom").unwrap_err();
     assert!(matches!(err, StoreError::StaleToken { .. }));
     assert_eq!(store.run("r").unwrap().unwrap(), run);
-    assert_eq!(step(&store, "r", "a").status, StepStatus::Running);
+    assert_eq!(step(store, "r", "a").status, StepStatus::Running);
 
     store.fail_attempt(&finish("r", "a", "tok-1", 1, Outcome::Failed), "step `a` ended FAILED").unwrap();
-    let row = step(&store, "r", "a");
+    let row = step(store, "r", "a");
     assert_eq!(row.status, StepStatus::Failed);
     assert_eq!(row.outcome, Some(Outcome::Failed));
     assert_eq!(row.error.as_deref(), Some("exit 1"));
@@ -485,14 +537,14 @@ fn fail_attempt_fails_the_step_and_the_run_in_one_go() {
 
 // ---------------------------------------------------------------- revisions
 
-#[test]
-fn finish_run_with_a_stale_revision_is_refused() {
-    let Db { _dir, path: _, store } = db();
-    let run = created(&store, "r");
+fn finish_run_with_a_stale_revision_is_refused(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    let run = created(store, "r");
     let err = store.finish_run("r", run.revision + 7, RunStatus::Ready, &[], None, 5_000).unwrap_err();
     assert_eq!(err, StoreError::StaleRevision { run_id: "r".into(), expected: run.revision + 7 });
     assert_eq!(store.run("r").unwrap().unwrap(), run);
-    assert_eq!(kinds(&store, "r"), ["run.created"]);
+    assert_eq!(kinds(store, "r"), ["run.created"]);
 
     let err = store.finish_run("nope", 1, RunStatus::Ready, &[], None, 5_000).unwrap_err();
     assert_eq!(err, StoreError::RunNotFound("nope".into()));
@@ -501,19 +553,19 @@ fn finish_run_with_a_stale_revision_is_refused() {
     assert_eq!(done.status, RunStatus::Ready);
     assert_eq!(done.revision, run.revision + 1);
     assert_eq!(done.finished_at, Some(5_000));
-    assert_eq!(kinds(&store, "r"), ["run.created", "run.finished"]);
+    assert_eq!(kinds(store, "r"), ["run.created", "run.finished"]);
 }
 
-#[test]
-fn claim_run_bumps_the_revision() {
-    let Db { _dir, path: _, store } = db();
-    let run = created(&store, "r");
+fn claim_run_bumps_the_revision(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    let run = created(store, "r");
     let rev =
         store.claim_run("r", run.revision, Some(&cairn_core::ids::Owner { pid: 1, start_time: 2 }), 6_000).unwrap();
     assert_eq!(rev, run.revision + 1);
     let now = store.run("r").unwrap().unwrap();
     assert_eq!((now.revision, now.updated_at, now.status), (rev, 6_000, RunStatus::Running));
-    assert_eq!(kinds(&store, "r"), ["run.created", "run.resumed"]);
+    assert_eq!(kinds(store, "r"), ["run.created", "run.resumed"]);
 
     // The previous holder's revision is stale now, for claiming and for finishing.
     assert!(matches!(store.claim_run("r", run.revision, None, 6_001), Err(StoreError::StaleRevision { .. })));
@@ -527,11 +579,11 @@ fn claim_run_bumps_the_revision() {
 
 // ---------------------------------------------------------------- events
 
-#[test]
-fn events_are_ordered_and_append_only() {
-    let Db { _dir, path, store } = db();
-    created(&store, "r");
-    created(&store, "other");
+fn events_are_ordered_and_append_only(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
+    created(store, "other");
     store.begin_attempt(&begin("r", "a", "ta", 1, AttemptStart::First)).unwrap();
     store.begin_attempt(&begin("other", "a", "to", 1, AttemptStart::First)).unwrap();
     store.complete_attempt(&finish("r", "a", "ta", 1, Outcome::Completed)).unwrap();
@@ -563,25 +615,24 @@ fn events_are_ordered_and_append_only() {
     assert_eq!(tail, events[4..].to_vec());
 
     // The database itself refuses to rewrite history, whoever connects to it.
-    let conn = Connection::open(&path).unwrap();
-    let count = |conn: &Connection| -> i64 { conn.query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0)).unwrap() };
-    let total = count(&conn);
-    let err = conn.execute("UPDATE events SET kind = 'forged' WHERE run_id = 'r'", []).unwrap_err();
-    assert!(err.to_string().contains("append-only"), "{err}");
-    let err = conn.execute("DELETE FROM events WHERE run_id = 'r'", []).unwrap_err();
-    assert!(err.to_string().contains("append-only"), "{err}");
-    let err = conn.execute("DELETE FROM events", []).unwrap_err();
-    assert!(err.to_string().contains("append-only"), "{err}");
-    assert_eq!(count(&conn), total);
+    let total = d.raw_count("SELECT COUNT(*) FROM events");
+    for sql in [
+        "UPDATE events SET kind = 'forged' WHERE run_id = 'r'",
+        "DELETE FROM events WHERE run_id = 'r'",
+        "DELETE FROM events",
+    ] {
+        let err = d.raw_execute(sql).unwrap_err();
+        assert!(err.contains("append-only"), "{sql}: {err}");
+    }
+    assert_eq!(d.raw_count("SELECT COUNT(*) FROM events"), total);
     assert_eq!(store.events("r", 0).unwrap(), events);
 }
 
 // ---------------------------------------------------------------- workflows
 
-#[test]
-fn workflow_without_a_version_is_the_highest_semver() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("cairn.db"));
+fn workflow_without_a_version_is_the_highest_semver(k: Kind) {
+    let Some(d) = empty_db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
     for v in ["1.2.0", "1.10.0", "1.9.0"] {
         assert_eq!(store.register_workflow(&record(v, &format!("d-{v}"))).unwrap(), RegisterOutcome::Inserted);
     }
@@ -595,9 +646,9 @@ fn workflow_without_a_version_is_the_highest_semver() {
     assert_eq!(listed, ["1.2.0", "1.9.0", "1.10.0"]);
 }
 
-#[test]
-fn registering_again_is_idempotent_and_other_content_conflicts() {
-    let Db { _dir, path: _, store } = db();
+fn registering_again_is_idempotent_and_other_content_conflicts(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
     assert_eq!(store.register_workflow(&record("1.0.0", "d1")).unwrap(), RegisterOutcome::AlreadyRegistered);
     let mut other = record("1.0.0", "d2");
     other.path = "/elsewhere".into();
@@ -607,10 +658,9 @@ fn registering_again_is_idempotent_and_other_content_conflicts() {
     assert_eq!(store.workflows().unwrap().len(), 1);
 }
 
-#[test]
-fn cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal() {
-    let db = db();
-    let store = &db.store;
+fn cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
     created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-a", 1, AttemptStart::First)).unwrap();
     store.complete_attempt(&finish("r", "a", "tok-a", 1, Outcome::Completed)).unwrap();
@@ -633,10 +683,9 @@ fn cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal() {
     assert!(matches!(store.cancel_run("nope", "x", 6_000), Err(StoreError::RunNotFound(_))));
 }
 
-#[test]
-fn open_runs_lists_non_terminal_runs_with_their_owner() {
-    let db = db();
-    let store = &db.store;
+fn open_runs_lists_non_terminal_runs_with_their_owner(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
     let one = created(store, "one");
     created(store, "two");
     store.finish_run("two", 1, RunStatus::Ready, &[], None, 3_000).unwrap();
@@ -647,10 +696,9 @@ fn open_runs_lists_non_terminal_runs_with_their_owner() {
     assert_eq!(open[0].owner, Some(owner));
 }
 
-#[test]
-fn kernel_jobs_are_saved_updated_and_listed_in_order() {
-    let db = db();
-    let store = &db.store;
+fn kernel_jobs_are_saved_updated_and_listed_in_order(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
     let mut job = KernelJob {
         job_id: "job_1".into(),
         session: "s1".into(),
@@ -682,10 +730,9 @@ fn artifact(name: &str, path: &str, sha: &str) -> Artifact {
 
 /// Artifacts are written with the completion, under its token, and copied (never recomputed)
 /// into a replay child with the run that produced the bytes; the database refuses to change one.
-#[test]
-fn artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed() {
-    let d = db();
-    created(&d.store, "r1");
+fn artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed(k: Kind) {
+    let Some(d) = db(k) else { return };
+    created(&*d.store, "r1");
     d.store.begin_attempt(&begin("r1", "a", "tok1", 1, AttemptStart::First)).unwrap();
     let files = vec![artifact("report", "steps/a/report.html", "aa"), artifact("plots", "steps/a/plots/x.png", "bb")];
     // A stale token writes neither the step nor its artifacts.
@@ -703,7 +750,7 @@ fn artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed(
     // A replay child of r1, and a grandchild of that child: both name r1 as the producer.
     for (child, source) in [("r2", "r1"), ("r3", "r2")] {
         d.store.create_run(&NewRun { source_run_id: Some(source.into()), ..new_run(child) }).unwrap();
-        let reused = vec![step(&d.store, source, "a")];
+        let reused = vec![step(&*d.store, source, "a")];
         assert_eq!(d.store.copy_reused_steps(child, source, &reused, 5_000).unwrap(), 1);
         assert_eq!(d.store.copy_reused_steps(child, source, &reused, 6_000).unwrap(), 0, "never copied twice");
         let copies = d.store.artifacts(child).unwrap();
@@ -715,9 +762,31 @@ fn artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed(
     assert_eq!(runs, ["r1", "r2", "r3"]);
     assert!(d.store.artifacts_with_sha256("cc").unwrap().is_empty());
 
-    let conn = Connection::open(&d.path).unwrap();
     for sql in ["UPDATE artifacts SET sha256 = 'x'", "DELETE FROM artifacts"] {
-        let err = conn.execute(sql, []).unwrap_err().to_string();
+        let err = d.raw_execute(sql).unwrap_err();
         assert!(err.contains("artifacts are append-only"), "{sql}: {err}");
     }
 }
+
+cairn_store::on_both!(
+    create_run_returns_created_then_existing,
+    runs_filter_and_replays_are_found,
+    a_run_of_an_unregistered_workflow_is_refused_by_the_foreign_key,
+    begin_attempt_first_twice_is_step_exists,
+    complete_attempt_with_a_wrong_token_is_stale_and_changes_nothing,
+    record_process_is_fenced_by_the_token,
+    a_launch_record_is_kept_before_and_after_its_identity_and_adopted_only_with_the_token,
+    retry_is_conditional_on_the_previous_token,
+    commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing,
+    resume_interrupted_is_conditional_on_the_previous_token,
+    fail_attempt_fails_the_step_and_the_run_in_one_go,
+    finish_run_with_a_stale_revision_is_refused,
+    claim_run_bumps_the_revision,
+    events_are_ordered_and_append_only,
+    workflow_without_a_version_is_the_highest_semver,
+    registering_again_is_idempotent_and_other_content_conflicts,
+    cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal,
+    open_runs_lists_non_terminal_runs_with_their_owner,
+    kernel_jobs_are_saved_updated_and_listed_in_order,
+    artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed,
+);

@@ -1,0 +1,201 @@
+//! The registry in one SQLite file: WAL, `synchronous=FULL`, foreign keys on, the numbered
+//! migrations of `migrations/sqlite/` applied through `PRAGMA user_version`. One connection writes
+//! (every write an IMMEDIATE transaction, so writers never interleave), a second, read-only one
+//! serves the reads event followers repeat after every commit: in WAL mode it reads the last
+//! commit without waiting for the writer's lock.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use cairn_core::store::StoreError;
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::sql::{Backend, Cell, Durability, Param, Reader, Row, Tx};
+
+/// Numbered migrations, applied in order; `user_version` records the last one applied.
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/sqlite/0001_init.sql"),
+    include_str!("../migrations/sqlite/0002_verifications.sql"),
+    include_str!("../migrations/sqlite/0003_daemon.sql"),
+    include_str!("../migrations/sqlite/0004_plans.sql"),
+    include_str!("../migrations/sqlite/0005_targets.sql"),
+    include_str!("../migrations/sqlite/0006_remote.sql"),
+    include_str!("../migrations/sqlite/0007_probes.sql"),
+    include_str!("../migrations/sqlite/0008_run_lookups.sql"),
+    include_str!("../migrations/sqlite/0009_artifacts.sql"),
+    include_str!("../migrations/sqlite/0010_docs.sql"),
+    include_str!("../migrations/sqlite/0011_verification_parameters.sql"),
+    include_str!("../migrations/sqlite/0012_approval_channel.sql"),
+    include_str!("../migrations/sqlite/0013_run_parallelism.sql"),
+];
+
+/// The schema version a current database has (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Enough for every distinct statement the store runs, so none is compiled twice.
+const STATEMENT_CACHE: usize = 128;
+
+pub struct Sqlite {
+    conn: Mutex<Connection>,
+    reader: Mutex<Connection>,
+}
+
+fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Database(e.to_string())
+}
+
+impl Sqlite {
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Sqlite, StoreError> {
+        let mut conn =
+            Connection::open(path).map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(db)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .map_err(db)?;
+        migrate(&mut conn)?;
+        let reader =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|e| StoreError::Database(format!("cannot open {} to read: {e}", path.display())))?;
+        reader.busy_timeout(Duration::from_secs(10)).map_err(db)?;
+        reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(Sqlite { conn: Mutex::new(conn), reader: Mutex::new(reader) })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite consistent (the transaction rolls back).
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
+    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(db)?;
+    if current as usize > MIGRATIONS.len() {
+        return Err(StoreError::Corrupt(format!(
+            "the database schema is version {current}, newer than this cairn knows ({}); upgrade cairn",
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.execute_batch(sql).map_err(|e| StoreError::Database(format!("migration {}: {e}", i + 1)))?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(db)?;
+    }
+    tx.commit().map_err(db)
+}
+
+impl Backend for Sqlite {
+    fn write<T>(
+        &self,
+        durability: Durability,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        // `synchronous` is the connection's: relaxed for this one commit, under the same lock, so
+        // no other commit is relaxed by it.
+        let relaxed = durability == Durability::Relaxed;
+        if relaxed {
+            conn.prepare_cached("PRAGMA synchronous = NORMAL").and_then(|mut s| s.execute([])).map_err(db)?;
+        }
+        let out = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
+            let out = f(&mut SqliteTx { conn: &tx })?;
+            tx.commit().map_err(db)?;
+            Ok(out)
+        })();
+        if relaxed {
+            conn.prepare_cached("PRAGMA synchronous = FULL").and_then(|mut s| s.execute([])).map_err(db)?;
+        }
+        out
+    }
+
+    fn read<T>(
+        &self,
+        reader: Reader,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let conn = match reader {
+            Reader::Main => self.conn(),
+            Reader::Follower => self.reader.lock().unwrap_or_else(|p| p.into_inner()),
+        };
+        f(&mut SqliteTx { conn: &conn })
+    }
+}
+
+struct SqliteTx<'c> {
+    conn: &'c Connection,
+}
+
+impl rusqlite::ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match *self {
+            Param::Null => ValueRef::Null,
+            Param::Int(i) => ValueRef::Integer(i),
+            Param::Real(f) => ValueRef::Real(f),
+            Param::Text(s) => ValueRef::Text(s.as_bytes()),
+        }))
+    }
+}
+
+fn cells(row: &rusqlite::Row<'_>, columns: usize) -> Result<Row, StoreError> {
+    let mut out = Vec::with_capacity(columns);
+    for i in 0..columns {
+        out.push(match row.get_ref(i).map_err(db)? {
+            ValueRef::Null => Cell::Null,
+            ValueRef::Integer(n) => Cell::Int(n),
+            ValueRef::Real(f) => Cell::Real(f),
+            ValueRef::Text(t) => {
+                Cell::Text(String::from_utf8(t.to_vec()).map_err(|e| StoreError::Corrupt(format!("column {i}: {e}")))?)
+            }
+            ValueRef::Blob(_) => return Err(StoreError::Corrupt(format!("column {i} holds bytes, not text"))),
+        });
+    }
+    Ok(Row(out))
+}
+
+impl SqliteTx<'_> {
+    /// The rows of a statement; a row this cairn cannot read is its own error, after the
+    /// statement's.
+    fn rows(&self, sql: &str, params: &[Param<'_>]) -> rusqlite::Result<Vec<Result<Row, StoreError>>> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let columns = stmt.column_count();
+        let mut rows = stmt.query(rusqlite::params_from_iter(params))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(cells(row, columns));
+        }
+        Ok(out)
+    }
+}
+
+impl Tx for SqliteTx<'_> {
+    fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<usize, StoreError> {
+        self.conn.prepare_cached(sql).and_then(|mut s| s.execute(rusqlite::params_from_iter(params))).map_err(db)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError> {
+        self.rows(sql, params).map_err(db)?.into_iter().collect()
+    }
+
+    fn lock_run(&mut self, _run_id: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn search_docs(&mut self, query: &str, limit: i64) -> Result<Vec<Row>, StoreError> {
+        // `ORDER BY rank` lets FTS5 rank the matches itself (the weights are set in the
+        // migration), so the snippet is made only for the rows returned.
+        let sql = "SELECT name, CAST(version AS INTEGER), title, snippet(doc_search, -1, char(1), char(2), '…', 24), -rank \
+                   FROM doc_search WHERE doc_search MATCH ?1 ORDER BY rank LIMIT ?2";
+        let rows = self.rows(sql, &[Param::Text(query), Param::Int(limit)]).map_err(|e| match e {
+            // The query's own fault (FTS5 syntax, an unknown column) is a plain SQL error; the
+            // database failing is another code (busy, I/O, corrupt).
+            rusqlite::Error::SqliteFailure(f, Some(message)) if f.code == rusqlite::ErrorCode::Unknown => {
+                StoreError::InvalidDocQuery(message)
+            }
+            other => db(other),
+        })?;
+        rows.into_iter().collect()
+    }
+}
