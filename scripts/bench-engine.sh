@@ -15,6 +15,9 @@
 #   BENCH_OUT=bench-out/engine-<time>   where raw outputs are kept
 #   BENCH_BASELINE=PATH   another cairn binary (an earlier commit's release build) timed the same
 #                         way, interleaved, on its own state root: the before/after ratio
+#   BENCH_DATABASE=URL    also time this build with its registry in that PostgreSQL database
+#                         (`daemon start --database`; an empty database or schema, on a server
+#                         with fsync on for a fair comparison: PG_FSYNC=on scripts/pg-up.sh)
 #
 # Cairn's own work per step = (wall − Σ the tools' durations) / steps, the tools' durations as
 # each step records them (spawn to exit and output collected). Ratios are printed last.
@@ -31,6 +34,7 @@ TMPBASE=${BENCH_TMP:-/tmp}
 OUT=${BENCH_OUT:-$ROOT/bench-out/engine-$(date +%Y%m%dT%H%M%S)}
 CAIRN=$ROOT/target/release/cairn
 BASELINE=${BENCH_BASELINE:-}
+DATABASE=${BENCH_DATABASE:-}
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -42,8 +46,10 @@ cargo build --release -q
 WORK=$(mktemp -d -p "$TMPBASE" cairn-bench.XXXXXX)
 HOME_DIR=$WORK/state
 BASE_HOME=$WORK/state-baseline
+PG_HOME=$WORK/state-postgres
 cleanup() {
   CAIRN_HOME=$HOME_DIR "$CAIRN" daemon stop > /dev/null 2>&1 || true
+  [ -z "$DATABASE" ] || CAIRN_HOME=$PG_HOME "$CAIRN" daemon stop > /dev/null 2>&1 || true
   [ -z "$BASELINE" ] || CAIRN_HOME=$BASE_HOME "$BASELINE" daemon stop > /dev/null 2>&1 || true
   rm -rf "$WORK"
 }
@@ -121,6 +127,12 @@ CAIRN_HOME=$HOME_DIR "$CAIRN" workflow add "$WORK/chain" --json > /dev/null
 CAIRN_HOME=$HOME_DIR "$CAIRN" workflow add "$WORK/fanout" --json > /dev/null
 CAIRN_HOME=$HOME_DIR "$CAIRN" daemon start > "$OUT/daemon.txt"
 log "$(cat "$OUT/daemon.txt")"
+if [ -n "$DATABASE" ]; then
+  CAIRN_HOME=$PG_HOME "$CAIRN" daemon start --database "$DATABASE" > "$OUT/daemon-postgres.txt"
+  CAIRN_HOME=$PG_HOME "$CAIRN" workflow add "$WORK/chain" --json > /dev/null
+  CAIRN_HOME=$PG_HOME "$CAIRN" workflow add "$WORK/fanout" --json > /dev/null
+  log "postgres registry: $(cat "$OUT/daemon-postgres.txt")"
+fi
 if [ -n "$BASELINE" ]; then
   CAIRN_HOME=$BASE_HOME "$BASELINE" workflow add "$WORK/chain" --json > /dev/null
   CAIRN_HOME=$BASE_HOME "$BASELINE" workflow add "$WORK/fanout" --json > /dev/null
@@ -170,6 +182,10 @@ for ((rep = 0; rep <= REPS; rep++)); do
   log "repetition $rep/$REPS$([ "$rep" = 0 ] && echo ' (warm-up)')"
   cairn_once chain bench-chain 1 "$rep"
   cairn_once fanout bench-fanout "$PAR" "$rep"
+  if [ -n "$DATABASE" ]; then
+    cairn_once pg-chain bench-chain 1 "$rep" "$CAIRN" "$PG_HOME"
+    cairn_once pg-fanout bench-fanout "$PAR" "$rep" "$CAIRN" "$PG_HOME"
+  fi
   if [ -n "$BASELINE" ]; then
     cairn_once base-chain bench-chain 1 "$rep" "$BASELINE" "$BASE_HOME"
     cairn_once base-fanout bench-fanout "$PAR" "$rep" "$BASELINE" "$BASE_HOME"
@@ -208,9 +224,9 @@ floor = {"p10_ms": ts[30], "median_ms": statistics.median(ts), "p90_ms": ts[270]
 json.dump(floor, open(os.path.join(out, "sync-floor.json"), "w"))
 PY
 
-python3 - "$OUT" "$REPS" "$SNAKE" "$PAR" "$BASELINE" <<'PY'
+python3 - "$OUT" "$REPS" "$SNAKE" "$PAR" "$BASELINE" "$DATABASE" <<'PY'
 import json, glob, statistics, sys
-out, reps, snake, par, baseline = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5]
+out, reps, snake, par, baseline, database = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5], sys.argv[6]
 med = statistics.median
 
 def cairn(label):
@@ -241,6 +257,8 @@ print(f"\n## Cairn through the daemon (medians of {reps}; each rep in brackets)\
 print("| workflow | steps | wall | wall/step | tool/step | own/step | own/step each rep |")
 print("|---|---:|---:|---:|---:|---:|---|")
 runs = [("chain", chain, "serial"), ("fanout", fan, f"--parallel {par}")]
+if database:
+    runs += [("pg-chain", cairn("pg-chain"), "serial, PostgreSQL registry"), ("pg-fanout", cairn("pg-fanout"), f"--parallel {par}, PostgreSQL registry")]
 if baseline:
     runs += [("base-chain", cairn("base-chain"), "serial, baseline"), ("base-fanout", cairn("base-fanout"), f"--parallel {par}, baseline")]
 for label, rows, note in runs:
@@ -251,6 +269,13 @@ for label, rows, note in runs:
     summary[label] = s
     print(f"| {label} ({note}) | {s['steps']} | {s['wall']:.0f} ms | {s['wall'] / s['steps']:.3f} ms "
           f"| {s['tool']:.3f} ms | {s['own']:.3f} ms | {s['each_own']} |")
+if database:
+    print("\n## The PostgreSQL registry ÷ the SQLite registry, this build, end to end, medians\n")
+    print("| DAG | SQLite | PostgreSQL | ratio | own/step SQLite → PostgreSQL |")
+    print("|---|---:|---:|---:|---|")
+    for label in ("chain", "fanout"):
+        q, p = summary[label], summary[f"pg-{label}"]
+        print(f"| {label} | {q['wall']:.0f} ms | {p['wall']:.0f} ms | {p['wall'] / q['wall']:.2f}× | {q['own']:.3f} → {p['own']:.3f} ms |")
 floor = json.load(open(f"{out}/sync-floor.json"))
 summary["sync_floor"] = floor
 print(f"\nThe floor: one commit's writes and sync here: median {floor['median_ms']:.3f} ms, mean "

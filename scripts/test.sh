@@ -69,15 +69,20 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 npm_ci "$ROOT/tools/webapp-e2e" "the browser test's packages"
 
-# Services for the target tests: a private sshd on 127.0.0.1:2222 (installs openssh-server if
+# Services: for the target tests a private sshd on 127.0.0.1:2222 (installs openssh-server if
 # needed) and a single-node Slurm on loopback with accounting, for sacct (installs slurm, munge,
-# slurmdbd and mariadb-server if needed). The tests that need them fail, not skip, without them;
-# so does this script.
+# slurmdbd and mariadb-server if needed); for the PostgreSQL registry's tests a private
+# PostgreSQL 15 on 127.0.0.1:5433 (installs postgresql-15 if needed; its URL is exported as
+# CAIRN_TEST_DATABASE_URL). The tests that need them fail, not skip, without them; so does this
+# script.
 SSHD_DIR=${SSHD_DIR:-/tmp/cairn-sshd}
 SLURM_DIR=${SLURM_DIR:-/tmp/cairn-slurm}
 running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 SSHD_WAS_RUNNING=no; running "$SSHD_DIR/sshd.pid" && SSHD_WAS_RUNNING=yes
 SLURM_WAS_RUNNING=no; running "$SLURM_DIR/slurmctld.pid" && SLURM_WAS_RUNNING=yes
+PG_DIR=${PG_DIR:-/tmp/cairn-pg}
+PG_WAS_RUNNING=no
+[ -s "$PG_DIR/data/postmaster.pid" ] && kill -0 "$(head -1 "$PG_DIR/data/postmaster.pid")" 2>/dev/null && PG_WAS_RUNNING=yes
 
 # Tests start daemons (each on its own temporary state root, and each exits when its root is
 # removed) and ssh control connections; this stops any a crashed test run left behind, and the
@@ -89,6 +94,7 @@ cleanup() {
     kill "$(cat "$SSHD_DIR/sshd.pid")" 2>/dev/null || true
   fi
   if [ "$SLURM_WAS_RUNNING" = no ]; then SLURM_DIR=$SLURM_DIR scripts/slurm-down.sh >/dev/null 2>&1 || true; fi
+  if [ "$PG_WAS_RUNNING" = no ]; then PG_DIR=$PG_DIR scripts/pg-down.sh >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
 
@@ -98,6 +104,9 @@ export CAIRN_TEST_SSHD_DIR="$SSHD_DIR"
 log "Slurm for the Slurm target tests"
 SLURM_DIR=$SLURM_DIR scripts/slurm-up.sh >/dev/null
 export CAIRN_TEST_SLURM=1
+log "PostgreSQL for the PostgreSQL registry's tests"
+CAIRN_TEST_DATABASE_URL=$(PG_DIR=$PG_DIR scripts/pg-up.sh)
+export CAIRN_TEST_DATABASE_URL
 
 # --- checks and tests ----------------------------------------------------------------------
 log "cargo fmt --check"

@@ -65,8 +65,60 @@ impl StateRoot {
         &self.root
     }
 
+    /// The SQLite registry's file (the default registry).
     pub fn db(&self) -> PathBuf {
         self.root.join("cairn.db")
+    }
+
+    /// The file that records a PostgreSQL registry's URL, when the state root uses one (mode
+    /// 0600: the URL may hold a password).
+    pub fn database_file(&self) -> PathBuf {
+        self.root.join("database")
+    }
+
+    /// The PostgreSQL registry this state root records, if any (else its registry is the SQLite
+    /// file [`StateRoot::db`]).
+    pub fn recorded_database(&self) -> Result<Option<String>, EngineError> {
+        let file = self.database_file();
+        match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let url = text.trim();
+                if cairn_store::is_postgres_url(url) {
+                    Ok(Some(url.to_string()))
+                } else {
+                    Err(EngineError::InvalidRegistry {
+                        message: format!(
+                            "{} should hold the URL of this state root's PostgreSQL registry (postgres://…), and holds something else; \
+                             write the URL there, or remove the file to use the SQLite registry {}",
+                            file.display(),
+                            self.db().display()
+                        ),
+                    })
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(EngineError::io(&file, e)),
+        }
+    }
+
+    /// Records `url` as this state root's registry, replacing nothing: written to a new file and
+    /// renamed into place, mode 0600.
+    pub(crate) fn record_database(&self, url: &str) -> Result<(), EngineError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = self.database_file();
+        let staged = self.root.join(".database.new");
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&staged)
+            .map_err(|e| EngineError::io(&staged, e))?;
+        out.write_all(format!("{url}\n").as_bytes())
+            .and_then(|_| out.sync_all())
+            .map_err(|e| EngineError::io(&staged, e))?;
+        std::fs::rename(&staged, &file).map_err(|e| EngineError::io(&file, e))
     }
 
     pub fn registry(&self) -> PathBuf {

@@ -94,6 +94,7 @@ error_codes! {
     InvalidDocQuery => "invalid_doc_query", Invalid;
     VerificationNotPassed => "verification_not_passed", Invalid;
     InvalidExportPath => "invalid_export_path", Invalid;
+    InvalidRegistry => "invalid_registry", Invalid;
     ExecutionInputMismatch => "execution_input_mismatch", Conflict;
     StepRunning => "step_running", Conflict;
     RunOwnedElsewhere => "run_owned_elsewhere", Conflict;
@@ -111,6 +112,7 @@ error_codes! {
     ArtifactNotFound => "artifact_not_found", NotFound;
     ArtifactUnreadable => "artifact_unreadable", Conflict;
     StaleToken => "stale_token", Conflict;
+    RegistryServed => "registry_served", Conflict;
     StaleRevision => "stale_revision", Conflict;
     RunFinished => "run_finished", Conflict;
     StepExists => "step_exists", Conflict;
@@ -267,6 +269,11 @@ pub enum EngineError {
         "verification_id `{id}` (`--from`) has verdict {verdict}: a procedure doc links only a passed verification, whose notebook proves the procedure ran; fix the document and verify it again, then save from the passing verification (or save without `--from`)"
     )]
     VerificationNotPassed { id: String, verdict: String },
+
+    /// A registry the state root cannot use: a URL that is not PostgreSQL's, or another registry
+    /// than the one the state root keeps.
+    #[error("{message}")]
+    InvalidRegistry { message: String },
 
     // --- conflict
     #[error(
@@ -434,6 +441,7 @@ impl EngineError {
             },
             E::DocQuery { .. } => ErrorCode::InvalidDocQuery,
             E::VerificationNotPassed { .. } => ErrorCode::VerificationNotPassed,
+            E::InvalidRegistry { .. } => ErrorCode::InvalidRegistry,
             E::ExecutionInputMismatch { .. } => ErrorCode::ExecutionInputMismatch,
             E::StepRunning { .. } => ErrorCode::StepRunning,
             E::RunOwnedElsewhere { .. } => ErrorCode::RunOwnedElsewhere,
@@ -490,6 +498,7 @@ fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::RunDirReserved { .. } => ErrorCode::RunDirReserved,
         StoreError::TargetExists(_) => ErrorCode::TargetExists,
         StoreError::InvalidDocQuery(_) => ErrorCode::InvalidDocQuery,
+        StoreError::RegistryServed { .. } => ErrorCode::RegistryServed,
         StoreError::Database(_) => ErrorCode::Database,
         StoreError::Corrupt(_) => ErrorCode::Corrupt,
     }

@@ -35,6 +35,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use artifacts::{RunArtifacts, Trace, TraceMatch, TraceQuery};
+/// A registry URL as messages show it: without its password or options.
+pub use cairn_store::redacted as redact_database_url;
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
 pub use error::{EngineError, ErrorCode, ErrorKind};
 pub use export::{ExportOut, ExportRequest, ExportResult, ExportSubject};
@@ -60,8 +62,19 @@ impl Default for EngineOptions {
     }
 }
 
+/// Where an engine's registry lives, as a person is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryPlace {
+    /// The SQLite file in the state root.
+    Sqlite { path: std::path::PathBuf },
+    /// A PostgreSQL database, possibly shared with other state roots' daemons (its URL without
+    /// the password).
+    Postgres { url: String },
+}
+
 pub struct Engine {
     state: StateRoot,
+    registry: RegistryPlace,
     store: Box<dyn RunStore + Send + Sync>,
     clock: Box<dyn Clock>,
     ids: Box<dyn IdGen>,
@@ -82,9 +95,18 @@ pub struct EngineBuilder {
     options: EngineOptions,
     on_commit: Option<Box<dyn Fn() + Send + Sync>>,
     launcher: Arc<dyn launcher::Launcher>,
+    database: Option<String>,
 }
 
 impl EngineBuilder {
+    /// The registry is the PostgreSQL database at `url` (`cairn daemon start --database`): the
+    /// state root records it, and every later open of the state root uses it. Refused when the
+    /// state root keeps another registry (another URL, or a SQLite registry that holds records).
+    pub fn database(mut self, url: Option<String>) -> Self {
+        self.database = url;
+        self
+    }
+
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Box::new(clock);
         self
@@ -112,16 +134,54 @@ impl EngineBuilder {
         self
     }
 
-    /// Opens the state root (creating it, mode 0700) and its registry.
+    /// Opens the state root (creating it, mode 0700) and its registry: the SQLite file in it, or
+    /// the PostgreSQL database it records.
     pub fn open(self) -> Result<Engine, EngineError> {
         let state = StateRoot::open(&self.root)?;
-        let mut store = cairn_store::SqliteStore::open(&state.db())?;
-        if let Some(hook) = self.on_commit {
-            store = store.on_commit(hook);
-        }
+        let recorded = state.recorded_database()?;
+        let url = match (self.database, recorded) {
+            (Some(given), Some(recorded)) if given != recorded => {
+                return Err(EngineError::InvalidRegistry {
+                    message: format!(
+                        "the state root {} keeps its registry in {}, not {}; a state root keeps one registry, so use \
+                         another --home (CAIRN_HOME) for another one",
+                        state.path().display(),
+                        cairn_store::redacted(&recorded),
+                        cairn_store::redacted(&given)
+                    ),
+                });
+            }
+            (Some(given), None) => Some(choose_database(&state, given)?),
+            (_, recorded) => recorded,
+        };
+        let registry = match &url {
+            None => RegistryPlace::Sqlite { path: state.db() },
+            Some(url) => RegistryPlace::Postgres { url: cairn_store::redacted(url) },
+        };
+        let store: Box<dyn RunStore + Send + Sync> = match url {
+            None => {
+                let mut store = cairn_store::SqliteStore::open(&state.db())?;
+                if let Some(hook) = self.on_commit {
+                    store = store.on_commit(hook);
+                }
+                Box::new(store)
+            }
+            Some(url) => {
+                let mut store = cairn_store::PostgresStore::connect(&url)?;
+                if let Some(hook) = self.on_commit {
+                    store = store.on_commit(hook);
+                }
+                // Recorded once it is known to work (reached, its schema current).
+                if state.recorded_database()?.as_deref() != Some(url.as_str()) {
+                    state.record_database(&url)?;
+                }
+                Box::new(store)
+            }
+        };
         Ok(Engine {
             state,
-            store: Box::new(store),
+            registry,
+            store,
             clock: self.clock,
             ids: self.ids,
             options: self.options,
@@ -132,8 +192,46 @@ impl EngineBuilder {
     }
 }
 
+/// Checks that `url` can become the registry of `state`, which records none yet: a PostgreSQL URL,
+/// and no SQLite registry holding records in the state root (they would no longer be seen).
+fn choose_database(state: &StateRoot, url: String) -> Result<String, EngineError> {
+    if !cairn_store::is_postgres_url(&url) {
+        return Err(EngineError::InvalidRegistry {
+            message: format!(
+                "--database (CAIRN_DATABASE_URL) takes a PostgreSQL URL, postgres://USER@HOST:PORT/DATABASE, not `{}`; \
+                 without it the registry is the SQLite file in the state root",
+                cairn_store::redacted(&url)
+            ),
+        });
+    }
+    if state.db().exists() {
+        let sqlite = cairn_store::SqliteStore::open(&state.db())?;
+        let held = [
+            ("workflows", sqlite.workflows()?.len()),
+            ("runs", sqlite.runs(&cairn_core::store::RunQuery::newest(usize::MAX))?.len()),
+            ("verifications", sqlite.verifications(usize::MAX)?.len()),
+            ("plans", sqlite.plans()?.len()),
+            ("targets", sqlite.targets()?.len()),
+            ("docs", sqlite.docs(true)?.len()),
+        ];
+        let held: Vec<String> = held.iter().filter(|(_, n)| *n > 0).map(|(what, n)| format!("{n} {what}")).collect();
+        if !held.is_empty() {
+            return Err(EngineError::InvalidRegistry {
+                message: format!(
+                    "the state root {} keeps its registry in its SQLite file {}, which holds {}; a state root keeps one \
+                     registry, so start the PostgreSQL one with another --home (CAIRN_HOME)",
+                    state.path().display(),
+                    state.db().display(),
+                    held.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(url)
+}
+
 impl Engine {
-    /// The engine over a state root, with its SQLite registry, the system clock and random ids.
+    /// The engine over a state root, with its registry, the system clock and random ids.
     pub fn open(root: &Path) -> Result<Engine, EngineError> {
         Engine::builder(root).open()
     }
@@ -146,12 +244,18 @@ impl Engine {
             options: EngineOptions::default(),
             on_commit: None,
             launcher: Arc::new(launcher::Processes),
+            database: None,
         }
     }
 
     /// The state root and where things live in it.
     pub fn state(&self) -> &StateRoot {
         &self.state
+    }
+
+    /// Where the registry lives.
+    pub fn registry(&self) -> &RegistryPlace {
+        &self.registry
     }
 
     pub fn options(&self) -> &EngineOptions {

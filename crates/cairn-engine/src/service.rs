@@ -94,6 +94,10 @@ impl Service {
     /// Starts the worker pool and the session kernel (recording `died` for jobs a dead
     /// predecessor left), owned by this process. Call [`Service::recover`] next.
     pub fn start(engine: Arc<Engine>, config: ServiceConfig) -> Result<Service, EngineError> {
+        // Before anything runs: a registry shared by several state roots has one daemon.
+        let owner = this_process();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        engine.store.serve(&format!("pid {} on {}, {}", owner.pid, host.trim(), engine.state().path().display()))?;
         let pool = Pool::new(engine.clone(), config.workers, config.log.clone());
         // A predecessor killed with its spare booted left that kernel running.
         engine.reap_orphan_spares();
@@ -101,7 +105,7 @@ impl Service {
             crate::verify::SpareKernel::start(engine.clone(), config.session.python.clone());
         }
         let session = SessionKernel::new(engine.clone(), config.session)?;
-        Ok(Service { engine, pool, session, owner: this_process(), log: config.log })
+        Ok(Service { engine, pool, session, owner, log: config.log })
     }
 
     pub fn engine(&self) -> &Engine {

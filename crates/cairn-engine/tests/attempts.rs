@@ -1,6 +1,6 @@
 //! The attempt lifecycle at the engine boundary, without a process: a scripted launcher says how
 //! each attempt ends, a hand-moved clock dates every write, and a real SQLite registry records
-//! them. Each case checks what the run, the step row and the event log say afterwards: retries
+//! them (a SQLite file, and PostgreSQL: every case runs on both). Each case checks what the run, the step row and the event log say afterwards: retries
 //! within the budget, a permanent failure, a refused attempt, a stop, a resume of an interrupted
 //! step (its orphan stopped first), a re-attach that completes, is lost or mismatches, and a
 //! stale write rejected. The same rules hold with real processes (the binary's tests); these
@@ -18,6 +18,7 @@ use cairn_core::store::{ProcessInfo, RemoteProcess};
 use cairn_engine::launcher::{AttemptLaunch, JobSink, Launcher};
 use cairn_engine::runner::{NoProgress, RunRequest};
 use cairn_engine::{Clock, Engine, EngineError, ErrorCode, RunView, StopKind, StopSignal};
+use cairn_store::testing::{Kind, TestDatabase};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -190,22 +191,30 @@ struct Fx {
     _tmp: TempDir,
     root: std::path::PathBuf,
     clock: TestClock,
+    db: TestDatabase,
 }
 
 impl Fx {
-    fn new() -> Fx {
+    /// A state root with the workflow registered, its registry on `kind`.
+    fn new(kind: Kind) -> Option<Fx> {
+        let db = kind.database()?;
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().canonicalize().unwrap().join("state");
         let wf = tmp.path().join("wf");
         std::fs::create_dir_all(&wf).unwrap();
         std::fs::write(wf.join("workflow.toml"), WORKFLOW).unwrap();
-        let fx = Fx { _tmp: tmp, root, clock: TestClock(Arc::new(AtomicI64::new(T))) };
+        let fx = Fx { _tmp: tmp, root, clock: TestClock(Arc::new(AtomicI64::new(T))), db };
         fx.engine(&Script::default()).add_workflow(&wf).unwrap();
-        fx
+        Some(fx)
     }
 
     fn engine(&self, script: &Script) -> Engine {
-        Engine::builder(&self.root).clock(self.clock.clone()).launcher(script.clone()).open().unwrap()
+        Engine::builder(&self.root)
+            .database(self.db.url())
+            .clock(self.clock.clone())
+            .launcher(script.clone())
+            .open()
+            .unwrap()
     }
 
     fn run(&self, script: &Script, resume: bool) -> Result<RunView, EngineError> {
@@ -251,9 +260,8 @@ fn step<'a>(view: &'a RunView, id: &str) -> &'a cairn_core::store::StepRecord {
     view.steps.iter().find(|s| s.step_id == id).and_then(|s| s.record.as_ref()).expect("a step row")
 }
 
-#[test]
-fn a_retryable_outcome_is_retried_under_a_new_token_and_completes() {
-    let fx = Fx::new();
+fn a_retryable_outcome_is_retried_under_a_new_token_and_completes(k: Kind) {
+    let Some(fx) = Fx::new(k) else { return };
     let script = Script::default();
     script.on("b", 1, Act::End(ended(Outcome::TimedOut, "slow")));
     let view = fx.run(&script, false).unwrap();
@@ -279,10 +287,9 @@ fn a_retryable_outcome_is_retried_under_a_new_token_and_completes() {
     assert_eq!(b.args, json!({"from_a": "a"}));
 }
 
-#[test]
-fn exhausted_attempts_and_permanent_outcomes_fail_the_step_and_the_run_together() {
+fn exhausted_attempts_and_permanent_outcomes_fail_the_step_and_the_run_together(k: Kind) {
     // b allows 3 attempts on FAILED or TIMED_OUT: all three fail.
-    let fx = Fx::new();
+    let Some(fx) = Fx::new(k) else { return };
     let script = Script::default();
     for n in 1..=3 {
         script.on("b", n, Act::End(ended(Outcome::Failed, &format!("exit {n}"))));
@@ -294,7 +301,7 @@ fn exhausted_attempts_and_permanent_outcomes_fail_the_step_and_the_run_together(
     assert_eq!((b.status, b.attempt_count, b.log_tail.as_deref()), (StepStatus::Failed, 3, Some("a log line")));
 
     // a allows the default (2 attempts, TIMED_OUT only): DENIED is permanent at once.
-    let fx = Fx::new();
+    let Some(fx) = Fx::new(k) else { return };
     let script = Script::default();
     script.on("a", 1, Act::End(ended(Outcome::Denied, "not allowed")));
     let view = fx.run(&script, false).unwrap();
@@ -304,9 +311,8 @@ fn exhausted_attempts_and_permanent_outcomes_fail_the_step_and_the_run_together(
     assert_eq!(events(&fx), ["run.created", "step.started a 1", "step.failed a 1", "run.finished"]);
 }
 
-#[test]
-fn a_refused_attempt_fails_without_a_retry() {
-    let fx = Fx::new();
+fn a_refused_attempt_fails_without_a_retry(k: Kind) {
+    let Some(fx) = Fx::new(k) else { return };
     let script = Script::default();
     script.on("b", 1, Act::End(AttemptEnd::Refused { error: "tool file t.py changed since the run loaded it".into() }));
     let view = fx.run(&script, false).unwrap();
@@ -321,10 +327,9 @@ fn orphan_of(pid: u32) -> ProcessInfo {
     ProcessInfo { pid, pgid: pid, start_time: Some(7), remote: None }
 }
 
-#[test]
-fn a_stop_writes_nothing_and_leaves_the_step_for_the_next_owner() {
+fn a_stop_writes_nothing_and_leaves_the_step_for_the_next_owner(k: Kind) {
     for kind in [StopKind::Shutdown, StopKind::Cancel] {
-        let fx = Fx::new();
+        let Some(fx) = Fx::new(k) else { return };
         let script = Script::default();
         script.on("a", 1, Act::Stop(kind));
         let err = fx.run(&script, false).unwrap_err();
@@ -336,7 +341,7 @@ fn a_stop_writes_nothing_and_leaves_the_step_for_the_next_owner() {
         assert_eq!(script.log(), ["launch a 1"], "{kind:?}: nothing else started");
     }
     // A stop requested before the run's first step: nothing begins.
-    let fx = Fx::new();
+    let Some(fx) = Fx::new(k) else { return };
     let script = Script::default();
     let stop = StopSignal::new();
     stop.request(StopKind::Shutdown);
@@ -345,9 +350,8 @@ fn a_stop_writes_nothing_and_leaves_the_step_for_the_next_owner() {
     assert!(script.log().is_empty());
 }
 
-#[test]
-fn a_running_step_is_resumed_only_explicitly_and_its_orphan_is_stopped_first() {
-    let fx = Fx::new();
+fn a_running_step_is_resumed_only_explicitly_and_its_orphan_is_stopped_first(k: Kind) {
+    let Some(fx) = Fx::new(k) else { return };
     // The attempt recorded its process, then its follower went away (as a crashed owner's does).
     let crashed = Script::default();
     crashed.on("a", 1, Act::Recorded(orphan_of(4242), AttemptEnd::Halted));
@@ -391,18 +395,17 @@ fn supervised(attempt: u32) -> ProcessInfo {
 
 /// A run whose step `a` was launched under the agent and left RUNNING (its follower stopped, as
 /// when its daemon died).
-fn left_supervised() -> Fx {
-    let fx = Fx::new();
+fn left_supervised(k: Kind) -> Option<Fx> {
+    let fx = Fx::new(k)?;
     let script = Script::default();
     script.on("a", 1, Act::Recorded(supervised(1), AttemptEnd::Halted));
     *script.stop.lock().unwrap() = None;
     fx.engine(&script).run(&request(false, Some(StopSignal::new())), &mut NoProgress).unwrap();
-    fx
+    Some(fx)
 }
 
-#[test]
-fn a_supervised_launch_is_adopted_and_ends_under_its_own_attempt() {
-    let fx = left_supervised();
+fn a_supervised_launch_is_adopted_and_ends_under_its_own_attempt(k: Kind) {
+    let Some(fx) = left_supervised(k) else { return };
     let script = Script::default();
     script.on_reattach("a", 1, Act::End(completed(json!({"step": "a"}))));
     let view = fx.run(&script, true).unwrap();
@@ -415,13 +418,12 @@ fn a_supervised_launch_is_adopted_and_ends_under_its_own_attempt() {
 
 /// A pipeline's jobs are recorded as events of its attempt, under its token; a successor that
 /// re-attaches and re-reads the log from its start records only what is new: each job once.
-#[test]
-fn pipeline_jobs_are_recorded_once_across_a_reattach() {
+fn pipeline_jobs_are_recorded_once_across_a_reattach(k: Kind) {
     let start =
         |n: u64, offset: u64| JobEvent::Started { job: n, rule: "r".into(), wildcards: Default::default(), offset };
     let done =
         |n: u64, offset: u64| JobEvent::Finished { job: n, rule: "r".into(), done: Some(n), total: Some(2), offset };
-    let fx = Fx::new();
+    let Some(fx) = Fx::new(k) else { return };
     // The first follower saw job 1 start; then it stopped following (its daemon "died").
     let first = Script::default();
     first.on("a", 1, Act::Jobs(Some(supervised(1)), vec![start(1, 10)], AttemptEnd::Halted));
@@ -447,9 +449,8 @@ fn pipeline_jobs_are_recorded_once_across_a_reattach() {
     assert_eq!(offsets, [10, 50, 80, 120], "each line of the log recorded once");
 }
 
-#[test]
-fn a_lost_adopted_launch_starts_over_as_interrupted_and_a_mismatch_fails_touching_nothing() {
-    let fx = left_supervised();
+fn a_lost_adopted_launch_starts_over_as_interrupted_and_a_mismatch_fails_touching_nothing(k: Kind) {
+    let Some(fx) = left_supervised(k) else { return };
     let script = Script::default();
     script.on_reattach("a", 1, Act::End(AttemptEnd::Lost { why: "no pid.json".into() }));
     let view = fx.run(&script, true).unwrap();
@@ -458,7 +459,7 @@ fn a_lost_adopted_launch_starts_over_as_interrupted_and_a_mismatch_fails_touchin
     let a = step(&view, "a");
     assert_eq!((a.attempt_count, a.interrupted_count), (2, 1));
 
-    let fx = left_supervised();
+    let Some(fx) = left_supervised(k) else { return };
     let script = Script::default();
     script.on_reattach("a", 1, Act::End(AttemptEnd::Mismatch { why: "another nonce".into() }));
     let view = fx.run(&script, true).unwrap();
@@ -468,9 +469,8 @@ fn a_lost_adopted_launch_starts_over_as_interrupted_and_a_mismatch_fails_touchin
     assert_eq!(script.log(), ["reattach a 1"], "nothing launched, nothing stopped");
 }
 
-#[test]
-fn a_write_by_a_token_that_lost_the_step_is_rejected_and_recorded() {
-    let fx = Fx::new();
+fn a_write_by_a_token_that_lost_the_step_is_rejected_and_recorded(k: Kind) {
+    let Some(fx) = Fx::new(k) else { return };
     // While a's first attempt runs, another process resumes the run (as `--resume-interrupted`
     // would after deciding it crashed) and completes the step under a new token.
     let other = Arc::new(fx.engine(&Script::default()));
@@ -484,12 +484,24 @@ fn a_write_by_a_token_that_lost_the_step_is_rejected_and_recorded() {
     assert!(events(&fx).contains(&"step.stale_write_rejected a".to_string()));
 }
 
-#[test]
-fn decisions_are_dated_by_the_injected_clock() {
-    let fx = Fx::new();
+fn decisions_are_dated_by_the_injected_clock(k: Kind) {
+    let Some(fx) = Fx::new(k) else { return };
     fx.run(&Script::default(), false).unwrap();
     let all = fx.engine(&Script::default()).events("r1", 0).unwrap();
     assert!(all.iter().all(|e| e.at >= T && e.at < T + 1_000), "every write is dated by the test's clock");
     assert!(all.windows(2).all(|w| w[0].at <= w[1].at));
     assert!(matches!(all.last().map(|e| &e.event), Some(RunEvent::RunFinished { status: RunStatus::Ready, .. })));
 }
+
+cairn_store::on_both!(
+    a_retryable_outcome_is_retried_under_a_new_token_and_completes,
+    exhausted_attempts_and_permanent_outcomes_fail_the_step_and_the_run_together,
+    a_refused_attempt_fails_without_a_retry,
+    a_stop_writes_nothing_and_leaves_the_step_for_the_next_owner,
+    a_running_step_is_resumed_only_explicitly_and_its_orphan_is_stopped_first,
+    a_supervised_launch_is_adopted_and_ends_under_its_own_attempt,
+    pipeline_jobs_are_recorded_once_across_a_reattach,
+    a_lost_adopted_launch_starts_over_as_interrupted_and_a_mismatch_fails_touching_nothing,
+    a_write_by_a_token_that_lost_the_step_is_rejected_and_recorded,
+    decisions_are_dated_by_the_injected_clock,
+);

@@ -4,12 +4,15 @@
 use cairn_core::docs::MAX_DOC_BYTES;
 use cairn_engine::docs::{DocQuery, SaveDoc};
 use cairn_engine::{Engine, EngineError, ErrorCode, ErrorKind};
+use cairn_store::testing::{Kind, TestDatabase};
 use tempfile::TempDir;
 
-fn engine() -> (TempDir, Engine) {
+/// An engine over a new state root, its registry on `kind` (the database kept with the directory).
+fn engine(kind: Kind) -> Option<((TempDir, TestDatabase), Engine)> {
+    let db = kind.database()?;
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(&dir.path().join("state")).unwrap();
-    (dir, engine)
+    let engine = Engine::builder(&dir.path().join("state")).database(db.url()).open().unwrap();
+    Some(((dir, db), engine))
 }
 
 fn save(e: &Engine, name: &str, text: &str) -> Result<cairn_engine::docs::SavedDoc, EngineError> {
@@ -27,9 +30,8 @@ fn refused(r: Result<impl std::fmt::Debug, EngineError>, code: ErrorCode, words:
     e
 }
 
-#[test]
-fn saving_reading_and_the_versions_a_reader_sees() {
-    let (_d, e) = engine();
+fn saving_reading_and_the_versions_a_reader_sees(k: Kind) {
+    let Some((_d, e)) = engine(k) else { return };
     let first = save(&e, "pca", "# PCA on new data\n\nDerive the number of components.\n").unwrap();
     assert!(first.created);
     assert_eq!((first.view.version.version, first.view.version.title.as_str()), (1, "PCA on new data"));
@@ -51,9 +53,8 @@ fn saving_reading_and_the_versions_a_reader_sees() {
     assert_eq!(e.read_doc("nope", None).unwrap_err().kind(), ErrorKind::NotFound);
 }
 
-#[test]
-fn bad_input_is_refused_naming_the_field_and_changes_nothing() {
-    let (_d, e) = engine();
+fn bad_input_is_refused_naming_the_field_and_changes_nothing(k: Kind) {
+    let Some((_d, e)) = engine(k) else { return };
     refused(save(&e, "a/b", "# x\n"), ErrorCode::InvalidDocName, &["name `a/b`", "A-Z a-z 0-9 . _ -"]);
     refused(save(&e, "", "# x\n"), ErrorCode::InvalidDocName, &["name ``"]);
     refused(save(&e, "ok", ""), ErrorCode::InvalidDocText, &["text is empty"]);
@@ -92,9 +93,8 @@ fn bad_input_is_refused_naming_the_field_and_changes_nothing() {
     assert_eq!(e.read_doc("ok", None).unwrap().record.latest_version, 1);
 }
 
-#[test]
-fn a_removed_doc_leaves_the_list_and_the_search_and_keeps_its_versions() {
-    let (_d, e) = engine();
+fn a_removed_doc_leaves_the_list_and_the_search_and_keeps_its_versions(k: Kind) {
+    let Some((_d, e)) = engine(k) else { return };
     save(&e, "gone", "# Gone\n\nflamingo\n").unwrap();
     save(&e, "kept", "# Kept\n\nflamingo too\n").unwrap();
     let removed = e.remove_doc("gone").unwrap();
@@ -112,3 +112,9 @@ fn a_removed_doc_leaves_the_list_and_the_search_and_keeps_its_versions() {
     let back = save(&e, "gone", "# Gone\n\nflamingo\n").unwrap();
     assert_eq!((back.created, back.view.version.version, back.view.record.removed_at), (true, 2, None));
 }
+
+cairn_store::on_both!(
+    saving_reading_and_the_versions_a_reader_sees,
+    bad_input_is_refused_naming_the_field_and_changes_nothing,
+    a_removed_doc_leaves_the_list_and_the_search_and_keeps_its_versions,
+);

@@ -14,6 +14,7 @@ use cairn_core::target::LOCAL as LOCAL_TARGET;
 use cairn_engine::plan::{PlanRequest, RECEIPT_TTL_MS};
 use cairn_engine::registry::LoadedWorkflow;
 use cairn_engine::{Clock, Engine, EngineError, ErrorKind};
+use cairn_store::testing::{Kind, TestDatabase};
 use serde_json::json;
 use tempfile::TempDir;
 
@@ -59,10 +60,13 @@ struct Fixture {
     root: PathBuf,
     runs_parent: PathBuf,
     clock: TestClock,
+    db: TestDatabase,
 }
 
 impl Fixture {
-    fn new() -> Fixture {
+    /// The fixture with its registry on `kind`.
+    fn new(kind: Kind) -> Option<Fixture> {
+        let db = kind.database()?;
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().canonicalize().unwrap();
         let root = base.join("state");
@@ -73,15 +77,16 @@ impl Fixture {
         std::fs::write(wf.join("workflow.toml"), WORKFLOW_TOML).unwrap();
         std::fs::write(wf.join("tools/t.sh"), TOOL_SH).unwrap();
         std::fs::set_permissions(wf.join("tools/t.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let f = Fixture { _tmp: tmp, root, runs_parent, clock: TestClock(Arc::new(AtomicI64::new(T))) };
+        let f = Fixture { _tmp: tmp, root, runs_parent, clock: TestClock(Arc::new(AtomicI64::new(T))), db };
         let e = f.engine();
         e.add_workflow(&wf).unwrap();
-        f
+        Some(f)
     }
 
-    /// A fresh engine over the fixture's state root (a new SQLite connection, the shared clock).
+    /// A fresh engine over the fixture's state root (new connections to its registry, the shared
+    /// clock).
     fn engine(&self) -> Engine {
-        Engine::builder(&self.root).clock(self.clock.clone()).open().unwrap()
+        Engine::builder(&self.root).database(self.db.url()).clock(self.clock.clone()).open().unwrap()
     }
 
     fn run_dir(&self, name: &str) -> PathBuf {
@@ -175,9 +180,8 @@ fn is_reserved_conflict(e: &EngineError) -> bool {
     matches!(e, EngineError::Store(StoreError::RunDirReserved { .. }))
 }
 
-#[test]
-fn a_forged_receipt_creates_nothing() {
-    let f = Fixture::new();
+fn a_forged_receipt_creates_nothing(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let e = f.engine();
     let p = plan(&e, &f.run_dir("r1"));
     let good = approve(&e, &p);
@@ -219,9 +223,8 @@ fn a_forged_receipt_creates_nothing() {
     assert_one_run(&e, &p);
 }
 
-#[test]
-fn a_receipt_from_a_rotated_key_is_refused() {
-    let f = Fixture::new();
+fn a_receipt_from_a_rotated_key_is_refused(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let e = f.engine();
     let p = plan(&e, &f.run_dir("r1"));
     let r = approve(&e, &p);
@@ -236,9 +239,8 @@ fn a_receipt_from_a_rotated_key_is_refused() {
     assert_one_run(&e, &p);
 }
 
-#[test]
-fn an_expired_receipt_creates_nothing() {
-    let f = Fixture::new();
+fn an_expired_receipt_creates_nothing(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let e = f.engine();
     let p = plan(&e, &f.run_dir("r1"));
     f.clock.set(T);
@@ -260,9 +262,8 @@ fn an_expired_receipt_creates_nothing() {
     assert_eq!(assert_one_run(&e, &p).run_id, run.run_id);
 }
 
-#[test]
-fn a_replayed_receipt_creates_nothing() {
-    let f = Fixture::new();
+fn a_replayed_receipt_creates_nothing(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let e = f.engine();
     let p = plan(&e, &f.run_dir("r1"));
     let r = approve(&e, &p);
@@ -289,9 +290,8 @@ fn a_replayed_receipt_creates_nothing() {
     assert!(e.now_ms() < r.expires_at);
 }
 
-#[test]
-fn a_receipt_for_an_altered_request_creates_nothing() {
-    let f = Fixture::new();
+fn a_receipt_for_an_altered_request_creates_nothing(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let e = f.engine();
     let p = plan(&e, &f.run_dir("r1"));
     let r = approve(&e, &p);
@@ -356,9 +356,8 @@ fn a_receipt_for_an_altered_request_creates_nothing() {
     assert_eq!(runs(&e).len(), 1);
 }
 
-#[test]
-fn a_receipt_survives_a_daemon_restart_and_is_consumed_once() {
-    let f = Fixture::new();
+fn a_receipt_survives_a_daemon_restart_and_is_consumed_once(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let first = f.engine();
     let p = plan(&first, &f.run_dir("r1"));
     let r = approve(&first, &p);
@@ -380,9 +379,8 @@ fn a_receipt_survives_a_daemon_restart_and_is_consumed_once() {
     assert_eq!(again.map(|_| ()).unwrap_err().kind(), ErrorKind::Conflict);
 }
 
-#[test]
-fn a_receipt_never_consumed_expires_and_a_new_approval_works_once() {
-    let f = Fixture::new();
+fn a_receipt_never_consumed_expires_and_a_new_approval_works_once(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let first = f.engine();
     let p = plan(&first, &f.run_dir("r1"));
     f.clock.set(T);
@@ -409,9 +407,8 @@ fn a_receipt_never_consumed_expires_and_a_new_approval_works_once() {
     assert_eq!(e.events(&run.run_id, 0).unwrap(), events);
 }
 
-#[test]
-fn two_receipts_for_one_plan_create_one_run() {
-    let f = Fixture::new();
+fn two_receipts_for_one_plan_create_one_run(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let e = f.engine();
     let p = plan(&e, &f.run_dir("r1"));
     let r1 = approve(&e, &p);
@@ -473,11 +470,10 @@ fn assert_one_winner(round: usize, outcomes: &[Result<String, EngineError>], e: 
 ///
 /// The receipt key is created before the race (one approval, unconsumed): the first-use race of
 /// the key file itself is `the_first_receipt_key_is_the_same_for_concurrent_callers`.
-#[test]
-fn concurrent_approvals_and_consumptions_create_one_run() {
+fn concurrent_approvals_and_consumptions_create_one_run(k: Kind) {
     const THREADS: usize = 8;
     for round in 0..20 {
-        let f = Fixture::new();
+        let Some(f) = Fixture::new(k) else { return };
         let e = Arc::new(f.engine());
         let p = plan(&e, &f.run_dir(&format!("r{round}")));
         e.receipt_key().unwrap();
@@ -499,11 +495,10 @@ fn concurrent_approvals_and_consumptions_create_one_run() {
 
 /// Eight receipts, all approved beforehand, consumed at once through eight engines (eight SQLite
 /// connections to one database): the reservation, not a process-local lock, decides.
-#[test]
-fn concurrent_consumptions_through_separate_connections_create_one_run() {
+fn concurrent_consumptions_through_separate_connections_create_one_run(k: Kind) {
     const THREADS: usize = 8;
     for round in 0..10 {
-        let f = Fixture::new();
+        let Some(f) = Fixture::new(k) else { return };
         let first = f.engine();
         let p = plan(&first, &f.run_dir(&format!("r{round}")));
         let receipts: Vec<Receipt> = (0..THREADS).map(|_| approve(&first, &p)).collect();
@@ -526,9 +521,8 @@ fn concurrent_consumptions_through_separate_connections_create_one_run() {
     }
 }
 
-#[test]
-fn the_receipt_key_is_private_and_reused() {
-    let f = Fixture::new();
+fn the_receipt_key_is_private_and_reused(k: Kind) {
+    let Some(f) = Fixture::new(k) else { return };
     let e = f.engine();
     let path = f.key_path();
     assert!(!path.exists(), "no key before the first approval");
@@ -556,15 +550,14 @@ fn the_receipt_key_is_private_and_reused() {
     assert_one_run(&e2, &p);
 
     // Two fresh engines' keys differ (a receipt is bound to the daemon's own key).
-    let g = Fixture::new();
+    let Some(g) = Fixture::new(k) else { return };
     assert_ne!(g.engine().receipt_key().unwrap(), key);
 }
 
-#[test]
-fn the_first_receipt_key_is_the_same_for_concurrent_callers() {
+fn the_first_receipt_key_is_the_same_for_concurrent_callers(k: Kind) {
     const THREADS: usize = 8;
     for round in 0..20 {
-        let f = Fixture::new();
+        let Some(f) = Fixture::new(k) else { return };
         let e = Arc::new(f.engine());
         let barrier = Arc::new(Barrier::new(THREADS));
         let handles: Vec<_> = (0..THREADS)
@@ -583,3 +576,18 @@ fn the_first_receipt_key_is_the_same_for_concurrent_callers() {
         }
     }
 }
+
+cairn_store::on_both!(
+    a_forged_receipt_creates_nothing,
+    a_receipt_from_a_rotated_key_is_refused,
+    an_expired_receipt_creates_nothing,
+    a_replayed_receipt_creates_nothing,
+    a_receipt_for_an_altered_request_creates_nothing,
+    a_receipt_survives_a_daemon_restart_and_is_consumed_once,
+    a_receipt_never_consumed_expires_and_a_new_approval_works_once,
+    two_receipts_for_one_plan_create_one_run,
+    concurrent_approvals_and_consumptions_create_one_run,
+    concurrent_consumptions_through_separate_connections_create_one_run,
+    the_receipt_key_is_private_and_reused,
+    the_first_receipt_key_is_the_same_for_concurrent_callers,
+);

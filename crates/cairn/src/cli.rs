@@ -369,6 +369,12 @@ pub enum DaemonCommand {
         /// spare costs an idle kernel's memory, about 50 MB).
         #[arg(long, env = "CAIRN_NO_SPARE_KERNEL", value_parser = clap::builder::FalseyValueParser::new())]
         no_spare_kernel: bool,
+        /// Keep the registry in this PostgreSQL database (postgres://USER@HOST:PORT/DATABASE)
+        /// instead of the SQLite file in the state root. The state root records it, so every
+        /// later command given this state root uses it too; several daemons, each with its own
+        /// state root, may share one database.
+        #[arg(long, env = "CAIRN_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+        database: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -395,6 +401,12 @@ pub enum DaemonCommand {
         /// spare costs an idle kernel's memory, about 50 MB).
         #[arg(long, env = "CAIRN_NO_SPARE_KERNEL", value_parser = clap::builder::FalseyValueParser::new())]
         no_spare_kernel: bool,
+        /// Keep the registry in this PostgreSQL database (postgres://USER@HOST:PORT/DATABASE)
+        /// instead of the SQLite file in the state root. The state root records it, so every
+        /// later command given this state root uses it too; several daemons, each with its own
+        /// state root, may share one database.
+        #[arg(long, env = "CAIRN_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+        database: Option<String>,
     },
 }
 

@@ -47,7 +47,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                     stop: None,
                 };
                 let mut observer = observer(json);
-                let view = Engine::open(&root)?.run(&req, observer.as_mut())?;
+                let view = in_process_engine(&root)?.run(&req, observer.as_mut())?;
                 drop(observer);
                 return finish_run_output(&view, json);
             }
@@ -77,7 +77,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let root = state_root(cli.home)?;
             let input = input.as_deref().map(read_input).transpose()?;
             if dry_run || in_process {
-                let engine = Engine::open(&root)?;
+                let engine = if dry_run { Engine::open(&root)? } else { in_process_engine(&root)? };
                 let req = ReplayRequest {
                     source_run_id,
                     step_ids: steps,
@@ -486,6 +486,42 @@ fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
     println!("  checksum  {}", plan.plan_checksum);
 }
 
+/// The engine an `--in-process` run executes in: not on a PostgreSQL registry, whose daemon may
+/// be on another host and could not tell whether this process is alive (it would take the run
+/// over as abandoned).
+fn in_process_engine(root: &Path) -> Result<Engine, Failure> {
+    let engine = Engine::open(root)?;
+    if let cairn_engine::RegistryPlace::Postgres { url } = engine.registry() {
+        return Err(Failure::usage(format!(
+            "--in-process runs only on a state root's own SQLite registry; this one's registry is {url}, shared by \
+             daemons, so submit the run to the daemon (leave out --in-process)"
+        )));
+    }
+    Ok(engine)
+}
+
+/// `--database URL`: the state root's registry from now on (checked, migrated and recorded before
+/// the daemon starts, so a wrong URL is said here, not in the daemon's log). Refused while a daemon
+/// serves the state root from another registry.
+fn choose_database(root: &Path, url: String) -> Result<(), Failure> {
+    if presence::running(root).is_some() {
+        let recorded = cairn_engine::StateRoot::open(root)?.recorded_database()?;
+        if recorded.as_deref() != Some(url.as_str()) {
+            return Err(Failure::usage(format!(
+                "a daemon already serves {} from {}; stop it first (`cairn daemon stop`) to give it --database {}",
+                root.display(),
+                recorded
+                    .as_deref()
+                    .map_or_else(|| "its SQLite registry".to_string(), cairn_engine::redact_database_url),
+                cairn_engine::redact_database_url(&url)
+            )));
+        }
+        return Ok(());
+    }
+    Engine::builder(root).database(Some(url)).open()?;
+    Ok(())
+}
+
 fn observer(json: bool) -> Box<dyn Observer> {
     if !json && std::io::stderr().is_terminal() { Box::new(TerminalProgress::default()) } else { Box::new(NoProgress) }
 }
@@ -509,7 +545,10 @@ fn follow_events(root: &Path, run_id: &str, json: bool) -> Result<u8, Failure> {
 
 fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
     match command {
-        DaemonCommand::Start { port, workers, no_spare_kernel, json } => {
+        DaemonCommand::Start { port, workers, no_spare_kernel, database, json } => {
+            if let Some(url) = database {
+                choose_database(root, url)?;
+            }
             let opts = StartOptions { idle_exit: None, port, workers: workers.map(usize::from), no_spare_kernel };
             let (info, started) = presence::start(root, &opts)?;
             if json {
@@ -553,7 +592,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        DaemonCommand::Run { port, idle_exit, workers, no_spare_kernel } => {
+        DaemonCommand::Run { port, idle_exit, workers, no_spare_kernel, database } => {
             let workers = workers
                 .map(usize::from)
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
@@ -564,6 +603,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
                     idle_exit: idle_exit.map(std::time::Duration::from_secs),
                     workers,
                     spare_kernel: !no_spare_kernel,
+                    database,
                 },
             )?;
             Ok(0)

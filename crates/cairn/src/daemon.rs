@@ -24,6 +24,8 @@ pub struct ServeOptions {
     pub workers: usize,
     /// Keep a spare scratch kernel booted (`--no-spare-kernel` turns it off).
     pub spare_kernel: bool,
+    /// `--database`: the PostgreSQL registry to use (and record); else the state root's own.
+    pub database: Option<String>,
 }
 
 /// The daemon itself, in the foreground: takes the lock, recovers what a dead predecessor left,
@@ -34,7 +36,10 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
     let (commits, _) = tokio::sync::watch::channel(0u64);
     let commits = Arc::new(commits);
     let bump = commits.clone();
-    let engine = Engine::builder(root).on_commit(move || bump.send_modify(|n| *n = n.wrapping_add(1))).open()?;
+    let engine = Engine::builder(root)
+        .database(opts.database.clone())
+        .on_commit(move || bump.send_modify(|n| *n = n.wrapping_add(1)))
+        .open()?;
     let lock_file = File::options()
         .create(true)
         .truncate(false)

@@ -57,6 +57,9 @@ pub struct Status {
     pub pid: Option<u32>,
     pub url: Option<String>,
     pub state_root: String,
+    /// Where the state root's registry is: its SQLite file, or the PostgreSQL database it records
+    /// (without the password).
+    pub registry: String,
 }
 
 pub fn info_path(root: &Path) -> PathBuf {
@@ -100,6 +103,15 @@ pub fn status(root: &Path) -> Status {
         pid: info.as_ref().map(|i| i.pid),
         url: info.map(|i| i.url),
         state_root: root.display().to_string(),
+        registry: registry_of(root),
+    }
+}
+
+/// The registry a state root records, as `status` shows it (read without opening it).
+fn registry_of(root: &Path) -> String {
+    match std::fs::read_to_string(root.join("database")) {
+        Ok(url) => cairn_engine::redact_database_url(url.trim()),
+        Err(_) => root.join("cairn.db").display().to_string(),
     }
 }
 
@@ -163,11 +175,16 @@ pub fn start(root: &Path, opts: &StartOptions) -> Result<(DaemonInfo, bool), Fai
             if let Some(info) = running(root) {
                 return Ok((info, false));
             }
-            return Err(Failure::usage(format!(
-                "the daemon exited at start ({status}); its log {} says:\n{}",
-                log.display(),
-                tail_from(&log, log_start)
-            )));
+            // Its own exit code says what kind of failure it was (4: a conflict, such as a
+            // registry another daemon serves), so the command exits with it too.
+            return Err(Failure {
+                code: if status.code() == Some(4) { 4 } else { 2 },
+                message: format!(
+                    "the daemon exited at start ({status}); its log {} says:\n{}",
+                    log.display(),
+                    tail_from(&log, log_start)
+                ),
+            });
         }
         if let Some(info) = read_info(root).filter(|i| i.pid == child.id()) {
             return Ok((info, true));

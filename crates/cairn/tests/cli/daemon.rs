@@ -16,6 +16,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use crate::support::*;
+use cairn_store::testing::Kind;
 
 /// Waits until a dead daemon is reaped by whoever inherited it (pid 1 here, which takes up to a
 /// second or so).
@@ -189,9 +190,8 @@ fn daemon_lifecycle_start_status_rival_stop() {
 
 /// kill -9 of the daemon while step b runs: the orphaned tool survives; the next daemon takes the
 /// run over, stops the orphan, runs b again (attempt 2) and finishes READY; a and c ran once.
-#[test]
-fn kill_dash_nine_of_the_daemon_mid_step_then_the_next_daemon_recovers() {
-    let c = Cairn::new();
+fn kill_dash_nine_of_the_daemon_mid_step_then_the_next_daemon_recovers(k: Kind) {
+    let Some(c) = Cairn::on(k) else { return };
     let reaper = Reaper::new(&c);
     chain_workflow(&c, "chain");
     // b waits for the release file on attempt 1 (the one we abandon), not on attempt 2.
@@ -600,9 +600,8 @@ fn assert_whole_after_kill(c: &Cairn, run_id: &str, log: &Path, in_flight: usize
 /// the commit that completes a step and begins the ones it releases (one transaction), the
 /// commits of completions gathered together, a tool's start and exit. After each, the next daemon
 /// recovers the run with nothing lost and nothing completed run twice.
-#[test]
-fn kill_dash_nine_of_the_daemon_at_random_points_loses_no_step_and_runs_none_twice() {
-    let c = Cairn::new();
+fn kill_dash_nine_of_the_daemon_at_random_points_loses_no_step_and_runs_none_twice(k: Kind) {
+    let Some(c) = Cairn::on(k) else { return };
     let reaper = Reaper::new(&c);
     let mut chain = format!("[workflow]\nname = \"quick\"\nversion = \"1.0.0\"\n\n{}", tool_toml("t", ""));
     let mut wide = format!("[workflow]\nname = \"wide\"\nversion = \"1.0.0\"\n\n{}", tool_toml("t", ""));
@@ -660,9 +659,8 @@ fn kill_dash_nine_of_the_daemon_at_random_points_loses_no_step_and_runs_none_twi
 
 /// A run submitted with `--parallel 2` and taken over by the next daemon's recovery goes on two
 /// steps at a time: its interrupted roots are resumed together, not one after the other.
-#[test]
-fn a_recovered_run_keeps_the_parallelism_it_was_submitted_with() {
-    let c = Cairn::new();
+fn a_recovered_run_keeps_the_parallelism_it_was_submitted_with(k: Kind) {
+    let Some(c) = Cairn::on(k) else { return };
     let reaper = Reaper::new(&c);
     let mut toml = format!("[workflow]\nname = \"pair\"\nversion = \"1.0.0\"\n\n{}", tool_toml("t", ""));
     for i in 0..4 {
@@ -698,3 +696,10 @@ fn a_recovered_run_keeps_the_parallelism_it_was_submitted_with() {
     assert_eq!(attempts, [2, 2, 1, 1], "{shown:#}");
     stop_daemon_checked(&c, &reaper);
 }
+
+// On both registries: the SQLite file and PostgreSQL.
+cairn_store::on_both!(
+    kill_dash_nine_of_the_daemon_mid_step_then_the_next_daemon_recovers,
+    kill_dash_nine_of_the_daemon_at_random_points_loses_no_step_and_runs_none_twice,
+    a_recovered_run_keeps_the_parallelism_it_was_submitted_with,
+);

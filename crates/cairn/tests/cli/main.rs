@@ -23,6 +23,7 @@ mod mcp;
 mod outcomes;
 mod pipelines;
 mod plans;
+mod postgres;
 mod recovery;
 mod registry;
 mod remote;

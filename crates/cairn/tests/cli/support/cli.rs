@@ -154,6 +154,8 @@ pub struct Cairn {
     pub work: TempDir,
     /// Set for every command of this state root (see [`Cairn::with_env`]).
     env: Vec<(OsString, OsString)>,
+    /// The PostgreSQL schema the state root's registry is in, if it is not the SQLite file.
+    db: Option<cairn_store::testing::TestSchema>,
 }
 
 impl Cairn {
@@ -162,7 +164,27 @@ impl Cairn {
             home: tempfile::Builder::new().prefix("cairn-home-").tempdir().unwrap(),
             work: tempfile::Builder::new().prefix("cairn-work-").tempdir().unwrap(),
             env: Vec::new(),
+            db: None,
         }
+    }
+
+    /// A private state root whose registry is on `kind`: the SQLite file, or a schema of its own
+    /// in the PostgreSQL test database, recorded as a user does it (`cairn daemon start
+    /// --database URL`, then `cairn daemon stop`). `None` where there is no PostgreSQL test server
+    /// (outside CI only).
+    pub fn on(kind: cairn_store::testing::Kind) -> Option<Cairn> {
+        let mut c = Cairn::new();
+        if let cairn_store::testing::TestDatabase::Postgres(schema) = kind.database()? {
+            c.raw(&["daemon", "start", "--database", &schema.url]).expect(0);
+            c.raw(&["daemon", "stop"]).expect(0);
+            c.db = Some(schema);
+        }
+        Some(c)
+    }
+
+    /// The PostgreSQL schema of the state root's registry, if it is in PostgreSQL.
+    pub fn database(&self) -> Option<&cairn_store::testing::TestSchema> {
+        self.db.as_ref()
     }
 
     /// Every command of this state root gets `key=value` too (a PATH, the kernel's python, …).
