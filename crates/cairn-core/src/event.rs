@@ -33,6 +33,20 @@ pub enum RunEvent {
     /// An owner took the run over for an explicit resume (its revision bumped).
     #[serde(rename = "run.resumed")]
     RunResumed { revision: i64, owner: Option<String> },
+    /// A daemon took the run's lease over (its holder's lease had expired, or its holder was
+    /// gone): every write of the run by an earlier holder is refused from now on.
+    #[serde(rename = "run.leased")]
+    RunLeased {
+        daemon: String,
+        host: String,
+        epoch: i64,
+        /// The daemon that held it before, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous: Option<String>,
+    },
+    /// A write of the run by a daemon whose lease had been taken over was refused, not applied.
+    #[serde(rename = "run.stale_lease_write_rejected")]
+    RunStaleLeaseWriteRejected { daemon: String, epoch: i64 },
     /// An attempt began under a fresh token (the step row is RUNNING).
     #[serde(rename = "step.started")]
     StepStarted { tool: String, tool_digest: String, args_hash: String },
@@ -107,6 +121,8 @@ impl RunEvent {
         match self {
             RunEvent::RunCreated { .. } => "run.created",
             RunEvent::RunResumed { .. } => "run.resumed",
+            RunEvent::RunLeased { .. } => "run.leased",
+            RunEvent::RunStaleLeaseWriteRejected { .. } => "run.stale_lease_write_rejected",
             RunEvent::StepStarted { .. } => "step.started",
             RunEvent::StepRetrying { .. } => "step.retrying",
             RunEvent::StepInterrupted { .. } => "step.interrupted",
@@ -200,6 +216,8 @@ mod tests {
                 plan: None,
             },
             RunEvent::RunResumed { revision: 2, owner: Some("1:2".into()) },
+            RunEvent::RunLeased { daemon: "dmn_b".into(), host: "h".into(), epoch: 2, previous: Some("dmn_a".into()) },
+            RunEvent::RunStaleLeaseWriteRejected { daemon: "dmn_a".into(), epoch: 1 },
             RunEvent::StepStarted { tool: "t".into(), tool_digest: "d".into(), args_hash: "a".into() },
             RunEvent::StepRetrying { outcome: Outcome::TimedOut, error: None, next_attempt: 2 },
             RunEvent::StepInterrupted { abandoned_token: "att_1".into(), next_attempt: 2, why: None },

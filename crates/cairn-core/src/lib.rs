@@ -14,6 +14,7 @@ pub mod docs;
 pub mod document;
 pub mod event;
 pub mod ids;
+pub mod lease;
 pub mod parameters;
 pub mod pipeline;
 pub mod plan;

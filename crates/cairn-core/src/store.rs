@@ -81,6 +81,8 @@ impl RunQuery<'_> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
+    /// The daemon that creates the run leases it from the start, until `until`.
+    pub lease: Option<NewLease>,
     pub run_id: String,
     pub workflow: String,
     pub version: String,
@@ -94,6 +96,15 @@ pub struct NewRun {
     /// How many steps may execute at once (1: serial).
     pub parallelism: u32,
     pub at: i64,
+}
+
+/// The lease a run gets when a daemon creates it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewLease {
+    pub daemon: String,
+    pub until: i64,
+    /// The host holding the run's files, for a run on the local target.
+    pub home_host: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -253,9 +264,9 @@ pub enum StoreError {
     #[error("{0}")]
     InvalidDocQuery(String),
     #[error(
-        "the registry is already served by another daemon ({by}); a PostgreSQL registry has one daemon at a time: stop that one (`cairn daemon stop` on its host) or give this one another registry"
+        "daemon `{daemon}` no longer holds the lease of run `{run_id}` (its epoch {epoch} was taken over by {holder}); its write was refused and it stops driving the run"
     )]
-    RegistryServed { by: String },
+    LeaseLost { run_id: String, daemon: String, epoch: i64, holder: String },
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]
@@ -372,14 +383,86 @@ pub struct DocHit {
     pub score: f64,
 }
 
+/// A daemon as the registry knows it: one row per daemon start, its heartbeat renewed while it
+/// lives, so other daemons tell a live one from a dead one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonRecord {
+    /// `dmn_…`, new at every start.
+    pub id: String,
+    /// The host it runs on (its name, or `CAIRN_HOST_ID`).
+    pub host: String,
+    pub pid: u32,
+    /// Its process start time (clock ticks since boot), so its pid can be checked on its host.
+    pub start_time: u64,
+    pub state_root: String,
+    pub started_at: i64,
+    pub heartbeat_at: i64,
+    /// Set when it stopped cleanly (its leases released).
+    pub stopped_at: Option<i64>,
+}
+
+/// The lease of a run a daemon drives: only its holder writes the run, and only while it holds
+/// the epoch it was given. A daemon that takes a run over increments the epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub daemon: String,
+    pub epoch: i64,
+}
+
+/// What a run's lease row says, with its holder's daemon row, for deciding whether another
+/// daemon may take it over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeasedRun {
+    pub run: RunRecord,
+    /// `None` for a run no daemon leases (made in-process, or before leases).
+    pub lease: Option<Lease>,
+    pub expires_at: Option<i64>,
+    /// The holder's daemon row, if it is known.
+    pub holder: Option<DaemonRecord>,
+    /// The host whose state root holds the run's files (its run directory), for a run executed
+    /// on the local target; `None` for one on an SSH or Slurm target, which any daemon reaches.
+    pub home_host: Option<String>,
+}
+
 /// The registry of workflows, runs, step records and events.
 pub trait RunStore {
-    /// Makes this process the daemon that serves the registry, for as long as the store lives;
-    /// `RegistryServed` while another one does. (A SQLite registry's daemon is elected by its
-    /// state root's lock file, so there it is nothing.)
-    fn serve(&self, _daemon: &str) -> Result<(), StoreError> {
-        Ok(())
-    }
+    // --- daemons and leases (a team's daemons share one registry; each drives the runs it leases)
+
+    /// Records a daemon that starts; its heartbeat starts now.
+    fn register_daemon(&self, daemon: &DaemonRecord) -> Result<(), StoreError>;
+    /// Renews `daemon`'s heartbeat and the leases of the open runs it holds, until `until`;
+    /// returns the leases it still holds (a run taken over, or finished, is not among them).
+    fn heartbeat(&self, daemon: &str, at: i64, until: i64) -> Result<Vec<(String, Lease)>, StoreError>;
+    /// A daemon stopping cleanly: its leases end now (the next daemon need not wait for them).
+    fn stop_daemon(&self, daemon: &str, at: i64) -> Result<(), StoreError>;
+    /// Daemons whose heartbeat is not older than `since` and that have not stopped, oldest first.
+    fn live_daemons(&self, since: i64) -> Result<Vec<DaemonRecord>, StoreError>;
+    /// The open runs `daemon` holds the lease of, oldest first.
+    fn leased_runs(&self, daemon: &str) -> Result<Vec<String>, StoreError>;
+    /// Every open run with its lease row and its holder's daemon row, oldest first: what a daemon
+    /// decides which runs to take over from ([`crate::lease::takeover`]).
+    fn open_leases(&self) -> Result<Vec<LeasedRun>, StoreError>;
+    /// An open run's lease row, with its holder.
+    fn leased_run(&self, run_id: &str) -> Result<Option<LeasedRun>, StoreError>;
+    /// Takes the lease of `run_id` for `daemon` until `until`, if its epoch is still `seen_epoch`
+    /// (else another daemon took it first: `StaleRevision`), with a `run.leased` event; from now
+    /// on this store refuses any write of the run under an older epoch. Returns the new lease.
+    fn take_lease(
+        &self,
+        run_id: &str,
+        daemon: &DaemonRecord,
+        seen_epoch: i64,
+        until: i64,
+        at: i64,
+    ) -> Result<Lease, StoreError>;
+    /// This store writes `run_id` as `lease`'s holder: its writes of the run are refused once
+    /// the run's lease is another's (`LeaseLost`). Set by whatever gave the lease.
+    fn hold_lease(&self, run_id: &str, lease: Lease);
+    /// This store no longer writes `run_id` as a lease holder (the run finished here, or its
+    /// lease was lost).
+    fn drop_lease(&self, run_id: &str);
+    /// Records that a write under a lost lease was refused (`run.stale_lease_write_rejected`).
+    fn record_stale_lease(&self, run_id: &str, lease: &Lease, at: i64) -> Result<(), StoreError>;
 
     fn register_workflow(&self, record: &WorkflowRecord) -> Result<RegisterOutcome, StoreError>;
     /// A workflow by name and exact version, or the highest registered version when `None`.
@@ -483,7 +566,11 @@ pub trait RunStore {
     fn kernel_job(&self, job_id: &str) -> Result<Option<KernelJob>, StoreError>;
     /// Every retained job, oldest first.
     fn kernel_jobs(&self) -> Result<Vec<KernelJob>, StoreError>;
-    fn insert_plan(&self, plan: &PlanRecord) -> Result<(), StoreError>;
+    /// Stores a plan's index row with its document (the JSON its checksum covers) and the state
+    /// root that made it (where its file is).
+    fn insert_plan(&self, plan: &PlanRecord, document: &str, made_in: &str) -> Result<(), StoreError>;
+    /// A stored plan's document as it was stored, and the state root that made it.
+    fn plan_document(&self, plan_name: &str) -> Result<Option<(String, String)>, StoreError>;
     fn plan(&self, plan_name: &str) -> Result<Option<PlanRecord>, StoreError>;
     /// Newest first.
     fn plans(&self) -> Result<Vec<PlanRecord>, StoreError>;

@@ -112,7 +112,7 @@ error_codes! {
     ArtifactNotFound => "artifact_not_found", NotFound;
     ArtifactUnreadable => "artifact_unreadable", Conflict;
     StaleToken => "stale_token", Conflict;
-    RegistryServed => "registry_served", Conflict;
+    LeaseLost => "lease_lost", Conflict;
     StaleRevision => "stale_revision", Conflict;
     RunFinished => "run_finished", Conflict;
     StepExists => "step_exists", Conflict;
@@ -498,7 +498,7 @@ fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::RunDirReserved { .. } => ErrorCode::RunDirReserved,
         StoreError::TargetExists(_) => ErrorCode::TargetExists,
         StoreError::InvalidDocQuery(_) => ErrorCode::InvalidDocQuery,
-        StoreError::RegistryServed { .. } => ErrorCode::RegistryServed,
+        StoreError::LeaseLost { .. } => ErrorCode::LeaseLost,
         StoreError::Database(_) => ErrorCode::Database,
         StoreError::Corrupt(_) => ErrorCode::Corrupt,
     }

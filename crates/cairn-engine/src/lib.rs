@@ -42,7 +42,7 @@ pub use error::{EngineError, ErrorCode, ErrorKind};
 pub use export::{ExportOut, ExportRequest, ExportResult, ExportSubject};
 pub use read_artifact::{ARTIFACT_SLICE_MAX, ArtifactSlice, ReadArtifact};
 pub use runs::{EventBatch, RunListing, RunView, StepDetail, StepExplanation, StepLog, StepView};
-pub use service::{Service, ServiceConfig, SubmitRun, Submitted};
+pub use service::{DEFAULT_LEASE, Service, ServiceConfig, SubmitRun, Submitted};
 pub use stop::{StopHook, StopKind, StopSignal};
 
 use cairn_core::store::RunStore;
@@ -82,6 +82,8 @@ pub struct Engine {
     launcher: Arc<dyn launcher::Launcher>,
     /// The daemon's spare scratch kernel, once it keeps one.
     spare: std::sync::OnceLock<Arc<verify::SpareKernel>>,
+    /// The daemon this engine serves, once it is one: the runs it creates are leased to it.
+    daemon: std::sync::OnceLock<Lessee>,
     /// Verifications running in this process, by id: what a cancel reaches.
     verifying: std::sync::Mutex<std::collections::HashMap<String, StopSignal>>,
 }
@@ -187,9 +189,17 @@ impl EngineBuilder {
             options: self.options,
             launcher: self.launcher,
             spare: std::sync::OnceLock::new(),
+            daemon: std::sync::OnceLock::new(),
             verifying: Default::default(),
         })
     }
+}
+
+/// A daemon as the engine acts for it: its record in the registry and how long its leases last.
+#[derive(Debug, Clone)]
+pub(crate) struct Lessee {
+    pub(crate) record: cairn_core::store::DaemonRecord,
+    pub(crate) lease_ms: i64,
 }
 
 /// Checks that `url` can become the registry of `state`, which records none yet: a PostgreSQL URL,
@@ -256,6 +266,21 @@ impl Engine {
     /// Where the registry lives.
     pub fn registry(&self) -> &RegistryPlace {
         &self.registry
+    }
+
+    /// The daemon this engine serves, if it is one.
+    pub(crate) fn lessee(&self) -> Option<&Lessee> {
+        self.daemon.get()
+    }
+
+    /// The lease a run this engine creates now gets: none outside a daemon; `local` runs keep
+    /// their files on this host, so only a daemon here may take them over.
+    pub(crate) fn new_lease(&self, local: bool) -> Option<cairn_core::store::NewLease> {
+        self.lessee().map(|l| cairn_core::store::NewLease {
+            daemon: l.record.id.clone(),
+            until: self.clock.now_ms() + l.lease_ms,
+            home_host: local.then(|| l.record.host.clone()),
+        })
     }
 
     pub fn options(&self) -> &EngineOptions {

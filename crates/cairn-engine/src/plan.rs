@@ -345,7 +345,8 @@ impl Engine {
             run_dir: plan.run_dir.clone(),
             created_at: plan.created_at,
         };
-        if let Err(e) = self.store.insert_plan(&record) {
+        let made_in = self.state.path().display().to_string();
+        if let Err(e) = self.store.insert_plan(&record, &String::from_utf8_lossy(&text), &made_in) {
             let _ = std::fs::remove_file(&path);
             return Err(e.into());
         }
@@ -367,7 +368,14 @@ impl Engine {
         let path = self.plan_file(name);
         let altered =
             |why: String| EngineError::PlanAltered { name: name.to_string(), path: path.display().to_string(), why };
-        let text = std::fs::read(&path).map_err(|e| altered(format!("cannot read it: {e}")))?;
+        // Its file, in the state root that made it (there a missing file is an alteration); a
+        // plan made through another state root sharing the registry is read from the copy the
+        // registry keeps. Either is checked against the checksum.
+        let here = self.state.path().display().to_string();
+        let text = match self.store.plan_document(name)? {
+            Some((document, made_in)) if made_in != here => document.into_bytes(),
+            _ => std::fs::read(&path).map_err(|e| altered(format!("cannot read it: {e}")))?,
+        };
         let plan: Plan = serde_json::from_slice(&text).map_err(|e| altered(format!("it no longer parses: {e}")))?;
         if plan.format != PLAN_FORMAT {
             return Err(altered(format!("format {} is not {PLAN_FORMAT}", plan.format)));
@@ -483,6 +491,7 @@ impl Engine {
         let run_id = RunId::generated(&self.ids.run_suffix()).to_string();
         let run = match self.replay_request(plan, &run_id) {
             None => NewRun {
+                lease: None,
                 run_id,
                 workflow: plan.workflow.clone(),
                 version: plan.version.clone(),
@@ -506,6 +515,8 @@ impl Engine {
                 NewRun { run_dir: plan.run_dir.clone(), owner, thread_id, ..new }
             }
         };
+        // A run on an SSH or Slurm target is reached from any daemon; a local one from this host.
+        let run = NewRun { lease: self.new_lease(plan.target == "local"), ..run };
         let run = self.store.consume_receipt(&ConsumeReceipt {
             receipt_id: receipt.receipt_id.clone(),
             plan_id: plan.plan_id.clone(),

@@ -8,6 +8,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use cairn_core::store::StoreError;
+
 use crate::registry::LoadedWorkflow;
 use crate::replay::ReplayRequest;
 use crate::runner::{NoProgress, RunRequest};
@@ -91,6 +93,11 @@ impl Pool {
         lock(&self.active).len()
     }
 
+    /// The runs queued or executing here.
+    pub(crate) fn active_ids(&self) -> Vec<String> {
+        lock(&self.active).keys().cloned().collect()
+    }
+
     /// The stop signal of a run queued or executing here.
     pub(crate) fn stop_signal(&self, run_id: &str) -> Option<StopSignal> {
         lock(&self.active).get(run_id).cloned()
@@ -114,6 +121,8 @@ impl Pool {
             if work.stop().and_then(StopSignal::requested).is_none() {
                 self.execute(&run_id, work);
             }
+            // Finished, stopped or taken over: this daemon writes it no more.
+            self.engine.store.drop_lease(&run_id);
             lock(&self.active).remove(&run_id);
         }
     }
@@ -127,6 +136,16 @@ impl Pool {
         let line = match outcome {
             Ok(status) => format!("run {run_id} {status} after {} ms", started.elapsed().as_millis()),
             Err(EngineError::Stopped { why, .. }) => format!("run {run_id} stopped: {why}"),
+            Err(EngineError::Store(StoreError::LeaseLost { daemon, epoch, holder, .. })) => {
+                // Refused, not applied: said in the run's log, where its new holder's work shows.
+                let lease = cairn_core::store::Lease { daemon, epoch };
+                if let Err(e) = self.engine.store.record_stale_lease(run_id, &lease, self.engine.now_ms()) {
+                    (self.log)(&format!("run {run_id}: could not record the refused write: {e}"));
+                }
+                format!(
+                    "run {run_id}: its lease was taken over by {holder}; a write was refused and it is no longer driven here"
+                )
+            }
             Err(e) => format!("run {run_id} could not go on: {e}"),
         };
         (self.log)(&line);

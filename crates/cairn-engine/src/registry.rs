@@ -324,9 +324,29 @@ impl Engine {
 
     /// A registered workflow's record: by name and exact version, or its highest version.
     pub(crate) fn workflow_record(&self, name: &str, version: Option<&str>) -> Result<WorkflowRecord, EngineError> {
-        self.store
-            .workflow(name, version)?
-            .ok_or_else(|| EngineError::WorkflowNotFound { name: name.to_string(), version: version.map(String::from) })
+        let mut record = self.store.workflow(name, version)?.ok_or_else(|| EngineError::WorkflowNotFound {
+            name: name.to_string(),
+            version: version.map(String::from),
+        })?;
+        // A registry shared by several state roots records where the first one keeps the
+        // snapshot; this state root's own copy (content-addressed: the same digest, the same
+        // bytes) is the one its runs use, and another host's path is not there at all.
+        let local = self.state.registry().join(&record.digest);
+        if local.join(DEFINITION_FILE).is_file() {
+            record.path = local.display().to_string();
+        } else if !Path::new(&record.path).join(DEFINITION_FILE).is_file() {
+            return Err(folder_err(
+                Path::new(&record.path),
+                format!(
+                    "{}@{} is registered (digest {}…) but its files are not on this host; register the same folder here \
+                     too, `cairn workflow add FOLDER` (the same content has the same digest), then try again",
+                    record.name,
+                    record.version,
+                    &record.digest[..12.min(record.digest.len())]
+                ),
+            ));
+        }
+        Ok(record)
     }
 
     /// Loads a registered workflow (`NAME[@VERSION]`), hashing its tool files as they are now in

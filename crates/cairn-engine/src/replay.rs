@@ -123,9 +123,10 @@ impl Engine {
         let source_wf = if source.version == version {
             None
         } else {
-            match self.store.workflow(&source.workflow, Some(&source.version))? {
-                Some(r) => Some(load_record(r)?),
-                None => None,
+            match self.workflow_record(&source.workflow, Some(&source.version)) {
+                Ok(r) => Some(load_record(r)?),
+                Err(EngineError::WorkflowNotFound { .. }) => None,
+                Err(e) => return Err(e),
             }
         };
         let source_tools = source_wf.as_ref().unwrap_or(&workflow);

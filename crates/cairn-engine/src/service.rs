@@ -3,14 +3,22 @@
 //! recover at start-up what a dead predecessor left, and stop. It holds the worker pool and the
 //! session kernel; everything it decides goes through the [`Engine`].
 //!
-//! **Invariant:** a run is executed only by its recorded owner; a run owned by another live
-//! process is refused, and one whose owner is gone is taken over with `resume_interrupted`,
-//! after its recorded processes are stopped.
+//! A daemon records itself in the registry and leases the runs it drives; a heartbeat thread
+//! renews its leases and takes over what a gone daemon left ([`cairn_core::lease::takeover`]).
+//! Several daemons may share one registry (PostgreSQL): each drives the runs it leases.
+//!
+//! **Invariant:** a run is executed only by the daemon that holds its lease (or, for one made
+//! in-process, by its recorded owner); a run whose holder lives is refused, and one whose holder
+//! is gone is taken over (a new lease epoch, after which the old holder's writes are refused) and
+//! resumed with `resume_interrupted`, after its recorded processes are stopped.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn_core::store::RunRecord;
+use cairn_core::lease::{Takeover, takeover};
+use cairn_core::store::{DaemonRecord, LeasedRun, RunRecord, StoreError};
 use serde_json::Value;
 
 use crate::pool::{Pool, Work};
@@ -33,7 +41,18 @@ pub struct ServiceConfig {
     /// Keep a spare scratch kernel booted for the next verification (with the session's
     /// interpreter setting).
     pub spare_kernel: bool,
+    /// How long a lease lasts without a heartbeat: after this, another daemon may take the runs
+    /// of a daemon that stopped renewing (its host lost, or it was killed).
+    pub lease: Duration,
+    /// The name this daemon's host has among a team's daemons (default: the system's host name).
+    pub host: Option<String>,
 }
+
+/// The default of `--lease-secs`.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+
+/// How often the heartbeat thread looks for runs to take over (and checks it was not stopped).
+const TAKEOVER_TICK: Duration = Duration::from_millis(200);
 
 /// A request to run a registered workflow, or to replay steps of a finished run into a child
 /// run, executed by the service's pool.
@@ -88,16 +107,39 @@ pub struct Service {
     session: Arc<SessionKernel>,
     owner: Owner,
     log: Log,
+    /// This daemon in the registry.
+    me: DaemonRecord,
+    lease: Duration,
+    /// Set to stop the heartbeat thread.
+    closing: Arc<AtomicBool>,
+    heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Runs this daemon said it leaves to another host, so it says so once.
+    waiting: Mutex<HashSet<String>>,
 }
 
 impl Service {
     /// Starts the worker pool and the session kernel (recording `died` for jobs a dead
     /// predecessor left), owned by this process. Call [`Service::recover`] next.
-    pub fn start(engine: Arc<Engine>, config: ServiceConfig) -> Result<Service, EngineError> {
-        // Before anything runs: a registry shared by several state roots has one daemon.
+    pub fn start(engine: Arc<Engine>, config: ServiceConfig) -> Result<Arc<Service>, EngineError> {
         let owner = this_process();
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        engine.store.serve(&format!("pid {} on {}, {}", owner.pid, host.trim(), engine.state().path().display()))?;
+        let now = engine.now_ms();
+        let host = config.host.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+        });
+        let me = DaemonRecord {
+            id: format!("dmn_{}", uuid::Uuid::now_v7().simple()),
+            host,
+            pid: owner.pid,
+            start_time: owner.start_time,
+            state_root: engine.state().path().display().to_string(),
+            started_at: now,
+            heartbeat_at: now,
+            stopped_at: None,
+        };
+        let lease_ms = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX).max(1);
+        engine.store.register_daemon(&me)?;
+        // Set once: an engine serves one daemon.
+        let _ = engine.daemon.set(crate::Lessee { record: me.clone(), lease_ms });
         let pool = Pool::new(engine.clone(), config.workers, config.log.clone());
         // A predecessor killed with its spare booted left that kernel running.
         engine.reap_orphan_spares();
@@ -105,7 +147,48 @@ impl Service {
             crate::verify::SpareKernel::start(engine.clone(), config.session.python.clone());
         }
         let session = SessionKernel::new(engine.clone(), config.session)?;
-        Ok(Service { engine, pool, session, owner, log: config.log })
+        let service = Arc::new(Service {
+            engine,
+            pool,
+            session,
+            owner,
+            log: config.log,
+            me,
+            lease: config.lease,
+            closing: Arc::new(AtomicBool::new(false)),
+            heartbeat: Mutex::new(None),
+            waiting: Mutex::new(HashSet::new()),
+        });
+        // A weak reference: the thread ends when the service goes, or when it is closed.
+        let weak = Arc::downgrade(&service);
+        let closing = service.closing.clone();
+        let thread = std::thread::Builder::new()
+            .name("cairn-heartbeat".into())
+            .spawn(move || heartbeat(weak, closing))
+            .map_err(|e| EngineError::internal(format!("cannot start the heartbeat thread: {e}")))?;
+        *service.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
+        Ok(service)
+    }
+
+    /// This daemon in the registry.
+    pub fn daemon(&self) -> &DaemonRecord {
+        &self.me
+    }
+
+    /// The daemons sharing this registry that are alive (their heartbeat within a lease of now,
+    /// not stopped, and, on this host, their process there), oldest first, each with the open
+    /// runs it holds the lease of.
+    pub fn daemons(&self) -> Result<Vec<(DaemonRecord, Vec<String>)>, EngineError> {
+        let since = self.engine.now_ms() - self.lease_ms();
+        let mut out = Vec::new();
+        for d in self.engine.store.live_daemons(since)? {
+            if d.host == self.me.host && !is_alive(&Owner { pid: d.pid, start_time: d.start_time }) {
+                continue;
+            }
+            let runs = self.engine.store.leased_runs(&d.id)?;
+            out.push((d, runs));
+        }
+        Ok(out)
     }
 
     pub fn engine(&self) -> &Engine {
@@ -188,17 +271,31 @@ impl Service {
         if !run.status.is_terminal() && !self.pool.is_active(&run.run_id) {
             // A run this daemon created is queued by the request that created it (a duplicate
             // request may get here first, before that one has queued it).
-            let ours = run.owner == Some(self.owner);
             if created {
                 self.pool.submit(&run.run_id, work);
-            } else if !ours {
-                // An existing open run not executing here: take it over only if its owner is gone.
-                if let Some(o) = &run.owner
-                    && is_alive(o)
-                {
-                    return Err(EngineError::RunOwnedElsewhere { run_id: run.run_id.clone(), owner: o.to_string() });
+            } else if let Some(leased) = self.engine.store.leased_run(&run.run_id)? {
+                // An existing open run not executing here: taken over only if its holder is gone.
+                match self.decide(&leased) {
+                    Takeover::Take => self.take_over(&leased)?,
+                    // Ours, created by the request that is about to queue it.
+                    Takeover::Leave if leased.lease.as_ref().is_some_and(|l| l.daemon == self.me.id) => {}
+                    Takeover::Leave => {
+                        let owner = match (&leased.lease, &leased.holder) {
+                            (Some(_), Some(h)) => format!("daemon {} (pid {} on {})", h.id, h.pid, h.host),
+                            (Some(l), None) => format!("daemon {}", l.daemon),
+                            (None, _) => run.owner.map(|o| o.to_string()).unwrap_or_else(|| "another process".into()),
+                        };
+                        return Err(EngineError::RunOwnedElsewhere { run_id: run.run_id.clone(), owner });
+                    }
+                    Takeover::Wait { host } => {
+                        return Err(EngineError::RunOwnedElsewhere {
+                            run_id: run.run_id.clone(),
+                            owner: format!(
+                                "no daemon now: its files are on host {host}, and a daemon there continues it"
+                            ),
+                        });
+                    }
                 }
-                self.pool.submit(&run.run_id, self.recovery_work(&run)?);
             }
         }
         Ok(Submitted { view: self.engine.show_run(&run.run_id)?, finished: run.status.is_terminal() })
@@ -240,9 +337,18 @@ impl Service {
     /// FAILED (their tokens cleared, so a late write is rejected), and their process groups and
     /// supervised launches are stopped. A run executing elsewhere is finalised the same way.
     pub fn cancel_run(&self, run_id: &str) -> Result<RunView, EngineError> {
-        if let Some(stop) = self.pool.stop_signal(run_id) {
-            stop.request(StopKind::Cancel);
-        }
+        let here = match self.pool.stop_signal(run_id) {
+            Some(stop) => {
+                stop.request(StopKind::Cancel);
+                true
+            }
+            None => false,
+        };
+        // A local process is stopped only on its own host: one of a run another host's daemon
+        // drives is stopped there, by that daemon, when its heartbeat finds the run finished.
+        // Supervised launches (on a target) are reached from anywhere.
+        let on_this_host = here
+            || self.engine.store.leased_run(run_id)?.is_none_or(|l| l.holder.is_none_or(|h| h.host == self.me.host));
         let running = self.engine.running_steps(run_id)?;
         self.engine.store.cancel_run(run_id, "cancelled by an operator", self.engine.now_ms())?;
         let (mut groups, mut launches) = (0, 0);
@@ -254,10 +360,11 @@ impl Service {
                         (self.log)(&format!("run {run_id}: {e}"));
                     }
                 }
-                Some((p, None)) => {
+                Some((p, None)) if on_this_host => {
                     groups += 1;
                     self.engine.launcher.stop_orphan(&self.engine, p);
                 }
+                Some((_, None)) => {}
                 None => {}
             }
         }
@@ -267,37 +374,122 @@ impl Service {
         self.engine.show_run(run_id)
     }
 
-    /// Takes over every open run whose owner is gone (a crashed or stopped daemon): its steps
-    /// left RUNNING are resumed as interrupted, after their recorded processes, if still alive,
-    /// are stopped. Runs whose owner lives are left alone. Returns how many were queued.
+    /// Takes over every open run whose holder is gone (a crashed or stopped daemon, here or, once
+    /// its lease expired, elsewhere; or the process that ran it in-process): its steps left
+    /// RUNNING are resumed as interrupted, after their recorded processes, if still alive, are
+    /// stopped. Runs whose holder lives are left alone. Returns how many were queued. The
+    /// heartbeat thread does this again every [`TAKEOVER_TICK`].
     pub fn recover(&self) -> usize {
-        let open = match self.engine.store.open_runs() {
+        let open = match self.engine.store.open_leases() {
             Ok(open) => open,
             Err(e) => {
-                (self.log)(&format!("recovery could not list open runs: {e}"));
+                (self.log)(&format!("could not list open runs to take over: {e}"));
                 return 0;
             }
         };
         let mut queued = 0;
-        for run in open {
-            if let Some(owner) = &run.owner
-                && (*owner == self.owner || is_alive(owner))
-            {
-                (self.log)(&format!("run {} is owned by live process {owner}; left alone", run.run_id));
+        for leased in open {
+            let run_id = leased.run.run_id.clone();
+            if self.pool.is_active(&run_id) {
                 continue;
             }
-            match self.recovery_work(&run) {
-                Ok(work) => {
-                    if self.pool.submit(&run.run_id, work) {
-                        queued += 1;
-                        let was = run.owner.map(|o| o.to_string()).unwrap_or_else(|| "none".into());
-                        (self.log)(&format!("recovering run {} (owner {was} is gone)", run.run_id));
+            match self.decide(&leased) {
+                Takeover::Take => match self.take_over(&leased) {
+                    Ok(()) => queued += 1,
+                    // Another daemon took it first.
+                    Err(EngineError::Store(StoreError::StaleRevision { .. } | StoreError::RunFinished { .. })) => {}
+                    Err(e) => (self.log)(&format!("cannot take run {run_id} over: {e}")),
+                },
+                Takeover::Wait { host } => {
+                    if self.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(run_id.clone()) {
+                        (self.log)(&format!(
+                            "run {run_id} waits for a daemon on host {host}: its lease expired and its files are there"
+                        ));
                     }
                 }
-                Err(e) => (self.log)(&format!("cannot recover run {}: {e}", run.run_id)),
+                Takeover::Leave => {}
             }
         }
         queued
+    }
+
+    /// What this daemon does about an open run it does not drive: whether its holder (a daemon
+    /// on this host, or the run's owner process) is alive is checked here.
+    fn decide(&self, leased: &LeasedRun) -> Takeover {
+        let alive = match (&leased.lease, &leased.holder) {
+            (Some(_), Some(h)) if h.host == self.me.host => {
+                Some(h.id == self.me.id || is_alive(&Owner { pid: h.pid, start_time: h.start_time }))
+            }
+            (Some(_), _) => None,
+            (None, _) => leased.run.owner.as_ref().map(|o| *o == self.owner || is_alive(o)),
+        };
+        takeover(leased, &self.me, self.engine.now_ms(), alive)
+    }
+
+    /// Takes `leased`'s lease (a new epoch: whatever its old holder writes now is refused) and
+    /// queues the run, resumed.
+    fn take_over(&self, leased: &LeasedRun) -> Result<(), EngineError> {
+        let run = &leased.run;
+        let now = self.engine.now_ms();
+        let until = now + self.lease_ms();
+        let seen = leased.lease.as_ref().map_or(0, |l| l.epoch);
+        let lease = self.engine.store.take_lease(&run.run_id, &self.me, seen, until, now)?;
+        let work = match self.recovery_work(run) {
+            Ok(work) => work,
+            Err(e) => {
+                // Left for whoever can drive it: the lease expires.
+                self.engine.store.drop_lease(&run.run_id);
+                return Err(e);
+            }
+        };
+        if self.pool.submit(&run.run_id, work) {
+            let was = match &leased.lease {
+                Some(l) => format!("daemon {}", l.daemon),
+                None => run.owner.map(|o| format!("process {o}")).unwrap_or_else(|| "no owner".into()),
+            };
+            (self.log)(&format!("taking run {} over (lease epoch {}; {was} is gone)", run.run_id, lease.epoch));
+        }
+        Ok(())
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX).max(1)
+    }
+
+    /// Renews this daemon's heartbeat and leases; a run executing here whose lease it no longer
+    /// holds (another daemon took it, or it was cancelled through another daemon) is stopped.
+    fn renew(&self) {
+        let now = self.engine.now_ms();
+        let held = match self.engine.store.heartbeat(&self.me.id, now, now + self.lease_ms()) {
+            Ok(held) => held.into_iter().map(|(run_id, _)| run_id).collect::<HashSet<_>>(),
+            Err(e) => {
+                (self.log)(&format!("heartbeat failed (leases not renewed): {e}"));
+                return;
+            }
+        };
+        for run_id in self.pool.active_ids() {
+            if held.contains(&run_id) {
+                continue;
+            }
+            let Some(stop) = self.pool.stop_signal(&run_id) else { continue };
+            let Ok(Some(leased)) = self.engine.store.leased_run(&run_id) else { continue };
+            if leased.lease.as_ref().is_some_and(|l| l.daemon != self.me.id) {
+                // Taken over: its new holder stops (or re-attaches to) what was left running.
+                stop.request(StopKind::LeaseLost);
+                self.engine.store.drop_lease(&run_id);
+                (self.log)(&format!("run {run_id}: another daemon took its lease over; stopped driving it"));
+            } else if leased.run.status.is_terminal() {
+                // Still ours, but finished through another daemon (cancelled): what it runs here
+                // is stopped here, where its processes are.
+                stop.request(StopKind::Cancel);
+                for step in self.engine.store.steps(&run_id).unwrap_or_default() {
+                    if let Some(p) = step.process.as_ref().filter(|p| p.remote.is_none()) {
+                        self.engine.launcher.stop_orphan(&self.engine, p);
+                    }
+                }
+                (self.log)(&format!("run {run_id} was {} through another daemon; stopped here", leased.run.status));
+            }
+        }
     }
 
     /// What continues a run taken over from a dead owner: the same request with the recovery
@@ -344,6 +536,10 @@ impl Service {
     /// stopped, and the workers are joined (up to `wait`). Those runs stay RUNNING, owned by this
     /// (then dead) daemon, for the next daemon to resume. Returns how many runs were interrupted.
     pub fn shutdown(&self, wait: Duration) -> usize {
+        self.closing.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.heartbeat.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
         if let Some(spare) = self.engine.spare_kernel() {
             spare.close();
         }
@@ -359,6 +555,28 @@ impl Service {
             }
         }
         self.pool.join(wait);
+        // Its leases end now: the next daemon, here or elsewhere, need not wait for them.
+        if let Err(e) = self.engine.store.stop_daemon(&self.me.id, self.engine.now_ms()) {
+            (self.log)(&format!("could not release this daemon's leases: {e}"));
+        }
         active.len()
+    }
+}
+
+/// The heartbeat thread: every third of a lease, renews this daemon's leases; every tick, takes
+/// over what a gone daemon left. Ends when the service closes or is dropped.
+fn heartbeat(service: std::sync::Weak<Service>, closing: Arc<AtomicBool>) {
+    let mut last_beat = std::time::Instant::now();
+    while !closing.load(Ordering::SeqCst) {
+        std::thread::sleep(TAKEOVER_TICK);
+        let Some(service) = service.upgrade() else { return };
+        if closing.load(Ordering::SeqCst) {
+            return;
+        }
+        if last_beat.elapsed() >= service.lease / 3 {
+            last_beat = std::time::Instant::now();
+            service.renew();
+        }
+        service.recover();
     }
 }

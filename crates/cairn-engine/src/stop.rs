@@ -14,6 +14,9 @@ pub enum StopKind {
     /// The daemon is stopping: nothing more is written, and the step left RUNNING is resumed as
     /// interrupted by the next daemon.
     Shutdown,
+    /// Another daemon took the run's lease over: nothing more is written here (the registry would
+    /// refuse it), and the new holder resumes the step left RUNNING.
+    LeaseLost,
 }
 
 type Hook = Box<dyn FnOnce(StopKind) + Send>;
@@ -59,6 +62,7 @@ impl StopSignal {
         let code = match kind {
             StopKind::Cancel => 1,
             StopKind::Shutdown => 2,
+            StopKind::LeaseLost => 3,
         };
         if self.0.state.compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
             let hooks = std::mem::take(&mut *self.0.hooks.lock().unwrap_or_else(PoisonError::into_inner));
@@ -72,6 +76,7 @@ impl StopSignal {
         match self.0.state.load(Ordering::SeqCst) {
             1 => Some(StopKind::Cancel),
             2 => Some(StopKind::Shutdown),
+            3 => Some(StopKind::LeaseLost),
             _ => None,
         }
     }

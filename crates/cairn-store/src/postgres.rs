@@ -10,9 +10,10 @@
 //! what it is on SQLite, as if alone. A write that adds events to a run first locks the run's row
 //! (`lock_run`), so a run's events are numbered in the order their transactions commit and a
 //! follower reading `seq > n` never misses one. Relaxed writes turn `synchronous_commit` off for
-//! their own transaction only.
+//! their own transaction only. A run's lease (which daemon drives it) is fenced in `registry.rs`,
+//! the same on both databases.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::error::Error;
 use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard};
@@ -42,14 +43,12 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0011_verification_parameters.sql"),
     include_str!("../migrations/postgres/0012_approval_channel.sql"),
     include_str!("../migrations/postgres/0013_run_parallelism.sql"),
+    include_str!("../migrations/postgres/0014_leases.sql"),
+    include_str!("../migrations/postgres/0015_plan_documents.sql"),
 ];
 
 /// Taken (for its transaction) by whoever migrates, so daemons starting together migrate once.
 const MIGRATION_LOCK: i64 = 0x6361_6972_6e5f_6d69;
-
-/// With the hash of the schema (a registry is a database's schema, so several registries may
-/// share a database), the advisory lock the daemon that serves the registry holds for its session.
-const DAEMON_LOCK: i32 = 0x6361_6972;
 
 /// How many times a write is run again after conflicts before its error is returned.
 const MAX_CONFLICT_RETRIES: u32 = 50;
@@ -90,8 +89,6 @@ pub struct Postgres {
     shown: String,
     main: Mutex<Option<Conn>>,
     follower: Mutex<Option<Conn>>,
-    /// The connection whose session holds [`DAEMON_LOCK`], once this process serves the registry.
-    serving: Mutex<Option<Client>>,
 }
 
 impl Postgres {
@@ -107,8 +104,7 @@ impl Postgres {
             config.connect_timeout(Duration::from_secs(10));
         }
         config.application_name("cairn");
-        let pg =
-            Postgres { config, shown, main: Mutex::new(None), follower: Mutex::new(None), serving: Mutex::new(None) };
+        let pg = Postgres { config, shown, main: Mutex::new(None), follower: Mutex::new(None) };
         let mut main = pg.connect()?;
         migrate(&mut main.client, &pg.shown)?;
         *pg.main.lock().unwrap_or_else(|p| p.into_inner()) = Some(main);
@@ -208,7 +204,7 @@ impl Backend for Postgres {
                         client: &mut tx,
                         statements: &mut conn.statements,
                         shown: &self.shown,
-                        locked: HashSet::new(),
+                        locked: HashMap::new(),
                         conflict: &mut failed,
                     };
                     f(&mut t)?
@@ -232,44 +228,6 @@ impl Backend for Postgres {
         }
     }
 
-    fn serve(&self, daemon: &str) -> Result<(), StoreError> {
-        let mut serving = self.serving.lock().unwrap_or_else(|p| p.into_inner());
-        if serving.is_some() {
-            return Ok(());
-        }
-        let fail = |e: postgres::Error| {
-            StoreError::Database(format!("the PostgreSQL registry {}: {}", self.shown, message(&e)))
-        };
-        let mut config = self.config.clone();
-        // What another daemon is told, and what the server's pg_stat_activity shows.
-        let name: String = format!("cairn daemon {daemon}").chars().take(63).collect();
-        config.application_name(&name);
-        let mut client = config.connect(NoTls).map_err(|e| {
-            StoreError::Database(format!("cannot reach the PostgreSQL registry {}: {}", self.shown, message(&e)))
-        })?;
-        let got: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1, hashtext(current_schema()))", &[&DAEMON_LOCK])
-            .map_err(fail)?
-            .get(0);
-        if !got {
-            let holder = client
-                .query_opt(
-                    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.database = \
-                     (SELECT oid FROM pg_database WHERE datname = current_database()) \
-                     AND l.classid::bigint = $1::bigint AND l.objid::bigint = (hashtext(current_schema())::bigint & 4294967295)",
-                    &[&i64::from(DAEMON_LOCK)],
-                )
-                .ok()
-                .flatten()
-                .and_then(|row| row.try_get::<_, String>(0).ok())
-                .unwrap_or_else(|| "a daemon this server does not name".into());
-            return Err(StoreError::RegistryServed { by: holder });
-        }
-        *serving = Some(client);
-        Ok(())
-    }
-
     fn read<T>(
         &self,
         reader: Reader,
@@ -286,7 +244,7 @@ impl Backend for Postgres {
             client: &mut conn.client,
             statements: &mut conn.statements,
             shown: &self.shown,
-            locked: HashSet::new(),
+            locked: HashMap::new(),
             conflict: &mut failed,
         });
         if matches!(failed, Some(Failure::Closed)) {
@@ -318,8 +276,8 @@ struct PgTx<'a, C: GenericClient> {
     client: &'a mut C,
     statements: &'a mut HashMap<String, Statement>,
     shown: &'a str,
-    /// The runs this transaction has locked already.
-    locked: HashSet<String>,
+    /// The runs this transaction has locked already, with their lease rows.
+    locked: HashMap<String, Option<(Option<String>, i64)>>,
     conflict: &'a mut Option<Failure>,
 }
 
@@ -408,13 +366,17 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
         self.rows(sql, params)?.iter().map(cells).collect()
     }
 
-    fn lock_run(&mut self, run_id: &str) -> Result<(), StoreError> {
-        if self.locked.contains(run_id) {
-            return Ok(());
+    fn lock_run(&mut self, run_id: &str, _lease: bool) -> Result<Option<(Option<String>, i64)>, StoreError> {
+        if let Some(row) = self.locked.get(run_id) {
+            return Ok(row.clone());
         }
-        self.rows("SELECT 1 FROM workflow_executions WHERE run_id = ?1 FOR UPDATE", &[Param::Text(run_id)])?;
-        self.locked.insert(run_id.to_string());
-        Ok(())
+        let rows = self.query(
+            "SELECT lease_owner, lease_epoch FROM workflow_executions WHERE run_id = ?1 FOR UPDATE",
+            &[Param::Text(run_id)],
+        )?;
+        let row = rows.first().map(|r| Ok::<_, StoreError>((r.get(0)?, r.get(1)?))).transpose()?;
+        self.locked.insert(run_id.to_string(), row.clone());
+        Ok(row)
     }
 
     fn search_docs(&mut self, query: &str, limit: i64) -> Result<Vec<Row>, StoreError> {

@@ -11,13 +11,60 @@ use cairn_core::store::*;
 use cairn_core::validator::Finding;
 use serde_json::Value;
 
-use crate::sql::{Backend, Durability, Reader, Row, Tx, params};
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use crate::sql::{Backend, Durability, Param, Reader, Row, Tx, params};
 
 /// The registry over one database.
 pub struct Registry<B: Backend> {
     db: B,
     /// Called after every committed write (the daemon wakes its event followers with it).
     on_commit: Option<Box<dyn Fn() + Send + Sync>>,
+    /// The runs this process writes as their lease's holder: a write of one whose lease is no
+    /// longer this (daemon, epoch) is refused inside its transaction (see [`Fenced`]).
+    leases: RwLock<HashMap<String, Lease>>,
+}
+
+/// A transaction that refuses to write a run this process held the lease of, once the run's
+/// lease is another's: every write that changes a run takes the run first ([`Tx::lock_run`]),
+/// and that is where its lease row is compared, in the same transaction as the write.
+struct Fenced<'a> {
+    tx: &'a mut dyn Tx,
+    leases: &'a HashMap<String, Lease>,
+}
+
+impl Tx for Fenced<'_> {
+    fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<usize, StoreError> {
+        self.tx.execute(sql, params)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError> {
+        self.tx.query(sql, params)
+    }
+
+    fn lock_run(&mut self, run_id: &str, lease: bool) -> Result<Option<(Option<String>, i64)>, StoreError> {
+        let held = self.leases.get(run_id);
+        let row = self.tx.lock_run(run_id, lease || held.is_some())?;
+        if let (Some(held), Some((owner, epoch))) = (held, &row)
+            && (owner.as_deref() != Some(held.daemon.as_str()) || *epoch != held.epoch)
+        {
+            return Err(StoreError::LeaseLost {
+                run_id: run_id.to_string(),
+                daemon: held.daemon.clone(),
+                epoch: held.epoch,
+                holder: match owner {
+                    Some(o) => format!("daemon `{o}` (epoch {epoch})"),
+                    None => format!("no daemon (epoch {epoch})"),
+                },
+            });
+        }
+        Ok(row)
+    }
+
+    fn search_docs(&mut self, query: &str, limit: i64) -> Result<Vec<Row>, StoreError> {
+        self.tx.search_docs(query, limit)
+    }
 }
 
 fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> String {
@@ -38,7 +85,7 @@ where
 
 impl<B: Backend> Registry<B> {
     pub fn new(db: B) -> Registry<B> {
-        Registry { db, on_commit: None }
+        Registry { db, on_commit: None, leases: RwLock::new(HashMap::new()) }
     }
 
     /// Sets the function called after every committed write (after the connection is released).
@@ -74,7 +121,8 @@ impl<B: Backend> Registry<B> {
         durability: Durability,
         mut f: impl FnMut(&mut dyn Tx) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.db.write(durability, &mut f)
+        let leases = self.leases.read().unwrap_or_else(|p| p.into_inner());
+        self.db.write(durability, &mut |tx| f(&mut Fenced { tx, leases: &leases }))
     }
 
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Tx) -> Result<T, StoreError>) -> Result<T, StoreError> {
@@ -119,10 +167,12 @@ impl<B: Backend> Registry<B> {
 
 /// Inserts a new run, RUNNING at revision 1 (its `run.created` event is the caller's).
 fn insert_run(tx: &mut dyn Tx, n: &NewRun, plan_id: Option<&str>) -> Result<(), StoreError> {
+    let lease = n.lease.as_ref();
     tx.execute(
         "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
-         run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id, parallelism) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+         run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id, parallelism, \
+         lease_owner, lease_epoch, lease_expires_at, home_host) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         params![
             n.run_id,
             n.workflow,
@@ -137,6 +187,10 @@ fn insert_run(tx: &mut dyn Tx, n: &NewRun, plan_id: Option<&str>) -> Result<(), 
             n.thread_id,
             plan_id,
             n.parallelism.max(1),
+            lease.map(|l| l.daemon.as_str()),
+            i64::from(lease.is_some()),
+            lease.map(|l| l.until),
+            lease.and_then(|l| l.home_host.as_deref()),
         ],
     )?;
     Ok(())
@@ -150,8 +204,9 @@ fn insert_event(
     at: i64,
     event: &RunEvent,
 ) -> Result<(), StoreError> {
-    // A run's events are numbered in the order their transactions commit.
-    tx.lock_run(run_id)?;
+    // A run's events are numbered in the order their transactions commit; a run whose lease this
+    // process lost is not written.
+    tx.lock_run(run_id, false)?;
     let (kind, data) = (event.kind(), event.data());
     tx.execute(
         "INSERT INTO events (run_id, kind, step_id, attempt, at, data_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -306,6 +361,41 @@ fn run_from_row(r: &Row) -> Result<RunRecord, StoreError> {
     })
 }
 
+const DAEMON_COLUMNS: &str = "id, host, pid, start_time, state_root, started_at, heartbeat_at, stopped_at";
+
+/// `DAEMON_COLUMNS` from column `at` on.
+fn daemon_from_row(r: &Row, at: usize) -> Result<DaemonRecord, StoreError> {
+    Ok(DaemonRecord {
+        id: r.get(at)?,
+        host: r.get(at + 1)?,
+        pid: r.get(at + 2)?,
+        start_time: u64::try_from(r.get::<i64>(at + 3)?).unwrap_or(0),
+        state_root: r.get(at + 4)?,
+        started_at: r.get(at + 5)?,
+        heartbeat_at: r.get(at + 6)?,
+        stopped_at: r.get(at + 7)?,
+    })
+}
+
+/// An open run with its lease row and its holder's daemon row: the run's columns (19), then
+/// lease_owner, lease_epoch, lease_expires_at, home_host, then the daemon's (8).
+const LEASED_RUN_SELECT: &str = "SELECT e.run_id, e.workflow, e.version, e.identity_hash, e.input_json, e.status, \
+     e.revision, e.run_dir, e.created_at, e.updated_at, e.finished_at, e.findings_json, e.error, e.source_run_id, \
+     e.replay_json, e.owner, e.thread_id, e.plan_id, e.parallelism, e.lease_owner, e.lease_epoch, e.lease_expires_at, \
+     e.home_host, d.id, d.host, d.pid, d.start_time, d.state_root, d.started_at, d.heartbeat_at, d.stopped_at \
+     FROM workflow_executions e LEFT JOIN daemons d ON d.id = e.lease_owner";
+
+fn leased_run_from_row(r: &Row) -> Result<LeasedRun, StoreError> {
+    let owner: Option<String> = r.get(19)?;
+    Ok(LeasedRun {
+        run: run_from_row(r)?,
+        lease: owner.map(|daemon| Ok::<_, StoreError>(Lease { daemon, epoch: r.get(20)? })).transpose()?,
+        expires_at: r.get(21)?,
+        home_host: r.get(22)?,
+        holder: r.get::<Option<String>>(23)?.map(|_| daemon_from_row(r, 23)).transpose()?,
+    })
+}
+
 const PLAN_COLUMNS: &str = "plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at";
 
 fn plan_from_row(r: &Row) -> Result<PlanRecord, StoreError> {
@@ -457,8 +547,141 @@ fn check_running_token(tx: &mut dyn Tx, run_id: &str, step_id: &str, token: &str
 }
 
 impl<B: Backend> RunStore for Registry<B> {
-    fn serve(&self, daemon: &str) -> Result<(), StoreError> {
-        self.db.serve(daemon)
+    fn register_daemon(&self, d: &DaemonRecord) -> Result<(), StoreError> {
+        self.write_quietly(Durability::Full, |tx| {
+            tx.execute(
+                "INSERT INTO daemons (id, host, pid, start_time, state_root, started_at, heartbeat_at, stopped_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
+                params![d.id, d.host, d.pid, d.start_time as i64, d.state_root, d.started_at, d.heartbeat_at],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn heartbeat(&self, daemon: &str, at: i64, until: i64) -> Result<Vec<(String, Lease)>, StoreError> {
+        // Not evidence: a heartbeat lost to a crash only lets the lease expire, as the crash does.
+        let held = self.write_quietly(Durability::Relaxed, |tx| {
+            tx.execute("UPDATE daemons SET heartbeat_at = ?2 WHERE id = ?1", params![daemon, at])?;
+            tx.query(
+                "UPDATE workflow_executions SET lease_expires_at = ?2 \
+                 WHERE lease_owner = ?1 AND status IN ('PENDING', 'RUNNING') RETURNING run_id, lease_epoch",
+                params![daemon, until],
+            )
+        })?;
+        rows(held, |r| Ok((r.get(0)?, Lease { daemon: daemon.to_string(), epoch: r.get(1)? })))
+    }
+
+    fn stop_daemon(&self, daemon: &str, at: i64) -> Result<(), StoreError> {
+        self.write_quietly(Durability::Full, |tx| {
+            tx.execute("UPDATE daemons SET stopped_at = ?2, heartbeat_at = ?2 WHERE id = ?1", params![daemon, at])?;
+            tx.execute(
+                "UPDATE workflow_executions SET lease_expires_at = ?2 \
+                 WHERE lease_owner = ?1 AND status IN ('PENDING', 'RUNNING')",
+                params![daemon, at],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn live_daemons(&self, since: i64) -> Result<Vec<DaemonRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {DAEMON_COLUMNS} FROM daemons WHERE stopped_at IS NULL AND heartbeat_at >= ?1 ORDER BY started_at, id"
+        );
+        rows(self.read(|tx| tx.query(&sql, params![since]))?, |r| daemon_from_row(r, 0))
+    }
+
+    fn leased_runs(&self, daemon: &str) -> Result<Vec<String>, StoreError> {
+        let found = self.read(|tx| {
+            tx.query(
+                "SELECT run_id FROM workflow_executions WHERE lease_owner = ?1 AND status IN ('PENDING', 'RUNNING') \
+                 ORDER BY created_at, rowid",
+                params![daemon],
+            )
+        })?;
+        rows(found, |r| r.get(0))
+    }
+
+    fn open_leases(&self) -> Result<Vec<LeasedRun>, StoreError> {
+        let sql =
+            format!("{LEASED_RUN_SELECT} WHERE e.status IN ('PENDING', 'RUNNING') ORDER BY e.created_at, e.rowid");
+        // Every daemon asks this a few times a second: on the follower's connection, so it never
+        // waits for a writer.
+        rows(self.follow(|tx| tx.query(&sql, &[]))?, leased_run_from_row)
+    }
+
+    fn leased_run(&self, run_id: &str) -> Result<Option<LeasedRun>, StoreError> {
+        let sql = format!("{LEASED_RUN_SELECT} WHERE e.run_id = ?1");
+        self.read(|tx| tx.query_opt(&sql, params![run_id]))?.map(|r| leased_run_from_row(&r)).transpose()
+    }
+
+    fn take_lease(
+        &self,
+        run_id: &str,
+        daemon: &DaemonRecord,
+        seen_epoch: i64,
+        until: i64,
+        at: i64,
+    ) -> Result<Lease, StoreError> {
+        // A lease this process held before is not the one it takes now.
+        self.drop_lease(run_id);
+        let lease = self.write(|tx| {
+            let previous: Option<String> =
+                first(tx.query_opt("SELECT lease_owner FROM workflow_executions WHERE run_id = ?1", params![run_id])?)?;
+            let changed = tx.execute(
+                "UPDATE workflow_executions SET lease_owner = ?2, lease_epoch = lease_epoch + 1, lease_expires_at = ?3 \
+                 WHERE run_id = ?1 AND lease_epoch = ?4 AND status IN ('PENDING', 'RUNNING')",
+                params![run_id, daemon.id, until, seen_epoch],
+            )?;
+            if changed == 0 {
+                return match load_run(tx, run_id)? {
+                    None => Err(StoreError::RunNotFound(run_id.into())),
+                    Some(run) if run.status.is_terminal() => {
+                        Err(StoreError::RunFinished { run_id: run_id.into(), status: run.status.to_string() })
+                    }
+                    Some(_) => Err(StoreError::StaleRevision { run_id: run_id.into(), expected: seen_epoch }),
+                };
+            }
+            let epoch = seen_epoch + 1;
+            insert_event(
+                tx,
+                run_id,
+                None,
+                None,
+                at,
+                &RunEvent::RunLeased {
+                    daemon: daemon.id.clone(),
+                    host: daemon.host.clone(),
+                    epoch,
+                    previous: previous.clone(),
+                },
+            )?;
+            Ok(Lease { daemon: daemon.id.clone(), epoch })
+        })?;
+        self.hold_lease(run_id, lease.clone());
+        Ok(lease)
+    }
+
+    fn hold_lease(&self, run_id: &str, lease: Lease) {
+        self.leases.write().unwrap_or_else(|p| p.into_inner()).insert(run_id.to_string(), lease);
+    }
+
+    fn drop_lease(&self, run_id: &str) {
+        self.leases.write().unwrap_or_else(|p| p.into_inner()).remove(run_id);
+    }
+
+    fn record_stale_lease(&self, run_id: &str, lease: &Lease, at: i64) -> Result<(), StoreError> {
+        // Written by the process that lost the lease, so not fenced by it.
+        self.drop_lease(run_id);
+        self.write(|tx| {
+            insert_event(
+                tx,
+                run_id,
+                None,
+                None,
+                at,
+                &RunEvent::RunStaleLeaseWriteRejected { daemon: lease.daemon.clone(), epoch: lease.epoch },
+            )
+        })
     }
 
     fn register_workflow(&self, rec: &WorkflowRecord) -> Result<RegisterOutcome, StoreError> {
@@ -499,7 +722,7 @@ impl<B: Backend> RunStore for Registry<B> {
     }
 
     fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError> {
-        self.write(|tx| {
+        let created = self.write(|tx| {
             if let Some(existing) = load_run(tx, &new.run_id)? {
                 return Ok(CreateRun::Existing(existing));
             }
@@ -515,7 +738,11 @@ impl<B: Backend> RunStore for Registry<B> {
             load_run(tx, &new.run_id)?
                 .map(CreateRun::Created)
                 .ok_or_else(|| StoreError::RunNotFound(new.run_id.clone()))
-        })
+        })?;
+        if let (CreateRun::Created(run), Some(lease)) = (&created, &new.lease) {
+            self.hold_lease(&run.run_id, Lease { daemon: lease.daemon.clone(), epoch: 1 });
+        }
+        Ok(created)
     }
 
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -898,7 +1125,7 @@ impl<B: Backend> RunStore for Registry<B> {
 
     fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError> {
         self.write(|tx| {
-            tx.lock_run(run_id)?;
+            tx.lock_run(run_id, false)?;
             let run = load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))?;
             if run.status.is_terminal() {
                 return Err(StoreError::RunFinished { run_id: run_id.into(), status: run.status.to_string() });
@@ -976,14 +1203,14 @@ impl<B: Backend> RunStore for Registry<B> {
         rows(self.read(|tx| tx.query(&sql, &[]))?, job_from_row)
     }
 
-    fn insert_plan(&self, p: &PlanRecord) -> Result<(), StoreError> {
+    fn insert_plan(&self, p: &PlanRecord, document: &str, made_in: &str) -> Result<(), StoreError> {
         self.write(|tx| {
             if tx.query_opt("SELECT plan_id FROM plans WHERE plan_name = ?1", params![p.plan_name])?.is_some() {
                 return Err(StoreError::PlanExists(p.plan_name.clone()));
             }
             tx.execute(
-                "INSERT INTO plans (plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO plans (plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at, \
+                 plan_json, made_in) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     p.plan_name,
                     p.plan_id,
@@ -992,11 +1219,22 @@ impl<B: Backend> RunStore for Registry<B> {
                     p.version,
                     p.target,
                     p.run_dir,
-                    p.created_at
+                    p.created_at,
+                    document,
+                    made_in
                 ],
             )?;
             Ok(())
         })
+    }
+
+    fn plan_document(&self, plan_name: &str) -> Result<Option<(String, String)>, StoreError> {
+        let row = self
+            .read(|tx| tx.query_opt("SELECT plan_json, made_in FROM plans WHERE plan_name = ?1", params![plan_name]))?;
+        // A plan stored before documents were kept has neither.
+        let found: Option<(Option<String>, Option<String>)> =
+            row.map(|r| Ok::<_, StoreError>((r.get(0)?, r.get(1)?))).transpose()?;
+        Ok(found.and_then(|(document, made_in)| Some((document?, made_in?))))
     }
 
     fn plan(&self, plan_name: &str) -> Result<Option<PlanRecord>, StoreError> {
@@ -1010,7 +1248,7 @@ impl<B: Backend> RunStore for Registry<B> {
     }
 
     fn consume_receipt(&self, c: &ConsumeReceipt) -> Result<RunRecord, StoreError> {
-        self.write(|tx| {
+        let run = self.write(|tx| {
             if tx.query_opt("SELECT run_id FROM receipts WHERE receipt_id = ?1", params![c.receipt_id])?.is_some() {
                 return Err(StoreError::ReceiptConsumed(c.receipt_id.clone()));
             }
@@ -1052,7 +1290,11 @@ impl<B: Backend> RunStore for Registry<B> {
             };
             insert_event(tx, &n.run_id, None, None, n.at, &event)?;
             load_run(tx, &n.run_id)?.ok_or_else(|| StoreError::RunNotFound(n.run_id.clone()))
-        })
+        })?;
+        if let Some(lease) = &c.run.lease {
+            self.hold_lease(&run.run_id, Lease { daemon: lease.daemon.clone(), epoch: 1 });
+        }
+        Ok(run)
     }
 
     fn add_target(&self, spec: &cairn_core::target::TargetSpec, at: i64) -> Result<(), StoreError> {

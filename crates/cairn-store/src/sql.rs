@@ -151,9 +151,11 @@ pub trait Tx {
     fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<usize, StoreError>;
     /// Every row a statement returns.
     fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError>;
-    /// Takes a run's writes for the rest of this transaction: its events are then numbered in
-    /// the order their transactions commit. (SQLite has one writer at a time: nothing to do.)
-    fn lock_run(&mut self, run_id: &str) -> Result<(), StoreError>;
+    /// Takes a run's writes for the rest of this transaction, so its events are numbered in the
+    /// order their transactions commit (SQLite has one writer at a time: nothing to take), and
+    /// returns its lease row, `(lease_owner, lease_epoch)`, when `lease` asks for it (PostgreSQL
+    /// always reads it) or `None` for a run that does not exist.
+    fn lock_run(&mut self, run_id: &str, lease: bool) -> Result<Option<(Option<String>, i64)>, StoreError>;
     /// The doc search, in the database's own full-text index: `query` in SQLite FTS5's syntax;
     /// rows of name, version, title, snippet (matches between `\u{1}` and `\u{2}`) and score
     /// (higher is better), best first. A query the index cannot read is `InvalidDocQuery`.
@@ -208,11 +210,6 @@ pub trait Backend: Send + Sync + 'static {
     /// Runs `f` on a connection, outside any write.
     fn read<T>(&self, reader: Reader, f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>)
     -> Result<T, StoreError>;
-
-    /// See [`RunStore::serve`](cairn_core::store::RunStore::serve).
-    fn serve(&self, _daemon: &str) -> Result<(), StoreError> {
-        Ok(())
-    }
 }
 
 /// `sql` with its `?N` placeholders as `$N` (PostgreSQL's), leaving quoted text alone.

@@ -29,6 +29,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0011_verification_parameters.sql"),
     include_str!("../migrations/sqlite/0012_approval_channel.sql"),
     include_str!("../migrations/sqlite/0013_run_parallelism.sql"),
+    include_str!("../migrations/sqlite/0014_leases.sql"),
+    include_str!("../migrations/sqlite/0015_plan_documents.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
@@ -179,8 +181,15 @@ impl Tx for SqliteTx<'_> {
         self.rows(sql, params).map_err(db)?.into_iter().collect()
     }
 
-    fn lock_run(&mut self, _run_id: &str) -> Result<(), StoreError> {
-        Ok(())
+    fn lock_run(&mut self, run_id: &str, lease: bool) -> Result<Option<(Option<String>, i64)>, StoreError> {
+        if !lease {
+            return Ok(None);
+        }
+        let row = self.query_opt(
+            "SELECT lease_owner, lease_epoch FROM workflow_executions WHERE run_id = ?1",
+            &[Param::Text(run_id)],
+        )?;
+        row.map(|r| Ok((r.get(0)?, r.get(1)?))).transpose()
     }
 
     fn search_docs(&mut self, query: &str, limit: i64) -> Result<Vec<Row>, StoreError> {

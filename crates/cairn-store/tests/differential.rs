@@ -68,6 +68,7 @@ fn sig(step: &str) -> StepSignature {
 
 fn new_run(run: &str, source: Option<&str>, at: i64) -> NewRun {
     NewRun {
+        lease: None,
         run_id: run.into(),
         workflow: "wf".into(),
         version: "1.0.0".into(),
@@ -181,16 +182,20 @@ fn apply(store: &dyn RunStore, op: &Op, at: i64) -> String {
             };
             answer(store.copy_reused_steps(RUNS[*child], RUNS[*source], &records, at))
         }
-        Op::Plan { plan } => answer(store.insert_plan(&PlanRecord {
-            plan_name: format!("plan-{plan}"),
-            plan_id: format!("plan_{plan}"),
-            plan_checksum: format!("sum-{plan}"),
-            workflow: "wf".into(),
-            version: "1.0.0".into(),
-            target: "local".into(),
-            run_dir: format!("/out/{plan}"),
-            created_at: at,
-        })),
+        Op::Plan { plan } => answer(store.insert_plan(
+            &PlanRecord {
+                plan_name: format!("plan-{plan}"),
+                plan_id: format!("plan_{plan}"),
+                plan_checksum: format!("sum-{plan}"),
+                workflow: "wf".into(),
+                version: "1.0.0".into(),
+                target: "local".into(),
+                run_dir: format!("/out/{plan}"),
+                created_at: at,
+            },
+            &format!("{{\"plan\": {plan}}}"),
+            "/state",
+        )),
         Op::Consume { receipt, plan, run, dir } => answer(store.consume_receipt(&ConsumeReceipt {
             receipt_id: format!("rcpt_{receipt}"),
             plan_id: format!("plan_{plan}"),

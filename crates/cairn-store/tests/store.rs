@@ -122,6 +122,7 @@ fn sqlite_db() -> (TempDir, PathBuf, SqliteStore) {
 
 fn new_run(run_id: &str) -> NewRun {
     NewRun {
+        lease: None,
         run_id: run_id.into(),
         workflow: "wf".into(),
         version: "1.0.0".into(),
@@ -789,4 +790,112 @@ cairn_store::on_both!(
     open_runs_lists_non_terminal_runs_with_their_owner,
     kernel_jobs_are_saved_updated_and_listed_in_order,
     artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed,
+    a_lease_taken_over_fences_its_old_holder,
+    a_daemon_that_stops_ends_its_leases,
 );
+
+// ---------------------------------------------------------------- leases
+
+fn daemon(id: &str, host: &str, at: i64) -> DaemonRecord {
+    DaemonRecord {
+        id: id.into(),
+        host: host.into(),
+        pid: 100,
+        start_time: 200,
+        state_root: format!("/state/{id}"),
+        started_at: at,
+        heartbeat_at: at,
+        stopped_at: None,
+    }
+}
+
+/// A second store on the same database: another daemon, as on another host.
+fn second(d: &Db) -> Box<dyn RunStore> {
+    match &d.raw {
+        Raw::Sqlite(_, path) => Box::new(open(path)),
+        Raw::Postgres(schema) => Box::new(PostgresStore::connect(&schema.url).unwrap()),
+    }
+}
+
+/// A run leased to daemon `a` (through store `a`), taken over by daemon `b` (through store `b`)
+/// once the lease expired: a new epoch, a `run.leased` event, and from then on every write of the
+/// run through `a` is refused inside its transaction and changes nothing; `a`'s heartbeat no
+/// longer renews it, and its refused write is recorded.
+fn a_lease_taken_over_fences_its_old_holder(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let a: &dyn RunStore = &*d.store;
+    let b = second(&d);
+    let (da, db_) = (daemon("dmn_a", "h1", 1_000), daemon("dmn_b", "h2", 1_000));
+    a.register_daemon(&da).unwrap();
+    b.register_daemon(&db_).unwrap();
+    let lease = NewLease { daemon: "dmn_a".into(), until: 5_000, home_host: None };
+    let run = match a.create_run(&NewRun { lease: Some(lease), ..new_run("r") }).unwrap() {
+        CreateRun::Created(r) => r,
+        other => panic!("{other:?}"),
+    };
+    a.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    let held = a.heartbeat("dmn_a", 2_500, 6_000).unwrap();
+    assert_eq!(held, vec![("r".to_string(), Lease { daemon: "dmn_a".into(), epoch: 1 })]);
+
+    let open = b.open_leases().unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].lease, Some(Lease { daemon: "dmn_a".into(), epoch: 1 }));
+    assert_eq!((open[0].expires_at, open[0].holder.as_ref().map(|h| h.host.as_str())), (Some(6_000), Some("h1")));
+    assert_eq!(open[0].run.run_id, run.run_id);
+
+    // Taken with a stale epoch: refused; with the current one: a new epoch.
+    assert!(matches!(b.take_lease("r", &db_, 0, 20_000, 7_000), Err(StoreError::StaleRevision { .. })));
+    let taken = b.take_lease("r", &db_, 1, 20_000, 7_000).unwrap();
+    assert_eq!(taken, Lease { daemon: "dmn_b".into(), epoch: 2 });
+    let leased = events_of_kind(&*b, "r", "run.leased");
+    assert_eq!(leased.len(), 1);
+    assert_eq!(leased[0].event.data()["previous"], "dmn_a");
+
+    // The old holder's writes: refused, nothing written.
+    let before = (b.steps("r").unwrap(), b.events("r", 0).unwrap());
+    let err = a.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap_err();
+    assert!(matches!(&err, StoreError::LeaseLost { daemon, epoch: 1, .. } if daemon == "dmn_a"), "{err:?}");
+    assert!(err.to_string().contains("dmn_b"), "{err}");
+    let err = a.commit_steps(&[], &[begin("r", "b", "tok-2", 1, AttemptStart::First)]).unwrap_err();
+    assert!(matches!(err, StoreError::LeaseLost { .. }), "{err:?}");
+    assert!(matches!(a.finish_run("r", 1, RunStatus::Ready, &[], None, 8_000), Err(StoreError::LeaseLost { .. })));
+    assert_eq!((b.steps("r").unwrap(), b.events("r", 0).unwrap()), before);
+    // Its heartbeat no longer renews the run; the new holder's does.
+    assert!(a.heartbeat("dmn_a", 8_000, 23_000).unwrap().is_empty());
+    assert_eq!(b.heartbeat("dmn_b", 8_000, 23_000).unwrap().len(), 1);
+    // The refusal is recorded; the new holder writes.
+    a.record_stale_lease("r", &Lease { daemon: "dmn_a".into(), epoch: 1 }, 8_100).unwrap();
+    assert_eq!(events_of_kind(&*b, "r", "run.stale_lease_write_rejected").len(), 1);
+    b.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap();
+    assert_eq!(step(&*b, "r", "a").status, StepStatus::Completed);
+}
+
+/// Daemons and their leases: the live ones are listed with what they hold; one that stops ends
+/// its leases at once (no one need wait for them), and its runs are listed with it as holder.
+fn a_daemon_that_stops_ends_its_leases(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let s: &dyn RunStore = &*d.store;
+    s.register_daemon(&daemon("dmn_a", "h1", 1_000)).unwrap();
+    s.register_daemon(&daemon("dmn_b", "h1", 1_500)).unwrap();
+    let lease = |until| Some(NewLease { daemon: "dmn_a".into(), until, home_host: Some("h1".into()) });
+    for id in ["r1", "r2"] {
+        s.create_run(&NewRun { lease: lease(30_000), ..new_run(id) }).unwrap();
+    }
+    s.finish_run("r2", 1, RunStatus::Ready, &[], None, 2_000).unwrap();
+    let live: Vec<String> = s.live_daemons(0).unwrap().into_iter().map(|d| d.id).collect();
+    assert_eq!(live, ["dmn_a", "dmn_b"]);
+    assert_eq!(s.leased_runs("dmn_a").unwrap(), ["r1"], "open runs only");
+    assert!(s.live_daemons(1_200).unwrap().iter().all(|d| d.id != "dmn_a"), "a stale heartbeat is not live");
+
+    s.stop_daemon("dmn_a", 3_000).unwrap();
+    assert_eq!(s.live_daemons(0).unwrap().len(), 1);
+    let open = s.open_leases().unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].expires_at, Some(3_000), "its lease ended when it stopped");
+    assert_eq!(open[0].holder.as_ref().and_then(|h| h.stopped_at), Some(3_000));
+    assert_eq!(open[0].home_host.as_deref(), Some("h1"));
+}
+
+fn events_of_kind(store: &dyn RunStore, run_id: &str, kind: &str) -> Vec<EventRecord> {
+    store.events(run_id, 0).unwrap().into_iter().filter(|e| e.event.kind() == kind).collect()
+}

@@ -375,6 +375,11 @@ pub enum DaemonCommand {
         /// state root, may share one database.
         #[arg(long, env = "CAIRN_DATABASE_URL", value_name = "URL", hide_env_values = true)]
         database: Option<String>,
+        /// How long the leases of the runs it drives last without a heartbeat (renewed every
+        /// third of it): once a daemon stops renewing (its host lost, or killed), another daemon
+        /// sharing its registry takes its runs over after this long.
+        #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        lease_secs: u64,
         #[arg(long)]
         json: bool,
     },
@@ -407,6 +412,11 @@ pub enum DaemonCommand {
         /// state root, may share one database.
         #[arg(long, env = "CAIRN_DATABASE_URL", value_name = "URL", hide_env_values = true)]
         database: Option<String>,
+        /// How long the leases of the runs it drives last without a heartbeat (renewed every
+        /// third of it): once a daemon stops renewing (its host lost, or killed), another daemon
+        /// sharing its registry takes its runs over after this long.
+        #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        lease_secs: u64,
     },
 }
 

@@ -545,11 +545,17 @@ fn follow_events(root: &Path, run_id: &str, json: bool) -> Result<u8, Failure> {
 
 fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
     match command {
-        DaemonCommand::Start { port, workers, no_spare_kernel, database, json } => {
+        DaemonCommand::Start { port, workers, no_spare_kernel, database, lease_secs, json } => {
             if let Some(url) = database {
                 choose_database(root, url)?;
             }
-            let opts = StartOptions { idle_exit: None, port, workers: workers.map(usize::from), no_spare_kernel };
+            let opts = StartOptions {
+                idle_exit: None,
+                port,
+                workers: workers.map(usize::from),
+                no_spare_kernel,
+                lease_secs: Some(lease_secs),
+            };
             let (info, started) = presence::start(root, &opts)?;
             if json {
                 print_json(&json!({"running": true, "pid": info.pid, "url": info.url, "started": started}));
@@ -592,7 +598,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        DaemonCommand::Run { port, idle_exit, workers, no_spare_kernel, database } => {
+        DaemonCommand::Run { port, idle_exit, workers, no_spare_kernel, database, lease_secs } => {
             let workers = workers
                 .map(usize::from)
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
@@ -604,6 +610,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
                     workers,
                     spare_kernel: !no_spare_kernel,
                     database,
+                    lease: std::time::Duration::from_secs(lease_secs),
                 },
             )?;
             Ok(0)

@@ -26,6 +26,8 @@ pub struct ServeOptions {
     pub spare_kernel: bool,
     /// `--database`: the PostgreSQL registry to use (and record); else the state root's own.
     pub database: Option<String>,
+    /// `--lease-secs`.
+    pub lease: Duration,
 }
 
 /// The daemon itself, in the foreground: takes the lock, recovers what a dead predecessor left,
@@ -82,7 +84,7 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
     let session_dir = root.join("session");
     std::fs::create_dir_all(&session_dir)
         .map_err(|e| Failure::usage(format!("cannot create {}: {e}", session_dir.display())))?;
-    let service = Arc::new(Service::start(
+    let service = Service::start(
         Arc::new(engine),
         ServiceConfig {
             workers: opts.workers,
@@ -93,8 +95,10 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
             },
             log: Arc::new(log),
             spare_kernel: opts.spare_kernel,
+            lease: opts.lease,
+            host: std::env::var("CAIRN_HOST_ID").ok().filter(|h| !h.is_empty()),
         },
-    )?);
+    )?;
     let recovered = service.recover();
     let last_activity = Arc::new(AtomicI64::new(0));
     let (closing_tx, closing) = tokio::sync::watch::channel(false);

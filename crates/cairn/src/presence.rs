@@ -124,6 +124,8 @@ pub struct StartOptions {
     pub workers: Option<usize>,
     /// `--no-spare-kernel`.
     pub no_spare_kernel: bool,
+    /// `--lease-secs`.
+    pub lease_secs: Option<u64>,
 }
 
 /// Starts a detached daemon for `root` unless one runs; returns its info and whether it was
@@ -156,6 +158,9 @@ pub fn start(root: &Path, opts: &StartOptions) -> Result<(DaemonInfo, bool), Fai
     }
     if let Some(w) = opts.workers {
         cmd.arg("--workers").arg(w.to_string());
+    }
+    if let Some(secs) = opts.lease_secs {
+        cmd.arg("--lease-secs").arg(secs.to_string());
     }
     if opts.no_spare_kernel {
         cmd.arg("--no-spare-kernel");

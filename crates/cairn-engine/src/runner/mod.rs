@@ -161,6 +161,7 @@ impl Engine {
             None => RunId::generated(&self.ids.run_suffix()),
         };
         Ok(NewRun {
+            lease: self.new_lease(true),
             run_dir: self.state.runs().join(run_id.as_str()).display().to_string(),
             run_id: run_id.to_string(),
             workflow: spec.name.clone(),
@@ -365,6 +366,7 @@ impl Engine {
             let why = match kind {
                 StopKind::Cancel => "it was cancelled",
                 StopKind::Shutdown => "its daemon is stopping; the next daemon resumes it",
+                StopKind::LeaseLost => "another daemon took its lease over and drives it now",
             };
             return Err(EngineError::Stopped { run_id: run.run_id.clone(), why: why.into() });
         }

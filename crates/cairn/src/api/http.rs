@@ -211,6 +211,24 @@ pub(super) async fn require_token(State(state): State<AppRef>, req: Request, nex
     next.run(req).await
 }
 
+// ------------------------------------------------------------------------------------ daemons
+
+/// The daemons sharing this daemon's registry that are alive (a heartbeat within a lease, not
+/// stopped), oldest first, each with the open runs it drives (holds the lease of). One on a
+/// state root's own SQLite registry; a team's on a shared PostgreSQL one.
+#[utoipa::path(get, path = "/daemons", tag = "daemon",
+    responses((status = 200, body = crate::wire::DaemonsBody), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn list_daemons(State(state): State<AppRef>) -> Result<Json<crate::wire::DaemonsBody>, ApiError> {
+    blocking(move || {
+        let daemons = state.service.daemons()?;
+        Ok(Json(crate::wire::DaemonsBody {
+            daemons: daemons.iter().map(|(d, runs)| crate::wire::DaemonBody::of(d, runs.clone())).collect(),
+        }))
+    })
+    .await
+}
+
 // ------------------------------------------------------------------------------------ health
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

@@ -88,6 +88,7 @@ pub fn router(state: AppRef) -> Router {
         .route("/verifications/{id}/notebook", get(verifications::verification_notebook))
         .route("/verifications/{id}/cancel", post(verifications::cancel_verification))
         .route("/kernel/spare", get(verifications::spare_kernel))
+        .route("/daemons", get(http::list_daemons))
         .route("/verifications/{id}/ro-crate", get(exports::verification_ro_crate))
         .route("/api/notebook", get(web::notebook_export))
         .route("/docs", get(docs::list_docs).post(docs::save_doc).layer(DefaultBodyLimit::max(docs::DOCS_BODY_LIMIT)))

@@ -4,6 +4,8 @@
 //! generated from what is actually sent and `cairn show --json` and `GET /runs/{id}` cannot
 //! disagree.
 
+use serde::{Deserialize, Serialize};
+
 mod docs;
 mod kernel;
 mod plans;
@@ -41,4 +43,39 @@ pub fn time(ms: i64) -> String {
 /// them cannot fail.
 pub fn to_value<T: serde::Serialize>(v: &T) -> serde_json::Value {
     serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
+
+/// `GET /daemons`: the daemons sharing the registry that are alive, with the runs each leases.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DaemonsBody {
+    pub daemons: Vec<DaemonBody>,
+}
+
+/// One live daemon: who and where it is, and the open runs it drives (holds the lease of).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DaemonBody {
+    /// `dmn_…`, new at every start.
+    pub id: String,
+    pub host: String,
+    pub pid: u32,
+    pub state_root: String,
+    pub started_at: String,
+    /// Its last heartbeat (renewed every third of a lease).
+    pub heartbeat_at: String,
+    /// The open runs it holds the lease of, oldest first.
+    pub runs: Vec<String>,
+}
+
+impl DaemonBody {
+    pub fn of(d: &cairn_core::store::DaemonRecord, runs: Vec<String>) -> DaemonBody {
+        DaemonBody {
+            id: d.id.clone(),
+            host: d.host.clone(),
+            pid: d.pid,
+            state_root: d.state_root.clone(),
+            started_at: time(d.started_at),
+            heartbeat_at: time(d.heartbeat_at),
+            runs,
+        }
+    }
 }

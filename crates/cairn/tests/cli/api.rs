@@ -516,6 +516,7 @@ fn auth_matrix_covers_every_endpoint_and_caller() {
         // Cancelling a verification no one runs: 404; the spare (this daemon keeps one, or not).
         protected("POST", "/verifications/nope/cancel", None, FORBIDDEN, NOT_FOUND),
         protected("GET", "/kernel/spare", None, OK, OK),
+        protected("GET", "/daemons", None, OK, OK),
         // The doc index: the operator saves `m` (and a bad name is refused), everyone reads it,
         // and the operator removes it last.
         protected("GET", "/docs", None, OK, OK),

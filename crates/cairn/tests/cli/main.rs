@@ -32,5 +32,6 @@ mod rocrate;
 mod scheduling;
 mod schemathesis;
 mod targets;
+mod team;
 mod verify;
 mod webapp;

@@ -3,7 +3,7 @@
 //! another state root's daemon on the same database is refused while one serves it, and what a
 //! state root cannot switch to is refused naming the registry it keeps. (The registry's behaviour
 //! on PostgreSQL is tested in cairn-store and cairn-engine; the daemon's recovery after kill -9
-//! in `daemon.rs`, on both registries.)
+//! in `daemon.rs`, on both registries; several daemons on one registry in `team.rs`.)
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -54,35 +54,6 @@ fn the_state_root_records_its_postgresql_registry_and_every_command_uses_it() {
     assert_eq!(child["status"], "READY", "{child:#}");
     assert_eq!(child["replay"]["reused"], json!(["a"]), "{child:#}");
     c.stop_daemon();
-}
-
-/// Two state roots (two daemons, as on two hosts) on one database: the first daemon serves it;
-/// the second is refused, told which daemon serves it, and starts once the first has stopped. Both
-/// see one run history.
-#[test]
-fn one_daemon_serves_a_postgresql_registry_at_a_time() {
-    let Some(first) = on_postgres() else { return };
-    let second = Cairn::new();
-    chain_workflow(&first, "chain");
-    first.start_daemon();
-
-    let out = second.raw(&["daemon", "start", "--database", &url(&first)]);
-    assert_eq!(out.code, 4, "{out:?}");
-    assert!(out.stderr.contains("already served by another daemon"), "{}", out.stderr);
-    assert!(
-        out.stderr.contains(&format!("pid {}", first.daemon().pid)),
-        "it names the daemon serving it: {}",
-        out.stderr
-    );
-    assert!(!second.json(&["daemon", "status"]).expect(0).json["running"].as_bool().unwrap());
-
-    first.stop_daemon();
-    second.raw(&["daemon", "start", "--database", &url(&first)]).expect(0);
-    let input = chain_input(&second, json!({"a": ["ok"], "b": ["ok"], "c": ["ok"]}));
-    let run = second.run("chain", &input, &["--run-id", "S1"]).expect(0).json;
-    assert_eq!(run["status"], "READY", "{run:#}");
-    second.stop_daemon();
-    assert_eq!(first.runs().len(), 1, "one history for both state roots");
 }
 
 #[test]
