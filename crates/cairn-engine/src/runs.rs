@@ -25,6 +25,23 @@ pub struct RunView {
     pub lineage: Vec<RunRecord>,
     /// How and when its plan was approved; `None` for a run submitted without a plan.
     pub approval: Option<cairn_core::plan::Approval>,
+    /// Which daemon drives it, while it is open and leased.
+    pub lease: Option<LeaseView>,
+}
+
+/// An open run's lease: which daemon drives it, on which host, until when; or, its lease expired
+/// with its files on a host no daemon of which has taken it, that it waits for one there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    pub daemon: String,
+    /// The holder's host, when its daemon row is known.
+    pub host: Option<String>,
+    pub epoch: i64,
+    pub expires_at: Option<i64>,
+    /// Its lease expired (its holder stopped renewing it) and no daemon has taken it yet.
+    pub expired: bool,
+    /// Expired, with its files on this host: only a daemon of that host takes it over.
+    pub waits_for_host: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -146,7 +163,24 @@ impl Engine {
         let target = self.target_name_of_run(run_id)?;
         let lineage = self.lineage_of(&run)?;
         let approval = self.store.approval_of_run(run_id)?;
-        Ok(RunView { run, steps, target, lineage, approval })
+        let lease = if run.status.is_terminal() { None } else { self.lease_of(run_id)? };
+        Ok(RunView { run, steps, target, lineage, approval, lease })
+    }
+
+    /// An open run's lease as a person is shown it.
+    fn lease_of(&self, run_id: &str) -> Result<Option<LeaseView>, EngineError> {
+        let Some(leased) = self.store.leased_run(run_id)? else { return Ok(None) };
+        let Some(lease) = leased.lease else { return Ok(None) };
+        let expired = leased.expires_at.is_none_or(|at| at < self.now_ms())
+            || leased.holder.as_ref().is_some_and(|h| h.stopped_at.is_some());
+        Ok(Some(LeaseView {
+            daemon: lease.daemon,
+            host: leased.holder.map(|h| h.host),
+            epoch: lease.epoch,
+            expires_at: leased.expires_at,
+            expired,
+            waits_for_host: if expired { leased.home_host } else { None },
+        }))
     }
 
     pub(crate) fn target_name_of_run(&self, run_id: &str) -> Result<String, EngineError> {

@@ -148,6 +148,15 @@ pub mod testing {
         pub fn client(&self) -> postgres::Client {
             postgres::Client::connect(&self.url, postgres::NoTls).unwrap_or_else(|e| panic!("connect: {e}"))
         }
+
+        /// The text `sql` selects (its first row's first column), if any.
+        pub fn text(&self, sql: &str) -> Option<String> {
+            self.client()
+                .query_opt(sql, &[])
+                .ok()
+                .flatten()
+                .and_then(|r| r.try_get::<_, Option<String>>(0).ok().flatten())
+        }
     }
 
     impl Drop for TestSchema {

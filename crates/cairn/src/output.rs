@@ -247,6 +247,20 @@ pub fn print_workflow(wf: &LoadedWorkflow) {
 
 pub fn print_lineage(view: &RunView) {
     let (run, chain) = (&view.run, &view.lineage);
+    if let Some(l) = &view.lease {
+        let on = l.host.as_deref().map(|h| format!(" on host {h}")).unwrap_or_default();
+        let until = l.expires_at.map(wire::time).unwrap_or_else(|| "?".into());
+        match (&l.waits_for_host, l.expired) {
+            (Some(host), _) => println!(
+                "  waiting for a daemon on host {host}: its files are there, and the lease of daemon {}{on} expired at {until}",
+                l.daemon
+            ),
+            (None, true) => {
+                println!("  lease of daemon {}{on} expired at {until}: the next daemon takes it over", l.daemon)
+            }
+            (None, false) => println!("  driven by daemon {}{on} (lease epoch {}, until {until})", l.daemon, l.epoch),
+        }
+    }
     if let Some(a) = &view.approval {
         let how = match a.channel.as_str() {
             "elicitation" => "by the person, in the MCP client's approval form",

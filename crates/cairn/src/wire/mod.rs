@@ -27,8 +27,8 @@ pub use requests::{
 };
 pub use runs::{
     ArtifactEntry, ArtifactList, ArtifactSlice, Event, EventList, Explanation, ExportResult, LineageEntry,
-    ReplayPreview, RunList, RunResult, RunSummary, RunTimeline, StepDetail, StepLog, StepResult, TimelineAttempt,
-    TraceMatch, TraceResult,
+    ReplayPreview, RunLease, RunList, RunResult, RunSummary, RunTimeline, StepDetail, StepLog, StepResult,
+    TimelineAttempt, TraceMatch, TraceResult,
 };
 pub use targets::targets_json;
 pub use verify::{VerificationRecord, VerifyResult};

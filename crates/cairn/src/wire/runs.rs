@@ -225,6 +225,28 @@ pub struct RunResult {
     /// How and when its plan was approved; null for a run submitted without a plan.
     #[serde(default)]
     pub approval: Option<ApprovalView>,
+    /// While it is open: the daemon that drives it (holds its lease), and whether that lease
+    /// expired with no daemon taking it yet (then, for a run whose files are on one host, the host
+    /// whose daemon it waits for). Absent for a finished run, and for one run in-process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<RunLease>,
+}
+
+/// Which daemon drives an open run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RunLease {
+    /// The daemon holding the lease (`GET /daemons` lists the live ones).
+    pub daemon: String,
+    /// Its host, when the registry knows it.
+    pub host: Option<String>,
+    /// Incremented each time another daemon takes the run over.
+    pub epoch: i64,
+    /// Until when, unless its daemon renews it.
+    pub expires_at: Option<String>,
+    /// It expired (its daemon stopped renewing it) and no daemon has taken the run yet.
+    pub expired: bool,
+    /// Expired, and its files are on this host: only a daemon of that host takes it over.
+    pub waits_for_host: Option<String>,
 }
 
 /// How and when a run's plan was approved.
@@ -257,6 +279,14 @@ impl RunResult {
             replay: run.replay.clone(),
             lineage: view.lineage.iter().map(lineage_entry).collect(),
             approval: view.approval.as_ref().map(|a| ApprovalView { channel: a.channel.clone(), at: time(a.at) }),
+            lease: view.lease.as_ref().map(|l| RunLease {
+                daemon: l.daemon.clone(),
+                host: l.host.clone(),
+                epoch: l.epoch,
+                expires_at: l.expires_at.map(time),
+                expired: l.expired,
+                waits_for_host: l.waits_for_host.clone(),
+            }),
         }
     }
 }

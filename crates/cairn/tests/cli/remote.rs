@@ -91,7 +91,11 @@ impl Drop for Rt {
 impl Rt {
     /// A fixture with the target `name` registered (`executor` `process` or `slurm`).
     fn new(sshd: PathBuf, name: &str, executor: &str) -> Rt {
-        let c = Cairn::new();
+        Rt::with(Cairn::new(), sshd, name, executor)
+    }
+
+    /// [`Rt::new`] on the state root `c` (a PostgreSQL registry, another host's name).
+    fn with(c: Cairn, sshd: PathBuf, name: &str, executor: &str) -> Rt {
         let base = c.work.path().canonicalize().unwrap();
         let rt = Rt { c, base, sshd };
         rt.add_target(name, "root", executor, &rt.sshd.join("known_hosts")).expect(0);
@@ -820,6 +824,59 @@ fn daemon_killed_mid_step(executor: &str) {
         wait_job_state(str_of(&ident["job_id"]), "COMPLETED");
     }
     rt.stop();
+}
+
+/// Two hosts' daemons on one PostgreSQL registry: a run on an SSH target, its daemon killed
+/// (kill -9) on host one. The daemon of host two cannot tell from there that it died, so it waits
+/// for its lease to expire; then, the target being reached from any host, it takes the run over,
+/// re-attaches to the launch on the target (the tool launched once, never twice), and finishes it.
+#[test]
+fn a_remote_run_of_a_lost_host_is_continued_by_a_daemon_of_another_host() {
+    let Some(d) = sshd() else { return };
+    let Some(c) = Cairn::on(cairn_store::testing::Kind::Postgres) else { return };
+    let url = c.database().unwrap().url.clone();
+    let rt = Rt::with(c.with_env("CAIRN_HOST_ID", "host-one"), d, "t", "process");
+    rt.remote_workflow(60);
+    rt.c.raw(&["daemon", "start", "--lease-secs", "2"]).expect(0);
+    let other = Cairn::new().with_env("CAIRN_HOST_ID", "host-two");
+    other.raw(&["daemon", "start", "--database", &url, "--lease-secs", "2"]).expect(0);
+    other.add(&rt.c.path("remote"));
+
+    let run_dir = rt.p("handover");
+    let argv = rt.plan_remote("t", &run_dir, 8.0, 0, &[]);
+    let mut follower = rt.c.spawn(&argv);
+    let tool = wait_launched(&run_dir, "s");
+    let ident = wait_pid_json(&attempt_dir(&run_dir, "s", 1));
+    let run_id = rt.run_id();
+    let sql = format!("SELECT remote_json FROM tool_calls WHERE run_id = '{run_id}' AND step_id = 's'");
+    let recorded = || -> Value {
+        rt.c.database().unwrap().text(&sql).and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let r = recorded();
+            r["nonce"] == ident["nonce"] && r["pid"].is_u64()
+        }),
+        "the launch was not recorded: {}",
+        recorded()
+    );
+    let first = rt.c.daemon().pid;
+    kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
+    let killed = std::time::Instant::now();
+    let _ = wait_exit(&mut follower, Duration::from_secs(20));
+    assert!(alive(tool), "the remote tool must outlive its daemon");
+
+    let leased = other.wait_for_event(&run_id, Duration::from_secs(20), |e| e["kind"] == "run.leased");
+    assert!(killed.elapsed() >= Duration::from_millis(1_300), "taken over before the 2 s lease could expire");
+    assert_eq!(leased["data"]["host"], "host-two", "{leased}");
+    let run = other.wait_for_status(&run_id, "READY", RUN_TIMEOUT);
+    assert_eq!(step(&run, "s")["status"], "COMPLETED", "{run:#}");
+    let launched = launches(&run_dir);
+    assert_eq!(launched.len(), 1, "the tool was launched {} times: {launched:?}", launched.len());
+    assert_eq!(attempts_of(&run_dir, "s"), ["attempt-1"], "a second attempt was launched");
+    let events = other.events(&run_id);
+    assert_eq!(events_of(&events, "step.reattached", Some("s")).len(), 1, "{:?}", kinds(&events));
+    other.stop_daemon();
 }
 
 #[test]

@@ -97,7 +97,16 @@ fn a_daemon_killed_mid_step_is_taken_over_by_another_at_once() {
     let mut runner = a.spawn(&a.run_args("chain", &input, &["--run-id", "K1", "--json"]));
     let orphan = wait_for_tool(&log, "b", 1);
     let (dead, a_id) = (a.daemon().pid, daemon_id_of(&a));
-    kill(Pid::from_raw(dead), Signal::SIGKILL).unwrap();
+    // Every surface says which daemon drives it.
+    let lease = &b.show("K1")["lease"];
+    assert_eq!(
+        (&lease["daemon"], &lease["epoch"], &lease["expired"]),
+        (&json!(a_id), &json!(1), &json!(false)),
+        "{lease}"
+    );
+    assert_eq!(lease["host"], daemons(&b).iter().find(|d| d["id"] == a_id.as_str()).unwrap()["host"]);
+    assert_eq!(daemons(&b).iter().find(|d| d["id"] == a_id.as_str()).unwrap()["runs"], json!(["K1"]));
+    kill9_pid(dead);
     let killed = Instant::now();
     let leased = b.wait_for_event("K1", Duration::from_secs(10), |e| e["kind"] == "run.leased");
     let took = killed.elapsed();
@@ -189,7 +198,7 @@ fn a_local_run_of_a_lost_host_waits_for_a_daemon_of_that_host() {
     let mut runner = a.spawn(&a.run_args("chain", &input, &["--run-id", "W1", "--json"]));
     let orphan = wait_for_tool(&log, "b", 1);
     let dead = a.daemon().pid;
-    kill(Pid::from_raw(dead), Signal::SIGKILL).unwrap();
+    kill9_pid(dead);
     let _ = wait_exit(&mut runner, Duration::from_secs(10));
 
     let said = wait_until(Duration::from_secs(10), || {
@@ -200,6 +209,10 @@ fn a_local_run_of_a_lost_host_waits_for_a_daemon_of_that_host() {
     assert!(said, "the other host's daemon should say the run waits:\n{}", b.daemon_log());
     let shown = b.show("W1");
     assert_eq!(shown["status"], "RUNNING", "{shown:#}");
+    assert_eq!(shown["lease"]["expired"], true, "{shown:#}");
+    assert_eq!(shown["lease"]["waits_for_host"], "host-one", "{shown:#}");
+    let text = b.raw(&["show", "W1"]).expect(0).stdout;
+    assert!(text.contains("waiting for a daemon on host host-one"), "{text}");
     assert!(events_of(&b.events("W1"), "run.leased", None).is_empty(), "taken over on the wrong host");
 
     // Its host's daemon comes back: it takes the run over and finishes it.
@@ -302,7 +315,7 @@ fn runs_through_daemons_killed_at_random_end_whole_and_plans_run_once() {
                 let live: Vec<usize> = (0..team.len()).filter(|&i| pids[i].is_some()).collect();
                 if live.len() > 1 {
                     let i = live[rng.below(live.len() as u64) as usize];
-                    kill(Pid::from_raw(pids[i].take().unwrap()), Signal::SIGKILL).unwrap();
+                    kill9_pid(pids[i].take().unwrap());
                     kills += 1;
                 }
             }
@@ -359,7 +372,33 @@ fn runs_through_daemons_killed_at_random_end_whole_and_plans_run_once() {
             .as_array()
             .is_some_and(|runs| runs.len() == total + plans.len() && runs.iter().all(|r| r["status"] != "RUNNING"))
     });
-    assert!(all_done, "not every run finished:\n{}\n{}", watcher.daemon_log(), team[2].daemon_log());
+    if !all_done {
+        let runs = watcher.json(&["runs", "--limit", "1000"]).json["runs"].as_array().cloned().unwrap_or_default();
+        let open: Vec<Value> = runs
+            .iter()
+            .filter(|r| r["status"] == "RUNNING")
+            .map(|r| {
+                let shown = watcher.show(str_of(&r["run_id"]));
+                json!({"run_id": r["run_id"], "lease": shown["lease"], "steps": shown["steps"].as_array().unwrap().iter().map(|s| json!([s["step_id"], s["status"], s["attempts"]])).collect::<Vec<_>>(), "events": kinds(&watcher.events(str_of(&r["run_id"])))})
+            })
+            .collect();
+        let logs: Vec<String> = team
+            .iter()
+            .map(|c| std::fs::read_to_string(c.home().join("daemon.log")).unwrap_or_default())
+            .map(|log| {
+                let lines: Vec<&str> = log.lines().collect();
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            })
+            .collect();
+        let alive_now: Vec<(usize, Option<i32>, bool)> =
+            pids.iter().enumerate().map(|(i, p)| (i, *p, p.is_some_and(alive))).collect();
+        panic!(
+            "{} of {} runs did not finish: {open:#?}\ndaemons (index, pid, alive): {alive_now:?}\n{}",
+            open.len(),
+            runs.len(),
+            logs.join("\n---\n")
+        );
+    }
     let (mut taken_over, mut resumed) = (0, 0);
     for run in watcher.json(&["runs", "--limit", "1000"]).json["runs"].as_array().unwrap() {
         let run_id = str_of(&run["run_id"]);

@@ -69,6 +69,13 @@ pub fn kill_group(pid: i32) {
     let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
 }
 
+/// SIGKILLs a process this test did not start (a daemon) and waits until it is dead: until then
+/// it still looks alive, and a `cairn daemon start` would take it for the running daemon.
+pub fn kill9_pid(pid: i32) {
+    kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || !alive(pid)), "{} survived SIGKILL", describe_pid(pid));
+}
+
 /// Kills the given cairn process with SIGKILL and reaps it.
 pub fn kill9(child: &mut Child) {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
