@@ -267,6 +267,12 @@ pub enum StoreError {
         "daemon `{daemon}` no longer holds the lease of run `{run_id}` (its epoch {epoch} was taken over by {holder}); its write was refused and it stops driving the run"
     )]
     LeaseLost { run_id: String, daemon: String, epoch: i64, holder: String },
+    /// A claim that found the run's row locked by another transaction (another daemon claiming
+    /// or driving it at that moment): skipped, not waited for.
+    #[error(
+        "run `{run_id}` is being written by another daemon at this moment; its claim was skipped and is tried again at the next takeover tick"
+    )]
+    RunBusy { run_id: String },
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]

@@ -113,6 +113,7 @@ error_codes! {
     ArtifactUnreadable => "artifact_unreadable", Conflict;
     StaleToken => "stale_token", Conflict;
     LeaseLost => "lease_lost", Conflict;
+    RunBusy => "run_busy", Conflict;
     StaleRevision => "stale_revision", Conflict;
     RunFinished => "run_finished", Conflict;
     StepExists => "step_exists", Conflict;
@@ -499,6 +500,7 @@ fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::TargetExists(_) => ErrorCode::TargetExists,
         StoreError::InvalidDocQuery(_) => ErrorCode::InvalidDocQuery,
         StoreError::LeaseLost { .. } => ErrorCode::LeaseLost,
+        StoreError::RunBusy { .. } => ErrorCode::RunBusy,
         StoreError::Database(_) => ErrorCode::Database,
         StoreError::Corrupt(_) => ErrorCode::Corrupt,
     }

@@ -396,8 +396,10 @@ impl Service {
             match self.decide(&leased) {
                 Takeover::Take => match self.take_over(&leased) {
                     Ok(()) => queued += 1,
-                    // Another daemon took it first.
-                    Err(EngineError::Store(StoreError::StaleRevision { .. } | StoreError::RunFinished { .. })) => {}
+                    // Another daemon took it first, or is writing it now (tried again next tick).
+                    Err(EngineError::Store(
+                        StoreError::StaleRevision { .. } | StoreError::RunFinished { .. } | StoreError::RunBusy { .. },
+                    )) => {}
                     Err(e) => (self.log)(&format!("cannot take run {run_id} over: {e}")),
                 },
                 Takeover::Wait { host } => {

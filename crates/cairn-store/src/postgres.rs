@@ -379,6 +379,23 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
         Ok(row)
     }
 
+    fn claim_run(&mut self, run_id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
+        let rows = self.query(
+            "SELECT lease_owner, lease_epoch FROM workflow_executions WHERE run_id = ?1 FOR UPDATE SKIP LOCKED",
+            &[Param::Text(run_id)],
+        )?;
+        let row = match rows.first() {
+            Some(r) => Some((r.get(0)?, r.get(1)?)),
+            // Skipped, or not there at all.
+            None => match self.query("SELECT 1 FROM workflow_executions WHERE run_id = ?1", &[Param::Text(run_id)])? {
+                found if found.is_empty() => None,
+                _ => return Err(StoreError::RunBusy { run_id: run_id.to_string() }),
+            },
+        };
+        self.locked.insert(run_id.to_string(), row.clone());
+        Ok(row)
+    }
+
     fn search_docs(&mut self, query: &str, limit: i64) -> Result<Vec<Row>, StoreError> {
         let tsquery = cairn_core::docs::fts5_to_tsquery(query).map_err(StoreError::InvalidDocQuery)?;
         // Weights {D, C, B, A}: text 1, title 5, name 10, as the SQLite index's BM25 weights.

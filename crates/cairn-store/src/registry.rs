@@ -62,6 +62,11 @@ impl Tx for Fenced<'_> {
         Ok(row)
     }
 
+    fn claim_run(&mut self, run_id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
+        // A claim takes a new epoch: no lease of this process is compared.
+        self.tx.claim_run(run_id)
+    }
+
     fn search_docs(&mut self, query: &str, limit: i64) -> Result<Vec<Row>, StoreError> {
         self.tx.search_docs(query, limit)
     }
@@ -625,8 +630,11 @@ impl<B: Backend> RunStore for Registry<B> {
         // A lease this process held before is not the one it takes now.
         self.drop_lease(run_id);
         let lease = self.write(|tx| {
-            let previous: Option<String> =
-                first(tx.query_opt("SELECT lease_owner FROM workflow_executions WHERE run_id = ?1", params![run_id])?)?;
+            // A row another daemon is claiming or writing right now is skipped, not waited for:
+            // its writer is alive, and a claim of a dead holder's run is tried again shortly.
+            let Some((previous, _)) = tx.claim_run(run_id)? else {
+                return Err(StoreError::RunNotFound(run_id.into()));
+            };
             let changed = tx.execute(
                 "UPDATE workflow_executions SET lease_owner = ?2, lease_epoch = lease_epoch + 1, lease_expires_at = ?3 \
                  WHERE run_id = ?1 AND lease_epoch = ?4 AND status IN ('PENDING', 'RUNNING')",

@@ -156,6 +156,9 @@ pub trait Tx {
     /// returns its lease row, `(lease_owner, lease_epoch)`, when `lease` asks for it (PostgreSQL
     /// always reads it) or `None` for a run that does not exist.
     fn lock_run(&mut self, run_id: &str, lease: bool) -> Result<Option<(Option<String>, i64)>, StoreError>;
+    /// A claim's lock of a run's row: like [`Tx::lock_run`], but a row another transaction holds
+    /// is skipped (`FOR UPDATE SKIP LOCKED`), not waited for: `RunBusy`. `None`: no such run.
+    fn claim_run(&mut self, run_id: &str) -> Result<Option<(Option<String>, i64)>, StoreError>;
     /// The doc search, in the database's own full-text index: `query` in SQLite FTS5's syntax;
     /// rows of name, version, title, snippet (matches between `\u{1}` and `\u{2}`) and score
     /// (higher is better), best first. A query the index cannot read is `InvalidDocQuery`.

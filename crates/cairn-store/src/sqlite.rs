@@ -192,6 +192,11 @@ impl Tx for SqliteTx<'_> {
         row.map(|r| Ok((r.get(0)?, r.get(1)?))).transpose()
     }
 
+    fn claim_run(&mut self, run_id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
+        // One writer at a time: nothing else holds the row while this transaction runs.
+        self.lock_run(run_id, true)
+    }
+
     fn search_docs(&mut self, query: &str, limit: i64) -> Result<Vec<Row>, StoreError> {
         // `ORDER BY rank` lets FTS5 rank the matches itself (the weights are set in the
         // migration), so the snippet is made only for the rows returned.

@@ -870,6 +870,36 @@ fn a_lease_taken_over_fences_its_old_holder(k: Kind) {
     assert_eq!(step(&*b, "r", "a").status, StepStatus::Completed);
 }
 
+/// PostgreSQL: a claim does not wait on a run whose row another transaction holds (its driver
+/// writing it, another daemon claiming it): `FOR UPDATE SKIP LOCKED` skips it at once with
+/// `RunBusy`, nothing written; once the row is free the claim takes it.
+#[test]
+fn a_claim_skips_a_run_another_transaction_holds() {
+    let Some(d) = db(Kind::Postgres) else { return };
+    let Raw::Postgres(schema) = &d.raw else { unreachable!("a PostgreSQL database") };
+    let (a, b) = (&*d.store, second(&d));
+    let (da, db_) = (daemon("dmn_a", "h1", 1_000), daemon("dmn_b", "h2", 1_000));
+    a.register_daemon(&da).unwrap();
+    b.register_daemon(&db_).unwrap();
+    let lease = NewLease { daemon: "dmn_a".into(), until: 5_000, home_host: None };
+    a.create_run(&NewRun { lease: Some(lease), ..new_run("r") }).unwrap();
+
+    let mut holder = schema.client();
+    let mut tx = holder.transaction().unwrap();
+    tx.query("SELECT 1 FROM workflow_executions WHERE run_id = 'r' FOR UPDATE", &[]).unwrap();
+    let asked = std::time::Instant::now();
+    let err = b.take_lease("r", &db_, 1, 20_000, 7_000).unwrap_err();
+    assert!(matches!(&err, StoreError::RunBusy { run_id } if run_id == "r"), "{err:?}");
+    assert!(asked.elapsed() < std::time::Duration::from_secs(5), "the claim waited for the lock");
+    assert!(err.to_string().contains("tried again"), "{err}");
+    assert!(matches!(b.take_lease("nope", &db_, 1, 20_000, 7_000), Err(StoreError::RunNotFound(_))));
+    tx.rollback().unwrap();
+    assert!(events_of_kind(&*b, "r", "run.leased").is_empty(), "a skipped claim writes nothing");
+    assert_eq!(b.open_leases().unwrap()[0].lease, Some(Lease { daemon: "dmn_a".into(), epoch: 1 }));
+
+    assert_eq!(b.take_lease("r", &db_, 1, 20_000, 7_000).unwrap(), Lease { daemon: "dmn_b".into(), epoch: 2 });
+}
+
 /// Daemons and their leases: the live ones are listed with what they hold; one that stops ends
 /// its leases at once (no one need wait for them), and its runs are listed with it as holder.
 fn a_daemon_that_stops_ends_its_leases(k: Kind) {
