@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 /// The largest integer a JSON number can carry without loss through an IEEE double.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum CanonicalError {
     #[error("the number {number} at `{pointer}` is outside ±2^53 and cannot be hashed exactly; pass it as a string")]
     UnsafeInteger { pointer: String, number: String },
@@ -29,17 +29,31 @@ pub fn hash_json(value: &Value) -> Result<String, CanonicalError> {
     Ok(sha256_hex(canonical_json(value)?.as_bytes()))
 }
 
+/// The first 12 characters of a hash, as messages show it. Cut on a character, not a byte: a
+/// hash read from a plan file or a source run's row is whatever text is there.
+pub fn short_hash(h: &str) -> &str {
+    h.char_indices().nth(12).map_or(h, |(end, _)| &h[..end])
+}
+
 /// SHA-256 of bytes as lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Rejects integers that JCS would round. Floats are left alone: they are doubles already.
+/// Rejects integers that JCS would round, and the doubles whose canonical text would read back
+/// as such an integer: JCS prints a whole double below 10^21 as digits, and digits that fit a
+/// 64-bit integer are read back as one, which is then refused; its canonical text would not be
+/// a fixed point. Other doubles are left alone: they read back as themselves.
 pub fn check_safe_numbers(value: &Value, pointer: &mut String) -> Result<(), CanonicalError> {
-    first_bad_number(value, pointer, &|n| match (n.as_u64(), n.as_i64()) {
-        (Some(u), _) => u > MAX_SAFE_INTEGER,
-        (None, Some(i)) => i.unsigned_abs() > MAX_SAFE_INTEGER,
-        (None, None) => false,
+    first_bad_number(value, pointer, &|n| match (n.as_u64(), n.as_i64(), n.as_f64()) {
+        (Some(u), _, _) => u > MAX_SAFE_INTEGER,
+        (None, Some(i), _) => i.unsigned_abs() > MAX_SAFE_INTEGER,
+        (None, None, Some(f)) => {
+            // 2^64 and -2^63: the bounds of what serde_json reads back as an integer.
+            let reads_as_integer = (-9_223_372_036_854_775_808.0..18_446_744_073_709_551_616.0).contains(&f);
+            f.fract() == 0.0 && f.abs() > MAX_SAFE_INTEGER as f64 && reads_as_integer
+        }
+        _ => false,
     })
 }
 
@@ -129,6 +143,37 @@ mod tests {
         assert_eq!(err, CanonicalError::UnsafeInteger { pointer: "/a/1/b".into(), number: "9007199254740993".into() });
         assert!(canonical_json(&json!(9007199254740991u64)).is_ok());
         assert!(canonical_json(&json!(-9007199254740992i64)).is_err());
+    }
+
+    /// The fixed point the canonical fuzz target asserts (`fuzz/fuzz_targets/canonical.rs`) did
+    /// not hold: the double 1e16 was canonicalised as `10000000000000000`, which reads back as an
+    /// integer beyond 2^53 and was then refused.
+    #[test]
+    fn whole_doubles_that_read_back_as_unsafe_integers_are_refused() {
+        for text in ["1e16", "-9.2e18", "1.8e19", "9007199254740994.0"] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            assert!(v.is_f64(), "{text}");
+            let err = canonical_json(&v).unwrap_err();
+            assert!(matches!(err, CanonicalError::UnsafeInteger { .. }), "{text}: {err}");
+        }
+        // Digits beyond 64 bits, an exponent, a fraction or a safe whole double read back as the
+        // same double: a fixed point.
+        for text in ["1.8446744073709552e19", "-1e19", "1e21", "1.5", "9007199254740991.0", "-4e15"] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            let c = canonical_json(&v).unwrap();
+            let back: Value = serde_json::from_str(&c).unwrap();
+            assert_eq!(canonical_json(&back).unwrap(), c, "{text}");
+        }
+    }
+
+    /// Found by the fuzzer (`fuzz/fuzz_targets/replay.rs`): a replay reason cut a recorded hash
+    /// at byte 12, inside a character, and panicked.
+    #[test]
+    fn a_short_hash_is_cut_on_a_character() {
+        assert_eq!(short_hash(&"ab".repeat(32)), "abababababab");
+        assert_eq!(short_hash("abc"), "abc");
+        assert_eq!(short_hash("ééééééééééééé"), "éééééééééééé");
+        assert_eq!(short_hash("abcdefghi\u{c3f3f}xyz"), "abcdefghi\u{c3f3f}xy");
     }
 
     #[test]

@@ -200,13 +200,107 @@ fn is_cairns(cell: &DocCell) -> bool {
     matches!(role, Some("provenance") | Some("bootstrap"))
 }
 
-/// Tags must be a list of strings wherever they come from.
+/// Tags as nbformat 4.5 has them, wherever they come from: a list of distinct, non-empty strings
+/// without commas (the notebook Cairn writes carries them, and must validate).
 fn check_tags(metadata: &Map<String, Value>) -> Result<(), String> {
     match metadata.get("tags") {
         None => Ok(()),
-        Some(Value::Array(tags)) if tags.iter().all(Value::is_string) => Ok(()),
+        Some(Value::Array(tags)) => {
+            for (i, tag) in tags.iter().enumerate() {
+                match tag {
+                    Value::String(t) if t.is_empty() || t.contains(',') => {
+                        return Err(format!(
+                            "tags hold {tag}, which nbformat does not allow: a tag is a non-empty string without commas"
+                        ));
+                    }
+                    Value::String(_) if tags[..i].contains(tag) => {
+                        return Err(format!("tags hold {tag} twice; give each tag once"));
+                    }
+                    Value::String(_) => {}
+                    other => return Err(format!("tags must be a list of strings (got {other} in it)")),
+                }
+            }
+            Ok(())
+        }
         Some(other) => Err(format!("tags must be a list of strings (got {other})")),
     }
+}
+
+/// Whether `s` is what nbformat's `^.+$` takes: not empty, one line (a final newline aside).
+fn one_line(s: &str) -> bool {
+    let body = s.strip_suffix('\n').unwrap_or(s);
+    !body.is_empty() && !body.contains('\n')
+}
+
+/// A notebook cell's metadata as nbformat 4.5 constrains it for its kind: the notebook Cairn
+/// writes keeps it, so one that would not validate is refused here, naming the key.
+fn check_cell_metadata(kind: CellKind, m: &Map<String, Value>) -> Result<(), String> {
+    check_tags(m)?;
+    if let Some(name) = m.get("name")
+        && !name.as_str().is_some_and(one_line)
+    {
+        return Err(format!("name must be a non-empty, one-line string (got {name})"));
+    }
+    if let Some(j) = m.get("jupyter")
+        && !j.is_object()
+    {
+        return Err(format!("jupyter must be an object (got {j})"));
+    }
+    match kind {
+        CellKind::Code => {
+            if let Some(c) = m.get("collapsed")
+                && !c.is_boolean()
+            {
+                return Err(format!("collapsed must be true or false (got {c})"));
+            }
+            if let Some(s) = m.get("scrolled")
+                && !(s.is_boolean() || s == "auto")
+            {
+                return Err(format!("scrolled must be true, false or \"auto\" (got {s})"));
+            }
+            match m.get("execution") {
+                None => {}
+                Some(Value::Object(times)) => {
+                    if let Some((k, v)) = times.iter().find(|(_, v)| !v.is_string()) {
+                        return Err(format!("execution.{k} must be a string, a time (got {v})"));
+                    }
+                }
+                Some(other) => return Err(format!("execution must be an object of times (got {other})")),
+            }
+        }
+        CellKind::Raw => {
+            if let Some(f) = m.get("format")
+                && !f.is_string()
+            {
+                return Err(format!("format must be a string, a mime type (got {f})"));
+            }
+        }
+        CellKind::Markdown => {}
+    }
+    Ok(())
+}
+
+/// A document's own metadata as nbformat 4.5 constrains it (the notebook Cairn writes keeps it):
+/// `title` a string, `authors` a list, `orig_nbformat` a whole number of at least 1.
+fn check_document_metadata(m: &Map<String, Value>, file: &str) -> Result<(), DocumentError> {
+    let bad =
+        |field: &'static str, reason: String| Err(DocumentError::BadMetadata { file: file.into(), field, reason });
+    if let Some(t) = m.get("title")
+        && !t.is_string()
+    {
+        return bad("title", format!("must be a string (got {t}); quote it"));
+    }
+    if let Some(a) = m.get("authors")
+        && !a.is_array()
+    {
+        return bad("authors", format!("must be a list (got {a})"));
+    }
+    if let Some(o) = m.get("orig_nbformat")
+        && o.as_u64().is_none_or(|n| n < 1)
+    {
+        return bad("orig_nbformat", format!("must be a whole number of at least 1 (got {o})"));
+    }
+    Ok(())
 }
 
 /// Splits markdown into cells. `file` names the document in errors.
@@ -315,6 +409,7 @@ pub fn read_notebook(text: &str, file: &str) -> Result<ParsedDocument, DocumentE
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return Err(not_nb("`metadata` is not an object".into())),
     };
+    check_document_metadata(&metadata, file)?;
     let cells = nb.get("cells").and_then(Value::as_array).ok_or_else(|| not_nb("no `cells` list".into()))?;
     let cells = cells
         .iter()
@@ -335,7 +430,7 @@ pub fn read_notebook(text: &str, file: &str) -> Result<ParsedDocument, DocumentE
                 Some(Value::Object(m)) => m.clone(),
                 Some(_) => return Err(bad("`metadata` must be an object")),
             };
-            check_tags(&metadata).map_err(|reason| bad(&format!("metadata.{reason}")))?;
+            check_cell_metadata(kind, &metadata).map_err(|reason| bad(&format!("metadata.{reason}")))?;
             Ok(DocCell { kind, source, line: None, metadata })
         })
         .collect::<Result<Vec<DocCell>, _>>()?;
@@ -359,7 +454,9 @@ pub fn read_document(bytes: &[u8], file: &str) -> Result<ParsedDocument, Documen
     if is_notebook(file) {
         read_notebook(text, file)
     } else {
-        Ok(ParsedDocument { cells: parse_markdown(text, file)?, metadata: front_matter(text, file)? })
+        let metadata = front_matter(text, file)?;
+        check_document_metadata(&metadata, file)?;
+        Ok(ParsedDocument { cells: parse_markdown(text, file)?, metadata })
     }
 }
 
@@ -468,5 +565,73 @@ mod tests {
         let nb = r#"{"nbformat": 4, "metadata": {"execution": {"timeout": "soon"}}, "cells": []}"#;
         let e = read_document(nb.as_bytes(), "n.ipynb").unwrap().execution_timeout("n.ipynb").unwrap_err();
         assert_eq!(e.to_string(), "n.ipynb: metadata execution.timeout must be a number of seconds (got \"soon\")");
+    }
+
+    /// Found by the fuzzer (`fuzz/fuzz_targets/document.rs`): a tag with a comma (or empty, or
+    /// given twice) was read, and the notebook Cairn wrote with it did not validate.
+    #[test]
+    fn tags_nbformat_refuses_are_refused_naming_the_tag() {
+        for (tags, says) in [
+            (r#"["a,b"]"#, r#"tags hold "a,b", which nbformat does not allow"#),
+            (r#"[""]"#, r#"tags hold "", which nbformat does not allow"#),
+            (r#"["x", "y", "x"]"#, r#"tags hold "x" twice; give each tag once"#),
+        ] {
+            let md = format!("```python tags={tags}\nx\n```\n");
+            let e = parse_markdown(&md, "d.md").unwrap_err().to_string();
+            assert!(e.starts_with("d.md:1: the cell's metadata cannot be read: ") && e.contains(says), "{e}");
+            let nb = format!(
+                r#"{{"nbformat": 4, "cells": [{{"cell_type": "code", "metadata": {{"tags": {tags}}}, "source": ""}}]}}"#
+            );
+            let e = parse_notebook(&nb, "n.ipynb").unwrap_err().to_string();
+            assert!(e.starts_with("n.ipynb: cell 0: metadata.") && e.contains(says), "{e}");
+        }
+        let myst = "```{code-cell} python\n:tags: [a, a]\nx\n```\n";
+        assert!(parse_markdown(myst, "d.md").unwrap_err().to_string().contains(r#"tags hold "a" twice"#));
+    }
+
+    /// Found by the fuzzer (`fuzz/fuzz_targets/notebook.rs`): a document whose `title` was not a
+    /// string was read, and the notebook Cairn wrote with it did not validate. The other metadata
+    /// nbformat 4.5 constrains (a cell's `collapsed`, `scrolled`, `execution`, `name`, `format`,
+    /// `jupyter`; the document's `authors`, `orig_nbformat`) is checked alike.
+    #[test]
+    fn metadata_nbformat_refuses_is_refused_naming_the_key() {
+        let cell = |kind: &str, meta: &str| {
+            let nb =
+                format!(r#"{{"nbformat": 4, "cells": [{{"cell_type": "{kind}", "metadata": {meta}, "source": ""}}]}}"#);
+            parse_notebook(&nb, "n.ipynb").map(|_| ()).map_err(|e| e.to_string())
+        };
+        for (kind, meta, says) in [
+            ("code", r#"{"collapsed": 1}"#, "metadata.collapsed must be true or false (got 1)"),
+            ("code", r#"{"scrolled": "yes"}"#, r#"metadata.scrolled must be true, false or "auto" (got "yes")"#),
+            (
+                "code",
+                r#"{"execution": {"shell.execute_reply": 3}}"#,
+                "metadata.execution.shell.execute_reply must be a string",
+            ),
+            ("markdown", r#"{"name": ""}"#, "metadata.name must be a non-empty, one-line string"),
+            ("raw", r#"{"name": "a\nb"}"#, "metadata.name must be a non-empty, one-line string"),
+            ("raw", r#"{"format": 7}"#, "metadata.format must be a string"),
+            ("code", r#"{"jupyter": true}"#, "metadata.jupyter must be an object"),
+        ] {
+            let e = cell(kind, meta).unwrap_err();
+            assert!(e.starts_with("n.ipynb: cell 0: ") && e.contains(says), "{kind} {meta}: {e}");
+        }
+        // What nbformat allows is read: the same keys where they are not constrained, and right.
+        for (kind, meta) in [
+            ("markdown", r#"{"collapsed": 1, "scrolled": "yes"}"#),
+            (
+                "code",
+                r#"{"collapsed": false, "scrolled": "auto", "execution": {"iopub.status.busy": "t"}, "name": "a\n"}"#,
+            ),
+            ("raw", r#"{"format": "text/x-rst", "jupyter": {"source_hidden": true}}"#),
+        ] {
+            assert_eq!(cell(kind, meta), Ok(()), "{kind} {meta}");
+        }
+        let e = read_document(b"---\ntitle: 2024\n---\n# T\n", "d.md").unwrap_err().to_string();
+        assert_eq!(e, "d.md: metadata title must be a string (got 2024); quote it");
+        let nb = r#"{"nbformat": 4, "metadata": {"orig_nbformat": 0}, "cells": []}"#;
+        let e = read_document(nb.as_bytes(), "n.ipynb").unwrap_err().to_string();
+        assert_eq!(e, "n.ipynb: metadata orig_nbformat must be a whole number of at least 1 (got 0)");
+        assert!(read_document(b"---\ntitle: \"2024\"\nauthors: []\n---\n", "d.md").is_ok());
     }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::canonical::{CanonicalError, hash_json};
+use crate::canonical::{CanonicalError, hash_json, short_hash};
 
 /// The version of the plan format; a plan of another version is refused, never guessed at.
 pub const PLAN_FORMAT: u32 = 1;
@@ -58,14 +58,10 @@ impl Effect {
         match self {
             Effect::CreateRunDir => "create run_dir".into(),
             Effect::WriteFile { path, sha256, .. } => {
-                format!("write {path} (sha256 {})", &sha256[..12.min(sha256.len())])
+                format!("write {path} (sha256 {})", short_hash(sha256))
             }
             Effect::DeployWorkflow { path, digest, files } => {
-                format!(
-                    "deploy workflow snapshot {} ({} files) to {path}",
-                    &digest[..12.min(digest.len())],
-                    files.len()
-                )
+                format!("deploy workflow snapshot {} ({} files) to {path}", short_hash(digest), files.len())
             }
         }
     }
@@ -137,6 +133,34 @@ impl Plan {
     pub fn request_hash(&self) -> Result<String, CanonicalError> {
         hash_json(&self.request())
     }
+}
+
+/// Why the bytes of a plan file are not a plan this Cairn executes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanFileError {
+    #[error("it no longer parses: {0}")]
+    Parse(String),
+    #[error("format {0} is not {PLAN_FORMAT}")]
+    Format(u32),
+    #[error("its content cannot be hashed: {0}")]
+    Unhashable(CanonicalError),
+    #[error("its checksum is {computed}, not the plan_checksum it carries ({carried})")]
+    Checksum { computed: String, carried: String },
+}
+
+/// A plan file's bytes as the plan they hold: it parses (no unknown field), is of this format, and
+/// its content hashes to the `plan_checksum` it carries. Whether that checksum is the one the plan
+/// was stored (and approved) with is the caller's check: it knows the record.
+pub fn read_plan(bytes: &[u8]) -> Result<Plan, PlanFileError> {
+    let plan: Plan = serde_json::from_slice(bytes).map_err(|e| PlanFileError::Parse(e.to_string()))?;
+    if plan.format != PLAN_FORMAT {
+        return Err(PlanFileError::Format(plan.format));
+    }
+    let computed = plan.compute_checksum().map_err(PlanFileError::Unhashable)?;
+    if computed != plan.plan_checksum {
+        return Err(PlanFileError::Checksum { computed, carried: plan.plan_checksum });
+    }
+    Ok(plan)
 }
 
 /// Why an effect's path is refused.
@@ -293,7 +317,7 @@ pub fn verify_receipt(key: &[u8], r: &Receipt, plan: &Plan, now: i64) -> Result<
     let given = hex::decode(&r.mac).map_err(|_| ReceiptError::BadMac)?;
     mac.verify_slice(&given).map_err(|_| ReceiptError::BadMac)?;
     if now > r.expires_at {
-        return Err(ReceiptError::Expired(now - r.expires_at));
+        return Err(ReceiptError::Expired(now.saturating_sub(r.expires_at)));
     }
     if r.plan_id != plan.plan_id || r.plan_name != plan.plan_name || r.plan_checksum != plan.plan_checksum {
         return Err(ReceiptError::OtherPlan { receipt: r.plan_id.clone(), request: plan.plan_id.clone() });
@@ -355,7 +379,7 @@ pub fn open_approval_state(key: &[u8], sealed: &str, now: i64) -> Result<Approva
     state_mac(key, &body).verify_slice(&mac).map_err(|_| ApprovalStateError::BadMac)?;
     let state: ApprovalState = serde_json::from_slice(&body).map_err(|_| ApprovalStateError::Malformed)?;
     if now > state.expires_at {
-        return Err(ApprovalStateError::Expired(now - state.expires_at));
+        return Err(ApprovalStateError::Expired(now.saturating_sub(state.expires_at)));
     }
     Ok(state)
 }
@@ -363,6 +387,68 @@ pub fn open_approval_state(key: &[u8], sealed: &str, now: i64) -> Result<Approva
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the fuzzer (`fuzz/fuzz_targets/receipt.rs`): a receipt or state checked long after
+    /// it expired (the clock near `i64::MAX`, the expiry far below zero) overflowed the
+    /// subtraction that says by how much.
+    #[test]
+    fn an_expiry_long_past_is_reported_without_overflow() {
+        let plan: Plan = serde_json::from_value(json!({
+            "format": 1, "plan_name": "n", "plan_id": "plan_1", "workflow": "w", "version": "1.0.0",
+            "workflow_digest": "d", "input": {}, "target": "local", "run_dir": "/r", "commands": [],
+            "inputs": [], "effects": [], "created_at": 0, "plan_checksum": ""
+        }))
+        .unwrap();
+        let r = Receipt {
+            receipt_id: "rcpt_1".into(),
+            plan_name: "n".into(),
+            plan_id: "plan_1".into(),
+            plan_checksum: String::new(),
+            request_hash: plan.request_hash().unwrap(),
+            nonce: "x".into(),
+            expires_at: 1 - (1 << 53),
+            mac: String::new(),
+        };
+        let r = sign_receipt(b"key", r).unwrap();
+        assert_eq!(verify_receipt(b"key", &r, &plan, i64::MAX), Err(ReceiptError::Expired(i64::MAX)));
+        let state = ApprovalState {
+            principal: "p".into(),
+            plan_name: "n".into(),
+            plan_id: "plan_1".into(),
+            plan_checksum: String::new(),
+            expires_at: 1 - (1 << 53),
+            nonce: "x".into(),
+        };
+        let sealed = seal_approval_state(b"key", &state).unwrap();
+        assert_eq!(open_approval_state(b"key", &sealed, i64::MAX), Err(ApprovalStateError::Expired(i64::MAX)));
+    }
+
+    /// Found by the fuzzer (`fuzz/fuzz_targets/plan.rs`): an effect's description cut its hash at
+    /// byte 12, inside a character of a hand-edited plan file, and panicked.
+    #[test]
+    fn an_effect_with_a_non_hex_hash_is_described() {
+        let e = Effect::WriteFile { path: "a".into(), sha256: "é".repeat(20), content: String::new() };
+        assert_eq!(e.describe(), format!("write a (sha256 {})", "é".repeat(12)));
+    }
+
+    /// A plan file verifies only as written: parsed, of this format, carrying its own checksum.
+    #[test]
+    fn a_plan_file_verifies_only_unaltered() {
+        let mut plan: Plan = serde_json::from_value(json!({
+            "format": 1, "plan_name": "n", "plan_id": "plan_1", "workflow": "w", "version": "1.0.0",
+            "workflow_digest": "d", "input": {"x": 1.5}, "target": "local", "run_dir": "/r", "commands": [],
+            "inputs": [], "effects": [{"kind": "create_run_dir"}], "created_at": 0, "plan_checksum": ""
+        }))
+        .unwrap();
+        plan.plan_checksum = plan.compute_checksum().unwrap();
+        let text = serde_json::to_string_pretty(&plan).unwrap();
+        assert_eq!(read_plan(text.as_bytes()), Ok(plan.clone()));
+        let altered = text.replace("\"/r\"", "\"/s\"");
+        assert!(matches!(read_plan(altered.as_bytes()), Err(PlanFileError::Checksum { .. })));
+        assert!(matches!(read_plan(b"{"), Err(PlanFileError::Parse(_))));
+        let other = text.replace("\"format\": 1", "\"format\": 2");
+        assert_eq!(read_plan(other.as_bytes()), Err(PlanFileError::Format(2)));
+    }
 
     #[test]
     fn an_approval_state_opens_only_unaltered_under_its_key_and_before_its_deadline() {

@@ -170,9 +170,7 @@ impl StepDecision {
     }
 }
 
-fn short(h: &str) -> &str {
-    &h[..12.min(h.len())]
-}
+use crate::canonical::short_hash as short;
 
 impl Reason {
     /// The reason in plain words.

@@ -273,6 +273,12 @@ pub enum StoreError {
         "run `{run_id}` is being written by another daemon at this moment; its claim was skipped and is tried again at the next takeover tick"
     )]
     RunBusy { run_id: String },
+    /// A process that holds no lease on a run tried to drive it while a daemon's lease on it is
+    /// current: it would run the steps that daemon runs.
+    #[error(
+        "run `{run_id}` is driven by daemon `{daemon}` (its lease runs until {until} ms since the epoch); it continues there, or, if that daemon is gone, once its lease expires a daemon takes it over"
+    )]
+    RunLeased { run_id: String, daemon: String, until: i64 },
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]
@@ -450,14 +456,18 @@ pub trait RunStore {
     fn open_leases(&self) -> Result<Vec<LeasedRun>, StoreError>;
     /// An open run's lease row, with its holder.
     fn leased_run(&self, run_id: &str) -> Result<Option<LeasedRun>, StoreError>;
-    /// Takes the lease of `run_id` for `daemon` until `until`, if its epoch is still `seen_epoch`
-    /// (else another daemon took it first: `StaleRevision`), with a `run.leased` event; from now
-    /// on this store refuses any write of the run under an older epoch. Returns the new lease.
+    /// Takes the lease of `run_id` for `daemon` until `until`, if its epoch and revision are still
+    /// `seen_epoch` and `seen_revision` (else another daemon or process took it first:
+    /// `StaleRevision`), with a `run.leased` event and a new revision (whoever claims the run
+    /// with the revision it saw before now is refused); from now on this store refuses any write
+    /// of the run under an older epoch. Returns the new lease.
+    #[allow(clippy::too_many_arguments)]
     fn take_lease(
         &self,
         run_id: &str,
         daemon: &DaemonRecord,
         seen_epoch: i64,
+        seen_revision: i64,
         until: i64,
         at: i64,
     ) -> Result<Lease, StoreError>;
@@ -555,6 +565,8 @@ pub trait RunStore {
     fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, StoreError>;
     fn verification(&self, id: &str) -> Result<Option<VerificationRecord>, StoreError>;
     /// Bumps the run's revision to take it over for an explicit resume, recording its new owner.
+    /// Refused (`RunLeased`) while another daemon's lease on the run is current, unless this
+    /// store holds that lease.
     fn claim_run(
         &self,
         run_id: &str,

@@ -143,7 +143,12 @@ fn describe(v: &Value) -> String {
     };
     let mut text = v.to_string();
     if text.len() > 60 {
-        text.truncate(57);
+        // On a character's boundary: a result's text is anyone's Unicode.
+        let mut end = 57;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
         text.push_str("...");
     }
     format!("{kind} ({text})")
@@ -314,6 +319,18 @@ mod tests {
             }
             proptest::prop_assert_eq!(eval("in", Some(json!([value.clone()]))).unwrap(), eval("eq", Some(value.clone())).unwrap());
         }
+    }
+
+    /// Found by the fuzzer (`fuzz/fuzz_targets/validator.rs`): an incomparable value whose text
+    /// passed 60 bytes with a multi-byte character at the cut panicked instead of answering.
+    #[test]
+    fn an_incomparable_unicode_value_is_described_without_a_panic() {
+        let observed = "é".repeat(40);
+        let r = rule("lt", "/s", Some(json!(3)));
+        let e = evaluate(&[r], &|_| Some(json!({"s": observed}))).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, ValidatorError::Incomparable { .. }), "{text}");
+        assert!(text.contains("a string (\"éé") && text.contains("...)"), "{text}");
     }
 
     #[test]

@@ -954,6 +954,22 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
     })
 }
 
+/// The two readings of a workflow file, each as `Debug` text (spans included), for the fuzzer's
+/// differential check (`fuzz/fuzz_targets/workflow.rs`): the fast reading of `[[steps]]`
+/// (`workflow/streamed.rs`; `None` where it leaves the file to the full way) and the full way (the
+/// TOML crate's tree, read by hand or by serde; `Err` with its message where it refuses the file).
+/// Wherever the first is `Some`, the second must be `Ok` with the same text.
+#[doc(hidden)]
+pub fn both_readings(text: &str) -> (Option<String>, Result<String, String>) {
+    let streamed = streamed::read(text).map(|raw| format!("{raw:#?}"));
+    let full =
+        DeTable::parse(text).map_err(|e| e.to_string()).and_then(|root| match raw_file_from_tree(root.get_ref()) {
+            Some(raw) => Ok(raw),
+            None => RawFile::deserialize(toml::de::Deserializer::from(root)).map_err(|e| e.to_string()),
+        });
+    (streamed, full.map(|raw| format!("{raw:#?}")))
+}
+
 /// Whether an argv element could name a file inside the workflow folder: a relative path with no
 /// `..` component that is not an option. The engine checks which of these exist.
 pub fn tool_path_candidate(arg: &str) -> bool {

@@ -114,6 +114,7 @@ error_codes! {
     StaleToken => "stale_token", Conflict;
     LeaseLost => "lease_lost", Conflict;
     RunBusy => "run_busy", Conflict;
+    RunLeased => "run_leased", Conflict;
     StaleRevision => "stale_revision", Conflict;
     RunFinished => "run_finished", Conflict;
     StepExists => "step_exists", Conflict;
@@ -501,6 +502,7 @@ fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::InvalidDocQuery(_) => ErrorCode::InvalidDocQuery,
         StoreError::LeaseLost { .. } => ErrorCode::LeaseLost,
         StoreError::RunBusy { .. } => ErrorCode::RunBusy,
+        StoreError::RunLeased { .. } => ErrorCode::RunLeased,
         StoreError::Database(_) => ErrorCode::Database,
         StoreError::Corrupt(_) => ErrorCode::Corrupt,
     }

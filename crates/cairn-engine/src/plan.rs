@@ -15,7 +15,7 @@ use cairn_core::controller::SlurmSubmit;
 use cairn_core::ids::{Owner, RunId};
 use cairn_core::plan::{
     ApprovalChannel, Effect, InputFile, PLAN_FORMAT, Plan, PlannedCommand, Receipt, absolute_path_strings,
-    check_effect_path, sign_receipt, verify_receipt,
+    check_effect_path, read_plan, sign_receipt, verify_receipt,
 };
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
@@ -376,13 +376,12 @@ impl Engine {
             Some((document, made_in)) if made_in != here => document.into_bytes(),
             _ => std::fs::read(&path).map_err(|e| altered(format!("cannot read it: {e}")))?,
         };
-        let plan: Plan = serde_json::from_slice(&text).map_err(|e| altered(format!("it no longer parses: {e}")))?;
-        if plan.format != PLAN_FORMAT {
-            return Err(altered(format!("format {} is not {PLAN_FORMAT}", plan.format)));
-        }
-        let now = plan.compute_checksum().map_err(|e| altered(e.to_string()))?;
-        if now != record.plan_checksum || plan.plan_checksum != record.plan_checksum || plan.plan_id != record.plan_id {
-            return Err(altered(format!("its checksum is {now}, it was stored as {}", record.plan_checksum)));
+        let plan = read_plan(&text).map_err(|e| altered(e.to_string()))?;
+        if plan.plan_checksum != record.plan_checksum || plan.plan_id != record.plan_id {
+            return Err(altered(format!(
+                "its checksum is {}, it was stored as {}",
+                plan.plan_checksum, record.plan_checksum
+            )));
         }
         Ok(plan)
     }

@@ -374,12 +374,21 @@ impl Service {
         self.engine.show_run(run_id)
     }
 
-    /// Takes over every open run whose holder is gone (a crashed or stopped daemon, here or, once
-    /// its lease expired, elsewhere; or the process that ran it in-process): its steps left
-    /// RUNNING are resumed as interrupted, after their recorded processes, if still alive, are
-    /// stopped. Runs whose holder lives are left alone. Returns how many were queued. The
-    /// heartbeat thread does this again every [`TAKEOVER_TICK`].
+    /// The daemon's startup recovery: takes over every open run whose holder is gone (a crashed
+    /// or stopped daemon, here or, once its lease expired, elsewhere; or the process that ran it
+    /// in-process): its steps left RUNNING are resumed as interrupted, after their recorded
+    /// processes, if still alive, are stopped. Runs whose holder lives are left alone. Returns
+    /// how many were queued. The heartbeat thread takes over leased runs again every
+    /// [`TAKEOVER_TICK`].
     pub fn recover(&self) -> usize {
+        self.take_over_gone(true)
+    }
+
+    /// Takes over the open runs whose holder is gone; `unleased` includes runs no daemon ever
+    /// leased (made in-process). A running daemon leaves those to their person: DESIGN's explicit
+    /// recovery (`--resume-interrupted`) is theirs, and a daemon resuming one at the same moment
+    /// would run its interrupted steps a second time.
+    fn take_over_gone(&self, unleased: bool) -> usize {
         let open = match self.engine.store.open_leases() {
             Ok(open) => open,
             Err(e) => {
@@ -390,7 +399,7 @@ impl Service {
         let mut queued = 0;
         for leased in open {
             let run_id = leased.run.run_id.clone();
-            if self.pool.is_active(&run_id) {
+            if self.pool.is_active(&run_id) || (!unleased && leased.lease.is_none()) {
                 continue;
             }
             match self.decide(&leased) {
@@ -398,7 +407,10 @@ impl Service {
                     Ok(()) => queued += 1,
                     // Another daemon took it first, or is writing it now (tried again next tick).
                     Err(EngineError::Store(
-                        StoreError::StaleRevision { .. } | StoreError::RunFinished { .. } | StoreError::RunBusy { .. },
+                        StoreError::StaleRevision { .. }
+                        | StoreError::RunFinished { .. }
+                        | StoreError::RunBusy { .. }
+                        | StoreError::RunLeased { .. },
                     )) => {}
                     Err(e) => (self.log)(&format!("cannot take run {run_id} over: {e}")),
                 },
@@ -435,7 +447,7 @@ impl Service {
         let now = self.engine.now_ms();
         let until = now + self.lease_ms();
         let seen = leased.lease.as_ref().map_or(0, |l| l.epoch);
-        let lease = self.engine.store.take_lease(&run.run_id, &self.me, seen, until, now)?;
+        let lease = self.engine.store.take_lease(&run.run_id, &self.me, seen, run.revision, until, now)?;
         let work = match self.recovery_work(run) {
             Ok(work) => work,
             Err(e) => {
@@ -579,6 +591,6 @@ fn heartbeat(service: std::sync::Weak<Service>, closing: Arc<AtomicBool>) {
             last_beat = std::time::Instant::now();
             service.renew();
         }
-        service.recover();
+        service.take_over_gone(false);
     }
 }

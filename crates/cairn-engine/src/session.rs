@@ -303,32 +303,44 @@ impl SessionKernel {
         job.started_at = Some(self.engine.clock.now_ms());
         let _ = store.save_kernel_job(&job);
 
-        // Outputs are saved as they come: the first at once, later ones at most every 200 ms by a
-        // flusher, so a poll sees a job's progress even when it then goes quiet.
+        // Outputs are saved as they come: the first at once, later ones at most every 200 ms, so a
+        // poll sees a job's progress even when it then goes quiet. A flusher thread saves them:
+        // the output callback runs inside the kernel client's async runtime, where a blocking
+        // store call must not be made (PostgreSQL's client refuses to, and it would stall the
+        // kernel's messages on any store).
         let live = Mutex::new((job.clone(), false));
+        let wake = std::sync::Condvar::new();
         let done = std::sync::atomic::AtomicBool::new(false);
         let run = std::thread::scope(|scope| {
             scope.spawn(|| {
-                while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(200));
-                    let mut l = lock(&live);
+                let mut l = lock(&live);
+                loop {
                     if l.1 {
                         let _ = store.save_kernel_job(&l.0);
                         l.1 = false;
                     }
+                    if done.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    l = wake.wait_timeout(l, Duration::from_millis(200)).map_or_else(|p| p.into_inner().0, |(g, _)| g);
                 }
             });
             let run = k.execute(&job.code, timeout, &mut |out: &Value| {
                 let mut l = lock(&live);
                 let first = l.0.outputs.is_empty();
                 l.0.outputs.push(out.clone());
+                l.1 = true;
                 if first {
-                    let _ = store.save_kernel_job(&l.0);
-                } else {
-                    l.1 = true;
+                    wake.notify_one();
                 }
             });
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            // Under the lock, so the flusher cannot miss the wake-up; the scope joins it, so its
+            // last save lands before the job's final record below.
+            {
+                let _l = lock(&live);
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            wake.notify_one();
             run
         });
         let (status, error) = match &run.status {

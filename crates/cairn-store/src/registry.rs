@@ -624,6 +624,7 @@ impl<B: Backend> RunStore for Registry<B> {
         run_id: &str,
         daemon: &DaemonRecord,
         seen_epoch: i64,
+        seen_revision: i64,
         until: i64,
         at: i64,
     ) -> Result<Lease, StoreError> {
@@ -636,9 +637,10 @@ impl<B: Backend> RunStore for Registry<B> {
                 return Err(StoreError::RunNotFound(run_id.into()));
             };
             let changed = tx.execute(
-                "UPDATE workflow_executions SET lease_owner = ?2, lease_epoch = lease_epoch + 1, lease_expires_at = ?3 \
-                 WHERE run_id = ?1 AND lease_epoch = ?4 AND status IN ('PENDING', 'RUNNING')",
-                params![run_id, daemon.id, until, seen_epoch],
+                "UPDATE workflow_executions SET lease_owner = ?2, lease_epoch = lease_epoch + 1, lease_expires_at = ?3, \
+                 revision = revision + 1 \
+                 WHERE run_id = ?1 AND lease_epoch = ?4 AND revision = ?5 AND status IN ('PENDING', 'RUNNING')",
+                params![run_id, daemon.id, until, seen_epoch, seen_revision],
             )?;
             if changed == 0 {
                 return match load_run(tx, run_id)? {
@@ -963,6 +965,9 @@ impl<B: Backend> RunStore for Registry<B> {
         at: i64,
     ) -> Result<RunRecord, StoreError> {
         self.write(|tx| {
+            // The fence first: a holder whose lease was taken (which moved the revision) is told
+            // so, not that the run changed.
+            tx.lock_run(run_id, false)?;
             let changed = tx.execute(
                 "UPDATE workflow_executions SET status = ?3, findings_json = ?4, error = ?5, finished_at = ?6, \
                  updated_at = ?6, revision = revision + 1 \
@@ -1103,7 +1108,21 @@ impl<B: Backend> RunStore for Registry<B> {
         owner: Option<&Owner>,
         at: i64,
     ) -> Result<i64, StoreError> {
+        let holds_lease = self.leases.read().unwrap_or_else(|p| p.into_inner()).contains_key(run_id);
         self.write(|tx| {
+            // A held lease is checked by the fence; without one, a daemon's current lease means
+            // that daemon drives the run, and two drivers would both resume its RUNNING steps.
+            tx.lock_run(run_id, false)?;
+            let lease = tx.query_opt(
+                "SELECT lease_owner, lease_expires_at FROM workflow_executions WHERE run_id = ?1",
+                params![run_id],
+            )?;
+            if let Some(row) = lease.filter(|_| !holds_lease) {
+                let (daemon, until): (Option<String>, Option<i64>) = (row.get(0)?, row.get(1)?);
+                if let (Some(daemon), Some(until)) = (daemon, until.filter(|u| *u > at)) {
+                    return Err(StoreError::RunLeased { run_id: run_id.into(), daemon, until });
+                }
+            }
             let changed = tx.execute(
                 "UPDATE workflow_executions SET revision = revision + 1, updated_at = ?3, owner = ?4 \
                  WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",

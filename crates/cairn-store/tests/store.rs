@@ -843,10 +843,22 @@ fn a_lease_taken_over_fences_its_old_holder(k: Kind) {
     assert_eq!((open[0].expires_at, open[0].holder.as_ref().map(|h| h.host.as_str())), (Some(6_000), Some("h1")));
     assert_eq!(open[0].run.run_id, run.run_id);
 
-    // Taken with a stale epoch: refused; with the current one: a new epoch.
-    assert!(matches!(b.take_lease("r", &db_, 0, 20_000, 7_000), Err(StoreError::StaleRevision { .. })));
-    let taken = b.take_lease("r", &db_, 1, 20_000, 7_000).unwrap();
+    // Taken with a stale epoch or a stale revision (the run claimed since it was seen): refused;
+    // with the current ones: a new epoch and a new revision.
+    let rev = open[0].run.revision;
+    assert!(matches!(b.take_lease("r", &db_, 0, rev, 20_000, 7_000), Err(StoreError::StaleRevision { .. })));
+    assert!(matches!(b.take_lease("r", &db_, 1, rev - 1, 20_000, 7_000), Err(StoreError::StaleRevision { .. })));
+    let taken = b.take_lease("r", &db_, 1, rev, 20_000, 7_000).unwrap();
     assert_eq!(taken, Lease { daemon: "dmn_b".into(), epoch: 2 });
+    assert_eq!(b.run("r").unwrap().unwrap().revision, rev + 1);
+    // A process holding no lease cannot claim the run while b's lease is current (it would
+    // drive it beside b); b, holding it, can.
+    let third = second(&d);
+    let err = third.claim_run("r", rev + 1, None, 7_500).unwrap_err();
+    assert!(matches!(&err, StoreError::RunLeased { daemon, until: 20_000, .. } if daemon == "dmn_b"), "{err:?}");
+    assert!(err.to_string().contains("dmn_b"), "{err}");
+    // Once the lease expired, an explicit resume may claim it.
+    assert_eq!(third.claim_run("r", rev + 1, None, 20_001).unwrap(), rev + 2);
     let leased = events_of_kind(&*b, "r", "run.leased");
     assert_eq!(leased.len(), 1);
     assert_eq!(leased[0].event.data()["previous"], "dmn_a");
@@ -888,16 +900,16 @@ fn a_claim_skips_a_run_another_transaction_holds() {
     let mut tx = holder.transaction().unwrap();
     tx.query("SELECT 1 FROM workflow_executions WHERE run_id = 'r' FOR UPDATE", &[]).unwrap();
     let asked = std::time::Instant::now();
-    let err = b.take_lease("r", &db_, 1, 20_000, 7_000).unwrap_err();
+    let err = b.take_lease("r", &db_, 1, 1, 20_000, 7_000).unwrap_err();
     assert!(matches!(&err, StoreError::RunBusy { run_id } if run_id == "r"), "{err:?}");
     assert!(asked.elapsed() < std::time::Duration::from_secs(5), "the claim waited for the lock");
     assert!(err.to_string().contains("tried again"), "{err}");
-    assert!(matches!(b.take_lease("nope", &db_, 1, 20_000, 7_000), Err(StoreError::RunNotFound(_))));
+    assert!(matches!(b.take_lease("nope", &db_, 1, 1, 20_000, 7_000), Err(StoreError::RunNotFound(_))));
     tx.rollback().unwrap();
     assert!(events_of_kind(&*b, "r", "run.leased").is_empty(), "a skipped claim writes nothing");
     assert_eq!(b.open_leases().unwrap()[0].lease, Some(Lease { daemon: "dmn_a".into(), epoch: 1 }));
 
-    assert_eq!(b.take_lease("r", &db_, 1, 20_000, 7_000).unwrap(), Lease { daemon: "dmn_b".into(), epoch: 2 });
+    assert_eq!(b.take_lease("r", &db_, 1, 1, 20_000, 7_000).unwrap(), Lease { daemon: "dmn_b".into(), epoch: 2 });
 }
 
 /// Daemons and their leases: the live ones are listed with what they hold; one that stops ends

@@ -488,12 +488,7 @@ mod tests {
     /// What the full way (the TOML crate's tree, read by hand or by serde) makes of `text`, as
     /// `Debug` text (spans included), or `None` where it refuses the file.
     fn full(text: &str) -> Option<String> {
-        let root = DeTable::parse(text).ok()?;
-        let raw = match raw_file_from_tree(root.get_ref()) {
-            Some(raw) => raw,
-            None => RawFile::deserialize(toml::de::Deserializer::from(root)).ok()?,
-        };
-        Some(format!("{raw:#?}"))
+        crate::workflow::both_readings(text).1.ok()
     }
 
     /// [`read`] of `text`, checked against the full way: identical wherever it gives a result.

@@ -32,6 +32,13 @@ fn is_truncatable_text(mime: &str) -> bool {
     mime.starts_with("text/") || mime == "application/javascript" || mime == "image/svg+xml"
 }
 
+/// Whether nbformat lets a mime type's data be any JSON (`^application/(.*\+)?json$`).
+fn is_json_mime(mime: &str) -> bool {
+    mime.strip_prefix("application/")
+        .and_then(|rest| rest.strip_suffix("json"))
+        .is_some_and(|head| head.is_empty() || head.ends_with('+'))
+}
+
 /// nbformat allows a multiline string as a list of strings; fold it to one string.
 fn joined_text(v: &Value) -> Option<String> {
     match v {
@@ -73,6 +80,15 @@ fn cap_bundle(data: &Map<String, Value>, max: usize) -> (Map<String, Value>, usi
     let mut size = 0;
     let mut dropped: Vec<(String, usize)> = Vec::new();
     for (mime, value) in data {
+        // nbformat holds any other mime type's data as text (a string, or a list of strings): a
+        // value a kernel sent otherwise is kept as its JSON text, so the notebook stays valid.
+        let as_text;
+        let value = if is_json_mime(mime) || joined_text(value).is_some() {
+            value
+        } else {
+            as_text = Value::String(value.to_string());
+            &as_text
+        };
         if let Some(text) = joined_text(value).filter(|_| is_truncatable_text(mime) || !mime.contains('/')) {
             let capped = cap_string(&text, max);
             size += capped.len();
@@ -401,6 +417,23 @@ mod tests {
         let out = c.finish();
         assert_eq!(out[0]["data"]["text/plain"], "2");
         assert_eq!(out.len(), 2);
+    }
+
+    /// Found by the fuzzer (`fuzz/fuzz_targets/notebook.rs`): a display whose `text/plain` was
+    /// `null` (or any non-text value of a non-JSON mime type) was kept as it was, and the
+    /// notebook did not validate; JSON mime types keep any value.
+    #[test]
+    fn a_non_text_value_of_a_text_mime_type_is_kept_as_its_json_text() {
+        let mut c = OutputCollector::new(OutputLimits::default());
+        let data = json!({"text/plain": null, "image/png": 5, "application/json": {"a": [1]},
+                          "application/vnd.x+json": 2, "text/html": ["<b>", "x</b>"]});
+        c.handle("display_data", &json!({"data": data, "metadata": {}}));
+        let out = c.finish();
+        assert_eq!(
+            out[0]["data"],
+            json!({"text/plain": "null", "image/png": "5", "application/json": {"a": [1]},
+                   "application/vnd.x+json": 2, "text/html": "<b>x</b>"})
+        );
     }
 
     #[test]

@@ -46,13 +46,18 @@ impl Drop for Api {
 
 impl Api {
     fn start() -> Api {
-        let c = Cairn::new();
+        Api::on(cairn_store::testing::Kind::Sqlite).unwrap_or_else(|| unreachable!("SQLite is always there"))
+    }
+
+    /// An API whose registry is `kind`'s (`None`: no PostgreSQL here, outside CI).
+    fn on(kind: cairn_store::testing::Kind) -> Option<Api> {
+        let c = Cairn::on(kind)?;
         demo_workflow(&c);
         let d = c.start_daemon();
         let port = d.url.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{}", d.url));
         let (viewer, operator) = (c.token("viewer"), c.token("operator"));
         assert_ne!(viewer, operator);
-        Api { url: d.url, port, viewer, operator, c }
+        Some(Api { url: d.url, port, viewer, operator, c })
     }
 
     fn token(&self, who: Caller) -> Option<String> {
@@ -387,9 +392,8 @@ fn public(method: &'static str, path: &str, outcome: Outcome) -> Row {
 /// Every endpoint × {no token, wrong token, viewer, operator}, over a finished run `R1`: reads
 /// answer the viewer, every POST refuses it with 403, and the operator passes; nothing a refused
 /// caller sent changes anything.
-#[test]
-fn auth_matrix_covers_every_endpoint_and_caller() {
-    let api = Api::start();
+fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
+    let Some(api) = Api::on(k) else { return };
     api.finished_run("R1");
     let same_as_r1 = api.submit_body(&["ok"], Some("R1"));
     let rows = vec![
@@ -849,9 +853,8 @@ fn sse(text: &str) -> Vec<(String, String, Value)> {
 
 /// Submit, poll, idempotent resubmission, ExecutionInputMismatch, cancel, the event stream, the
 /// step log and the run list's filters.
-#[test]
-fn runs_over_http() {
-    let api = Api::start();
+fn runs_over_http(k: cairn_store::testing::Kind) {
+    let Some(api) = Api::on(k) else { return };
     let log = api.c.path("log");
 
     // A valid POST: 202, a generated run id, a Location; the run reaches READY.
@@ -1252,9 +1255,8 @@ fn web_login_gives_the_viewer_token_once() {
 
 /// `GET /runs?follow=true` streams the list while a run is active (the run appears RUNNING, then
 /// READY) and ends once nothing is active; `workflow=` filters by name.
-#[test]
-fn the_run_list_streams_while_runs_are_active() {
-    let api = Api::start();
+fn the_run_list_streams_while_runs_are_active(k: cairn_store::testing::Kind) {
+    let Some(api) = Api::on(k) else { return };
     let log = api.c.path("log");
     api.finished_run("done");
     let r = api.post("/runs", Caller::Operator, &api.submit_body(&["wait"], Some("live")));
@@ -1314,9 +1316,8 @@ fn the_run_list_streams_while_runs_are_active() {
 /// `GET /runs/{id}/ro-crate` answers the run's zipped Provenance Run Crate, to a Viewer too (it
 /// changes no record); `GET /runs/{id}/export` writes it under the state root and says where;
 /// an unknown run is a 404 that writes nothing, a bad query a 400, no token a 401.
-#[test]
-fn a_run_exports_as_a_zipped_ro_crate_to_a_viewer() {
-    let api = Api::start();
+fn a_run_exports_as_a_zipped_ro_crate_to_a_viewer(k: cairn_store::testing::Kind) {
+    let Some(api) = Api::on(k) else { return };
     let before = api.finished_run("X1");
     let r = api.get("/runs/X1/ro-crate", Caller::Viewer);
     assert_eq!(r.status, 200, "{}", r.text);
@@ -1346,3 +1347,12 @@ fn a_run_exports_as_a_zipped_ro_crate_to_a_viewer() {
     expect(&api.get("/runs/X1/export?data=maybe", Caller::Viewer), 400, None, "bad query");
     expect(&api.get("/runs/X1/ro-crate", Caller::Anonymous), 401, None, "no token");
 }
+
+// The API is the same over either registry: every endpoint (the auth matrix), a run's whole life,
+// the live run list and an export, on the SQLite file and on PostgreSQL.
+cairn_store::on_both!(
+    auth_matrix_covers_every_endpoint_and_caller,
+    runs_over_http,
+    the_run_list_streams_while_runs_are_active,
+    a_run_exports_as_a_zipped_ro_crate_to_a_viewer,
+);

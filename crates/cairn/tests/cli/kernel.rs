@@ -18,6 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use tempfile::TempDir;
 
+use cairn_store::testing::Kind;
+
 use crate::support::*;
 
 // ------------------------------------------------------------------------------------------------
@@ -142,9 +144,14 @@ struct K {
 
 impl K {
     fn new() -> K {
+        K::on(Kind::Sqlite).unwrap_or_else(|| unreachable!("SQLite is always there"))
+    }
+
+    /// One whose registry is `kind`'s (`None`: no PostgreSQL here, outside CI).
+    fn on(kind: Kind) -> Option<K> {
         let config = tempfile::Builder::new().prefix("cairn-kcfg-").tempdir().unwrap();
-        let c = Cairn::new().with_kernel(python(), config.path());
-        K { c, _config: config }
+        let c = Cairn::on(kind)?.with_kernel(python(), config.path());
+        Some(K { c, _config: config })
     }
 
     fn home(&self) -> PathBuf {
@@ -314,9 +321,8 @@ fn verification_kernel_dir(home: &Path) -> bool {
 // ------------------------------------------------------------------------------------------------
 // 1. state, outputs, timings, order
 
-#[test]
-fn state_carries_between_jobs_and_each_job_is_recorded() {
-    let k = K::new();
+fn state_carries_between_jobs_and_each_job_is_recorded(kind: Kind) {
+    let Some(k) = K::on(kind) else { return };
     k.start_daemon();
 
     let a = k.exec("x = 41").expect(0);
@@ -749,9 +755,8 @@ fn jobs_of_a_killed_daemon_end_died_and_its_kernel_does_not_survive_the_next_sta
 // ------------------------------------------------------------------------------------------------
 // 11. progress
 
-#[test]
-fn a_running_jobs_outputs_are_visible_before_it_ends() {
-    let k = K::new();
+fn a_running_jobs_outputs_are_visible_before_it_ends(kind: Kind) {
+    let Some(k) = K::on(kind) else { return };
     k.start_daemon();
     k.exec("import time").expect(0);
     let job = k.detach("print('early', flush=True)\ntime.sleep(4)\nprint('late')");
@@ -766,3 +771,10 @@ fn a_running_jobs_outputs_are_visible_before_it_ends() {
     assert_eq!(text(&end), "early\nlate\n");
     k.finish();
 }
+
+// A session's jobs and their live outputs, on either registry (their outputs arrive inside the
+// kernel client's async runtime, where the store must not be called).
+cairn_store::on_both!(
+    state_carries_between_jobs_and_each_job_is_recorded,
+    a_running_jobs_outputs_are_visible_before_it_ends
+);

@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use cairn_store::testing::Kind;
+
 use crate::support::*;
 
 mod add_workflow;
@@ -227,8 +229,13 @@ enum Over {
 impl Fx {
     /// A fresh state root, no daemon; `None` when the MCP SDK is missing outside CI.
     fn new() -> Option<Fx> {
+        Fx::on(Kind::Sqlite)
+    }
+
+    /// A fixture whose registry is `kind`'s.
+    fn on(kind: Kind) -> Option<Fx> {
         let python = client_python()?;
-        let c = Cairn::new();
+        let c = Cairn::on(kind)?;
         let base = c.work.path().canonicalize().unwrap();
         let config = base.join("config");
         std::fs::create_dir_all(&config).unwrap();
@@ -238,7 +245,11 @@ impl Fx {
 
     /// With `release-validation@1.2.0` registered and the daemon started.
     fn with_example() -> Option<Fx> {
-        let fx = Fx::new()?;
+        Fx::with_example_on(Kind::Sqlite)
+    }
+
+    fn with_example_on(kind: Kind) -> Option<Fx> {
+        let fx = Fx::on(kind)?;
         let dir = example("1.2.0");
         let (code, added, out) = fx.json(&["workflow", "add", dir.to_str().unwrap()]);
         assert_eq!(code, 0, "{out}");
@@ -721,8 +732,8 @@ fn each_server_lists_the_contract_tools_over_stdio_and_http() {
 /// plan_run (creates nothing) → execute_plan → READY; plan_replay predicts the decisions; its
 /// execution follows them (four roots reused, run_unit_tests and generate_evidence re-executed)
 /// and leaves the source unchanged. Reads and app views along the way.
-fn agent_path(over: Over) {
-    let Some(fx) = Fx::with_example() else { return };
+fn agent_path(over: Over, kind: Kind) {
+    let Some(fx) = Fx::with_example_on(kind) else { return };
     let client = fx.client();
     let wb = client.over(over, "workbench");
     let app = client.session(over, "app", "viewer");
@@ -890,15 +901,16 @@ fn agent_path(over: Over) {
     assert_eq!(contract(&app.read_json(&format!("cairn://runs/{cid}"))), contract(&shown), "{}", app.what);
 }
 
-#[test]
-fn agent_path_over_stdio() {
-    agent_path(Over::Stdio);
+fn agent_path_over_stdio(kind: Kind) {
+    agent_path(Over::Stdio, kind);
 }
 
-#[test]
-fn agent_path_over_http() {
-    agent_path(Over::Http);
+fn agent_path_over_http(kind: Kind) {
+    agent_path(Over::Http, kind);
 }
+
+// An agent's whole path is the same over either registry.
+cairn_store::on_both!(agent_path_over_stdio, agent_path_over_http);
 
 // ------------------------------------------------------------------------------------------------
 // 3. verification

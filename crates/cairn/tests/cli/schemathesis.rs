@@ -6,8 +6,8 @@
 //! and a FAILED run), one daemon, and per token (Viewer, then Operator) two bounded, deterministic
 //! `schemathesis run`s (see [`PASSES`]): every operation of `GET /openapi.json` — the document's
 //! own endpoint included, which schemathesis leaves out unless a filter names it — and then the
-//! event stream of a real run. Every phase runs (examples, coverage, fuzzing, stateful), positive
-//! and negative data, about half the generated identifiers replaced by real ones (see [`CONFIG`]),
+//! event stream of a real run. Every phase runs (examples, coverage, fuzzing, and stateful in the
+//! first, the one with links to follow), positive and negative data, about half the generated identifiers replaced by real ones (see [`CONFIG`]),
 //! with these checks:
 //!
 //! * `not_a_server_error`: no 5xx;
@@ -16,8 +16,12 @@
 //! * `response_schema_conformance`: every body (each Server-Sent Event of a `follow=true` stream
 //!   too) matches its declared schema.
 //!
-//! The run is bounded (examples per operation, a per-request timeout, a hard deadline for the
-//! whole call) and reproducible (deterministic generation, one worker, no example database): a
+//! The stateful phase follows the document's OpenAPI links (a submitted run to its events and
+//! steps, a plan to its execution, a verification to its notebook, …, see `api/openapi.rs`), and
+//! the test checks that it ran on every declared link and that the Operator's run followed some.
+//!
+//! The run is bounded (examples per operation and stateful scenarios, a per-request timeout, a
+//! hard deadline for the whole call) and reproducible (deterministic generation, one worker, no example database): a
 //! failure prints schemathesis' report, with a `curl` line for each failing case.
 
 use std::path::{Path, PathBuf};
@@ -29,7 +33,10 @@ use serde_json::json;
 use crate::support::*;
 
 /// Test cases per operation and phase: enough to reach every declared status, small enough for CI.
-const MAX_EXAMPLES: &str = "25";
+const MAX_EXAMPLES: usize = 25;
+/// Scenarios of the stateful phase (chains of calls along the document's links), and the most
+/// calls in one: enough to follow most links from a real run, plan, verification, job or doc.
+const STATEFUL: &str = "[phases.stateful]\nmax-steps = 8\n\n[phases.stateful.generation]\nmax-examples = 120\n";
 /// Per request. The daemon answers in milliseconds; an event stream of a finished run ends at once.
 const REQUEST_TIMEOUT: &str = "5";
 /// For one whole `schemathesis run`; the longest takes about 10 s here. Only stops a hang.
@@ -133,6 +140,9 @@ values = ["probe"]
 [dictionaries.versions]
 values = ["1.0.0"]
 
+[dictionaries.targets]
+values = ["local"]
+
 [dictionaries.statuses]
 values = ["READY", "FAILED"]
 
@@ -147,12 +157,19 @@ values = [0, 2]
 "query.status" = { dictionary = "statuses", probability = 0.5 }
 "query.after" = { dictionary = "seqs", probability = 0.5 }
 "body.agent_id" = { dictionary = "workflows", probability = 0.5 }
+"body.workflow" = { dictionary = "workflows", probability = 0.5 }
+"body.version" = { dictionary = "versions", probability = 0.5 }
+"body.target" = { dictionary = "targets", probability = 0.5 }
 "body.run_id" = { dictionary = "runs", probability = 0.3 }
 "body.replay.source_run_id" = { dictionary = "runs", probability = 0.5 }
 "body.replay.step_ids[*]" = { dictionary = "steps", probability = 0.5 }
 
 [[operations]]
 include-name = "POST /runs"
+parameters = { "body.input" = { plan = ["ok"] } }
+
+[[operations]]
+include-name = "POST /plans"
 parameters = { "body.input" = { plan = ["ok"] } }
 
 [[operations]]
@@ -183,17 +200,27 @@ struct Pass {
     filter: &'static [&'static str],
     /// How many operations it must test; `None`: every operation of the document.
     tests: Option<usize>,
+    /// Whether its stateful phase runs (it follows the document's links).
+    stateful: bool,
 }
 
 static PASSES: [Pass; 2] = [
     // Every operation, `GET /openapi.json` too (left out unless a filter selects it).
-    Pass { name: "every operation", config: CONFIG, filter: &["--include-path-regex", "^/"], tests: None },
+    Pass {
+        name: "every operation",
+        config: CONFIG,
+        filter: &["--include-path-regex", "^/"],
+        tests: None,
+        stateful: true,
+    },
     // The event stream of a real run (see STREAM_CONFIG).
     Pass {
         name: "event streams",
         config: STREAM_CONFIG,
         filter: &["--include-name", "GET /runs/{run_id}/events"],
         tests: Some(1),
+        // One operation has no link to follow.
+        stateful: false,
     },
 ];
 
@@ -229,7 +256,11 @@ fn schemathesis(venv: &Path, url: &str, role: &'static str, token: &str, pass: &
     let log = dir.join(format!("schemathesis-{role}-{slug}.log"));
     let file = std::fs::File::create(&log).unwrap();
     let config = dir.join(format!("schemathesis-{slug}.toml"));
-    std::fs::write(&config, pass.config).unwrap();
+    // The example counts are in the file, not on the command line, which would override the
+    // stateful phase's own.
+    let stateful = if pass.stateful { STATEFUL } else { "" };
+    std::fs::write(&config, format!("[generation]\nmax-examples = {MAX_EXAMPLES}\n\n{stateful}{}", pass.config))
+        .unwrap();
     let mut args: Vec<String> = [
         "--config-file",
         config.to_str().unwrap(),
@@ -239,8 +270,6 @@ fn schemathesis(venv: &Path, url: &str, role: &'static str, token: &str, pass: &
         &format!("Authorization: Bearer {token}"),
         "--checks",
         CHECKS,
-        "--max-examples",
-        MAX_EXAMPLES,
         // Reproducible: the same cases every run (schemathesis ignores `--seed` in this mode).
         "--generation-deterministic",
         "--workers",
@@ -253,6 +282,9 @@ fn schemathesis(venv: &Path, url: &str, role: &'static str, token: &str, pass: &
     .map(|s| s.to_string())
     .collect();
     args.extend(pass.filter.iter().map(|s| s.to_string()));
+    if !pass.stateful {
+        args.extend(["--phases".to_string(), "examples,coverage,fuzzing".to_string()]);
+    }
     let started = Instant::now();
     let mut child = Command::new(venv.join("bin/schemathesis"))
         .args(&args)
@@ -309,6 +341,17 @@ fn every_operation_conforms_to_the_openapi_document_for_both_tokens() {
         .map(|item| item.as_object().unwrap().keys().filter(|k| HTTP_METHODS.contains(&k.as_str())).count())
         .sum();
     assert!(operations > 0, "no operations in {}", doc.text);
+    // The links the document declares, which the stateful phase follows.
+    let links: usize = doc.body["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|item| item.as_object().unwrap().values())
+        .filter_map(|op| op["responses"].as_object())
+        .flat_map(|responses| responses.values())
+        .filter_map(|r| r["links"].as_object().map(|l| l.len()))
+        .sum();
+    assert!(links > 0, "no links in {}", doc.text);
 
     // The Viewer first: it changes nothing, so its pass sees exactly the data made above.
     let mut outcomes = Vec::new();
@@ -321,11 +364,25 @@ fn every_operation_conforms_to_the_openapi_document_for_both_tokens() {
     let mut problems = Vec::new();
     for o in &outcomes {
         eprintln!("schemathesis, {} token, {}: exit {:?} in {:.1?}", o.role, o.pass.name, o.code, o.elapsed);
+        if std::env::var_os("TMP_SHOW").is_some() {
+            eprintln!("{}", o.output);
+        }
         let tested = format!("Tested: {}", o.pass.tests.unwrap_or(operations));
         if o.code != Some(0) {
             problems.push(format!("schemathesis, {} token, {}: exit {:?}", o.role, o.pass.name, o.code));
         } else if !o.output.contains(&tested) {
             problems.push(format!("schemathesis, {} token, {}: not `{tested}`", o.role, o.pass.name));
+        } else if o.pass.stateful {
+            // The stateful phase ran on every declared link, and the Operator's (who can create
+            // what they lead from) followed some.
+            match stateful_links(&o.output) {
+                Some((covered, declared)) if declared == links && (covered > 0 || o.role == "viewer") => {}
+                other => problems.push(format!(
+                    "schemathesis, {} token, {}: the stateful phase followed {other:?} (covered, declared) links of the \
+                     document's {links}",
+                    o.role, o.pass.name
+                )),
+            }
         }
     }
     let health = http("GET", &format!("{}/health", daemon.url), None, None, &[]);
@@ -345,6 +402,19 @@ fn every_operation_conforms_to_the_openapi_document_for_both_tokens() {
             })
             .collect();
         panic!("{}\n\n{}", problems.join("\n"), reports.join("\n"));
+    }
+}
+
+/// From schemathesis' report, `API Links: N covered / S selected / T total (I inferred)`: the
+/// links it followed, and those the document declares (the total less the ones it inferred).
+fn stateful_links(output: &str) -> Option<(usize, usize)> {
+    let line = output.lines().find(|l| l.trim_start().starts_with("API Links:"))?;
+    let numbers: Vec<usize> =
+        line.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).filter_map(|w| w.parse().ok()).collect();
+    match numbers.as_slice() {
+        [covered, _selected, total, inferred] => Some((*covered, total - inferred)),
+        [covered, _selected, total] => Some((*covered, *total)),
+        _ => None,
     }
 }
 

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+use cairn_store::testing::Kind;
+
 use crate::support::*;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -181,12 +183,13 @@ struct Env {
 }
 
 impl Env {
-    fn new() -> Env {
+    /// An environment whose registry is `kind`'s (`None`: no PostgreSQL here, outside CI).
+    fn on(kind: Kind) -> Option<Env> {
         let config = tempfile::Builder::new().prefix("cairn-wcfg-").tempdir().unwrap();
         // Snakemake (the pipeline run) comes from the test venv, as the daemon finds it on PATH.
         let path = format!("{}:{}", venv_dir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
-        let c = Cairn::new().with_kernel(python(), config.path()).with_env("PATH", path);
-        Env { c, _config: config, ssh: false }
+        let c = Cairn::on(kind)?.with_kernel(python(), config.path()).with_env("PATH", path);
+        Some(Env { c, _config: config, ssh: false })
     }
 
     /// `cairn ARGS --json`, with the `--json` contract checked.
@@ -444,11 +447,10 @@ struct Held {
     child: Background,
 }
 
-#[test]
-fn the_web_app_shows_every_page_follows_a_live_run_and_only_reads() {
+fn the_web_app_shows_every_page_follows_a_live_run_and_only_reads(kind: Kind) {
     let Some((node, e2e)) = browser() else { return };
     let started = Instant::now();
-    let mut e = Env::new();
+    let Some(mut e) = Env::on(kind) else { return };
     e.ssh = true;
     let gate = e.c.path("gate");
     let (expect, mut bg, mut held) = fill(&e, &gate);
@@ -465,7 +467,10 @@ fn the_web_app_shows_every_page_follows_a_live_run_and_only_reads() {
     let login = id(&ui, "login_url");
     assert!(login.starts_with(url.trim_end_matches('/')) && login.contains("#login="), "{ui:#}");
 
-    let artifacts = repo().join("target/webapp-artifacts");
+    let artifacts = match kind {
+        Kind::Sqlite => repo().join("target/webapp-artifacts"),
+        Kind::Postgres => repo().join("target/webapp-artifacts-postgres"),
+    };
     let _ = std::fs::remove_dir_all(&artifacts);
     std::fs::create_dir_all(&artifacts).unwrap();
 
@@ -516,3 +521,6 @@ fn the_web_app_shows_every_page_follows_a_live_run_and_only_reads() {
     e.json(&["daemon", "stop"]).expect(0);
     close_ssh_masters(&e.c);
 }
+
+// The web app reads the same over either registry.
+cairn_store::on_both!(the_web_app_shows_every_page_follows_a_live_run_and_only_reads);
