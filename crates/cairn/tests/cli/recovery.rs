@@ -119,6 +119,36 @@ fn kill_dash_nine_mid_step_then_resume_interrupted() {
     assert_eq!(contract(&again.json), contract(&shown));
 }
 
+/// A run the daemon drives has one driver: an explicit in-process resume of it while the
+/// daemon's lease is current is refused (exit 4, naming the daemon) and runs nothing; the daemon's
+/// run finishes with every step run once.
+#[test]
+fn a_run_the_daemon_drives_is_not_resumed_in_process_beside_it() {
+    let c = Cairn::new();
+    chain_workflow(&c, "chain");
+    let input = chain_input(&c, json!({"a": ["ok"], "b": ["sleep:2", "ok"], "c": ["ok"]}));
+    let log = c.path("log");
+    let runner = c.spawn(&c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    c.wait_for_event("R", Duration::from_secs(15), |e| e["kind"] == "step.started" && e["step_id"] == "b");
+    wait_for_tool(&log, "b", 1);
+    assert!(c.show("R")["lease"]["daemon"].is_string(), "the daemon leases the run it drives");
+
+    let refused = c.run("chain", &input, &["--run-id", "R", "--in-process", "--resume-interrupted"]).expect(4);
+    assert!(refused.stderr.contains("driven by daemon"), "{}", refused.stderr);
+    assert_eq!(count(&log_lines(&log), "b:start:"), 1, "the refused resume started b again");
+
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = c.show("R");
+    assert_eq!(shown["status"], "READY", "{shown:#}");
+    for id in ["a", "b", "c"] {
+        assert_eq!(step(&shown, id)["attempts"], 1, "{id}: {shown:#}");
+    }
+    let events = c.events("R");
+    assert!(events_of(&events, "run.resumed", None).is_empty(), "{events:#?}");
+    assert_eq!(count(&log_lines(&log), "b:start:"), 1);
+}
+
 /// After a crash, the tool file of the completed step 1 is changed inside the registered
 /// snapshot: resuming must fail with an explicit tool_digest mismatch, never reuse step 1.
 #[test]
