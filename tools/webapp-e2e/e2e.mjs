@@ -629,6 +629,8 @@ async function docsPages(page) {
 async function liveRun(page) {
   await go(page, `#/runs/${EXPECT.live}`, 'run');
   await waitText(page, '#run-status', 'RUNNING');
+  // An open run says which daemon drives it, as `cairn show` does.
+  await waitText(page, '#run-lease', (t) => /^daemon dmn_\w+ on host \S+ \(lease epoch 1, until /.test(t));
   const hold = EXPECT.live_steps[0];
   await poll(`the DAG node of ${hold} to be RUNNING`, async () => (await page.getAttribute(dagNode(hold), 'data-status')) === 'RUNNING');
   await finishPage(page, 'run', 'run-live');
@@ -646,6 +648,7 @@ async function liveRun(page) {
   log(`created the gate file ${GATE}`);
   current = `${EXPECT.live} live`;
   await waitText(page, '#run-status', 'READY', LIVE_MS);
+  await poll('a finished run to show no lease', async () => (await count(page, '#run-lease')) === 0);
   for (const step of EXPECT.live_steps) {
     await poll(`the DAG node of ${step} to be COMPLETED`, async () => (await page.getAttribute(dagNode(step), 'data-status')) === 'COMPLETED');
   }

@@ -35,10 +35,14 @@ pub fn takeover(run: &LeasedRun, me: &DaemonRecord, now: i64, holder_alive: Opti
     if lease.daemon == me.id {
         return Takeover::Leave;
     }
-    let stopped = run.holder.as_ref().is_some_and(|h| h.stopped_at.is_some());
-    let expired = run.expires_at.is_none_or(|at| at < now);
     let dead_here = run.holder.as_ref().is_some_and(|h| h.host == me.host) && holder_alive == Some(false);
-    if stopped || expired || dead_here { local_or_wait(run, me) } else { Takeover::Leave }
+    if lapsed(run, now) || dead_here { local_or_wait(run, me) } else { Takeover::Leave }
+}
+
+/// Whether `run`'s lease has ended at `now`: it expired, or its holder stopped cleanly (which
+/// ends its leases at once).
+pub fn lapsed(run: &LeasedRun, now: i64) -> bool {
+    run.expires_at.is_none_or(|at| at < now) || run.holder.as_ref().is_some_and(|h| h.stopped_at.is_some())
 }
 
 fn local_or_wait(run: &LeasedRun, me: &DaemonRecord) -> Takeover {

@@ -451,9 +451,10 @@ pub trait RunStore {
     fn live_daemons(&self, since: i64) -> Result<Vec<DaemonRecord>, StoreError>;
     /// The open runs `daemon` holds the lease of, oldest first.
     fn leased_runs(&self, daemon: &str) -> Result<Vec<String>, StoreError>;
-    /// Every open run with its lease row and its holder's daemon row, oldest first: what a daemon
-    /// decides which runs to take over from ([`crate::lease::takeover`]).
-    fn open_leases(&self) -> Result<Vec<LeasedRun>, StoreError>;
+    /// Every open run with its lease row and its holder's daemon row, oldest first, but those
+    /// `except_daemon` leases (it drives them): what a daemon decides which runs to take over
+    /// from ([`crate::lease::takeover`]).
+    fn open_leases(&self, except_daemon: &str) -> Result<Vec<LeasedRun>, StoreError>;
     /// An open run's lease row, with its holder.
     fn leased_run(&self, run_id: &str) -> Result<Option<LeasedRun>, StoreError>;
     /// Takes the lease of `run_id` for `daemon` until `until`, if its epoch and revision are still

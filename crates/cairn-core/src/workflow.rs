@@ -505,18 +505,11 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
         let offset = e.span().map(|s| s.start);
         WorkflowProblems::from(loc.err(offset, None, None, e.message().trim_end().to_string()))
     };
-    // `toml::from_str` is this parse followed by serde over the tree; reading the common shapes
-    // of the tree by hand is the same result at a fraction of serde's cost, and anything else
-    // (or anything wrong) goes to serde on the same tree, for serde's result or error.
+    // `[[steps]]` read from the parser's events where they have the common shapes; anything
+    // else the full way, for its result or error.
     let raw = match streamed::read(text) {
         Some(raw) => raw,
-        None => {
-            let root = DeTable::parse(text).map_err(toml_error)?;
-            match raw_file_from_tree(root.get_ref()) {
-                Some(raw) => raw,
-                None => RawFile::deserialize(toml::de::Deserializer::from(root)).map_err(toml_error)?,
-            }
-        }
+        None => read_full(text).map_err(toml_error)?,
     };
     let mut problems: Vec<WorkflowError> = Vec::new();
 
@@ -962,12 +955,19 @@ pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowPr
 #[doc(hidden)]
 pub fn both_readings(text: &str) -> (Option<String>, Result<String, String>) {
     let streamed = streamed::read(text).map(|raw| format!("{raw:#?}"));
-    let full =
-        DeTable::parse(text).map_err(|e| e.to_string()).and_then(|root| match raw_file_from_tree(root.get_ref()) {
-            Some(raw) => Ok(raw),
-            None => RawFile::deserialize(toml::de::Deserializer::from(root)).map_err(|e| e.to_string()),
-        });
-    (streamed, full.map(|raw| format!("{raw:#?}")))
+    (streamed, read_full(text).map(|raw| format!("{raw:#?}")).map_err(|e| e.to_string()))
+}
+
+/// The full way of reading a workflow file: `toml::from_str` is the TOML crate's parse followed by
+/// serde over the tree; reading the tree's common shapes by hand is the same result at a fraction
+/// of serde's cost, and anything else (or anything wrong) goes to serde on the same tree, for
+/// serde's result or error.
+fn read_full(text: &str) -> Result<RawFile, toml::de::Error> {
+    let root = DeTable::parse(text)?;
+    match raw_file_from_tree(root.get_ref()) {
+        Some(raw) => Ok(raw),
+        None => RawFile::deserialize(toml::de::Deserializer::from(root)),
+    }
 }
 
 /// Whether an argv element could name a file inside the workflow folder: a relative path with no

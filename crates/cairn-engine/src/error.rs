@@ -355,9 +355,7 @@ pub enum EngineError {
     Stopped { run_id: String, why: String },
 }
 
-fn short(hash: &str) -> &str {
-    &hash[..12.min(hash.len())]
-}
+use cairn_core::canonical::short_hash as short;
 
 fn workflow_not_found(name: &str, version: Option<&str>) -> String {
     match version {

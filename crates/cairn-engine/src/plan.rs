@@ -443,8 +443,8 @@ impl Engine {
                 return Err(stale(format!(
                     "input file {}{place} changed since planning (sha256 {} then, {} now); plan again",
                     f.path,
-                    &f.sha256[..12],
-                    &now[..12.min(now.len())]
+                    cairn_core::canonical::short_hash(&f.sha256),
+                    cairn_core::canonical::short_hash(&now)
                 )));
             }
         }

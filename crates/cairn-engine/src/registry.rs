@@ -342,7 +342,7 @@ impl Engine {
                      too, `cairn workflow add FOLDER` (the same content has the same digest), then try again",
                     record.name,
                     record.version,
-                    &record.digest[..12.min(record.digest.len())]
+                    cairn_core::canonical::short_hash(&record.digest)
                 ),
             ));
         }

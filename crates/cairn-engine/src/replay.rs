@@ -303,9 +303,13 @@ impl Engine {
                             "{}@{} identity {}…",
                             existing.workflow,
                             existing.version,
-                            &existing.identity_hash[..12]
+                            cairn_core::canonical::short_hash(&existing.identity_hash)
                         ),
-                        requested: format!("{} identity {}…", prepared.workflow.spec().reference(), &identity[..12]),
+                        requested: format!(
+                            "{} identity {}…",
+                            prepared.workflow.spec().reference(),
+                            cairn_core::canonical::short_hash(&identity)
+                        ),
                     });
                 }
             }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use cairn_core::artifact::ArtifactRecord;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
-use cairn_core::store::{EventRecord, RunQuery, RunRecord, StepRecord};
+use cairn_core::store::{EventRecord, LeasedRun, RunQuery, RunRecord, StepRecord};
 use serde_json::{Value, json};
 
 use crate::{Engine, EngineError};
@@ -141,7 +141,11 @@ impl Engine {
     /// One run: its steps in the DAG's order of the version it ran, where it executes, and its
     /// lineage.
     pub fn show_run(&self, run_id: &str) -> Result<RunView, EngineError> {
-        let run = self.run_record(run_id)?;
+        // The run with its lease row, in one read.
+        let leased =
+            self.store.leased_run(run_id)?.ok_or_else(|| EngineError::RunNotFound { run_id: run_id.to_string() })?;
+        let lease = if leased.run.status.is_terminal() { None } else { self.lease_view(&leased) };
+        let run = leased.run;
         let record = self.store.workflow(&run.workflow, Some(&run.version))?.ok_or_else(|| {
             EngineError::WorkflowNotFound { name: run.workflow.clone(), version: Some(run.version.clone()) }
         })?;
@@ -163,24 +167,21 @@ impl Engine {
         let target = self.target_name_of_run(run_id)?;
         let lineage = self.lineage_of(&run)?;
         let approval = self.store.approval_of_run(run_id)?;
-        let lease = if run.status.is_terminal() { None } else { self.lease_of(run_id)? };
         Ok(RunView { run, steps, target, lineage, approval, lease })
     }
 
     /// An open run's lease as a person is shown it.
-    fn lease_of(&self, run_id: &str) -> Result<Option<LeaseView>, EngineError> {
-        let Some(leased) = self.store.leased_run(run_id)? else { return Ok(None) };
-        let Some(lease) = leased.lease else { return Ok(None) };
-        let expired = leased.expires_at.is_none_or(|at| at < self.now_ms())
-            || leased.holder.as_ref().is_some_and(|h| h.stopped_at.is_some());
-        Ok(Some(LeaseView {
-            daemon: lease.daemon,
-            host: leased.holder.map(|h| h.host),
+    fn lease_view(&self, leased: &LeasedRun) -> Option<LeaseView> {
+        let lease = leased.lease.as_ref()?;
+        let expired = cairn_core::lease::lapsed(leased, self.now_ms());
+        Some(LeaseView {
+            daemon: lease.daemon.clone(),
+            host: leased.holder.as_ref().map(|h| h.host.clone()),
             epoch: lease.epoch,
             expires_at: leased.expires_at,
             expired,
-            waits_for_host: if expired { leased.home_host } else { None },
-        }))
+            waits_for_host: if expired { leased.home_host.clone() } else { None },
+        })
     }
 
     pub(crate) fn target_name_of_run(&self, run_id: &str) -> Result<String, EngineError> {

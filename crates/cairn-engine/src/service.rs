@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn_core::lease::{Takeover, takeover};
-use cairn_core::store::{DaemonRecord, LeasedRun, RunRecord, StoreError};
+use cairn_core::store::{DaemonRecord, LeasedRun, RunRecord, StepRecord, StoreError};
 use serde_json::Value;
 
 use crate::pool::{Pool, Work};
@@ -127,7 +127,7 @@ impl Service {
             std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
         });
         let me = DaemonRecord {
-            id: format!("dmn_{}", uuid::Uuid::now_v7().simple()),
+            id: format!("dmn_{}", engine.ids.run_suffix()),
             host,
             pid: owner.pid,
             start_time: owner.start_time,
@@ -136,7 +136,7 @@ impl Service {
             heartbeat_at: now,
             stopped_at: None,
         };
-        let lease_ms = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX).max(1);
+        let lease_ms = millis(config.lease);
         engine.store.register_daemon(&me)?;
         // Set once: an engine serves one daemon.
         let _ = engine.daemon.set(crate::Lessee { record: me.clone(), lease_ms });
@@ -168,11 +168,6 @@ impl Service {
             .map_err(|e| EngineError::internal(format!("cannot start the heartbeat thread: {e}")))?;
         *service.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
         Ok(service)
-    }
-
-    /// This daemon in the registry.
-    pub fn daemon(&self) -> &DaemonRecord {
-        &self.me
     }
 
     /// The daemons sharing this registry that are alive (their heartbeat within a lease of now,
@@ -389,7 +384,7 @@ impl Service {
     /// recovery (`--resume-interrupted`) is theirs, and a daemon resuming one at the same moment
     /// would run its interrupted steps a second time.
     fn take_over_gone(&self, unleased: bool) -> usize {
-        let open = match self.engine.store.open_leases() {
+        let open = match self.engine.store.open_leases(&self.me.id) {
             Ok(open) => open,
             Err(e) => {
                 (self.log)(&format!("could not list open runs to take over: {e}"));
@@ -447,15 +442,10 @@ impl Service {
         let now = self.engine.now_ms();
         let until = now + self.lease_ms();
         let seen = leased.lease.as_ref().map_or(0, |l| l.epoch);
+        // The work first (it only reads): a run this daemon cannot drive (its workflow's files
+        // are not here) is left unleased for one that can, not leased and then never driven.
+        let work = self.recovery_work(run)?;
         let lease = self.engine.store.take_lease(&run.run_id, &self.me, seen, run.revision, until, now)?;
-        let work = match self.recovery_work(run) {
-            Ok(work) => work,
-            Err(e) => {
-                // Left for whoever can drive it: the lease expires.
-                self.engine.store.drop_lease(&run.run_id);
-                return Err(e);
-            }
-        };
         if self.pool.submit(&run.run_id, work) {
             let was = match &leased.lease {
                 Some(l) => format!("daemon {}", l.daemon),
@@ -467,7 +457,17 @@ impl Service {
     }
 
     fn lease_ms(&self) -> i64 {
-        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX).max(1)
+        millis(self.lease)
+    }
+
+    /// Stops the local processes (on this host) recorded for `steps`; launches supervised on a
+    /// target go on, for whoever drives their run next.
+    fn stop_local(&self, steps: Vec<StepRecord>) {
+        for step in steps {
+            if let Some(p) = step.process.as_ref().filter(|p| p.remote.is_none()) {
+                self.engine.launcher.stop_orphan(&self.engine, p);
+            }
+        }
     }
 
     /// Renews this daemon's heartbeat and leases; a run executing here whose lease it no longer
@@ -496,11 +496,7 @@ impl Service {
                 // Still ours, but finished through another daemon (cancelled): what it runs here
                 // is stopped here, where its processes are.
                 stop.request(StopKind::Cancel);
-                for step in self.engine.store.steps(&run_id).unwrap_or_default() {
-                    if let Some(p) = step.process.as_ref().filter(|p| p.remote.is_none()) {
-                        self.engine.launcher.stop_orphan(&self.engine, p);
-                    }
-                }
+                self.stop_local(self.engine.store.steps(&run_id).unwrap_or_default());
                 (self.log)(&format!("run {run_id} was {} through another daemon; stopped here", leased.run.status));
             }
         }
@@ -562,11 +558,7 @@ impl Service {
         // Launches the step agent supervises (on targets, and pipeline controllers) go on: the
         // next daemon re-attaches to them.
         for run_id in &active {
-            for step in self.engine.running_steps(run_id).unwrap_or_default() {
-                if let Some(p) = step.process.as_ref().filter(|p| p.remote.is_none()) {
-                    self.engine.launcher.stop_orphan(&self.engine, p);
-                }
-            }
+            self.stop_local(self.engine.running_steps(run_id).unwrap_or_default());
         }
         self.pool.join(wait);
         // Its leases end now: the next daemon, here or elsewhere, need not wait for them.
@@ -575,6 +567,10 @@ impl Service {
         }
         active.len()
     }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
 /// The heartbeat thread: every third of a lease, renews this daemon's leases; every tick, takes

@@ -308,18 +308,23 @@ impl SessionKernel {
         // the output callback runs inside the kernel client's async runtime, where a blocking
         // store call must not be made (PostgreSQL's client refuses to, and it would stall the
         // kernel's messages on any store).
-        let live = Mutex::new((job.clone(), false));
+        // (the job as it stands, changed since the last save, the job ended)
+        let live = Mutex::new((job.clone(), false, false));
         let wake = std::sync::Condvar::new();
-        let done = std::sync::atomic::AtomicBool::new(false);
         let run = std::thread::scope(|scope| {
             scope.spawn(|| {
                 let mut l = lock(&live);
                 loop {
                     if l.1 {
-                        let _ = store.save_kernel_job(&l.0);
+                        // Saved outside the lock: the output callback never waits for the store.
+                        let snapshot = l.0.clone();
                         l.1 = false;
+                        drop(l);
+                        let _ = store.save_kernel_job(&snapshot);
+                        l = lock(&live);
+                        continue;
                     }
-                    if done.load(std::sync::atomic::Ordering::SeqCst) {
+                    if l.2 {
                         return;
                     }
                     l = wake.wait_timeout(l, Duration::from_millis(200)).map_or_else(|p| p.into_inner().0, |(g, _)| g);
@@ -335,11 +340,8 @@ impl SessionKernel {
                 }
             });
             // Under the lock, so the flusher cannot miss the wake-up; the scope joins it, so its
-            // last save lands before the job's final record below.
-            {
-                let _l = lock(&live);
-                done.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
+            // last save (of anything still unsaved) lands before the job's final record below.
+            lock(&live).2 = true;
             wake.notify_one();
             run
         });

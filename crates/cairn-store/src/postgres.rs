@@ -204,7 +204,6 @@ impl Backend for Postgres {
                         client: &mut tx,
                         statements: &mut conn.statements,
                         shown: &self.shown,
-                        locked: HashMap::new(),
                         conflict: &mut failed,
                     };
                     f(&mut t)?
@@ -244,7 +243,6 @@ impl Backend for Postgres {
             client: &mut conn.client,
             statements: &mut conn.statements,
             shown: &self.shown,
-            locked: HashMap::new(),
             conflict: &mut failed,
         });
         if matches!(failed, Some(Failure::Closed)) {
@@ -276,8 +274,6 @@ struct PgTx<'a, C: GenericClient> {
     client: &'a mut C,
     statements: &'a mut HashMap<String, Statement>,
     shown: &'a str,
-    /// The runs this transaction has locked already, with their lease rows.
-    locked: HashMap<String, Option<(Option<String>, i64)>>,
     conflict: &'a mut Option<Failure>,
 }
 
@@ -367,16 +363,11 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
     }
 
     fn lock_run(&mut self, run_id: &str, _lease: bool) -> Result<Option<(Option<String>, i64)>, StoreError> {
-        if let Some(row) = self.locked.get(run_id) {
-            return Ok(row.clone());
-        }
         let rows = self.query(
             "SELECT lease_owner, lease_epoch FROM workflow_executions WHERE run_id = ?1 FOR UPDATE",
             &[Param::Text(run_id)],
         )?;
-        let row = rows.first().map(|r| Ok::<_, StoreError>((r.get(0)?, r.get(1)?))).transpose()?;
-        self.locked.insert(run_id.to_string(), row.clone());
-        Ok(row)
+        rows.first().map(|r| Ok::<_, StoreError>((r.get(0)?, r.get(1)?))).transpose()
     }
 
     fn claim_run(&mut self, run_id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
@@ -392,7 +383,6 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
                 _ => return Err(StoreError::RunBusy { run_id: run_id.to_string() }),
             },
         };
-        self.locked.insert(run_id.to_string(), row.clone());
         Ok(row)
     }
 

@@ -32,6 +32,9 @@ pub struct Registry<B: Backend> {
 struct Fenced<'a> {
     tx: &'a mut dyn Tx,
     leases: &'a HashMap<String, Lease>,
+    /// The runs this transaction has taken (and checked) already, with their lease rows: a run
+    /// is read and locked once however many of its writes the transaction makes.
+    taken: HashMap<String, Option<(Option<String>, i64)>>,
 }
 
 impl Tx for Fenced<'_> {
@@ -44,6 +47,9 @@ impl Tx for Fenced<'_> {
     }
 
     fn lock_run(&mut self, run_id: &str, lease: bool) -> Result<Option<(Option<String>, i64)>, StoreError> {
+        if let Some(row) = self.taken.get(run_id) {
+            return Ok(row.clone());
+        }
         let held = self.leases.get(run_id);
         let row = self.tx.lock_run(run_id, lease || held.is_some())?;
         if let (Some(held), Some((owner, epoch))) = (held, &row)
@@ -59,12 +65,15 @@ impl Tx for Fenced<'_> {
                 },
             });
         }
+        self.taken.insert(run_id.to_string(), row.clone());
         Ok(row)
     }
 
     fn claim_run(&mut self, run_id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
         // A claim takes a new epoch: no lease of this process is compared.
-        self.tx.claim_run(run_id)
+        let row = self.tx.claim_run(run_id)?;
+        self.taken.insert(run_id.to_string(), row.clone());
+        Ok(row)
     }
 
     fn search_docs(&mut self, query: &str, limit: i64) -> Result<Vec<Row>, StoreError> {
@@ -127,7 +136,7 @@ impl<B: Backend> Registry<B> {
         mut f: impl FnMut(&mut dyn Tx) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let leases = self.leases.read().unwrap_or_else(|p| p.into_inner());
-        self.db.write(durability, &mut |tx| f(&mut Fenced { tx, leases: &leases }))
+        self.db.write(durability, &mut |tx| f(&mut Fenced { tx, leases: &leases, taken: HashMap::new() }))
     }
 
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Tx) -> Result<T, StoreError>) -> Result<T, StoreError> {
@@ -532,6 +541,9 @@ fn guard_token(
     token: &str,
     require_running: bool,
 ) -> Result<(), StoreError> {
+    // The run first, as every write of a run takes it: the fence speaks before the token, and
+    // PostgreSQL's row locks are always taken run, then step.
+    tx.lock_run(run_id, false)?;
     let current = tx.query_opt(
         "SELECT attempt_token, status FROM tool_calls WHERE run_id = ?1 AND step_id = ?2",
         params![run_id, step_id],
@@ -606,12 +618,14 @@ impl<B: Backend> RunStore for Registry<B> {
         rows(found, |r| r.get(0))
     }
 
-    fn open_leases(&self) -> Result<Vec<LeasedRun>, StoreError> {
-        let sql =
-            format!("{LEASED_RUN_SELECT} WHERE e.status IN ('PENDING', 'RUNNING') ORDER BY e.created_at, e.rowid");
+    fn open_leases(&self, except_daemon: &str) -> Result<Vec<LeasedRun>, StoreError> {
+        let sql = format!(
+            "{LEASED_RUN_SELECT} WHERE e.status IN ('PENDING', 'RUNNING') \
+             AND (e.lease_owner IS NULL OR e.lease_owner <> ?1) ORDER BY e.created_at, e.rowid"
+        );
         // Every daemon asks this a few times a second: on the follower's connection, so it never
         // waits for a writer.
-        rows(self.follow(|tx| tx.query(&sql, &[]))?, leased_run_from_row)
+        rows(self.follow(|tx| tx.query(&sql, params![except_daemon]))?, leased_run_from_row)
     }
 
     fn leased_run(&self, run_id: &str) -> Result<Option<LeasedRun>, StoreError> {
@@ -648,7 +662,7 @@ impl<B: Backend> RunStore for Registry<B> {
                     Some(run) if run.status.is_terminal() => {
                         Err(StoreError::RunFinished { run_id: run_id.into(), status: run.status.to_string() })
                     }
-                    Some(_) => Err(StoreError::StaleRevision { run_id: run_id.into(), expected: seen_epoch }),
+                    Some(_) => Err(StoreError::StaleRevision { run_id: run_id.into(), expected: seen_revision }),
                 };
             }
             let epoch = seen_epoch + 1;

@@ -837,7 +837,8 @@ fn a_lease_taken_over_fences_its_old_holder(k: Kind) {
     let held = a.heartbeat("dmn_a", 2_500, 6_000).unwrap();
     assert_eq!(held, vec![("r".to_string(), Lease { daemon: "dmn_a".into(), epoch: 1 })]);
 
-    let open = b.open_leases().unwrap();
+    assert!(a.open_leases("dmn_a").unwrap().is_empty(), "a daemon's own leases are not listed to it");
+    let open = b.open_leases("dmn_b").unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].lease, Some(Lease { daemon: "dmn_a".into(), epoch: 1 }));
     assert_eq!((open[0].expires_at, open[0].holder.as_ref().map(|h| h.host.as_str())), (Some(6_000), Some("h1")));
@@ -907,7 +908,7 @@ fn a_claim_skips_a_run_another_transaction_holds() {
     assert!(matches!(b.take_lease("nope", &db_, 1, 1, 20_000, 7_000), Err(StoreError::RunNotFound(_))));
     tx.rollback().unwrap();
     assert!(events_of_kind(&*b, "r", "run.leased").is_empty(), "a skipped claim writes nothing");
-    assert_eq!(b.open_leases().unwrap()[0].lease, Some(Lease { daemon: "dmn_a".into(), epoch: 1 }));
+    assert_eq!(b.open_leases("dmn_b").unwrap()[0].lease, Some(Lease { daemon: "dmn_a".into(), epoch: 1 }));
 
     assert_eq!(b.take_lease("r", &db_, 1, 1, 20_000, 7_000).unwrap(), Lease { daemon: "dmn_b".into(), epoch: 2 });
 }
@@ -931,7 +932,7 @@ fn a_daemon_that_stops_ends_its_leases(k: Kind) {
 
     s.stop_daemon("dmn_a", 3_000).unwrap();
     assert_eq!(s.live_daemons(0).unwrap().len(), 1);
-    let open = s.open_leases().unwrap();
+    let open = s.open_leases("dmn_b").unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].expires_at, Some(3_000), "its lease ended when it stopped");
     assert_eq!(open[0].holder.as_ref().and_then(|h| h.stopped_at), Some(3_000));

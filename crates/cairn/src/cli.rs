@@ -393,6 +393,13 @@ pub enum DaemonCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The live daemons sharing this state root's registry (several on a PostgreSQL registry),
+    /// each with the open runs it drives: `GET /daemons` (starts this state root's daemon if
+    /// none runs).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the daemon in the foreground (what `start` launches).
     Run {
         #[arg(long, default_value_t = 0)]

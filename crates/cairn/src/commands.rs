@@ -598,6 +598,21 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
             }
             Ok(0)
         }
+        DaemonCommand::List { json } => {
+            let answer = Client::connect(root)?.get("/daemons")?;
+            if answer.status != 200 {
+                return Err(failure_of(&answer));
+            }
+            if json {
+                print_json(&answer.body);
+            } else {
+                let listed: wire::DaemonsBody = serde_json::from_value(answer.body).map_err(|e| {
+                    Failure::of_answer(500, "internal", format!("GET /daemons answered an unexpected body: {e}"))
+                })?;
+                output::print_daemons(&listed);
+            }
+            Ok(0)
+        }
         DaemonCommand::Run { port, idle_exit, workers, no_spare_kernel, database, lease_secs } => {
             let workers = workers
                 .map(usize::from)

@@ -245,6 +245,15 @@ pub fn print_workflow(wf: &LoadedWorkflow) {
     }
 }
 
+/// `cairn daemon list`: one line a daemon, then the runs it drives.
+pub fn print_daemons(listed: &wire::DaemonsBody) {
+    println!("{:<38} {:<20} {:>8}  {:<25} {:<25} RUNS", "DAEMON", "HOST", "PID", "STARTED", "HEARTBEAT");
+    for d in &listed.daemons {
+        let runs = if d.runs.is_empty() { "-".to_string() } else { d.runs.join(", ") };
+        println!("{:<38} {:<20} {:>8}  {:<25} {:<25} {runs}", d.id, d.host, d.pid, d.started_at, d.heartbeat_at);
+    }
+}
+
 pub fn print_lineage(view: &RunView) {
     let (run, chain) = (&view.run, &view.lineage);
     if let Some(l) = &view.lease {

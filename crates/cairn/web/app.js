@@ -383,6 +383,7 @@ async function runPage(runId) {
       h('dt', {}, 'Finished'), h('dd', {}, r.finished_at ? time(r.finished_at) : 'not yet'),
       h('dt', {}, 'Duration'), h('dd', {}, ms(span(r.created_at, r.finished_at))),
       ...(r.thread_id ? [h('dt', {}, 'Thread'), h('dd', {}, r.thread_id)] : []),
+      ...(r.lease ? [h('dt', {}, 'Driven by'), h('dd', { id: 'run-lease' }, leaseText(r.lease))] : []),
       ...(r.approval ? [h('dt', {}, 'Approved'), h('dd', {}, `${r.approval.channel}, ${time(r.approval.at)}`)] : []),
       ...(r.error ? [h('dt', {}, 'Error'), h('dd', {}, r.error)] : []));
     const byStep = Object.fromEntries(r.steps.map((s) => [s.step_id, s]));
@@ -515,6 +516,15 @@ function legend() {
 
 /** The replay decision in words: reused, replayed (asked for) or invalidated (re-run because
  *  something it depends on changed). */
+/** Which daemon drives an open run, in the words `cairn show` uses. */
+function leaseText(l) {
+  const on = l.host ? ` on host ${l.host}` : '';
+  const until = l.expires_at ? time(l.expires_at) : '?';
+  if (l.waits_for_host) return `waiting for a daemon on host ${l.waits_for_host}: its files are there, and the lease of daemon ${l.daemon}${on} expired at ${until}`;
+  if (l.expired) return `lease of daemon ${l.daemon}${on} expired at ${until}: the next daemon takes it over`;
+  return `daemon ${l.daemon}${on} (lease epoch ${l.epoch}, until ${until})`;
+}
+
 function decision(s, replay) {
   if (s.decision === 'reuse') return 'reused';
   if (s.decision === 'replay') return (replay?.invalidated || []).includes(s.step_id) ? 'invalidated' : 'replayed';

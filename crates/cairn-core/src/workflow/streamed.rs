@@ -488,7 +488,7 @@ mod tests {
     /// What the full way (the TOML crate's tree, read by hand or by serde) makes of `text`, as
     /// `Debug` text (spans included), or `None` where it refuses the file.
     fn full(text: &str) -> Option<String> {
-        crate::workflow::both_readings(text).1.ok()
+        crate::workflow::read_full(text).ok().map(|raw| format!("{raw:#?}"))
     }
 
     /// [`read`] of `text`, checked against the full way: identical wherever it gives a result.

@@ -580,6 +580,4 @@ pub(crate) fn parallelism_of(requested: usize) -> u32 {
     u32::try_from(requested.max(1)).unwrap_or(u32::MAX)
 }
 
-fn short(hash: &str) -> &str {
-    &hash[..12.min(hash.len())]
-}
+use cairn_core::canonical::short_hash as short;

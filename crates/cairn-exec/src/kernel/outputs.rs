@@ -43,10 +43,17 @@ fn is_json_mime(mime: &str) -> bool {
 fn joined_text(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
-        Value::Array(parts) if parts.iter().all(Value::is_string) => {
-            Some(parts.iter().filter_map(Value::as_str).collect::<String>())
-        }
+        Value::Array(parts) if is_text(v) => Some(parts.iter().filter_map(Value::as_str).collect::<String>()),
         _ => None,
+    }
+}
+
+/// Whether `v` is text as nbformat holds it (a string, or a list of strings), without copying it.
+fn is_text(v: &Value) -> bool {
+    match v {
+        Value::String(_) => true,
+        Value::Array(parts) => parts.iter().all(Value::is_string),
+        _ => false,
     }
 }
 
@@ -83,13 +90,15 @@ fn cap_bundle(data: &Map<String, Value>, max: usize) -> (Map<String, Value>, usi
         // nbformat holds any other mime type's data as text (a string, or a list of strings): a
         // value a kernel sent otherwise is kept as its JSON text, so the notebook stays valid.
         let as_text;
-        let value = if is_json_mime(mime) || joined_text(value).is_some() {
+        let value = if is_json_mime(mime) || is_text(value) {
             value
         } else {
             as_text = Value::String(value.to_string());
             &as_text
         };
-        if let Some(text) = joined_text(value).filter(|_| is_truncatable_text(mime) || !mime.contains('/')) {
+        if (is_truncatable_text(mime) || !mime.contains('/'))
+            && let Some(text) = joined_text(value)
+        {
             let capped = cap_string(&text, max);
             size += capped.len();
             out.insert(mime.clone(), Value::String(capped));

@@ -67,6 +67,17 @@ fn daemons_sharing_a_registry_each_drive_their_runs_and_list_each_other() {
     assert!(pids.contains(&(a.daemon().pid as i64)) && pids.contains(&(b.daemon().pid as i64)), "{listed:#?}");
     assert!(listed.iter().all(|d| d["runs"] == json!([])), "finished runs are not leased: {listed:#?}");
     assert_eq!(daemons(&b).len(), 2);
+    // `cairn daemon list` answers what GET /daemons does (its heartbeats move on between calls).
+    let who = |listed: &[Value]| {
+        let mut who: Vec<String> =
+            listed.iter().map(|d| format!("{} {} {} {}", d["id"], d["host"], d["pid"], d["runs"])).collect();
+        who.sort();
+        who
+    };
+    let cli = b.json(&["daemon", "list"]).expect(0).json;
+    assert_eq!(who(cli["daemons"].as_array().unwrap()), who(&daemons(&b)), "{cli:#}");
+    let text = b.raw(&["daemon", "list"]).expect(0).stdout;
+    assert!(listed.iter().all(|d| text.contains(str_of(&d["id"]))), "{text}");
     // One history.
     let ids = |c: &Cairn| {
         let mut ids: Vec<String> = c.runs().iter().map(|r| str_of(&r["run_id"]).to_string()).collect();
@@ -106,6 +117,8 @@ fn a_daemon_killed_mid_step_is_taken_over_by_another_at_once() {
     );
     assert_eq!(lease["host"], daemons(&b).iter().find(|d| d["id"] == a_id.as_str()).unwrap()["host"]);
     assert_eq!(daemons(&b).iter().find(|d| d["id"] == a_id.as_str()).unwrap()["runs"], json!(["K1"]));
+    let text = b.raw(&["daemon", "list"]).expect(0).stdout;
+    assert!(text.lines().any(|l| l.starts_with(a_id.as_str()) && l.ends_with(" K1")), "{text}");
     kill9_pid(dead);
     let killed = Instant::now();
     let leased = b.wait_for_event("K1", Duration::from_secs(10), |e| e["kind"] == "run.leased");
@@ -122,6 +135,63 @@ fn a_daemon_killed_mid_step_is_taken_over_by_another_at_once() {
     let listed = daemons(&b);
     assert_eq!(listed.len(), 1, "the killed daemon stopped heartbeating: {listed:#?}");
     b.stop_daemon();
+}
+
+/// The commit point of a takeover: a daemon that took a run's lease (a new epoch, committed) and
+/// was killed before it resumed anything. Its state is made exactly: A is killed mid-step, then
+/// the lease is taken through the registry for a daemon record whose process is gone (what a
+/// taker killed right after its `take_lease` commit leaves); the next daemon of the host takes
+/// the run at once from the dead taker (epoch 3), stops A's orphaned step and resumes it once.
+#[test]
+fn a_daemon_killed_right_after_taking_a_lease_is_taken_over_in_turn() {
+    use cairn_core::store::{DaemonRecord, RunStore};
+    let Some(a) = first() else { return };
+    chain_workflow(&a, "chain");
+    a.start_daemon();
+    let input = chain_input(&a, json!({"a": ["ok"], "b": ["wait", "ok"], "c": ["ok"]}));
+    let log = a.path("log");
+    let mut runner = a.spawn(&a.run_args("chain", &input, &["--run-id", "T1", "--json"]));
+    let orphan = wait_for_tool(&log, "b", 1);
+    let a_id = daemon_id_of(&a);
+    kill9_pid(a.daemon().pid);
+    let _ = wait_exit(&mut runner, Duration::from_secs(10));
+
+    let store = cairn_store::PostgresStore::connect(&url(&a)).unwrap();
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = exited.id();
+    exited.wait().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let taker = DaemonRecord {
+        id: "dmn_killed_after_taking".into(),
+        host,
+        pid: dead_pid,
+        start_time: 1,
+        state_root: "/nonexistent".into(),
+        started_at: now,
+        heartbeat_at: now,
+        stopped_at: None,
+    };
+    store.register_daemon(&taker).unwrap();
+    let run = store.run("T1").unwrap().unwrap();
+    let lease = store.take_lease("T1", &taker, 1, run.revision, now + 600_000, now).unwrap();
+    assert_eq!(lease.epoch, 2);
+    drop(store);
+
+    let c = joined(&a, Cairn::new(), &[]);
+    let shown = c.wait_for_status("T1", "READY", Duration::from_secs(30));
+    assert!(!alive(orphan), "the orphaned attempt must be stopped before the step is resumed");
+    std::fs::write(a.path("release"), "").unwrap();
+    let events = c.events("T1");
+    let leased: Vec<(Value, Value)> = events_of(&events, "run.leased", None)
+        .iter()
+        .map(|e| (e["data"]["epoch"].clone(), e["data"]["previous"].clone()))
+        .collect();
+    assert_eq!(leased, [(json!(2), json!(a_id)), (json!(3), json!(taker.id))], "{events:#?}");
+    assert_b_resumed_once(&log_lines(&log), &events);
+    assert_eq!(step(&shown, "a")["attempts"], 1, "{shown:#}");
+    assert_eq!(step(&shown, "c")["attempts"], 1, "{shown:#}");
+    c.stop_daemon();
 }
 
 /// A daemon stopped (SIGSTOP) past its lease: alive, so only its lease's expiry lets another
