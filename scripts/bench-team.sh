@@ -80,6 +80,18 @@ CAIRN_HOME=$A "$CAIRN" workflow add "$WORK/wf" --json > /dev/null
 CAIRN_HOME=$B "$CAIRN" daemon start --database "$BENCH_DATABASE" --lease-secs "$LEASE" > /dev/null
 CAIRN_HOME=$B "$CAIRN" workflow add "$WORK/wf" --json > /dev/null
 q() { psql "$BENCH_DATABASE" -tAc "$1"; }
+# Waits until the SQL query SQL answers WANT, at most 60 s: a takeover that never happens fails
+# the benchmark instead of hanging it.
+await_sql() {
+  local sql=$1 want=$2 deadline=$((SECONDS + 60))
+  until [ "$(q "$sql")" = "$want" ]; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "bench-team: gave up after 60 s waiting for [$sql] to be $want (it is $(q "$sql"))" >&2
+      exit 1
+    fi
+    sleep 0.05
+  done
+}
 
 : > "$WORK/results.txt"
 for way in kill pause; do
@@ -91,19 +103,19 @@ for way in kill pause; do
     curl -fsS -X POST "$url/runs" -H "Authorization: Bearer $(cat "$A/auth/operator.token")" \
       -H 'content-type: application/json' \
       -d "{\"thread_id\": \"bench\", \"workflow\": \"handover\", \"run_id\": \"$run\", \"input\": {}}" > /dev/null
-    until [ "$(q "SELECT count(*) FROM events WHERE run_id = '$run' AND kind = 'step.started'")" = 1 ]; do sleep 0.05; done
+    await_sql "SELECT count(*) FROM events WHERE run_id = '$run' AND kind = 'step.started'" 1
     sleep 0.3
     died=$(date +%s%3N)
     if [ "$way" = kill ]; then kill -KILL "$pid"; else kill -STOP "$pid"; fi
     expires=$(q "SELECT lease_expires_at FROM workflow_executions WHERE run_id = '$run'")
-    until [ "$(q "SELECT count(*) FROM events WHERE run_id = '$run' AND kind = 'step.started' AND step_id = 'slow'")" = 2 ]; do sleep 0.05; done
+    await_sql "SELECT count(*) FROM events WHERE run_id = '$run' AND kind = 'step.started' AND step_id = 'slow'" 2
     leased=$(q "SELECT at FROM events WHERE run_id = '$run' AND kind = 'run.leased'")
     resumed=$(q "SELECT max(at) FROM events WHERE run_id = '$run' AND kind = 'step.started' AND step_id = 'slow'")
     echo "$way $rep $died $expires $leased $resumed" >> "$WORK/results.txt"
     log "$way $rep: taken over $((leased - died)) ms after it died ($((leased - expires)) ms after its lease expired); resumed $((resumed - died)) ms after"
     if [ "$way" = pause ]; then kill -CONT "$pid"; fi
     CAIRN_HOME=$A "$CAIRN" daemon stop > /dev/null 2>&1 || true
-    until [ "$(q "SELECT status FROM workflow_executions WHERE run_id = '$run'")" = READY ]; do sleep 0.05; done
+    await_sql "SELECT status FROM workflow_executions WHERE run_id = '$run'" READY
   done
 done
 

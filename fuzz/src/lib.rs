@@ -8,8 +8,6 @@ use serde_json::{Map, Number, Value};
 
 pub mod nbformat;
 
-/// The largest integer a JSON number carries through a double without loss (2^53 - 1).
-pub const MAX_SAFE: u64 = (1 << 53) - 1;
 
 /// `data` split at its first NUL byte: the text a parser reads (lossy UTF-8, so a seed file is
 /// used as it is), and the bytes after it, which drive the target's generator.
@@ -42,7 +40,7 @@ pub fn number(u: &mut Unstructured<'_>) -> Result<Value> {
         1 => Value::from(u.arbitrary::<i64>()?),
         2 => Value::from(u.arbitrary::<u64>()?),
         3 => {
-            let near = MAX_SAFE as i64 + u.int_in_range(-2i64..=2)?;
+            let near = cairn_core::canonical::MAX_SAFE_INTEGER as i64 + u.int_in_range(-2i64..=2)?;
             Value::from(if u.arbitrary()? { near } else { -near })
         }
         4 => Number::from_f64(u.arbitrary::<f64>()?).map_or(Value::Null, Value::Number),

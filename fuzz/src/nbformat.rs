@@ -73,7 +73,7 @@ pub fn is_cell_id(id: &str) -> bool {
 }
 
 /// `metadata_tags`: unique strings matching `^[^,]+$`.
-fn tags(v: &Value, at: &str) -> Check {
+pub fn tags(v: &Value, at: &str) -> Check {
     let Value::Array(items) = v else { return fail(at, format!("must be a list, is {v}")) };
     let mut seen = HashSet::new();
     for t in items {

@@ -35,6 +35,19 @@ pub fn short_hash(h: &str) -> &str {
     h.char_indices().nth(12).map_or(h, |(end, _)| &h[..end])
 }
 
+/// The longest prefix of `s` of at most `max` bytes that ends on a character's boundary: where
+/// text anyone wrote (a result, a log, an output) is cut to a size.
+pub fn prefix_within(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// SHA-256 of bytes as lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))

@@ -472,9 +472,6 @@ pub trait RunStore {
         until: i64,
         at: i64,
     ) -> Result<Lease, StoreError>;
-    /// This store writes `run_id` as `lease`'s holder: its writes of the run are refused once
-    /// the run's lease is another's (`LeaseLost`). Set by whatever gave the lease.
-    fn hold_lease(&self, run_id: &str, lease: Lease);
     /// This store no longer writes `run_id` as a lease holder (the run finished here, or its
     /// lease was lost).
     fn drop_lease(&self, run_id: &str);

@@ -144,11 +144,7 @@ fn describe(v: &Value) -> String {
     let mut text = v.to_string();
     if text.len() > 60 {
         // On a character's boundary: a result's text is anyone's Unicode.
-        let mut end = 57;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+        text.truncate(crate::canonical::prefix_within(&text, 57).len());
         text.push_str("...");
     }
     format!("{kind} ({text})")

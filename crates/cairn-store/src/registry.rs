@@ -98,6 +98,13 @@ where
 }
 
 impl<B: Backend> Registry<B> {
+    /// This store writes `run_id` as `lease`'s holder: its writes of the run are refused once
+    /// the run's lease is another's (`LeaseLost`). Set where the lease is given: a run created
+    /// leased, a lease taken.
+    fn hold_lease(&self, run_id: &str, lease: Lease) {
+        self.leases.write().unwrap_or_else(|p| p.into_inner()).insert(run_id.to_string(), lease);
+    }
+
     pub fn new(db: B) -> Registry<B> {
         Registry { db, on_commit: None, leases: RwLock::new(HashMap::new()) }
     }
@@ -683,10 +690,6 @@ impl<B: Backend> RunStore for Registry<B> {
         })?;
         self.hold_lease(run_id, lease.clone());
         Ok(lease)
-    }
-
-    fn hold_lease(&self, run_id: &str, lease: Lease) {
-        self.leases.write().unwrap_or_else(|p| p.into_inner()).insert(run_id.to_string(), lease);
     }
 
     fn drop_lease(&self, run_id: &str) {

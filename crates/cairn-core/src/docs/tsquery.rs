@@ -75,7 +75,7 @@ fn tokenize(query: &str) -> Result<Vec<Token>, String> {
                         }
                         Some((_, '"')) => break,
                         Some((_, c)) => s.push(c),
-                        None => return Err(format!("fts5: syntax error near \"{}\"", &query[at..])),
+                        None => return Err(syntax_error(&query[at..])),
                     }
                 }
                 Token::Quoted(s)
@@ -134,6 +134,12 @@ impl Parser {
         syntax_error(&self.peek().map(Token::text).unwrap_or_default())
     }
 
+    /// The error for the token just read, which does not fit where it stands.
+    fn unexpected(&mut self) -> String {
+        self.at -= 1;
+        self.error_here()
+    }
+
     /// `or := and (OR and)*`
     fn or(&mut self, weights: &str) -> Result<String, String> {
         let mut parts = vec![self.and(weights)?];
@@ -180,10 +186,7 @@ impl Parser {
                 match self.next() {
                     // Every compound part is parenthesized already.
                     Some(Token::RParen) => Ok(inner),
-                    _ => {
-                        self.at -= 1;
-                        Err(self.error_here())
-                    }
+                    _ => Err(self.unexpected()),
                 }
             }
             Some(Token::LBrace) => {
@@ -193,16 +196,14 @@ impl Parser {
                         Some(Token::Word(w)) => names.push(w),
                         Some(Token::RBrace) => break,
                         _ => {
-                            self.at -= 1;
-                            return Err(self.error_here());
+                            return Err(self.unexpected());
                         }
                     }
                 }
                 match self.next() {
                     Some(Token::Colon) => {}
                     _ => {
-                        self.at -= 1;
-                        return Err(self.error_here());
+                        return Err(self.unexpected());
                     }
                 }
                 let w = column_weights(&names)?;
@@ -223,10 +224,7 @@ impl Parser {
                 Err("`NEAR(…)` is not supported by the PostgreSQL registry's doc search; search the terms with AND"
                     .into())
             }
-            Some(_) => {
-                self.at -= 1;
-                Err(self.error_here())
-            }
+            Some(_) => Err(self.unexpected()),
             None => Err(syntax_error("")),
         }
     }
@@ -239,8 +237,7 @@ impl Parser {
             match self.next() {
                 Some(Token::Word(w) | Token::Quoted(w)) => words.extend(lexemes(&w)),
                 _ => {
-                    self.at -= 1;
-                    return Err(self.error_here());
+                    return Err(self.unexpected());
                 }
             }
         }

@@ -57,17 +57,7 @@ fn is_text(v: &Value) -> bool {
     }
 }
 
-/// The longest prefix of `s` that is at most `max` bytes and ends on a char boundary.
-fn prefix(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
+use cairn_core::canonical::prefix_within as prefix;
 
 /// Caps one string at `max` bytes, appending the marker when cut. Returns (text, kept bytes).
 fn cap_string(s: &str, max: usize) -> String {

@@ -28,11 +28,7 @@ pub fn step_result(mut step: Value, run_id: &str, step_id: &str) -> Value {
     if step["result"].is_null() || text.len() <= STEP_RESULT_MAX {
         return step;
     }
-    let mut end = STEP_RESULT_PREVIEW;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    step["result"] = json!(&text[..end]);
+    step["result"] = json!(cairn_core::canonical::prefix_within(&text, STEP_RESULT_PREVIEW));
     step["result_truncated"] = json!(true);
     step["result_bytes"] = json!(text.len());
     step["result_resource"] = json!(format!("cairn://runs/{run_id}/steps/{step_id}/result"));

@@ -175,11 +175,7 @@ fn bounded(result: &Value, limit: usize) -> (Value, bool, usize) {
     if bytes <= limit {
         return (result.clone(), false, bytes);
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    (Value::String(text[..end].to_string()), true, bytes)
+    (Value::String(cairn_core::canonical::prefix_within(&text, limit).to_string()), true, bytes)
 }
 
 /// One run of a replay child's lineage.
