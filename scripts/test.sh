@@ -19,6 +19,13 @@ if ! command -v sqlite3 >/dev/null; then
   apt-get update -q && apt-get install -y -q --no-install-recommends sqlite3
 fi
 
+# The per-sample calling pipeline (crates/cairn/tests/fixtures/pipelines/calling) runs Debian's
+# bwa, samtools and bcftools, as a user's variant-calling pipeline does.
+if ! command -v bwa >/dev/null || ! command -v samtools >/dev/null || ! command -v bcftools >/dev/null; then
+  log "installing bwa, samtools and bcftools (the calling pipeline's tools)"
+  apt-get update -q && apt-get install -y -q --no-install-recommends bwa samtools bcftools
+fi
+
 # A local venv DIR for Python packages tests use; created once, reused after, reinstalled when
 # the requirements file REQS changed since the last install (a copy of it in DIR/.installed).
 venv() {

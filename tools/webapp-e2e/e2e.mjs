@@ -406,6 +406,16 @@ async function pipelineRun(page) {
   await waitText(page, '#run-status', 'READY');
   await waitText(page, `${stepRow(p.step)} td[data-col=status] [data-col=jobs]`, (t) => t.trim() === p.jobs);
   await mustExist(page, '#events li[data-kind="pipeline.job_finished"]', 'the pipeline\'s job events in the timeline');
+  // Its jobs: a graph (the target job reads what the three others wrote), their bars on the time
+  // axis, a table with why each ran; each artifact names the job that wrote it.
+  const jobs = `section.jobs[data-step=${attr(p.step)}]`;
+  await poll(`the ${p.job_count} jobs of ${p.step} in its job table`, async () => (await count(page, `${jobs} table tbody tr`)) === p.job_count);
+  check((await count(page, `${jobs} svg.dag .node`)) === p.job_count, `the job graph of ${p.step} must have ${p.job_count} nodes`);
+  check((await count(page, `${jobs} svg.dag .edge`)) === p.job_edges, `the job graph of ${p.step} must have ${p.job_edges} edges`);
+  check((await count(page, `${jobs} svg.gantt .bar`)) === p.job_count, `the job chart of ${p.step} must have ${p.job_count} bars`);
+  check((await count(page, `${jobs} tr[data-status="finished"]`)) === p.job_count, 'every job finished');
+  await waitText(page, `${jobs} td[data-col=reason]`, (t) => t.startsWith('Missing output files'));
+  await waitText(page, `table#artifacts-table tr[data-path=${attr(p.artifact)}] [data-col=job]`, (t) => t.includes(p.artifact_rule));
   await finishPage(page, 'run', 'run-pipeline');
 }
 

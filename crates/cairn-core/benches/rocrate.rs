@@ -74,7 +74,13 @@ fn main() {
                         run_id: "bench".into(),
                         step_id: step_id.clone(),
                         attempt: 1,
-                        artifact: Artifact { name: "out".into(), path: path.clone(), bytes: 10, sha256: sha.clone() },
+                        artifact: Artifact {
+                            name: "out".into(),
+                            path: path.clone(),
+                            bytes: 10,
+                            sha256: sha.clone(),
+                            link: None,
+                        },
                         reused_from: None,
                         recorded_at: 0,
                     },
@@ -91,6 +97,8 @@ fn main() {
                 }],
                 agent: None,
                 input_files: vec![],
+                jobs: Vec::new(),
+                links: Vec::new(),
                 step_id,
             }
         })

@@ -72,7 +72,18 @@ pub struct Artifact {
     /// Relative to the run directory (`steps/<step>/report.html`).
     pub path: String,
     pub bytes: u64,
+    /// For a file, the SHA-256 of its bytes; for a symlink, [`link_digest`] of its target.
     pub sha256: String,
+    /// A symlink's target, as written (never followed): the artifact is the link itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
+/// What a symlink artifact is recorded and checked as: the SHA-256 of its target's text behind a
+/// prefix no text file of a pipeline starts with, so a link and a file never pass for each other
+/// by accident. `bytes` of a link is its target's length.
+pub fn link_digest(target: &str) -> String {
+    crate::canonical::sha256_hex(format!("symlink\0{target}").as_bytes())
 }
 
 /// An artifact as recorded, with the step and attempt that produced it.
@@ -170,6 +181,7 @@ mod tests {
             path: format!("steps/s/plots/{p}"),
             bytes: 1,
             sha256: sha.into(),
+            link: None,
         };
         let (x, y) = (a("x.png", "11"), a("y.png", "22"));
         let d = output_digest(&decl, "s", &[x.clone(), y.clone()]);
@@ -178,7 +190,13 @@ mod tests {
         assert_ne!(d, output_digest(&decl, "s", &[x.clone(), a("z.png", "22")]), "names matter");
         assert_ne!(output_digest(&decl, "s", &[]), d);
         let file = OutputDecl::parse("report", "r.html").unwrap();
-        let r = Artifact { name: "report".into(), path: "steps/s/r.html".into(), bytes: 1, sha256: "ab".into() };
+        let r = Artifact {
+            name: "report".into(),
+            path: "steps/s/r.html".into(),
+            bytes: 1,
+            sha256: "ab".into(),
+            link: None,
+        };
         assert_eq!(output_digest(&file, "s", &[x.clone(), r]), "ab", "only the output's own artifacts count");
         assert_eq!(output_digest(&decl, "s", &[x.clone(), y.clone()]), output_digest(&decl, "s", &[x, y]));
     }

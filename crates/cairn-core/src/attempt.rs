@@ -220,7 +220,13 @@ mod tests {
             error: (outcome != Outcome::Completed).then(|| "boom".to_string()),
             log_tail: String::new(),
             duration_us: 5,
-            artifacts: vec![Artifact { name: "r".into(), path: "steps/s/r".into(), bytes: 1, sha256: "aa".into() }],
+            artifacts: vec![Artifact {
+                name: "r".into(),
+                path: "steps/s/r".into(),
+                bytes: 1,
+                sha256: "aa".into(),
+                link: None,
+            }],
             resumable: false,
         }
     }

@@ -27,6 +27,16 @@ pub fn own_state(kind: ToolKind) -> &'static [&'static str] {
     }
 }
 
+/// Where a controller keeps its own record of the jobs it ran, relative to its working copy: what
+/// it reads to judge which outputs are up to date (Snakemake's metadata: each output's rule,
+/// code, params and inputs). A replay that seeds a working copy carries it with the outputs.
+pub fn job_record(kind: ToolKind) -> Option<&'static str> {
+    match kind {
+        ToolKind::Snakemake => Some(".snakemake/metadata"),
+        ToolKind::Process | ToolKind::Nextflow => None,
+    }
+}
+
 /// A step's working copy, relative to its run directory.
 pub fn working_copy(step_id: &str) -> String {
     crate::artifact::step_dir(step_id)

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::JobEvent;
+use crate::pipeline::{JobEvent, JobFacts, JobFile};
 use crate::status::{Outcome, RunStatus};
 
 /// One event of a run. Each variant's doc says when it is written and what it changes.
@@ -85,10 +85,28 @@ pub enum RunEvent {
     /// A pipeline step's controller started one of its jobs (read from its log); `offset` is
     /// where in the attempt's log it was read, so each is recorded once.
     #[serde(rename = "pipeline.job_started")]
-    PipelineJobStarted { job: u64, rule: String, wildcards: BTreeMap<String, String>, offset: u64 },
-    /// A pipeline's job finished: `done` of `total` jobs are, when the controller said so.
+    /// `facts`: its files, Snakemake's reason for running it, its threads.
+    PipelineJobStarted {
+        job: u64,
+        rule: String,
+        wildcards: BTreeMap<String, String>,
+        offset: u64,
+        #[serde(flatten)]
+        facts: JobFacts,
+    },
+    /// A pipeline's job finished: `done` of `total` jobs are, when the controller said so;
+    /// `files`: its outputs as they were when its end was read (size and SHA-256, a link's
+    /// target, or gone).
     #[serde(rename = "pipeline.job_finished")]
-    PipelineJobFinished { job: u64, rule: String, done: Option<u64>, total: Option<u64>, offset: u64 },
+    PipelineJobFinished {
+        job: u64,
+        rule: String,
+        done: Option<u64>,
+        total: Option<u64>,
+        offset: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<JobFile>,
+    },
     /// A pipeline's job failed; `restarted` when the controller tries it again (`retries:`).
     #[serde(rename = "pipeline.job_failed")]
     PipelineJobFailed { job: u64, rule: String, restarted: bool, offset: u64 },
@@ -157,11 +175,11 @@ impl RunEvent {
     /// A pipeline job's event, as the log recorded.
     pub fn of_job(job: JobEvent) -> RunEvent {
         match job {
-            JobEvent::Started { job, rule, wildcards, offset } => {
-                RunEvent::PipelineJobStarted { job, rule, wildcards, offset }
+            JobEvent::Started { job, rule, wildcards, offset, facts } => {
+                RunEvent::PipelineJobStarted { job, rule, wildcards, offset, facts }
             }
-            JobEvent::Finished { job, rule, done, total, offset } => {
-                RunEvent::PipelineJobFinished { job, rule, done, total, offset }
+            JobEvent::Finished { job, rule, done, total, offset, files } => {
+                RunEvent::PipelineJobFinished { job, rule, done, total, offset, files }
             }
             JobEvent::Failed { job, rule, restarted, offset } => {
                 RunEvent::PipelineJobFailed { job, rule, restarted, offset }
@@ -172,11 +190,11 @@ impl RunEvent {
     /// A pipeline job's event as the log said it, for an event that is one.
     pub fn as_job(&self) -> Option<JobEvent> {
         match self.clone() {
-            RunEvent::PipelineJobStarted { job, rule, wildcards, offset } => {
-                Some(JobEvent::Started { job, rule, wildcards, offset })
+            RunEvent::PipelineJobStarted { job, rule, wildcards, offset, facts } => {
+                Some(JobEvent::Started { job, rule, wildcards, offset, facts })
             }
-            RunEvent::PipelineJobFinished { job, rule, done, total, offset } => {
-                Some(JobEvent::Finished { job, rule, done, total, offset })
+            RunEvent::PipelineJobFinished { job, rule, done, total, offset, files } => {
+                Some(JobEvent::Finished { job, rule, done, total, offset, files })
             }
             RunEvent::PipelineJobFailed { job, rule, restarted, offset } => {
                 Some(JobEvent::Failed { job, rule, restarted, offset })
@@ -232,8 +250,27 @@ mod tests {
                 rule: "greet".into(),
                 wildcards: [("sample".to_string(), "ada".to_string())].into(),
                 offset: 10,
+                facts: JobFacts {
+                    inputs: vec!["data/ada.txt".into()],
+                    outputs: vec!["results/ada.txt".into()],
+                    log: vec![],
+                    reason: Some("Missing output files: results/ada.txt".into()),
+                    threads: Some(2),
+                },
             },
-            RunEvent::PipelineJobFinished { job: 3, rule: "greet".into(), done: Some(1), total: Some(4), offset: 90 },
+            RunEvent::PipelineJobFinished {
+                job: 3,
+                rule: "greet".into(),
+                done: Some(1),
+                total: Some(4),
+                offset: 90,
+                files: vec![JobFile {
+                    path: "results/ada.txt".into(),
+                    bytes: Some(3),
+                    sha256: Some("ab".into()),
+                    link: None,
+                }],
+            },
             RunEvent::PipelineJobFailed { job: 4, rule: "shout".into(), restarted: true, offset: 120 },
             RunEvent::RunFinished { status: RunStatus::Ready, findings: 0, error: None },
         ]

@@ -14,6 +14,7 @@ pub mod docs;
 pub mod document;
 pub mod event;
 pub mod ids;
+pub mod job;
 pub mod lease;
 pub mod parameters;
 pub mod pipeline;

@@ -27,6 +27,9 @@ pub enum JobEvent {
         rule: String,
         wildcards: BTreeMap<String, String>,
         offset: u64,
+        /// What the job's block said of it besides (files, reason, threads).
+        #[serde(flatten)]
+        facts: JobFacts,
     },
     /// `done` of `total` jobs are done once it finished, when Snakemake said so. `rule` is empty
     /// when the log never named it (Snakemake 8 names only the job, and a rule with a `message:`
@@ -37,14 +40,46 @@ pub enum JobEvent {
         done: Option<u64>,
         total: Option<u64>,
         offset: u64,
+        /// The job's outputs as they were when its end was read, where the pipeline runs (the
+        /// parser lists the paths; the reader that can see the files fills in what they hold).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<JobFile>,
     },
     /// `restarted`: Snakemake tries it again (`retries:`).
-    Failed {
-        job: u64,
-        rule: String,
-        restarted: bool,
-        offset: u64,
-    },
+    Failed { job: u64, rule: String, restarted: bool, offset: u64 },
+}
+
+/// A job's files and why it ran, as its block in the log gave them. Paths are relative to the
+/// pipeline's working directory, as Snakemake printed them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFacts {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+    /// Its log files (`log:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log: Vec<String>,
+    /// Snakemake's reason for running it (`Missing output files: …; Updated input files: …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Its threads, when the log says (Snakemake prints them only above 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u64>,
+}
+
+/// One output of a finished job as it was when its end was read: a file (`bytes`, `sha256`), a
+/// symlink (`link`: its target's text, never followed), a folder's file (`path` below the
+/// folder the job declared), or gone (none of them: a `temp()` output removed already).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFile {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
 }
 
 impl JobEvent {
@@ -77,6 +112,7 @@ enum Pending {
         rule: String,
         job: Option<u64>,
         wildcards: BTreeMap<String, String>,
+        facts: JobFacts,
         offset: u64,
     },
     Finish {
@@ -105,8 +141,9 @@ pub struct SnakemakeLog {
     line_start: u64,
     pending: Pending,
     summary: Summary,
-    /// Each job's rule, from its block: Snakemake 8's `Finished job N.` names only the job.
-    rules: BTreeMap<u64, String>,
+    /// Each job's rule and outputs, from its block: Snakemake 8's `Finished job N.` names only
+    /// the job.
+    rules: BTreeMap<u64, (String, Vec<String>)>,
 }
 
 /// `rule NAME:` and its kin, the start of a job's block.
@@ -118,6 +155,11 @@ fn job_header(line: &str) -> Option<&str> {
 
 fn field<'l>(line: &'l str, name: &str) -> Option<&'l str> {
     line.trim_start().strip_prefix(name)?.strip_prefix(':').map(str::trim)
+}
+
+/// `a, b, c`: a block's list of files.
+fn files(text: &str) -> Vec<String> {
+    text.split(", ").map(str::trim).filter(|f| !f.is_empty()).map(String::from).collect()
 }
 
 /// `a=x, b=y`.
@@ -199,10 +241,10 @@ impl SnakemakeLog {
     fn flush(&mut self, next: Option<&str>, out: &mut Vec<JobEvent>) {
         match std::mem::take(&mut self.pending) {
             Pending::None => {}
-            Pending::Start { rule, job, wildcards, offset } => {
+            Pending::Start { rule, job, wildcards, facts, offset } => {
                 if let Some(job) = job {
-                    self.rules.insert(job, rule.clone());
-                    out.push(JobEvent::Started { job, rule, wildcards, offset });
+                    self.rules.insert(job, (rule.clone(), facts.outputs.clone()));
+                    out.push(JobEvent::Started { job, rule, wildcards, offset, facts });
                 }
             }
             Pending::Finish { job, rule, offset } => {
@@ -210,7 +252,10 @@ impl SnakemakeLog {
                     Some((d, t)) => (Some(d), Some(t)),
                     None => (None, None),
                 };
-                out.push(JobEvent::Finished { job, rule, done, total, offset });
+                let files = self.rules.get(&job).map(|(_, outputs)| outputs.clone()).unwrap_or_default();
+                let files =
+                    files.into_iter().map(|path| JobFile { path, bytes: None, sha256: None, link: None }).collect();
+                out.push(JobEvent::Finished { job, rule, done, total, offset, files });
             }
             Pending::Error { rule, job: Some(job), offset } => {
                 // The block ended; the restart line, if any, comes next.
@@ -234,11 +279,21 @@ impl SnakemakeLog {
     fn line(&mut self, line: &str, offset: u64, out: &mut Vec<JobEvent>) {
         let indented = line.starts_with(' ') || line.starts_with('\t');
         match &mut self.pending {
-            Pending::Start { job, wildcards: w, .. } if indented => {
+            Pending::Start { job, wildcards: w, facts, .. } if indented => {
                 if let Some(v) = field(line, "jobid") {
                     *job = v.parse().ok();
                 } else if let Some(v) = field(line, "wildcards") {
                     *w = wildcards(v);
+                } else if let Some(v) = field(line, "input") {
+                    facts.inputs = files(v);
+                } else if let Some(v) = field(line, "output") {
+                    facts.outputs = files(v);
+                } else if let Some(v) = field(line, "log") {
+                    facts.log = files(v);
+                } else if let Some(v) = field(line, "reason") {
+                    facts.reason = Some(v.to_string());
+                } else if let Some(v) = field(line, "threads") {
+                    facts.threads = v.parse().ok();
                 }
                 return;
             }
@@ -270,9 +325,15 @@ impl SnakemakeLog {
             self.summary.done = Some(done);
             self.summary.total = Some(total);
         } else if let Some(rule) = job_header(line) {
-            self.pending = Pending::Start { rule: rule.to_string(), job: None, wildcards: BTreeMap::new(), offset };
+            self.pending = Pending::Start {
+                rule: rule.to_string(),
+                job: None,
+                wildcards: BTreeMap::new(),
+                facts: JobFacts::default(),
+                offset,
+            };
         } else if let Some((job, rule)) = finished(line) {
-            let rule = rule.or_else(|| self.rules.get(&job).cloned()).unwrap_or_default();
+            let rule = rule.or_else(|| self.rules.get(&job).map(|(r, _)| r.clone())).unwrap_or_default();
             self.pending = Pending::Finish { job, rule, offset };
         } else if let Some(rule) = line.strip_prefix("Error in rule ").and_then(|r| r.strip_suffix(':')) {
             self.pending = Pending::Error { rule: rule.to_string(), job: None, offset };

@@ -676,6 +676,7 @@ args = { report = "${steps.render.outputs.report}" }
             path: "steps/render/report.html".into(),
             bytes: 3,
             sha256: "ab".repeat(32),
+            link: None,
         };
         let artifacts = vec![report];
         let render_digest = step_tool_digest("d", &spec.outputs_of(&spec.steps[0]));

@@ -53,6 +53,11 @@ pub struct CrateStep {
     pub agent: Option<String>,
     /// The `@id`s of the input files it recorded reading (a pipeline's bound inputs).
     pub input_files: Vec<String>,
+    /// A pipeline step's jobs (`crate::job`): each one it ran is an action of its own.
+    pub jobs: Vec<crate::job::Job>,
+    /// The symlinks among its outputs (path, target): recorded as links, never followed, so they
+    /// are named in its action's description rather than carried as files.
+    pub links: Vec<(String, String)>,
 }
 
 /// A file the run read from outside its run directory: named in the input (hashed when planned)
@@ -200,6 +205,57 @@ fn step_id(step: &str) -> String {
 /// The `@id` of the action of the attempt of `run_id` that produced a step's evidence.
 pub fn attempt_action_id(run_id: &str, step: &str, attempt: u32) -> String {
     format!("#run-{run_id}-step-{step}-attempt-{attempt}")
+}
+
+/// A pipeline job's action: `#run-<run>-step-<step>-job-<attempt>.<job>`.
+pub fn job_action_id(run_id: &str, step: &str, job: crate::job::JobRef) -> String {
+    format!("#run-{run_id}-step-{step}-job-{job}")
+}
+
+/// One `CreateAction` per job a pipeline step ran (as Snakemake's own RO-Crate reporter writes
+/// them): its rule and wildcards, its `object` the step's files among its inputs, its `result`
+/// those it wrote (an output, or a file below an output folder), its times and status. A job a
+/// replay carried over is the earlier run's action, not repeated here.
+fn job_actions(run_id: &str, s: &CrateStep, graph: &mut Vec<Value>, actions: &mut Vec<String>) {
+    use crate::job::JobStatus;
+    let file_of = |path: &str| s.artifacts.iter().find(|(a, _)| a.artifact.name == path).map(|(_, i)| i.as_str());
+    let wrote = |job: &crate::job::Job, name: &str| {
+        job.outputs.iter().any(|o| {
+            let o = o.trim_end_matches('/');
+            name == o || name.strip_prefix(o).is_some_and(|rest| rest.starts_with('/'))
+        })
+    };
+    for job in s.jobs.iter().filter(|j| j.status != JobStatus::Carried) {
+        let action = job_action_id(run_id, &s.step_id, job.id);
+        let wildcards: Vec<String> = job.wildcards.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let name = if wildcards.is_empty() {
+            format!("Job {} of rule {} in step {}", job.id, job.rule, s.step_id)
+        } else {
+            format!("Job {} of rule {} ({}) in step {}", job.id, job.rule, wildcards.join(", "), s.step_id)
+        };
+        let ok = match job.status {
+            JobStatus::Finished => Some(true),
+            JobStatus::Failed | JobStatus::Interrupted => Some(false),
+            _ => None,
+        };
+        let mut a = json!({
+            "@id": action, "@type": "CreateAction",
+            "name": name,
+            "instrument": id(&tool_id(&s.tool)),
+            "object": ids(job.inputs.iter().filter_map(|i| file_of(&i.path))),
+            "result": ids(s.artifacts.iter().filter(|(a, _)| wrote(job, &a.artifact.name)).map(|(_, i)| i.as_str())),
+            "startTime": rfc3339(job.started_at),
+            "actionStatus": action_status(ok),
+        });
+        if let Some(end) = job.ended_at {
+            a["endTime"] = json!(rfc3339(end));
+        }
+        if let Some(reason) = &job.reason {
+            a["description"] = json!(reason);
+        }
+        graph.push(a);
+        actions.push(action);
+    }
 }
 
 fn file_entity(f: &CrateFile, name: &str) -> Value {
@@ -406,6 +462,10 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
             if let Some(o) = r.outcome {
                 desc.push(format!("outcome {}", o.as_str()));
             }
+            if !s.links.is_empty() {
+                let links: Vec<String> = s.links.iter().map(|(p, t)| format!("{p} -> {t}")).collect();
+                desc.push(format!("symlinks (recorded as links, not followed): {}", links.join(", ")));
+            }
             if let Some(e) = &r.error {
                 a["error"] = json!(e);
             }
@@ -450,6 +510,7 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
             graph.push(a);
             actions.push(action);
         }
+        job_actions(&run.run_id, s, &mut graph, &mut actions);
         for (art, art_id) in &s.artifacts {
             results.push(art_id.clone());
             if seen_files.insert(art_id.clone()) {

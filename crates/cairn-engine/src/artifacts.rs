@@ -28,6 +28,8 @@ const AGENT_FILE_TIMEOUT: Duration = Duration::from_secs(3600);
 pub struct RunArtifacts {
     pub run_id: String,
     pub artifacts: Vec<ArtifactRecord>,
+    /// For each artifact, the pipeline job that wrote it (a pipeline step's artifacts only).
+    pub writers: Vec<Option<cairn_core::job::JobOrigin>>,
 }
 
 /// What to trace: a file (hashed here) or the SHA-256 of its bytes.
@@ -55,13 +57,24 @@ pub struct TraceMatch {
     /// For a reused artifact, the runs it came through: this run's source first, the producer
     /// (`reused_from`) last. Empty for an artifact its own run produced.
     pub lineage: Vec<String>,
+    /// For a pipeline step's artifact: the job that wrote it, then the jobs behind its inputs,
+    /// back to the pipeline's own files, each input with its SHA-256.
+    pub jobs: Vec<cairn_core::job::LineageJob>,
 }
 
 impl Engine {
     /// A run's artifacts.
     pub fn run_artifacts(&self, run_id: &str) -> Result<RunArtifacts, EngineError> {
-        self.run_record(run_id)?;
-        Ok(RunArtifacts { run_id: run_id.to_string(), artifacts: self.store.artifacts(run_id)? })
+        let view = self.show_run(run_id)?;
+        let artifacts = self.store.artifacts(run_id)?;
+        let writers = artifacts
+            .iter()
+            .map(|a| {
+                let step = view.steps.iter().find(|s| s.step_id == a.step_id)?;
+                step.writer_of(&a.artifact.name).map(cairn_core::job::JobOrigin::of)
+            })
+            .collect();
+        Ok(RunArtifacts { run_id: run_id.to_string(), artifacts, writers })
     }
 
     /// Which runs recorded these bytes: every artifact with the file's (or the given) SHA-256,
@@ -99,6 +112,7 @@ impl Engine {
         };
         let mut matches = Vec::new();
         let mut runs = HashMap::new();
+        let mut views: HashMap<String, crate::RunView> = HashMap::new();
         for record in self.store.artifacts_with_sha256(&sha256)? {
             if !runs.contains_key(&record.run_id) {
                 let run = self.run_record(&record.run_id)?;
@@ -121,15 +135,50 @@ impl Engine {
                     chain
                 }
             };
+            let jobs = self.job_lineage(&mut views, &record)?;
             matches.push(TraceMatch {
                 workflow: run.workflow.clone(),
                 version: run.version.clone(),
                 signature,
                 lineage,
+                jobs,
                 record,
             });
         }
         Ok(Trace { sha256, matches })
+    }
+
+    /// The jobs behind a pipeline step's artifact (empty for another step's): the job that wrote
+    /// it, then those behind its inputs, each input with the SHA-256 its writer recorded, or a
+    /// file of the pipeline's folder with the one it was registered with.
+    fn job_lineage(
+        &self,
+        views: &mut HashMap<String, crate::RunView>,
+        record: &ArtifactRecord,
+    ) -> Result<Vec<cairn_core::job::LineageJob>, EngineError> {
+        if !views.contains_key(&record.run_id) {
+            views.insert(record.run_id.clone(), self.show_run(&record.run_id)?);
+        }
+        let view = &views[&record.run_id];
+        let Some(step) = view.steps.iter().find(|s| s.step_id == record.step_id) else { return Ok(Vec::new()) };
+        if step.jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reference = format!("{}@{}", view.run.workflow, view.run.version);
+        let files: Vec<cairn_core::signature::ToolFile> = match self.load_workflow(&reference) {
+            Ok(wf) => wf
+                .spec()
+                .steps
+                .iter()
+                .find(|s| s.id == record.step_id)
+                .and_then(|s| wf.tools.get(&s.tool))
+                .map(|t| t.files.clone())
+                .unwrap_or_default(),
+            // A workflow that cannot be read still has its jobs; its own files are then unhashed.
+            Err(_) => Vec::new(),
+        };
+        let pipeline_file = |p: &str| files.iter().find(|f| f.path == p).map(|f| f.sha256.clone());
+        Ok(cairn_core::job::lineage(&step.jobs, &record.artifact.name, &pipeline_file))
     }
 
     /// Hashes a completed attempt's declared outputs where it ran: the artifacts, or the step's

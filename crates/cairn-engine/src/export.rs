@@ -484,7 +484,13 @@ impl Engine {
         let mut seen = Lineage::default();
         for s in &view.steps {
             let mut artifacts = Vec::new();
+            let mut links = Vec::new();
             for a in &s.artifacts {
+                // A symlink holds no bytes to carry: the step's action names it and its target.
+                if let Some(target) = &a.artifact.link {
+                    links.push((a.artifact.path.clone(), target.clone()));
+                    continue;
+                }
                 let rel = contained(&a.artifact.path)?;
                 let at = run_dir.join(rel);
                 let id = if data {
@@ -551,6 +557,8 @@ impl Engine {
                 attempts,
                 agent,
                 input_files,
+                jobs: s.jobs.clone(),
+                links,
             });
         }
         let mut targets = Vec::new();

@@ -21,6 +21,7 @@ use cairn_exec::{ProcessIdentity, ToolCommand, ToolRun, run_tool, sandbox_env};
 use serde_json::{Value, json};
 
 use crate::Engine;
+use crate::pipeline::{PipelineSeed, SEEDED_KEY, STATE_KEY, Seeded};
 use crate::placement::{AgentLaunch, Followed, Placement};
 use crate::registry::{LoadedTool, LoadedWorkflow};
 
@@ -38,6 +39,9 @@ pub struct AttemptLaunch<'a> {
     pub outputs: &'a [OutputDecl],
     /// The attempt's number (1-based).
     pub attempt: u32,
+    /// For a pipeline step a replay re-executes: the earlier run's working copy to seed its own
+    /// from.
+    pub seed: Option<&'a PipelineSeed>,
 }
 
 impl AttemptLaunch<'_> {
@@ -130,10 +134,11 @@ impl Launcher for Processes {
                     cairn_exec::kill_own_group(p.pgid);
                 }
             });
-            return with_outputs(engine, a, ran(run, false), &[]);
+            return with_outputs(engine, a, ran(run, false), &[], None);
         }
         let source = step_source(a);
         let mut inputs = Vec::new();
+        let mut seeded = None;
         if !tool_def.kind.is_process() {
             // What the pipeline reads from outside its folder, hashed before it starts.
             match engine.bound_inputs(a.placement, a.run_dir, a.args) {
@@ -142,10 +147,17 @@ impl Launcher for Processes {
             }
             // A bad `config` is reported by the controller's argv, below.
             let config = cairn_core::controller::run_config(a.args).ok().flatten();
-            if let Err(error) =
-                engine.prepare_working_copy(a.placement, a.run_dir, &a.step.id, &source, &a.tool().files, config)
-            {
-                return AttemptEnd::Refused { error };
+            match engine.prepare_working_copy(
+                a.placement,
+                a.run_dir,
+                &a.step.id,
+                &source,
+                &a.tool().files,
+                config,
+                a.seed,
+            ) {
+                Ok(s) => seeded = s,
+                Err(error) => return AttemptEnd::Refused { error },
             }
         }
         let cmd = tool_command(engine, a, Vec::new());
@@ -163,7 +175,7 @@ impl Launcher for Processes {
         let (end, summary) = watching(engine, a, jobs, || {
             followed(engine.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
         });
-        with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs)
+        with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
     }
 
     fn reattach(
@@ -184,7 +196,10 @@ impl Launcher for Processes {
         let (end, summary) = watching(engine, a, jobs, || {
             followed(engine.reattach(recorded, a.tool_def(), &cmd, halted), !a.tool_def().kind.is_process())
         });
-        with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs)
+        // A re-attached attempt's working copy was made by its predecessor: read what it carried.
+        let work_dir = format!("{}/{}", a.run_dir, cairn_core::controller::working_copy(&a.step.id));
+        let seeded = a.seed.and_then(|s| engine.seeded_working_copy(a.placement, &work_dir, &s.from_run));
+        with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
     }
 
     fn stop_orphan(&self, engine: &Engine, p: &ProcessInfo) {
@@ -208,6 +223,15 @@ fn watching(
         return (follow(), None);
     }
     let path = format!("{}/stderr", crate::placement::attempt_dir(a.run_dir, &a.step.id, a.attempt));
+    let work_dir = format!("{}/{}", a.run_dir, cairn_core::controller::working_copy(&a.step.id));
+    let read = |log: &mut SnakemakeLog, bytes: Option<&[u8]>| {
+        let mut events = match bytes {
+            Some(bytes) => log.feed(bytes),
+            None => log.finish(),
+        };
+        engine.fill_job_files(a.placement, &work_dir, &mut events);
+        jobs(events);
+    };
     // Reading a target's log is one request over SSH: less often than a local file.
     let every = if a.placement.is_remote() { Duration::from_secs(1) } else { Duration::from_millis(250) };
     let ended = AtomicBool::new(false);
@@ -221,13 +245,13 @@ fn watching(
                     if bytes.is_empty() {
                         break;
                     }
-                    jobs(log.feed(&bytes));
+                    read(&mut log, Some(&bytes));
                     if log.fed() >= size {
                         break;
                     }
                 }
                 if last {
-                    jobs(log.finish());
+                    read(&mut log, None);
                     return log.summary().clone();
                 }
                 let until = std::time::Instant::now() + every;
@@ -308,19 +332,25 @@ fn ran(run: ToolRun, controller: bool) -> AttemptEnd {
 /// what a pipeline created or changed in its working copy (listed in its result too). One whose
 /// outputs cannot be recorded (not written, a symlink) has failed, with that as its error. A
 /// pipeline's result lists the files its arguments bind (`inputs`), as they were hashed.
-fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd, inputs: &[InputFile]) -> AttemptEnd {
+fn with_outputs(
+    engine: &Engine,
+    a: &AttemptLaunch<'_>,
+    end: AttemptEnd,
+    inputs: &[InputFile],
+    seeded: Option<&Seeded>,
+) -> AttemptEnd {
     let kind = a.tool_def().kind;
     match end {
         AttemptEnd::Ran { outcome: Outcome::Completed, mut result, error, log_tail, duration_us, .. }
             if !a.outputs.is_empty() || !kind.is_process() =>
         {
             let hashed = if kind.is_process() {
-                engine.hash_outputs(a.placement, a.run_dir, &a.step.id, a.outputs)
+                engine.hash_outputs(a.placement, a.run_dir, &a.step.id, a.outputs).map(|a| (a, None))
             } else {
                 engine.pipeline_outputs(a.placement, a.run_dir, &a.step.id, kind, &a.tool().files)
             };
             match hashed {
-                Ok(artifacts) => {
+                Ok((artifacts, state)) => {
                     if !kind.is_process()
                         && let Some(report) = result.as_mut().and_then(Value::as_object_mut)
                     {
@@ -328,6 +358,12 @@ fn with_outputs(engine: &Engine, a: &AttemptLaunch<'_>, end: AttemptEnd, inputs:
                             artifacts.iter().map(|x| json!({"name": x.name, "bytes": x.bytes, "sha256": x.sha256}));
                         report.insert("outputs".into(), Value::Array(listed.collect()));
                         report.insert("inputs".into(), json!(inputs));
+                        if let Some(state) = state {
+                            report.insert(STATE_KEY.into(), json!(state));
+                        }
+                        if let Some(seeded) = seeded {
+                            report.insert(SEEDED_KEY.into(), seeded.to_json());
+                        }
                     }
                     AttemptEnd::Ran {
                         outcome: Outcome::Completed,

@@ -41,7 +41,9 @@ pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
 pub use error::{EngineError, ErrorCode, ErrorKind};
 pub use export::{ExportOut, ExportRequest, ExportResult, ExportSubject};
 pub use read_artifact::{ARTIFACT_SLICE_MAX, ArtifactSlice, ReadArtifact};
-pub use runs::{EventBatch, LeaseView, RunListing, RunView, StepDetail, StepExplanation, StepLog, StepView};
+pub use runs::{
+    EventBatch, JobFilter, LeaseView, RunListing, RunView, StepDetail, StepExplanation, StepJobs, StepLog, StepView,
+};
 pub use service::{DEFAULT_LEASE, Service, ServiceConfig, SubmitRun, Submitted};
 pub use stop::{StopHook, StopKind, StopSignal};
 

@@ -11,11 +11,15 @@ use std::time::Duration;
 
 use cairn_core::artifact::Artifact;
 use cairn_core::canonical::sha256_hex;
-use cairn_core::controller::{RUN_CONFIG, own_state, working_copy};
+use cairn_core::controller::{RUN_CONFIG, job_record, own_state, working_copy};
+use cairn_core::pipeline::JobEvent;
 use cairn_core::plan::{InputFile, absolute_path_strings};
 use cairn_core::signature::ToolFile;
 use cairn_core::workflow::ToolKind;
-use cairn_exec::agent::protocol::{ChangedRequest, CheckFile, ReadRequest, ReadyRequest};
+use cairn_exec::agent::protocol::{
+    ChangedRequest, CheckFile, DeployFile, FilesRequest, ReadRequest, ReadyRequest, SeedRequest, SeedState,
+    SeededCounts,
+};
 use cairn_exec::artifacts::{Carried, Carry, Written};
 use serde_json::Value;
 
@@ -32,7 +36,10 @@ impl Engine {
     /// A pipeline step's working copy, `<run_dir>/steps/<step>`: the pipeline's folder copied
     /// there from `source` once (checked against the snapshot's hashes; a later attempt keeps it
     /// as the pipeline left it), with the run's configuration written (or, written by the plan's
-    /// approval, checked).
+    /// approval, checked). With a `seed` (a replay re-executing the step), it starts as a copy of
+    /// the earlier run's working copy instead, so the controller runs only the jobs it finds out
+    /// of date: what was carried is returned.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn prepare_working_copy(
         &self,
         placement: &Placement,
@@ -41,7 +48,8 @@ impl Engine {
         source: &str,
         files: &[ToolFile],
         config: Option<&Value>,
-    ) -> Result<(), String> {
+        seed: Option<&PipelineSeed>,
+    ) -> Result<Option<Seeded>, String> {
         let files: Vec<Carried> =
             files.iter().map(|f| Carried { path: f.path.clone(), sha256: f.sha256.clone() }).collect();
         let write: Vec<Written> = match config {
@@ -52,15 +60,136 @@ impl Engine {
             None => Vec::new(),
         };
         let to = format!("{run_dir}/{}", working_copy(step_id));
+        if let Some(seed) = seed {
+            return self
+                .seed(placement, source, &to, &files, &write, seed)
+                .map(Some)
+                .map_err(|e| format!("its working copy could not be seeded from run {}: {e}", seed.from_run));
+        }
         let carry =
             Carry { files: &files, link: false, once: Some(WORKING_COPY_MARKER), write: &write, ..Carry::default() };
         self.carry(placement, source, &to, &carry)
-            .map(|_| ())
+            .map(|_| None)
             .map_err(|e| format!("its working copy could not be made: {e}"))
     }
 
+    fn seed(
+        &self,
+        placement: &Placement,
+        snapshot: &str,
+        to: &str,
+        baseline: &[Carried],
+        write: &[Written],
+        seed: &PipelineSeed,
+    ) -> Result<Seeded, String> {
+        let started = std::time::Instant::now();
+        let counts = match placement {
+            Placement::Local => {
+                let state = seed.state.as_ref().map(|(d, s)| (d.as_str(), s.as_str()));
+                let from = Path::new(&seed.from_dir);
+                let s = cairn_exec::artifacts::Seed { from, files: &seed.files, state };
+                let done = cairn_exec::artifacts::seed_working_copy(
+                    Path::new(snapshot),
+                    Path::new(to),
+                    baseline,
+                    write,
+                    WORKING_COPY_MARKER,
+                    &s,
+                )
+                .map_err(|e| e.to_string())?;
+                SeededCounts {
+                    carried: done.carried,
+                    left_out: done.left_out,
+                    state: done.state,
+                    present: done.present,
+                }
+            }
+            Placement::Target(spec, agent) => {
+                let check = |c: &Carried| CheckFile { path: c.path.clone(), sha256: c.sha256.clone() };
+                let request = SeedRequest {
+                    snapshot: snapshot.to_string(),
+                    to: to.to_string(),
+                    from: seed.from_dir.clone(),
+                    baseline: baseline.iter().map(check).collect(),
+                    files: seed.files.iter().map(check).collect(),
+                    state: seed
+                        .state
+                        .as_ref()
+                        .map(|(dir, sha256)| SeedState { dir: dir.clone(), sha256: sha256.clone() }),
+                    write: write.iter().map(|w| DeployFile::new(&w.path, &w.content, 0o644)).collect(),
+                    once: WORKING_COPY_MARKER.to_string(),
+                };
+                agent.seed(request, AGENT_FILE_TIMEOUT).map_err(|e| format!("on target `{}`: {e}", spec.name))?
+            }
+        };
+        if counts.present {
+            // A later attempt (or a successor): the copy was seeded before; what it carried is
+            // in its marker.
+            return self
+                .seeded_working_copy(placement, to, &seed.from_run)
+                .ok_or_else(|| format!("{to}/{WORKING_COPY_MARKER} does not say what was seeded"));
+        }
+        Ok(Seeded {
+            from_run: seed.from_run.clone(),
+            carried: counts.carried,
+            left_out: counts.left_out,
+            state: counts.state,
+            took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Where a pipeline step of replay child `run_id` starts from: the working copy of the run
+    /// whose controller made `source_run_id`'s step (the source, or the run the source reused it
+    /// from), on the same target, with the artifacts and the digest of the controller's record
+    /// it completed with. `None` (a fresh copy) when there is no such completed step, it was
+    /// recorded without that digest, or it lies on another target.
+    pub(crate) fn pipeline_seed(&self, run_id: &str, source_run_id: &str, step_id: &str) -> Option<PipelineSeed> {
+        let row = self.store.steps(source_run_id).ok()?.into_iter().find(|s| s.step_id == step_id)?;
+        if row.status != cairn_core::status::StepStatus::Completed {
+            return None;
+        }
+        let state = row.result.as_ref()?.get(STATE_KEY)?.as_str()?.to_string();
+        let origin = row.reused_from.clone().unwrap_or_else(|| source_run_id.to_string());
+        let origin_run = self.store.run(&origin).ok()??;
+        if self.target_name_of_run(&origin).ok()? != self.target_name_of_run(run_id).ok()? {
+            return None;
+        }
+        let files = self
+            .store
+            .artifacts(&origin)
+            .ok()?
+            .into_iter()
+            .filter(|a| a.step_id == step_id)
+            .map(|a| Carried { path: a.artifact.name, sha256: a.artifact.sha256 })
+            .collect();
+        let dir = job_record(ToolKind::Snakemake)?.to_string();
+        Some(PipelineSeed {
+            from_run: origin,
+            from_dir: format!("{}/{}", origin_run.run_dir, working_copy(step_id)),
+            files,
+            state: Some((dir, state)),
+        })
+    }
+
+    /// What a seeded working copy `work_dir` carried from run `from_run`, from its marker
+    /// (`None`: it was not seeded, or not yet).
+    pub(crate) fn seeded_working_copy(&self, placement: &Placement, work_dir: &str, from_run: &str) -> Option<Seeded> {
+        let (bytes, _) = self.read_slice(placement, &format!("{work_dir}/{WORKING_COPY_MARKER}"), 0, 1 << 20).ok()?;
+        let text = String::from_utf8_lossy(&bytes);
+        let first = text.lines().next()?.strip_prefix(cairn_exec::artifacts::SEEDED_MARK)?;
+        let counts: SeededCounts = serde_json::from_str(first).ok()?;
+        Some(Seeded {
+            from_run: from_run.to_string(),
+            carried: counts.carried,
+            left_out: counts.left_out,
+            state: counts.state,
+            took_ms: 0,
+        })
+    }
+
     /// What a pipeline created or changed in its working copy, hashed where it ran: its artifacts,
-    /// each named by its path in the working copy.
+    /// each named by its path in the working copy; and the digest of the controller's record of
+    /// its jobs, which a replay that seeds a working copy from this one checks.
     pub(crate) fn pipeline_outputs(
         &self,
         placement: &Placement,
@@ -68,16 +197,23 @@ impl Engine {
         step_id: &str,
         kind: ToolKind,
         baseline: &[ToolFile],
-    ) -> Result<Vec<Artifact>, String> {
+    ) -> Result<(Vec<Artifact>, Option<String>), String> {
         let prefix = working_copy(step_id);
         let work_dir = format!("{run_dir}/{prefix}");
         let exclude = own_state(kind);
+        let record = job_record(kind);
         match placement {
             Placement::Local => {
                 let baseline: Vec<Carried> =
                     baseline.iter().map(|f| Carried { path: f.path.clone(), sha256: f.sha256.clone() }).collect();
-                cairn_exec::artifacts::changed_files(Path::new(&work_dir), &prefix, &baseline, exclude)
-                    .map_err(|e| e.to_string())
+                let artifacts = cairn_exec::artifacts::changed_files(Path::new(&work_dir), &prefix, &baseline, exclude)
+                    .map_err(|e| e.to_string())?;
+                let state = match record {
+                    Some(dir) => cairn_exec::artifacts::state_digest(&Path::new(&work_dir).join(dir))
+                        .map_err(|e| format!("{work_dir}/{dir} cannot be read: {e}"))?,
+                    None => None,
+                };
+                Ok((artifacts, state))
             }
             Placement::Target(spec, agent) => {
                 let request = ChangedRequest {
@@ -88,11 +224,12 @@ impl Engine {
                         .map(|f| CheckFile { path: f.path.clone(), sha256: f.sha256.clone() })
                         .collect(),
                     exclude: exclude.iter().map(|e| e.to_string()).collect(),
+                    state: record.map(String::from),
                 };
                 match agent.changed(request, AGENT_FILE_TIMEOUT) {
                     Ok(hashed) => match hashed.fault {
                         Some(fault) => Err(fault),
-                        None => Ok(hashed.artifacts),
+                        None => Ok((hashed.artifacts, hashed.state_sha256)),
                     },
                     Err(e) => Err(format!("its outputs could not be hashed on target `{}`: {e}", spec.name)),
                 }
@@ -141,6 +278,28 @@ impl Engine {
         }
     }
 
+    /// What the finished jobs among `events` left as their outputs, where the run executes,
+    /// filled into their events (a target that cannot be asked leaves them as listed: paths
+    /// without contents, said in the step's log by the pipeline's own end).
+    pub(crate) fn fill_job_files(&self, placement: &Placement, work_dir: &str, events: &mut [JobEvent]) {
+        for event in events {
+            let JobEvent::Finished { files, .. } = event else { continue };
+            if files.is_empty() {
+                continue;
+            }
+            let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+            let found = match placement {
+                Placement::Local => Some(cairn_exec::artifacts::job_files(Path::new(work_dir), &paths)),
+                Placement::Target(_, agent) => {
+                    agent.files(FilesRequest { work_dir: work_dir.to_string(), paths }, AGENT_FILE_TIMEOUT).ok()
+                }
+            };
+            if let Some(found) = found {
+                *files = found;
+            }
+        }
+    }
+
     /// Bytes of a file where the run executes, from `offset` (at most [`LOG_CHUNK`]), and the
     /// file's size; a missing file is empty.
     pub(crate) fn read_from(&self, placement: &Placement, path: &str, offset: u64) -> Result<(Vec<u8>, u64), String> {
@@ -180,6 +339,50 @@ impl Engine {
                 Ok((chunk.bytes(), chunk.size))
             }
         }
+    }
+}
+
+/// Where a pipeline step's result records the digest of its controller's record of its jobs.
+pub(crate) const STATE_KEY: &str = "state_sha256";
+
+/// Where a pipeline step's result says what its seeded working copy carried.
+pub(crate) const SEEDED_KEY: &str = "seeded";
+
+/// A pipeline step a replay re-executes: the earlier run's working copy its own starts from.
+#[derive(Debug, Clone)]
+pub struct PipelineSeed {
+    /// The run whose controller made the files (the source, or the run a source reused it from).
+    pub from_run: String,
+    /// Its working copy of the step, where the run executes.
+    pub from_dir: String,
+    /// The step's recorded artifacts there (by path in the working copy), with their SHA-256.
+    pub files: Vec<Carried>,
+    /// The controller's record of its jobs and the digest recorded for it.
+    pub state: Option<(String, String)>,
+}
+
+/// What a seeded working copy carried: in the step's result (`seeded`) and its marker.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Seeded {
+    pub from_run: String,
+    pub carried: usize,
+    /// Recorded outputs left out, with why (the controller remakes them).
+    pub left_out: Vec<(String, String)>,
+    /// Whether the controller's record of its jobs came along (without it nothing else does).
+    pub state: bool,
+    /// How long making the copy took (0 when an earlier attempt made it).
+    pub took_ms: u64,
+}
+
+impl Seeded {
+    pub(crate) fn to_json(&self) -> Value {
+        serde_json::json!({
+            "from_run": self.from_run,
+            "carried": self.carried,
+            "left_out": self.left_out.iter().map(|(p, why)| serde_json::json!({"path": p, "why": why})).collect::<Vec<_>>(),
+            "state": self.state,
+            "took_ms": self.took_ms,
+        })
     }
 }
 

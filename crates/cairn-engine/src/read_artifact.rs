@@ -81,6 +81,14 @@ impl Engine {
                     .ok_or_else(|| not_found(format!("it holds no file {p}")))?
             }
         };
+        if let Some(target) = &record.artifact.link {
+            return Err(EngineError::ArtifactUnreadable {
+                path: record.artifact.path.clone(),
+                message: format!(
+                    "it is a symlink to {target}, recorded as a link and never followed: it holds no bytes"
+                ),
+            });
+        }
         let length = req.length.unwrap_or(ARTIFACT_SLICE_MAX).min(ARTIFACT_SLICE_MAX);
         let at = Path::new(&view.run.run_dir).join(&record.artifact.path);
         let placement = self.placement(&req.run_id)?;

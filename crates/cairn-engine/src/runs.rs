@@ -51,11 +51,20 @@ pub struct StepView {
     pub record: Option<StepRecord>,
     /// The files its completed attempt produced (or, reused, its source's), by path.
     pub artifacts: Vec<ArtifactRecord>,
+    /// A pipeline step's jobs, folded from its events (those of the run that ran it, for a step a
+    /// replay reused); empty for any other step.
+    pub jobs: Vec<cairn_core::job::Job>,
 }
 
 impl StepView {
     pub fn status(&self) -> &'static str {
         self.record.as_ref().map(|r| r.status.as_str()).unwrap_or("PENDING")
+    }
+
+    /// The job of this (pipeline) step that wrote an artifact, by the artifact's name (its path
+    /// in the working copy).
+    pub fn writer_of(&self, artifact_name: &str) -> Option<&cairn_core::job::Job> {
+        cairn_core::job::writer_of(&self.jobs, artifact_name)
     }
 }
 
@@ -74,6 +83,35 @@ impl RunView {
         })
     }
 }
+
+/// A pipeline step's jobs, and how many of each rule's there are by status.
+#[derive(Debug, Clone)]
+pub struct StepJobs {
+    pub run_id: String,
+    pub step_id: String,
+    pub status: &'static str,
+    pub jobs: Vec<cairn_core::job::Job>,
+    pub rules: Vec<cairn_core::job::RuleCount>,
+    /// How many jobs the filter matched (`jobs` is the page of them it asked for).
+    pub total: usize,
+    /// The run whose controller ran them, for a step a replay reused.
+    pub from_run: Option<String>,
+}
+
+/// Which of a step's jobs to answer with: of one rule, of one status, a page.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub rule: Option<String>,
+    /// `running`, `finished`, `failed`, `retrying` or `interrupted`.
+    pub status: Option<String>,
+    pub offset: usize,
+    pub limit: Option<usize>,
+}
+
+const JOB_STATUSES: [cairn_core::job::JobStatus; 6] = {
+    use cairn_core::job::JobStatus::*;
+    [Running, Finished, Failed, Retrying, Interrupted, Carried]
+};
 
 /// One step of a run.
 #[derive(Debug, Clone)]
@@ -116,6 +154,8 @@ pub struct StepExplanation {
     pub signature: Option<StepSignature>,
     pub outcome: Option<Outcome>,
     pub error: Option<String>,
+    /// A pipeline step's jobs by rule: how many ran and why, how many a replay carried over.
+    pub jobs: Vec<cairn_core::job::RuleCount>,
 }
 
 /// The bounded tail of a step's log: its stderr as its last attempt left it, or read live from
@@ -156,18 +196,48 @@ impl Engine {
         for a in self.store.artifacts(run_id)? {
             artifacts.entry(a.step_id.clone()).or_default().push(a);
         }
-        let steps = dag
-            .order()
-            .iter()
-            .map(|&i| {
-                let id = dag.id(i).to_string();
-                StepView { record: rows.remove(&id), artifacts: artifacts.remove(&id).unwrap_or_default(), step_id: id }
-            })
-            .collect();
+        let mut events = RunEvents::new(self);
+        let mut steps = Vec::with_capacity(dag.len());
+        for &i in dag.order() {
+            let id = dag.id(i).to_string();
+            let record_row = rows.remove(&id);
+            let pipeline = record
+                .spec
+                .steps
+                .get(i)
+                .filter(|s| s.id == id)
+                .and_then(|s| record.spec.tools.get(&s.tool))
+                .is_some_and(|t| !t.kind.is_process());
+            let jobs = match &record_row {
+                Some(r) if pipeline => {
+                    let live = (r.status == StepStatus::Running).then_some(r.attempt_count);
+                    let ran_in = r.reused_from.as_deref().unwrap_or(run_id);
+                    events.step_jobs(ran_in, &id, live, r.result.as_ref())?
+                }
+                _ => Vec::new(),
+            };
+            steps.push(StepView {
+                record: record_row,
+                artifacts: artifacts.remove(&id).unwrap_or_default(),
+                step_id: id,
+                jobs,
+            });
+        }
         let target = self.target_name_of_run(run_id)?;
         let lineage = self.lineage_of(&run)?;
         let approval = self.store.approval_of_run(run_id)?;
         Ok(RunView { run, steps, target, lineage, approval, lease })
+    }
+
+    /// The run's jobs of one step, read from a run's events (each run's read once).
+    fn jobs_of_step(events: &[EventRecord], step_id: &str, live: Option<u32>) -> Vec<cairn_core::job::Job> {
+        cairn_core::job::fold(
+            events
+                .iter()
+                .filter(|e| e.step_id.as_deref() == Some(step_id))
+                .filter_map(|e| Some(cairn_core::job::StepEvent { attempt: e.attempt?, at: e.at, event: &e.event })),
+            live,
+        )
     }
 
     /// An open run's lease as a person is shown it.
@@ -254,6 +324,40 @@ impl Engine {
         Ok(StepDetail { run_id: view.run.run_id, step, decision })
     }
 
+    /// A pipeline step's jobs, folded from its events: those its controller ran in this run, or,
+    /// for a step a replay reused, in the run that ran it (`from_run`). A step that is not a
+    /// pipeline has none.
+    pub fn pipeline_jobs(&self, run_id: &str, step_id: &str, filter: &JobFilter) -> Result<StepJobs, EngineError> {
+        let status = match filter.status.as_deref() {
+            None => None,
+            Some(s) => Some(JOB_STATUSES.iter().copied().find(|j| j.as_str() == s).ok_or_else(|| {
+                let names: Vec<&str> = JOB_STATUSES.iter().map(|j| j.as_str()).collect();
+                EngineError::input(format!("status `{s}` is not a job status; use one of {}", names.join(", ")))
+            })?),
+        };
+        let view = self.show_run(run_id)?;
+        let step = view.step(step_id)?;
+        let from_run = step.record.as_ref().and_then(|r| r.reused_from.clone());
+        let jobs = step.jobs.clone();
+        let rules = cairn_core::job::by_rule(&jobs);
+        let matching: Vec<cairn_core::job::Job> = jobs
+            .into_iter()
+            .filter(|j| filter.rule.as_ref().is_none_or(|r| &j.rule == r))
+            .filter(|j| status.is_none_or(|s| j.status == s))
+            .collect();
+        let total = matching.len();
+        let jobs = matching.into_iter().skip(filter.offset).take(filter.limit.unwrap_or(usize::MAX)).collect();
+        Ok(StepJobs {
+            run_id: run_id.to_string(),
+            step_id: step_id.to_string(),
+            status: step.status(),
+            rules,
+            jobs,
+            total,
+            from_run,
+        })
+    }
+
     /// Why a step of a run was executed, reused or invalidated.
     pub fn explain_step(&self, run_id: &str, step_id: &str) -> Result<StepExplanation, EngineError> {
         let view = self.show_run(run_id)?;
@@ -282,6 +386,7 @@ impl Engine {
             signature: r.map(|r| r.signature.clone()),
             outcome: r.and_then(|r| r.outcome),
             error: r.and_then(|r| r.error.clone()),
+            jobs: cairn_core::job::by_rule(&step.jobs),
         })
     }
 
@@ -312,5 +417,59 @@ impl Engine {
     /// The process groups and supervised launches of a run's RUNNING steps.
     pub(crate) fn running_steps(&self, run_id: &str) -> Result<Vec<StepRecord>, EngineError> {
         Ok(self.store.steps(run_id)?.into_iter().filter(|s| s.status == StepStatus::Running).collect())
+    }
+}
+
+/// The events of the runs a view reads jobs from, each run's read once and only when asked.
+struct RunEvents<'e> {
+    engine: &'e Engine,
+    read: HashMap<String, Vec<EventRecord>>,
+}
+
+impl<'e> RunEvents<'e> {
+    fn new(engine: &'e Engine) -> RunEvents<'e> {
+        RunEvents { engine, read: HashMap::new() }
+    }
+
+    fn jobs_of(
+        &mut self,
+        run_id: &str,
+        step_id: &str,
+        live: Option<u32>,
+    ) -> Result<Vec<cairn_core::job::Job>, EngineError> {
+        if !self.read.contains_key(run_id) {
+            self.read.insert(run_id.to_string(), self.engine.store.events(run_id, 0)?);
+        }
+        Ok(Engine::jobs_of_step(&self.read[run_id], step_id, live))
+    }
+
+    /// The jobs of a pipeline step that ran in `run_id`, with those its seeded working copy
+    /// carried over (the step's result names the run it was seeded from; that run's step may have
+    /// been seeded in turn, so the chain is followed back).
+    fn step_jobs(
+        &mut self,
+        run_id: &str,
+        step_id: &str,
+        live: Option<u32>,
+        result: Option<&Value>,
+    ) -> Result<Vec<cairn_core::job::Job>, EngineError> {
+        let seeded_from = |result: Option<&Value>| {
+            result.and_then(|v| v.pointer("/seeded/from_run")).and_then(Value::as_str).map(String::from)
+        };
+        let mut jobs = self.jobs_of(run_id, step_id, live)?;
+        let mut seen = vec![run_id.to_string()];
+        let mut next = seeded_from(result);
+        while let Some(from) = next.take() {
+            // Runs are older than their replays, so the chain ends; a damaged record must not loop.
+            if seen.contains(&from) || seen.len() > 1000 {
+                break;
+            }
+            let earlier = self.jobs_of(&from, step_id, None)?;
+            jobs = cairn_core::job::with_carried(jobs, earlier, &from);
+            let row = self.engine.store.steps(&from)?.into_iter().find(|s| s.step_id == step_id);
+            next = seeded_from(row.as_ref().and_then(|r| r.result.as_ref()));
+            seen.push(from);
+        }
+        Ok(jobs)
     }
 }

@@ -419,10 +419,21 @@ fn a_supervised_launch_is_adopted_and_ends_under_its_own_attempt(k: Kind) {
 /// A pipeline's jobs are recorded as events of its attempt, under its token; a successor that
 /// re-attaches and re-reads the log from its start records only what is new: each job once.
 fn pipeline_jobs_are_recorded_once_across_a_reattach(k: Kind) {
-    let start =
-        |n: u64, offset: u64| JobEvent::Started { job: n, rule: "r".into(), wildcards: Default::default(), offset };
-    let done =
-        |n: u64, offset: u64| JobEvent::Finished { job: n, rule: "r".into(), done: Some(n), total: Some(2), offset };
+    let start = |n: u64, offset: u64| JobEvent::Started {
+        job: n,
+        rule: "r".into(),
+        wildcards: Default::default(),
+        offset,
+        facts: Default::default(),
+    };
+    let done = |n: u64, offset: u64| JobEvent::Finished {
+        job: n,
+        rule: "r".into(),
+        done: Some(n),
+        total: Some(2),
+        offset,
+        files: Vec::new(),
+    };
     let Some(fx) = Fx::new(k) else { return };
     // The first follower saw job 1 start; then it stopped following (its daemon "died").
     let first = Script::default();

@@ -12,7 +12,8 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
-use cairn_core::artifact::{Artifact, OutputDecl, output_path};
+use cairn_core::artifact::{Artifact, OutputDecl, link_digest, output_path};
+use cairn_core::pipeline::JobFile;
 use cairn_core::replay::Found;
 use sha2::{Digest, Sha256};
 
@@ -133,7 +134,7 @@ fn hash_one(decl: &OutputDecl, abs: &Path, rel: String) -> Result<Artifact, Outp
         path: abs.display().to_string(),
         error: e.to_string(),
     })?;
-    Ok(Artifact { name: decl.name.clone(), path: rel, bytes, sha256 })
+    Ok(Artifact { name: decl.name.clone(), path: rel, bytes, sha256, link: None })
 }
 
 /// Every regular file below `dir` (absolute and relative paths); a symlink or special file
@@ -181,8 +182,22 @@ pub fn safe_relative(rel: &str) -> bool {
 /// What is at a recorded artifact's path under `run_dir` now: `None` when it is the recorded
 /// bytes. A symlink (anywhere on the path) is not the recorded file.
 pub fn check_artifact(run_dir: &Path, path: &str, sha256: &str) -> Option<Found> {
-    if !safe_relative(path) || symlinked_component(run_dir, path).is_some() {
+    if !safe_relative(path) {
         return Some(Found::Missing);
+    }
+    match symlinked_component(run_dir, path) {
+        // The recorded artifact may be the link itself: its target's text is what it holds.
+        Some(link) if link == run_dir.join(path) => {
+            return match fs::read_link(&link) {
+                Ok(target) => {
+                    let found = link_digest(&target.to_string_lossy());
+                    (found != sha256).then_some(Found::Changed { sha256: found })
+                }
+                Err(_) => Some(Found::Missing),
+            };
+        }
+        Some(_) => return Some(Found::Missing),
+        None => {}
     }
     let abs = run_dir.join(path);
     match fs::symlink_metadata(&abs) {
@@ -318,6 +333,16 @@ pub fn materialize(from: &Path, to: &Path, carry: &Carry<'_>) -> Result<Material
             done.present += 1;
             continue;
         }
+        let src = from.join(&f.path);
+        if let Some(target) = recorded_link(from, &f.path, &f.sha256) {
+            // A recorded symlink: made again with its target's text, never followed.
+            if let Some(parent) = dest.parent() {
+                fs::create_dir_all(parent).map_err(|e| io_err(&f.path, e))?;
+            }
+            place_link(&target, &dest).map_err(|e| io_err(&f.path, e))?;
+            done.copied += 1;
+            continue;
+        }
         if let Some(found) = check_source(from, &f.path) {
             return Err(MaterializeError::Changed {
                 from: from.display().to_string(),
@@ -325,7 +350,6 @@ pub fn materialize(from: &Path, to: &Path, carry: &Carry<'_>) -> Result<Material
                 found: found.to_string(),
             });
         }
-        let src = from.join(&f.path);
         if let Some(parent) = dest.parent() {
             fs::create_dir_all(parent).map_err(|e| io_err(&f.path, e))?;
         }
@@ -416,7 +440,7 @@ pub fn changed_files(
             let meta = fs::symlink_metadata(&path).map_err(|e| fault(&path, e))?;
             if meta.is_dir() {
                 stack.push((path, child));
-            } else if meta.is_file() {
+            } else if meta.is_file() || meta.file_type().is_symlink() {
                 files.push((child, path));
             } else {
                 return Err(OutputFault::NotAFile {
@@ -431,13 +455,380 @@ pub fn changed_files(
     files.sort();
     let mut out = Vec::new();
     for (name, abs) in files {
+        // A symlink is recorded as what it is, its target's text; never followed, so a link out of
+        // the working copy records nothing of what it points at, and one to a file inside it
+        // leaves that file to be recorded once, as itself.
+        if fs::symlink_metadata(&abs).map_err(|e| fault(&abs, e))?.file_type().is_symlink() {
+            let target = fs::read_link(&abs).map_err(|e| fault(&abs, e))?.to_string_lossy().into_owned();
+            let sha256 = link_digest(&target);
+            out.push(Artifact {
+                path: format!("{prefix}/{name}"),
+                name,
+                bytes: target.len() as u64,
+                sha256,
+                link: Some(target),
+            });
+            continue;
+        }
         let (bytes, sha256) = hash_file(&abs).map_err(|e| fault(&abs, e))?;
         if known.get(name.as_str()) == Some(&sha256.as_str()) {
             continue;
         }
-        out.push(Artifact { path: format!("{prefix}/{name}"), name, bytes, sha256 });
+        out.push(Artifact { path: format!("{prefix}/{name}"), name, bytes, sha256, link: None });
     }
     Ok(out)
+}
+
+/// The digest of a controller's own record of its jobs (Snakemake's `.snakemake/metadata`, one
+/// file per output it made): SHA-256 over each file's relative path and SHA-256, in path order.
+/// `None` when the folder is not there. Recorded with a pipeline step's completion, so a replay
+/// carries that record only while it is still those bytes.
+pub fn state_digest(dir: &Path) -> io::Result<Option<String>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let meta = fs::symlink_metadata(entry.path())?;
+        if meta.is_file()
+            && let Some(name) = entry.file_name().to_str()
+        {
+            files.push((name.to_string(), entry.path()));
+        }
+    }
+    files.sort();
+    let mut listing = String::new();
+    for (name, path) in files {
+        let (_, sha) = hash_file(&path)?;
+        listing.push_str(&format!("{sha}  {name}\n"));
+    }
+    Ok(Some(cairn_core::canonical::sha256_hex(listing.as_bytes())))
+}
+
+/// How a seeded working copy's marker starts: what was carried follows, as JSON, on that line.
+pub const SEEDED_MARK: &str = "#seeded ";
+
+/// A pipeline step's working copy seeded from an earlier run's, for a replay that re-executes
+/// it: what to carry, from where.
+#[derive(Debug, Clone)]
+pub struct Seed<'a> {
+    /// The earlier run's working copy of the step.
+    pub from: &'a Path,
+    /// The files that step recorded (its artifacts, by path in the working copy), with their
+    /// SHA-256: carried while they are those bytes, left out otherwise (so the controller remakes
+    /// them).
+    pub files: &'a [Carried],
+    /// The controller's own record of its jobs, relative to the working copy
+    /// (`.snakemake/metadata`), and the digest recorded for it: carried only whole and unchanged;
+    /// without it no output is carried (the controller could not tell what is up to date).
+    pub state: Option<(&'a str, &'a str)>,
+}
+
+/// How a seeded working copy was made.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seeded {
+    /// Files carried from the earlier run (its outputs and, unchanged, the pipeline's own files).
+    pub carried: usize,
+    /// Recorded outputs left out, each with why.
+    pub left_out: Vec<(String, String)>,
+    /// Whether the controller's record of its jobs came along.
+    pub state: bool,
+    /// Already made (a restarted attempt): nothing was copied.
+    pub present: bool,
+}
+
+/// Makes a pipeline's working copy `to` from its snapshot `snapshot` (the files `baseline`, with
+/// the run's `write` files, as [`materialize`] does) seeded from `seed`: a baseline file still
+/// those bytes in the earlier copy, each recorded output still its recorded bytes, and the
+/// controller's record are copied from there with their modification times, so the controller
+/// judges them as it would have in place; anything else comes from the snapshot or is left out.
+/// Every copy is a copy (`fs::copy`: a reflink where the filesystem offers one), never a link
+/// into the earlier run, and is checked before it takes its place. Made once: `marker` says so.
+pub fn seed_working_copy(
+    snapshot: &Path,
+    to: &Path,
+    baseline: &[Carried],
+    write: &[Written],
+    marker: &str,
+    seed: &Seed<'_>,
+) -> Result<Seeded, MaterializeError> {
+    let io_err = |path: &str, e: io::Error| MaterializeError::Io {
+        to: to.display().to_string(),
+        path: path.to_string(),
+        error: e.to_string(),
+    };
+    if !safe_relative(marker) {
+        return Err(MaterializeError::BadPath(marker.to_string()));
+    }
+    if to.join(marker).is_file() {
+        return Ok(Seeded { present: true, ..Seeded::default() });
+    }
+    let mut done = Seeded::default();
+    // The controller's record first: without it, no output is carried.
+    let mut state_files: Vec<String> = Vec::new();
+    if let Some((dir, recorded)) = seed.state
+        && safe_relative(dir)
+        && symlinked_component(seed.from, dir).is_none()
+    {
+        match state_digest(&seed.from.join(dir)) {
+            Ok(Some(found)) if found == recorded => {
+                if let Ok(entries) = fs::read_dir(seed.from.join(dir)) {
+                    for entry in entries.flatten() {
+                        if entry.file_type().is_ok_and(|t| t.is_file())
+                            && let Some(name) = entry.file_name().to_str()
+                        {
+                            state_files.push(format!("{dir}/{name}"));
+                        }
+                    }
+                }
+                state_files.sort();
+                done.state = true;
+            }
+            Ok(_) => {}
+            Err(e) => return Err(io_err(dir, e)),
+        }
+    }
+    let mut copied: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for f in baseline {
+        let dest = checked_dest(to, &f.path)?;
+        let from_earlier = done.state && check_artifact(seed.from, &f.path, &f.sha256).is_none();
+        let src = if from_earlier { seed.from } else { snapshot };
+        copy_checked(&src.join(&f.path), &dest, Some(&f.sha256), from_earlier).map_err(|e| match e {
+            CopyFault::Io(e) => io_err(&f.path, e),
+            CopyFault::Changed(found) => MaterializeError::Changed {
+                from: snapshot.display().to_string(),
+                path: f.path.clone(),
+                found: format!("sha256 {found}"),
+            },
+        })?;
+        if from_earlier {
+            done.carried += 1;
+        }
+        copied.insert(f.path.as_str());
+    }
+    for f in seed.files {
+        if copied.contains(f.path.as_str()) {
+            continue;
+        }
+        if !done.state {
+            done.left_out.push((f.path.clone(), "the pipeline's record of its jobs changed or is missing".into()));
+            continue;
+        }
+        let why = match check_artifact(seed.from, &f.path, &f.sha256) {
+            None => None,
+            Some(Found::Missing) => Some("missing, or reached through a symlink".to_string()),
+            Some(Found::Changed { sha256 }) => {
+                Some(format!("its bytes changed (sha256 {})", cairn_core::canonical::short_hash(&sha256)))
+            }
+            Some(other) => Some(other.to_string()),
+        };
+        if let Some(why) = why {
+            done.left_out.push((f.path.clone(), why));
+            continue;
+        }
+        let dest = checked_dest(to, &f.path)?;
+        match copy_checked(&seed.from.join(&f.path), &dest, Some(&f.sha256), true) {
+            Ok(()) => done.carried += 1,
+            // Changed between the check and the copy: left out like any changed file.
+            Err(CopyFault::Changed(found)) => done.left_out.push((
+                f.path.clone(),
+                format!("its bytes changed (sha256 {})", cairn_core::canonical::short_hash(&found)),
+            )),
+            Err(CopyFault::Io(e)) => return Err(io_err(&f.path, e)),
+        }
+    }
+    for rel in &state_files {
+        let dest = checked_dest(to, rel)?;
+        copy_checked(&seed.from.join(rel), &dest, None, true).map_err(|e| match e {
+            CopyFault::Io(e) => io_err(rel, e),
+            CopyFault::Changed(_) => {
+                MaterializeError::Conflict { path: rel.clone(), why: "it changed while it was copied".into() }
+            }
+        })?;
+        done.carried += 1;
+    }
+    // The run's own files (its configuration), then the marker: the copy is made.
+    let carry = Carry { write, ..Carry::default() };
+    materialize(snapshot, to, &carry)?;
+    let dest = checked_dest(to, marker)?;
+    if let Some(parent) = dest.parent() {
+        fs::create_dir_all(parent).map_err(|e| io_err(marker, e))?;
+    }
+    let tmp = dest.with_extension("tmp");
+    let counts =
+        serde_json::json!({"carried": done.carried, "left_out": done.left_out, "state": done.state, "present": false});
+    let mut listing = vec![format!("{SEEDED_MARK}{counts}")];
+    listing.extend(baseline.iter().map(|f| format!("{}  {}", f.sha256, f.path)));
+    fs::write(&tmp, listing.join("\n") + "\n").and_then(|_| fs::rename(&tmp, &dest)).map_err(|e| io_err(marker, e))?;
+    Ok(done)
+}
+
+fn checked_dest(to: &Path, rel: &str) -> Result<PathBuf, MaterializeError> {
+    if !safe_relative(rel) || symlinked_component(to, rel).is_some() {
+        return Err(MaterializeError::BadPath(rel.to_string()));
+    }
+    Ok(to.join(rel))
+}
+
+enum CopyFault {
+    Io(io::Error),
+    /// The copy is not the expected bytes: its SHA-256.
+    Changed(String),
+}
+
+/// Copies `src` to `dest` through a file beside it (a kill midway leaves no half file in its
+/// place), checked against `sha256` when given, keeping `src`'s modification time when
+/// `keep_time`. A file already at `dest` with those bytes is left alone.
+fn copy_checked(src: &Path, dest: &Path, sha256: Option<&str>, keep_time: bool) -> Result<(), CopyFault> {
+    let meta = fs::symlink_metadata(src).map_err(CopyFault::Io)?;
+    if meta.file_type().is_symlink() {
+        // A recorded symlink: made again with its target's text (and its time), never followed.
+        let target = fs::read_link(src).map_err(CopyFault::Io)?.to_string_lossy().into_owned();
+        let found = link_digest(&target);
+        if sha256.is_some_and(|sha| sha != found) {
+            return Err(CopyFault::Changed(found));
+        }
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent).map_err(CopyFault::Io)?;
+        }
+        place_link(&target, dest).map_err(CopyFault::Io)?;
+        if keep_time {
+            let t = |s: i64, ns: i64| nix::sys::time::TimeSpec::new(s, ns);
+            use std::os::unix::fs::MetadataExt;
+            nix::sys::stat::utimensat(
+                nix::fcntl::AT_FDCWD,
+                dest,
+                &t(meta.atime(), meta.atime_nsec()),
+                &t(meta.mtime(), meta.mtime_nsec()),
+                nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+            )
+            .map_err(|e| CopyFault::Io(e.into()))?;
+        }
+        return Ok(());
+    }
+    if let Some(sha) = sha256
+        && fs::symlink_metadata(dest).is_ok_and(|m| m.is_file())
+        && hash_file(dest).is_ok_and(|(_, found)| found == sha)
+    {
+        return Ok(());
+    }
+    if let Some(parent) = dest.parent() {
+        fs::create_dir_all(parent).map_err(CopyFault::Io)?;
+    }
+    if !meta.is_file() {
+        return Err(CopyFault::Io(io::Error::other(format!("{} is not a regular file", src.display()))));
+    }
+    let tmp =
+        dest.with_file_name(format!(".{}.cairn-seed", dest.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
+    let _ = fs::remove_file(&tmp);
+    fs::copy(src, &tmp).map_err(CopyFault::Io)?;
+    if let Some(sha) = sha256 {
+        match hash_file(&tmp) {
+            Ok((_, found)) if found == sha => {}
+            Ok((_, found)) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(CopyFault::Changed(found));
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(CopyFault::Io(e));
+            }
+        }
+    }
+    if keep_time {
+        let times = fs::FileTimes::new().set_modified(meta.modified().map_err(CopyFault::Io)?);
+        fs::File::open(&tmp).and_then(|f| f.set_times(times)).map_err(CopyFault::Io)?;
+    }
+    fs::rename(&tmp, dest).map_err(CopyFault::Io)
+}
+
+/// What a finished pipeline job's outputs hold now, under its working directory `work_dir`:
+/// each file's size and SHA-256, a symlink's target text (never followed), a folder's files one
+/// by one (in path order), and a path that is not there (a `temp()` output removed already, or
+/// one reached through a symlinked folder) with nothing. The agent's `files` does the same on a
+/// target.
+pub fn job_files(work_dir: &Path, paths: &[String]) -> Vec<JobFile> {
+    let bare = |path: &str| JobFile { path: path.to_string(), bytes: None, sha256: None, link: None };
+    let mut out = Vec::new();
+    for rel in paths {
+        let rel = rel.trim_end_matches('/');
+        if !safe_relative(rel) {
+            out.push(bare(rel));
+            continue;
+        }
+        if let Some(link) = symlinked_component(work_dir, rel) {
+            if link == work_dir.join(rel) {
+                let target = fs::read_link(&link).ok().map(|t| t.to_string_lossy().into_owned());
+                out.push(JobFile { link: target, ..bare(rel) });
+            } else {
+                out.push(bare(rel));
+            }
+            continue;
+        }
+        let abs = work_dir.join(rel);
+        match fs::symlink_metadata(&abs) {
+            Ok(m) if m.is_file() => out.push(file_entry(&abs, rel)),
+            Ok(m) if m.is_dir() => {
+                let mut found = Vec::new();
+                walk_job_dir(&abs, rel, &mut found);
+                found.sort_by(|a, b| a.path.cmp(&b.path));
+                out.extend(found);
+            }
+            _ => out.push(bare(rel)),
+        }
+    }
+    out
+}
+
+fn file_entry(abs: &Path, rel: &str) -> JobFile {
+    match hash_file(abs) {
+        Ok((bytes, sha256)) => JobFile { path: rel.to_string(), bytes: Some(bytes), sha256: Some(sha256), link: None },
+        Err(_) => JobFile { path: rel.to_string(), bytes: None, sha256: None, link: None },
+    }
+}
+
+fn walk_job_dir(dir: &Path, rel: &str, out: &mut Vec<JobFile>) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(String::from) else { continue };
+        let child = format!("{rel}/{name}");
+        let path = entry.path();
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => out.push(JobFile {
+                path: child,
+                bytes: None,
+                sha256: None,
+                link: fs::read_link(&path).ok().map(|t| t.to_string_lossy().into_owned()),
+            }),
+            Ok(m) if m.is_dir() => walk_job_dir(&path, &child, out),
+            Ok(m) if m.is_file() => out.push(file_entry(&path, &child)),
+            _ => {}
+        }
+    }
+}
+
+/// The target of the symlink at `root/rel` when it is the recorded one: `rel` itself a link
+/// (reached through no other) whose [`link_digest`] is `sha256`.
+fn recorded_link(root: &Path, rel: &str, sha256: &str) -> Option<String> {
+    let at = root.join(rel);
+    if symlinked_component(root, rel)? != at {
+        return None;
+    }
+    let target = fs::read_link(&at).ok()?.to_string_lossy().into_owned();
+    (link_digest(&target) == sha256).then_some(target)
+}
+
+/// Makes the symlink `dest` → `target` through a link beside it, renamed into place, so a kill
+/// midway leaves no half-made entry in its place.
+fn place_link(target: &str, dest: &Path) -> io::Result<()> {
+    let tmp =
+        dest.with_file_name(format!(".{}.cairn-link", dest.file_name().and_then(|n| n.to_str()).unwrap_or("link")));
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    fs::rename(&tmp, dest)
 }
 
 /// Whether the source file can be carried: a regular file reached without a symlink.
@@ -522,6 +913,37 @@ mod tests {
     }
 
     #[test]
+    fn a_finished_jobs_outputs_are_hashed_links_kept_as_links_and_folders_walked() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path();
+        fs::create_dir_all(work.join("out/dir/sub")).unwrap();
+        fs::write(work.join("out/a.txt"), "abc").unwrap();
+        fs::write(work.join("out/dir/sub/b.txt"), "b").unwrap();
+        std::os::unix::fs::symlink("a.txt", work.join("out/a.link")).unwrap();
+        std::os::unix::fs::symlink("/etc", work.join("escape")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", work.join("out/dir/outside")).unwrap();
+        let paths: Vec<String> =
+            ["out/a.txt", "out/a.link", "out/dir/", "gone.tmp", "escape/passwd", "../up"].map(String::from).into();
+        let found = job_files(work, &paths);
+        let words: Vec<String> = found
+            .iter()
+            .map(|f| format!("{} {:?} {:?} {:?}", f.path, f.bytes, f.sha256.as_deref().map(|s| &s[..8]), f.link))
+            .collect();
+        assert_eq!(
+            words,
+            [
+                r#"out/a.txt Some(3) Some("ba7816bf") None"#,
+                r#"out/a.link None None Some("a.txt")"#,
+                r#"out/dir/outside None None Some("/etc/hostname")"#,
+                r#"out/dir/sub/b.txt Some(1) Some("3e23e816") None"#,
+                "gone.tmp None None None",
+                "escape/passwd None None None",
+                "../up None None None",
+            ]
+        );
+    }
+
+    #[test]
     fn a_working_copy_is_copied_once_with_its_run_config_and_its_changes_are_the_outputs() {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
@@ -569,8 +991,41 @@ mod tests {
         }];
         let e = materialize(&snap, &work, &Carry { write: &other, ..carry }).unwrap_err();
         assert!(matches!(e, MaterializeError::Conflict { .. }), "{e}");
+        // Symlinks are recorded as links, never followed: one out of the copy records nothing of
+        // what it points at, one to a folder inside it leaves that folder's files recorded once;
+        // a special file is still refused.
         std::os::unix::fs::symlink("/etc/passwd", work.join("results/link")).unwrap();
+        std::os::unix::fs::symlink("../config", work.join("results/config-link")).unwrap();
+        let changed = changed_files(&work, "steps/p", &files, &[".snakemake", ".cairn"]).unwrap();
+        let names: Vec<(&str, Option<&str>, u64)> =
+            changed.iter().map(|a| (a.name.as_str(), a.link.as_deref(), a.bytes)).collect();
+        assert_eq!(
+            names,
+            [
+                ("config/config.yaml", None, 4),
+                ("results/config-link", Some("../config"), 9),
+                ("results/link", Some("/etc/passwd"), 11),
+                ("results/out.txt", None, 3)
+            ]
+        );
+        assert_eq!(changed[2].sha256, link_digest("/etc/passwd"));
+        // A recorded link is checked by its target's text, and carried as a link.
+        assert_eq!(check_artifact(&work, "results/link", &link_digest("/etc/passwd")), None);
+        assert!(check_artifact(&work, "results/link", &link_digest("/etc/shadow")).is_some());
+        assert!(
+            check_artifact(&work, "results/config-link/config.yaml", &changed[0].sha256).is_some(),
+            "not through a link"
+        );
+        let child = dir.path().join("child");
+        let carried = [Carried { path: "results/link".into(), sha256: link_digest("/etc/passwd") }];
+        let done = materialize(&work, &child, &Carry { files: &carried, ..Carry::default() }).unwrap();
+        assert_eq!(done.copied, 1);
+        assert_eq!(fs::read_link(child.join("results/link")).unwrap(), Path::new("/etc/passwd"));
+        let forged = [Carried { path: "results/link".into(), sha256: link_digest("/etc/shadow") }];
+        assert!(materialize(&work, &dir.path().join("forged"), &Carry { files: &forged, ..Carry::default() }).is_err());
+        let fifo = work.join("results/fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let e = changed_files(&work, "steps/p", &files, &[".snakemake", ".cairn"]).unwrap_err().to_string();
-        assert!(e.contains("is a symlink"), "{e}");
+        assert!(e.contains("device, socket or pipe") && e.contains("results/fifo"), "{e}");
     }
 }

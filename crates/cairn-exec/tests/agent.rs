@@ -262,8 +262,8 @@ fn path_only() -> Vec<(String, String)> {
 fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
     use cairn_core::artifact::OutputDecl;
     use cairn_exec::agent::protocol::{
-        ChangedRequest, CheckFile, CheckRequest, Envelope, MaterializeRequest, OutputsRequest, PROTOCOL, Request,
-        SlurmJob, TailRequest,
+        ChangedRequest, CheckFile, CheckRequest, Envelope, FilesRequest, MaterializeRequest, OutputsRequest, PROTOCOL,
+        Request, SeedRequest, SeedState, SlurmJob, TailRequest,
     };
     let dir = Path::new("/tmp/cairn-no-such-run");
     let mut slurm = run_request(dir, "att_s", "print(1)", 12.5);
@@ -312,7 +312,22 @@ fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
             prefix: "steps/p".into(),
             baseline: vec![CheckFile { path: "Snakefile".into(), sha256: "ab".repeat(32) }],
             exclude: vec![".snakemake".into()],
+            state: Some(".snakemake/metadata".into()),
         }),
+        Request::Files(FilesRequest {
+            work_dir: "/w/run/steps/p".into(),
+            paths: vec!["sorted/A.bam".into(), "out/".into()],
+        }),
+        Request::Seed(Box::new(SeedRequest {
+            snapshot: "/w/run/workflow".into(),
+            to: "/w/run/steps/p".into(),
+            from: "/w/src/steps/p".into(),
+            baseline: vec![CheckFile { path: "Snakefile".into(), sha256: "ab".repeat(32) }],
+            files: vec![CheckFile { path: "calls/all.vcf".into(), sha256: "cd".repeat(32) }],
+            state: Some(SeedState { dir: ".snakemake/metadata".into(), sha256: "ef".repeat(32) }),
+            write: vec![DeployFile::new(".cairn/config.json", b"{}", 0o644)],
+            once: ".cairn/working-copy".into(),
+        })),
     ];
     let mut sent: Vec<Value> = requests.iter().map(|r| serde_json::to_value(Envelope::new(r)).unwrap()).collect();
     let served = Envelope { protocol: PROTOCOL, id: Some(7), body: &requests[2] };
@@ -727,6 +742,7 @@ fn the_agent_keeps_a_working_copy_and_finds_its_changes_as_cairn_does_here() {
                 prefix: "steps/p".into(),
                 baseline: baseline.clone(),
                 exclude: exclude.clone(),
+                state: None,
             },
             t,
         )
@@ -737,4 +753,105 @@ fn the_agent_keeps_a_working_copy_and_finds_its_changes_as_cairn_does_here() {
     assert_eq!(there.artifacts, here, "the same changes, in the same order");
     let names: Vec<&str> = here.iter().map(|a| a.name.as_str()).collect();
     assert_eq!(names, ["config/c.yaml", "results/a", "results/a-b/x"]);
+}
+
+/// A finished job's files and a seeded working copy are the same made by the agent (as on a
+/// target) and here: the same hashes, links and gone files; the same files carried with their
+/// modification times, the same left out, the controller's record carried only unchanged.
+#[test]
+fn the_agent_hashes_job_files_and_seeds_a_working_copy_as_cairn_does_here() {
+    use cairn_core::canonical::sha256_hex;
+    use cairn_exec::agent::protocol::{CheckFile, FilesRequest, SeedRequest, SeedState};
+    use cairn_exec::artifacts::{Carried, Seed, job_files, seed_working_copy, state_digest};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let earlier = dir.path().join("earlier");
+    std::fs::create_dir_all(earlier.join("out/dir")).unwrap();
+    std::fs::create_dir_all(earlier.join(".snakemake/metadata")).unwrap();
+    std::fs::write(earlier.join("Snakefile"), b"rule all:\n").unwrap();
+    std::fs::write(earlier.join("out/a.txt"), b"a").unwrap();
+    std::fs::write(earlier.join("out/b.txt"), b"b").unwrap();
+    std::fs::write(earlier.join("out/dir/c.txt"), b"c").unwrap();
+    std::os::unix::fs::symlink("a.txt", earlier.join("out/link")).unwrap();
+    std::fs::write(earlier.join(".snakemake/metadata/b3V0L2EudHh0"), b"{\"rule\": \"a\"}").unwrap();
+    let agent = Agent::local();
+    let t = Duration::from_secs(30);
+    let paths: Vec<String> = ["out/a.txt", "out/link", "out/dir", "out/gone", "../x"].map(String::from).into();
+    let there = agent.files(FilesRequest { work_dir: text(&earlier), paths: paths.clone() }, t).unwrap();
+    assert_eq!(there, job_files(&earlier, &paths), "the same files, links and gone ones, in the same order");
+
+    let sha = |p: &Path| cairn_core::canonical::sha256_hex(&std::fs::read(p).unwrap());
+    let snapshot = dir.path().join("snapshot");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::write(snapshot.join("Snakefile"), b"rule all:\n").unwrap();
+    let baseline = vec![Carried { path: "Snakefile".into(), sha256: sha(&snapshot.join("Snakefile")) }];
+    let mut files = vec![
+        Carried { path: "out/a.txt".into(), sha256: sha(&earlier.join("out/a.txt")) },
+        Carried { path: "out/dir/c.txt".into(), sha256: sha(&earlier.join("out/dir/c.txt")) },
+        Carried { path: "out/b.txt".into(), sha256: "0".repeat(64) },
+    ];
+    let old = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    std::fs::File::open(earlier.join("out/a.txt")).unwrap().set_modified(old).unwrap();
+    let state = state_digest(&earlier.join(".snakemake/metadata")).unwrap().unwrap();
+    let check = |c: &Carried| CheckFile { path: c.path.clone(), sha256: c.sha256.clone() };
+    let write = [cairn_exec::artifacts::Written {
+        path: ".cairn/config.json".into(),
+        content: b"{}".to_vec(),
+        sha256: sha256_hex(b"{}"),
+    }];
+    let both = |files: &[Carried], state: &str, label: &str| {
+        let (here, there) = (dir.path().join(format!("{label}-here")), dir.path().join(format!("{label}-there")));
+        let seed = Seed { from: &earlier, files, state: Some((".snakemake/metadata", state)) };
+        let done = seed_working_copy(&snapshot, &here, &baseline, &write, ".cairn/working-copy", &seed).unwrap();
+        let request = SeedRequest {
+            snapshot: text(&snapshot),
+            to: text(&there),
+            from: text(&earlier),
+            baseline: baseline.iter().map(check).collect(),
+            files: files.iter().map(check).collect(),
+            state: Some(SeedState { dir: ".snakemake/metadata".into(), sha256: state.into() }),
+            write: write.iter().map(|w| DeployFile::new(&w.path, &w.content, 0o644)).collect(),
+            once: ".cairn/working-copy".into(),
+        };
+        let counts = agent.seed(request.clone(), t).unwrap();
+        assert_eq!(
+            (done.carried, &done.left_out, done.state),
+            (counts.carried, &counts.left_out, counts.state),
+            "{label}"
+        );
+        assert!(agent.seed(request, t).unwrap().present, "{label}: made once");
+        for p in ["Snakefile", "out/a.txt", "out/dir/c.txt", ".snakemake/metadata/b3V0L2EudHh0", ".cairn/config.json"] {
+            let (h, th) = (here.join(p), there.join(p));
+            assert_eq!(h.exists(), th.exists(), "{label}: {p}");
+            if h.exists() {
+                assert_eq!(std::fs::read(&h).unwrap(), std::fs::read(&th).unwrap(), "{label}: {p}");
+                let time = |f: &Path| std::fs::metadata(f).unwrap().modified().unwrap();
+                if p != ".cairn/config.json" && label == "seeded" {
+                    assert_eq!(time(&h), time(&th), "{label}: {p} keeps its time both ways");
+                }
+            }
+        }
+        (done, here)
+    };
+    let (done, here) = both(&files, &state, "seeded");
+    assert!(done.state);
+    assert_eq!(done.carried, 4, "the Snakefile, a.txt, c.txt and the job record");
+    assert_eq!(done.left_out.len(), 1);
+    assert!(
+        done.left_out[0].0 == "out/b.txt" && done.left_out[0].1.contains("its bytes changed"),
+        "{:?}",
+        done.left_out
+    );
+    assert!(!here.join("out/b.txt").exists(), "a changed output is left out, so the controller remakes it");
+    assert_eq!(std::fs::metadata(here.join("out/a.txt")).unwrap().modified().unwrap(), old);
+    assert_ne!(
+        std::fs::metadata(here.join("out/a.txt")).unwrap().ino(),
+        std::fs::metadata(earlier.join("out/a.txt")).unwrap().ino(),
+        "a copy, never a link into the earlier run"
+    );
+    // The controller's record changed since: nothing of the earlier run's outputs comes along.
+    files.truncate(2);
+    let (done, here) = both(&files, &"1".repeat(64), "stale");
+    assert!(!done.state && done.carried == 0 && done.left_out.len() == 2, "{done:?}");
+    assert!(here.join("Snakefile").is_file() && !here.join("out/a.txt").exists());
 }

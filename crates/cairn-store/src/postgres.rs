@@ -45,6 +45,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0013_run_parallelism.sql"),
     include_str!("../migrations/postgres/0014_leases.sql"),
     include_str!("../migrations/postgres/0015_plan_documents.sql"),
+    include_str!("../migrations/postgres/0016_artifact_links.sql"),
 ];
 
 /// Taken (for its transaction) by whoever migrates, so daemons starting together migrate once.

@@ -340,9 +340,9 @@ fn complete_in(tx: &mut dyn Tx, f: &FinishAttempt) -> Result<(), StoreError> {
     for a in &f.artifacts {
         let bytes = i64::try_from(a.bytes).unwrap_or(i64::MAX);
         tx.execute(
-            "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8)",
-            params![f.run_id, f.step_id, f.attempt, a.name, a.path, bytes, a.sha256, f.at],
+            "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at, link) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9)",
+            params![f.run_id, f.step_id, f.attempt, a.name, a.path, bytes, a.sha256, f.at, a.link],
         )?;
     }
     insert_event(
@@ -451,7 +451,7 @@ fn job_from_row(r: &Row) -> Result<KernelJob, StoreError> {
     })
 }
 
-const ARTIFACT_COLUMNS: &str = "run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at";
+const ARTIFACT_COLUMNS: &str = "run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at, link";
 
 fn artifact_from_row(r: &Row) -> Result<ArtifactRecord, StoreError> {
     Ok(ArtifactRecord {
@@ -463,6 +463,7 @@ fn artifact_from_row(r: &Row) -> Result<ArtifactRecord, StoreError> {
             path: r.get(4)?,
             bytes: u64::try_from(r.get::<i64>(5)?).unwrap_or(0),
             sha256: r.get(6)?,
+            link: r.get(9)?,
         },
         reused_from: r.get(7)?,
         recorded_at: r.get(8)?,
@@ -1045,8 +1046,8 @@ impl<B: Backend> RunStore for Registry<B> {
                     // The bytes' producer stays the run whose attempt wrote them, however many
                     // replays carried them since.
                     tx.execute(
-                        "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at) \
-                         SELECT ?1, step_id, attempt, name, path, bytes, sha256, COALESCE(reused_from, run_id), ?4 \
+                        "INSERT INTO artifacts (run_id, step_id, attempt, name, path, bytes, sha256, reused_from, recorded_at, link) \
+                         SELECT ?1, step_id, attempt, name, path, bytes, sha256, COALESCE(reused_from, run_id), ?4, link \
                          FROM artifacts WHERE run_id = ?2 AND step_id = ?3",
                         params![run_id, source_run_id, s.step_id, at],
                     )?;
@@ -1069,7 +1070,8 @@ impl<B: Backend> RunStore for Registry<B> {
 
     fn artifacts_with_sha256(&self, sha256: &str) -> Result<Vec<ArtifactRecord>, StoreError> {
         let sql =
-            format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE sha256 = ?1 ORDER BY recorded_at, run_id, path");
+            // A symlink's digest is not a file's bytes: a trace by bytes never finds one.
+            format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE sha256 = ?1 AND link IS NULL ORDER BY recorded_at, run_id, path");
         rows(self.read(|tx| tx.query(&sql, params![sha256]))?, artifact_from_row)
     }
 

@@ -114,6 +114,7 @@ fn finish(run: usize, step: usize, token: usize, outcome: Outcome, artifact: boo
                 path: format!("steps/{}/out.txt", STEPS[step]),
                 bytes: 3,
                 sha256: format!("sha-{}-{}", RUNS[run], STEPS[step]),
+                link: None,
             }]
         } else {
             Vec::new()

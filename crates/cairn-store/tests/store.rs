@@ -726,7 +726,7 @@ fn kernel_jobs_are_saved_updated_and_listed_in_order(k: Kind) {
 }
 
 fn artifact(name: &str, path: &str, sha: &str) -> Artifact {
-    Artifact { name: name.into(), path: path.into(), bytes: 3, sha256: sha.into() }
+    Artifact { name: name.into(), path: path.into(), bytes: 3, sha256: sha.into(), link: None }
 }
 
 /// Artifacts are written with the completion, under its token, and copied (never recomputed)

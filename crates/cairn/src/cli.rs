@@ -122,6 +122,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A pipeline step's jobs: each job its controller ran (rule, wildcards, Snakemake's reason,
+    /// inputs with the job that wrote each, outputs with their SHA-256), failed ones first.
+    Jobs {
+        run_id: String,
+        step_id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// The files a run's steps produced: path, size and SHA-256 of each.
     Artifacts {
         run_id: String,

@@ -11,7 +11,7 @@ use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunRequest};
-use cairn_engine::{Engine, ExportOut, ExportRequest, ExportSubject, RunView, TraceQuery};
+use cairn_engine::{Engine, ExportOut, ExportRequest, ExportSubject, JobFilter, RunView, TraceQuery};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, DaemonCommand, McpServer, PlanCommand, TargetCommand, WorkflowCommand};
@@ -160,6 +160,19 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 print_wire(&detail);
             } else {
                 output::print_step_result(&detail);
+            }
+            Ok(0)
+        }
+        Command::Jobs { run_id, step_id, json } => {
+            let jobs = wire::PipelineJobs::from_engine(&open_engine(cli.home)?.pipeline_jobs(
+                &run_id,
+                &step_id,
+                &JobFilter::default(),
+            )?);
+            if json {
+                print_wire(&jobs);
+            } else {
+                output::print_jobs(&jobs);
             }
             Ok(0)
         }

@@ -1,6 +1,7 @@
 //! What commands print for a person: the human renderings of the wire objects (`--json` prints
 //! the wire objects themselves, with [`print_json`]).
 
+use cairn_core::canonical::short_hash;
 use cairn_core::replay::Decision;
 use cairn_core::store::EventRecord;
 use cairn_engine::registry::LoadedWorkflow;
@@ -63,7 +64,13 @@ pub fn print_run(report: &RunView, detail: bool) {
             for a in &s.artifacts {
                 println!(
                     "      {}",
-                    artifact_line(&a.artifact.name, &a.artifact.path, a.artifact.bytes, &a.artifact.sha256)
+                    artifact_line(
+                        &a.artifact.name,
+                        &a.artifact.path,
+                        a.artifact.bytes,
+                        &a.artifact.sha256,
+                        a.artifact.link.as_deref(),
+                    )
                 );
             }
         }
@@ -72,6 +79,7 @@ pub fn print_run(report: &RunView, detail: bool) {
                 println!("      | {l}");
             }
         }
+        print_pipeline_section(&run.run_id, s);
     }
     match run.status {
         cairn_core::status::RunStatus::Blocked => {
@@ -121,8 +129,13 @@ fn size(bytes: u64) -> String {
     }
 }
 
-fn artifact_line(name: &str, path: &str, bytes: u64, sha256: &str) -> String {
-    format!("artifact {name:<12} {path}  {}  sha256 {}", size(bytes), sha256)
+fn artifact_line(name: &str, path: &str, bytes: u64, sha256: &str, link: Option<&str>) -> String {
+    match link {
+        Some(target) => {
+            format!("artifact {name:<12} {path} -> {target}  (a symlink, recorded as a link, not followed)")
+        }
+        None => format!("artifact {name:<12} {path}  {}  sha256 {}", size(bytes), sha256),
+    }
 }
 
 /// `cairn result RUN STEP`: the step's status, its whole result (pretty) and its artifacts.
@@ -140,7 +153,98 @@ pub fn print_step_result(d: &wire::StepDetail) {
         None => println!("  no result: the step has not completed"),
     }
     for a in &s.artifacts {
-        println!("  {}", artifact_line(&a.name, &a.path, a.bytes, &a.sha256));
+        println!("  {}", artifact_line(&a.name, &a.path, a.bytes, &a.sha256, a.link.as_deref()));
+    }
+}
+
+/// Under a pipeline step of `cairn show`: its jobs per rule, and the jobs that failed or were
+/// interrupted, first and by name (`cairn jobs` has every job).
+fn print_pipeline_section(run_id: &str, s: &cairn_engine::StepView) {
+    use cairn_core::job::JobStatus;
+    if s.jobs.is_empty() {
+        return;
+    }
+    let bad: Vec<&cairn_core::job::Job> =
+        s.jobs.iter().filter(|j| matches!(j.status, JobStatus::Failed | JobStatus::Interrupted)).collect();
+    for j in &bad {
+        let wildcards: Vec<String> = j.wildcards.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let wildcards = if wildcards.is_empty() { String::new() } else { format!(" ({})", wildcards.join(", ")) };
+        println!("      job {} {}{wildcards}: {}", j.id, j.rule, j.status.as_str());
+    }
+    let rules: Vec<String> = cairn_core::job::by_rule(&s.jobs)
+        .iter()
+        .map(|r| {
+            let ran = r.jobs - r.carried;
+            let carried = if r.carried > 0 { format!(" + {} carried", r.carried) } else { String::new() };
+            if r.finished == ran {
+                format!("{} {ran}{carried}", r.rule)
+            } else {
+                format!("{} {}/{ran}{carried}", r.rule, r.finished)
+            }
+        })
+        .collect();
+    println!(
+        "      pipeline jobs: {} ({}); `cairn jobs {run_id} {}` lists them",
+        s.jobs.len(),
+        rules.join(", "),
+        s.step_id
+    );
+}
+
+/// `cairn jobs RUN STEP`: each rule's counts, then every job (failed and interrupted ones first),
+/// with why it ran and what it read and wrote.
+pub fn print_jobs(j: &wire::PipelineJobs) {
+    let from = j.from_run.as_ref().map(|r| format!(" (reused: its jobs ran in run {r})")).unwrap_or_default();
+    if j.jobs.is_empty() {
+        println!("run {}  step {}  {}: no pipeline jobs recorded{from}", j.run_id, j.step_id, j.status);
+        return;
+    }
+    println!("run {}  step {}  {}: {} job(s){from}", j.run_id, j.step_id, j.status, j.jobs.len());
+    for r in &j.rules {
+        let mut parts = vec![format!("{} finished", r.finished)];
+        for (n, word) in
+            [(r.failed, "failed"), (r.running, "running"), (r.interrupted, "interrupted"), (r.carried, "carried over")]
+        {
+            if n > 0 {
+                parts.push(format!("{n} {word}"));
+            }
+        }
+        println!("  {:<24} {:>4} job(s): {}", r.rule, r.jobs, parts.join(", "));
+    }
+    let mut jobs: Vec<&wire::PipelineJob> = j.jobs.iter().collect();
+    jobs.sort_by_key(|job| !job.is_failed());
+    for job in jobs {
+        let wildcards: Vec<String> = job.wildcards.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let wildcards = if wildcards.is_empty() { String::new() } else { format!(" ({})", wildcards.join(", ")) };
+        let tries = if job.tries > 1 { format!(", {} tries", job.tries) } else { String::new() };
+        let tries = match &job.carried_from {
+            Some(run) => format!("{tries} (ran in run {run})"),
+            None => tries,
+        };
+        println!("\n  job {}.{} {}{wildcards}: {}{tries}", job.attempt, job.job, job.rule, job.status);
+        if let Some(reason) = &job.reason {
+            println!("    why:    {reason}");
+        }
+        for input in &job.inputs {
+            let from = input.from.map(|f| format!("  <- job {}.{}", f.attempt, f.job)).unwrap_or_default();
+            println!("    input:  {}{from}", input.path);
+        }
+        let shown: Vec<&str> = job.files.iter().map(|f| f.path.as_str()).collect();
+        for f in &job.files {
+            match (&f.sha256, &f.link) {
+                (Some(sha), _) => {
+                    println!("    output: {}  {} bytes  sha256 {}", f.path, f.bytes.unwrap_or(0), short_hash(sha))
+                }
+                (None, Some(link)) => println!("    output: {} -> {link}  (a symlink, not followed)", f.path),
+                (None, None) => println!("    output: {}  (gone when the job ended)", f.path),
+            }
+        }
+        for o in job.outputs.iter().filter(|o| !shown.iter().any(|s| s.starts_with(o.trim_end_matches('/')))) {
+            println!("    output: {o}");
+        }
+        for l in &job.log {
+            println!("    log:    {l}");
+        }
     }
 }
 
@@ -154,7 +258,11 @@ pub fn print_artifacts(list: &wire::ArtifactList) {
     println!("  {:<20} {:<12} {:>10}  {:<64}  PATH", "STEP", "OUTPUT", "BYTES", "SHA256");
     for a in &list.artifacts {
         let reused = a.reused_from.as_ref().map(|r| format!("  (reused from {r})")).unwrap_or_default();
-        println!("  {:<20} {:<12} {:>10}  {:<64}  {}{reused}", a.step_id, a.name, a.bytes, a.sha256, a.path);
+        let path = match &a.link {
+            Some(target) => format!("{} -> {target} (a symlink)", a.path),
+            None => a.path.clone(),
+        };
+        println!("  {:<20} {:<12} {:>10}  {:<64}  {path}{reused}", a.step_id, a.name, a.bytes, a.sha256);
     }
 }
 
@@ -178,6 +286,19 @@ pub fn print_trace(file: &std::path::Path, t: &wire::TraceResult) {
             "  run {}  {}@{}  step {} attempt {}  {}  ({how})",
             m.run_id, m.workflow, m.version, m.step_id, m.attempt, m.path
         );
+        for j in &m.jobs {
+            let wildcards: Vec<String> = j.wildcards.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let wildcards = if wildcards.is_empty() { String::new() } else { format!(" ({})", wildcards.join(", ")) };
+            println!("    <- job {}.{} {}{wildcards}", j.attempt, j.job, j.rule);
+            for i in &j.inputs {
+                let sha = i.sha256.as_deref().map(short_hash).unwrap_or("not recorded");
+                let from = match i.from {
+                    Some(f) => format!("  written by job {}.{}", f.attempt, f.job),
+                    None => "  (no job of the step wrote it)".to_string(),
+                };
+                println!("       {}  sha256 {sha}{from}", i.path);
+            }
+        }
     }
 }
 
@@ -331,6 +452,12 @@ pub fn print_explain(e: &wire::Explanation) {
     }
     if let Some(e) = v["error"].as_str() {
         println!("  error: {e}");
+    }
+    if !e.jobs.is_empty() {
+        println!("  pipeline jobs, by rule:");
+        for r in &e.jobs {
+            println!("    {}", r.summary());
+        }
     }
 }
 

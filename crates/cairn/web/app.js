@@ -334,6 +334,8 @@ async function runPage(runId) {
   const findingsBox = h('div');
   const resultsBox = h('div', { id: 'results' });
   const artifactsBox = h('div');
+  // A pipeline step's jobs: a graph, their times, a table; loaded when the run has any.
+  const jobsBox = h('div', { id: 'pipeline-jobs' });
   // Which results are open, so a live re-render keeps them so.
   const openResults = new Set();
   // Scrollable boxes take focus, so a keyboard can scroll them.
@@ -351,6 +353,8 @@ async function runPage(runId) {
       h('p', { class: 'muted small' }, 'Every attempt from its start to its end on the run\'s time axis; a diamond is a step reused from the source run.'), ganttBox),
     h('section', { 'aria-labelledby': 'h-results' }, h('h2', { id: 'h-results' }, 'Step results'),
       h('p', { class: 'muted small' }, 'What each step found: its tool\'s JSON result.'), resultsBox),
+    h('section', { 'aria-labelledby': 'h-jobs' }, h('h2', { id: 'h-jobs' }, 'Pipeline jobs'),
+      h('p', { class: 'muted small' }, 'Each job a pipeline step\'s controller ran: what it read (and which job wrote that), why it ran, when, and its status; jobs a replay carried over from an earlier run are dashed.'), jobsBox),
     h('section', { 'aria-labelledby': 'h-artifacts' }, h('h2', { id: 'h-artifacts' }, 'Artifacts'), artifactsBox),
     h('section', { 'aria-labelledby': 'h-findings' }, h('h2', { id: 'h-findings' }, 'Findings'), findingsBox),
     h('section', { 'aria-labelledby': 'h-events' }, h('h2', { id: 'h-events' }, 'Event timeline'), eventsBox),
@@ -422,7 +426,9 @@ async function runPage(runId) {
           h('td', { 'data-col': 'sha256', class: 'mono wrap small' }, a.sha256),
           h('td', { 'data-col': 'produced', class: 'small' }, a.reused_from
             ? ['run ', h('a', { href: `#/runs/${encodeURIComponent(a.reused_from)}` }, a.reused_from), `, attempt ${a.attempt}`]
-            : `attempt ${a.attempt} of this run`))))
+            : `attempt ${a.attempt} of this run`,
+          a.job ? h('div', { 'data-col': 'job' }, `job ${a.job.attempt}.${a.job.job} ${jobLabel(a.job)}`) : null,
+          a.link ? h('div', { 'data-col': 'link' }, `a symlink to ${a.link} (not followed)`) : null))))
       : h('p', { id: 'artifacts-none', class: 'muted' }, 'None: no step of this run declares outputs (or none has completed).'));
     findingsBox.replaceChildren(r.findings.length
       ? h('ul', { id: 'findings', class: 'findings' }, r.findings.map((f) => h('li', {},
@@ -435,9 +441,26 @@ async function runPage(runId) {
         Object.keys(e.data || {}).length ? ` ${JSON.stringify(e.data)}` : ''))));
   };
 
+  // The jobs of the pipeline steps (those whose events name jobs), read again as the run goes on.
+  const renderJobs = async (r) => {
+    const withJobs = r.steps.filter((s) => events.some((e) => e.step_id === s.step_id && e.kind.startsWith('pipeline.job_'))
+      || s.result?.seeded);
+    if (!withJobs.length) {
+      jobsBox.replaceChildren(h('p', { class: 'muted', id: 'jobs-none' }, 'None: no step of this run is a pipeline (or none has started a job).'));
+      return;
+    }
+    const parts = [];
+    for (const s of withJobs) {
+      const jobs = await api(`/runs/${enc}/steps/${encodeURIComponent(s.step_id)}/jobs?limit=500`, life.signal);
+      parts.push(jobsSection(r, jobs));
+    }
+    jobsBox.replaceChildren(...parts);
+  };
+
   const finished = (s) => FINISHED.includes(s);
   events = firstEvents.events;
   render(run, firstTimeline);
+  await renderJobs(run);
   loaded();
   if (finished(run.status)) return;
 
@@ -451,6 +474,7 @@ async function runPage(runId) {
       try {
         const [r, tl] = await Promise.all([api(`/runs/${enc}`, life.signal), api(`/runs/${enc}/timeline`, life.signal)]);
         render(r, tl);
+        await renderJobs(r);
         if (finished(r.status)) liveNote.textContent = `Finished: ${r.status}.`;
       } catch (e) {
         if (!life.signal.aborted) liveNote.textContent = e.message;
@@ -537,6 +561,61 @@ function reason(s) {
 }
 
 /** A pipeline step's jobs from the event log, in words: "3 of 6 jobs done, 2 running". */
+/** `rule (k=v, …)`. */
+function jobLabel(j) {
+  const w = Object.entries(j.wildcards || {}).map(([k, v]) => `${k}=${v}`).join(', ');
+  return w ? `${j.rule} (${w})` : j.rule;
+}
+
+/** As a step's status, for the graph's colours. */
+const JOB_STATUS = { finished: 'COMPLETED', carried: 'COMPLETED', failed: 'FAILED', interrupted: 'FAILED', running: 'RUNNING', retrying: 'RUNNING' };
+
+/** One pipeline step's jobs: their graph (an edge from the job that wrote an input), their times on
+ * the run's axis, and a table with why each ran and what it read and wrote. */
+function jobsSection(r, j) {
+  const step = j.step_id;
+  const idOf = (x) => `${x.attempt}.${x.job}`;
+  const nodes = j.jobs.map((x) => ({
+    id: idOf(x),
+    label: jobLabel(x),
+    needs: [...new Set(x.inputs.filter((i) => i.from).map((i) => idOf(i.from)))],
+  }));
+  const byJob = Object.fromEntries(j.jobs.map((x) => [idOf(x), { status: JOB_STATUS[x.status] || 'PENDING', reused: x.status === 'carried' }]));
+  const origin = Date.parse(r.created_at);
+  const ended = j.jobs.map((x) => Date.parse(x.ended_at || x.started_at));
+  const carried = j.jobs.filter((x) => x.status !== 'carried');
+  const length = Math.max(1, ...carried.map((x) => Date.parse(x.ended_at || new Date().toISOString()) - origin), ...ended.map((e) => e - origin));
+  const timeline = {
+    length_ms: length,
+    attempts: carried.map((x) => ({
+      step_id: `${idOf(x)} ${jobLabel(x)}`,
+      attempt: x.attempt,
+      start_ms: Date.parse(x.started_at) - origin,
+      end_ms: x.ended_at ? Date.parse(x.ended_at) - origin : null,
+      end: x.status === 'finished' ? 'completed' : x.status,
+      tip: `job ${idOf(x)} ${jobLabel(x)}: ${x.status}${x.reason ? ` (${x.reason})` : ''}`,
+    })),
+  };
+  const counts = j.rules.map((rule) => `${rule.rule} ${rule.jobs - rule.carried}${rule.carried ? ` + ${rule.carried} carried` : ''}`).join(', ');
+  return h('section', { class: 'jobs', 'data-step': step, 'aria-label': `Jobs of step ${step}` },
+    h('h3', {}, `Step ${step}: ${j.total} job(s)`, j.from_run ? ` (reused: they ran in run ${j.from_run})` : ''),
+    h('p', { class: 'small', 'data-col': 'rules' }, counts),
+    h('div', { class: 'dag-wrap', role: 'region', 'aria-label': `Job graph of step ${step}`, tabindex: 0 },
+      drawDag(h, nodes, byJob, `Jobs of step ${step} and the jobs whose outputs each read, coloured by status`, `jobs-dag-${step}`)),
+    carried.length ? h('div', { class: 'dag-wrap', role: 'region', 'aria-label': `Jobs of step ${step} on the run's time axis`, tabindex: 0 },
+      drawGantt(h, timeline, `Jobs of step ${step} on the run's time axis`, `jobs-gantt-${step}`)) : null,
+    table(`jobs-table-${step}`, `The jobs of step ${step}`, ['Job', 'Rule', 'Status', 'Why it ran', 'Inputs', 'Outputs'],
+      j.jobs.map((x) => h('tr', { 'data-job': idOf(x), 'data-status': x.status },
+        h('th', { scope: 'row', 'data-col': 'job' }, idOf(x)),
+        h('td', { 'data-col': 'rule' }, jobLabel(x)),
+        h('td', { 'data-col': 'status' }, x.status, x.carried_from ? h('div', { class: 'small muted' }, `ran in run ${x.carried_from}`) : null),
+        h('td', { 'data-col': 'reason', class: 'small wrap' }, x.reason || '—'),
+        h('td', { 'data-col': 'inputs', class: 'small mono wrap' }, x.inputs.map((i) => h('div', {}, i.path, i.from ? ` ← ${idOf(i.from)}` : ''))),
+        h('td', { 'data-col': 'outputs', class: 'small mono wrap' }, x.files.length
+          ? x.files.map((f) => h('div', {}, f.path, f.link ? ` → ${f.link}` : f.sha256 ? ` ${f.sha256.slice(0, 12)}…` : ' (gone)'))
+          : x.outputs.map((o) => h('div', {}, o)))))));
+}
+
 function jobsOf(events) {
   const out = {};
   const state = {};

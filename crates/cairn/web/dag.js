@@ -10,11 +10,13 @@ const PAD = 8;
 
 /**
  * @param h        the page's element builder
- * @param steps    [{id, needs, tool?}] in workflow order
+ * @param steps    [{id, needs, tool?, label?}] in workflow order (`label`, when given, is shown
+ *                 instead of the id: a pipeline job's rule and wildcards)
  * @param byStep   {id: {status, reused}} for a run, or null for a workflow
  * @param label    what the graph shows, for assistive technology
+ * @param svgId    the graph's element id (a page with several graphs gives each its own)
  */
-export function drawDag(h, steps, byStep, label) {
+export function drawDag(h, steps, byStep, label, svgId = 'dag') {
   const index = new Map(steps.map((s, i) => [s.id, i]));
   const depth = new Map();
   const depthOf = (id, seen = new Set()) => {
@@ -34,7 +36,7 @@ export function drawDag(h, steps, byStep, label) {
   const height = PAD * 2 + Math.max(1, ...columns.map((c) => c.length)) * (H + GAP_Y) - GAP_Y;
 
   const svg = h('svg', {
-    id: 'dag', class: 'dag', role: 'img', 'aria-label': label,
+    id: svgId, class: 'dag', role: 'img', 'aria-label': label,
     viewBox: `0 0 ${width} ${height}`, width, height,
   });
   svg.append(h('defs', {}, h('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
@@ -60,9 +62,9 @@ export function drawDag(h, steps, byStep, label) {
       class: 'node', 'data-step': s.id, 'data-status': st?.status, 'data-reused': st?.reused ? 'true' : null,
       transform: `translate(${x} ${y})`,
     },
-    h('title', {}, `${s.id}${sub ? `: ${sub}` : ''}`),
+    h('title', {}, `${s.label || s.id}${sub ? `: ${sub}` : ''}`),
     h('rect', { width: W, height: H, rx: 7, ry: 7 }),
-    h('text', { x: 10, y: 19 }, clip(s.id, 24)),
+    h('text', { x: 10, y: 19 }, clip(s.label || s.id, 24)),
     h('text', { x: 10, y: 36, class: 'sub' }, clip(sub, 28))));
   }
   return svg;

@@ -17,15 +17,16 @@ function fmt(ms) {
  * @param h      the page's element builder
  * @param t      the run's timeline: {length_ms, finished_ms, attempts: [{step_id, attempt, start_ms, end_ms, end, duration_ms}]}
  * @param label  what the chart shows, for assistive technology
+ * @param svgId  the chart's element id (a page with several charts gives each its own)
  */
-export function drawGantt(h, t, label) {
+export function drawGantt(h, t, label, svgId = 'gantt') {
   const rows = [];
   for (const a of t.attempts) if (!rows.includes(a.step_id)) rows.push(a.step_id);
   const len = Math.max(1, t.length_ms);
   const x = (ms) => LABEL + (Math.min(Math.max(ms, 0), len) / len) * (WIDTH - LABEL - PAD);
   const height = PAD * 2 + (rows.length + 1) * ROW;
   const svg = h('svg', {
-    id: 'gantt', class: 'gantt', role: 'img', 'aria-label': label,
+    id: svgId, class: 'gantt', role: 'img', 'aria-label': label,
     viewBox: `0 0 ${WIDTH} ${height}`, width: WIDTH, height,
   });
   // The axis: 0 and the run's length.
@@ -37,9 +38,9 @@ export function drawGantt(h, t, label) {
   for (const a of t.attempts) {
     const y = PAD + rows.indexOf(a.step_id) * ROW + 3;
     const took = a.duration_ms ?? (a.end_ms === null ? null : a.end_ms - a.start_ms);
-    const tip = a.end === 'reused'
+    const tip = a.tip ?? (a.end === 'reused'
       ? `${a.step_id}: reused from the source run, at ${fmt(a.start_ms)}`
-      : `${a.step_id} attempt ${a.attempt}: ${a.end}, from ${fmt(a.start_ms)}${took === null ? ', still running' : `, took ${fmt(took)}`}`;
+      : `${a.step_id} attempt ${a.attempt}: ${a.end}, from ${fmt(a.start_ms)}${took === null ? ', still running' : `, took ${fmt(took)}`}`);
     if (a.end === 'reused') {
       const cx = x(a.start_ms);
       svg.append(h('path', { class: 'bar', 'data-step': a.step_id, 'data-end': 'reused', d: `M${cx} ${y}l7 8l-7 8l-7 -8z` }, h('title', {}, tip)));

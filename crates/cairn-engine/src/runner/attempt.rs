@@ -47,7 +47,14 @@ impl Engine {
         let step = &wf.spec().steps[step_index];
         let stdin = canonical_json(&exec_args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
         let outputs = wf.spec().outputs_of(step);
+        let seed = match (&run.source_run_id, wf.spec().tools.get(&step.tool).map(|t| t.kind)) {
+            (Some(source), Some(kind)) if cairn_core::controller::job_record(kind).is_some() => {
+                self.pipeline_seed(&run.run_id, source, &step.id)
+            }
+            _ => None,
+        };
         let launch = |attempt| AttemptLaunch {
+            seed: seed.as_ref(),
             run_id: &run.run_id,
             run_dir: &run.run_dir,
             placement: &run.placement,

@@ -17,6 +17,9 @@ pub(super) struct RunCtx {
     pub run_id: String,
     pub run_dir: String,
     pub placement: Placement,
+    /// A replay child's source run: a pipeline step it re-executes starts from the source's
+    /// working copy.
+    pub source_run_id: Option<String>,
 }
 
 /// A step ready to execute: its signature, resolved arguments and where its attempts start.

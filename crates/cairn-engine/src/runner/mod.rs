@@ -222,7 +222,12 @@ impl Engine {
         }
         let existing: HashMap<String, StepRecord> =
             self.store.steps(&run.run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
-        let ctx = RunCtx { run_id: run.run_id.clone(), run_dir: run.run_dir.clone(), placement };
+        let ctx = RunCtx {
+            run_id: run.run_id.clone(),
+            run_dir: run.run_dir.clone(),
+            placement,
+            source_run_id: run.source_run_id.clone(),
+        };
         let mut results: HashMap<String, Value> = HashMap::new();
         // The artifacts of the steps completed so far: what `${steps.X.outputs.NAME}` signs as.
         let mut produced: HashMap<String, Vec<Artifact>> = HashMap::new();

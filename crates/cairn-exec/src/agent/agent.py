@@ -17,7 +17,7 @@
 # ends before it leaves.
 #
 # Imported as a module (by Cairn's tests), it runs nothing.
-import base64, hashlib, json, os, select, shutil, signal, subprocess, sys, threading, time
+import base64, hashlib, json, os, select, shutil, signal, stat, subprocess, sys, threading, time
 
 # The protocol this agent speaks; Cairn's `protocol::PROTOCOL` is the same number.
 PROTOCOL = 1
@@ -106,8 +106,13 @@ REQUESTS = {
     "check": {"run_dir": str, "files": [{"path": str, "sha256": str}]},
     "materialize": {"from": str, "to": str, "files": [{"path": str, "sha256": str}], "dirs": [str], "link": bool,
                     "once": Maybe(str), "write": [{"path": str, "b64": str, "sha256": str, "mode": int}]},
-    "changed": {"work_dir": str, "prefix": str, "baseline": [{"path": str, "sha256": str}], "exclude": [str]},
+    "changed": {"work_dir": str, "prefix": str, "baseline": [{"path": str, "sha256": str}], "exclude": [str],
+                "state": Maybe(str)},
     "read": {"path": str, "offset": int, "max_bytes": int},
+    "files": {"work_dir": str, "paths": [str]},
+    "seed": {"snapshot": str, "to": str, "from": str, "baseline": [{"path": str, "sha256": str}],
+             "files": [{"path": str, "sha256": str}], "state": Maybe({"dir": str, "sha256": str}),
+             "write": [{"path": str, "b64": str, "sha256": str, "mode": int}], "once": str},
     # This agent's own: the request file of a Slurm job (Cairn never sends it).
     "supervise": {"run": RUN, "env": dict},
 }
@@ -891,9 +896,24 @@ def hash_outputs(run_dir, step_id, outputs):
     return out
 
 
+def link_digest(target):
+    """As cairn_core::artifact::link_digest: what a symlink artifact is recorded and checked as."""
+    return hashlib.sha256(b"symlink\0" + os.fsencode(target)).hexdigest()
+
+
 def check_artifact(run_dir, rel, sha256):
-    """None when the recorded bytes are there; else what is found."""
-    if not safe_relative(rel) or symlinked_component(run_dir, rel) is not None:
+    """None when the recorded bytes (or, for a recorded symlink, its target) are there; else what
+    is found."""
+    if not safe_relative(rel):
+        return {"kind": "missing"}
+    link = symlinked_component(run_dir, rel)
+    if link is not None and link == os.path.join(run_dir, rel):
+        try:
+            found = link_digest(os.readlink(link))
+        except OSError:
+            return {"kind": "missing"}
+        return None if found == sha256 else {"kind": "changed", "sha256": found}
+    if link is not None:
         return {"kind": "missing"}
     path = os.path.join(run_dir, rel)
     if not os.path.isfile(path) or os.path.islink(path):
@@ -916,18 +936,9 @@ def op_check(r):
     emit({"checked": {f["path"]: check_artifact(r["run_dir"], f["path"], f["sha256"]) for f in r["files"]}})
 
 
-def op_materialize(r):
-    src_root, to = r["from"], r["to"]
-    done = {"linked": 0, "copied": 0, "present": 0}
-
-    def checked(rel):
-        if not safe_relative(rel) or symlinked_component(to, rel) is not None:
-            fail("recorded artifact path `%s` is not inside its run directory" % rel)
-        return os.path.join(to, rel)
-
-    for d in r["dirs"]:
-        os.makedirs(checked(d), exist_ok=True)
-    for w in r["write"]:
+def write_given(to, writes, checked, done):
+    """Files given whole (a run's configuration): written where absent, checked where present."""
+    for w in writes:
         dest = checked(w["path"])
         data = base64.b64decode(w["b64"])
         if hashlib.sha256(data).hexdigest() != w["sha256"]:
@@ -953,6 +964,20 @@ def op_materialize(r):
         else:
             what = "sha256 %s" % found["sha256"] if found["kind"] == "changed" else "missing"
             fail("%s cannot be written: it is there with other content (%s), not the approved one" % (w["path"], what))
+
+
+def op_materialize(r):
+    src_root, to = r["from"], r["to"]
+    done = {"linked": 0, "copied": 0, "present": 0}
+
+    def checked(rel):
+        if not safe_relative(rel) or symlinked_component(to, rel) is not None:
+            fail("recorded artifact path `%s` is not inside its run directory" % rel)
+        return os.path.join(to, rel)
+
+    for d in r["dirs"]:
+        os.makedirs(checked(d), exist_ok=True)
+    write_given(to, r["write"], checked, done)
     if r["once"] is not None and os.path.isfile(checked(r["once"])):
         done["present"] += len(r["files"])
         emit({"materialized": done})
@@ -964,6 +989,12 @@ def op_materialize(r):
             done["present"] += 1
             continue
         src = os.path.join(src_root, rel)
+        if symlinked_component(src_root, rel) == src and check_artifact(src_root, rel, sha) is None:
+            # A recorded symlink: made again with its target's text, never followed.
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            place_link(os.readlink(src), dest)
+            done["copied"] += 1
+            continue
         problem = None
         if symlinked_component(src_root, rel) is not None:
             problem = "a symlink"
@@ -1004,6 +1035,136 @@ def op_materialize(r):
     emit({"materialized": done})
 
 
+def state_digest(d):
+    """As artifacts.rs's state_digest: SHA-256 over the folder's files' names and SHA-256s."""
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return None
+    files = sorted(n for n in names if os.path.isfile(os.path.join(d, n)) and not os.path.islink(os.path.join(d, n)))
+    listing = "".join("%s  %s\n" % (hash_file(os.path.join(d, n))[1], n) for n in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def place_link(target, dest):
+    """As artifacts.rs's place_link: the symlink made beside dest and renamed into place."""
+    tmp = os.path.join(os.path.dirname(dest), ".%s.cairn-link" % os.path.basename(dest))
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.rename(tmp, dest)
+
+
+def copy_keeping(src, dest, sha, keep_time):
+    """As artifacts.rs's copy_checked: through a file beside dest, checked, its time kept. Returns
+    None, or the SHA-256 found when the copy is not the expected bytes."""
+    st = os.lstat(src)
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(src)
+        if sha is not None and link_digest(target) != sha:
+            return link_digest(target)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        place_link(target, dest)
+        if keep_time:
+            os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+        return None
+    if sha is not None and os.path.isfile(dest) and not os.path.islink(dest) and hash_file(dest)[1] == sha:
+        return None
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError("%s is not a regular file" % src)
+    tmp = os.path.join(os.path.dirname(dest), ".%s.cairn-seed" % os.path.basename(dest))
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        # A reflink where the filesystem offers one, else an in-kernel copy; never a link.
+        try:
+            while os.copy_file_range(fin.fileno(), fout.fileno(), 1 << 30):
+                pass
+        except (AttributeError, OSError):
+            fin.seek(0)
+            fout.seek(0)
+            fout.truncate()
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    os.chmod(tmp, stat.S_IMODE(st.st_mode))
+    if sha is not None:
+        got = hash_file(tmp)[1]
+        if got != sha:
+            os.unlink(tmp)
+            return got
+    if keep_time:
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.rename(tmp, dest)
+    return None
+
+
+def op_seed(r):
+    """As artifacts.rs's seed_working_copy: a pipeline's working copy made from its snapshot and
+    seeded from an earlier run's copy of the step."""
+    snapshot, to, earlier = r["snapshot"], r["to"], r["from"]
+    done = {"carried": 0, "left_out": [], "state": False, "present": False}
+
+    def checked(rel):
+        if not safe_relative(rel) or symlinked_component(to, rel) is not None:
+            fail("recorded artifact path `%s` is not inside its run directory" % rel)
+        return os.path.join(to, rel)
+
+    marker = checked(r["once"])
+    if os.path.isfile(marker):
+        done["present"] = True
+        emit({"seeded": done})
+        return
+    state_files = []
+    state = r.get("state")
+    if state and safe_relative(state["dir"]) and symlinked_component(earlier, state["dir"]) is None:
+        d = os.path.join(earlier, state["dir"])
+        if state_digest(d) == state["sha256"]:
+            state_files = sorted("%s/%s" % (state["dir"], n) for n in os.listdir(d)
+                                 if os.path.isfile(os.path.join(d, n)) and not os.path.islink(os.path.join(d, n)))
+            done["state"] = True
+    try:
+        copied = set()
+        for f in r["baseline"]:
+            rel, sha = f["path"], f["sha256"]
+            from_earlier = done["state"] and check_artifact(earlier, rel, sha) is None
+            got = copy_keeping(os.path.join(earlier if from_earlier else snapshot, rel), checked(rel), sha, from_earlier)
+            if got is not None:
+                fail("artifact %s of run directory %s is not the recorded bytes (sha256 %s); plan the replay again, "
+                     "and the step is re-executed" % (rel, snapshot, got))
+            if from_earlier:
+                done["carried"] += 1
+            copied.add(rel)
+        for f in r["files"]:
+            rel, sha = f["path"], f["sha256"]
+            if rel in copied:
+                continue
+            if not done["state"]:
+                done["left_out"].append([rel, "the pipeline's record of its jobs changed or is missing"])
+                continue
+            found = check_artifact(earlier, rel, sha)
+            if found is not None:
+                why = ("its bytes changed (sha256 %s)" % found["sha256"][:12] if found["kind"] == "changed"
+                       else "missing, or reached through a symlink")
+                done["left_out"].append([rel, why])
+                continue
+            got = copy_keeping(os.path.join(earlier, rel), checked(rel), sha, True)
+            if got is None:
+                done["carried"] += 1
+            else:
+                done["left_out"].append([rel, "its bytes changed (sha256 %s)" % got[:12]])
+        for rel in state_files:
+            copy_keeping(os.path.join(earlier, rel), checked(rel), None, True)
+            done["carried"] += 1
+    except OSError as e:
+        fail("the working copy cannot be seeded into %s: %s" % (to, e))
+    write_given(to, r["write"], checked, {"present": 0, "copied": 0})
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    listing = ["#seeded " + json.dumps(done, separators=(",", ":"))]
+    listing += ["%s  %s" % (f["sha256"], f["path"]) for f in r["baseline"]]
+    write_atomic(marker, ("\n".join(listing) + "\n").encode())
+    emit({"seeded": done})
+
+
 def changed_files(work_dir, prefix, baseline, exclude):
     """The files under work_dir that are not the baseline: created or changed there."""
     import stat
@@ -1019,13 +1180,19 @@ def changed_files(work_dir, prefix, baseline, exclude):
             st = os.lstat(path)
             if stat.S_ISDIR(st.st_mode):
                 stack.append((path, child))
-            elif stat.S_ISREG(st.st_mode):
+            elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                 files.append((child, path))
             else:
                 raise Fault("declared output pipeline (its working copy) is %s at %s: Cairn records only regular files, "
                             "and a symlink is never followed; write the file itself there" % (kind_of(st), path))
     out = []
     for name, path in sorted(files, key=lambda f: f[0].encode()):
+        if os.path.islink(path):
+            # Recorded as what it is, its target's text; never followed.
+            target = os.readlink(path)
+            out.append({"name": name, "path": "%s/%s" % (prefix, name), "bytes": len(os.fsencode(target)),
+                        "sha256": link_digest(target), "link": target})
+            continue
         size, sha = hash_file(path)
         if known.get(name) == sha:
             continue
@@ -1049,15 +1216,67 @@ def op_read(r):
 
 def op_changed(r):
     try:
-        emit({"outputs": {"artifacts": changed_files(r["work_dir"], r["prefix"], r["baseline"], r["exclude"]),
-                          "fault": None}})
+        artifacts = changed_files(r["work_dir"], r["prefix"], r["baseline"], r["exclude"])
+        state = state_digest(os.path.join(r["work_dir"], r["state"])) if r.get("state") else None
+        emit({"outputs": {"artifacts": artifacts, "fault": None, "state_sha256": state}})
     except Fault as e:
         emit({"outputs": {"artifacts": [], "fault": str(e)}})
 
 
+def job_files(work_dir, paths):
+    """What a finished pipeline job's outputs hold: as artifacts.rs's job_files says."""
+    def bare(p):
+        return {"path": p}
+
+    def entry(at, rel):
+        try:
+            size, sha = hash_file(at)
+            return {"path": rel, "bytes": size, "sha256": sha}
+        except OSError:
+            return bare(rel)
+
+    def walk(d, rel, out):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return
+        for name in names:
+            child, path = rel + "/" + name, os.path.join(d, name)
+            if os.path.islink(path):
+                out.append({"path": child, "link": os.readlink(path)})
+            elif os.path.isdir(path):
+                walk(path, child, out)
+            elif os.path.isfile(path):
+                out.append(entry(path, child))
+
+    out = []
+    for rel in paths:
+        rel = rel.rstrip("/")
+        if not safe_relative(rel):
+            out.append(bare(rel))
+            continue
+        at = os.path.join(work_dir, rel)
+        link = symlinked_component(work_dir, rel)
+        if link is not None:
+            out.append({"path": rel, "link": os.readlink(at)} if link == at else bare(rel))
+        elif os.path.isdir(at):
+            found = []
+            walk(at, rel, found)
+            out.extend(sorted(found, key=lambda f: f["path"]))
+        elif os.path.isfile(at):
+            out.append(entry(at, rel))
+        else:
+            out.append(bare(rel))
+    return out
+
+
+def op_files(r):
+    emit({"files": job_files(r["work_dir"], r["paths"])})
+
+
 OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "serve": op_serve, "wait": op_wait,
        "cancel": op_cancel, "tail": op_tail, "outputs": op_outputs, "check": op_check, "materialize": op_materialize,
-       "changed": op_changed, "read": op_read}
+       "changed": op_changed, "read": op_read, "files": op_files, "seed": op_seed}
 
 
 def main(msg):

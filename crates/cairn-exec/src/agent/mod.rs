@@ -19,14 +19,16 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
+use cairn_core::pipeline::JobFile;
 use cairn_core::replay::Found;
 use serde::Serialize;
 
 use crate::ssh::{SshTransport, classify_ssh_failure};
 use protocol::{
-    CancelRequest, Cancelled, ChangedRequest, CheckRequest, Chunk, DeployRequest, Envelope, HashedOutputs, Identity,
-    MaterializeRequest, MaterializedCounts, OutputsRequest, PROTOCOL, ReadRequest, ReadyFacts, ReadyRequest, Reply,
-    ReplyError, Request, RunRequest, StepExit, Tail, TailRequest, WaitRequest, decode_line,
+    CancelRequest, Cancelled, ChangedRequest, CheckRequest, Chunk, DeployRequest, Envelope, FilesRequest,
+    HashedOutputs, Identity, MaterializeRequest, MaterializedCounts, OutputsRequest, PROTOCOL, ReadRequest, ReadyFacts,
+    ReadyRequest, Reply, ReplyError, Request, RunRequest, SeedRequest, SeededCounts, StepExit, Tail, TailRequest,
+    WaitRequest, decode_line,
 };
 
 const AGENT_PY: &str = include_str!("agent.py");
@@ -238,6 +240,16 @@ impl Agent {
     /// Bytes of a file there, from an offset.
     pub fn read(&self, request: ReadRequest, timeout: Duration) -> Result<Chunk, AgentError> {
         self.ask(Request::Read(request), timeout, |r| if let Reply::Chunk(c) = r { Ok(c) } else { Err(r) })
+    }
+
+    /// A pipeline's working copy seeded from an earlier run's, there.
+    pub fn seed(&self, request: SeedRequest, timeout: Duration) -> Result<SeededCounts, AgentError> {
+        self.ask(Request::Seed(Box::new(request)), timeout, |r| if let Reply::Seeded(s) = r { Ok(s) } else { Err(r) })
+    }
+
+    /// What a finished pipeline job's outputs hold there.
+    pub fn files(&self, request: FilesRequest, timeout: Duration) -> Result<Vec<JobFile>, AgentError> {
+        self.ask(Request::Files(request), timeout, |r| if let Reply::Files(f) = r { Ok(f) } else { Err(r) })
     }
 
     /// Runs a request, passing each reply to `on_reply` as it arrives. `stop` is polled; when it

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use cairn_core::artifact::{Artifact, OutputDecl};
+use cairn_core::pipeline::JobFile;
 use cairn_core::replay::Found;
 
 use crate::RecordedEnd;
@@ -83,6 +84,10 @@ pub enum Request {
     Changed(ChangedRequest),
     /// Bytes of a file from an offset (a pipeline's log, as it grows); [`Reply::Chunk`].
     Read(ReadRequest),
+    /// What a finished pipeline job's outputs hold, under its working directory; [`Reply::Files`].
+    Files(FilesRequest),
+    /// A pipeline's working copy seeded from an earlier run's; [`Reply::Seeded`].
+    Seed(Box<SeedRequest>),
 }
 
 impl Request {
@@ -101,6 +106,8 @@ impl Request {
             Request::Materialize(_) => "materialize",
             Request::Changed(_) => "changed",
             Request::Read(_) => "read",
+            Request::Files(_) => "files",
+            Request::Seed(_) => "seed",
         }
     }
 }
@@ -267,6 +274,16 @@ pub struct ChangedRequest {
     pub baseline: Vec<CheckFile>,
     /// Top-level entries of `work_dir` that are the controller's own state.
     pub exclude: Vec<String>,
+    /// The controller's record of its jobs, relative to `work_dir`, whose digest to give.
+    #[serde(default)]
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FilesRequest {
+    pub work_dir: String,
+    /// Paths relative to `work_dir`, as the job's block named them.
+    pub paths: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -298,6 +315,45 @@ impl Chunk {
 pub struct HashedOutputs {
     pub artifacts: Vec<Artifact>,
     pub fault: Option<String>,
+    /// The digest of the controller's record of its jobs, when [`ChangedRequest::state`] named
+    /// one that is there.
+    #[serde(default)]
+    pub state_sha256: Option<String>,
+}
+
+/// Seeds a pipeline's working copy from an earlier run's (a replay re-executing it); as
+/// [`crate::artifacts::seed_working_copy`] does here. [`Reply::Seeded`] or [`Reply::Error`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeedRequest {
+    /// The pipeline's folder (the deployed snapshot).
+    pub snapshot: String,
+    /// The working copy to make.
+    pub to: String,
+    /// The earlier run's working copy of the step.
+    pub from: String,
+    /// The pipeline's own files, with their SHA-256.
+    pub baseline: Vec<CheckFile>,
+    /// The outputs the earlier run recorded, with their SHA-256.
+    pub files: Vec<CheckFile>,
+    /// The controller's record of its jobs and its recorded digest.
+    pub state: Option<SeedState>,
+    pub write: Vec<DeployFile>,
+    /// The marker that says the copy is made.
+    pub once: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedState {
+    pub dir: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeededCounts {
+    pub carried: usize,
+    pub left_out: Vec<(String, String)>,
+    pub state: bool,
+    pub present: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -332,6 +388,9 @@ pub enum Reply {
     Checked(BTreeMap<String, Option<Found>>),
     Materialized(MaterializedCounts),
     Chunk(Chunk),
+    /// A job's outputs, as [`crate::artifacts::job_files`] gives them.
+    Files(Vec<JobFile>),
+    Seeded(SeededCounts),
     /// The request failed, in words.
     Error(String),
     /// The agent does not speak the request's protocol.
@@ -355,6 +414,8 @@ impl Reply {
             Reply::Checked(_) => "checked",
             Reply::Materialized(_) => "materialized",
             Reply::Chunk(_) => "chunk",
+            Reply::Files(_) => "files",
+            Reply::Seeded(_) => "seeded",
             Reply::Error(_) => "error",
             Reply::Unsupported(_) => "unsupported",
         }

@@ -65,6 +65,7 @@ pub fn router(state: AppRef) -> Router {
         .route("/runs/{run_id}/timeline", get(runs::run_timeline))
         .route("/runs/{run_id}/steps/{step_id}/log", get(runs::step_log))
         .route("/runs/{run_id}/steps/{step_id}/explain", get(runs::explain_step))
+        .route("/runs/{run_id}/steps/{step_id}/jobs", get(runs::step_jobs))
         .route("/runs/{run_id}/steps/{step_id}/artifacts/{name}", get(runs::read_artifact))
         .route("/runs/{run_id}/cancel", post(runs::cancel_run))
         .route("/runs/{run_id}/ro-crate", get(exports::run_ro_crate))

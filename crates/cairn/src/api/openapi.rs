@@ -23,7 +23,7 @@ pub(super) async fn openapi_json() -> Response {
     info(title = "Cairn daemon", description = "Durable, approved, reproducible workflow runs. Loopback only; \
         bearer tokens from <state>/auth/viewer.token (read) and operator.token (read and change)."),
     paths(http::health, http::list_daemons, openapi_json, runs::submit_run, runs::list_runs, runs::get_run, runs::run_events,
-        runs::step_log, runs::run_timeline, runs::explain_step, runs::get_step, runs::run_artifacts, runs::trace_artifacts, runs::cancel_run, runs::read_artifact,
+        runs::step_log, runs::run_timeline, runs::explain_step, runs::step_jobs, runs::get_step, runs::run_artifacts, runs::trace_artifacts, runs::cancel_run, runs::read_artifact,
         exports::run_ro_crate, exports::export_run, exports::verification_ro_crate,
         workflows::list_workflows, workflows::add_workflow, workflows::get_workflow,
         plans::create_plan, plans::list_plans, plans::get_plan, plans::execute_plan,
@@ -35,7 +35,7 @@ pub(super) async fn openapi_json() -> Response {
         web::index, web::asset, web::login, web::notebook_export,
         docs::list_docs, docs::save_doc, docs::search_docs, docs::get_doc, docs::remove_doc),
     components(schemas(ErrorBody, ErrorDetail, http::Health, wire::DaemonsBody, wire::DaemonBody, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
-        wire::RunList, wire::EventList, wire::StepLog, wire::RunTimeline, wire::TimelineAttempt, wire::Explanation, wire::StepDetail, wire::ArtifactList,
+        wire::RunList, wire::EventList, wire::StepLog, wire::RunTimeline, wire::TimelineAttempt, wire::Explanation, wire::PipelineJobs, wire::StepDetail, wire::ArtifactList,
         wire::TraceResult, wire::ExportResult, wire::ArtifactSlice, wire::WorkflowList, wire::WorkflowDetail, wire::AddWorkflow, wire::WorkflowAdded, wire::WorkflowProblem,
         wire::SubmitJob, wire::Job, wire::JobList, wire::Interrupted, wire::Restarted, runs::SseEventSchema,
         runs::SseRunsSchema, wire::PlanRun, wire::ExecutePlan, wire::requests::ApprovedVia, wire::PlanSummary, wire::PlanList, wire::AddTarget,
@@ -137,6 +137,7 @@ macro_rules! run_links {
             ("GetStep", "get_step", &[("run_id", $run), ("step_id", $step)]),
             ("StepLog", "step_log", &[("run_id", $run), ("step_id", $step)]),
             ("ExplainStep", "explain_step", &[("run_id", $run), ("step_id", $step)]),
+            ("StepJobs", "step_jobs", &[("run_id", $run), ("step_id", $step)]),
         ]
         .map(|(name, to, parameters)| LinkSpec {
             method: $method,

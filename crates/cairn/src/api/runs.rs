@@ -18,8 +18,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
 use crate::wire::{
-    ArtifactList, ArtifactSlice, Event, EventList, Explanation, RunList, RunResult, RunTimeline, StepDetail, StepLog,
-    SubmitRun, TraceResult,
+    ArtifactList, ArtifactSlice, Event, EventList, Explanation, PipelineJobs, RunList, RunResult, RunTimeline,
+    StepDetail, StepLog, SubmitRun, TraceResult,
 };
 
 /// An accepted run as an answer: 200 when it had finished already, else 202 with where to find it.
@@ -360,6 +360,40 @@ pub(super) async fn get_step(
     ApiPath((run_id, step_id)): ApiPath<(String, String)>,
 ) -> Result<Json<StepDetail>, ApiError> {
     blocking(move || Ok(Json(StepDetail::from_engine(&state.service.engine().show_step(&run_id, &step_id)?)))).await
+}
+
+/// A pipeline step's jobs: rule, wildcards, Snakemake's reason, inputs (each naming the job that
+/// wrote it), outputs with what they held when the job finished, start, end, status.
+#[utoipa::path(get, path = "/runs/{run_id}/steps/{step_id}/jobs", tag = "runs",
+    params(("run_id" = String, Path), ("step_id" = String, Path), JobQueryParams),
+    responses((status = 200, description = "The step's jobs and each rule's counts", body = PipelineJobs),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn step_jobs(
+    State(state): State<AppRef>,
+    ApiPath((run_id, step_id)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<JobQueryParams>,
+) -> Result<Json<PipelineJobs>, ApiError> {
+    let filter =
+        cairn_engine::JobFilter { rule: q.rule, status: q.status, offset: q.offset.unwrap_or(0), limit: q.limit };
+    blocking(move || {
+        Ok(Json(PipelineJobs::from_engine(&state.service.engine().pipeline_jobs(&run_id, &step_id, &filter)?)))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct JobQueryParams {
+    /// Only this rule's jobs.
+    pub rule: Option<String>,
+    /// Only jobs in this status: running, finished, failed, retrying or interrupted.
+    pub status: Option<String>,
+    /// Jobs to skip (of those matching), in the order they started.
+    pub offset: Option<usize>,
+    /// At most this many jobs (`total` says how many matched).
+    pub limit: Option<usize>,
 }
 
 /// The files a run's steps produced, by step then path: size, SHA-256 and the producing attempt.

@@ -192,7 +192,9 @@ fn next_call(tool: &str, code: &str) -> Option<&'static str> {
         ("not_found", "get_run" | "cancel_run" | "export_run" | "plan_replay" | "run_detail") => {
             "list_runs shows the runs"
         }
-        ("not_found", "explain_step" | "get_step_result" | "tail_log") => "get_run(run_id) lists the run's steps",
+        ("not_found", "explain_step" | "get_step_result" | "get_pipeline_jobs" | "tail_log") => {
+            "get_run(run_id) lists the run's steps"
+        }
         ("not_found", "poll_job") => "list_jobs shows the jobs and verifications in progress",
         ("not_found", "read_doc") => "list_docs or search_docs shows the docs",
         ("not_found", "probe_target" | "check_readiness") => "list_targets shows the targets; add_target registers one",

@@ -30,6 +30,8 @@ fn components() -> &'static BTreeMap<String, Value> {
         add::<wire::RunResult>(&mut all);
         add::<wire::RunList>(&mut all);
         add::<wire::Explanation>(&mut all);
+        add::<wire::PipelineJobs>(&mut all);
+        add::<wire::TraceResult>(&mut all);
         add::<wire::StepDetail>(&mut all);
         add::<wire::ArtifactSlice>(&mut all);
         add::<wire::ExportResult>(&mut all);
@@ -125,6 +127,8 @@ fn table(server: super::Kind) -> Vec<(&'static str, Arc<JsonObject>)> {
             ("list_runs", api("RunList")),
             ("get_run", api("RunResult")),
             ("explain_step", api("Explanation")),
+            ("get_pipeline_jobs", api("PipelineJobs")),
+            ("trace_artifact", api("TraceResult")),
             ("get_step_result", api("StepDetail")),
             ("read_artifact", api("ArtifactSlice")),
             ("export_run", api("ExportResult")),

@@ -66,6 +66,26 @@ pub struct StepRef {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+pub struct PipelineJobsRef {
+    pub run_id: String,
+    pub step_id: String,
+    /// Only this rule's jobs.
+    pub rule: Option<String>,
+    /// Only jobs in this status: running, finished, failed, retrying or interrupted.
+    pub status: Option<String>,
+    /// Jobs to skip, of those matching (default 0).
+    pub offset: Option<usize>,
+    /// At most this many jobs (default 100, at most 1000); `total` says how many matched.
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct TraceArtifact {
+    /// The SHA-256 of the file's bytes (64 hexadecimal digits).
+    pub sha256: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct TailLog {
     pub run_id: String,
     pub step_id: String,
@@ -451,6 +471,42 @@ impl Workbench {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let path = format!("/runs/{}/steps/{}/explain", seg(&p.run_id), seg(&p.step_id));
+        self.daemon.tool(&ctx, "GET", path, None).await
+    }
+
+    #[tool(
+        description = "Which runs recorded these bytes (a file's SHA-256): every artifact with them, oldest first, with its run, step, workflow and signature, the replays that carried it, and for a pipeline step's file the job that wrote it and the jobs behind its inputs back to the pipeline's own files, each input with its SHA-256. Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn trace_artifact(
+        &self,
+        Parameters(p): Parameters<TraceArtifact>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", format!("/artifacts?sha256={}", seg(&p.sha256)), None).await
+    }
+
+    #[tool(
+        description = "A pipeline step's jobs (a snakemake step): each job its controller ran, with its rule, wildcards, Snakemake's reason for running it, its inputs (each naming the job of the step that wrote it), its outputs with size and SHA-256 as they were when it finished, start, end, status and tries, and each rule's counts. Paged: 100 jobs by default (limit up to 1000, offset), filtered by rule or status (failed first: status=failed). Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn get_pipeline_jobs(
+        &self,
+        Parameters(p): Parameters<PipelineJobsRef>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let limit = p.limit.unwrap_or(100).clamp(1, 1000);
+        let mut path = format!(
+            "/runs/{}/steps/{}/jobs?limit={limit}&offset={}",
+            seg(&p.run_id),
+            seg(&p.step_id),
+            p.offset.unwrap_or(0)
+        );
+        for (key, value) in [("rule", &p.rule), ("status", &p.status)] {
+            if let Some(v) = value {
+                path.push_str(&format!("&{key}={}", seg(v)));
+            }
+        }
         self.daemon.tool(&ctx, "GET", path, None).await
     }
 

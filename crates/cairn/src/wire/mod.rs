@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 mod docs;
+mod jobs;
 mod kernel;
 mod plans;
 pub mod requests;
@@ -19,6 +20,7 @@ pub use docs::{
     Doc, DocHit, DocList, DocSaved, DocSearchResult, DocSummary, DocVerification, DocVersionEntry, ReadDoc, SaveDoc,
     SearchDocs, SnippetPart,
 };
+pub use jobs::{JobId, PipelineJob, PipelineJobs, RuleJobs};
 pub use kernel::{Interrupted, Job, JobList, Restarted};
 pub use plans::{PlanList, PlanSummary};
 pub use requests::{

@@ -61,11 +61,35 @@ pub struct ArtifactEntry {
     /// For a reused step: the run whose attempt produced the bytes.
     #[serde(default)]
     pub reused_from: Option<String>,
+    /// A symlink's target, as written: the artifact is the link (never followed), its `sha256`
+    /// the digest of its target's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+    /// For a pipeline step's artifact: the job that wrote it (the controller's attempt and job
+    /// id, its rule and wildcards), as `cairn jobs` lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<ArtifactJob>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ArtifactJob {
+    pub attempt: u32,
+    pub job: u64,
+    pub rule: String,
+    pub wildcards: std::collections::BTreeMap<String, String>,
+}
+
+impl ArtifactJob {
+    pub fn from_core(o: &cairn_core::job::JobOrigin) -> ArtifactJob {
+        ArtifactJob { attempt: o.id.attempt, job: o.id.job, rule: o.rule.clone(), wildcards: o.wildcards.clone() }
+    }
 }
 
 impl ArtifactEntry {
-    pub fn from_record(a: &ArtifactRecord) -> ArtifactEntry {
+    pub fn from_record(a: &ArtifactRecord, job: Option<&cairn_core::job::JobOrigin>) -> ArtifactEntry {
         ArtifactEntry {
+            job: job.map(ArtifactJob::from_core),
+            link: a.artifact.link.clone(),
             step_id: a.step_id.clone(),
             name: a.artifact.name.clone(),
             path: a.artifact.path.clone(),
@@ -88,7 +112,12 @@ impl ArtifactList {
     pub fn from_engine(a: &RunArtifacts) -> ArtifactList {
         ArtifactList {
             run_id: a.run_id.clone(),
-            artifacts: a.artifacts.iter().map(ArtifactEntry::from_record).collect(),
+            artifacts: a
+                .artifacts
+                .iter()
+                .zip(a.writers.iter().map(Option::as_ref).chain(std::iter::repeat(None)))
+                .map(|(r, job)| ArtifactEntry::from_record(r, job))
+                .collect(),
         }
     }
 }
@@ -113,6 +142,30 @@ pub struct TraceMatch {
     /// For a reused artifact, the runs it came through: this run's source first, the producer last.
     pub lineage: Vec<String>,
     pub recorded_at: String,
+    /// For a pipeline step's artifact: the job that wrote these bytes, then the jobs behind its
+    /// inputs, back to the pipeline's own files, each input with its SHA-256 and the job that
+    /// wrote it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<TraceJob>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TraceJob {
+    pub attempt: u32,
+    pub job: u64,
+    pub rule: String,
+    pub wildcards: std::collections::BTreeMap<String, String>,
+    pub inputs: Vec<TraceInput>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TraceInput {
+    /// Relative to the pipeline's working copy.
+    pub path: String,
+    /// As the job that wrote it recorded it, or as the pipeline's folder was registered.
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<super::JobId>,
 }
 
 /// Which runs recorded a file's bytes (`cairn trace FILE`, `GET /artifacts?sha256=`).
@@ -143,6 +196,25 @@ impl TraceResult {
                     signature: m.signature.as_ref().map(super::to_value),
                     lineage: m.lineage.clone(),
                     recorded_at: time(m.record.recorded_at),
+                    jobs: m
+                        .jobs
+                        .iter()
+                        .map(|l| TraceJob {
+                            attempt: l.job.id.attempt,
+                            job: l.job.id.job,
+                            rule: l.job.rule.clone(),
+                            wildcards: l.job.wildcards.clone(),
+                            inputs: l
+                                .inputs
+                                .iter()
+                                .map(|i| TraceInput {
+                                    path: i.path.clone(),
+                                    sha256: i.sha256.clone(),
+                                    from: i.from.map(|f| super::JobId { attempt: f.attempt, job: f.job }),
+                                })
+                                .collect(),
+                        })
+                        .collect(),
                 })
                 .collect(),
         }
@@ -313,7 +385,16 @@ fn step_fields(decision: Option<&Value>, s: &StepView, limit: usize) -> StepResu
         result,
         result_truncated,
         result_bytes,
-        artifacts: s.artifacts.iter().map(ArtifactEntry::from_record).collect(),
+        artifacts: s
+            .artifacts
+            .iter()
+            .map(|a| {
+                ArtifactEntry::from_record(
+                    a,
+                    s.writer_of(&a.artifact.name).map(cairn_core::job::JobOrigin::of).as_ref(),
+                )
+            })
+            .collect(),
         step_id: s.step_id.clone(),
         status: s.status().to_string(),
         attempts: r.map(|r| r.attempt_count).unwrap_or(0),
@@ -505,6 +586,10 @@ pub struct Explanation {
     pub signature: Option<Value>,
     pub outcome: Option<String>,
     pub error: Option<String>,
+    /// A pipeline step's jobs by rule: how many it ran and why (Snakemake's reasons, by kind), how
+    /// many a replay carried over; absent for a step that is not a pipeline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<super::jobs::RuleJobs>,
 }
 
 impl Explanation {
@@ -521,6 +606,7 @@ impl Explanation {
             signature: e.signature.as_ref().map(super::to_value),
             outcome: e.outcome.map(|o| o.to_string()),
             error: e.error.clone(),
+            jobs: e.jobs.iter().map(super::jobs::RuleJobs::from_core).collect(),
         }
     }
 }

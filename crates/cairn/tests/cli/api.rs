@@ -485,6 +485,16 @@ fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
         protected("GET", "/runs/nope/timeline", None, NOT_FOUND, NOT_FOUND),
         protected("GET", "/runs/R1/steps/b/explain", None, OK, OK),
         protected("GET", "/runs/R1/steps/zz/explain", None, NOT_FOUND, NOT_FOUND),
+        // A step's pipeline jobs (none: it is not a pipeline), and a bad filter.
+        protected("GET", "/runs/R1/steps/b/jobs", None, OK, OK),
+        protected("GET", "/runs/R1/steps/zz/jobs", None, NOT_FOUND, NOT_FOUND),
+        protected(
+            "GET",
+            "/runs/R1/steps/b/jobs?status=done",
+            None,
+            (422, Some("invalid_request")),
+            (422, Some("invalid_request")),
+        ),
         // The evidence: a step whole, a run's artifacts, and a trace by hash (none recorded).
         protected("GET", "/runs/R1/steps/b", None, OK, OK),
         protected("GET", "/runs/R1/steps/zz", None, NOT_FOUND, NOT_FOUND),

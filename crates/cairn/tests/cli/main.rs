@@ -14,6 +14,7 @@ mod controllers;
 mod daemon;
 mod docs;
 mod evidence;
+mod jobs;
 mod jupyter;
 mod kernel;
 mod layers;

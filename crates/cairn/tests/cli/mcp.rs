@@ -59,6 +59,8 @@ const WORKBENCH: Tools = &[
     ("list_runs", &[], &["status", "limit"]),
     ("get_run", &["run_id"], &[]),
     ("explain_step", &["run_id", "step_id"], &[]),
+    ("get_pipeline_jobs", &["run_id", "step_id"], &["rule", "status", "offset", "limit"]),
+    ("trace_artifact", &["sha256"], &[]),
     ("get_step_result", &["run_id", "step_id"], &[]),
     ("export_run", &["run_id"], &["data"]),
     ("read_artifact", &["run_id", "step_id", "name"], &["path", "offset", "length"]),
@@ -116,12 +118,14 @@ const MUTATING: [&str; 12] = [
 ];
 
 /// Tools that only read: annotated read-only.
-const READ_ONLY: [&str; 21] = [
+const READ_ONLY: [&str; 23] = [
     "list_workflows",
     "describe_workflow",
     "list_runs",
     "get_run",
     "explain_step",
+    "get_pipeline_jobs",
+    "trace_artifact",
     "get_step_result",
     "export_run",
     "read_artifact",

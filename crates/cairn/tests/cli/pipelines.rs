@@ -56,7 +56,34 @@ fn plain_snakemake(fx: &Fx, name: &str, label: &str, snakefile: &str, cores: u64
     cmd.env("PATH", &fx.path);
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "plain snakemake of {name} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    // Its log beside it: the jobs it ran.
+    std::fs::write(plain_log(&dir), &out.stderr).unwrap();
     dir
+}
+
+/// Where [`plain_snakemake`] keeps the log of its run in `dir`.
+fn plain_log(dir: &Path) -> PathBuf {
+    dir.with_extension("snakemake.log")
+}
+
+/// A pipeline step's jobs (`cairn jobs --json`) are the jobs plain snakemake ran in `plain`, and
+/// each job's hashed outputs are the bytes its step recorded as artifacts (where the job wrote
+/// the file and nothing changed it after).
+#[track_caller]
+fn jobs_are_plain_snakemakes(fx: &Fx, run_id: &str, plain: &Path, label: &str) {
+    let jobs = fx.json(&["jobs", run_id, "pipeline"]).expect(0).json;
+    let plain_jobs = crate::jobs::plain_job_keys(&std::fs::read_to_string(plain_log(plain)).unwrap());
+    assert_eq!(crate::jobs::job_keys(&jobs), plain_jobs, "{label}: Cairn's jobs are plain snakemake's");
+    let run = fx.c.show(run_id);
+    for a in step(&run, "pipeline")["artifacts"].as_array().unwrap() {
+        let Some(job) = a.get("job") else { continue };
+        let listed =
+            jobs["jobs"].as_array().unwrap().iter().find(|j| j["job"] == job["job"] && j["attempt"] == job["attempt"]);
+        let file = listed.and_then(|j| j["files"].as_array().unwrap().iter().find(|f| f["path"] == a["name"]));
+        if let Some(sha) = file.and_then(|f| f["sha256"].as_str()) {
+            assert_eq!(sha, str_of(&a["sha256"]), "{label}: {} as its job left it", a["name"]);
+        }
+    }
 }
 
 /// The step's artifacts as `name → sha256`.
@@ -140,6 +167,7 @@ fn every_shape_as_plain_snakemake(fx: &Fx, target: Option<&str>) {
         let theirs = tree(&plain, &[".snakemake", "workflow.toml"]);
         let ours = tree(&work, &[".snakemake", ".cairn"]);
         assert_eq!(ours, theirs, "{name}: Cairn's working copy and plain snakemake's folder differ");
+        jobs_are_plain_snakemakes(fx, &run_id, &plain, &label);
 
         let created = created_or_changed(&work, name);
         let created: BTreeMap<String, String> =
@@ -493,6 +521,13 @@ fn a_pipeline_on_a_slurm_target_submits_its_jobs_to_slurm() {
     );
     let plain = plain_snakemake(&fx, "cluster", "cluster-plain", "Snakefile", 2, None);
     assert_eq!(tree(&work, &[".snakemake", ".cairn"]), tree(&plain, &[".snakemake", "workflow.toml"]));
+    // Submitted to Slurm, each job is still a record: the same jobs as plain snakemake's, each
+    // finished job's outputs hashed on the target.
+    jobs_are_plain_snakemakes(&fx, str_of(&run["run_id"]), &plain, "cluster on slurm");
+    let jobs = fx.json(&["jobs", str_of(&run["run_id"]), "pipeline"]).expect(0).json;
+    let greets: Vec<&Value> = jobs["jobs"].as_array().unwrap().iter().filter(|j| j["rule"] == "greet").collect();
+    assert_eq!(greets.len(), 3, "{jobs:#}");
+    assert!(greets.iter().all(|g| g["status"] == "finished" && g["files"][0]["sha256"].is_string()), "{jobs:#}");
     let created: BTreeMap<String, String> =
         created_or_changed(&work, "cluster").into_iter().filter(|(p, _)| !p.starts_with(".cairn/")).collect();
     assert_eq!(artifacts_of(&run), created);
@@ -594,6 +629,14 @@ fn pipeline_jobs_are_read_from_snakemake_8s_log_too() {
         }
         if name == "retries" {
             assert_eq!((started.len(), failed.len()), (3, 2), "two failures, each restarted: {failed:#?}");
+        }
+        // Each job is a record from 8's log too: its outputs and why it ran.
+        let jobs = fx.json(&["jobs", name, "pipeline"]).expect(0).json;
+        for j in jobs["jobs"].as_array().unwrap() {
+            assert!(j["reason"].is_string(), "{name}: {j:#}");
+            if name == "bare" {
+                assert!(!j["outputs"].as_array().unwrap().is_empty(), "{name}: {j:#}");
+            }
         }
     }
     fx.stop_daemon();

@@ -393,7 +393,8 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background, Held) {
     assert_eq!(report["result_truncated"], false);
 
     let expect = json!({
-        "pipeline": {"run": id(&pipeline, "run_id"), "step": "pipeline", "jobs": "4 of 4 jobs done"},
+        "pipeline": {"run": id(&pipeline, "run_id"), "step": "pipeline", "jobs": "4 of 4 jobs done",
+            "job_count": 4, "job_edges": 3, "artifact": "steps/pipeline/results/a.txt", "artifact_rule": "one (s=a)"},
         "evidence": {
             "step": "prepare",
             "result": prepare["result"],

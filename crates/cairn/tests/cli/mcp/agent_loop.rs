@@ -68,6 +68,17 @@ fn an_agent_closes_the_loop_alone_over_mcp() {
         assert_eq!((&bytes["sha256"], bytes["encoding"].as_str()), (&report["sha256"], Some("text")), "{w}: {bytes:#}");
         let why = wb.call_ok("explain_step", json!({"run_id": run_id, "step_id": "pipeline"}));
         assert!(why.to_string().contains("pipeline"), "{w}: {why:#}");
+        // The pipeline's jobs, the one that wrote the report among them.
+        let jobs = wb.call_ok("get_pipeline_jobs", json!({"run_id": run_id, "step_id": "pipeline"}));
+        assert_eq!(jobs["total"], jobs["jobs"].as_array().unwrap().len(), "{w}: {jobs:#}");
+        let writer = &report["job"];
+        let listed = jobs["jobs"].as_array().unwrap().iter().find(|j| j["job"] == writer["job"]);
+        assert_eq!(listed.map(|j| &j["rule"]), Some(&writer["rule"]), "{w}: the report's job is listed: {jobs:#}");
+        let traced = wb.call_ok("trace_artifact", json!({"sha256": report["sha256"]}));
+        let found = traced["matches"].as_array().unwrap().iter().find(|m| m["run_id"] == run_id.as_str()).cloned();
+        assert_eq!(found.map(|m| m["jobs"][0]["rule"].clone()), Some(writer["rule"].clone()), "{w}: {traced:#}");
+        let one = wb.call_ok("get_pipeline_jobs", json!({"run_id": run_id, "step_id": "pipeline", "limit": 1}));
+        assert_eq!((one["jobs"].as_array().unwrap().len(), &one["total"]), (1, &jobs["total"]), "{w}");
 
         // Replay the step into a child run, approved the same way.
         let child_dir = fx.p(&format!("runs/{era}-replay"));
