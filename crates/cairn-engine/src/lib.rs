@@ -15,6 +15,7 @@ mod error;
 mod export;
 pub mod launcher;
 mod pipeline;
+pub use pipeline::JobPrediction;
 pub mod placement;
 pub mod plan;
 mod pool;

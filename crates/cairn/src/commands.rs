@@ -97,10 +97,11 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                     return finish_run_output(&view, json);
                 }
                 let prepared = engine.dry_run_replay(&req)?;
+                let jobs = engine.predict_pipeline_jobs(&prepared);
                 if json {
-                    print_wire(&wire::ReplayPreview::from_prepared(&prepared));
+                    print_wire(&wire::ReplayPreview::from_prepared(&prepared).with_jobs(&jobs));
                 } else {
-                    output::print_dry_run(&prepared);
+                    output::print_dry_run(&prepared, &jobs);
                 }
                 return Ok(0);
             }

@@ -423,7 +423,7 @@ pub fn print_lineage(view: &RunView) {
     }
 }
 
-pub fn print_dry_run(p: &PreparedReplay) {
+pub fn print_dry_run(p: &PreparedReplay, jobs: &[cairn_engine::JobPrediction]) {
     println!("replay of {} ({}) — dry run, nothing created", p.source.run_id, p.workflow.spec().reference());
     for d in &p.plan.decisions {
         let what = match d.decision {
@@ -434,6 +434,18 @@ pub fn print_dry_run(p: &PreparedReplay) {
     }
     let s = &p.summary;
     println!("replayed {}, reused {}, invalidated {}", s.replayed.len(), s.reused.len(), s.invalidated.len());
+    for j in jobs {
+        match &j.note {
+            Some(note) => println!("pipeline step {}: {note}", j.step_id),
+            None if j.rules.is_empty() => println!("pipeline step {}: Snakemake would run no job", j.step_id),
+            None => {
+                println!("pipeline step {}: the jobs Snakemake would run, by rule:", j.step_id);
+                for r in &j.rules {
+                    println!("  {}", wire::RuleJobs::from_core(r).summary().replacen(" ran", " would run", 1));
+                }
+            }
+        }
+    }
 }
 
 pub fn print_explain(e: &wire::Explanation) {

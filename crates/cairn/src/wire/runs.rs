@@ -648,6 +648,19 @@ pub struct ReplayPreview {
     /// `[{step_id, decision, reason, text}]`, in execution order.
     #[schema(value_type = Vec<Object>)]
     pub decisions: Value,
+    /// For each pipeline step it would re-execute here: the jobs Snakemake would run, by rule and
+    /// reason (`snakemake --dry-run` in a scratch copy seeded as the replay would seed it), or a
+    /// note saying why not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<PredictedJobs>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PredictedJobs {
+    pub step_id: String,
+    pub rules: Vec<super::RuleJobs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl ReplayPreview {
@@ -659,7 +672,20 @@ impl ReplayPreview {
             version: p.workflow.spec().version.clone(),
             replay: super::to_value(&p.summary),
             decisions: p.record()["decisions"].clone(),
+            jobs: Vec::new(),
         }
+    }
+
+    pub fn with_jobs(mut self, jobs: &[cairn_engine::JobPrediction]) -> ReplayPreview {
+        self.jobs = jobs
+            .iter()
+            .map(|j| PredictedJobs {
+                step_id: j.step_id.clone(),
+                rules: j.rules.iter().map(super::RuleJobs::from_core).collect(),
+                note: j.note.clone(),
+            })
+            .collect();
+        self
     }
 }
 

@@ -319,13 +319,40 @@ fn a_replay_runs_only_the_jobs_plain_snakemake_runs_in_place() {
     copy_dir(&Path::new(FIXTURES).join("calling"), &plain);
     plain_snakemake_in(&fx, &plain, &json!({"samples": ["A", "B"]}));
 
-    // One sample added.
+    // One sample added. The dry run says, per rule, the jobs Snakemake will run, and why.
     let abc = json!({"samples": ["A", "B", "C"]});
+    let input = fx.c.input(&json!({"config": abc}));
+    let dry =
+        fx.json(&["replay", "ab", "--step", "calling", "--input", input.to_str().unwrap(), "--dry-run"]).expect(0).json;
+    let predicted: Vec<(String, u64)> = dry["jobs"][0]["rules"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{dry:#}"))
+        .iter()
+        .map(|r| (str_of(&r["rule"]).to_string(), r["jobs"].as_u64().unwrap()))
+        .collect();
+    let text = String::from_utf8_lossy(
+        &fx.c.cmd(&["replay", "ab", "--step", "calling", "--input", input.to_str().unwrap(), "--dry-run"]).stdout,
+    )
+    .into_owned();
+    assert!(text.contains("bwa_map: 1 would run (Missing output files)"), "{text}");
+    assert!(fx.c.runs().iter().all(|r| r["run_id"] != "abc"), "a dry run creates nothing");
     let child = replay_calling(&fx, "ab", "abc", &abc);
     let plain_log = plain_snakemake_in(&fx, &plain, &abc);
     let plain_jobs = plain_job_keys(&plain_log);
     assert_eq!(plain_jobs.len(), 5, "plain snakemake runs C's three jobs, the call and all: {plain_jobs:?}");
     assert_eq!(ran_keys(&fx, "abc"), plain_jobs, "the replay runs the jobs plain snakemake runs in place");
+    let mut ran_rules: Vec<(String, u64)> = Vec::new();
+    for key in ran_keys(&fx, "abc") {
+        let rule = key.split(' ').next().unwrap().to_string();
+        match ran_rules.iter_mut().find(|(r, _)| *r == rule) {
+            Some((_, n)) => *n += 1,
+            None => ran_rules.push((rule, 1)),
+        }
+    }
+    let (mut a, mut b) = (predicted.clone(), ran_rules);
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the dry run predicted the jobs the replay ran, by rule: {dry:#}");
     let work = PathBuf::from(str_of(&child["run_dir"])).join("steps/calling");
     // bwa's logs hold its command line (absolute paths) and timings: compared by name only.
     assert_eq!(
@@ -681,5 +708,69 @@ fn symlinks_a_pipeline_makes_are_recorded_as_links_and_carried_by_replays() {
     assert_eq!(ran_keys_of(&fx, "again", "pipeline"), plain_again, "the jobs plain snakemake runs again in place");
     let work = PathBuf::from(str_of(&again["run_dir"])).join("steps/pipeline");
     assert_eq!(entries(&work, &[".snakemake", ".cairn"]), entries(&plain, &[".snakemake", "workflow.toml"]));
+    fx.stop_daemon();
+}
+
+/// `cairn execute-plan` of `plan`, READY: Slurm's jobs each wait for its scheduler, so more than
+/// the CLI helper's 60 s may pass.
+fn execute_slowly(fx: &Fx, plan: &Value) -> Value {
+    let mut args = approval(plan);
+    args.push("--json".into());
+    let i = fx.spawn(&args);
+    let (code, out) = fx.wait_spawned(i, std::time::Duration::from_secs(240));
+    let run: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}\n{}", fx.c.daemon_log()));
+    assert_eq!((code, &run["status"]), (0, &json!("READY")), "{run:#}\n{}", fx.c.daemon_log());
+    run
+}
+
+/// Under Slurm (Snakemake submitting each job with its Slurm executor): the jobs are records,
+/// and a planned replay adding a sample submits only that sample's jobs, the call and `all`.
+#[test]
+fn a_planned_replay_on_a_slurm_target_submits_only_the_new_samples_jobs() {
+    let Some(fx) = Fx::new() else { return };
+    let Some(d) = sshd() else { return };
+    if !crate::remote::slurm() {
+        return;
+    }
+    let Some(_) = calling(&fx) else { return };
+    let ws = fx.p("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ssh = format!("root@127.0.0.1:{}", sshd_port());
+    let extra = ["--executor", "slurm", "--partition", "debug"];
+    fx.c.add_target("hpc", &ssh, &d.join("id_ed25519"), &d.join("known_hosts"), ws.to_str().unwrap(), &extra).expect(0);
+    let plan = fx.plan("calling", &json!({"config": {"samples": ["A"]}}), "hpc", &fx.p("ws/a"), "a").expect(0).json;
+    let source = execute_slowly(&fx, &plan);
+    let source_id = str_of(&source["run_id"]).to_string();
+    assert_eq!(ran_keys(&fx, &source_id).len(), 6, "every job recorded under Slurm");
+
+    let input = fx.c.input(&json!({"config": {"samples": ["A", "B"]}}));
+    let child_dir = fx.p("ws/ab");
+    let replay = fx
+        .json(&[
+            "plan",
+            "--replay",
+            &source_id,
+            "--step",
+            "calling",
+            "--input",
+            input.to_str().unwrap(),
+            "--target",
+            "hpc",
+            "--run-dir",
+            child_dir.to_str().unwrap(),
+            "--name",
+            "abc",
+        ])
+        .expect(0)
+        .json;
+    let child = execute_slowly(&fx, &replay);
+    let want: BTreeSet<String> =
+        ["bwa_map {sample=B}", "samtools_sort {sample=B}", "samtools_index {sample=B}", "call {}", "all {}"]
+            .map(String::from)
+            .into();
+    assert_eq!(ran_keys(&fx, str_of(&child["run_id"])), want, "only the new sample's jobs, the call and all");
+    let log = std::fs::read_to_string(child_dir.join("steps/calling/.cairn/attempt-1/stderr")).unwrap();
+    let submitted = log.matches("has been submitted with SLURM jobid").count();
+    assert_eq!(submitted, 4, "the four jobs that are not `all` went through Slurm:\n{log}");
     fx.stop_daemon();
 }
