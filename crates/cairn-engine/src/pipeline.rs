@@ -210,6 +210,44 @@ impl Engine {
         out
     }
 
+    /// For a replay plan on this machine: its pipeline steps' predicted jobs, as
+    /// [`Engine::predict_pipeline_jobs`] says for a dry run; nothing for another plan. Not part of
+    /// the plan (its checksum covers what runs, not a forecast).
+    pub fn predict_plan_jobs(&self, plan: &cairn_core::plan::Plan) -> Vec<JobPrediction> {
+        let Some(replay) = &plan.replay else { return Vec::new() };
+        let Some(source) = replay.get("source_run_id").and_then(Value::as_str) else { return Vec::new() };
+        let steps: Vec<String> = replay
+            .get("step_ids")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        let req = crate::replay::ReplayRequest {
+            source_run_id: source.to_string(),
+            step_ids: steps,
+            input: Some(plan.input.clone()),
+            version: Some(plan.version.clone()),
+            workflow: Some(plan.workflow.clone()),
+            target: Some(plan.target.clone()),
+            ..crate::replay::ReplayRequest::default()
+        };
+        match self.prepare_replay(&req) {
+            Ok(prepared) if plan.target == cairn_core::target::LOCAL => self.predict_pipeline_jobs(&prepared),
+            Ok(prepared) => self
+                .predict_pipeline_jobs(&prepared)
+                .into_iter()
+                .map(|p| JobPrediction {
+                    step_id: p.step_id,
+                    rules: Vec::new(),
+                    note: Some(format!(
+                        "not predicted: the plan runs on target `{}`, and a forecast looks only here",
+                        plan.target
+                    )),
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     fn predict_step(
         &self,
         prepared: &crate::replay::PreparedReplay,

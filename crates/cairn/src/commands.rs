@@ -280,9 +280,20 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Plan { command: None, request, json } => {
-            let plan = open_engine(cli.home)?.make_plan(&request.into_request()?)?;
-            print_plan(&plan, json);
+            let engine = open_engine(cli.home)?;
+            let plan = engine.make_plan(&request.into_request()?)?;
+            // A replay plan also says what its pipeline steps would run (a forecast beside the
+            // plan, as `POST /plans` answers it).
+            let jobs = engine.predict_plan_jobs(&plan);
+            if json && !jobs.is_empty() {
+                let mut v = serde_json::to_value(&plan).unwrap_or_default();
+                v["jobs"] = wire::to_value(&wire::ReplayPreview::predicted(&jobs));
+                print_json(&v);
+            } else {
+                print_plan(&plan, json);
+            }
             if !json {
+                output::print_predictions(&jobs);
                 eprintln!(
                     "\nnothing was created. To execute exactly this plan:\n  cairn execute-plan {} --id {} --checksum {}",
                     plan.plan_name, plan.plan_id, plan.plan_checksum

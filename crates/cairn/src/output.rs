@@ -434,6 +434,11 @@ pub fn print_dry_run(p: &PreparedReplay, jobs: &[cairn_engine::JobPrediction]) {
     }
     let s = &p.summary;
     println!("replayed {}, reused {}, invalidated {}", s.replayed.len(), s.reused.len(), s.invalidated.len());
+    print_predictions(jobs);
+}
+
+/// Each pipeline step's forecast jobs (a replay's dry run, a replay plan).
+pub fn print_predictions(jobs: &[cairn_engine::JobPrediction]) {
     for j in jobs {
         match &j.note {
             Some(note) => println!("pipeline step {}: {note}", j.step_id),

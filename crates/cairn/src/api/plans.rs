@@ -25,8 +25,15 @@ pub(super) async fn create_plan(
     ApiJson(body): ApiJson<PlanRun>,
 ) -> Result<Response, ApiError> {
     blocking(move || {
-        let plan = state.service.engine().make_plan(&body.into_request()?)?;
-        Ok((StatusCode::CREATED, Json(to_value(&plan))).into_response())
+        let engine = state.service.engine();
+        let plan = engine.make_plan(&body.into_request()?)?;
+        let mut answer = to_value(&plan);
+        // A replay plan also says what its pipeline steps would run (a forecast, not in the plan).
+        let jobs = engine.predict_plan_jobs(&plan);
+        if !jobs.is_empty() {
+            answer["jobs"] = to_value(&crate::wire::ReplayPreview::predicted(&jobs));
+        }
+        Ok((StatusCode::CREATED, Json(answer)).into_response())
     })
     .await
 }

@@ -107,6 +107,7 @@ fn plan_view(replay: bool) -> Arc<JsonObject> {
     if replay {
         properties["decisions"] = json!({"type": "array", "items": {"type": "object"}});
         properties["source_run_id"] = json!({"type": "string"});
+        properties["jobs"] = json!({"type": "array", "description": "Each pipeline step's predicted jobs, by rule and reason", "items": {"type": "object"}});
         required.extend(["decisions", "source_run_id"]);
     }
     object("A stored, immutable plan; nothing has been created", properties, &required)

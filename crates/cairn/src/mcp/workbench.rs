@@ -376,6 +376,9 @@ impl Workbench {
                 let mut view = plan_view(&plan);
                 view["decisions"] = plan["replay"]["decisions"].clone();
                 view["source_run_id"] = plan["replay"]["source_run_id"].clone();
+                if let Some(jobs) = plan.get("jobs") {
+                    view["jobs"] = jobs.clone();
+                }
                 structured(view)
             }
             Err(e) => e.tool_result(),

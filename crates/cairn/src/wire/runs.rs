@@ -677,15 +677,19 @@ impl ReplayPreview {
     }
 
     pub fn with_jobs(mut self, jobs: &[cairn_engine::JobPrediction]) -> ReplayPreview {
-        self.jobs = jobs
-            .iter()
+        self.jobs = ReplayPreview::predicted(jobs);
+        self
+    }
+
+    /// Each pipeline step's predicted jobs, as the wire gives them.
+    pub fn predicted(jobs: &[cairn_engine::JobPrediction]) -> Vec<PredictedJobs> {
+        jobs.iter()
             .map(|j| PredictedJobs {
                 step_id: j.step_id.clone(),
                 rules: j.rules.iter().map(super::RuleJobs::from_core).collect(),
                 note: j.note.clone(),
             })
-            .collect();
-        self
+            .collect()
     }
 }
 

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::controllers::{Fx, venv_bin};
 use crate::evidence::sha256_file;
+use crate::pipelines::tree;
 use crate::support::*;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pipelines");
@@ -260,26 +261,6 @@ fn a_calling_pipelines_jobs_are_records_with_their_files_reason_and_lineage() {
     fx.stop_daemon();
 }
 
-/// Every file below `dir` and its SHA-256, but the top-level entries `skip`.
-fn tree(dir: &Path, skip: &[&str]) -> std::collections::BTreeMap<String, String> {
-    fn walk(root: &Path, dir: &Path, skip: &[&str], out: &mut std::collections::BTreeMap<String, String>) {
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
-            if skip.contains(&rel.as_str()) {
-                continue;
-            }
-            if e.file_type().unwrap().is_dir() {
-                walk(root, &e.path(), skip, out);
-            } else {
-                out.insert(rel, sha256_file(&e.path()));
-            }
-        }
-    }
-    let mut out = std::collections::BTreeMap::new();
-    walk(dir, dir, skip, &mut out);
-    out
-}
-
 /// `cairn replay SOURCE --step calling --input {config} --run-id ID --json`, READY.
 fn replay_calling(fx: &Fx, source: &str, run_id: &str, config: &Value) -> Value {
     let input = fx.c.input(&json!({"config": config}));
@@ -492,6 +473,8 @@ fn a_planned_replay_on_the_ssh_target_runs_only_the_new_samples_jobs() {
         ])
         .expect(0)
         .json;
+    // The forecast looks only here: on a target the plan says so.
+    assert!(str_of(&replay["jobs"][0]["note"]).contains("on target `ci`"), "{replay:#}");
     let child = fx.execute(&replay).expect(0).json;
     assert_eq!(child["status"], "READY", "{child:#}\n{}", fx.c.daemon_log());
     let child_id = str_of(&child["run_id"]).to_string();

@@ -21,7 +21,7 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pipe
 
 /// Every file below `dir` (its path relative to `dir` and its SHA-256), but the top-level
 /// entries `skip`.
-fn tree(dir: &Path, skip: &[&str]) -> BTreeMap<String, String> {
+pub(crate) fn tree(dir: &Path, skip: &[&str]) -> BTreeMap<String, String> {
     fn walk(root: &Path, dir: &Path, skip: &[&str], out: &mut BTreeMap<String, String>) {
         for e in std::fs::read_dir(dir).unwrap().flatten() {
             let rel = e.path().strip_prefix(root).unwrap().display().to_string();

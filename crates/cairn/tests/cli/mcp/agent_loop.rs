@@ -84,6 +84,8 @@ fn an_agent_closes_the_loop_alone_over_mcp() {
         let child_dir = fx.p(&format!("runs/{era}-replay"));
         let rp =
             wb.call_ok("plan_replay", json!({"source_run_id": run_id, "step_ids": ["pipeline"], "run_dir": child_dir}));
+        // The plan forecasts the pipeline's jobs: nothing changed, so Snakemake would run none.
+        assert_eq!(rp["jobs"], json!([{"step_id": "pipeline", "rules": []}]), "{w}: {rp:#}");
         let approve =
             json!({"plan_name": rp["plan_name"], "plan_id": rp["plan_id"], "plan_checksum": rp["plan_checksum"]});
         let child = wb.call_seeing("execute_plan", approve, json!({"elicit": "accept"}));
