@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 
 use arbitrary::{Result, Unstructured};
 use cairn_core::artifact::Artifact;
+use cairn_core::pipeline::JobFile;
 use cairn_core::replay::Found;
 use cairn_exec::agent::protocol::{
     Cancelled, Chunk, Envelope, ExitRecord, HashedOutputs, Identity, Launch, MaterializedCounts, PROTOCOL, ReadyFacts,
-    Reply, ReplyError, StepExit, Tail, Unsupported, decode_line,
+    Reply, ReplyError, SeededCounts, StepExit, Tail, Unsupported, decode_line,
 };
 use cairn_fuzz::{json, split_input, text};
 use libfuzzer_sys::fuzz_target;
@@ -74,7 +75,7 @@ fn found(u: &mut Unstructured<'_>) -> Result<Found> {
 }
 
 fn reply(u: &mut Unstructured<'_>) -> Result<Reply> {
-    Ok(match u.int_in_range(0..=14)? {
+    Ok(match u.int_in_range(0..=16)? {
         0 => Reply::Serving(u.arbitrary()?),
         1 => {
             let mut inputs = BTreeMap::new();
@@ -137,9 +138,12 @@ fn reply(u: &mut Unstructured<'_>) -> Result<Reply> {
         8 => Reply::Tail(Tail { text: s(u)?, bytes: u.arbitrary()? }),
         9 => Reply::Outputs(HashedOutputs {
             artifacts: (0..u.int_in_range(0..=2)?)
-                .map(|_| Ok(Artifact { name: s(u)?, path: s(u)?, bytes: u.arbitrary()?, sha256: s(u)? }))
+                .map(|_| {
+                    Ok(Artifact { name: s(u)?, path: s(u)?, bytes: u.arbitrary()?, sha256: s(u)?, link: opt(u, s)? })
+                })
                 .collect::<Result<_>>()?,
             fault: opt(u, s)?,
+            state_sha256: opt(u, s)?,
         }),
         10 => {
             let mut checked = BTreeMap::new();
@@ -155,6 +159,19 @@ fn reply(u: &mut Unstructured<'_>) -> Result<Reply> {
         }),
         12 => Reply::Chunk(Chunk { b64: s(u)?, offset: u.arbitrary()?, size: u.arbitrary()? }),
         13 => Reply::Error(s(u)?),
+        14 => Reply::Files(
+            (0..u.int_in_range(0..=3)?)
+                .map(|_| {
+                    Ok(JobFile { path: s(u)?, bytes: opt(u, |u| u.arbitrary())?, sha256: opt(u, s)?, link: opt(u, s)? })
+                })
+                .collect::<Result<_>>()?,
+        ),
+        15 => Reply::Seeded(SeededCounts {
+            carried: u.arbitrary()?,
+            left_out: (0..u.int_in_range(0..=2)?).map(|_| Ok((s(u)?, s(u)?))).collect::<Result<_>>()?,
+            state: u.arbitrary()?,
+            present: u.arbitrary()?,
+        }),
         _ => Reply::Unsupported(Unsupported { agent: u.arbitrary()?, request: u.arbitrary()?, error: s(u)? }),
     })
 }

@@ -166,6 +166,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                         path: format!("steps/{}/report.html", step.id),
                         bytes: 3,
                         sha256: sha,
+                        link: None,
                     }],
                 );
             }

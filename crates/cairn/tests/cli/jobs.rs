@@ -644,6 +644,12 @@ fn symlinks_a_pipeline_makes_are_recorded_as_links_and_carried_by_replays() {
         entries(&plain, &[".snakemake", "workflow.toml"]),
         "the same files and links as plain snakemake"
     );
+    let plain_first = plain_job_keys(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        ran_keys_of(&fx, "links", "pipeline"),
+        plain_first,
+        "the same jobs as plain snakemake (the shadow rule's too)"
+    );
 
     let artifacts = step(&run, "pipeline")["artifacts"].as_array().unwrap().clone();
     let find = |name: &str| {
