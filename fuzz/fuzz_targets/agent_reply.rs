@@ -160,9 +160,18 @@ fn reply(u: &mut Unstructured<'_>) -> Result<Reply> {
         12 => Reply::Chunk(Chunk { b64: s(u)?, offset: u.arbitrary()?, size: u.arbitrary()? }),
         13 => Reply::Error(s(u)?),
         14 => Reply::Files(
-            (0..u.int_in_range(0..=3)?)
+            (0..u.int_in_range(0..=2)?)
                 .map(|_| {
-                    Ok(JobFile { path: s(u)?, bytes: opt(u, |u| u.arbitrary())?, sha256: opt(u, s)?, link: opt(u, s)? })
+                    (0..u.int_in_range(0..=2)?)
+                        .map(|_| {
+                            Ok(JobFile {
+                                path: s(u)?,
+                                bytes: opt(u, |u| u.arbitrary())?,
+                                sha256: opt(u, s)?,
+                                link: opt(u, s)?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()
                 })
                 .collect::<Result<_>>()?,
         ),

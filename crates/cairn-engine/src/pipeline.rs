@@ -427,20 +427,30 @@ impl Engine {
     /// filled into their events (a target that cannot be asked leaves them as listed: paths
     /// without contents, said in the step's log by the pipeline's own end).
     pub(crate) fn fill_job_files(&self, placement: &Placement, work_dir: &str, events: &mut [JobEvent]) {
-        for event in events {
-            let JobEvent::Finished { files, .. } = event else { continue };
-            if files.is_empty() {
-                continue;
+        let mut finished: Vec<&mut Vec<cairn_core::pipeline::JobFile>> = events
+            .iter_mut()
+            .filter_map(|e| match e {
+                JobEvent::Finished { files, .. } if !files.is_empty() => Some(files),
+                _ => None,
+            })
+            .collect();
+        if finished.is_empty() {
+            return;
+        }
+        let jobs: Vec<Vec<String>> = finished.iter().map(|f| f.iter().map(|x| x.path.clone()).collect()).collect();
+        let found = match placement {
+            Placement::Local => {
+                Some(jobs.iter().map(|paths| cairn_exec::artifacts::job_files(Path::new(work_dir), paths)).collect())
             }
-            let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
-            let found = match placement {
-                Placement::Local => Some(cairn_exec::artifacts::job_files(Path::new(work_dir), &paths)),
-                Placement::Target(_, agent) => {
-                    agent.files(FilesRequest { work_dir: work_dir.to_string(), paths }, AGENT_FILE_TIMEOUT).ok()
-                }
-            };
-            if let Some(found) = found {
-                *files = found;
+            // One round trip for every job that ended in this piece of the log.
+            Placement::Target(_, agent) => agent
+                .files(FilesRequest { work_dir: work_dir.to_string(), jobs }, AGENT_FILE_TIMEOUT)
+                .ok()
+                .filter(|found: &Vec<Vec<_>>| found.len() == finished.len()),
+        };
+        if let Some(found) = found {
+            for (files, hashed) in finished.iter_mut().zip(found) {
+                **files = hashed;
             }
         }
     }

@@ -316,7 +316,7 @@ fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
         }),
         Request::Files(FilesRequest {
             work_dir: "/w/run/steps/p".into(),
-            paths: vec!["sorted/A.bam".into(), "out/".into()],
+            jobs: vec![vec!["sorted/A.bam".into(), "out/".into()], vec![]],
         }),
         Request::Seed(Box::new(SeedRequest {
             snapshot: "/w/run/workflow".into(),
@@ -777,8 +777,13 @@ fn the_agent_hashes_job_files_and_seeds_a_working_copy_as_cairn_does_here() {
     let agent = Agent::local();
     let t = Duration::from_secs(30);
     let paths: Vec<String> = ["out/a.txt", "out/link", "out/dir", "out/gone", "../x"].map(String::from).into();
-    let there = agent.files(FilesRequest { work_dir: text(&earlier), paths: paths.clone() }, t).unwrap();
-    assert_eq!(there, job_files(&earlier, &paths), "the same files, links and gone ones, in the same order");
+    let jobs = vec![paths.clone(), vec!["out/b.txt".to_string()]];
+    let there = agent.files(FilesRequest { work_dir: text(&earlier), jobs }, t).unwrap();
+    assert_eq!(
+        there,
+        [job_files(&earlier, &paths), job_files(&earlier, &["out/b.txt".to_string()])],
+        "the same files, links and gone ones, each job's in the same order"
+    );
 
     let sha = |p: &Path| cairn_core::canonical::sha256_hex(&std::fs::read(p).unwrap());
     let snapshot = dir.path().join("snapshot");

@@ -109,7 +109,7 @@ REQUESTS = {
     "changed": {"work_dir": str, "prefix": str, "baseline": [{"path": str, "sha256": str}], "exclude": [str],
                 "state": Maybe(str)},
     "read": {"path": str, "offset": int, "max_bytes": int},
-    "files": {"work_dir": str, "paths": [str]},
+    "files": {"work_dir": str, "jobs": [[str]]},
     "seed": {"snapshot": str, "to": str, "from": str, "baseline": [{"path": str, "sha256": str}],
              "files": [{"path": str, "sha256": str}], "state": Maybe({"dir": str, "sha256": str}),
              "write": [{"path": str, "b64": str, "sha256": str, "mode": int}], "once": str},
@@ -1271,7 +1271,7 @@ def job_files(work_dir, paths):
 
 
 def op_files(r):
-    emit({"files": job_files(r["work_dir"], r["paths"])})
+    emit({"files": [job_files(r["work_dir"], paths) for paths in r["jobs"]]})
 
 
 OPS = {"ready": op_ready, "deploy": op_deploy, "run": op_run, "serve": op_serve, "wait": op_wait,

@@ -247,8 +247,8 @@ impl Agent {
         self.ask(Request::Seed(Box::new(request)), timeout, |r| if let Reply::Seeded(s) = r { Ok(s) } else { Err(r) })
     }
 
-    /// What a finished pipeline job's outputs hold there.
-    pub fn files(&self, request: FilesRequest, timeout: Duration) -> Result<Vec<JobFile>, AgentError> {
+    /// What finished pipeline jobs' outputs hold there, each job's in the order asked.
+    pub fn files(&self, request: FilesRequest, timeout: Duration) -> Result<Vec<Vec<JobFile>>, AgentError> {
         self.ask(Request::Files(request), timeout, |r| if let Reply::Files(f) = r { Ok(f) } else { Err(r) })
     }
 

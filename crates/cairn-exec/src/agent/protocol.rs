@@ -84,7 +84,8 @@ pub enum Request {
     Changed(ChangedRequest),
     /// Bytes of a file from an offset (a pipeline's log, as it grows); [`Reply::Chunk`].
     Read(ReadRequest),
-    /// What a finished pipeline job's outputs hold, under its working directory; [`Reply::Files`].
+    /// What finished pipeline jobs' outputs hold, under their working directory (one answer for
+    /// every job of a batch: one round trip, however many jobs ended); [`Reply::Files`].
     Files(FilesRequest),
     /// A pipeline's working copy seeded from an earlier run's; [`Reply::Seeded`].
     Seed(Box<SeedRequest>),
@@ -282,8 +283,8 @@ pub struct ChangedRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FilesRequest {
     pub work_dir: String,
-    /// Paths relative to `work_dir`, as the job's block named them.
-    pub paths: Vec<String>,
+    /// Each job's outputs: paths relative to `work_dir`, as its block named them.
+    pub jobs: Vec<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -388,8 +389,8 @@ pub enum Reply {
     Checked(BTreeMap<String, Option<Found>>),
     Materialized(MaterializedCounts),
     Chunk(Chunk),
-    /// A job's outputs, as [`crate::artifacts::job_files`] gives them.
-    Files(Vec<JobFile>),
+    /// Each job's outputs, in the order asked, as [`crate::artifacts::job_files`] gives them.
+    Files(Vec<Vec<JobFile>>),
     Seeded(SeededCounts),
     /// The request failed, in words.
     Error(String),
