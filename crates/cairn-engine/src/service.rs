@@ -123,9 +123,10 @@ impl Service {
     pub fn start(engine: Arc<Engine>, config: ServiceConfig) -> Result<Arc<Service>, EngineError> {
         let owner = this_process();
         let now = engine.now_ms();
-        let host = config.host.clone().unwrap_or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
-        });
+        let host = config
+            .host
+            .clone()
+            .unwrap_or_else(|| nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default());
         let me = DaemonRecord {
             id: format!("dmn_{}", engine.ids.run_suffix()),
             host,
