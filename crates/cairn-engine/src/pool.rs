@@ -13,7 +13,6 @@ use cairn_core::store::StoreError;
 use crate::registry::LoadedWorkflow;
 use crate::replay::ReplayRequest;
 use crate::runner::{NoProgress, RunRequest};
-use crate::service::Log;
 use crate::{Engine, EngineError, StopKind, StopSignal};
 
 /// One unit of work: a run or a replay child, created already, to execute (or continue).
@@ -33,7 +32,6 @@ impl Work {
 
 pub(crate) struct Pool {
     engine: Arc<Engine>,
-    log: Log,
     queue: Mutex<VecDeque<(String, Work)>>,
     wake: Condvar,
     /// Runs queued or executing here, with their stop signals.
@@ -47,10 +45,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Pool {
-    pub(crate) fn new(engine: Arc<Engine>, workers: usize, log: Log) -> Arc<Pool> {
+    pub(crate) fn new(engine: Arc<Engine>, workers: usize) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             engine,
-            log,
             queue: Mutex::new(VecDeque::new()),
             wake: Condvar::new(),
             active: Mutex::new(HashMap::new()),
@@ -61,7 +58,7 @@ impl Pool {
             let p = pool.clone();
             match std::thread::Builder::new().name(format!("cairn-worker-{i}")).spawn(move || p.work()) {
                 Ok(t) => lock(&pool.threads).push(t),
-                Err(e) => (pool.log)(&format!("could not start worker {i}: {e}")),
+                Err(e) => tracing::warn!("could not start worker {i}: {e}"),
             }
         }
         pool
@@ -133,22 +130,21 @@ impl Pool {
             Work::Run { wf, req } => self.engine.run_loaded(&wf, &req, &mut NoProgress).map(|r| r.run.status),
             Work::Replay { req } => self.engine.replay(&req, &mut NoProgress).map(|(r, _)| r.run.status),
         };
-        let line = match outcome {
-            Ok(status) => format!("run {run_id} {status} after {} ms", started.elapsed().as_millis()),
-            Err(EngineError::Stopped { why, .. }) => format!("run {run_id} stopped: {why}"),
+        match outcome {
+            Ok(status) => tracing::info!("run {run_id} {status} after {} ms", started.elapsed().as_millis()),
+            Err(EngineError::Stopped { why, .. }) => tracing::info!("run {run_id} stopped: {why}"),
             Err(EngineError::Store(StoreError::LeaseLost { daemon, epoch, holder, .. })) => {
                 // Refused, not applied: said in the run's log, where its new holder's work shows.
                 let lease = cairn_core::store::Lease { daemon, epoch };
                 if let Err(e) = self.engine.store.record_stale_lease(run_id, &lease, self.engine.now_ms()) {
-                    (self.log)(&format!("run {run_id}: could not record the refused write: {e}"));
+                    tracing::warn!("run {run_id}: could not record the refused write: {e}");
                 }
-                format!(
+                tracing::warn!(
                     "run {run_id}: its lease was taken over by {holder}; a write was refused and it is no longer driven here"
                 )
             }
-            Err(e) => format!("run {run_id} could not go on: {e}"),
-        };
-        (self.log)(&line);
+            Err(e) => tracing::warn!("run {run_id} could not go on: {e}"),
+        }
     }
 
     /// Stops taking work and asks every run here to stop without writing; returns their ids.

@@ -29,15 +29,11 @@ use crate::runner::RunRequest;
 use crate::session::{SessionConfig, SessionKernel};
 use crate::{Engine, EngineError, RunView, StopKind, StopSignal};
 
-/// Where the service's log lines go (the daemon's log).
-pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
-
 /// How a [`Service`] runs.
 pub struct ServiceConfig {
     /// Runs executing at once.
     pub workers: usize,
     pub session: SessionConfig,
-    pub log: Log,
     /// Keep a spare scratch kernel booted for the next verification (with the session's
     /// interpreter setting).
     pub spare_kernel: bool,
@@ -106,7 +102,6 @@ pub struct Service {
     pool: Arc<Pool>,
     session: Arc<SessionKernel>,
     owner: Owner,
-    log: Log,
     /// This daemon in the registry.
     me: DaemonRecord,
     lease: Duration,
@@ -141,7 +136,7 @@ impl Service {
         engine.store.register_daemon(&me)?;
         // Set once: an engine serves one daemon.
         let _ = engine.daemon.set(crate::Lessee { record: me.clone(), lease_ms });
-        let pool = Pool::new(engine.clone(), config.workers, config.log.clone());
+        let pool = Pool::new(engine.clone(), config.workers);
         // A predecessor killed with its spare booted left that kernel running.
         engine.reap_orphan_spares();
         if config.spare_kernel {
@@ -153,7 +148,6 @@ impl Service {
             pool,
             session,
             owner,
-            log: config.log,
             me,
             lease: config.lease,
             closing: Arc::new(AtomicBool::new(false)),
@@ -353,7 +347,7 @@ impl Service {
                 Some((_, Some(remote))) => {
                     launches += 1;
                     if let Err(e) = self.engine.stop_launch(remote) {
-                        (self.log)(&format!("run {run_id}: {e}"));
+                        tracing::warn!("run {run_id}: {e}");
                     }
                 }
                 Some((p, None)) if on_this_host => {
@@ -364,9 +358,9 @@ impl Service {
                 None => {}
             }
         }
-        (self.log)(&format!(
+        tracing::info!(
             "run {run_id} cancelled; {groups} process group(s) and {launches} supervised launch(es) stopped"
-        ));
+        );
         self.engine.show_run(run_id)
     }
 
@@ -388,7 +382,7 @@ impl Service {
         let open = match self.engine.store.open_leases(&self.me.id) {
             Ok(open) => open,
             Err(e) => {
-                (self.log)(&format!("could not list open runs to take over: {e}"));
+                tracing::warn!("could not list open runs to take over: {e}");
                 return 0;
             }
         };
@@ -408,13 +402,13 @@ impl Service {
                         | StoreError::RunBusy { .. }
                         | StoreError::RunLeased { .. },
                     )) => {}
-                    Err(e) => (self.log)(&format!("cannot take run {run_id} over: {e}")),
+                    Err(e) => tracing::warn!("cannot take run {run_id} over: {e}"),
                 },
                 Takeover::Wait { host } => {
                     if self.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(run_id.clone()) {
-                        (self.log)(&format!(
+                        tracing::info!(
                             "run {run_id} waits for a daemon on host {host}: its lease expired and its files are there"
-                        ));
+                        );
                     }
                 }
                 Takeover::Leave => {}
@@ -452,7 +446,7 @@ impl Service {
                 Some(l) => format!("daemon {}", l.daemon),
                 None => run.owner.map(|o| format!("process {o}")).unwrap_or_else(|| "no owner".into()),
             };
-            (self.log)(&format!("taking run {} over (lease epoch {}; {was} is gone)", run.run_id, lease.epoch));
+            tracing::info!("taking run {} over (lease epoch {}; {was} is gone)", run.run_id, lease.epoch);
         }
         Ok(())
     }
@@ -478,7 +472,7 @@ impl Service {
         let held = match self.engine.store.heartbeat(&self.me.id, now, now + self.lease_ms()) {
             Ok(held) => held.into_iter().map(|(run_id, _)| run_id).collect::<HashSet<_>>(),
             Err(e) => {
-                (self.log)(&format!("heartbeat failed (leases not renewed): {e}"));
+                tracing::warn!("heartbeat failed (leases not renewed): {e}");
                 return;
             }
         };
@@ -492,13 +486,13 @@ impl Service {
                 // Taken over: its new holder stops (or re-attaches to) what was left running.
                 stop.request(StopKind::LeaseLost);
                 self.engine.store.drop_lease(&run_id);
-                (self.log)(&format!("run {run_id}: another daemon took its lease over; stopped driving it"));
+                tracing::info!("run {run_id}: another daemon took its lease over; stopped driving it");
             } else if leased.run.status.is_terminal() {
                 // Still ours, but finished through another daemon (cancelled): what it runs here
                 // is stopped here, where its processes are.
                 stop.request(StopKind::Cancel);
                 self.stop_local(self.engine.store.steps(&run_id).unwrap_or_default());
-                (self.log)(&format!("run {run_id} was {} through another daemon; stopped here", leased.run.status));
+                tracing::info!("run {run_id} was {} through another daemon; stopped here", leased.run.status);
             }
         }
     }
@@ -564,7 +558,7 @@ impl Service {
         self.pool.join(wait);
         // Its leases end now: the next daemon, here or elsewhere, need not wait for them.
         if let Err(e) = self.engine.store.stop_daemon(&self.me.id, self.engine.now_ms()) {
-            (self.log)(&format!("could not release this daemon's leases: {e}"));
+            tracing::warn!("could not release this daemon's leases: {e}");
         }
         active.len()
     }

@@ -388,6 +388,10 @@ pub enum DaemonCommand {
         /// sharing its registry takes its runs over after this long.
         #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
         lease_secs: u64,
+        /// The daemon log's format (`<state>/daemon.log`): `text`, a line a person reads, or `json`,
+        /// one object a line with its time, level and message, for machines.
+        #[arg(long, value_enum, env = "CAIRN_LOG_FORMAT", default_value = "text")]
+        log_format: crate::presence::LogFormat,
         #[arg(long)]
         json: bool,
     },
@@ -432,6 +436,10 @@ pub enum DaemonCommand {
         /// sharing its registry takes its runs over after this long.
         #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
         lease_secs: u64,
+        /// The daemon log's format (`<state>/daemon.log`): `text`, a line a person reads, or `json`,
+        /// one object a line with its time, level and message, for machines.
+        #[arg(long, value_enum, env = "CAIRN_LOG_FORMAT", default_value = "text")]
+        log_format: crate::presence::LogFormat,
     },
 }
 

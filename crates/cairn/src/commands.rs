@@ -570,7 +570,7 @@ fn follow_events(root: &Path, run_id: &str, json: bool) -> Result<u8, Failure> {
 
 fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
     match command {
-        DaemonCommand::Start { port, workers, no_spare_kernel, database, lease_secs, json } => {
+        DaemonCommand::Start { port, workers, no_spare_kernel, database, lease_secs, log_format, json } => {
             if let Some(url) = database {
                 choose_database(root, url)?;
             }
@@ -580,6 +580,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
                 workers: workers.map(usize::from),
                 no_spare_kernel,
                 lease_secs: Some(lease_secs),
+                log_format,
             };
             let (info, started) = presence::start(root, &opts)?;
             if json {
@@ -638,7 +639,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        DaemonCommand::Run { port, idle_exit, workers, no_spare_kernel, database, lease_secs } => {
+        DaemonCommand::Run { port, idle_exit, workers, no_spare_kernel, database, lease_secs, log_format } => {
             let workers = workers
                 .map(usize::from)
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
@@ -651,6 +652,7 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
                     spare_kernel: !no_spare_kernel,
                     database,
                     lease: std::time::Duration::from_secs(lease_secs),
+                    log_format,
                 },
             )?;
             Ok(0)

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use cairn_engine::session::SessionConfig;
 use cairn_engine::{Engine, Service, ServiceConfig};
 
-use crate::presence::{DaemonInfo, build_id, info_path, lock_path, read_info, write_info};
+use crate::presence::{DaemonInfo, LogFormat, build_id, info_path, lock_path, read_info, write_info};
 use crate::{Failure, api, auth};
 
 /// How the foreground daemon (`cairn daemon run`) serves.
@@ -28,11 +28,40 @@ pub struct ServeOptions {
     pub database: Option<String>,
     /// `--lease-secs`.
     pub lease: Duration,
+    /// `--log-format`.
+    pub log_format: LogFormat,
+}
+
+/// The daemon's times as every surface shows them (RFC 3339 UTC with milliseconds).
+struct LogTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for LogTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(w, "{}", now())
+    }
+}
+
+/// Sends the daemon's events (its own and the engine's, at info and above) to its stderr in
+/// `format`; other crates' events are left out. Called once, before anything is logged.
+fn init_log(format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let targets = tracing_subscriber::filter::Targets::new()
+        .with_target("cairn", tracing::Level::INFO)
+        .with_target("cairn_engine", tracing::Level::INFO);
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_timer(LogTime);
+    let registry = tracing_subscriber::registry().with(targets);
+    // A second daemon in one process (tests) keeps the first one's subscriber.
+    let _ = match format {
+        LogFormat::Text => registry.with(layer.with_target(false).with_level(false)).try_init(),
+        LogFormat::Json => registry.with(layer.json().with_current_span(false).with_span_list(false)).try_init(),
+    };
 }
 
 /// The daemon itself, in the foreground: takes the lock, recovers what a dead predecessor left,
 /// serves until SIGTERM/SIGINT (or idle, or its state root is removed), then stops what it runs.
 pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
+    init_log(opts.log_format);
     let started = Instant::now();
     // Every committed write bumps this, so event followers wake at once instead of polling.
     let (commits, _) = tokio::sync::watch::channel(0u64);
@@ -93,7 +122,6 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
                 workdir: session_dir,
                 default_timeout: Duration::from_secs(3600),
             },
-            log: Arc::new(log),
             spare_kernel: opts.spare_kernel,
             lease: opts.lease,
             host: std::env::var("CAIRN_HOST_ID").ok().filter(|h| !h.is_empty()),
@@ -140,9 +168,8 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         build: build_id(),
     };
     write_info(root, &info)?;
-    eprintln!(
-        "{} cairn daemon {} (pid {}, owner {owner}) serving {} on {url}; recovered {recovered} run(s)",
-        info.started_at,
+    tracing::info!(
+        "cairn daemon {} (pid {}, owner {owner}) serving {} on {url}; recovered {recovered} run(s)",
         info.version,
         owner.pid,
         root.display()
@@ -167,22 +194,17 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         });
         axum::serve(listener, app).with_graceful_shutdown(shutdown).await
     });
-    log("stopping: interrupting what still runs");
+    tracing::info!("stopping: interrupting what still runs");
     let interrupted = service.shutdown(Duration::from_secs(10));
     let _ = std::fs::remove_file(info_path(root));
     rt.shutdown_timeout(Duration::from_secs(2));
-    log(&format!("stopped; {interrupted} run(s) left to resume at the next start"));
+    tracing::info!("stopped; {interrupted} run(s) left to resume at the next start");
     drop(lock_file);
     served.map_err(|e| Failure::usage(format!("the HTTP server failed: {e}")))
 }
 
 fn now() -> String {
     crate::wire::time(jiff::Timestamp::now().as_millisecond())
-}
-
-/// One line of the daemon's log (its stderr, which `cairn daemon start` sends to daemon.log).
-fn log(line: &str) {
-    eprintln!("{} {line}", now());
 }
 
 /// Resolves when the daemon should stop: SIGTERM or SIGINT; idle for `idle_exit`; or its state
@@ -202,14 +224,14 @@ async fn shutdown_signal(
             _ = int.recv() => return,
             _ = tick.tick() => {
                 if !lock_path(&root).exists() {
-                    eprintln!("the state root {} is gone; stopping", root.display());
+                    tracing::info!("the state root {} is gone; stopping", root.display());
                     return;
                 }
                 if let Some(idle) = idle_exit {
                     let last = Duration::from_millis(last_activity.load(Ordering::Relaxed) as u64);
                     let since = started.elapsed().saturating_sub(last);
                     if since >= idle && is_idle() {
-                        eprintln!("idle for {} s; stopping", since.as_secs());
+                        tracing::info!("idle for {} s; stopping", since.as_secs());
                         return;
                     }
                 }

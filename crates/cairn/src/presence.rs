@@ -115,6 +115,25 @@ fn registry_of(root: &Path) -> String {
     }
 }
 
+/// How the daemon writes its log (its stderr, which `cairn daemon start` sends to daemon.log).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `<time> <message>`, a line a person reads.
+    #[default]
+    Text,
+    /// One JSON object a line: `{timestamp, level, fields: {message}, target}`.
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
 /// How a daemon is started.
 #[derive(Debug, Clone, Default)]
 pub struct StartOptions {
@@ -126,6 +145,8 @@ pub struct StartOptions {
     pub no_spare_kernel: bool,
     /// `--lease-secs`.
     pub lease_secs: Option<u64>,
+    /// `--log-format`.
+    pub log_format: LogFormat,
 }
 
 /// Starts a detached daemon for `root` unless one runs; returns its info and whether it was
@@ -165,6 +186,7 @@ pub fn start(root: &Path, opts: &StartOptions) -> Result<(DaemonInfo, bool), Fai
     if opts.no_spare_kernel {
         cmd.arg("--no-spare-kernel");
     }
+    cmd.arg("--log-format").arg(opts.log_format.as_str());
     cmd.stdin(std::process::Stdio::null()).stdout(log_file).stderr(log_err);
     // Its own session: no terminal's signals (Ctrl-C in the shell that started it) reach it.
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.

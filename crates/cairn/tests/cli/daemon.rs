@@ -703,3 +703,56 @@ cairn_store::on_both!(
     kill_dash_nine_of_the_daemon_at_random_points_loses_no_step_and_runs_none_twice,
     a_recovered_run_keeps_the_parallelism_it_was_submitted_with,
 );
+
+/// The daemon's log is a line a person reads by default (`<time> <message>`), and one JSON object
+/// a line with `--log-format json` (or `CAIRN_LOG_FORMAT=json`), each with its time, level, message
+/// and where it came from: the daemon's own lines and the engine's (a run's end) alike.
+#[test]
+fn the_daemon_log_is_text_by_default_and_json_for_machines() {
+    let c = Cairn::new();
+    let reaper = Reaper::new(&c);
+    chain_workflow(&c, "chain");
+    let input = chain_input(&c, json!({"a": ["ok"], "b": ["ok"], "c": ["ok"]}));
+    let started = c.json(&["daemon", "start"]).expect(0).json;
+    reaper.daemon(started["pid"].as_i64().unwrap() as i32);
+    assert_eq!(
+        c.json(&c.run_args("chain", &input, &["--run-id", "T"]).iter().map(String::as_str).collect::<Vec<_>>())
+            .expect(0)
+            .json["status"],
+        "READY"
+    );
+    stop_daemon_checked(&c, &reaper);
+    let text = c.daemon_log();
+    let ended = text.lines().find(|l| l.contains("run T READY after")).unwrap_or_else(|| panic!("{text}"));
+    let (time, rest) = ended.split_once(' ').unwrap();
+    assert!(time.ends_with('Z') && time.contains('T') && rest.starts_with("run T READY"), "{ended}");
+
+    let started = c.json(&["daemon", "start", "--log-format", "json"]).expect(0).json;
+    reaper.daemon(started["pid"].as_i64().unwrap() as i32);
+    assert_eq!(
+        c.json(&c.run_args("chain", &input, &["--run-id", "J"]).iter().map(String::as_str).collect::<Vec<_>>())
+            .expect(0)
+            .json["status"],
+        "READY"
+    );
+    stop_daemon_checked(&c, &reaper);
+    let log = c.daemon_log();
+    let json_lines: Vec<Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let ended = json_lines
+        .iter()
+        .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.starts_with("run J READY after")))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!((&ended["level"], &ended["target"]), (&json!("INFO"), &json!("cairn_engine::pool")), "{ended}");
+    assert!(str_of(&ended["timestamp"]).ends_with('Z'), "{ended}");
+    let serving =
+        json_lines.iter().find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("serving"))).unwrap();
+    assert_eq!(serving["target"], "cairn::daemon");
+    // Other crates' events stay out of it: every JSON line is Cairn's.
+    assert!(json_lines.iter().all(|l| str_of(&l["target"]).starts_with("cairn")), "{log}");
+    let bad = c.cmd(&["daemon", "start", "--log-format", "xml"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
+}
