@@ -9,7 +9,33 @@
 
 use serde_json::Value;
 
-use crate::workflow::ToolKind;
+use serde::{Deserialize, Serialize};
+
+/// What a tool is: a command (argv, JSON on stdin and stdout), or a built-in pipeline controller
+/// whose step args name its pipeline source inside the workflow folder.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolKind {
+    #[default]
+    Process,
+    Snakemake,
+    Nextflow,
+}
+
+impl ToolKind {
+    pub fn is_process(&self) -> bool {
+        *self == ToolKind::Process
+    }
+
+    /// The program a controller kind runs on the target; None for a plain command.
+    pub fn program(&self) -> Option<&'static str> {
+        match self {
+            ToolKind::Process => None,
+            ToolKind::Snakemake => Some("snakemake"),
+            ToolKind::Nextflow => Some("nextflow"),
+        }
+    }
+}
 
 pub const MAX_CORES: u64 = 1024;
 

@@ -22,31 +22,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 2;
 pub const MAX_MAX_ATTEMPTS: u32 = 100;
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
-/// What a tool is: a command (argv, JSON on stdin and stdout), or a built-in pipeline controller
-/// whose step args name its pipeline source inside the workflow folder.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ToolKind {
-    #[default]
-    Process,
-    Snakemake,
-    Nextflow,
-}
-
-impl ToolKind {
-    pub fn is_process(&self) -> bool {
-        *self == ToolKind::Process
-    }
-
-    /// The program a controller kind runs on the target; None for a plain command.
-    pub fn program(&self) -> Option<&'static str> {
-        match self {
-            ToolKind::Process => None,
-            ToolKind::Snakemake => Some("snakemake"),
-            ToolKind::Nextflow => Some("nextflow"),
-        }
-    }
-}
+// What a tool is lives with the controllers it names; it is a word of the workflow file too.
+pub use crate::controller::ToolKind;
 
 /// A tool: a named executable contract.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -116,7 +116,7 @@ pub(crate) fn hash_folder(dir: &Path) -> Result<(Vec<ToolFile>, String), EngineE
     let mut files = Vec::new();
     for rel in list_files(dir)? {
         let abs = dir.join(&rel);
-        let sha256 = crate::plan::hash_file(&abs).map_err(|e| EngineError::io(&abs, e))?;
+        let sha256 = cairn_exec::artifacts::hash_file(&abs).map_err(|e| EngineError::io(&abs, e))?.1;
         files.push(ToolFile { path: rel, sha256 });
     }
     let digest = folder_digest(&files);
