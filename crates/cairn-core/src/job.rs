@@ -43,6 +43,20 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Running,
+        JobStatus::Finished,
+        JobStatus::Failed,
+        JobStatus::Retrying,
+        JobStatus::Interrupted,
+        JobStatus::Carried,
+    ];
+
+    /// The status a word names (`finished`, …), as `as_str` gives it.
+    pub fn parse(word: &str) -> Option<JobStatus> {
+        JobStatus::ALL.into_iter().find(|s| s.as_str() == word)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::Running => "running",

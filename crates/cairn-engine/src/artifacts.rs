@@ -65,15 +65,20 @@ pub struct TraceMatch {
 impl Engine {
     /// A run's artifacts.
     pub fn run_artifacts(&self, run_id: &str) -> Result<RunArtifacts, EngineError> {
+        // The view holds every step's artifacts and jobs: one read of each, in the store's order
+        // (by step, then path).
         let view = self.show_run(run_id)?;
-        let artifacts = self.store.artifacts(run_id)?;
-        let writers = artifacts
+        let mut listed: Vec<(ArtifactRecord, Option<cairn_core::job::JobOrigin>)> = view
+            .steps
             .iter()
-            .map(|a| {
-                let step = view.steps.iter().find(|s| s.step_id == a.step_id)?;
-                step.writer_of(&a.artifact.name).map(cairn_core::job::JobOrigin::of)
+            .flat_map(|s| {
+                s.artifacts
+                    .iter()
+                    .map(|a| (a.clone(), s.writer_of(&a.artifact.name).map(cairn_core::job::JobOrigin::of)))
             })
             .collect();
+        listed.sort_by(|(a, _), (b, _)| (&a.step_id, &a.artifact.path).cmp(&(&b.step_id, &b.artifact.path)));
+        let (artifacts, writers) = listed.into_iter().unzip();
         Ok(RunArtifacts { run_id: run_id.to_string(), artifacts, writers })
     }
 

@@ -53,6 +53,11 @@ impl AttemptLaunch<'_> {
         &self.workflow.tools[&self.step.tool]
     }
 
+    /// A pipeline step's working copy, where the run executes.
+    fn working_copy(&self) -> String {
+        format!("{}/{}", self.run_dir, cairn_core::controller::working_copy(&self.step.id))
+    }
+
     fn step_dir(&self) -> PathBuf {
         Path::new(self.run_dir).join("steps").join(&self.step.id)
     }
@@ -197,8 +202,7 @@ impl Launcher for Processes {
             followed(engine.reattach(recorded, a.tool_def(), &cmd, halted), !a.tool_def().kind.is_process())
         });
         // A re-attached attempt's working copy was made by its predecessor: read what it carried.
-        let work_dir = format!("{}/{}", a.run_dir, cairn_core::controller::working_copy(&a.step.id));
-        let seeded = a.seed.and_then(|s| engine.seeded_working_copy(a.placement, &work_dir, &s.from_run));
+        let seeded = a.seed.and_then(|s| engine.seeded_working_copy(a.placement, &a.working_copy(), &s.from_run));
         with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
     }
 
@@ -223,7 +227,7 @@ fn watching(
         return (follow(), None);
     }
     let path = format!("{}/stderr", crate::placement::attempt_dir(a.run_dir, &a.step.id, a.attempt));
-    let work_dir = format!("{}/{}", a.run_dir, cairn_core::controller::working_copy(&a.step.id));
+    let work_dir = a.working_copy();
     let read = |log: &mut SnakemakeLog, bytes: Option<&[u8]>| {
         let mut events = match bytes {
             Some(bytes) => log.feed(bytes),

@@ -102,16 +102,11 @@ pub struct StepJobs {
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
     pub rule: Option<String>,
-    /// `running`, `finished`, `failed`, `retrying` or `interrupted`.
+    /// `running`, `finished`, `failed`, `retrying`, `interrupted` or `carried`.
     pub status: Option<String>,
     pub offset: usize,
     pub limit: Option<usize>,
 }
-
-const JOB_STATUSES: [cairn_core::job::JobStatus; 6] = {
-    use cairn_core::job::JobStatus::*;
-    [Running, Finished, Failed, Retrying, Interrupted, Carried]
-};
 
 /// One step of a run.
 #[derive(Debug, Clone)]
@@ -328,10 +323,11 @@ impl Engine {
     /// for a step a replay reused, in the run that ran it (`from_run`). A step that is not a
     /// pipeline has none.
     pub fn pipeline_jobs(&self, run_id: &str, step_id: &str, filter: &JobFilter) -> Result<StepJobs, EngineError> {
+        use cairn_core::job::JobStatus;
         let status = match filter.status.as_deref() {
             None => None,
-            Some(s) => Some(JOB_STATUSES.iter().copied().find(|j| j.as_str() == s).ok_or_else(|| {
-                let names: Vec<&str> = JOB_STATUSES.iter().map(|j| j.as_str()).collect();
+            Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
+                let names: Vec<&str> = JobStatus::ALL.iter().map(|j| j.as_str()).collect();
                 EngineError::input(format!("status `{s}` is not a job status; use one of {}", names.join(", ")))
             })?),
         };
