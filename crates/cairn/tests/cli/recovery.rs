@@ -232,6 +232,13 @@ finding = "the stored result is not the one from attempt 2"
     let a = c.spawn(&c.run_args("fenced", &input, &["--run-id", "R", "--in-process", "--json"]));
     c.wait_for_event("R", Duration::from_secs(15), |e| e["kind"] == "step.started" && e["step_id"] == "s");
     let a_tool = wait_for_tool(&log, "s", 1);
+    // The flag goes only once A's tool has seen it: removed earlier, A would not sleep and
+    // would finish its attempt before B could take it over.
+    assert!(
+        wait_until(Duration::from_secs(15), || count(&log_lines(&log), "s:sleeping:1") == 1),
+        "A's tool never began to sleep: {:?}",
+        log_lines(&log)
+    );
     std::fs::remove_file(&flag).unwrap();
 
     let b = c.run("fenced", &input, &["--run-id", "R", "--in-process", "--resume-interrupted"]);

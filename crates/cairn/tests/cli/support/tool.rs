@@ -14,7 +14,8 @@ use serde_json::Value;
 /// * `badjson`             print text that is not JSON, exit 0
 /// * `empty`               print nothing, exit 0
 /// * `sleep:S`             sleep S seconds, then behave as `ok`
-/// * `sleep_if_flag:S`     sleep S seconds only while the file `args.flag` exists, then `ok`
+/// * `sleep_if_flag:S`     sleep S seconds if the file `args.flag` exists (logging
+///                         `<step>:sleeping:<attempt>` first), then `ok`
 /// * `wait`                wait (at most 30 s) until the file `args.release` exists, then `ok`
 /// * `big`                 write 100 MB to stdout
 ///
@@ -63,6 +64,7 @@ elif kind == "sleep":
     done()
 elif kind == "sleep_if_flag":
     if os.path.exists(args["flag"]):
+        note("%s:sleeping:%d" % (step, attempt))
         time.sleep(float(param))
     done()
 elif kind == "wait":
