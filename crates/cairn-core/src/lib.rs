@@ -19,6 +19,7 @@ pub mod lease;
 pub mod parameters;
 pub mod pipeline;
 pub mod plan;
+pub mod progress;
 pub mod replay;
 pub mod rocrate;
 pub mod signature;

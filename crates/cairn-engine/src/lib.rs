@@ -13,6 +13,7 @@ pub mod docs;
 mod env;
 mod error;
 mod export;
+mod follow;
 mod forecast;
 pub mod launcher;
 mod pipeline;
@@ -42,6 +43,7 @@ pub use cairn_store::redacted as redact_database_url;
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
 pub use error::{EngineError, ErrorCode, ErrorKind};
 pub use export::{ExportOut, ExportRequest, ExportResult, ExportSubject};
+pub use follow::{CommitWatch, OTHER_WRITERS_EVERY, RunFollower};
 pub use read_artifact::{ARTIFACT_SLICE_MAX, ArtifactSlice, ReadArtifact};
 pub use runs::{
     EventBatch, JobFilter, LeaseView, RunListing, RunView, StepDetail, StepExplanation, StepJobs, StepLog, StepView,
@@ -90,16 +92,17 @@ pub struct Engine {
     daemon: std::sync::OnceLock<Lessee>,
     /// Verifications running in this process, by id: what a cancel reaches.
     verifying: std::sync::Mutex<std::collections::HashMap<String, StopSignal>>,
+    /// Bumped after each committed write: what followers wait on.
+    commits: follow::Commits,
 }
 
 /// How an [`Engine`] is opened: the state root and what is injected (a clock and ids for
-/// deterministic tests, a hook after every committed write for the daemon's event followers).
+/// deterministic tests, a scripted launcher).
 pub struct EngineBuilder {
     root: std::path::PathBuf,
     clock: Box<dyn Clock>,
     ids: Box<dyn IdGen>,
     options: EngineOptions,
-    on_commit: Option<Box<dyn Fn() + Send + Sync>>,
     launcher: Arc<dyn launcher::Launcher>,
     database: Option<String>,
 }
@@ -134,12 +137,6 @@ impl EngineBuilder {
         self
     }
 
-    /// Called after every committed write to the registry (after its lock is released).
-    pub fn on_commit(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
-        self.on_commit = Some(Box::new(hook));
-        self
-    }
-
     /// Opens the state root (creating it, mode 0700) and its registry: the SQLite file in it, or
     /// the PostgreSQL database it records.
     pub fn open(self) -> Result<Engine, EngineError> {
@@ -164,19 +161,11 @@ impl EngineBuilder {
             None => RegistryPlace::Sqlite { path: state.db() },
             Some(url) => RegistryPlace::Postgres { url: cairn_store::redacted(url) },
         };
+        let commits = follow::Commits::new();
         let store: Box<dyn RunStore + Send + Sync> = match url {
-            None => {
-                let mut store = cairn_store::SqliteStore::open(&state.db())?;
-                if let Some(hook) = self.on_commit {
-                    store = store.on_commit(hook);
-                }
-                Box::new(store)
-            }
+            None => Box::new(cairn_store::SqliteStore::open(&state.db())?.on_commit(commits.hook())),
             Some(url) => {
-                let mut store = cairn_store::PostgresStore::connect(&url)?;
-                if let Some(hook) = self.on_commit {
-                    store = store.on_commit(hook);
-                }
+                let store = cairn_store::PostgresStore::connect(&url)?.on_commit(commits.hook());
                 // Recorded once it is known to work (reached, its schema current).
                 if state.recorded_database()?.as_deref() != Some(url.as_str()) {
                     state.record_database(&url)?;
@@ -195,6 +184,7 @@ impl EngineBuilder {
             spare: std::sync::OnceLock::new(),
             daemon: std::sync::OnceLock::new(),
             verifying: Default::default(),
+            commits,
         })
     }
 }
@@ -256,7 +246,6 @@ impl Engine {
             clock: Box::new(SystemClock),
             ids: Box::new(RandomIds),
             options: EngineOptions::default(),
-            on_commit: None,
             launcher: Arc::new(launcher::Processes),
             database: None,
         }

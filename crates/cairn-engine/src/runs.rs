@@ -294,9 +294,6 @@ impl Engine {
         Ok(self.store.events(run_id, after)?)
     }
 
-    /// For a follower: the run's events after `after`, and whether the run had finished. The
-    /// status is read before the events, so a run that finished in between still has its
-    /// `run.finished` in this batch.
     /// Every attempt of a run on its time axis, from its event log (`cairn show --timeline`,
     /// `GET /runs/{id}/timeline`, the web app's Gantt).
     pub fn timeline(&self, run_id: &str) -> Result<cairn_core::timeline::Timeline, EngineError> {
@@ -306,6 +303,9 @@ impl Engine {
         Ok(cairn_core::timeline::timeline(&self.store.events(run_id, 0)?))
     }
 
+    /// For a follower: the run's events after `after`, and whether the run had finished. The
+    /// status is read before the events, so a run that finished in between still has its
+    /// `run.finished` in this batch.
     pub fn event_batch(&self, run_id: &str, after: i64) -> Result<EventBatch, EngineError> {
         let finished = self.store.run_status(run_id)?.is_none_or(|s| s.is_terminal());
         Ok(EventBatch { finished, events: self.store.events(run_id, after)? })

@@ -181,7 +181,7 @@ impl Service {
         Ok(out)
     }
 
-    pub fn engine(&self) -> &Engine {
+    pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
 

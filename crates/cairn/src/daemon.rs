@@ -63,14 +63,7 @@ fn init_log(format: LogFormat) {
 pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
     init_log(opts.log_format);
     let started = Instant::now();
-    // Every committed write bumps this, so event followers wake at once instead of polling.
-    let (commits, _) = tokio::sync::watch::channel(0u64);
-    let commits = Arc::new(commits);
-    let bump = commits.clone();
-    let engine = Engine::builder(root)
-        .database(opts.database.clone())
-        .on_commit(move || bump.send_modify(|n| *n = n.wrapping_add(1)))
-        .open()?;
+    let engine = Engine::builder(root).database(opts.database.clone()).open()?;
     let lock_file = File::options()
         .create(true)
         .truncate(false)
@@ -139,7 +132,6 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         last_activity: last_activity.clone(),
         closing,
         mcp_closing: mcp_closing.clone(),
-        commits,
         logins: Default::default(),
     });
 

@@ -35,7 +35,7 @@ use crate::auth::Tokens;
 pub const BODY_LIMIT: usize = 1 << 20;
 
 pub struct AppState {
-    /// This daemon's own URL (`http://127.0.0.1:PORT`): the MCP servers call the API there.
+    /// This daemon's own URL (`http://127.0.0.1:PORT`).
     pub url: String,
     pub service: Arc<Service>,
     pub tokens: Tokens,
@@ -47,15 +47,31 @@ pub struct AppState {
     pub closing: tokio::sync::watch::Receiver<bool>,
     /// Cancelled when the daemon stops: ends the MCP sessions' streams.
     pub mcp_closing: tokio_util::sync::CancellationToken,
-    /// Bumped after every committed write to the registry.
-    pub commits: Arc<tokio::sync::watch::Sender<u64>>,
     /// The web app's login codes already used, so each works once.
     pub logins: UsedLogins,
 }
 
 pub(crate) type AppRef = Arc<AppState>;
 
+/// The daemon's whole router: the API, the web app and the MCP servers.
 pub fn router(state: AppRef) -> Router {
+    let api = api_router(state.clone());
+    // The MCP servers inside the daemon call the API in-process, through the same middleware.
+    let mcp = crate::mcp::http_router(api.clone(), &state.tokens.viewer, state.mcp_closing.clone())
+        .layer(middleware::from_fn_with_state(state.clone(), http::require_any_token));
+    Router::new()
+        .merge(web::routes())
+        .merge(mcp)
+        .fallback(http::not_found)
+        .method_not_allowed_fallback(http::method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(state.clone(), http::check_host))
+        .with_state(state)
+        .merge(api)
+}
+
+/// The HTTP API itself, with its token checks, body limit and host check.
+fn api_router(state: AppRef) -> Router {
     let authed = Router::new()
         .route("/runs", get(runs::list_runs).post(runs::submit_run))
         .route("/runs/{run_id}", get(runs::get_run))
@@ -96,15 +112,10 @@ pub fn router(state: AppRef) -> Router {
         .route("/docs/search", get(docs::search_docs))
         .route("/docs/{name}", get(docs::get_doc).delete(docs::remove_doc))
         .route_layer(middleware::from_fn_with_state(state.clone(), http::require_token));
-    let mcp = crate::mcp::http_router(&state.url, &state.tokens.viewer, state.mcp_closing.clone())
-        .layer(middleware::from_fn_with_state(state.clone(), http::require_any_token));
     Router::new()
         .route("/health", get(http::health))
         .route("/openapi.json", get(openapi::openapi_json))
-        .merge(web::routes())
         .merge(authed)
-        .merge(mcp)
-        .fallback(http::not_found)
         .method_not_allowed_fallback(http::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn_with_state(state.clone(), http::check_host))

@@ -10,8 +10,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use cairn_core::status::RunStatus;
-use cairn_core::store::{EventRecord, RunQuery};
-use cairn_engine::Submitted;
+use cairn_core::store::RunQuery;
+use cairn_engine::{CommitWatch, RunFollower, Submitted};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
@@ -146,16 +146,15 @@ fn sse(rx: tokio::sync::mpsc::Receiver<SseEvent>) -> Response {
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
 
-/// Waits for the next commit, or 1 s (writes of other processes wake no one); false when the
-/// follower left or the daemon is stopping.
+/// Waits for the engine's next commit (or its fallback look for other processes' writes); false
+/// when the follower left or the daemon is stopping.
 async fn next_change<T>(
-    commits: &mut tokio::sync::watch::Receiver<u64>,
+    commits: &mut CommitWatch,
     closing: &mut tokio::sync::watch::Receiver<bool>,
     tx: &tokio::sync::mpsc::Sender<T>,
 ) -> bool {
     tokio::select! {
-        _ = commits.changed() => {}
-        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        _ = commits.next() => {}
         _ = closing.changed() => return false,
     }
     !(tx.is_closed() || *closing.borrow())
@@ -173,15 +172,13 @@ pub struct SseRunsSchema {
     pub data: String,
 }
 
-/// Feeds a follower of the run list: the list now, then each changed list (woken by commits,
-/// with a 1 s poll for runs other processes write), until no run is active, the follower leaves,
-/// or the daemon stops.
+/// Feeds a follower of the run list: the list now, then each changed list (woken by the engine's
+/// commits), until no run is active, the follower leaves, or the daemon stops.
 async fn follow_runs(state: AppRef, filter: RunFilter, tx: tokio::sync::mpsc::Sender<SseEvent>) {
-    let mut commits = state.commits.subscribe();
+    let mut commits = state.service.engine().commits();
     let mut closing = state.closing.clone();
     let mut last = String::new();
     loop {
-        commits.borrow_and_update();
         let (st, f) = (state.clone(), filter.clone());
         let Ok(Ok((list, active))) = tokio::task::spawn_blocking(move || f.read(&st)).await else { return };
         let data = serde_json::to_string(&list).unwrap_or_default();
@@ -235,15 +232,15 @@ pub(super) async fn run_events(
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<Response, ApiError> {
     let after = q.after.unwrap_or(0);
-    // Subscribed before the first read, so no commit after that read goes unnoticed.
-    let commits = state.commits.subscribe();
-    let (st, id) = (state.clone(), run_id.clone());
-    let events = blocking(move || Ok(st.service.engine().events(&id, after)?)).await?;
     if !q.follow.unwrap_or(false) {
+        let (st, id) = (state.clone(), run_id.clone());
+        let events = blocking(move || Ok(st.service.engine().events(&id, after)?)).await?;
         return Ok(Json(EventList::from_records(&run_id, &events)).into_response());
     }
+    let engine = state.service.engine().clone();
+    let follower = blocking(move || Ok(engine.follow_run(&run_id, after)?)).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(256);
-    tokio::spawn(follow_events(state, run_id, after, events, commits, tx));
+    tokio::spawn(follow_events(state.closing.clone(), follower, tx));
     Ok(sse(rx))
 }
 
@@ -261,39 +258,27 @@ pub struct SseEventSchema {
     pub data: String,
 }
 
-/// Feeds a follower: what exists, then new events as they are committed (woken by each commit,
-/// with a 1 s poll as a fallback), until the run's last event, the follower leaves, or the daemon
-/// stops.
+/// Feeds a follower the run's events from the engine's follower, until the run's last event, the
+/// follower leaves, or the daemon stops.
 async fn follow_events(
-    state: AppRef,
-    run_id: String,
-    mut after: i64,
-    mut batch: Vec<EventRecord>,
-    mut commits: tokio::sync::watch::Receiver<u64>,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+    mut follower: RunFollower,
     tx: tokio::sync::mpsc::Sender<SseEvent>,
 ) {
-    let mut closing = state.closing.clone();
     loop {
+        let batch = tokio::select! {
+            b = follower.next() => b,
+            _ = closing.changed() => return,
+            _ = tx.closed() => return,
+        };
+        let Ok(Some(batch)) = batch else { return };
         for e in &batch {
-            after = e.seq;
             let data = serde_json::to_string(&Event::from_record(e)).unwrap_or_default();
             let event = SseEvent::default().id(e.seq.to_string()).event(e.event.kind()).data(data);
-            if tx.send(event).await.is_err() || e.event.ends_run() {
+            if tx.send(event).await.is_err() {
                 return;
             }
         }
-        if !next_change(&mut commits, &mut closing, &tx).await {
-            return;
-        }
-        commits.borrow_and_update();
-        let (st, id) = (state.clone(), run_id.clone());
-        let polled = tokio::task::spawn_blocking(move || st.service.engine().event_batch(&id, after)).await;
-        batch = match polled {
-            // Finished, and nothing after `after`: the follower asked past the end.
-            Ok(Ok(b)) if b.finished && b.events.is_empty() => return,
-            Ok(Ok(b)) => b.events,
-            _ => return,
-        };
     }
 }
 

@@ -7,6 +7,8 @@ use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
+use crate::wire::Event;
+
 /// One request to the daemon failed: the API's status and message, or why it was not reached.
 #[derive(Debug, Clone)]
 pub struct CallError {
@@ -20,6 +22,20 @@ pub struct CallError {
 impl CallError {
     pub(crate) fn new(status: u16, code: &str, message: impl Into<String>) -> CallError {
         CallError { status, code: code.into(), message: message.into(), problems: Vec::new() }
+    }
+
+    /// The failure an error answer of the API describes (`{error: {code, message, problems}}`).
+    fn of_answer(status: u16, body: &Value) -> CallError {
+        let error = serde_json::from_value::<crate::api::ErrorBody>(body.clone()).ok().map(|b| b.error);
+        match error {
+            Some(e) => CallError {
+                status,
+                code: e.code,
+                message: e.message,
+                problems: e.problems.iter().filter_map(|p| serde_json::to_value(p).ok()).collect(),
+            },
+            None => CallError::new(status, "error", body.to_string()),
+        }
     }
 
     /// The tool result for this failure: `isError`, the message with what to do next.
@@ -41,27 +57,38 @@ impl CallError {
     }
 }
 
+/// How the daemon is reached.
 #[derive(Clone)]
-pub struct ApiClient {
-    base: String,
-    /// `None`: use the bearer token of the MCP request.
-    token: Option<String>,
-    agent: ureq::Agent,
+enum Transport {
+    /// From another process (`cairn mcp`): the daemon's HTTP API on loopback.
+    Http { base: String, agent: ureq::Agent },
+    /// Inside the daemon: its API router, called in-process through the same middleware (token,
+    /// role, body limit), with no socket in between.
+    Router(axum::Router),
 }
 
+#[derive(Clone)]
+pub struct ApiClient {
+    transport: Transport,
+    /// `None`: use the bearer token of the MCP request.
+    token: Option<String>,
+}
+
+/// The largest answer read from the daemon.
+const ANSWER_LIMIT: usize = 64 << 20;
+
 impl ApiClient {
-    fn with(base: &str, token: Option<String>) -> ApiClient {
-        ApiClient { base: base.trim_end_matches('/').to_string(), token, agent: crate::client::http_agent() }
-    }
-
-    /// Calls with this token whatever the MCP request carried.
+    /// Calls the daemon at `base` with this token whatever the MCP request carried.
     pub fn fixed(base: &str, token: &str) -> ApiClient {
-        ApiClient::with(base, Some(token.to_string()))
+        let transport =
+            Transport::Http { base: base.trim_end_matches('/').to_string(), agent: crate::client::http_agent() };
+        ApiClient { transport, token: Some(token.to_string()) }
     }
 
-    /// Calls with the bearer token of each MCP request (the daemon's HTTP endpoints).
-    pub fn forwarding(base: &str) -> ApiClient {
-        ApiClient::with(base, None)
+    /// Calls the daemon's own `api` router in-process, with `token`, or (`None`) with the bearer
+    /// token of each MCP request.
+    pub fn in_process(api: axum::Router, token: Option<String>) -> ApiClient {
+        ApiClient { transport: Transport::Router(api), token }
     }
 
     fn token_for(&self, ctx: &RequestContext<RoleServer>) -> Result<String, CallError> {
@@ -92,35 +119,95 @@ impl ApiClient {
         body: Option<Value>,
     ) -> Result<Value, CallError> {
         let token = self.token_for(ctx)?;
-        let (agent, url) = (self.agent.clone(), format!("{}{path}", self.base));
-        tokio::task::spawn_blocking(move || {
-            let auth = format!("Bearer {token}");
-            let sent = match (method, body) {
-                ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
-                (_, Some(b)) => agent.post(&url).header("Authorization", &auth).send_json(&b),
-                (_, None) => agent.post(&url).header("Authorization", &auth).send_empty(),
-            };
-            let mut resp = sent.map_err(|e| {
-                CallError::new(503, "daemon_unreachable", format!("cannot reach the cairn daemon at {url}: {e}"))
-            })?;
-            let status = resp.status().as_u16();
-            let body: Value = resp.body_mut().with_config().limit(64 << 20).read_json().map_err(|e| {
-                CallError::new(
-                    status,
-                    "bad_answer",
-                    format!("the daemon answered {status} with a body that is not JSON: {e}"),
-                )
-            })?;
-            if (200..300).contains(&status) {
-                return Ok(body);
+        let (status, body) = match &self.transport {
+            Transport::Http { base, agent } => {
+                http_call(agent.clone(), format!("{base}{path}"), method, token, body).await?
             }
-            let code = body["error"]["code"].as_str().unwrap_or("error").to_string();
-            let message = body["error"]["message"].as_str().map(String::from).unwrap_or_else(|| body.to_string());
-            let problems = body["error"]["problems"].as_array().cloned().unwrap_or_default();
-            Err(CallError { status, code, message, problems })
-        })
-        .await
-        .map_err(|e| CallError::new(500, "internal", format!("the request's worker failed: {e}")))?
+            Transport::Router(api) => {
+                let response = route(api, method, &path, &token, body.as_ref(), "application/json").await?;
+                let status = response.status().as_u16();
+                let bytes = axum::body::to_bytes(response.into_body(), ANSWER_LIMIT).await.map_err(|e| {
+                    CallError::new(status, "bad_answer", format!("the daemon's answer could not be read: {e}"))
+                })?;
+                (status, serde_json::from_slice(&bytes).map_err(|e| not_json(status, e))?)
+            }
+        };
+        if (200..300).contains(&status) {
+            return Ok(body);
+        }
+        Err(CallError::of_answer(status, &body))
+    }
+
+    /// Follows a run's events (`GET /runs/{id}/events?follow=true`, the daemon's one run
+    /// follower): each event arrives on the returned channel, which closes after the run's last
+    /// event or when the stream ends.
+    pub async fn follow(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        run_id: &str,
+        after: i64,
+    ) -> Result<tokio::sync::mpsc::Receiver<Event>, CallError> {
+        let token = self.token_for(ctx)?;
+        let path = format!("/runs/{}/events?follow=true&after={after}", seg(run_id));
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        match &self.transport {
+            Transport::Http { base, agent } => {
+                let response = {
+                    let (agent, url) = (agent.clone(), format!("{base}{path}"));
+                    tokio::task::spawn_blocking(move || {
+                        agent
+                            .get(&url)
+                            .header("Authorization", &format!("Bearer {token}"))
+                            .header("Accept", "text/event-stream")
+                            .call()
+                            .map_err(|e| unreachable(&url, e))
+                    })
+                    .await
+                    .map_err(worker_failed)??
+                };
+                let status = response.status().as_u16();
+                if status != 200 {
+                    let body = response.into_body().read_json::<Value>().unwrap_or_default();
+                    return Err(CallError::of_answer(status, &body));
+                }
+                let reader = std::io::BufReader::new(response.into_body().into_reader());
+                tokio::task::spawn_blocking(move || {
+                    for line in std::io::BufRead::lines(reader) {
+                        let Ok(line) = line else { break };
+                        if let Some(event) = event_of(&line)
+                            && (tx.blocking_send(event).is_err())
+                        {
+                            break;
+                        }
+                    }
+                });
+            }
+            Transport::Router(api) => {
+                let response = route(api, "GET", &path, &token, None, "text/event-stream").await?;
+                let status = response.status().as_u16();
+                if status != 200 {
+                    let bytes = axum::body::to_bytes(response.into_body(), ANSWER_LIMIT).await.unwrap_or_default();
+                    return Err(CallError::of_answer(status, &serde_json::from_slice(&bytes).unwrap_or_default()));
+                }
+                tokio::spawn(async move {
+                    use futures_util::StreamExt;
+                    let mut frames = response.into_body().into_data_stream();
+                    let mut pending = String::new();
+                    while let Some(Ok(chunk)) = frames.next().await {
+                        pending.push_str(&String::from_utf8_lossy(&chunk));
+                        while let Some(end) = pending.find('\n') {
+                            let line: String = pending.drain(..=end).collect();
+                            if let Some(event) = event_of(line.trim_end())
+                                && tx.send(event).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        Ok(rx)
     }
 
     /// A tool's whole answer: the daemon's JSON as structured content, or an `isError` result.
@@ -136,6 +223,77 @@ impl ApiClient {
             Err(e) => e.tool_result(),
         }
     }
+}
+
+/// `method path` over HTTP, on a blocking worker (ureq blocks): the status and the JSON body.
+async fn http_call(
+    agent: ureq::Agent,
+    url: String,
+    method: &'static str,
+    token: String,
+    body: Option<Value>,
+) -> Result<(u16, Value), CallError> {
+    tokio::task::spawn_blocking(move || {
+        let auth = format!("Bearer {token}");
+        let sent = match (method, body) {
+            ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
+            (_, Some(b)) => agent.post(&url).header("Authorization", &auth).send_json(&b),
+            (_, None) => agent.post(&url).header("Authorization", &auth).send_empty(),
+        };
+        let mut resp = sent.map_err(|e| unreachable(&url, e))?;
+        let status = resp.status().as_u16();
+        let body =
+            resp.body_mut().with_config().limit(ANSWER_LIMIT as u64).read_json().map_err(|e| not_json(status, e))?;
+        Ok((status, body))
+    })
+    .await
+    .map_err(worker_failed)?
+}
+
+/// `method path` through the daemon's own router, as a loopback request with `token` would be.
+async fn route(
+    api: &axum::Router,
+    method: &'static str,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+    accept: &str,
+) -> Result<axum::response::Response, CallError> {
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(axum::http::header::HOST, "127.0.0.1")
+        .header(axum::http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(axum::http::header::ACCEPT, accept);
+    let request = match body {
+        Some(b) => request
+            .header(axum::http::header::CONTENT_TYPE, "application/json")
+            .body(axum::body::Body::from(serde_json::to_vec(b).unwrap_or_default())),
+        None => request.body(axum::body::Body::empty()),
+    }
+    .map_err(|e| CallError::new(400, "invalid_request", format!("the request to {path} could not be made: {e}")))?;
+    Ok(match api.clone().oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    })
+}
+
+/// The run event one line of an event stream carries (`data: {…}`), if any.
+fn event_of(line: &str) -> Option<Event> {
+    serde_json::from_str(line.strip_prefix("data:")?.trim_start()).ok()
+}
+
+fn unreachable(url: &str, e: ureq::Error) -> CallError {
+    CallError::new(503, "daemon_unreachable", format!("cannot reach the cairn daemon at {url}: {e}"))
+}
+
+fn not_json(status: u16, e: impl std::fmt::Display) -> CallError {
+    CallError::new(status, "bad_answer", format!("the daemon answered {status} with a body that is not JSON: {e}"))
+}
+
+fn worker_failed(e: tokio::task::JoinError) -> CallError {
+    CallError::new(500, "internal", format!("the request's worker failed: {e}"))
 }
 
 /// Structured content must be an object; anything else is wrapped as `{"value": …}`.

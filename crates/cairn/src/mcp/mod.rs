@@ -132,10 +132,11 @@ pub fn serve_stdio(kind: Kind, daemon: ApiClient) -> Result<u8, Failure> {
 }
 
 /// The three servers over streamable HTTP, to mount in the daemon's router (token checked there).
-/// `base` is the daemon's own URL; `viewer` the Viewer token the app server always uses. Cancelling
-/// `closing` ends every open MCP session and stream, so a stopping daemon does not wait on them.
+/// `api` is the daemon's API router, which they call in-process; `viewer` the Viewer token the app
+/// server always uses. Cancelling `closing` ends every open MCP session and stream, so a stopping
+/// daemon does not wait on them.
 pub fn http_router<S: Clone + Send + Sync + 'static>(
-    base: &str,
+    api: Router,
     viewer: &str,
     closing: tokio_util::sync::CancellationToken,
 ) -> Router<S> {
@@ -146,8 +147,8 @@ pub fn http_router<S: Clone + Send + Sync + 'static>(
             .with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
             .with_allowed_origins(["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
     };
-    let forwarded = ApiClient::forwarding(base);
-    let app = ApiClient::fixed(base, viewer);
+    let forwarded = ApiClient::in_process(api.clone(), None);
+    let app = ApiClient::in_process(api, Some(viewer.to_string()));
     let (w, c) = (forwarded.clone(), forwarded);
     let approvals = approval::Approvals::default();
     Router::new()

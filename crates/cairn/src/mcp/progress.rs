@@ -1,7 +1,8 @@
 //! Progress of a long tool call, for a caller that sent a `progressToken`: `notifications/progress`
 //! with steps done of total for a run (and, while a Snakemake step runs, its pipeline's jobs
 //! done of total in the message and as the fraction of that step), and cells done of total for a
-//! verification. The servers learn it as any client would, by reading the API while they wait.
+//! verification. A run's progress is folded from its events ([`cairn_core::progress`]) as the
+//! daemon's run follower streams them.
 
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
@@ -33,51 +34,6 @@ impl Progress {
         }
         // A client that has gone away gets no progress; the call itself still answers.
         let _ = self.peer.notify_progress(param).await;
-    }
-}
-
-/// What a run has done: steps ended (completed, failed or reused) of all its steps, and the
-/// pipeline jobs of a running Snakemake step as its events tell them.
-#[derive(Debug, Default)]
-pub struct RunProgress {
-    /// The last event read.
-    pub after: i64,
-    /// Per running pipeline step: its jobs done and total, from its newest `pipeline.job_finished`.
-    jobs: std::collections::BTreeMap<String, (u64, u64)>,
-}
-
-impl RunProgress {
-    /// Takes in events (`GET /runs/{id}/events?after=`), in order.
-    pub fn feed(&mut self, events: &Value) {
-        for e in events["events"].as_array().into_iter().flatten() {
-            self.after = self.after.max(e["seq"].as_i64().unwrap_or(0));
-            if e["kind"] == "pipeline.job_finished"
-                && let (Some(step), Some(done), Some(total)) =
-                    (e["step_id"].as_str(), e["data"]["done"].as_u64(), e["data"]["total"].as_u64())
-            {
-                self.jobs.insert(step.to_string(), (done, total));
-            }
-        }
-    }
-
-    /// The progress of `run` (`GET /runs/{id}`): steps ended plus the fraction of the pipeline
-    /// jobs of those running, of the steps; and what to tell the person.
-    pub fn of(&self, run: &Value) -> (f64, f64, String) {
-        let steps = run["steps"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let ended = steps.iter().filter(|s| !matches!(s["status"].as_str(), Some("PENDING" | "RUNNING"))).count();
-        let mut progress = ended as f64;
-        let mut message = format!("{ended} of {} steps done", steps.len());
-        for s in steps.iter().filter(|s| s["status"] == "RUNNING") {
-            let id = s["step_id"].as_str().unwrap_or_default();
-            match self.jobs.get(id) {
-                Some(&(done, total)) if total > 0 => {
-                    progress += (done.min(total) as f64) / (total as f64) * 0.99;
-                    message.push_str(&format!("; {id}: {done} of {total} pipeline jobs done"));
-                }
-                _ => message.push_str(&format!("; {id} running")),
-            }
-        }
-        (progress, steps.len() as f64, message)
     }
 }
 

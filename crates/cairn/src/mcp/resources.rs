@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use rmcp::model::{
     ErrorData, ListResourceTemplatesResult, ListResourcesResult, ReadResourceResponse, ReadResourceResult, Resource,
@@ -96,9 +95,6 @@ pub async fn read(
     }
 }
 
-/// How often a watched run is read.
-const WATCH_EVERY: Duration = Duration::from_millis(250);
-
 /// A session's legacy subscriptions (`resources/subscribe`), by URI, each ended by its token.
 #[derive(Clone, Default)]
 pub struct Subscriptions(Arc<Mutex<HashMap<String, CancellationToken>>>);
@@ -161,34 +157,43 @@ async fn subscribable(
     }
 }
 
-/// Reads the run every [`WATCH_EVERY`] and calls `notify` on each change of its state, until it
-/// ends (told once more), `stop` is cancelled, or `notify` says the client is gone.
+/// Follows the run's events (the daemon's run follower) and calls `notify` on each change of its
+/// state, until it ends (told once more), `stop` is cancelled, or `notify` says the client is
+/// gone.
 async fn watch<F, Fut>(
     daemon: ApiClient,
     ctx: RequestContext<RoleServer>,
     uri: String,
-    mut run: Value,
+    run: Value,
     stop: CancellationToken,
     notify: F,
 ) where
     F: Fn(String) -> Fut,
     Fut: Future<Output = bool>,
 {
-    let Some(id) = run_of(&uri).map(seg) else { return };
+    let Some(id) = run_of(&uri).map(String::from) else { return };
     let mut last = state_of(&run);
-    while !is_terminal(&run) {
-        tokio::select! {
+    if is_terminal(&run) {
+        return;
+    }
+    let Ok(mut events) = daemon.follow(&ctx, &id, 0).await else { return };
+    loop {
+        let more = tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(WATCH_EVERY) => {}
-        }
-        let Ok(now) = daemon.call(&ctx, "GET", format!("/runs/{id}"), None).await else { continue };
-        run = now;
+            e = events.recv() => e.is_some(),
+        };
+        // A step's end is several events in a row: one read of the run for all of them.
+        while events.try_recv().is_ok() {}
+        let Ok(run) = daemon.call(&ctx, "GET", format!("/runs/{}", seg(&id)), None).await else { return };
         let state = state_of(&run);
         if state != last {
             last = state;
             if !notify(uri.clone()).await {
                 return;
             }
+        }
+        if !more || is_terminal(&run) {
+            return;
         }
     }
 }

@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use super::api_client::{ApiClient, invalid, seg, structured};
 use super::approval::{self, Approvals, Ask, Verdict};
 use super::logging::LogLevel;
-use super::progress::{self, Progress, RunProgress};
+use cairn_core::progress::RunProgress;
+
+use super::progress::{self, Progress};
 use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 use crate::wire::requests::ApprovedVia;
@@ -188,32 +190,43 @@ impl Workbench {
         }
     }
 
-    /// Waits up to `WAIT_FOR_END` for the run to end, reporting its steps (and a pipeline step's
-    /// jobs) as progress when the caller asked for it; answers with the run as it is then.
-    async fn follow_run(&self, ctx: &RequestContext<RoleServer>, mut run: Value) -> CallToolResult {
-        let id = seg(run["run_id"].as_str().unwrap_or_default());
+    /// Waits up to `WAIT_FOR_END` for the run to end, following its events (the daemon's run
+    /// follower), and reporting its steps (and a pipeline step's jobs) as progress when the caller
+    /// asked for it; answers with the run as it is then.
+    async fn follow_run(&self, ctx: &RequestContext<RoleServer>, run: Value) -> CallToolResult {
+        if terminal(&run["status"]) {
+            return structured(run);
+        }
+        let id = run["run_id"].as_str().unwrap_or_default().to_string();
+        let steps = run["steps"].as_array().into_iter().flatten();
+        let mut seen = RunProgress::new(steps.filter_map(|s| s["step_id"].as_str().map(String::from)).collect());
         let mut progress = Progress::of(ctx);
-        let mut seen = RunProgress::default();
-        let started = Instant::now();
+        if let Some(progress) = progress.as_mut() {
+            let f = seen.fraction();
+            progress.report(f.done, Some(f.total), f.message).await;
+        }
+        let mut events = match self.daemon.follow(ctx, &id, 0).await {
+            Ok(events) => events,
+            Err(e) => return e.tool_result(),
+        };
+        let deadline = tokio::time::sleep(WAIT_FOR_END);
+        tokio::pin!(deadline);
         loop {
-            if let Some(progress) = progress.as_mut() {
-                if let Ok(events) =
-                    self.daemon.call(ctx, "GET", format!("/runs/{id}/events?after={}", seen.after), None).await
-                {
-                    seen.feed(&events);
+            tokio::select! {
+                event = events.recv() => {
+                    let Some(event) = event else { break };
+                    if let Some(e) = event.event() {
+                        seen.feed(event.step_id.as_deref(), &e);
+                    }
+                    if let Some(progress) = progress.as_mut() {
+                        let f = seen.fraction();
+                        progress.report(f.done, Some(f.total), f.message).await;
+                    }
                 }
-                let (done, total, message) = seen.of(&run);
-                progress.report(done, Some(total), message).await;
-            }
-            if terminal(&run["status"]) || started.elapsed() >= WAIT_FOR_END {
-                return structured(run);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            match self.daemon.call(ctx, "GET", format!("/runs/{id}"), None).await {
-                Ok(v) => run = v,
-                Err(e) => return e.tool_result(),
+                _ = &mut deadline => break,
             }
         }
+        self.daemon.tool(ctx, "GET", format!("/runs/{}", seg(&id)), None).await
     }
 
     /// `POST /verifications` while the verification in progress is read for its cells done of
