@@ -271,56 +271,13 @@ pub struct Carry<'a> {
 /// against the recorded SHA-256 before it takes its place; one already there with those bytes is
 /// left alone.
 pub fn materialize(from: &Path, to: &Path, carry: &Carry<'_>) -> Result<Materialized, MaterializeError> {
-    let io_err = |path: &str, e: io::Error| MaterializeError::Io {
-        to: to.display().to_string(),
-        path: path.to_string(),
-        error: e.to_string(),
-    };
-    let checked = |rel: &str| {
-        if !safe_relative(rel) || symlinked_component(to, rel).is_some() {
-            return Err(MaterializeError::BadPath(rel.to_string()));
-        }
-        Ok(to.join(rel))
-    };
+    let io_err = |path: &str, e: io::Error| io_error(to, path, e);
+    let checked = |rel: &str| checked_dest(to, rel);
     let mut done = Materialized::default();
     for dir in carry.dirs {
         fs::create_dir_all(checked(dir)?).map_err(|e| io_err(dir, e))?;
     }
-    for w in carry.write {
-        let dest = checked(&w.path)?;
-        if cairn_core::canonical::sha256_hex(&w.content) != w.sha256 {
-            return Err(MaterializeError::Conflict {
-                path: w.path.clone(),
-                why: "its content is not its checksum".into(),
-            });
-        }
-        match check_artifact(to, &w.path, &w.sha256) {
-            None => done.present += 1,
-            Some(Found::Missing) if !dest.exists() => {
-                if let Some(parent) = dest.parent() {
-                    fs::create_dir_all(parent).map_err(|e| io_err(&w.path, e))?;
-                }
-                // Whole or not at all: written beside it, then linked in (which, like a new file,
-                // never replaces one), so a kill midway leaves no half file to conflict with.
-                let tmp = dest.with_file_name(format!(
-                    ".{}.partial",
-                    dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-                ));
-                let written = fs::write(&tmp, &w.content)
-                    .and_then(|_| fs::File::open(&tmp)?.sync_all())
-                    .and_then(|_| fs::hard_link(&tmp, &dest));
-                let _ = fs::remove_file(&tmp);
-                written.map_err(|e| io_err(&w.path, e))?;
-                done.copied += 1;
-            }
-            Some(found) => {
-                return Err(MaterializeError::Conflict {
-                    path: w.path.clone(),
-                    why: format!("it is there with other content ({found}), not the approved one"),
-                });
-            }
-        }
-    }
+    write_given(to, carry.write, &mut done)?;
     if let Some(marker) = carry.once
         && checked(marker)?.is_file()
     {
@@ -399,6 +356,52 @@ pub fn materialize(from: &Path, to: &Path, carry: &Carry<'_>) -> Result<Material
             .map_err(|e| io_err(marker, e))?;
     }
     Ok(done)
+}
+
+/// Files given whole (a run's configuration), into `to`: written where absent (whole or not at
+/// all), counted as present where they are already those bytes, refused where other bytes are.
+fn write_given(to: &Path, write: &[Written], done: &mut Materialized) -> Result<(), MaterializeError> {
+    let io_err = |path: &str, e: io::Error| io_error(to, path, e);
+    for w in write {
+        let dest = checked_dest(to, &w.path)?;
+        if cairn_core::canonical::sha256_hex(&w.content) != w.sha256 {
+            return Err(MaterializeError::Conflict {
+                path: w.path.clone(),
+                why: "its content is not its checksum".into(),
+            });
+        }
+        match check_artifact(to, &w.path, &w.sha256) {
+            None => done.present += 1,
+            Some(Found::Missing) if !dest.exists() => {
+                if let Some(parent) = dest.parent() {
+                    fs::create_dir_all(parent).map_err(|e| io_err(&w.path, e))?;
+                }
+                // Whole or not at all: written beside it, then linked in (which, like a new file,
+                // never replaces one), so a kill midway leaves no half file to conflict with.
+                let tmp = dest.with_file_name(format!(
+                    ".{}.partial",
+                    dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+                ));
+                let written = fs::write(&tmp, &w.content)
+                    .and_then(|_| fs::File::open(&tmp)?.sync_all())
+                    .and_then(|_| fs::hard_link(&tmp, &dest));
+                let _ = fs::remove_file(&tmp);
+                written.map_err(|e| io_err(&w.path, e))?;
+                done.copied += 1;
+            }
+            Some(found) => {
+                return Err(MaterializeError::Conflict {
+                    path: w.path.clone(),
+                    why: format!("it is there with other content ({found}), not the approved one"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn io_error(to: &Path, path: &str, e: io::Error) -> MaterializeError {
+    MaterializeError::Io { to: to.display().to_string(), path: path.to_string(), error: e.to_string() }
 }
 
 /// The files under `work_dir` that are not the `baseline` (path relative to `work_dir`, SHA-256):
@@ -555,11 +558,7 @@ pub fn seed_working_copy(
     marker: &str,
     seed: &Seed<'_>,
 ) -> Result<Seeded, MaterializeError> {
-    let io_err = |path: &str, e: io::Error| MaterializeError::Io {
-        to: to.display().to_string(),
-        path: path.to_string(),
-        error: e.to_string(),
-    };
+    let io_err = |path: &str, e: io::Error| io_error(to, path, e);
     if !safe_relative(marker) {
         return Err(MaterializeError::BadPath(marker.to_string()));
     }
