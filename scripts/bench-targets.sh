@@ -245,16 +245,17 @@ if os.environ["BENCH_MODE"] == "measure":
                                       "IdentitiesOnly=yes") for a in ("-o", o)] \
         + ["-i", f"{SSHD}/id_ed25519", "-p", "2222", "-l", "root", "--", "127.0.0.1"]
     # The agent and its fixed boot line, read from the sources the binary embeds.
-    agent_py = open(f"{ROOT}/crates/cairn-exec/src/agent.py").read()
-    boot = json.loads(re.search(r'const BOOT: &str = ("(?:[^"\\]|\\.)*");',
-                                open(f"{ROOT}/crates/cairn-exec/src/agent.rs").read()).group(1))
+    agent_rs = open(f"{ROOT}/crates/cairn-exec/src/agent/mod.rs").read()
+    agent_files = [[name, open(f"{ROOT}/crates/cairn-exec/src/agent/{name}").read()]
+                   for name in re.findall(r'\("(agent[a-z_]*\.py)", include_str!', agent_rs)]
+    boot = json.loads(re.search(r'const BOOT: &str = ("(?:[^"\\]|\\.)*");', agent_rs).group(1))
     remote_boot = f'python3 -c "{boot}"'   # the fixed remote command of every agent request
     tool_sha = hashlib.sha256(open(f"{wf_dir}/tools/noop.py", "rb").read()).hexdigest()
     adir = f"{WORK}/agent"
     os.makedirs(adir)
 
     def agent_line(request):
-        return (json.dumps({"agent": agent_py, "request": request}) + "\n").encode()
+        return (json.dumps({"agent": agent_files, "request": request}) + "\n").encode()
 
     def run_request(i):
         """The agent's `run` of one noop step, shaped as the engine sends it (cairn-engine/src/remote.rs)."""

@@ -2,7 +2,8 @@
 //! lie, checking recorded artifacts against their bytes, and materialising a source run's
 //! artifacts into a replay child's directory (a hard link where the filesystem allows, else a
 //! copy), checked against the recorded SHA-256. The step agent does the same on a target
-//! (`agent.py`'s `outputs`, `check` and `materialize`), with the same rules and words.
+//! (`agent_artifacts.py`'s `outputs`, `check` and `materialize`, over `agent_files.py`'s hashing and
+//! walk), with the same rules and words.
 //!
 //! **Invariant:** nothing here follows a symlink. An output, or anything inside an output folder,
 //! that is a symlink is refused with a clear error, so a step cannot record (or a replay copy)
@@ -111,7 +112,21 @@ pub fn hash_outputs(run_dir: &Path, step_id: &str, decls: &[OutputDecl]) -> Resu
             (false, _, true) => out.push(hash_one(decl, &abs, rel)?),
             (true, true, _) => {
                 let mut files = Vec::new();
-                walk(decl, &abs, &rel, &mut files)?;
+                walk(&abs, &rel, &[], false, &mut |child, path, meta| {
+                    if !meta.is_file() {
+                        let found = kind_of(meta);
+                        let path = path.display().to_string();
+                        return Err(OutputFault::NotAFile {
+                            name: decl.name.clone(),
+                            declared: decl.declared(),
+                            path,
+                            found,
+                        });
+                    }
+                    files.push((path, child));
+                    Ok(())
+                })
+                .map_err(|fault| output_fault(&decl.name, decl.declared(), fault))?;
                 // By relative path, byte order (as the agent sorts them on a target).
                 files.sort_by(|a, b| a.1.cmp(&b.1));
                 for (abs, rel) in files {
@@ -137,41 +152,75 @@ fn hash_one(decl: &OutputDecl, abs: &Path, rel: String) -> Result<Artifact, Outp
     Ok(Artifact { name: decl.name.clone(), path: rel, bytes, sha256, link: None })
 }
 
-/// Every regular file below `dir` (absolute and relative paths); a symlink or special file
-/// anywhere is refused.
-fn walk(decl: &OutputDecl, dir: &Path, rel: &str, out: &mut Vec<(PathBuf, String)>) -> Result<(), OutputFault> {
-    let fault = |path: &Path, e: io::Error| OutputFault::Unreadable {
-        name: decl.name.clone(),
-        declared: decl.declared(),
-        path: path.display().to_string(),
-        error: e.to_string(),
-    };
-    for entry in fs::read_dir(dir).map_err(|e| fault(dir, e))? {
-        let entry = entry.map_err(|e| fault(dir, e))?;
-        let path = entry.path();
-        let Some(file) = entry.file_name().to_str().map(String::from) else {
-            return Err(OutputFault::NotUtf8 {
-                name: decl.name.clone(),
-                declared: decl.declared(),
-                path: path.display().to_string(),
-            });
+/// Why a [`walk`] stopped: a folder or entry that could not be read, a name that is not UTF-8 (a
+/// recorded path is text), or what the visitor refused.
+enum WalkFault<E> {
+    Unreadable(PathBuf, io::Error),
+    NotUtf8(PathBuf),
+    Refused(E),
+}
+
+/// The one walk of a folder: `visit` sees every entry below `top` that is not a folder, with its
+/// path relative to the walk's root (`rel` is top's, "" for the root itself), its path and its
+/// `symlink_metadata` (a symlink is an entry, never followed), depth first. `exclude` names
+/// top-level entries passed over. The first fault ends the walk, unless `lenient`: then what cannot
+/// be read, and a name that is not UTF-8, is passed over. The agent's `walk` does the same.
+fn walk<E>(
+    top: &Path,
+    rel: &str,
+    exclude: &[&str],
+    lenient: bool,
+    visit: &mut dyn FnMut(String, PathBuf, &fs::Metadata) -> Result<(), E>,
+) -> Result<(), WalkFault<E>> {
+    let mut stack = vec![(top.to_path_buf(), rel.to_string())];
+    while let Some((dir, rel)) = stack.pop() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(_) if lenient => continue,
+            Err(e) => return Err(WalkFault::Unreadable(dir, e)),
         };
-        let child = format!("{rel}/{file}");
-        let meta = fs::symlink_metadata(&path).map_err(|e| fault(&path, e))?;
-        if meta.is_dir() {
-            walk(decl, &path, &child, out)?;
-        } else if meta.is_file() {
-            out.push((path, child));
-        } else {
-            return Err(OutputFault::NotAFile {
-                name: decl.name.clone(),
-                declared: decl.declared(),
-                path: path.display().to_string(),
-                found: kind_of(&meta),
-            });
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(_) if lenient => continue,
+                Err(e) => return Err(WalkFault::Unreadable(dir, e)),
+            };
+            let path = entry.path();
+            let Some(name) = entry.file_name().to_str().map(String::from) else {
+                if lenient {
+                    continue;
+                }
+                return Err(WalkFault::NotUtf8(path));
+            };
+            if rel.is_empty() && exclude.contains(&name.as_str()) {
+                continue;
+            }
+            let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(_) if lenient => continue,
+                Err(e) => return Err(WalkFault::Unreadable(path, e)),
+            };
+            if meta.is_dir() {
+                stack.push((path, child));
+            } else {
+                visit(child, path, &meta).map_err(WalkFault::Refused)?;
+            }
         }
     }
     Ok(())
+}
+
+/// A walk's fault as the output `name` (`declared`) cannot be recorded.
+fn output_fault(name: &str, declared: String, fault: WalkFault<OutputFault>) -> OutputFault {
+    let name = name.to_string();
+    match fault {
+        WalkFault::Unreadable(path, e) => {
+            OutputFault::Unreadable { name, declared, path: path.display().to_string(), error: e.to_string() }
+        }
+        WalkFault::NotUtf8(path) => OutputFault::NotUtf8 { name, declared, path: path.display().to_string() },
+        WalkFault::Refused(fault) => fault,
+    }
 }
 
 /// A recorded path is relative to its run directory and stays inside it: no `..`, no root.
@@ -271,56 +320,13 @@ pub struct Carry<'a> {
 /// against the recorded SHA-256 before it takes its place; one already there with those bytes is
 /// left alone.
 pub fn materialize(from: &Path, to: &Path, carry: &Carry<'_>) -> Result<Materialized, MaterializeError> {
-    let io_err = |path: &str, e: io::Error| MaterializeError::Io {
-        to: to.display().to_string(),
-        path: path.to_string(),
-        error: e.to_string(),
-    };
-    let checked = |rel: &str| {
-        if !safe_relative(rel) || symlinked_component(to, rel).is_some() {
-            return Err(MaterializeError::BadPath(rel.to_string()));
-        }
-        Ok(to.join(rel))
-    };
+    let io_err = |path: &str, e: io::Error| io_error(to, path, e);
+    let checked = |rel: &str| checked_dest(to, rel);
     let mut done = Materialized::default();
     for dir in carry.dirs {
         fs::create_dir_all(checked(dir)?).map_err(|e| io_err(dir, e))?;
     }
-    for w in carry.write {
-        let dest = checked(&w.path)?;
-        if cairn_core::canonical::sha256_hex(&w.content) != w.sha256 {
-            return Err(MaterializeError::Conflict {
-                path: w.path.clone(),
-                why: "its content is not its checksum".into(),
-            });
-        }
-        match check_artifact(to, &w.path, &w.sha256) {
-            None => done.present += 1,
-            Some(Found::Missing) if !dest.exists() => {
-                if let Some(parent) = dest.parent() {
-                    fs::create_dir_all(parent).map_err(|e| io_err(&w.path, e))?;
-                }
-                // Whole or not at all: written beside it, then linked in (which, like a new file,
-                // never replaces one), so a kill midway leaves no half file to conflict with.
-                let tmp = dest.with_file_name(format!(
-                    ".{}.partial",
-                    dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-                ));
-                let written = fs::write(&tmp, &w.content)
-                    .and_then(|_| fs::File::open(&tmp)?.sync_all())
-                    .and_then(|_| fs::hard_link(&tmp, &dest));
-                let _ = fs::remove_file(&tmp);
-                written.map_err(|e| io_err(&w.path, e))?;
-                done.copied += 1;
-            }
-            Some(found) => {
-                return Err(MaterializeError::Conflict {
-                    path: w.path.clone(),
-                    why: format!("it is there with other content ({found}), not the approved one"),
-                });
-            }
-        }
-    }
+    write_given(to, carry.write, &mut done)?;
     if let Some(marker) = carry.once
         && checked(marker)?.is_file()
     {
@@ -401,6 +407,52 @@ pub fn materialize(from: &Path, to: &Path, carry: &Carry<'_>) -> Result<Material
     Ok(done)
 }
 
+/// Files given whole (a run's configuration), into `to`: written where absent (whole or not at
+/// all), counted as present where they are already those bytes, refused where other bytes are.
+fn write_given(to: &Path, write: &[Written], done: &mut Materialized) -> Result<(), MaterializeError> {
+    let io_err = |path: &str, e: io::Error| io_error(to, path, e);
+    for w in write {
+        let dest = checked_dest(to, &w.path)?;
+        if cairn_core::canonical::sha256_hex(&w.content) != w.sha256 {
+            return Err(MaterializeError::Conflict {
+                path: w.path.clone(),
+                why: "its content is not its checksum".into(),
+            });
+        }
+        match check_artifact(to, &w.path, &w.sha256) {
+            None => done.present += 1,
+            Some(Found::Missing) if !dest.exists() => {
+                if let Some(parent) = dest.parent() {
+                    fs::create_dir_all(parent).map_err(|e| io_err(&w.path, e))?;
+                }
+                // Whole or not at all: written beside it, then linked in (which, like a new file,
+                // never replaces one), so a kill midway leaves no half file to conflict with.
+                let tmp = dest.with_file_name(format!(
+                    ".{}.partial",
+                    dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+                ));
+                let written = fs::write(&tmp, &w.content)
+                    .and_then(|_| fs::File::open(&tmp)?.sync_all())
+                    .and_then(|_| fs::hard_link(&tmp, &dest));
+                let _ = fs::remove_file(&tmp);
+                written.map_err(|e| io_err(&w.path, e))?;
+                done.copied += 1;
+            }
+            Some(found) => {
+                return Err(MaterializeError::Conflict {
+                    path: w.path.clone(),
+                    why: format!("it is there with other content ({found}), not the approved one"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn io_error(to: &Path, path: &str, e: io::Error) -> MaterializeError {
+    MaterializeError::Io { to: to.display().to_string(), path: path.to_string(), error: e.to_string() }
+}
+
 /// The files under `work_dir` that are not the `baseline` (path relative to `work_dir`, SHA-256):
 /// created, or changed, by the pipeline that ran there. Each is an artifact named by its path
 /// relative to `work_dir`, its path relative to the run directory `prefix/<name>`. The top-level
@@ -421,37 +473,20 @@ pub fn changed_files(
     let known: std::collections::HashMap<&str, &str> =
         baseline.iter().map(|c| (c.path.as_str(), c.sha256.as_str())).collect();
     let mut files = Vec::new();
-    let mut stack = vec![(work_dir.to_path_buf(), String::new())];
-    while let Some((dir, rel)) = stack.pop() {
-        for entry in fs::read_dir(&dir).map_err(|e| fault(&dir, e))? {
-            let entry = entry.map_err(|e| fault(&dir, e))?;
-            let path = entry.path();
-            let Some(name) = entry.file_name().to_str().map(String::from) else {
-                return Err(OutputFault::NotUtf8 {
-                    name: "pipeline".into(),
-                    declared: "its working copy".into(),
-                    path: path.display().to_string(),
-                });
-            };
-            if rel.is_empty() && exclude.contains(&name.as_str()) {
-                continue;
-            }
-            let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
-            let meta = fs::symlink_metadata(&path).map_err(|e| fault(&path, e))?;
-            if meta.is_dir() {
-                stack.push((path, child));
-            } else if meta.is_file() || meta.file_type().is_symlink() {
-                files.push((child, path));
-            } else {
-                return Err(OutputFault::NotAFile {
-                    name: "pipeline".into(),
-                    declared: "its working copy".into(),
-                    path: path.display().to_string(),
-                    found: kind_of(&meta),
-                });
-            }
+    walk(work_dir, "", exclude, false, &mut |child, path, meta| {
+        if !(meta.is_file() || meta.file_type().is_symlink()) {
+            let (path, found) = (path.display().to_string(), kind_of(meta));
+            return Err(OutputFault::NotAFile {
+                name: "pipeline".into(),
+                declared: "its working copy".into(),
+                path,
+                found,
+            });
         }
-    }
+        files.push((child, path));
+        Ok(())
+    })
+    .map_err(|fault| output_fault("pipeline", "its working copy".into(), fault))?;
     files.sort();
     let mut out = Vec::new();
     for (name, abs) in files {
@@ -484,13 +519,24 @@ pub fn changed_files(
 /// `None` when the folder is not there. Recorded with a pipeline step's completion, so a replay
 /// carries that record only while it is still those bytes.
 pub fn state_digest(dir: &Path) -> io::Result<Option<String>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
+    let files = match plain_files(dir) {
+        Ok(files) => files,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
+    let mut listing = String::new();
+    for (name, path) in files {
+        let (_, sha) = hash_file(&path)?;
+        listing.push_str(&format!("{sha}  {name}\n"));
+    }
+    Ok(Some(cairn_core::canonical::sha256_hex(listing.as_bytes())))
+}
+
+/// The regular files in folder `dir` itself (a symlink is none; a name that is not UTF-8 is
+/// passed over), by name, with their paths.
+fn plain_files(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
     let mut files = Vec::new();
-    for entry in entries {
+    for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let meta = fs::symlink_metadata(entry.path())?;
         if meta.is_file()
@@ -500,12 +546,7 @@ pub fn state_digest(dir: &Path) -> io::Result<Option<String>> {
         }
     }
     files.sort();
-    let mut listing = String::new();
-    for (name, path) in files {
-        let (_, sha) = hash_file(&path)?;
-        listing.push_str(&format!("{sha}  {name}\n"));
-    }
-    Ok(Some(cairn_core::canonical::sha256_hex(listing.as_bytes())))
+    Ok(files)
 }
 
 /// How a seeded working copy's marker starts: what was carried follows, as JSON, on that line.
@@ -555,11 +596,7 @@ pub fn seed_working_copy(
     marker: &str,
     seed: &Seed<'_>,
 ) -> Result<Seeded, MaterializeError> {
-    let io_err = |path: &str, e: io::Error| MaterializeError::Io {
-        to: to.display().to_string(),
-        path: path.to_string(),
-        error: e.to_string(),
-    };
+    let io_err = |path: &str, e: io::Error| io_error(to, path, e);
     if !safe_relative(marker) {
         return Err(MaterializeError::BadPath(marker.to_string()));
     }
@@ -575,16 +612,8 @@ pub fn seed_working_copy(
     {
         match state_digest(&seed.from.join(dir)) {
             Ok(Some(found)) if found == recorded => {
-                if let Ok(entries) = fs::read_dir(seed.from.join(dir)) {
-                    for entry in entries.flatten() {
-                        if entry.file_type().is_ok_and(|t| t.is_file())
-                            && let Some(name) = entry.file_name().to_str()
-                        {
-                            state_files.push(format!("{dir}/{name}"));
-                        }
-                    }
-                }
-                state_files.sort();
+                let files = plain_files(&seed.from.join(dir)).unwrap_or_default();
+                state_files = files.into_iter().map(|(name, _)| format!("{dir}/{name}")).collect();
                 done.state = true;
             }
             Ok(_) => {}
@@ -773,7 +802,16 @@ pub fn job_files(work_dir: &Path, paths: &[String]) -> Vec<JobFile> {
             Ok(m) if m.is_file() => out.push(file_entry(&abs, rel)),
             Ok(m) if m.is_dir() => {
                 let mut found = Vec::new();
-                walk_job_dir(&abs, rel, &mut found);
+                // What cannot be read (gone already) is passed over; other kinds are not files.
+                let _ = walk(&abs, rel, &[], true, &mut |child, path, meta| {
+                    if meta.file_type().is_symlink() {
+                        let link = fs::read_link(&path).ok().map(|t| t.to_string_lossy().into_owned());
+                        found.push(JobFile { path: child, bytes: None, sha256: None, link });
+                    } else if meta.is_file() {
+                        found.push(file_entry(&path, &child));
+                    }
+                    Ok::<(), std::convert::Infallible>(())
+                });
                 found.sort_by(|a, b| a.path.cmp(&b.path));
                 out.extend(found);
             }
@@ -787,26 +825,6 @@ fn file_entry(abs: &Path, rel: &str) -> JobFile {
     match hash_file(abs) {
         Ok((bytes, sha256)) => JobFile { path: rel.to_string(), bytes: Some(bytes), sha256: Some(sha256), link: None },
         Err(_) => JobFile { path: rel.to_string(), bytes: None, sha256: None, link: None },
-    }
-}
-
-fn walk_job_dir(dir: &Path, rel: &str, out: &mut Vec<JobFile>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let Some(name) = entry.file_name().to_str().map(String::from) else { continue };
-        let child = format!("{rel}/{name}");
-        let path = entry.path();
-        match fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_symlink() => out.push(JobFile {
-                path: child,
-                bytes: None,
-                sha256: None,
-                link: fs::read_link(&path).ok().map(|t| t.to_string_lossy().into_owned()),
-            }),
-            Ok(m) if m.is_dir() => walk_job_dir(&path, &child, out),
-            Ok(m) if m.is_file() => out.push(file_entry(&path, &child)),
-            _ => {}
-        }
     }
 }
 

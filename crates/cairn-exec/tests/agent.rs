@@ -352,6 +352,30 @@ fn every_request_is_read_by_the_agent_as_cairn_wrote_it() {
     }
 }
 
+/// The agent Cairn sends is the agent on disk, whole: `AGENT_FILES` holds every `.py` file beside
+/// `agent.py`, as it is there, and names what the agent's own `FILES` names (the files it copies
+/// for a Slurm job when it was not sent).
+#[test]
+fn cairn_sends_every_file_of_the_agent() {
+    use cairn_exec::agent::AGENT_FILES;
+    let sent: Vec<&str> = AGENT_FILES.iter().map(|(name, _)| *name).collect();
+    let listed = with_agent_module("print(json.dumps(list(agent.FILES)))", &path_only(), "");
+    assert_eq!(listed, serde_json::json!(sent), "agent_wire.py's FILES and AGENT_FILES name the same files");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agent");
+    let mut beside: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".py"))
+        .collect();
+    beside.sort();
+    let mut sorted = sent.clone();
+    sorted.sort_unstable();
+    assert_eq!(beside, sorted, "every agent file is sent");
+    for (name, text) in AGENT_FILES {
+        assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), *text, "{name} is sent as it is");
+    }
+}
+
 /// A request of a protocol the agent does not speak is refused before anything is done, in words
 /// that name both versions and what to do, and Cairn reports it as such.
 #[test]
@@ -546,7 +570,6 @@ fn a_slurm_job_runs_the_agents_own_supervisor() {
     .collect();
     let out = with_agent_module(
         "import subprocess\n\
-         agent.SOURCE = open(sys.argv[1]).read()\n\
          agent.shutil.which = lambda p: '/slurm/bin/' + p\n\
          real_run = subprocess.run\n\
          def sbatch(argv, **kw):\n\

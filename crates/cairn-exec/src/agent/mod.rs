@@ -1,5 +1,5 @@
-//! The step agent: one fixed, stdlib-only Python program (`agent.py`) that Cairn sends with every
-//! request to the controller host, locally or over SSH. It checks readiness, deploys approved
+//! The step agent: one fixed, stdlib-only Python program (`agent.py` and the files it imports,
+//! [`AGENT_FILES`]) that Cairn sends with every request to the controller host, locally or over SSH. It checks readiness, deploys approved
 //! files, launches a step detached from the connection (process or Slurm), waits for it,
 //! re-attaches to it, cancels it and reads bounded log tails. Nothing is installed on the target.
 //!
@@ -31,11 +31,26 @@ use protocol::{
     WaitRequest, decode_line,
 };
 
-const AGENT_PY: &str = include_str!("agent.py");
+/// The step agent's files, by name, split by role: `agent.py` is run, and imports the others from
+/// what was sent with it. All of them travel with every request (nothing is installed on a
+/// target), so a request never meets another build's agent; a Slurm job gets a copy of them all.
+/// `FILES` in `agent_wire.py` names the same files.
+#[doc(hidden)]
+pub const AGENT_FILES: &[(&str, &str)] = &[
+    ("agent.py", include_str!("agent.py")),
+    ("agent_wire.py", include_str!("agent_wire.py")),
+    ("agent_files.py", include_str!("agent_files.py")),
+    ("agent_proc.py", include_str!("agent_proc.py")),
+    ("agent_launch.py", include_str!("agent_launch.py")),
+    ("agent_follow.py", include_str!("agent_follow.py")),
+    ("agent_host.py", include_str!("agent_host.py")),
+    ("agent_artifacts.py", include_str!("agent_artifacts.py")),
+    ("agent_seed.py", include_str!("agent_seed.py")),
+];
 
-/// Reads the first stdin line and runs the agent it carries, with its own source at hand (a
-/// Slurm job runs that copy). Constant: no part comes from input.
-const BOOT: &str = "import json,sys;m=json.loads(sys.stdin.readline());exec(m['agent'],{'REQUEST':m['request'],'SOURCE':m['agent'],'__name__':'cairn_agent'})";
+/// Reads the first stdin line and runs the agent's `agent.py` it carries, with every file of the
+/// agent at hand (it imports them; a Slurm job gets a copy). Constant: no part comes from input.
+const BOOT: &str = "import json,sys;m=json.loads(sys.stdin.readline());f=dict(m['agent']);exec(f['agent.py'],{'REQUEST':m['request'],'SOURCES':f,'__name__':'cairn_agent'})";
 
 /// ssh exits 255 when the connection (not the remote command) failed.
 const SSH_CONNECTION_FAILED: i32 = 255;
@@ -87,10 +102,10 @@ pub enum Stop {
     Mismatch(String),
 }
 
-/// The first line the agent reads: itself, and the request.
+/// The first line the agent reads: its files, and the request.
 #[derive(Serialize)]
 struct Boot<'a> {
-    agent: &'static str,
+    agent: &'static [(&'static str, &'static str)],
     request: &'a Envelope<&'a Request>,
 }
 
@@ -118,7 +133,7 @@ impl Agent {
 
     /// Starts the agent with `message`, keeping its stdin open for more lines.
     fn spawn_open(&self, message: &Envelope<&Request>) -> Result<(Child, Option<ChildStdin>), AgentError> {
-        let line = serde_json::to_string(&Boot { agent: AGENT_PY, request: message })
+        let line = serde_json::to_string(&Boot { agent: AGENT_FILES, request: message })
             .map_err(|e| AgentError::Failed { host: self.host(), detail: format!("cannot encode the request: {e}") })?
             + "\n";
         let argv = match &self.ssh {

@@ -1,5 +1,5 @@
-//! The step agent's protocol: every request Cairn sends to `agent.py` and every reply the agent
-//! prints, as serde types. The agent's side is its `REQUESTS` table (what it reads of each
+//! The step agent's protocol: every request Cairn sends to the agent and every reply the agent
+//! prints, as serde types. The agent's side is `agent_wire.py`: its `REQUESTS` table (what it reads of each
 //! request) and its `emit` calls; `tests/agent.rs` has the agent parse what these types serialise.
 //!
 //! **Invariant:** every message carries [`PROTOCOL`] in its [`Envelope`], both ways, and so does
@@ -31,7 +31,7 @@ use cairn_core::replay::Found;
 
 use crate::RecordedEnd;
 
-/// The protocol this Cairn and the agent it sends speak. `agent.py`'s `PROTOCOL` is the same
+/// The protocol this Cairn and the agent it sends speak. `agent_wire.py`'s `PROTOCOL` is the same
 /// number (a test checks); a change to a message or an attempt file bumps both.
 pub const PROTOCOL: u32 = 1;
 
