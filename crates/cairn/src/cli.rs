@@ -30,61 +30,9 @@ pub enum Command {
         command: WorkflowCommand,
     },
     /// Run a registered workflow (or continue a run with the same --run-id).
-    Run {
-        /// NAME or NAME@VERSION (default: the highest registered version).
-        workflow: String,
-        /// The run input: a JSON file, or - for stdin.
-        #[arg(long, value_name = "FILE")]
-        input: PathBuf,
-        /// Choose the run id ([A-Za-z0-9._-]{1,128}); the same id with the same input is idempotent.
-        #[arg(long, value_name = "ID")]
-        run_id: Option<String>,
-        /// Resume steps left RUNNING by a crash of an in-process run: the abandoned attempt is
-        /// marked interrupted. (The daemon resumes what a crashed daemon left by itself.)
-        #[arg(long)]
-        resume_interrupted: bool,
-        /// Run up to N ready steps at once (default 1: serial, the reference order).
-        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-        parallel: u16,
-        /// Execute in this process instead of the daemon (batch jobs, CI): Ctrl-C or a crash leaves
-        /// the run for `--resume-interrupted` or for the daemon's recovery.
-        #[arg(long)]
-        in_process: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Run(RunArgs),
     /// Replay steps of a finished run into a new child run, reusing the rest of its evidence.
-    Replay {
-        /// The READY or BLOCKED run to replay.
-        source_run_id: String,
-        /// A step to re-execute (repeatable); its descendants re-execute too.
-        #[arg(long = "step", value_name = "ID", required = true)]
-        steps: Vec<String>,
-        /// The child's input (default: the source's input).
-        #[arg(long, value_name = "FILE")]
-        input: Option<PathBuf>,
-        /// Choose the child's run id; the same id with the same replay is idempotent.
-        #[arg(long, value_name = "ID")]
-        run_id: Option<String>,
-        /// Run another registered version of the source's workflow.
-        #[arg(long, value_name = "VERSION")]
-        version: Option<String>,
-        /// Resume steps left RUNNING by a crash of an earlier attempt at this replay.
-        #[arg(long)]
-        resume_interrupted: bool,
-        /// Run up to N ready steps at once (default 1: serial, the reference order).
-        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-        parallel: u16,
-        /// Print the decision for every step and create nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Execute in this process instead of the daemon (batch jobs, CI): Ctrl-C or a crash leaves
-        /// the run for `--resume-interrupted` or for the daemon's recovery.
-        #[arg(long)]
-        in_process: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Replay(ReplayArgs),
     /// Why a step of a run was executed, reused or invalidated.
     Explain {
         run_id: String,
@@ -521,4 +469,64 @@ mod tests {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
     }
+}
+
+// The arguments of `cairn run` (the variant's doc is its help).
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// NAME or NAME@VERSION (default: the highest registered version).
+    pub workflow: String,
+    /// The run input: a JSON file, or - for stdin.
+    #[arg(long, value_name = "FILE")]
+    pub input: PathBuf,
+    /// Choose the run id ([A-Za-z0-9._-]{1,128}); the same id with the same input is idempotent.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// Resume steps left RUNNING by a crash of an in-process run: the abandoned attempt is
+    /// marked interrupted. (The daemon resumes what a crashed daemon left by itself.)
+    #[arg(long)]
+    pub resume_interrupted: bool,
+    /// Run up to N ready steps at once (default 1: serial, the reference order).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub parallel: u16,
+    /// Execute in this process instead of the daemon (batch jobs, CI): Ctrl-C or a crash leaves
+    /// the run for `--resume-interrupted` or for the daemon's recovery.
+    #[arg(long)]
+    pub in_process: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+// The arguments of `cairn replay` (the variant's doc is its help).
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// The READY or BLOCKED run to replay.
+    pub source_run_id: String,
+    /// A step to re-execute (repeatable); its descendants re-execute too.
+    #[arg(long = "step", value_name = "ID", required = true)]
+    pub steps: Vec<String>,
+    /// The child's input (default: the source's input).
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Choose the child's run id; the same id with the same replay is idempotent.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// Run another registered version of the source's workflow.
+    #[arg(long, value_name = "VERSION")]
+    pub version: Option<String>,
+    /// Resume steps left RUNNING by a crash of an earlier attempt at this replay.
+    #[arg(long)]
+    pub resume_interrupted: bool,
+    /// Run up to N ready steps at once (default 1: serial, the reference order).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub parallel: u16,
+    /// Print the decision for every step and create nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Execute in this process instead of the daemon (batch jobs, CI): Ctrl-C or a crash leaves
+    /// the run for `--resume-interrupted` or for the daemon's recovery.
+    #[arg(long)]
+    pub in_process: bool,
+    #[arg(long)]
+    pub json: bool,
 }

@@ -14,7 +14,9 @@ use cairn_engine::runner::{NoProgress, Observer, RunRequest};
 use cairn_engine::{Engine, ExportOut, ExportRequest, ExportSubject, JobFilter, RunView, TraceQuery};
 use serde_json::json;
 
-use crate::cli::{Cli, Command, DaemonCommand, McpServer, PlanCommand, TargetCommand, WorkflowCommand};
+use crate::cli::{
+    Cli, Command, DaemonCommand, McpServer, PlanCommand, ReplayArgs, RunArgs, TargetCommand, WorkflowCommand,
+};
 use crate::client::{Client, failure_of};
 use crate::daemon::{self, ServeOptions};
 use crate::input::{read_input, state_root};
@@ -32,99 +34,11 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Quickstart { json } => quickstart::run(&state_root(cli.home)?, json),
         Command::Workflow { command } => workflow_command(&open_engine(cli.home)?, command),
-        Command::Run { workflow, input, run_id, resume_interrupted, parallel, in_process, json } => {
-            let root = state_root(cli.home)?;
-            let input = read_input(&input)?;
-            if in_process {
-                let req = RunRequest {
-                    workflow,
-                    run_id,
-                    input,
-                    resume_interrupted,
-                    parallelism: parallel as usize,
-                    owner: Some(cairn_engine::process::this_process()),
-                    thread_id: Some("cli".into()),
-                    stop: None,
-                };
-                let mut observer = observer(json);
-                let view = in_process_engine(&root)?.run(&req, observer.as_mut())?;
-                drop(observer);
-                return finish_run_output(&view, json);
-            }
-            let run = SubmitRun {
-                thread_id: "cli".into(),
-                workflow: Some(workflow),
-                version: None,
-                input: Some(input),
-                run_id,
-                replay: None,
-                parallel: Some(parallel),
-            };
-            finish_run_output(&follow::submit_and_follow(&root, &run, json)?, json)
-        }
-        Command::Replay {
-            source_run_id,
-            steps,
-            input,
-            run_id,
-            version,
-            resume_interrupted,
-            parallel,
-            dry_run,
-            in_process,
-            json,
-        } => {
-            let root = state_root(cli.home)?;
-            let input = input.as_deref().map(read_input).transpose()?;
-            if dry_run || in_process {
-                let engine = if dry_run { Engine::open(&root)? } else { in_process_engine(&root)? };
-                let req = ReplayRequest {
-                    source_run_id,
-                    step_ids: steps,
-                    input,
-                    run_id,
-                    version,
-                    resume_interrupted,
-                    parallelism: parallel as usize,
-                    owner: Some(cairn_engine::process::this_process()),
-                    thread_id: Some("cli".into()),
-                    ..ReplayRequest::default()
-                };
-                if !dry_run {
-                    let mut observer = observer(json);
-                    let (view, _) = engine.replay(&req, observer.as_mut())?;
-                    drop(observer);
-                    return finish_run_output(&view, json);
-                }
-                let prepared = engine.dry_run_replay(&req)?;
-                let jobs = engine.predict_pipeline_jobs(&prepared);
-                if json {
-                    print_wire(&wire::ReplayPreview::from_prepared(&prepared).with_jobs(&jobs));
-                } else {
-                    output::print_dry_run(&prepared, &jobs);
-                }
-                return Ok(0);
-            }
-            // The daemon finds the source's workflow: a replay stays within it.
-            let run = SubmitRun {
-                thread_id: "cli".into(),
-                workflow: None,
-                version,
-                input,
-                run_id,
-                replay: Some(ReplayDirective { source_run_id, step_ids: steps }),
-                parallel: Some(parallel),
-            };
-            finish_run_output(&follow::submit_and_follow(&root, &run, json)?, json)
-        }
+        Command::Run(args) => run_command(cli.home, args),
+        Command::Replay(args) => replay_command(cli.home, args),
         Command::Explain { run_id, step_id, json } => {
             let explained = wire::Explanation::from_engine(&open_engine(cli.home)?.explain_step(&run_id, &step_id)?);
-            if json {
-                print_wire(&explained);
-            } else {
-                output::print_explain(&explained);
-            }
-            Ok(0)
+            print_either(json, &explained, output::print_explain)
         }
         Command::Verify { request, json } => crate::verify::run(&open_engine(cli.home)?, request, json),
         Command::Runs { limit, json } => {
@@ -138,12 +52,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Show { run_id, timeline: true, json } => {
             let t = wire::RunTimeline::from_engine(&run_id, &open_engine(cli.home)?.timeline(&run_id)?);
-            if json {
-                print_wire(&t);
-            } else {
-                output::print_timeline(&t);
-            }
-            Ok(0)
+            print_either(json, &t, output::print_timeline)
         }
         Command::Show { run_id, json, .. } => {
             let view = open_engine(cli.home)?.show_run(&run_id)?;
@@ -157,12 +66,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Result { run_id, step_id, json } => {
             let detail = wire::StepDetail::from_engine(&open_engine(cli.home)?.show_step(&run_id, &step_id)?);
-            if json {
-                print_wire(&detail);
-            } else {
-                output::print_step_result(&detail);
-            }
-            Ok(0)
+            print_either(json, &detail, output::print_step_result)
         }
         Command::Jobs { run_id, step_id, json } => {
             let jobs = wire::PipelineJobs::from_engine(&open_engine(cli.home)?.pipeline_jobs(
@@ -170,21 +74,11 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 &step_id,
                 &JobFilter::default(),
             )?);
-            if json {
-                print_wire(&jobs);
-            } else {
-                output::print_jobs(&jobs);
-            }
-            Ok(0)
+            print_either(json, &jobs, output::print_jobs)
         }
         Command::Artifacts { run_id, json } => {
             let list = wire::ArtifactList::from_engine(&open_engine(cli.home)?.run_artifacts(&run_id)?);
-            if json {
-                print_wire(&list);
-            } else {
-                output::print_artifacts(&list);
-            }
-            Ok(0)
+            print_either(json, &list, output::print_artifacts)
         }
         Command::ReadArtifact { run_id, step_id, name, path, offset, length, json } => {
             let req = cairn_engine::ReadArtifact { run_id, step_id, name, path, offset, length };
@@ -201,31 +95,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Export { run_id, verification, ro_crate, zip, no_data, json } => {
-            let subject = match (run_id, verification) {
-                (_, Some(id)) => ExportSubject::Verification(id.clone()),
-                (Some(id), None) => ExportSubject::Run(id.clone()),
-                (None, None) => return Err(Failure::usage("name a run, or a verification with --verification ID")),
-            };
-            let out = match (ro_crate, zip) {
-                (_, Some(file)) => ExportOut::Zip(file.clone()),
-                (Some(dir), None) => ExportOut::Dir(dir.clone()),
-                (None, None) => ExportOut::Dir(PathBuf::from(match &subject {
-                    ExportSubject::Run(id) => format!("{id}.crate"),
-                    other => format!("{}.crate", other.slug()),
-                })),
-            };
-            let request = ExportRequest { subject, out, data: !no_data };
-            let done = wire::ExportResult::from_engine(&open_engine(cli.home)?.export(&request)?);
-            if json {
-                print_wire(&done);
-            } else {
-                println!("{}", done.path);
-                eprintln!(
-                    "wrote {} files ({} bytes; {} artifacts and {} input files copied)",
-                    done.files, done.bytes, done.artifacts, done.input_files
-                );
-            }
-            Ok(0)
+            export_command(cli.home, run_id, verification, (ro_crate, zip), no_data, json)
         }
         Command::Trace { file, json } => {
             let traced =
@@ -250,79 +120,16 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(0)
         }
-        Command::Cancel { run_id, json } => {
-            let client = Client::connect(&state_root(cli.home)?)?;
-            let answer = client.post(&format!("/runs/{run_id}/cancel"), &json!({}))?;
-            if answer.status != 200 {
-                return Err(failure_of(&answer));
-            }
-            if json {
-                print_json(&answer.body);
-            } else {
-                println!("run {run_id} CANCELLED");
-            }
-            Ok(0)
-        }
+        Command::Cancel { run_id, json } => cancel_command(&state_root(cli.home)?, &run_id, json),
         Command::Daemon { command } => daemon_command(&state_root(cli.home)?, command),
-        Command::Mcp { server } => {
-            let root = state_root(cli.home)?;
-            let (kind, role) = match server {
-                McpServer::Workbench => (crate::mcp::Kind::Workbench, auth::Role::Operator),
-                McpServer::Compute => (crate::mcp::Kind::Compute, auth::Role::Operator),
-                McpServer::App => (crate::mcp::Kind::App, auth::Role::Viewer),
-            };
-            let (base, token) = Client::endpoint(&root, role)?;
-            crate::mcp::serve_stdio(kind, crate::mcp::ApiClient::fixed(&base, &token))
-        }
+        Command::Mcp { server } => mcp_command(&state_root(cli.home)?, server),
         Command::Ui { no_open, json } => ui(&state_root(cli.home)?, no_open, json),
         Command::Plan { command: Some(PlanCommand::Show { plan_name, json }), .. } => {
             print_plan(&open_engine(cli.home)?.load_plan(&plan_name)?, json);
             Ok(0)
         }
-        Command::Plan { command: None, request, json } => {
-            let engine = open_engine(cli.home)?;
-            let plan = engine.make_plan(&request.into_request()?)?;
-            // A replay plan also says what its pipeline steps would run (a forecast beside the
-            // plan, as `POST /plans` answers it).
-            let jobs = engine.predict_plan_jobs(&plan);
-            if json && !jobs.is_empty() {
-                let mut v = serde_json::to_value(&plan).unwrap_or_default();
-                v["jobs"] = wire::to_value(&wire::ReplayPreview::predicted(&jobs));
-                print_json(&v);
-            } else {
-                print_plan(&plan, json);
-            }
-            if !json {
-                output::print_predictions(&jobs);
-                eprintln!(
-                    "\nnothing was created. To execute exactly this plan:\n  cairn execute-plan {} --id {} --checksum {}",
-                    plan.plan_name, plan.plan_id, plan.plan_checksum
-                );
-            }
-            Ok(0)
-        }
-        Command::Plans { json } => {
-            let list = wire::PlanList::from_listings(open_engine(cli.home)?.plans()?);
-            if json {
-                print_wire(&list);
-            } else if list.plans.is_empty() {
-                eprintln!("no plans yet; make one with `cairn plan WORKFLOW --input F --run-dir ABS_DIR`");
-            } else {
-                for p in &list.plans {
-                    let run = p.run_id.clone();
-                    println!(
-                        "{:<32} {}@{}  {}:{}  {}",
-                        p.plan_name,
-                        p.workflow,
-                        p.version,
-                        p.target,
-                        p.run_dir,
-                        run.map(|r| format!("executed as {r}")).unwrap_or_else(|| "not executed".into())
-                    );
-                }
-            }
-            Ok(0)
-        }
+        Command::Plan { command: None, request, json } => plan_command(cli.home, request, json),
+        Command::Plans { json } => plans_command(cli.home, json),
         Command::ExecutePlan { plan_name, plan_id, checksum, json } => {
             let root = state_root(cli.home)?;
             let body = wire::to_value(&wire::requests::ExecutePlan {
@@ -337,6 +144,207 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Target { command } => target_command(&open_engine(cli.home)?, command),
         Command::Doc { command } => crate::docs::run(&open_engine(cli.home)?, command),
     }
+}
+
+/// `cairn run`: in this process, or submitted to the daemon and followed.
+fn run_command(home: Option<PathBuf>, args: RunArgs) -> Result<u8, Failure> {
+    let RunArgs { workflow, input, run_id, resume_interrupted, parallel, in_process, json } = args;
+    let root = state_root(home)?;
+    let input = read_input(&input)?;
+    if in_process {
+        let req = RunRequest {
+            workflow,
+            run_id,
+            input,
+            resume_interrupted,
+            parallelism: parallel as usize,
+            owner: Some(cairn_engine::process::this_process()),
+            thread_id: Some("cli".into()),
+            stop: None,
+        };
+        let mut observer = observer(json);
+        let view = in_process_engine(&root)?.run(&req, observer.as_mut())?;
+        drop(observer);
+        return finish_run_output(&view, json);
+    }
+    let run = SubmitRun {
+        thread_id: "cli".into(),
+        workflow: Some(workflow),
+        version: None,
+        input: Some(input),
+        run_id,
+        replay: None,
+        parallel: Some(parallel),
+    };
+    finish_run_output(&follow::submit_and_follow(&root, &run, json)?, json)
+}
+
+/// `cairn replay`: a dry run, in this process, or submitted to the daemon and followed.
+fn replay_command(home: Option<PathBuf>, args: ReplayArgs) -> Result<u8, Failure> {
+    let ReplayArgs {
+        source_run_id,
+        steps,
+        input,
+        run_id,
+        version,
+        resume_interrupted,
+        parallel,
+        dry_run,
+        in_process,
+        json,
+    } = args;
+    let root = state_root(home)?;
+    let input = input.as_deref().map(read_input).transpose()?;
+    if dry_run || in_process {
+        let engine = if dry_run { Engine::open(&root)? } else { in_process_engine(&root)? };
+        let req = ReplayRequest {
+            source_run_id,
+            step_ids: steps,
+            input,
+            run_id,
+            version,
+            resume_interrupted,
+            parallelism: parallel as usize,
+            owner: Some(cairn_engine::process::this_process()),
+            thread_id: Some("cli".into()),
+            ..ReplayRequest::default()
+        };
+        if !dry_run {
+            let mut observer = observer(json);
+            let (view, _) = engine.replay(&req, observer.as_mut())?;
+            drop(observer);
+            return finish_run_output(&view, json);
+        }
+        let prepared = engine.dry_run_replay(&req)?;
+        let jobs = engine.predict_pipeline_jobs(&prepared);
+        if json {
+            print_wire(&wire::ReplayPreview::from_prepared(&prepared).with_jobs(&jobs));
+        } else {
+            output::print_dry_run(&prepared, &jobs);
+        }
+        return Ok(0);
+    }
+    // The daemon finds the source's workflow: a replay stays within it.
+    let run = SubmitRun {
+        thread_id: "cli".into(),
+        workflow: None,
+        version,
+        input,
+        run_id,
+        replay: Some(ReplayDirective { source_run_id, step_ids: steps }),
+        parallel: Some(parallel),
+    };
+    finish_run_output(&follow::submit_and_follow(&root, &run, json)?, json)
+}
+
+/// `cairn export`: a run's or a verification's RO-Crate, as a folder or a zip.
+fn export_command(
+    home: Option<PathBuf>,
+    run_id: Option<String>,
+    verification: Option<String>,
+    (ro_crate, zip): (Option<PathBuf>, Option<PathBuf>),
+    no_data: bool,
+    json: bool,
+) -> Result<u8, Failure> {
+    let subject = match (run_id, verification) {
+        (_, Some(id)) => ExportSubject::Verification(id.clone()),
+        (Some(id), None) => ExportSubject::Run(id.clone()),
+        (None, None) => return Err(Failure::usage("name a run, or a verification with --verification ID")),
+    };
+    let out = match (ro_crate, zip) {
+        (_, Some(file)) => ExportOut::Zip(file.clone()),
+        (Some(dir), None) => ExportOut::Dir(dir.clone()),
+        (None, None) => ExportOut::Dir(PathBuf::from(match &subject {
+            ExportSubject::Run(id) => format!("{id}.crate"),
+            other => format!("{}.crate", other.slug()),
+        })),
+    };
+    let request = ExportRequest { subject, out, data: !no_data };
+    let done = wire::ExportResult::from_engine(&open_engine(home)?.export(&request)?);
+    if json {
+        print_wire(&done);
+    } else {
+        println!("{}", done.path);
+        eprintln!(
+            "wrote {} files ({} bytes; {} artifacts and {} input files copied)",
+            done.files, done.bytes, done.artifacts, done.input_files
+        );
+    }
+    Ok(0)
+}
+
+/// `cairn plan`: makes a plan (and its jobs' forecast), creating nothing else.
+fn plan_command(home: Option<PathBuf>, request: wire::PlanRun, json: bool) -> Result<u8, Failure> {
+    let engine = open_engine(home)?;
+    let plan = engine.make_plan(&request.into_request()?)?;
+    // A replay plan also says what its pipeline steps would run (a forecast beside the
+    // plan, as `POST /plans` answers it).
+    let jobs = engine.predict_plan_jobs(&plan);
+    if json && !jobs.is_empty() {
+        let mut v = serde_json::to_value(&plan).unwrap_or_default();
+        v["jobs"] = wire::to_value(&wire::ReplayPreview::predicted(&jobs));
+        print_json(&v);
+    } else {
+        print_plan(&plan, json);
+    }
+    if !json {
+        output::print_predictions(&jobs);
+        eprintln!(
+            "\nnothing was created. To execute exactly this plan:\n  cairn execute-plan {} --id {} --checksum {}",
+            plan.plan_name, plan.plan_id, plan.plan_checksum
+        );
+    }
+    Ok(0)
+}
+
+/// `cairn plans`: every plan, and the run each was executed as.
+fn plans_command(home: Option<PathBuf>, json: bool) -> Result<u8, Failure> {
+    let list = wire::PlanList::from_listings(open_engine(home)?.plans()?);
+    if json {
+        print_wire(&list);
+    } else if list.plans.is_empty() {
+        eprintln!("no plans yet; make one with `cairn plan WORKFLOW --input F --run-dir ABS_DIR`");
+    } else {
+        for p in &list.plans {
+            let run = p.run_id.clone();
+            println!(
+                "{:<32} {}@{}  {}:{}  {}",
+                p.plan_name,
+                p.workflow,
+                p.version,
+                p.target,
+                p.run_dir,
+                run.map(|r| format!("executed as {r}")).unwrap_or_else(|| "not executed".into())
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// `cairn mcp SERVER`: an MCP server on stdio, calling the daemon with the token of its role.
+fn mcp_command(root: &Path, server: McpServer) -> Result<u8, Failure> {
+    let (kind, role) = match server {
+        McpServer::Workbench => (crate::mcp::Kind::Workbench, auth::Role::Operator),
+        McpServer::Compute => (crate::mcp::Kind::Compute, auth::Role::Operator),
+        McpServer::App => (crate::mcp::Kind::App, auth::Role::Viewer),
+    };
+    let (base, token) = Client::endpoint(root, role)?;
+    crate::mcp::serve_stdio(kind, crate::mcp::ApiClient::fixed(&base, &token))
+}
+
+/// `cairn cancel RUN`: asks the daemon, which owns the run's processes.
+fn cancel_command(root: &Path, run_id: &str, json: bool) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    let answer = client.post(&format!("/runs/{run_id}/cancel"), &json!({}))?;
+    if answer.status != 200 {
+        return Err(failure_of(&answer));
+    }
+    if json {
+        print_json(&answer.body);
+    } else {
+        println!("run {run_id} CANCELLED");
+    }
+    Ok(0)
 }
 
 fn workflow_command(engine: &Engine, command: WorkflowCommand) -> Result<u8, Failure> {
@@ -661,6 +669,16 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
 }
 
 /// Prints a run result and maps its status to the exit code.
+/// Prints `value` as JSON for a script, or for a person with `human`; exit 0.
+fn print_either<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce(&T)) -> Result<u8, Failure> {
+    if json {
+        print_wire(value);
+    } else {
+        human(value);
+    }
+    Ok(0)
+}
+
 pub fn finish_run_output(view: &RunView, json: bool) -> Result<u8, Failure> {
     if json {
         print_wire(&wire::RunResult::from_view(view));
