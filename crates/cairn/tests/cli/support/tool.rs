@@ -15,7 +15,7 @@ use serde_json::Value;
 /// * `empty`               print nothing, exit 0
 /// * `sleep:S`             sleep S seconds, then behave as `ok`
 /// * `sleep_if_flag:S`     sleep S seconds if the file `args.flag` exists (logging
-///                         `<step>:sleeping:<attempt>` first), then `ok`
+///   `<step>:sleeping:<attempt>` first), then `ok`
 /// * `wait`                wait (at most 30 s) until the file `args.release` exists, then `ok`
 /// * `big`                 write 100 MB to stdout
 ///
