@@ -131,6 +131,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 log "fuzz smoke: scripts/fuzz.sh 10"
 CAIRN_FUZZ_PROFILE=dev CAIRN_FUZZ_JOBS=2 scripts/fuzz.sh 10
 
+# The insta snapshots of the human output (crates/cairn/tests/cli/snapshots.rs) are compared,
+# never written: a mismatch fails (CI=true alone does that; this says it whatever the environment).
+export INSTA_UPDATE=no INSTA_FORCE_PASS=0
+
 # One build profile for everything; nextest when present (it ships on these machines).
 log "tests"
 if cargo nextest --version >/dev/null 2>&1; then

@@ -9,7 +9,6 @@
 //! and must be exactly what the reader gives.
 #![no_main]
 
-
 use arbitrary::{Result, Unstructured};
 use cairn_core::document::{CellKind, DocCell, ParsedDocument, parse_markdown, read_document, read_notebook};
 use cairn_fuzz::split_input;

@@ -5,9 +5,10 @@
 //! markdown); the bytes after it drive everything a verification adds: injected parameters, for
 //! each code cell the iopub messages a kernel sent (folded by the real `OutputCollector`, under
 //! small caps so the cuts are exercised), its status and count, and the provenance. Whatever they
-//! are, the built notebook passes the structural nbformat 4.5 check (`cairn_fuzz::nbformat`),
-//! its ids are unique, it has the provenance and bootstrap cells first, and it reads back as the
-//! document's cells, in order, with their sources and tags.
+//! are, the built notebook validates against nbformat 4.5's published schema with unique cell ids
+//! (`cairn_fuzz::nbformat`, which checks itself once before the fuzzing starts), it has the
+//! provenance and bootstrap cells first, and it reads back as the document's cells, in order, with
+//! their sources and tags.
 #![no_main]
 
 use arbitrary::{Result, Unstructured};
@@ -22,7 +23,7 @@ use cairn_fuzz::{json, nbformat, split_input, text};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(init: nbformat::self_check(), |data: &[u8]| {
     let (doc, rest) = split_input(data);
     let file = if doc.trim_start().starts_with('{') { "doc.ipynb" } else { "doc.md" };
     let Ok(parsed) = read_document(doc.as_bytes(), file) else { return };

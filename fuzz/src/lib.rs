@@ -1,13 +1,12 @@
 //! What Cairn's fuzz targets share: JSON values drawn from the fuzzer's bytes (biased towards the
 //! shapes Cairn's parsers meet, and bounded so one input stays fast), the split of an input into a
-//! document and the bytes that drive a generator, and a structural check of nbformat 4.5 written
-//! from its JSON schema, so the notebook target needs no Python.
+//! document and the bytes that drive a generator, and the check of nbformat 4.5 through its
+//! published JSON schema, so the notebook target needs no Python.
 
 use arbitrary::{Result, Unstructured};
 use serde_json::{Map, Number, Value};
 
 pub mod nbformat;
-
 
 /// `data` split at its first NUL byte: the text a parser reads (lossy UTF-8, so a seed file is
 /// used as it is), and the bytes after it, which drive the target's generator.

@@ -1,273 +1,222 @@
-//! nbformat 4.5, checked structurally: what `nbformat.v4.5.schema.json` requires of a notebook
-//! (required keys and their types per cell and output type, no other keys where the schema
-//! forbids them, the metadata the schema constrains), plus what `nbformat.validate` checks beyond
-//! the schema: cell ids unique. The schema's patterns are Python `re.search` patterns, whose `$`
-//! also matches before a final newline; the checks below follow that.
+//! nbformat 4.5, checked against its published JSON schema: `fuzz/nbformat.v4.5.schema.json`,
+//! vendored unchanged from the nbformat Python package (origin and BSD-3 licence in
+//! `fuzz/nbformat.v4.5.schema.LICENSE`), compiled once by the `jsonschema` crate as draft 4 (the
+//! schema's own `$schema`; every `$ref` is inside the file, so nothing is fetched).
+//!
+//! Two things the schema file alone does not say, kept apart below:
+//! - its patterns are Python `re.search` patterns, whose `$` also matches before one final
+//!   newline, where JSON Schema's ECMA-262 `$` matches only at the end; [`python_patterns`]
+//!   rewrites them so the check agrees with `nbformat.validate` (Cairn's document reader follows
+//!   Python there: a cell named `"x\n"` is a valid notebook);
+//! - `nbformat.validate` requires cell ids to be unique, which no JSON schema can express
+//!   ([`unique_cell_ids`]).
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
-use serde_json::{Map, Value};
+use jsonschema::Validator;
+use serde_json::{Value, json};
 
 type Check = Result<(), String>;
 
-fn fail<T>(at: &str, what: impl std::fmt::Display) -> Result<T, String> {
-    Err(format!("{at}: {what}"))
+const SCHEMA: &str = include_str!("../nbformat.v4.5.schema.json");
+
+/// The vendored schema with its patterns as Python reads them.
+fn schema() -> Value {
+    let mut schema: Value = serde_json::from_str(SCHEMA).expect("the vendored nbformat schema is JSON");
+    python_patterns(&mut schema);
+    schema
 }
 
-fn object<'v>(v: Option<&'v Value>, at: &str) -> Result<&'v Map<String, Value>, String> {
-    match v {
-        Some(Value::Object(m)) => Ok(m),
-        Some(other) => fail(at, format!("must be an object, is {other}")),
-        None => fail(at, "is missing"),
-    }
-}
-
-fn string(v: Option<&Value>, at: &str) -> Check {
-    match v {
-        Some(Value::String(_)) => Ok(()),
-        Some(other) => fail(at, format!("must be a string, is {other}")),
-        None => fail(at, "is missing"),
-    }
-}
-
-/// `multiline_string`: a string, or a list of strings.
-fn multiline(v: Option<&Value>, at: &str) -> Check {
-    match v {
-        Some(Value::String(_)) => Ok(()),
-        Some(Value::Array(items)) if items.iter().all(Value::is_string) => Ok(()),
-        Some(other) => fail(at, format!("must be a string or a list of strings, is {other}")),
-        None => fail(at, "is missing"),
-    }
-}
-
-/// `["integer", "null"]` with `minimum: 0`.
-fn execution_count(v: Option<&Value>, at: &str) -> Check {
-    match v {
-        Some(Value::Null) => Ok(()),
-        Some(Value::Number(n)) if n.is_u64() => Ok(()),
-        Some(other) => fail(at, format!("must be a non-negative integer or null, is {other}")),
-        None => fail(at, "is missing"),
-    }
-}
-
-/// Only `allowed` keys (the schema's `additionalProperties: false`).
-fn only(m: &Map<String, Value>, allowed: &[&str], at: &str) -> Check {
-    match m.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => fail(at, format!("has key `{k}`, which the schema does not allow")),
-        None => Ok(()),
-    }
-}
-
-/// Python's `re.search(pattern, s)` where the pattern ends in `$`: the text before one final
-/// newline is what must match.
-fn before_final_newline(s: &str) -> &str {
-    s.strip_suffix('\n').unwrap_or(s)
-}
-
-/// `cell_id`: `^[a-zA-Z0-9-_]+$`, 1 to 64 characters.
-pub fn is_cell_id(id: &str) -> bool {
-    let body = before_final_newline(id);
-    (1..=64).contains(&id.chars().count())
-        && !body.is_empty()
-        && body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-/// `metadata_tags`: unique strings matching `^[^,]+$`.
-pub fn tags(v: &Value, at: &str) -> Check {
-    let Value::Array(items) = v else { return fail(at, format!("must be a list, is {v}")) };
-    let mut seen = HashSet::new();
-    for t in items {
-        let Value::String(s) = t else { return fail(at, format!("holds {t}, not a string")) };
-        if s.is_empty() || s.contains(',') {
-            return fail(at, format!("tag {s:?} is empty or holds a comma"));
-        }
-        if !seen.insert(s) {
-            return fail(at, format!("tag {s:?} is given twice"));
+/// Every `pattern` and `patternProperties` key of `v` whose final `$` is Python's: `\n?$`.
+fn python_patterns(v: &mut Value) {
+    fn python(p: &str) -> String {
+        match p.strip_suffix('$') {
+            Some(head) if !head.ends_with('\\') => format!("{head}\\n?$"),
+            _ => p.to_string(),
         }
     }
-    Ok(())
-}
-
-/// `metadata_name`: `^.+$` (`.` is anything but a newline).
-fn name(v: &Value, at: &str) -> Check {
     match v {
-        Value::String(s) if !before_final_newline(s).is_empty() && !before_final_newline(s).contains('\n') => Ok(()),
-        other => fail(at, format!("must be a non-empty one-line string, is {other}")),
-    }
-}
-
-/// The cell metadata the schema constrains, per cell type.
-fn cell_metadata(m: &Map<String, Value>, cell_type: &str, at: &str) -> Check {
-    if let Some(t) = m.get("tags") {
-        tags(t, &format!("{at}.tags"))?;
-    }
-    if let Some(n) = m.get("name") {
-        name(n, &format!("{at}.name"))?;
-    }
-    if let Some(j) = m.get("jupyter") {
-        object(Some(j), &format!("{at}.jupyter"))?;
-    }
-    match cell_type {
-        "raw" => {
-            if let Some(f) = m.get("format") {
-                string(Some(f), &format!("{at}.format"))?;
+        Value::Object(m) => {
+            if let Some(Value::String(p)) = m.get_mut("pattern") {
+                *p = python(p);
             }
+            if let Some(Value::Object(props)) = m.get_mut("patternProperties") {
+                *props = std::mem::take(props).into_iter().map(|(k, v)| (python(&k), v)).collect();
+            }
+            m.values_mut().for_each(python_patterns);
         }
-        "code" => {
-            if let Some(e) = m.get("execution") {
-                for (k, v) in object(Some(e), &format!("{at}.execution"))? {
-                    string(Some(v), &format!("{at}.execution.{k}"))?;
-                }
-            }
-            if let Some(c) = m.get("collapsed")
-                && !c.is_boolean()
-            {
-                return fail(&format!("{at}.collapsed"), format!("must be a boolean, is {c}"));
-            }
-            if let Some(s) = m.get("scrolled")
-                && !(s.is_boolean() || s == "auto")
-            {
-                return fail(&format!("{at}.scrolled"), format!("must be true, false or \"auto\", is {s}"));
-            }
-        }
+        Value::Array(items) => items.iter_mut().for_each(python_patterns),
         _ => {}
     }
-    Ok(())
 }
 
-/// `mimebundle`: every value a multiline string, except JSON mime types, which hold anything.
-fn mimebundle(v: Option<&Value>, at: &str) -> Check {
-    for (mime, value) in object(v, at)? {
-        if !is_json_mime(mime) {
-            multiline(Some(value), &format!("{at}[{mime:?}]"))?;
+fn compile(schema: &Value) -> Validator {
+    jsonschema::draft4::new(schema).unwrap_or_else(|e| panic!("the vendored nbformat schema does not compile: {e}"))
+}
+
+/// The whole notebook's schema.
+static NOTEBOOK: LazyLock<Validator> = LazyLock::new(|| compile(&schema()));
+
+/// The schema's `metadata_tags` alone (for the document target, which checks tags as read).
+static TAGS: LazyLock<Validator> = LazyLock::new(|| {
+    let definitions = schema()["definitions"].take();
+    compile(&json!({"definitions": definitions, "allOf": [{"$ref": "#/definitions/misc/metadata_tags"}]}))
+});
+
+/// The first error of `validator` on `v`, located by its JSON pointer under `at`.
+///
+/// A cell and an output are each a `oneOf` of their kinds, so a problem inside one is first
+/// reported as the whole cell matching none of them. The kind's own error is then looked for
+/// among every error of the evaluation: those of the other kinds' branches (the branches where
+/// `cell_type` or `output_type` did not match) are set aside, and the first one left is it.
+fn validate(validator: &Validator, v: &Value, at: &str) -> Check {
+    let Some(first) = validator.iter_errors(v).next() else { return Ok(()) };
+    let evaluation = validator.evaluate(v);
+    let errors: Vec<_> = evaluation.iter_errors().collect();
+    let other_kinds: Vec<&str> = errors
+        .iter()
+        .filter_map(|e| {
+            ["/properties/cell_type/enum", "/properties/output_type/enum"]
+                .iter()
+                .find_map(|kind| e.schema_location.strip_suffix(kind))
+        })
+        .collect();
+    let within = errors.iter().find(|e| {
+        !e.schema_location.ends_with("/oneOf")
+            && !other_kinds.iter().any(|branch| e.schema_location.starts_with(&format!("{branch}/")))
+    });
+    Err(match within {
+        Some(e) => format!("{at}{}: {}", e.instance_location, e.error),
+        None => format!("{at}{}: {first}", first.instance_path()),
+    })
+}
+
+/// `nbformat.validate` beyond the schema: no two cells share an id.
+fn unique_cell_ids(nb: &Value) -> Check {
+    let mut seen = HashSet::new();
+    for (i, cell) in nb["cells"].as_array().into_iter().flatten().enumerate() {
+        let id = cell["id"].as_str().unwrap_or_default();
+        if !seen.insert(id) {
+            return Err(format!("/cells/{i}/id: {id:?} is not unique (nbformat.validate requires unique cell ids)"));
         }
     }
     Ok(())
 }
 
-/// `^application/(.*\+)?json$`, searched as Python does.
-fn is_json_mime(mime: &str) -> bool {
-    let Some(rest) = before_final_newline(mime).strip_prefix("application/") else { return false };
-    let Some(head) = rest.strip_suffix("json") else { return false };
-    // `(.*\+)?`: nothing, or anything without a newline ending in `+`.
-    head.is_empty() || (head.ends_with('+') && !head.contains('\n'))
-}
-
-fn output(o: &Value, at: &str) -> Check {
-    let m = object(Some(o), at)?;
-    let kind = m.get("output_type").and_then(Value::as_str).unwrap_or_default();
-    match kind {
-        "execute_result" => {
-            only(m, &["output_type", "data", "metadata", "execution_count"], at)?;
-            execution_count(m.get("execution_count"), &format!("{at}.execution_count"))?;
-            mimebundle(m.get("data"), &format!("{at}.data"))?;
-            object(m.get("metadata"), &format!("{at}.metadata")).map(drop)
-        }
-        "display_data" => {
-            only(m, &["output_type", "data", "metadata"], at)?;
-            mimebundle(m.get("data"), &format!("{at}.data"))?;
-            object(m.get("metadata"), &format!("{at}.metadata")).map(drop)
-        }
-        "stream" => {
-            only(m, &["output_type", "name", "text"], at)?;
-            string(m.get("name"), &format!("{at}.name"))?;
-            multiline(m.get("text"), &format!("{at}.text"))
-        }
-        "error" => {
-            only(m, &["output_type", "ename", "evalue", "traceback"], at)?;
-            string(m.get("ename"), &format!("{at}.ename"))?;
-            string(m.get("evalue"), &format!("{at}.evalue"))?;
-            match m.get("traceback") {
-                Some(Value::Array(lines)) if lines.iter().all(Value::is_string) => Ok(()),
-                other => fail(&format!("{at}.traceback"), format!("must be a list of strings, is {other:?}")),
-            }
-        }
-        other => fail(at, format!("output_type {other:?} is not one of nbformat's four")),
-    }
-}
-
-fn cell(c: &Value, at: &str) -> Check {
-    let m = object(Some(c), at)?;
-    let cell_type = m.get("cell_type").and_then(Value::as_str).unwrap_or_default();
-    match cell_type {
-        "markdown" | "raw" => only(m, &["id", "cell_type", "metadata", "attachments", "source"], at)?,
-        "code" => {
-            only(m, &["id", "cell_type", "metadata", "source", "outputs", "execution_count"], at)?;
-            execution_count(m.get("execution_count"), &format!("{at}.execution_count"))?;
-            let Some(Value::Array(outputs)) = m.get("outputs") else {
-                return fail(at, "a code cell needs an `outputs` list");
-            };
-            for (i, o) in outputs.iter().enumerate() {
-                output(o, &format!("{at}.outputs[{i}]"))?;
-            }
-        }
-        other => return fail(at, format!("cell_type {other:?} is not markdown, code or raw")),
-    }
-    match m.get("id") {
-        Some(Value::String(id)) if is_cell_id(id) => {}
-        other => return fail(&format!("{at}.id"), format!("is not an nbformat cell id: {other:?}")),
-    }
-    if let Some(a) = m.get("attachments") {
-        for (file, bundle) in object(Some(a), &format!("{at}.attachments"))? {
-            mimebundle(Some(bundle), &format!("{at}.attachments[{file:?}]"))?;
-        }
-    }
-    multiline(m.get("source"), &format!("{at}.source"))?;
-    cell_metadata(object(m.get("metadata"), &format!("{at}.metadata"))?, cell_type, &format!("{at}.metadata"))
-}
-
-/// `Ok` when `nb` is a valid nbformat 4.5 notebook; else the first problem, located.
+/// `Ok` when `nb` is a valid nbformat 4.5 notebook, as `nbformat.validate` decides; else the
+/// first problem, with its JSON pointer.
 pub fn check(nb: &Value) -> Check {
-    let m = object(Some(nb), "notebook")?;
-    only(m, &["metadata", "nbformat_minor", "nbformat", "cells"], "notebook")?;
-    if m.get("nbformat") != Some(&Value::from(4)) {
-        return fail("nbformat", "must be 4");
+    validate(&NOTEBOOK, nb, "")?;
+    unique_cell_ids(nb)
+}
+
+/// `Ok` when `v` is valid as a cell's `metadata.tags` (the schema's `metadata_tags`: unique
+/// strings without commas); else the problem, under `at`.
+pub fn tags(v: &Value, at: &str) -> Check {
+    validate(&TAGS, v, at)
+}
+
+/// A notebook with a cell of each kind and an output of each type, valid as Cairn writes them
+/// (a cell name ending in a newline included, which Python's patterns allow).
+fn example() -> Value {
+    json!({
+        "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}, "title": "t"},
+        "cells": [
+            {"id": "md-1", "cell_type": "markdown", "metadata": {}, "source": "# Title\n"},
+            {"id": "code-1", "cell_type": "code", "metadata": {"tags": ["parameters"], "name": "x\n"},
+             "source": ["x = 1\n", "x"], "execution_count": 1, "outputs": [
+                {"output_type": "stream", "name": "stdout", "text": "hi\n"},
+                {"output_type": "display_data", "data": {"text/plain": ["a", "b"], "application/vnd.x+json": {"k": 1}}, "metadata": {}},
+                {"output_type": "execute_result", "execution_count": 1, "data": {"text/plain": "1"}, "metadata": {}},
+                {"output_type": "error", "ename": "E", "evalue": "v", "traceback": ["t"]},
+            ]},
+            {"id": "raw-1", "cell_type": "raw", "metadata": {"format": "text/plain"}, "source": ""},
+        ]
+    })
+}
+
+/// What is changed in [`example`], how, and the JSON pointer the problem must name.
+type Broken = (&'static str, fn(&mut Value), &'static str);
+
+/// Changes that each make [`example`] invalid.
+fn broken() -> Vec<Broken> {
+    vec![
+        ("nbformat 3", |nb| nb["nbformat"] = json!(3), "/nbformat"),
+        ("nbformat_minor 4", |nb| nb["nbformat_minor"] = json!(4), "/nbformat_minor"),
+        ("no metadata", |nb| drop(nb.as_object_mut().map(|m| m.remove("metadata"))), ""),
+        ("a key the schema forbids", |nb| nb["extra"] = json!(1), ""),
+        ("a title that is not a string", |nb| nb["metadata"]["title"] = json!(2024), "/metadata/title"),
+        (
+            "a code cell without outputs",
+            |nb| drop(nb["cells"][1].as_object_mut().map(|m| m.remove("outputs"))),
+            "/cells/1",
+        ),
+        ("a cell id with a space", |nb| nb["cells"][0]["id"] = json!("a b"), "/cells/0/id"),
+        ("a cell id of 65 characters", |nb| nb["cells"][0]["id"] = json!("a".repeat(65)), "/cells/0/id"),
+        ("a cell id ending in two newlines", |nb| nb["cells"][0]["id"] = json!("md-1\n\n"), "/cells/0/id"),
+        ("a repeated cell id", |nb| nb["cells"][2]["id"] = json!("md-1"), "/cells/2/id"),
+        ("a stream with an extra key", |nb| nb["cells"][1]["outputs"][0]["extra"] = json!(1), "/cells/1/outputs/0"),
+        (
+            "a text mime type holding a number",
+            |nb| nb["cells"][1]["outputs"][1]["data"]["text/plain"] = json!(1),
+            "/cells/1/outputs/1/data/text~1plain",
+        ),
+        ("a negative execution count", |nb| nb["cells"][1]["execution_count"] = json!(-1), "/cells/1/execution_count"),
+        ("a tag with a comma", |nb| nb["cells"][1]["metadata"]["tags"] = json!(["a,b"]), "/cells/1/metadata/tags/0"),
+        ("a name of two lines", |nb| nb["cells"][1]["metadata"]["name"] = json!("x\ny"), "/cells/1/metadata/name"),
+        ("an unknown output type", |nb| nb["cells"][1]["outputs"][0]["output_type"] = json!("other"), "/cells/1"),
+    ]
+}
+
+/// Panics unless [`check`] accepts a valid notebook and refuses each of a set of invalid ones,
+/// naming where. The notebook target runs it once before it fuzzes, so a check that accepts
+/// everything (a schema that did not load as meant, say) fails the CI smoke; the unit tests
+/// below run it too.
+pub fn self_check() {
+    if let Err(problem) = check(&example()) {
+        panic!("the nbformat check refuses a valid notebook: {problem}");
     }
-    match m.get("nbformat_minor") {
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 5) => {}
-        other => return fail("nbformat_minor", format!("must be an integer of at least 5, is {other:?}")),
-    }
-    let meta = object(m.get("metadata"), "metadata")?;
-    if let Some(k) = meta.get("kernelspec") {
-        let k = object(Some(k), "metadata.kernelspec")?;
-        string(k.get("name"), "metadata.kernelspec.name")?;
-        string(k.get("display_name"), "metadata.kernelspec.display_name")?;
-    }
-    if let Some(l) = meta.get("language_info") {
-        let l = object(Some(l), "metadata.language_info")?;
-        string(l.get("name"), "metadata.language_info.name")?;
-        for key in ["file_extension", "mimetype", "pygments_lexer"] {
-            if let Some(v) = l.get(key) {
-                string(Some(v), &format!("metadata.language_info.{key}"))?;
+    for (what, change, at) in broken() {
+        let mut nb = example();
+        change(&mut nb);
+        match check(&nb) {
+            Ok(()) => panic!("the nbformat check accepts a notebook with {what}"),
+            Err(problem) if !problem.starts_with(&format!("{at}: ")) => {
+                panic!("the nbformat check refuses a notebook with {what}, but not at `{at}`: {problem}")
             }
-        }
-        if let Some(c) = l.get("codemirror_mode")
-            && !(c.is_string() || c.is_object())
-        {
-            return fail("metadata.language_info.codemirror_mode", "must be a string or an object");
+            Err(_) => {}
         }
     }
-    if let Some(o) = meta.get("orig_nbformat")
-        && !o.as_u64().is_some_and(|n| n >= 1)
-    {
-        return fail("metadata.orig_nbformat", format!("must be an integer of at least 1, is {o}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A valid notebook passes; each change that makes it invalid is refused, and the check names
+    /// where (inside a cell or an output, not only the cell).
+    #[test]
+    fn invalid_notebooks_are_refused_naming_where() {
+        self_check();
     }
-    if let Some(t) = meta.get("title") {
-        string(Some(t), "metadata.title")?;
+
+    /// The patterns read as Python's `re.search` reads them: `$` also before one final newline.
+    #[test]
+    fn patterns_end_as_in_python() {
+        let mut nb = example();
+        nb["cells"][0]["id"] = json!("md-1\n");
+        nb["cells"][1]["metadata"]["tags"] = json!(["a\n"]);
+        assert_eq!(check(&nb), Ok(()));
     }
-    if let Some(a) = meta.get("authors")
-        && !a.is_array()
-    {
-        return fail("metadata.authors", format!("must be a list, is {a}"));
-    }
-    let Some(Value::Array(cells)) = m.get("cells") else { return fail("cells", "must be a list") };
-    let mut ids = HashSet::new();
-    for (i, c) in cells.iter().enumerate() {
-        cell(c, &format!("cells[{i}]"))?;
-        let id = c.get("id").and_then(Value::as_str).unwrap_or_default();
-        if !ids.insert(id) {
-            return fail(&format!("cells[{i}].id"), format!("{id:?} is not unique"));
+
+    #[test]
+    fn tags_are_unique_strings_without_commas() {
+        assert_eq!(tags(&json!(["a", "b"]), "tags"), Ok(()));
+        for bad in [json!(["a", "a"]), json!(["a,b"]), json!([""]), json!([1]), json!("a")] {
+            let problem = tags(&bad, "cell 0: tags").expect_err(&bad.to_string());
+            assert!(problem.starts_with("cell 0: tags"), "{problem}");
         }
     }
-    Ok(())
 }

@@ -32,6 +32,7 @@ mod replay;
 mod rocrate;
 mod scheduling;
 mod schemathesis;
+mod snapshots;
 mod targets;
 mod team;
 mod verify;
