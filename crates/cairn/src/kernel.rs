@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::Failure;
 use crate::cli::KernelCommand;
 use crate::client::{Client, failure_of};
-use crate::output::print_json;
+use crate::output::{human_duration, print_json};
 
 pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
     match command {
@@ -64,7 +64,7 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
                         "{}  {:<11} {:>8}  {}  {}",
                         j["job_id"].as_str().unwrap_or(""),
                         j["status"].as_str().unwrap_or(""),
-                        j["duration_ms"].as_i64().map(|m| format!("{m} ms")).unwrap_or_default(),
+                        j["duration_ms"].as_u64().map(|m| human_duration(Duration::from_millis(m))).unwrap_or_default(),
                         j["submitted_at"].as_str().unwrap_or(""),
                         first.chars().take(60).collect::<String>()
                     );
@@ -209,8 +209,8 @@ fn text_of(o: &Value) -> String {
 
 fn summary(job: &Value) -> String {
     let mut s = format!("{} {}", job["job_id"].as_str().unwrap_or(""), job["status"].as_str().unwrap_or(""));
-    if let Some(ms) = job["duration_ms"].as_i64() {
-        s.push_str(&format!(" ({ms} ms)"));
+    if let Some(ms) = job["duration_ms"].as_u64() {
+        s.push_str(&format!(" ({})", human_duration(Duration::from_millis(ms))));
     }
     if let Some(e) = job["error"].as_str() {
         s.push_str(&format!(": {e}"));

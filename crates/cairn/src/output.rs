@@ -1,6 +1,8 @@
 //! What commands print for a person: the human renderings of the wire objects (`--json` prints
 //! the wire objects themselves, with [`print_json`]).
 
+use std::time::Duration;
+
 use cairn_core::canonical::short_hash;
 use cairn_core::replay::Decision;
 use cairn_core::store::EventRecord;
@@ -28,8 +30,7 @@ pub fn print_wire<T: serde::Serialize>(v: &T) {
 fn duration(us: Option<i64>) -> String {
     match us {
         None => "-".into(),
-        Some(us) if us < 1_000_000 => format!("{} ms", us / 1000),
-        Some(us) => format!("{:.1} s", us as f64 / 1e6),
+        Some(us) => human_duration(Duration::from_micros(u64::try_from(us).unwrap_or(0))),
     }
 }
 
@@ -541,8 +542,9 @@ pub fn print_timeline(t: &wire::RunTimeline) {
     }
 }
 
-/// "850 ms", "12.3 ms", "1.25 s".
-fn human_ms(ms: f64) -> String {
+/// How long something took, as every human line of the CLI says it: "850 ms", "12.3 ms", "1.25 s".
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
     if ms >= 1000.0 {
         format!("{:.2} s", ms / 1000.0)
     } else if ms >= 100.0 || ms == ms.trunc() {
@@ -550,4 +552,9 @@ fn human_ms(ms: f64) -> String {
     } else {
         format!("{ms:.1} ms")
     }
+}
+
+/// [`human_duration`] of milliseconds (the timeline's unit).
+fn human_ms(ms: f64) -> String {
+    human_duration(Duration::from_secs_f64(ms.max(0.0) / 1000.0))
 }

@@ -7,6 +7,8 @@ use cairn_core::status::Outcome;
 use cairn_engine::runner::Observer;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::output::human_duration;
+
 #[derive(Default)]
 pub struct TerminalProgress {
     bar: Option<ProgressBar>,
@@ -34,7 +36,7 @@ impl Observer for TerminalProgress {
 
     fn step_finished(&mut self, step_id: &str, outcome: Outcome, attempt: u32, duration: Duration) {
         if let Some(bar) = &self.bar {
-            bar.println(format!("  {step_id:<28} {outcome:<12} attempt {attempt}  {} ms", duration.as_millis()));
+            bar.println(format!("  {step_id:<28} {outcome:<12} attempt {attempt}  {}", human_duration(duration)));
             if outcome == Outcome::Completed {
                 bar.inc(1);
             }

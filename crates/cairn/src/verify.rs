@@ -38,7 +38,7 @@ impl VerifyObserver for Live {
 
     fn cell_finished(&mut self, _index: usize, status: CellStatus, ms: u64) {
         if !self.json && status != CellStatus::Skipped {
-            eprintln!("{} ({ms} ms)", status.as_str());
+            eprintln!("{} ({})", status.as_str(), crate::output::human_duration(std::time::Duration::from_millis(ms)));
         }
     }
 }
