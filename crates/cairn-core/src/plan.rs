@@ -46,6 +46,15 @@ pub enum Effect {
 }
 
 impl Effect {
+    /// Its kind as the plan's JSON names it (`create_run_dir`, `write_file`, `deploy_workflow`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Effect::CreateRunDir => "create_run_dir",
+            Effect::WriteFile { .. } => "write_file",
+            Effect::DeployWorkflow { .. } => "deploy_workflow",
+        }
+    }
+
     /// The path this effect writes, relative to `run_dir` (`.` for the directory itself).
     pub fn path(&self) -> &str {
         match self {
@@ -386,6 +395,18 @@ pub fn open_approval_state(key: &[u8], sealed: &str, now: i64) -> Result<Approva
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_effect_s_kind_is_its_json_tag() {
+        let effects = [
+            super::Effect::CreateRunDir,
+            super::Effect::WriteFile { path: "p".into(), sha256: "s".into(), content: "c".into() },
+            super::Effect::DeployWorkflow { path: "p".into(), digest: "d".into(), files: Vec::new() },
+        ];
+        for e in effects {
+            assert_eq!(serde_json::to_value(&e).unwrap()["kind"], e.kind());
+        }
+    }
+
     use super::*;
 
     /// Found by the fuzzer (`fuzz/fuzz_targets/receipt.rs`): a receipt or state checked long after

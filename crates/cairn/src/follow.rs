@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::Failure;
 use crate::client::{Client, failure_of};
 use crate::progress::TerminalProgress;
-use crate::wire::{Event, SubmitRun};
+use crate::wire::{Event, RunResult, SubmitRun};
 
 /// Submits a run to `POST /runs`, follows it until it finishes, and returns it as the registry
 /// holds it.
@@ -33,13 +33,11 @@ pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Res
     if !matches!(answer.status, 200 | 202) {
         return Err(failure_of(&answer));
     }
-    let run_id = answer.body["run_id"]
-        .as_str()
-        .ok_or_else(|| Failure::usage(format!("the daemon answered without a run_id: {}", answer.body)))?
-        .to_string();
+    let run: RunResult = serde_json::from_value(answer.body.clone())
+        .map_err(|e| Failure::usage(format!("the daemon's answer is not a run ({e}): {}", answer.body)))?;
+    let run_id = run.run_id;
     if answer.status == 202 {
-        let total = answer.body["steps"].as_array().map(Vec::len).unwrap_or(0);
-        follow(&client, &run_id, total, json)?;
+        follow(&client, &run_id, run.steps.len(), json)?;
     }
     let report = Engine::open(root)?.show_run(&run_id)?;
     if !report.run.status.is_terminal() {

@@ -296,6 +296,14 @@ fn worker_failed(e: tokio::task::JoinError) -> CallError {
     CallError::new(500, "internal", format!("the request's worker failed: {e}"))
 }
 
+/// The daemon's answer as the wire type it is (a build of the daemon that answers otherwise is
+/// named, not half-read).
+pub fn decode<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, CallError> {
+    serde_json::from_value(answer).map_err(|e| {
+        CallError::new(502, "bad_answer", format!("the daemon's answer is not what this build of cairn reads: {e}"))
+    })
+}
+
 /// Structured content must be an object; anything else is wrapped as `{"value": …}`.
 pub fn structured(v: Value) -> CallToolResult {
     match v {

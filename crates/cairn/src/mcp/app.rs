@@ -7,10 +7,11 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 use serde_json::{Value, json};
 
-use super::api_client::{ApiClient, seg, structured};
+use super::api_client::{ApiClient, decode, seg, structured};
 use super::logging::LogLevel;
 use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
+use crate::wire::{EventList, RunList, to_value};
 
 /// Rows in an overview, and events in a run's detail.
 const MAX_ROWS: usize = 100;
@@ -57,17 +58,17 @@ impl App {
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn runs_overview(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
-        match self.daemon.call(&ctx, "GET", format!("/runs?limit={MAX_ROWS}"), None).await {
+        let list = self.daemon.call(&ctx, "GET", format!("/runs?limit={MAX_ROWS}"), None).await;
+        match list.and_then(decode::<RunList>) {
             Ok(list) => {
-                let runs: Vec<Value> = list["runs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                let runs: Vec<Value> = list
+                    .runs
+                    .iter()
                     .map(|r| {
                         json!({
-                            "run_id": r["run_id"], "workflow": r["workflow"], "version": r["version"],
-                            "status": r["status"], "created_at": r["created_at"], "finished_at": r["finished_at"],
-                            "source_run_id": r["source_run_id"], "error": r["error"],
+                            "run_id": r.run_id, "workflow": r.workflow, "version": r.version,
+                            "status": r.status, "created_at": r.created_at, "finished_at": r.finished_at,
+                            "source_run_id": r.source_run_id, "error": r.error,
                         })
                     })
                     .collect();
@@ -83,12 +84,13 @@ impl App {
     )]
     async fn run_detail(&self, Parameters(p): Parameters<RunRef>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         let id = seg(&p.run_id);
+        // The run is passed on as the daemon wrote it (only cut to size), so it stays JSON here.
         let mut run = match self.daemon.call(&ctx, "GET", format!("/runs/{id}"), None).await {
             Ok(run) => run,
             Err(e) => return e.tool_result(),
         };
-        match self.daemon.call(&ctx, "GET", format!("/runs/{id}/events"), None).await {
-            Ok(events) => run["events"] = events["events"].clone(),
+        match self.daemon.call(&ctx, "GET", format!("/runs/{id}/events"), None).await.and_then(decode::<EventList>) {
+            Ok(list) => run["events"] = to_value(&list.events),
             Err(e) => return e.tool_result(),
         }
         structured(bounded(run))

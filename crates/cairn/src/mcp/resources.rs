@@ -17,7 +17,8 @@ use rmcp::{RoleServer, service::RequestContext};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::api_client::{ApiClient, seg};
+use super::api_client::{ApiClient, decode, seg};
+use crate::wire::RunResult;
 
 pub const GUIDE_URI: &str = "cairn://guide";
 const GUIDE: &str = include_str!("guide.md");
@@ -120,21 +121,13 @@ fn run_of(uri: &str) -> Option<&str> {
 }
 
 /// What a subscriber is told about when it changes.
-fn state_of(run: &Value) -> Value {
-    let steps: Vec<Value> = run["steps"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| json!([s["step_id"], s["status"], s["attempts"]]))
-        .collect();
-    json!({"status": run["status"], "steps": steps, "findings": run["findings"], "error": run["error"]})
+fn state_of(run: &RunResult) -> Value {
+    let steps: Vec<Value> = run.steps.iter().map(|s| json!([s.step_id, s.status, s.attempts])).collect();
+    json!({"status": run.status, "steps": steps, "findings": run.findings, "error": run.error})
 }
 
-fn is_terminal(run: &Value) -> bool {
-    run["status"]
-        .as_str()
-        .and_then(|s| s.parse::<cairn_core::status::RunStatus>().ok())
-        .is_some_and(|s| s.is_terminal())
+fn is_terminal(run: &RunResult) -> bool {
+    run.status.parse::<cairn_core::status::RunStatus>().is_ok_and(|s| s.is_terminal())
 }
 
 /// Checks that `uri` can be subscribed to: a run that exists (its state now, to watch from), or
@@ -172,6 +165,7 @@ async fn watch<F, Fut>(
     Fut: Future<Output = bool>,
 {
     let Some(id) = run_of(&uri).map(String::from) else { return };
+    let Ok(run) = decode::<RunResult>(run) else { return };
     let mut last = state_of(&run);
     if is_terminal(&run) {
         return;
@@ -184,7 +178,8 @@ async fn watch<F, Fut>(
         };
         // A step's end is several events in a row: one read of the run for all of them.
         while events.try_recv().is_ok() {}
-        let Ok(run) = daemon.call(&ctx, "GET", format!("/runs/{}", seg(&id)), None).await else { return };
+        let read = daemon.call(&ctx, "GET", format!("/runs/{}", seg(&id)), None).await;
+        let Ok(run) = read.and_then(decode::<RunResult>) else { return };
         let state = state_of(&run);
         if state != last {
             last = state;

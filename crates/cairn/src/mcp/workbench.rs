@@ -12,16 +12,18 @@ use rmcp::{RoleServer, tool, tool_router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::api_client::{ApiClient, invalid, seg, structured};
+use cairn_core::plan::Plan;
+use cairn_core::progress::RunProgress;
+
+use super::api_client::{ApiClient, CallError, decode, invalid, seg, structured};
 use super::approval::{self, Approvals, Ask, Verdict};
 use super::logging::LogLevel;
-use cairn_core::progress::RunProgress;
 
 use super::progress::{self, Progress};
 use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 use crate::wire::requests::ApprovedVia;
-use crate::wire::{AddWorkflow, PlanReplay, PlanRun, ReadDoc, SaveDoc, SearchDocs, Verify, to_value};
+use crate::wire::{AddWorkflow, PlanReplay, PlanRun, ReadDoc, RunResult, SaveDoc, SearchDocs, Verify, to_value};
 
 /// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
 const WAIT_FOR_END: Duration = Duration::from_secs(60);
@@ -108,58 +110,53 @@ pub struct JobRef {
 
 /// What a person is shown of a plan before approving it: workflow@version, target, run_dir,
 /// every command, every input file with its SHA-256, and every effect.
-fn plan_summary(plan: &Value) -> String {
+fn plan_summary(plan: &Plan) -> String {
     let mut summary = format!(
         "Plan {} for {}@{} on target `{}`, in the new directory {}.\nCommands:\n",
-        plan["plan_name"].as_str().unwrap_or("?"),
-        plan["workflow"].as_str().unwrap_or("?"),
-        plan["version"].as_str().unwrap_or("?"),
-        plan["target"].as_str().unwrap_or("?"),
-        plan["run_dir"].as_str().unwrap_or("?"),
+        plan.plan_name, plan.workflow, plan.version, plan.target, plan.run_dir,
     );
-    for c in plan["commands"].as_array().into_iter().flatten() {
-        let argv: Vec<&str> = c["argv"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        summary.push_str(&format!("  {}: {}\n", c["step_id"].as_str().unwrap_or("?"), argv.join(" ")));
+    for c in &plan.commands {
+        summary.push_str(&format!("  {}: {}\n", c.step_id, c.argv.join(" ")));
     }
-    let inputs = plan["inputs"].as_array().map(Vec::as_slice).unwrap_or_default();
-    summary.push_str(&format!("Input files bound by checksum: {}.\n", inputs.len()));
-    for f in inputs {
-        summary.push_str(&format!(
-            "  {} (sha256 {})\n",
-            f["path"].as_str().unwrap_or("?"),
-            f["sha256"].as_str().unwrap_or("?")
-        ));
+    summary.push_str(&format!("Input files bound by checksum: {}.\n", plan.inputs.len()));
+    for f in &plan.inputs {
+        summary.push_str(&format!("  {} (sha256 {})\n", f.path, f.sha256));
     }
     summary.push_str("Effects:\n");
-    for e in plan["effects"].as_array().into_iter().flatten() {
-        let kind = e["kind"].as_str().or_else(|| e.as_object().and_then(|m| m.keys().next().map(String::as_str)));
-        summary.push_str(&format!("  {}\n", kind.unwrap_or("?")));
+    for e in &plan.effects {
+        summary.push_str(&format!("  {}\n", e.kind()));
     }
     summary
 }
 
 /// A plan as the tools return it: what to show the person, and what to approve it with.
-fn plan_view(plan: &Value) -> Value {
+fn plan_view(plan: &Plan) -> Value {
     let summary = plan_summary(plan)
         + "Nothing has been created. To run exactly this plan, call execute_plan with its name, id and checksum.";
     json!({
-        "plan_name": plan["plan_name"],
-        "plan_id": plan["plan_id"],
-        "plan_checksum": plan["plan_checksum"],
+        "plan_name": plan.plan_name,
+        "plan_id": plan.plan_id,
+        "plan_checksum": plan.plan_checksum,
         "summary": summary,
-        "workflow": plan["workflow"],
-        "version": plan["version"],
-        "target": plan["target"],
-        "run_dir": plan["run_dir"],
-        "commands": plan["commands"],
-        "inputs": plan["inputs"],
-        "effects": plan["effects"],
-        "readiness": plan["readiness"],
+        "workflow": plan.workflow,
+        "version": plan.version,
+        "target": plan.target,
+        "run_dir": plan.run_dir,
+        "commands": plan.commands,
+        "inputs": plan.inputs,
+        "effects": plan.effects,
+        "readiness": plan.readiness,
     })
 }
 
-fn terminal(status: &Value) -> bool {
-    status.as_str().and_then(|s| s.parse::<cairn_core::status::RunStatus>().ok()).is_some_and(|s| s.is_terminal())
+/// `POST /plans`'s answer: the plan, and beside it the forecast of a replay's pipeline jobs.
+fn made_plan(mut answer: Value) -> Result<(Plan, Option<Value>), CallError> {
+    let jobs = answer.as_object_mut().and_then(|o| o.remove("jobs"));
+    Ok((decode(answer)?, jobs))
+}
+
+fn terminal(status: &str) -> bool {
+    status.parse::<cairn_core::status::RunStatus>().is_ok_and(|s| s.is_terminal())
 }
 
 impl Workbench {
@@ -194,12 +191,13 @@ impl Workbench {
     /// follower), and reporting its steps (and a pipeline step's jobs) as progress when the caller
     /// asked for it; answers with the run as it is then.
     async fn follow_run(&self, ctx: &RequestContext<RoleServer>, run: Value) -> CallToolResult {
-        if terminal(&run["status"]) {
-            return structured(run);
-        }
-        let id = run["run_id"].as_str().unwrap_or_default().to_string();
-        let steps = run["steps"].as_array().into_iter().flatten();
-        let mut seen = RunProgress::new(steps.filter_map(|s| s["step_id"].as_str().map(String::from)).collect());
+        let queued = match decode::<RunResult>(run.clone()) {
+            Ok(queued) if !terminal(&queued.status) => queued,
+            // Ended already (or not a run this build reads): the answer as the daemon gave it.
+            _ => return structured(run),
+        };
+        let id = queued.run_id;
+        let mut seen = RunProgress::new(queued.steps.into_iter().map(|s| s.step_id).collect());
         let mut progress = Progress::of(ctx);
         if let Some(progress) = progress.as_mut() {
             let f = seen.fraction();
@@ -360,8 +358,8 @@ impl Workbench {
         )
     )]
     async fn plan_run(&self, Parameters(p): Parameters<PlanRun>, ctx: RequestContext<RoleServer>) -> CallToolResult {
-        match self.daemon.call(&ctx, "POST", "/plans".into(), Some(to_value(&p))).await {
-            Ok(plan) => structured(plan_view(&plan)),
+        match self.daemon.call(&ctx, "POST", "/plans".into(), Some(to_value(&p))).await.and_then(made_plan) {
+            Ok((plan, _)) => structured(plan_view(&plan)),
             Err(e) => e.tool_result(),
         }
     }
@@ -384,13 +382,14 @@ impl Workbench {
             return invalid("step_ids is empty; name at least one step to re-execute");
         }
         let body = to_value(&PlanRun::from(p));
-        match self.daemon.call(&ctx, "POST", "/plans".into(), Some(body)).await {
-            Ok(plan) => {
+        match self.daemon.call(&ctx, "POST", "/plans".into(), Some(body)).await.and_then(made_plan) {
+            Ok((plan, jobs)) => {
                 let mut view = plan_view(&plan);
-                view["decisions"] = plan["replay"]["decisions"].clone();
-                view["source_run_id"] = plan["replay"]["source_run_id"].clone();
-                if let Some(jobs) = plan.get("jobs") {
-                    view["jobs"] = jobs.clone();
+                let replay = plan.replay.clone().unwrap_or_default();
+                view["decisions"] = replay["decisions"].clone();
+                view["source_run_id"] = replay["source_run_id"].clone();
+                if let Some(jobs) = jobs {
+                    view["jobs"] = jobs;
                 }
                 structured(view)
             }
@@ -434,10 +433,9 @@ impl Workbench {
         }
         // The plan the person is asked about: the stored one. One that is not what the agent
         // names (another id or checksum, or none) is refused by the daemon without asking.
-        let plan = match self.daemon.call(&ctx, "GET", format!("/plans/{}", seg(&p.plan_name)), None).await {
-            Ok(plan) if plan["plan_id"] == p.plan_id.as_str() && plan["plan_checksum"] == p.plan_checksum.as_str() => {
-                plan
-            }
+        let stored = self.daemon.call(&ctx, "GET", format!("/plans/{}", seg(&p.plan_name)), None).await;
+        let plan = match stored.and_then(decode::<Plan>) {
+            Ok(plan) if plan.plan_id == p.plan_id && plan.plan_checksum == p.plan_checksum => plan,
             Ok(_) => return self.execute(&ctx, &p, channel).await.into(),
             Err(e) => return e.tool_result().into(),
         };
