@@ -222,6 +222,7 @@ fn choose_database(state: &StateRoot, url: String) -> Result<String, EngineError
         });
     }
     if state.db().exists() {
+        use cairn_core::store::prelude::*;
         let sqlite = cairn_store::SqliteStore::open(&state.db())?;
         let held = [
             ("workflows", sqlite.workflows()?.len()),
