@@ -70,7 +70,7 @@ impl Engine {
             self.store.adopt_attempt(&run.run_id, &step.id, &previous_token, &token, self.clock.now_ms())?;
             let end = {
                 let jobs = self.job_sink(run, &step.id, &token, attempt - 1, true, progress);
-                self.launcher.reattach(self, &recorded, &launch(attempt - 1), &jobs, &halted)
+                self.launcher.reattach(&self.launch_context(), &recorded, &launch(attempt - 1), &jobs, &halted)
             };
             adopted = Some((token, attempt - 1, end));
         }
@@ -102,7 +102,7 @@ impl Engine {
                     // stopped: its runner, if still alive, then finds its token stale and cannot
                     // write.
                     if let Some(p) = orphan.take() {
-                        self.launcher.stop_orphan(self, &p);
+                        self.launcher.stop_orphan(&self.launch_context(), &p);
                     }
                     progress(Progress::Started { step_id: step.id.clone(), attempt });
                     let mut record = |info: &ProcessInfo| {
@@ -113,7 +113,7 @@ impl Engine {
                     let end = {
                         // A new attempt number: nothing can be recorded of it yet.
                         let jobs = self.job_sink(run, &step.id, &token, attempt, false, progress);
-                        self.launcher.launch(self, &launch(attempt), &mut record, &jobs, &halted)
+                        self.launcher.launch(&self.launch_context(), &launch(attempt), &mut record, &jobs, &halted)
                     };
                     (token, attempt, end)
                 }
