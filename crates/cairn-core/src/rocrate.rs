@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::artifact::ArtifactRecord;
 use crate::event::RunEvent;
@@ -273,61 +273,95 @@ fn action_status(ok: Option<bool>) -> Value {
     }
 }
 
+/// The crate's `@graph` as it is built: its entities in order, and what the root dataset lists.
+struct CrateGraph {
+    entities: Vec<Value>,
+    /// The root dataset's `hasPart`: every file of the crate.
+    parts: Vec<String>,
+    /// The root dataset's `mentions`: every action.
+    actions: Vec<String>,
+    /// The artifacts already described (a reused artifact is named by several steps).
+    seen_files: BTreeSet<String>,
+}
+
 /// The `ro-crate-metadata.json` of a run.
 pub fn crate_metadata(c: &CrateRun) -> Value {
-    let run = &c.run;
-    let wf_toml = format!("{WORKFLOW_DIR}/workflow.toml");
-    let run_action = format!("#run-{}", run.run_id);
-    let mut graph: Vec<Value> = Vec::new();
-    let mut parts: Vec<String> = Vec::new();
-    let mut actions: Vec<String> = vec![run_action.clone()];
-    let mut seen_files = std::collections::BTreeSet::new();
+    let run_action = format!("#run-{}", c.run.run_id);
+    let mut g = CrateGraph {
+        entities: Vec::new(),
+        parts: Vec::new(),
+        actions: vec![run_action.clone()],
+        seen_files: BTreeSet::new(),
+    };
+    g.entities.extend(context_entities(c));
+    workflow_entities(c, &mut g);
+    input_entities(c, &mut g);
+    let verdict = validation_entity(c, &mut g);
+    let mut control_ids = Vec::new();
+    let mut results = Vec::new();
+    for s in &c.steps {
+        results.extend(s.artifacts.iter().map(|(_, art_id)| art_id.clone()));
+        control_ids.extend(step_entities(c, s, &mut g));
+    }
+    g.entities.push(run_entity(c, &run_action, &verdict, &results));
+    g.entities.push(organize_entity(&c.run, &run_action, &control_ids));
+    let root = root_entity(c, &verdict, &g);
+    g.entities.insert(1, root);
+    json!({
+        "@context": ["https://w3id.org/ro/crate/1.1/context", "https://w3id.org/ro/terms/workflow-run/context"],
+        "@graph": g.entities,
+    })
+}
 
-    graph.push(json!({
+/// The `@id` of the workflow's `workflow.toml` in the crate.
+fn workflow_toml_id() -> String {
+    format!("{WORKFLOW_DIR}/workflow.toml")
+}
+
+/// What the crate conforms to, its license, the workflow language and Cairn itself.
+fn context_entities(c: &CrateRun) -> Vec<Value> {
+    let mut out = vec![json!({
         "@id": "ro-crate-metadata.json", "@type": "CreativeWork",
         "conformsTo": [id(RO_CRATE_1_1), id(WORKFLOW_RO_CRATE)],
         "about": id("./"),
-    }));
+    })];
     for (url, name, version) in [
         (PROCESS_RUN_CRATE, "Process Run Crate", "0.5"),
         (WORKFLOW_RUN_CRATE, "Workflow Run Crate", "0.5"),
         (PROVENANCE_RUN_CRATE, "Provenance Run Crate", "0.5"),
         (WORKFLOW_RO_CRATE, "Workflow RO-Crate", "1.0"),
     ] {
-        graph.push(json!({"@id": url, "@type": "CreativeWork", "name": name, "version": version}));
+        out.push(json!({"@id": url, "@type": "CreativeWork", "name": name, "version": version}));
     }
-    graph.push(json!({
+    out.push(json!({
         "@id": "https://spdx.org/licenses/CC0-1.0", "@type": "CreativeWork",
         "name": "Creative Commons Zero v1.0 Universal", "identifier": "CC0-1.0",
     }));
-    graph.push(json!({
+    out.push(json!({
         "@id": "#cairn-language", "@type": "ComputerLanguage",
         "name": "Cairn workflow", "alternateName": "workflow.toml",
         "url": id("https://github.com/cairn-workbench/cairn"), "version": "1",
     }));
-    graph.push(json!({
+    out.push(json!({
         "@id": "#cairn", "@type": "SoftwareApplication", "name": "Cairn",
         "version": c.cairn_version, "url": id("https://github.com/cairn-workbench/cairn"),
     }));
+    out
+}
 
-    // The workflow and its files.
-    let tools_in_order: Vec<&String> = c.spec.tools.keys().collect();
+/// The workflow: its folder's files (`workflow.toml` the workflow itself), its tools and its
+/// steps.
+fn workflow_entities(c: &CrateRun, g: &mut CrateGraph) {
+    let wf_toml = workflow_toml_id();
     // The profile counts every part of the workflow as a tool some action ran (`instrument`):
     // the tools of the steps that have a record (executed here or reused) are its parts.
-    let used: std::collections::BTreeSet<&str> =
-        c.steps.iter().filter(|s| s.record.is_some()).map(|s| s.tool.as_str()).collect();
-    let wf_parts: Vec<String> =
-        tools_in_order.iter().filter(|t| used.contains(t.as_str())).map(|t| tool_id(t)).collect();
-    // The files a tool's command names are its source code.
-    let is_tool_file = |f: &CrateFile| {
-        let rel = f.id.strip_prefix(&format!("{WORKFLOW_DIR}/")).unwrap_or(&f.id).to_string();
-        c.spec.tools.values().any(|t| t.command.iter().any(|a| a.trim_start_matches("./") == rel))
-    };
+    let used: BTreeSet<&str> = c.steps.iter().filter(|s| s.record.is_some()).map(|s| s.tool.as_str()).collect();
+    let wf_parts: Vec<String> = c.spec.tools.keys().filter(|t| used.contains(t.as_str())).map(|t| tool_id(t)).collect();
     for f in &c.workflow_files {
-        parts.push(f.id.clone());
-        seen_files.insert(f.id.clone());
+        g.parts.push(f.id.clone());
+        g.seen_files.insert(f.id.clone());
         if f.id == wf_toml {
-            graph.push(json!({
+            g.entities.push(json!({
                 "@id": f.id,
                 "@type": ["File", "SoftwareSourceCode", "ComputationalWorkflow", "HowTo"],
                 "name": c.spec.reference(),
@@ -342,10 +376,10 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
         } else {
             let name = f.id.strip_prefix(&format!("{WORKFLOW_DIR}/")).unwrap_or(&f.id);
             let mut e = file_entity(f, name);
-            if is_tool_file(f) {
+            if is_tool_file(&c.spec, f) {
                 e["@type"] = json!(["File", "SoftwareSourceCode"]);
             }
-            graph.push(e);
+            g.entities.push(e);
         }
     }
     for (name, tool) in &c.spec.tools {
@@ -356,20 +390,28 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
         if let Some(v) = &tool.version {
             t["softwareVersion"] = json!(v);
         }
-        graph.push(t);
+        g.entities.push(t);
     }
     for (position, s) in c.steps.iter().enumerate() {
-        graph.push(json!({
+        g.entities.push(json!({
             "@id": step_id(&s.step_id), "@type": "HowToStep", "name": s.step_id,
             "position": position.to_string(), "workExample": id(&tool_id(&s.tool)),
         }));
     }
+}
 
-    // The input, the files it names, and the verdict.
-    parts.push(c.input.id.clone());
-    graph.push(file_entity(&c.input, "the run's input"));
+/// Whether a file of the workflow folder is a tool's source code: a file its command names.
+fn is_tool_file(spec: &WorkflowSpec, f: &CrateFile) -> bool {
+    let rel = f.id.strip_prefix(&format!("{WORKFLOW_DIR}/")).unwrap_or(&f.id).to_string();
+    spec.tools.values().any(|t| t.command.iter().any(|a| a.trim_start_matches("./") == rel))
+}
+
+/// The run's input, the files it read, and the targets that executed it (with their facts).
+fn input_entities(c: &CrateRun, g: &mut CrateGraph) {
+    g.parts.push(c.input.id.clone());
+    g.entities.push(file_entity(&c.input, "the run's input"));
     for f in &c.input_files {
-        parts.push(f.id.clone());
+        g.parts.push(f.id.clone());
         let mut e = json!({"@id": f.id, "@type": "File", "name": f.path, "sha256": f.sha256});
         if let Some(bytes) = f.bytes {
             e["contentSize"] = json!(bytes.to_string());
@@ -377,7 +419,7 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
         if let Some(note) = &f.note {
             e["description"] = json!(note);
         }
-        graph.push(e);
+        g.entities.push(e);
     }
     for t in &c.targets {
         let mut e = json!({
@@ -389,17 +431,18 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
             ),
         });
         if let Some(facts) = &t.facts {
-            parts.push(facts.id.clone());
-            graph.push(file_entity(facts, &format!("the facts observed on target {}", t.name)));
+            g.parts.push(facts.id.clone());
+            g.entities.push(file_entity(facts, &format!("the facts observed on target {}", t.name)));
             e["subjectOf"] = id(&facts.id);
         }
-        graph.push(e);
+        g.entities.push(e);
     }
-    let object_of = |files: &[String]| -> Value {
-        ids(std::iter::once(c.input.id.as_str()).chain(files.iter().map(String::as_str)))
-    };
-    let all_inputs: Vec<String> = c.input_files.iter().map(|f| f.id.clone()).collect();
-    parts.push(c.validation.id.clone());
+}
+
+/// The validator's verdict file; returns the verdict as a sentence.
+fn validation_entity(c: &CrateRun, g: &mut CrateGraph) -> String {
+    let run = &c.run;
+    g.parts.push(c.validation.id.clone());
     let verdict = match run.status {
         RunStatus::Ready => "READY: the validator found nothing".to_string(),
         RunStatus::Blocked => format!("BLOCKED: the validator found {} finding(s)", run.findings.len()),
@@ -407,141 +450,174 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
     };
     let mut validation = file_entity(&c.validation, "the validator's verdict and findings");
     validation["description"] = json!(verdict);
-    graph.push(validation);
+    g.entities.push(validation);
+    verdict
+}
 
-    // Step actions.
-    let mut control_ids = Vec::new();
-    let mut results = Vec::new();
-    let decision_of = |step: &str| -> Option<&Value> {
-        run.replay.as_ref()?.get("decisions")?.as_array()?.iter().find(|d| d["step_id"] == step)
-    };
-    for s in &c.steps {
-        let control = format!("#control-{}-{}", run.run_id, s.step_id);
-        let mut control_entity = json!({
-            "@id": control, "@type": "ControlAction",
-            "name": format!("orchestrate step {}", s.step_id),
-            "instrument": id(&step_id(&s.step_id)),
-        });
-        if let Some(d) = decision_of(&s.step_id) {
-            control_entity["description"] =
-                json!(format!("{}: {}", d["decision"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or("")));
-        }
-        if let Some(r) = &s.record {
-            let (producer, attempt) = match (&r.reused_from, &s.producer) {
-                (Some(_), Some((p, n))) => (p.clone(), *n),
-                (Some(from), None) => (from.clone(), 1),
-                (None, _) => (run.run_id.clone(), r.attempt_count.max(1)),
-            };
-            let action = attempt_action_id(&producer, &s.step_id, attempt);
-            let ok = match r.status.as_str() {
-                "COMPLETED" => Some(true),
-                "FAILED" => Some(false),
-                _ => None,
-            };
-            let mut a = json!({
-                "@id": action, "@type": "CreateAction",
-                "name": if r.reused_from.is_some() {
-                    format!("Run of tool {} for step {} in run {producer} (reused)", s.tool, s.step_id)
-                } else {
-                    format!("Run of tool {} for step {} (attempt {attempt})", s.tool, s.step_id)
-                },
-                "instrument": id(&tool_id(&s.tool)),
-                "object": object_of(&s.input_files),
-                "result": ids(s.artifacts.iter().map(|(_, i)| i.as_str())),
-                "startTime": rfc3339(r.started_at),
-                "actionStatus": action_status(ok),
-                "identifier": r.signature.tool_digest.clone(),
-            });
-            if let Some(end) = r.finished_at {
-                a["endTime"] = json!(rfc3339(end));
-            }
-            if let Some(t) = &s.agent {
-                a["agent"] = id(&target_id(t));
-            }
-            let mut desc = vec![format!("args sha256 {}", r.signature.args_hash)];
-            if let Some(o) = r.outcome {
-                desc.push(format!("outcome {}", o.as_str()));
-            }
-            if !s.links.is_empty() {
-                let links: Vec<String> = s.links.iter().map(|(p, t)| format!("{p} -> {t}")).collect();
-                desc.push(format!("symlinks (recorded as links, not followed): {}", links.join(", ")));
-            }
-            if let Some(e) = &r.error {
-                a["error"] = json!(e);
-            }
-            a["description"] = json!(desc.join("; "));
-            // The earlier attempts this run executed, each its own action (the last one above).
-            let mut objects = Vec::new();
-            if r.reused_from.is_none() {
-                for earlier in s.attempts.iter().filter(|x| x.number != attempt) {
-                    let eid = attempt_action_id(&run.run_id, &s.step_id, earlier.number);
-                    let mut e = json!({
-                        "@id": eid, "@type": "CreateAction",
-                        "name": format!("Run of tool {} for step {} (attempt {})", s.tool, s.step_id, earlier.number),
-                        "instrument": id(&tool_id(&s.tool)),
-                        "object": object_of(&s.input_files),
-                        "startTime": rfc3339(earlier.started_ms),
-                        "actionStatus": action_status(earlier.outcome.map(|o| o == Outcome::Completed)),
-                        "description": match earlier.outcome {
-                            Some(o) => format!("args sha256 {}; outcome {}", earlier.args_hash, o.as_str()),
-                            None => format!("args sha256 {}; abandoned", earlier.args_hash),
-                        },
-                    });
-                    if let Some(end) = earlier.ended_ms {
-                        e["endTime"] = json!(rfc3339(end));
-                    }
-                    if let Some(err) = &earlier.error {
-                        e["error"] = json!(err);
-                    }
-                    if let Some(t) = &s.agent {
-                        e["agent"] = id(&target_id(t));
-                    }
-                    graph.push(e);
-                    objects.push(eid.clone());
-                    actions.push(eid);
-                }
-                if let Some(last) = s.attempts.iter().find(|x| x.number == attempt) {
-                    a["startTime"] = json!(rfc3339(last.started_ms));
-                }
-            }
-            objects.push(action.clone());
-            control_entity["object"] =
-                if objects.len() == 1 { id(&action) } else { ids(objects.iter().map(String::as_str)) };
-            graph.push(a);
-            actions.push(action);
-        }
-        job_actions(&run.run_id, s, &mut graph, &mut actions);
-        for (art, art_id) in &s.artifacts {
-            results.push(art_id.clone());
-            if seen_files.insert(art_id.clone()) {
-                parts.push(art_id.clone());
-                graph.push(file_entity(
-                    &CrateFile { id: art_id.clone(), bytes: art.artifact.bytes, sha256: art.artifact.sha256.clone() },
-                    &art.artifact.path,
-                ));
-            }
-        }
-        // The profile requires a ControlAction to name the attempt it orchestrated: a step that
-        // never started is a HowToStep of the workflow only.
-        if control_entity.get("object").is_some() {
-            control_ids.push(control.clone());
-            graph.push(control_entity);
+/// An action's `object`: the run's input and `files`.
+fn object_of(c: &CrateRun, files: &[String]) -> Value {
+    ids(std::iter::once(c.input.id.as_str()).chain(files.iter().map(String::as_str)))
+}
+
+/// One step's entities: its attempts' and jobs' actions, its artifacts, and the control action
+/// orchestrating it. Returns the control action's id, if the step started.
+fn step_entities(c: &CrateRun, s: &CrateStep, g: &mut CrateGraph) -> Option<String> {
+    let control = format!("#control-{}-{}", c.run.run_id, s.step_id);
+    let mut control_entity = json!({
+        "@id": control, "@type": "ControlAction",
+        "name": format!("orchestrate step {}", s.step_id),
+        "instrument": id(&step_id(&s.step_id)),
+    });
+    if let Some(d) = replay_decision(&c.run, &s.step_id) {
+        control_entity["description"] =
+            json!(format!("{}: {}", d["decision"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or("")));
+    }
+    if let Some(r) = &s.record {
+        control_entity["object"] = attempt_entities(c, s, r, g);
+    }
+    job_actions(&c.run.run_id, s, &mut g.entities, &mut g.actions);
+    for (art, art_id) in &s.artifacts {
+        if g.seen_files.insert(art_id.clone()) {
+            g.parts.push(art_id.clone());
+            g.entities.push(file_entity(
+                &CrateFile { id: art_id.clone(), bytes: art.artifact.bytes, sha256: art.artifact.sha256.clone() },
+                &art.artifact.path,
+            ));
         }
     }
+    // The profile requires a ControlAction to name the attempt it orchestrated: a step that
+    // never started is a HowToStep of the workflow only.
+    if control_entity.get("object").is_some() {
+        g.entities.push(control_entity);
+        Some(control)
+    } else {
+        None
+    }
+}
 
-    // The run and Cairn orchestrating it.
+/// The replay planner's decision for a step of a replay child.
+fn replay_decision<'r>(run: &'r RunRecord, step: &str) -> Option<&'r Value> {
+    run.replay.as_ref()?.get("decisions")?.as_array()?.iter().find(|d| d["step_id"] == step)
+}
+
+/// The actions of a step that has a record: the attempt that produced its evidence (this run's
+/// last, or the producer's for a reused step) and the earlier attempts this run executed.
+/// Returns the control action's `object`: those actions.
+fn attempt_entities(c: &CrateRun, s: &CrateStep, r: &StepRecord, g: &mut CrateGraph) -> Value {
+    let run = &c.run;
+    let (producer, attempt) = match (&r.reused_from, &s.producer) {
+        (Some(_), Some((p, n))) => (p.clone(), *n),
+        (Some(from), None) => (from.clone(), 1),
+        (None, _) => (run.run_id.clone(), r.attempt_count.max(1)),
+    };
+    let action = attempt_action_id(&producer, &s.step_id, attempt);
+    let mut a = evidence_action(c, s, r, &action, &producer, attempt);
+    // The earlier attempts this run executed, each its own action (the last one above).
+    let mut objects = Vec::new();
+    if r.reused_from.is_none() {
+        for earlier in s.attempts.iter().filter(|x| x.number != attempt) {
+            let eid = attempt_action_id(&run.run_id, &s.step_id, earlier.number);
+            g.entities.push(earlier_attempt_action(c, s, earlier, &eid));
+            objects.push(eid.clone());
+            g.actions.push(eid);
+        }
+        if let Some(last) = s.attempts.iter().find(|x| x.number == attempt) {
+            a["startTime"] = json!(rfc3339(last.started_ms));
+        }
+    }
+    objects.push(action.clone());
+    let object = if objects.len() == 1 { id(&action) } else { ids(objects.iter().map(String::as_str)) };
+    g.entities.push(a);
+    g.actions.push(action);
+    object
+}
+
+/// The action of the attempt that produced a step's evidence (`attempt` of run `producer`).
+fn evidence_action(c: &CrateRun, s: &CrateStep, r: &StepRecord, action: &str, producer: &str, attempt: u32) -> Value {
+    let ok = match r.status.as_str() {
+        "COMPLETED" => Some(true),
+        "FAILED" => Some(false),
+        _ => None,
+    };
+    let mut a = json!({
+        "@id": action, "@type": "CreateAction",
+        "name": if r.reused_from.is_some() {
+            format!("Run of tool {} for step {} in run {producer} (reused)", s.tool, s.step_id)
+        } else {
+            format!("Run of tool {} for step {} (attempt {attempt})", s.tool, s.step_id)
+        },
+        "instrument": id(&tool_id(&s.tool)),
+        "object": object_of(c, &s.input_files),
+        "result": ids(s.artifacts.iter().map(|(_, i)| i.as_str())),
+        "startTime": rfc3339(r.started_at),
+        "actionStatus": action_status(ok),
+        "identifier": r.signature.tool_digest.clone(),
+    });
+    if let Some(end) = r.finished_at {
+        a["endTime"] = json!(rfc3339(end));
+    }
+    if let Some(t) = &s.agent {
+        a["agent"] = id(&target_id(t));
+    }
+    let mut desc = vec![format!("args sha256 {}", r.signature.args_hash)];
+    if let Some(o) = r.outcome {
+        desc.push(format!("outcome {}", o.as_str()));
+    }
+    if !s.links.is_empty() {
+        let links: Vec<String> = s.links.iter().map(|(p, t)| format!("{p} -> {t}")).collect();
+        desc.push(format!("symlinks (recorded as links, not followed): {}", links.join(", ")));
+    }
+    if let Some(e) = &r.error {
+        a["error"] = json!(e);
+    }
+    a["description"] = json!(desc.join("; "));
+    a
+}
+
+/// The action of an earlier attempt of a step this run executed (one that did not produce its
+/// evidence).
+fn earlier_attempt_action(c: &CrateRun, s: &CrateStep, earlier: &CrateAttempt, eid: &str) -> Value {
+    let mut e = json!({
+        "@id": eid, "@type": "CreateAction",
+        "name": format!("Run of tool {} for step {} (attempt {})", s.tool, s.step_id, earlier.number),
+        "instrument": id(&tool_id(&s.tool)),
+        "object": object_of(c, &s.input_files),
+        "startTime": rfc3339(earlier.started_ms),
+        "actionStatus": action_status(earlier.outcome.map(|o| o == Outcome::Completed)),
+        "description": match earlier.outcome {
+            Some(o) => format!("args sha256 {}; outcome {}", earlier.args_hash, o.as_str()),
+            None => format!("args sha256 {}; abandoned", earlier.args_hash),
+        },
+    });
+    if let Some(end) = earlier.ended_ms {
+        e["endTime"] = json!(rfc3339(end));
+    }
+    if let Some(err) = &earlier.error {
+        e["error"] = json!(err);
+    }
+    if let Some(t) = &s.agent {
+        e["agent"] = id(&target_id(t));
+    }
+    e
+}
+
+/// The run's own action: the workflow run, its inputs and every result, its verdict and
+/// lineage.
+fn run_entity(c: &CrateRun, run_action: &str, verdict: &str, results: &[String]) -> Value {
+    let run = &c.run;
     let ok = match run.status {
         RunStatus::Ready | RunStatus::Blocked => Some(true),
         s if s.is_terminal() => Some(false),
         _ => None,
     };
+    let all_inputs: Vec<String> = c.input_files.iter().map(|f| f.id.clone()).collect();
     let mut run_entity = json!({
         "@id": run_action, "@type": "CreateAction",
         "name": format!("Run {} of workflow {}", run.run_id, c.spec.reference()),
         "identifier": run.run_id,
         "description": format!("{verdict}; executed on {}", c.target),
-        "instrument": id(&wf_toml),
-        "object": object_of(&all_inputs),
+        "instrument": id(&workflow_toml_id()),
+        "object": object_of(c, &all_inputs),
         "result": ids(results.iter().map(String::as_str).chain([c.validation.id.as_str()])),
         "startTime": rfc3339(run.created_at),
         "actionStatus": action_status(ok),
@@ -560,35 +636,38 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
             c.lineage.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>().join(" <- ")
         ));
     }
-    graph.push(run_entity);
+    run_entity
+}
+
+/// Cairn orchestrating the run: its steps' control actions.
+fn organize_entity(run: &RunRecord, run_action: &str, control_ids: &[String]) -> Value {
     let mut organize = json!({
         "@id": format!("#cairn-{}", run.run_id), "@type": "OrganizeAction",
         "name": format!("Cairn orchestrating run {}", run.run_id),
         "instrument": id("#cairn"),
         "object": ids(control_ids.iter().map(String::as_str)),
-        "result": id(&run_action),
+        "result": id(run_action),
         "startTime": rfc3339(run.created_at),
     });
     if let Some(end) = run.finished_at {
         organize["endTime"] = json!(rfc3339(end));
     }
-    graph.push(organize);
+    organize
+}
 
-    let root = json!({
+/// The root dataset: every file of the crate and every action.
+fn root_entity(c: &CrateRun, verdict: &str, g: &CrateGraph) -> Value {
+    let run = &c.run;
+    json!({
         "@id": "./", "@type": "Dataset",
         "conformsTo": [id(PROCESS_RUN_CRATE), id(WORKFLOW_RUN_CRATE), id(PROVENANCE_RUN_CRATE), id(WORKFLOW_RO_CRATE)],
         "name": format!("Cairn run {} of {}", run.run_id, c.spec.reference()),
         "description": format!("Provenance Run Crate of Cairn run {}: {verdict}", run.run_id),
         "license": id("https://spdx.org/licenses/CC0-1.0"),
         "datePublished": rfc3339(c.published_ms),
-        "mainEntity": id(&wf_toml),
-        "hasPart": ids(parts.iter().map(String::as_str)),
-        "mentions": ids(actions.iter().map(String::as_str)),
-    });
-    graph.insert(1, root);
-    json!({
-        "@context": ["https://w3id.org/ro/crate/1.1/context", "https://w3id.org/ro/terms/workflow-run/context"],
-        "@graph": graph,
+        "mainEntity": id(&workflow_toml_id()),
+        "hasPart": ids(g.parts.iter().map(String::as_str)),
+        "mentions": ids(g.actions.iter().map(String::as_str)),
     })
 }
 

@@ -436,10 +436,8 @@ pub struct LeasedRun {
     pub home_host: Option<String>,
 }
 
-/// The registry of workflows, runs, step records and events.
-pub trait RunStore {
-    // --- daemons and leases (a team's daemons share one registry; each drives the runs it leases)
-
+/// Daemons and the leases of the runs they drive: a team's daemons share one registry, each drives the runs it leases.
+pub trait Daemons {
     /// Records a daemon that starts; its heartbeat starts now.
     fn register_daemon(&self, daemon: &DaemonRecord) -> Result<(), StoreError>;
     /// Renews `daemon`'s heartbeat and the leases of the open runs it holds, until `until`;
@@ -477,12 +475,18 @@ pub trait RunStore {
     fn drop_lease(&self, run_id: &str);
     /// Records that a write under a lost lease was refused (`run.stale_lease_write_rejected`).
     fn record_stale_lease(&self, run_id: &str, lease: &Lease, at: i64) -> Result<(), StoreError>;
+}
 
+/// The registered workflows, by name and version.
+pub trait WorkflowRegistry {
     fn register_workflow(&self, record: &WorkflowRecord) -> Result<RegisterOutcome, StoreError>;
     /// A workflow by name and exact version, or the highest registered version when `None`.
     fn workflow(&self, name: &str, version: Option<&str>) -> Result<Option<WorkflowRecord>, StoreError>;
     fn workflows(&self) -> Result<Vec<WorkflowRecord>, StoreError>;
+}
 
+/// Runs: their creation, their lookups, and the moves of their status (finish, claim, cancel).
+pub trait Runs {
     /// Creates a RUNNING run with a `run.created` event, or returns the existing one.
     fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError>;
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
@@ -490,9 +494,37 @@ pub trait RunStore {
     fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>, StoreError>;
     /// The runs `query` selects, newest first.
     fn runs(&self, query: &RunQuery<'_>) -> Result<Vec<RunRecord>, StoreError>;
+    /// Moves a non-terminal run to a terminal status, guarded by its revision.
+    fn finish_run(
+        &self,
+        run_id: &str,
+        expected_revision: i64,
+        status: RunStatus,
+        findings: &[Finding],
+        error: Option<&str>,
+        at: i64,
+    ) -> Result<RunRecord, StoreError>;
+    /// Bumps the run's revision to take it over for an explicit resume, recording its new owner.
+    /// Refused (`RunLeased`) while another daemon's lease on the run is current, unless this
+    /// store holds that lease.
+    fn claim_run(
+        &self,
+        run_id: &str,
+        expected_revision: i64,
+        owner: Option<&Owner>,
+        at: i64,
+    ) -> Result<i64, StoreError>;
+    /// Runs that are PENDING or RUNNING, oldest first.
+    fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
+    /// Moves a non-terminal run to CANCELLED and its RUNNING steps to FAILED with their tokens
+    /// cleared (so a late write by their attempts is rejected as stale), in one transaction.
+    fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError>;
+}
+
+/// A run's steps, their attempts (each write fenced by its token) and the run's append-only event log.
+pub trait Attempts {
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
     fn events(&self, run_id: &str, after_seq: i64) -> Result<Vec<EventRecord>, StoreError>;
-
     /// Starts an attempt with its token and a `step.started` event (plus `step.retrying` or
     /// `step.interrupted`); a retry or resume is conditional on `previous_token`.
     fn begin_attempt(&self, begin: &BeginAttempt) -> Result<(), StoreError>;
@@ -531,16 +563,6 @@ pub trait RunStore {
     fn fail_attempt(&self, finish: &FinishAttempt, run_error: &str) -> Result<(), StoreError>;
     /// Records that a write by a stale token was rejected (an event only).
     fn record_stale_write(&self, run_id: &str, step_id: &str, token: &str, at: i64) -> Result<(), StoreError>;
-    /// Moves a non-terminal run to a terminal status, guarded by its revision.
-    fn finish_run(
-        &self,
-        run_id: &str,
-        expected_revision: i64,
-        status: RunStatus,
-        findings: &[Finding],
-        error: Option<&str>,
-        at: i64,
-    ) -> Result<RunRecord, StoreError>;
     /// Copies reused source steps into a replay child as COMPLETED with `attempt_count = 0` and a
     /// `step.replay_reused` event each, with the source's artifacts of those steps (their
     /// `reused_from` the run that produced the bytes). A step the child already has is left
@@ -552,36 +574,37 @@ pub trait RunStore {
         steps: &[StepRecord],
         at: i64,
     ) -> Result<usize, StoreError>;
+}
+
+/// The files steps produced, found by run or by their bytes.
+pub trait Artifacts {
     /// A run's artifacts, by step then path.
     fn artifacts(&self, run_id: &str) -> Result<Vec<ArtifactRecord>, StoreError>;
     /// Every recorded artifact with these bytes, oldest first.
     fn artifacts_with_sha256(&self, sha256: &str) -> Result<Vec<ArtifactRecord>, StoreError>;
+}
+
+/// Verifications of workflow documents and their verdicts.
+pub trait Verifications {
     fn insert_verification(&self, v: &VerificationRecord) -> Result<(), StoreError>;
     /// Writes a verification's verdict, cells and files.
     fn finish_verification(&self, v: &VerificationRecord) -> Result<(), StoreError>;
     /// Newest first.
     fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, StoreError>;
     fn verification(&self, id: &str) -> Result<Option<VerificationRecord>, StoreError>;
-    /// Bumps the run's revision to take it over for an explicit resume, recording its new owner.
-    /// Refused (`RunLeased`) while another daemon's lease on the run is current, unless this
-    /// store holds that lease.
-    fn claim_run(
-        &self,
-        run_id: &str,
-        expected_revision: i64,
-        owner: Option<&Owner>,
-        at: i64,
-    ) -> Result<i64, StoreError>;
-    /// Runs that are PENDING or RUNNING, oldest first.
-    fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
-    /// Moves a non-terminal run to CANCELLED and its RUNNING steps to FAILED with their tokens
-    /// cleared (so a late write by their attempts is rejected as stale), in one transaction.
-    fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError>;
+}
+
+/// The kernel's jobs (cells submitted to the shared kernel), retained for listing.
+pub trait KernelJobs {
     /// Inserts a job, or replaces the job with the same id (status, outputs, timings).
     fn save_kernel_job(&self, job: &KernelJob) -> Result<(), StoreError>;
     fn kernel_job(&self, job_id: &str) -> Result<Option<KernelJob>, StoreError>;
     /// Every retained job, oldest first.
     fn kernel_jobs(&self) -> Result<Vec<KernelJob>, StoreError>;
+}
+
+/// Plans, the receipts that approve them, and the runs and reservations they made.
+pub trait Plans {
     /// Stores a plan's index row with its document (the JSON its checksum covers) and the state
     /// root that made it (where its file is).
     fn insert_plan(&self, plan: &PlanRecord, document: &str, made_in: &str) -> Result<(), StoreError>;
@@ -593,27 +616,32 @@ pub trait RunStore {
     /// Consumes the receipt, reserves `target + run_dir` and creates the run (with `plan_id`), in
     /// one transaction: a consumed receipt or a reserved run_dir changes nothing.
     fn consume_receipt(&self, c: &ConsumeReceipt) -> Result<RunRecord, StoreError>;
+    /// The run that consumed a receipt of this plan, if any.
+    fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError>;
+    /// How and when the plan a run executes was approved; `None` for a run without a plan.
+    fn approval_of_run(&self, run_id: &str) -> Result<Option<crate::plan::Approval>, StoreError>;
+    /// The target a planned run was reserved on; None for a run not made from a plan.
+    fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError>;
+    /// The run reserved for `target + run_dir`, if any.
+    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError>;
+}
+
+/// Configured targets (SSH or Slurm machines) and their last probes.
+pub trait Targets {
     fn add_target(&self, spec: &crate::target::TargetSpec, at: i64) -> Result<(), StoreError>;
     /// By name.
     fn targets(&self) -> Result<Vec<crate::target::TargetSpec>, StoreError>;
     fn target(&self, name: &str) -> Result<Option<crate::target::TargetSpec>, StoreError>;
     /// Whether it existed.
     fn remove_target(&self, name: &str) -> Result<bool, StoreError>;
-    /// The run that consumed a receipt of this plan, if any.
-    fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError>;
-    /// How and when the plan a run executes was approved; `None` for a run without a plan.
-    fn approval_of_run(&self, run_id: &str) -> Result<Option<crate::plan::Approval>, StoreError>;
     /// Keeps a target's last probe (replacing the one before).
     fn record_probe(&self, target: &str, observed: &Value, at: i64) -> Result<(), StoreError>;
     /// A target's last probe and when it ran.
     fn last_probe(&self, target: &str) -> Result<Option<(Value, i64)>, StoreError>;
-    /// The target a planned run was reserved on; None for a run not made from a plan.
-    fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError>;
-    /// The run reserved for `target + run_dir`, if any.
-    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError>;
+}
 
-    // --- the procedure-doc index
-
+/// The procedure-doc index: versioned docs and their full-text search.
+pub trait Docs {
     /// Saves a new version of a doc (its number one more than the newest, or 1), with its index
     /// row and its search row replaced, in one transaction; a removed doc is live again. The
     /// newest version holding the same text and verification is returned `Unchanged` instead.
@@ -632,4 +660,34 @@ pub trait RunStore {
     /// Full-text search (SQLite FTS5 query syntax) over the newest version of every live doc,
     /// best first; a query the index cannot parse is `InvalidDocQuery`.
     fn search_docs(&self, query: &str, limit: usize) -> Result<Vec<DocHit>, StoreError>;
+}
+
+/// The registry of workflows, runs, step records and events: every role at once, what the
+/// engine holds (`dyn RunStore`). A use case that needs one or two roles may take those alone.
+pub trait RunStore:
+    Daemons + WorkflowRegistry + Runs + Attempts + Artifacts + Verifications + KernelJobs + Plans + Targets + Docs
+{
+}
+
+impl<
+    T: ?Sized
+        + Daemons
+        + WorkflowRegistry
+        + Runs
+        + Attempts
+        + Artifacts
+        + Verifications
+        + KernelJobs
+        + Plans
+        + Targets
+        + Docs,
+> RunStore for T
+{
+}
+
+/// The role traits, to bring their methods into scope: `use cairn_core::store::prelude::*;`.
+pub mod prelude {
+    pub use super::{
+        Artifacts, Attempts, Daemons, Docs, KernelJobs, Plans, RunStore, Runs, Targets, Verifications, WorkflowRegistry,
+    };
 }

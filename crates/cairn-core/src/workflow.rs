@@ -12,10 +12,13 @@ use toml::de::{DeArray, DeTable, DeValue, ValueDeserializer};
 use crate::artifact::OutputDecl;
 use crate::dag::{Dag, DagError};
 use crate::status::Outcome;
-use crate::template::{self, RootView};
-use crate::validator::{Op, Rule};
 
+use crate::validator::Rule;
+
+mod sections;
 mod streamed;
+
+use sections::Checker;
 
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 2;
@@ -478,440 +481,38 @@ fn valid_outputs(mut outputs: BTreeMap<String, String>, mut bad: impl FnMut(Stri
 /// Checks that need the filesystem (tool files, the input schema) are the engine's.
 pub fn parse_workflow(text: &str, file: &str) -> Result<WorkflowSpec, WorkflowProblems> {
     let loc = Locator::new(file, text);
-    let toml_error = |e: toml::de::Error| {
-        let offset = e.span().map(|s| s.start);
-        WorkflowProblems::from(loc.err(offset, None, None, e.message().trim_end().to_string()))
-    };
     // `[[steps]]` read from the parser's events where they have the common shapes; anything
     // else the full way, for its result or error.
     let raw = match streamed::read(text) {
         Some(raw) => raw,
-        None => read_full(text).map_err(toml_error)?,
+        None => read_full(text).map_err(|e| {
+            let offset = e.span().map(|s| s.start);
+            WorkflowProblems::from(loc.err(offset, None, None, e.message().trim_end().to_string()))
+        })?,
     };
-    let mut problems: Vec<WorkflowError> = Vec::new();
+    let mut check = Checker::new(loc);
 
     let meta_span = raw.workflow.span().start;
     let meta = raw.workflow.into_inner();
-    if !is_name(meta.name.get_ref()) {
-        problems.push(loc.err(
-            Some(meta.name.span().start),
-            None,
-            Some("workflow.name"),
-            format!("`{}` is not a valid workflow name; use lowercase letters, digits and `-`, starting with a letter or digit", meta.name.get_ref()),
-        ));
-    }
-    let version = match semver::Version::parse(meta.version.get_ref()) {
-        Ok(v) => v.to_string(),
-        Err(e) => {
-            problems.push(loc.err(
-                Some(meta.version.span().start),
-                None,
-                Some("workflow.version"),
-                format!("`{}` is not a semantic version ({e}); write it like \"1.2.0\"", meta.version.get_ref()),
-            ));
-            meta.version.get_ref().clone()
-        }
-    };
-
-    let mut tools = BTreeMap::new();
-    for (name, raw_tool) in raw.tools {
-        let at = raw_tool.span().start;
-        let t = raw_tool.into_inner();
-        let field = |f: &str| format!("tools.{name}.{f}");
-        if !is_identifier(&name) {
-            problems.push(loc.err(
-                Some(at),
-                None,
-                Some(&format!("tools.{name}")),
-                "a tool name may use only letters, digits, `_` and `-`",
-            ));
-        }
-        let kind = match &t.kind {
-            None => ToolKind::Process,
-            Some(k) => match k.get_ref().as_str() {
-                "process" => ToolKind::Process,
-                "snakemake" => ToolKind::Snakemake,
-                "nextflow" => ToolKind::Nextflow,
-                other => {
-                    problems.push(loc.err(
-                        Some(k.span().start),
-                        None,
-                        Some(&field("kind")),
-                        format!("`{other}` is not a tool kind; use `process` (the default), `snakemake` or `nextflow`"),
-                    ));
-                    // Its steps are not checked against a kind it does not have.
-                    tools.insert(name.clone(), ToolDef::unchecked(name));
-                    continue;
-                }
-            },
-        };
-        let (command_at, command) = match (t.command, kind) {
-            (Some(c), ToolKind::Process) => (c.span().start, c.into_inner()),
-            (None, _) => (at, Vec::new()),
-            (Some(c), _) => {
-                problems.push(loc.err(
-                    Some(c.span().start),
-                    None,
-                    Some(&field("command")),
-                    "a pipeline controller takes no command: Cairn runs it; its steps' args name the pipeline source (e.g. `snakefile`, `configfile`, `cores`)",
-                ));
-                (at, Vec::new())
-            }
-        };
-        if kind.is_process() && (command.is_empty() || command[0].is_empty()) {
-            problems.push(loc.err(
-                Some(command_at),
-                None,
-                Some(&field("command")),
-                "the command is empty; give an argv such as [\"python3\", \"tools/check.py\"]",
-            ));
-        }
-        if command.iter().any(|a| a.contains('\0')) {
-            problems.push(loc.err(Some(command_at), None, Some(&field("command")), "an argument contains a NUL byte"));
-        }
-        let timeout_secs = match t.timeout_secs {
-            None => DEFAULT_TIMEOUT_SECS,
-            Some(v) => {
-                let n = *v.get_ref();
-                if n < 1 || n as u64 > MAX_TIMEOUT_SECS {
-                    problems.push(loc.err(
-                        Some(v.span().start),
-                        None,
-                        Some(&field("timeout_secs")),
-                        format!("{n} is out of range; use 1 to {MAX_TIMEOUT_SECS} seconds"),
-                    ));
-                }
-                n.clamp(1, MAX_TIMEOUT_SECS as i64) as u64
-            }
-        };
-        for var in &t.env {
-            if var.is_empty() || var.contains('=') || var.contains('\0') {
-                problems.push(loc.err(
-                    Some(at),
-                    None,
-                    Some(&field("env")),
-                    format!("`{var}` is not an environment variable name"),
-                ));
-            }
-        }
-        let declared_any = !t.outputs.is_empty();
-        // Only well-formed outputs are kept, so its steps' references are checked against those.
-        let outputs = valid_outputs(t.outputs, |e| {
-            problems.push(loc.err(Some(at), None, Some(&field("outputs")), e));
-        });
-        if !kind.is_process() && declared_any {
-            problems.push(loc.err(Some(at), None, Some(&field("outputs")), PIPELINE_OUTPUTS));
-        }
-        tools.insert(
-            name.clone(),
-            ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env, outputs },
-        );
-    }
-
-    let mut steps = Vec::with_capacity(raw.steps.len());
-    for raw_step in raw.steps {
-        let at = raw_step.span().start;
-        let s = raw_step.into_inner();
-        let id_at = s.id.span().start;
-        let id = s.id.into_inner();
-        let sid = Some(id.as_str());
-        if !is_identifier(&id) {
-            problems.push(loc.err(
-                Some(id_at),
-                sid,
-                Some("id"),
-                "a step id must be 1 to 128 letters, digits, `_` or `-`",
-            ));
-        }
-        let tool = tools.get(s.tool.get_ref());
-        if tool.is_none() {
-            let known: Vec<&str> = tools.keys().map(String::as_str).collect();
-            problems.push(loc.err(
-                Some(s.tool.span().start),
-                sid,
-                Some("tool"),
-                format!(
-                    "unknown tool `{}`; declare it as [tools.{}] or use one of: {}",
-                    s.tool.get_ref(),
-                    s.tool.get_ref(),
-                    if known.is_empty() { "(none declared)".to_string() } else { known.join(", ") }
-                ),
-            ));
-        }
-        let args = match s.args {
-            None => Value::Object(Default::default()),
-            Some(a) => {
-                let a_at = a.span().start;
-                match a.into_inner().0 {
-                    Ok(v) if v.is_object() => v,
-                    Ok(_) => {
-                        problems.push(loc.err(
-                            Some(a_at),
-                            sid,
-                            Some("args"),
-                            "args must be a table, such as { suite = \"${input.tests}\" }",
-                        ));
-                        Value::Object(Default::default())
-                    }
-                    Err(e) => {
-                        problems.push(loc.err(Some(a_at), sid, Some("args"), e));
-                        Value::Object(Default::default())
-                    }
-                }
-            }
-        };
-        let max_attempts = match s.max_attempts {
-            None => DEFAULT_MAX_ATTEMPTS,
-            Some(v) => {
-                let n = *v.get_ref();
-                if n < 1 || n > MAX_MAX_ATTEMPTS as i64 {
-                    problems.push(loc.err(
-                        Some(v.span().start),
-                        sid,
-                        Some("max_attempts"),
-                        format!("{n} is out of range; use 1 to {MAX_MAX_ATTEMPTS}"),
-                    ));
-                }
-                n.clamp(1, MAX_MAX_ATTEMPTS as i64) as u32
-            }
-        };
-        let retry_on = match s.retry_on {
-            None => vec![Outcome::TimedOut],
-            Some(v) => {
-                let v_at = v.span().start;
-                let mut out = Vec::new();
-                for name in v.into_inner() {
-                    match name.parse::<Outcome>() {
-                        Err(e) => problems.push(loc.err(Some(v_at), sid, Some("retry_on"), e.to_string())),
-                        Ok(Outcome::Completed) => problems.push(loc.err(
-                            Some(v_at),
-                            sid,
-                            Some("retry_on"),
-                            "COMPLETED is not a failure and cannot be retried",
-                        )),
-                        Ok(o) if !out.contains(&o) => out.push(o),
-                        Ok(_) => {}
-                    }
-                }
-                out
-            }
-        };
-        // A controller's argument names are checked now, and its args whole when they hold no
-        // template: a bad one is never registered.
-        let kind = tool.map(|t| t.kind).unwrap_or_default();
-        if !kind.is_process() {
-            let checked = crate::controller::check_keys(kind, &args).and_then(|_| {
-                if args.to_string().contains("${") {
-                    Ok(())
-                } else {
-                    crate::controller::controller_argv(kind, &args, "/", None).map(|_| ())
-                }
-            });
-            if let Err(e) = checked {
-                problems.push(loc.err(Some(at), Some(&id), Some("args"), e.to_string()));
-            }
-        }
-        let outputs = valid_outputs(s.outputs, |e| problems.push(loc.err(Some(at), Some(&id), Some("outputs"), e)));
-        if !kind.is_process() && !outputs.is_empty() {
-            problems.push(loc.err(Some(at), Some(&id), Some("outputs"), PIPELINE_OUTPUTS));
-        }
-        // One file is one artifact: no two outputs of a step may cover the same path.
-        let mut declared: BTreeMap<&String, &String> = BTreeMap::new();
-        if let Some(tool) = tool {
-            declared.extend(tool.outputs.iter());
-        }
-        declared.extend(outputs.iter());
-        let decls: Vec<OutputDecl> =
-            declared.iter().filter_map(|(name, path)| OutputDecl::parse(name, path).ok()).collect();
-        for (k, a) in decls.iter().enumerate() {
-            if let Some(b) = decls[k + 1..].iter().find(|b| a.overlaps(b)) {
-                problems.push(loc.err(
-                    Some(at),
-                    Some(&id),
-                    Some("outputs"),
-                    format!(
-                        "outputs `{}` ({}) and `{}` ({}) cover the same files; give each output its own path",
-                        a.name,
-                        a.declared(),
-                        b.name,
-                        b.declared()
-                    ),
-                ));
-                break;
-            }
-        }
-        steps.push(StepDef {
-            id,
-            tool: s.tool.into_inner(),
-            args,
-            needs: s.needs,
-            max_attempts,
-            retry_on,
-            outputs,
-            line: loc.line(at),
-        });
-    }
+    let version = check.header(&meta);
+    let tools = check.tools(raw.tools);
+    let steps = check.steps(raw.steps, &tools);
     if steps.is_empty() {
-        problems.push(loc.err(
+        check.problems.push(check.loc.err(
             Some(meta_span),
             None,
             Some("steps"),
             "the workflow has no steps; add at least one [[steps]] table",
         ));
     }
-
-    let line_of = |id: &str| steps.iter().find(|s| s.id == id).map(|s| s.line);
     // The references and the rules are checked against the step graph; without one (it has a
     // problem of its own) they are not checked at all.
-    let dag = if steps.is_empty() {
-        None
-    } else {
-        match Dag::build(steps.iter().map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str)))) {
-            Ok(dag) => Some(dag),
-            Err(e) => {
-                let (step, field) = match &e {
-                    DagError::EmptyId { .. } => (None, Some("id")),
-                    DagError::DuplicateId { id } => (Some(id.clone()), Some("id")),
-                    DagError::MissingDependency { step, .. }
-                    | DagError::DuplicateDependency { step, .. }
-                    | DagError::SelfDependency { step } => (Some(step.clone()), Some("needs")),
-                    DagError::Cycle { cycle } => (cycle.first().cloned(), Some("needs")),
-                };
-                let line = match &e {
-                    // The second declaration is the one to fix.
-                    DagError::DuplicateId { id } => steps.iter().filter(|s| &s.id == id).nth(1).map(|s| s.line),
-                    _ => step.as_deref().and_then(line_of),
-                };
-                problems.push(WorkflowError {
-                    file: file.to_string(),
-                    line,
-                    step,
-                    field: field.map(str::to_string),
-                    message: e.to_string(),
-                });
-                None
-            }
-        }
-    };
+    let dag = check.step_graph(&steps);
+    check.check_references(&steps, &tools, dag.as_ref());
+    let rules = check.rules(raw.validator.map(|v| v.rules).unwrap_or_default(), &steps, dag.is_some());
 
-    for (i, step) in steps.iter().enumerate() {
-        let at_step = |message: String| WorkflowError {
-            file: file.to_string(),
-            line: Some(step.line),
-            step: Some(step.id.clone()),
-            field: Some("args".into()),
-            message,
-        };
-        // The references' problems are reported only if the args have no template error (which
-        // is then the step's one problem), so they wait in `found` until the whole scan is done.
-        let mut found = Vec::new();
-        let scanned = template::for_each_reference(&step.args, &mut |pointer, r| {
-            let Some(dag) = &dag else { return };
-            let (target, output) = match r.root {
-                RootView::Input => return,
-                RootView::Step(target) => (target, None),
-                RootView::Output { step, name } => (step, Some(name)),
-            };
-            let problem = match dag.index_of(target) {
-                None => Some(format!("`${{{}}}` at `{pointer}` references unknown step `{target}`", r.text)),
-                Some(t) if t == i => Some(format!("`${{{}}}` at `{pointer}` references the step itself", r.text)),
-                Some(t) if !dag.is_ancestor(t, i) => Some(format!(
-                    "`${{{}}}` at `{pointer}` references step `{target}`, which is not an ancestor; add \"{target}\" to `needs`",
-                    r.text
-                )),
-                Some(t) => output.and_then(|name| {
-                    let upstream = &steps[t];
-                    let declared: Vec<String> = tools
-                        .get(&upstream.tool)
-                        .map(|tool| tool.outputs.keys().chain(upstream.outputs.keys()).cloned().collect())
-                        .unwrap_or_default();
-                    (!declared.iter().any(|d| d == name)).then(|| {
-                        format!(
-                            "`${{{}}}` at `{pointer}` names output `{name}`, which step `{target}` does not declare; {}",
-                            r.text,
-                            if declared.is_empty() {
-                                format!("declare it with `outputs = {{ {name} = \"…\" }}` on the step or its tool")
-                            } else {
-                                format!("it declares: {}", declared.join(", "))
-                            }
-                        )
-                    })
-                }),
-            };
-            found.extend(problem);
-        });
-        match scanned {
-            Ok(()) => problems.extend(found.into_iter().map(at_step)),
-            Err(e) => problems.push(at_step(e.to_string())),
-        }
-    }
-
-    let mut rules = Vec::new();
-    for raw_rule in raw.validator.map(|v| v.rules).unwrap_or_default() {
-        let at = raw_rule.span().start;
-        let r = raw_rule.into_inner();
-        let field = |f: &str| format!("validator.rules[{}].{f}", r.id.get_ref());
-        if r.id.get_ref().is_empty() || rules.iter().any(|x: &Rule| &x.id == r.id.get_ref()) {
-            problems.push(loc.err(
-                Some(r.id.span().start),
-                None,
-                Some(&field("id")),
-                "rule ids must be non-empty and unique",
-            ));
-        }
-        if dag.is_some() && !steps.iter().any(|s| &s.id == r.step.get_ref()) {
-            problems.push(loc.err(
-                Some(r.step.span().start),
-                None,
-                Some(&field("step")),
-                format!("unknown step `{}`", r.step.get_ref()),
-            ));
-        }
-        let pointer = r.pointer.get_ref();
-        if !(pointer.is_empty() || pointer.starts_with('/')) {
-            problems.push(loc.err(
-                Some(r.pointer.span().start),
-                None,
-                Some(&field("pointer")),
-                format!("`{pointer}` is not a JSON Pointer; write it like \"/failed\" (or \"\" for the whole result)"),
-            ));
-        }
-        let op = match Op::parse(r.op.get_ref()) {
-            Ok(op) => op,
-            Err(e) => {
-                problems.push(loc.err(Some(r.op.span().start), None, Some(&field("op")), e.to_string()));
-                continue;
-            }
-        };
-        let value = match r.value.map(|v| v.0).transpose() {
-            Ok(v) => v,
-            Err(e) => {
-                problems.push(loc.err(Some(at), None, Some(&field("value")), e));
-                continue;
-            }
-        };
-        let wrong = match (&value, op.takes_value()) {
-            (None, true) => Some(format!("op `{}` needs a `value`", r.op.get_ref())),
-            (Some(_), false) => Some(format!("op `{}` takes no `value`; remove it", r.op.get_ref())),
-            (Some(v), _) if op == Op::In && !v.is_array() => Some("op `in` needs an array `value`".to_string()),
-            _ => None,
-        };
-        if let Some(message) = wrong {
-            problems.push(loc.err(Some(at), None, Some(&field("value")), message));
-            continue;
-        }
-        rules.push(Rule {
-            id: r.id.into_inner(),
-            step: r.step.into_inner(),
-            pointer: r.pointer.into_inner(),
-            op,
-            value,
-            finding: r.finding,
-        });
-    }
-
-    if !problems.is_empty() {
-        return Err(WorkflowProblems(problems));
+    if !check.problems.is_empty() {
+        return Err(WorkflowProblems(check.problems));
     }
     Ok(WorkflowSpec {
         name: meta.name.into_inner(),

@@ -9,11 +9,12 @@
 //! the run directory or the workflow snapshot (no `..`, no absolute path, no symlink followed), or
 //! is an input file the run recorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use cairn_core::artifact::ArtifactRecord;
 use cairn_core::plan::{InputFile, Plan, absolute_path_strings};
 use cairn_core::rocrate::{self, CrateFile, CrateInputFile, CrateRun, CrateStep, CrateTarget, CrateVerification};
 use cairn_core::target::LOCAL;
@@ -124,6 +125,17 @@ impl Writer {
 }
 
 impl Writer {
+    /// Writes `value` as pretty JSON to `rel`, a file of the crate named by `rel` itself.
+    fn write_json(&mut self, rel: &str, value: &impl serde::Serialize) -> Result<CrateFile, EngineError> {
+        let data = serde_json::to_vec_pretty(value).map_err(|e| EngineError::internal(e.to_string()))?;
+        self.write(rel, &data)?;
+        Ok(CrateFile {
+            id: rel.to_string(),
+            bytes: data.len() as u64,
+            sha256: cairn_core::canonical::sha256_hex(&data),
+        })
+    }
+
     /// Forgets a file copied in (its bytes did not match the record).
     fn discard(&mut self, rel: &str, bytes: u64) {
         if let Ok(p) = contained(rel) {
@@ -132,6 +144,64 @@ impl Writer {
         self.files -= 1;
         self.bytes -= bytes;
     }
+}
+
+/// The run a crate is written of: its view, where its files lie, and whether they are copied
+/// (`data`) or referenced where they lie.
+struct RunSource<'a> {
+    view: &'a crate::RunView,
+    placement: &'a Placement,
+    data: bool,
+}
+
+impl RunSource<'_> {
+    /// A file where it lies: a `file://` URI naming the target's host.
+    fn uri(&self, path: &str) -> String {
+        let host = match self.placement {
+            Placement::Target(spec, _) => spec.ssh.host.as_str(),
+            Placement::Local => "",
+        };
+        format!("file://{host}{}", rocrate::path_id(path))
+    }
+
+    /// The configured target the run executed on, if not this machine.
+    fn own_target(&self) -> Option<String> {
+        (self.view.target != LOCAL).then(|| self.view.target.clone())
+    }
+}
+
+/// The run's input files in the crate.
+#[derive(Default)]
+struct CrateInputs {
+    files: Vec<CrateInputFile>,
+    /// How many were copied.
+    copied: usize,
+    /// Each one's `@id`, by path.
+    ids: BTreeMap<String, String>,
+}
+
+/// A step's artifacts with their `@id`s in the crate, and its symlinks (path, target).
+type StepFiles = (Vec<(ArtifactRecord, String)>, Vec<(String, String)>);
+
+/// The run's steps in the crate.
+#[derive(Default)]
+struct CrateSteps {
+    steps: Vec<CrateStep>,
+    /// How many artifacts were copied.
+    copied: usize,
+    /// The configured targets that executed attempts, by name.
+    targets: BTreeSet<String>,
+}
+
+/// Copies the workflow folder, as registered, under [`rocrate::WORKFLOW_DIR`].
+fn copy_workflow_folder(w: &mut Writer, snapshot: &Path) -> Result<Vec<CrateFile>, EngineError> {
+    let mut workflow_files = Vec::new();
+    for rel in folder_files(snapshot)? {
+        let path = format!("{}/{rel}", rocrate::WORKFLOW_DIR);
+        let (bytes, sha256) = w.copy(&snapshot.join(contained(&rel)?), &path)?;
+        workflow_files.push(CrateFile { id: rocrate::path_id(&path), bytes, sha256 });
+    }
+    Ok(workflow_files)
 }
 
 /// The regular files under `dir`, relative, sorted (symlinks skipped).
@@ -386,57 +456,73 @@ impl Engine {
             EngineError::WorkflowNotFound { name: view.run.workflow.clone(), version: Some(view.run.version.clone()) }
         })?;
         let placement = self.placement(run_id)?;
+        let src = RunSource { view: &view, placement: &placement, data };
         let mut w = Writer { root: root.to_path_buf(), files: 0, bytes: 0 };
 
-        // The workflow folder, as registered.
-        let snapshot = Path::new(&record.path);
-        let mut workflow_files = Vec::new();
-        for rel in folder_files(snapshot)? {
-            let path = format!("{}/{rel}", rocrate::WORKFLOW_DIR);
-            let (bytes, sha256) = w.copy(&snapshot.join(contained(&rel)?), &path)?;
-            workflow_files.push(CrateFile { id: rocrate::path_id(&path), bytes, sha256 });
+        let workflow_files = copy_workflow_folder(&mut w, Path::new(&record.path))?;
+        // The input, the files it names, and the verdict.
+        let input = w.write_json(rocrate::INPUT_FILE, &view.run.input)?;
+        let validation = w.write_json(
+            rocrate::VALIDATION_FILE,
+            &json!({
+                "run_id": view.run.run_id,
+                "status": view.run.status.as_str(),
+                "findings": view.run.findings,
+                "error": view.run.error,
+            }),
+        )?;
+        let plan = self.plan_of_run(&view.run)?;
+        let inputs = self.crate_input_files(&mut w, &src, plan.as_ref());
+        let steps = self.crate_steps(&mut w, &src, &record.spec, &inputs.ids)?;
+
+        // The targets that executed attempts: this run's, and those of the runs it reused from.
+        let own_target = src.own_target();
+        let plan_facts = plan.and_then(|p| p.readiness);
+        let mut targets = Vec::new();
+        for name in &steps.targets {
+            let facts = if own_target.as_deref() == Some(name.as_str()) { plan_facts.as_ref() } else { None };
+            targets.extend(self.crate_target(&mut w, name, facts)?);
         }
 
-        // The input, the files it names, and the verdict.
-        let input = serde_json::to_vec_pretty(&view.run.input).map_err(|e| EngineError::internal(e.to_string()))?;
-        w.write(rocrate::INPUT_FILE, &input)?;
-        let validation = serde_json::to_vec_pretty(&json!({
-            "run_id": view.run.run_id,
-            "status": view.run.status.as_str(),
-            "findings": view.run.findings,
-            "error": view.run.error,
-        }))
-        .map_err(|e| EngineError::internal(e.to_string()))?;
-        w.write(rocrate::VALIDATION_FILE, &validation)?;
-        let file = |id: &str, data: &[u8]| CrateFile {
-            id: id.to_string(),
-            bytes: data.len() as u64,
-            sha256: cairn_core::canonical::sha256_hex(data),
+        let crate_run = CrateRun {
+            input,
+            input_files: inputs.files,
+            validation,
+            run: view.run.clone(),
+            spec: record.spec.clone(),
+            workflow_files,
+            steps: steps.steps,
+            targets,
+            lineage: view.lineage.clone(),
+            target: view.target.clone(),
+            cairn_version: env!("CARGO_PKG_VERSION").to_string(),
+            published_ms: self.clock.now_ms(),
         };
-        let host = match &placement {
-            Placement::Target(spec, _) => spec.ssh.host.clone(),
-            Placement::Local => String::new(),
-        };
-        let uri = |path: &str| format!("file://{host}{}", rocrate::path_id(path));
-        let mut input_files = Vec::new();
-        let mut copied_inputs = 0;
-        let mut input_ids: BTreeMap<String, String> = BTreeMap::new();
-        let plan = self.plan_of_run(&view.run)?;
-        for (path, (sha256, how)) in self.input_files_of(&view, plan.as_ref(), &placement) {
+        let metadata = rocrate::crate_metadata(&crate_run);
+        let text = serde_json::to_vec_pretty(&metadata).map_err(|e| EngineError::internal(e.to_string()))?;
+        w.write("ro-crate-metadata.json", &text)?;
+        Ok(Written { files: w.files, bytes: w.bytes, artifacts: steps.copied, input_files: inputs.copied })
+    }
+
+    /// The files the run read from outside its run directory, each copied (with data, when it
+    /// still has the bytes the run read) or referenced where it lies.
+    fn crate_input_files(&self, w: &mut Writer, src: &RunSource<'_>, plan: Option<&Plan>) -> CrateInputs {
+        let mut inputs = CrateInputs::default();
+        for (path, (sha256, how)) in self.input_files_of(src.view, plan, src.placement) {
             let mut f = CrateInputFile {
-                id: uri(&path),
+                id: src.uri(&path),
                 path: path.clone(),
                 sha256: sha256.clone(),
                 bytes: None,
                 note: how.map(str::to_string),
             };
-            if data {
+            if src.data {
                 let rel = format!("{}/{}", rocrate::INPUTS_DIR, path.trim_start_matches('/'));
-                match self.fetch(&mut w, &placement, &path, &rel) {
+                match self.fetch(w, src.placement, &path, &rel) {
                     Ok((bytes, sha)) if sha == sha256 => {
                         f.id = rocrate::path_id(&rel);
                         f.bytes = Some(bytes);
-                        copied_inputs += 1;
+                        inputs.copied += 1;
                     }
                     Ok((bytes, sha)) => {
                         w.discard(&rel, bytes);
@@ -449,88 +535,49 @@ impl Engine {
             } else {
                 // Its size as found where the run read it (not re-hashed: without data nothing is
                 // read whole).
-                f.bytes = match &placement {
+                f.bytes = match src.placement {
                     Placement::Local => fs::metadata(&path).ok().map(|m| m.len()),
                     // A target answers a missing file as empty.
                     Placement::Target(..) => {
-                        self.read_slice(&placement, &path, 0, 0).ok().map(|(_, n)| n).filter(|n| *n > 0)
+                        self.read_slice(src.placement, &path, 0, 0).ok().map(|(_, n)| n).filter(|n| *n > 0)
                     }
                 };
             }
-            input_ids.insert(path, f.id.clone());
-            input_files.push(f);
+            inputs.ids.insert(path, f.id.clone());
+            inputs.files.push(f);
         }
+        inputs
+    }
 
-        // The targets that executed attempts: this run's, and those of the runs it reused from.
-        let own_target = (view.target != LOCAL).then(|| view.target.clone());
-        let mut target_names: BTreeMap<String, ()> = BTreeMap::new();
-        let plan_facts = plan.and_then(|p| p.readiness);
-
+    /// The run's steps as the crate tells them: each one's artifacts, the run and attempt that
+    /// produced a reused one, the target its attempts ran on, the input files it read and its
+    /// attempts and jobs.
+    fn crate_steps(
+        &self,
+        w: &mut Writer,
+        src: &RunSource<'_>,
+        spec: &cairn_core::workflow::WorkflowSpec,
+        input_ids: &BTreeMap<String, String>,
+    ) -> Result<CrateSteps, EngineError> {
+        let view = src.view;
         // The artifacts, copied and checked, or referenced where they lie. On a target, the step
         // agent first checks them all there in one call (each a regular file under the run
         // directory, reached through no symlink, with its recorded bytes).
-        let run_dir = Path::new(&view.run.run_dir);
-        let on_target = match (data, placement.is_remote()) {
+        let on_target = match (src.data, src.placement.is_remote()) {
             (true, true) => {
                 let all: Vec<&cairn_core::artifact::Artifact> =
                     view.steps.iter().flat_map(|s| s.artifacts.iter().map(|a| &a.artifact)).collect();
-                self.check_artifacts(&placement, &view.run.run_dir, &all)
+                self.check_artifacts(src.placement, &view.run.run_dir, &all)
             }
             _ => Default::default(),
         };
-        let mut copied = 0;
-        let mut steps = Vec::new();
+        let own_target = src.own_target();
+        let mut out = CrateSteps::default();
         let mut attempts = rocrate::attempts_from_events(&self.store.events(&view.run.run_id, 0)?);
         let mut seen = Lineage::default();
         for s in &view.steps {
-            let mut artifacts = Vec::new();
-            let mut links = Vec::new();
-            for a in &s.artifacts {
-                // A symlink holds no bytes to carry: the step's action names it and its target.
-                if let Some(target) = &a.artifact.link {
-                    links.push((a.artifact.path.clone(), target.clone()));
-                    continue;
-                }
-                let rel = contained(&a.artifact.path)?;
-                let at = run_dir.join(rel);
-                let id = if data {
-                    // Recorded under the run directory: no folder on the way may be a link out of it.
-                    if let Some(Some(found)) = on_target.get(&a.artifact.path) {
-                        return Err(EngineError::ExportArtifactMismatch {
-                            run_id: view.run.run_id.clone(),
-                            path: a.artifact.path.clone(),
-                            message: format!("on target `{}`, {found}", view.target),
-                        });
-                    }
-                    let link = match placement.is_remote() {
-                        false => cairn_exec::artifacts::symlinked_component(run_dir, &a.artifact.path),
-                        true => None,
-                    };
-                    if let Some(link) = link {
-                        return Err(EngineError::InvalidExportPath {
-                            path: link.display().to_string(),
-                            message: format!(
-                                "artifact {} is reached through a symlink, which is not followed",
-                                a.artifact.path
-                            ),
-                        });
-                    }
-                    let (bytes, sha) = self.fetch(&mut w, &placement, &at.display().to_string(), &a.artifact.path)?;
-                    if sha != a.artifact.sha256 || bytes != a.artifact.bytes {
-                        return Err(EngineError::ExportArtifactMismatch {
-                            run_id: view.run.run_id.clone(),
-                            path: a.artifact.path.clone(),
-                            message: format!("sha256 {sha}, {bytes} bytes; recorded {}", a.artifact.sha256),
-                        });
-                    }
-                    copied += 1;
-                    rocrate::path_id(&a.artifact.path)
-                } else {
-                    uri(&at.display().to_string())
-                };
-                artifacts.push((a.clone(), id));
-            }
-            let tool = record.spec.step(&s.step_id).map(|d| d.tool.clone()).unwrap_or_default();
+            let (artifacts, links) = self.crate_artifacts(w, src, &on_target, s, &mut out.copied)?;
+            let tool = spec.step(&s.step_id).map(|d| d.tool.clone()).unwrap_or_default();
             let producer = match s.record.as_ref().and_then(|r| r.reused_from.clone()) {
                 Some(from) => self.producer_of(&mut seen, &from, &s.step_id)?,
                 None => None,
@@ -544,11 +591,11 @@ impl Engine {
                 (Some(_), _) => own_target.clone(),
             };
             if let Some(t) = &agent {
-                target_names.insert(t.clone(), ());
+                out.targets.insert(t.clone());
             }
             let input_files = step_inputs(s).into_iter().filter_map(|f| input_ids.get(&f.path).cloned()).collect();
             let attempts = attempts.remove(&s.step_id).unwrap_or_default();
-            steps.push(CrateStep {
+            out.steps.push(CrateStep {
                 step_id: s.step_id.clone(),
                 tool,
                 record: s.record.clone(),
@@ -561,30 +608,79 @@ impl Engine {
                 links,
             });
         }
-        let mut targets = Vec::new();
-        for name in target_names.keys() {
-            let facts = if own_target.as_deref() == Some(name.as_str()) { plan_facts.as_ref() } else { None };
-            targets.extend(self.crate_target(&mut w, name, facts)?);
-        }
+        Ok(out)
+    }
 
-        let crate_run = CrateRun {
-            input: file(rocrate::INPUT_FILE, &input),
-            input_files,
-            validation: file(rocrate::VALIDATION_FILE, &validation),
-            run: view.run.clone(),
-            spec: record.spec.clone(),
-            workflow_files,
-            steps,
-            targets,
-            lineage: view.lineage.clone(),
-            target: view.target.clone(),
-            cairn_version: env!("CARGO_PKG_VERSION").to_string(),
-            published_ms: self.clock.now_ms(),
+    /// A step's artifacts with their ids in the crate (each copied and checked with data, else
+    /// its `file://` URI), and its symlinks (path, target): a symlink holds no bytes to carry,
+    /// the step's action names it and its target. Counts the copies in `copied`.
+    fn crate_artifacts(
+        &self,
+        w: &mut Writer,
+        src: &RunSource<'_>,
+        on_target: &std::collections::HashMap<String, Option<cairn_core::replay::Found>>,
+        s: &crate::StepView,
+        copied: &mut usize,
+    ) -> Result<StepFiles, EngineError> {
+        let run_dir = Path::new(&src.view.run.run_dir);
+        let mut artifacts = Vec::new();
+        let mut links = Vec::new();
+        for a in &s.artifacts {
+            if let Some(target) = &a.artifact.link {
+                links.push((a.artifact.path.clone(), target.clone()));
+                continue;
+            }
+            let at = run_dir.join(contained(&a.artifact.path)?);
+            let id = if src.data {
+                self.copy_artifact(w, src, on_target, a, &at)?;
+                *copied += 1;
+                rocrate::path_id(&a.artifact.path)
+            } else {
+                src.uri(&at.display().to_string())
+            };
+            artifacts.push((a.clone(), id));
+        }
+        Ok((artifacts, links))
+    }
+
+    /// Copies an artifact (at `at`) into the crate, refusing one reached through a symlink or
+    /// whose bytes are not those recorded.
+    fn copy_artifact(
+        &self,
+        w: &mut Writer,
+        src: &RunSource<'_>,
+        on_target: &std::collections::HashMap<String, Option<cairn_core::replay::Found>>,
+        a: &ArtifactRecord,
+        at: &Path,
+    ) -> Result<(), EngineError> {
+        let view = src.view;
+        // Recorded under the run directory: no folder on the way may be a link out of it.
+        if let Some(Some(found)) = on_target.get(&a.artifact.path) {
+            return Err(EngineError::ExportArtifactMismatch {
+                run_id: view.run.run_id.clone(),
+                path: a.artifact.path.clone(),
+                message: format!("on target `{}`, {found}", view.target),
+            });
+        }
+        let link = match src.placement.is_remote() {
+            false => cairn_exec::artifacts::symlinked_component(Path::new(&view.run.run_dir), &a.artifact.path),
+            true => None,
         };
-        let metadata = rocrate::crate_metadata(&crate_run);
-        let text = serde_json::to_vec_pretty(&metadata).map_err(|e| EngineError::internal(e.to_string()))?;
-        w.write("ro-crate-metadata.json", &text)?;
-        Ok(Written { files: w.files, bytes: w.bytes, artifacts: copied, input_files: copied_inputs })
+        if let Some(link) = link {
+            return Err(EngineError::InvalidExportPath {
+                path: link.display().to_string(),
+                message: format!("artifact {} is reached through a symlink, which is not followed", a.artifact.path),
+            });
+        }
+        let (bytes, sha) = self.fetch(w, src.placement, &at.display().to_string(), &a.artifact.path)?;
+        if sha != a.artifact.sha256 || bytes != a.artifact.bytes {
+            return Err(EngineError::ExportArtifactMismatch {
+                run_id: view.run.run_id.clone(),
+                path: a.artifact.path.clone(),
+                message: format!("sha256 {sha}, {bytes} bytes; recorded {}", a.artifact.sha256),
+            });
+        }
+        Ok(())
     }
 
     fn write_verification_crate(&self, id: &str, root: &Path) -> Result<Written, EngineError> {

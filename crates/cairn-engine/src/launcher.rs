@@ -10,20 +10,21 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cairn_core::artifact::OutputDecl;
+use cairn_core::artifact::{Artifact, OutputDecl};
 use cairn_core::attempt::AttemptEnd;
 use cairn_core::pipeline::{JobEvent, SnakemakeLog, Summary};
 use cairn_core::plan::InputFile;
+use cairn_core::signature::ToolFile;
 use cairn_core::status::Outcome;
 use cairn_core::store::{ProcessInfo, RemoteProcess};
 use cairn_core::workflow::{StepDef, ToolDef, ToolKind};
 use cairn_exec::{ProcessIdentity, ToolCommand, ToolRun, run_tool, sandbox_env};
 use serde_json::{Value, json};
 
-use crate::Engine;
 use crate::pipeline::{PipelineSeed, SEEDED_KEY, STATE_KEY, Seeded};
 use crate::placement::{AgentLaunch, Followed, Placement};
 use crate::registry::{LoadedTool, LoadedWorkflow};
+use crate::{Engine, EngineOptions};
 
 /// One attempt to launch: where, what, and with which arguments.
 pub struct AttemptLaunch<'a> {
@@ -63,6 +64,113 @@ impl AttemptLaunch<'_> {
     }
 }
 
+/// What a launcher may ask of the engine, and nothing more: the limits a tool runs under, the
+/// step agent (launch, re-attach), a pipeline's working copy and log, and hashing what an attempt
+/// wrote. The engine's store, clock, ids and runs are out of its reach: an attempt's writes are
+/// the runner's, under its token.
+pub struct LaunchContext<'e> {
+    engine: &'e Engine,
+}
+
+impl Engine {
+    /// The context this engine gives its launcher.
+    pub(crate) fn launch_context(&self) -> LaunchContext<'_> {
+        LaunchContext { engine: self }
+    }
+}
+
+impl LaunchContext<'_> {
+    /// The limits a tool runs under (its stop's grace period, its output's bounds).
+    pub(crate) fn options(&self) -> &EngineOptions {
+        self.engine.options()
+    }
+
+    /// Launches one attempt through the step agent and follows it to its end.
+    pub(crate) fn launch_with_agent(
+        &self,
+        placement: &Placement,
+        launch: &AgentLaunch<'_>,
+        record: &mut dyn FnMut(&ProcessInfo),
+        halted: &dyn Fn() -> bool,
+    ) -> Followed {
+        self.engine.launch_with_agent(placement, launch, record, halted)
+    }
+
+    /// Re-attaches to a launch the step agent supervises and follows it to its end.
+    pub(crate) fn reattach(
+        &self,
+        remote: &RemoteProcess,
+        tool_def: &ToolDef,
+        cmd: &ToolCommand,
+        halted: &dyn Fn() -> bool,
+    ) -> Followed {
+        self.engine.reattach(remote, tool_def, cmd, halted)
+    }
+
+    /// The files a pipeline step's arguments bind, hashed where the run executes.
+    pub(crate) fn bound_inputs(
+        &self,
+        placement: &Placement,
+        run_dir: &str,
+        args: &Value,
+    ) -> Result<Vec<InputFile>, String> {
+        self.engine.bound_inputs(placement, run_dir, args)
+    }
+
+    /// Makes (once) a pipeline step's working copy; what a seed carried into it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn prepare_working_copy(
+        &self,
+        placement: &Placement,
+        run_dir: &str,
+        step_id: &str,
+        source: &str,
+        files: &[ToolFile],
+        config: Option<&Value>,
+        seed: Option<&PipelineSeed>,
+    ) -> Result<Option<Seeded>, String> {
+        self.engine.prepare_working_copy(placement, run_dir, step_id, source, files, config, seed)
+    }
+
+    /// What a re-attached attempt's predecessor carried into its working copy.
+    pub(crate) fn seeded_working_copy(&self, placement: &Placement, work_dir: &str, from_run: &str) -> Option<Seeded> {
+        self.engine.seeded_working_copy(placement, work_dir, from_run)
+    }
+
+    /// Reads a file where the run executes from `offset` on (a pipeline's log as it grows).
+    pub(crate) fn read_from(&self, placement: &Placement, path: &str, offset: u64) -> Result<(Vec<u8>, u64), String> {
+        self.engine.read_from(placement, path, offset)
+    }
+
+    /// Hashes the outputs of a pipeline's finished jobs where they lie.
+    pub(crate) fn fill_job_files(&self, placement: &Placement, work_dir: &str, events: &mut [JobEvent]) {
+        self.engine.fill_job_files(placement, work_dir, events)
+    }
+
+    /// Hashes a completed attempt's declared outputs where it ran.
+    pub(crate) fn hash_outputs(
+        &self,
+        placement: &Placement,
+        run_dir: &str,
+        step_id: &str,
+        decls: &[OutputDecl],
+    ) -> Result<Vec<Artifact>, String> {
+        self.engine.hash_outputs(placement, run_dir, step_id, decls)
+    }
+
+    /// What a pipeline created or changed in its working copy, hashed where it ran.
+    pub(crate) fn pipeline_outputs(
+        &self,
+        placement: &Placement,
+        run_dir: &str,
+        step_id: &str,
+        kind: ToolKind,
+        baseline: &[ToolFile],
+    ) -> Result<(Vec<Artifact>, Option<String>), String> {
+        self.engine.pipeline_outputs(placement, run_dir, step_id, kind, baseline)
+    }
+}
+
 /// Launches attempts and follows them. Calls happen on the step's worker thread; `halted` says
 /// whether a stop (cancel or shutdown) was requested meanwhile.
 pub trait Launcher: Send + Sync {
@@ -72,7 +180,7 @@ pub trait Launcher: Send + Sync {
     /// tells them (from the log's start: the caller drops what it recorded already).
     fn launch(
         &self,
-        engine: &Engine,
+        ctx: &LaunchContext<'_>,
         attempt: &AttemptLaunch<'_>,
         record: &mut dyn FnMut(&ProcessInfo),
         jobs: &JobSink<'_>,
@@ -82,7 +190,7 @@ pub trait Launcher: Send + Sync {
     /// Follows a supervised launch a predecessor recorded (the attempt is the same one).
     fn reattach(
         &self,
-        engine: &Engine,
+        ctx: &LaunchContext<'_>,
         recorded: &RemoteProcess,
         attempt: &AttemptLaunch<'_>,
         jobs: &JobSink<'_>,
@@ -91,7 +199,7 @@ pub trait Launcher: Send + Sync {
 
     /// Stops an abandoned attempt's process group if it is verifiably still the recorded one
     /// (same pid and start time), so two attempts never run at once.
-    fn stop_orphan(&self, engine: &Engine, recorded: &ProcessInfo);
+    fn stop_orphan(&self, ctx: &LaunchContext<'_>, recorded: &ProcessInfo);
 }
 
 /// Where a launch reports a pipeline's jobs, from the thread that reads its log.
@@ -103,7 +211,7 @@ pub struct Processes;
 impl Launcher for Processes {
     fn launch(
         &self,
-        engine: &Engine,
+        ctx: &LaunchContext<'_>,
         a: &AttemptLaunch<'_>,
         record: &mut dyn FnMut(&ProcessInfo),
         jobs: &JobSink<'_>,
@@ -130,7 +238,7 @@ impl Launcher for Processes {
             return AttemptEnd::Refused { error };
         }
         if !a.placement.is_remote() && tool_def.kind.is_process() {
-            let cmd = tool_command(engine, a, sandbox_env(&tool_def.env, &extra));
+            let cmd = tool_command(ctx, a, sandbox_env(&tool_def.env, &extra));
             let run = run_tool(&cmd, &mut |p: &ProcessIdentity| {
                 record(&ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time, remote: None });
                 // A stop that came between the attempt's start and its process being recorded
@@ -139,33 +247,26 @@ impl Launcher for Processes {
                     cairn_exec::kill_own_group(p.pgid);
                 }
             });
-            return with_outputs(engine, a, ran(run, false), &[], None);
+            return with_outputs(ctx, a, ran(run, false), &[], None);
         }
         let source = step_source(a);
         let mut inputs = Vec::new();
         let mut seeded = None;
         if !tool_def.kind.is_process() {
             // What the pipeline reads from outside its folder, hashed before it starts.
-            match engine.bound_inputs(a.placement, a.run_dir, a.args) {
+            match ctx.bound_inputs(a.placement, a.run_dir, a.args) {
                 Ok(files) => inputs = files,
                 Err(error) => return AttemptEnd::Refused { error },
             }
             // A bad `config` is reported by the controller's argv, below.
             let config = cairn_core::controller::run_config(a.args).ok().flatten();
-            match engine.prepare_working_copy(
-                a.placement,
-                a.run_dir,
-                &a.step.id,
-                &source,
-                &a.tool().files,
-                config,
-                a.seed,
-            ) {
+            match ctx.prepare_working_copy(a.placement, a.run_dir, &a.step.id, &source, &a.tool().files, config, a.seed)
+            {
                 Ok(s) => seeded = s,
                 Err(error) => return AttemptEnd::Refused { error },
             }
         }
-        let cmd = tool_command(engine, a, Vec::new());
+        let cmd = tool_command(ctx, a, Vec::new());
         let launch = AgentLaunch {
             tool_def,
             argv: a.tool().argv.iter().map(|arg| rebase(arg, &a.workflow.record.path, &source)).collect(),
@@ -177,15 +278,15 @@ impl Launcher for Processes {
             check_files: a.tool().files.iter().map(|f| (format!("{source}/{}", f.path), f.sha256.clone())).collect(),
             cmd: &cmd,
         };
-        let (end, summary) = watching(engine, a, jobs, || {
-            followed(engine.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
+        let (end, summary) = watching(ctx, a, jobs, || {
+            followed(ctx.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
         });
-        with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
+        with_outputs(ctx, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
     }
 
     fn reattach(
         &self,
-        engine: &Engine,
+        ctx: &LaunchContext<'_>,
         recorded: &RemoteProcess,
         a: &AttemptLaunch<'_>,
         jobs: &JobSink<'_>,
@@ -195,21 +296,21 @@ impl Launcher for Processes {
         let inputs = if a.tool_def().kind.is_process() {
             Vec::new()
         } else {
-            engine.bound_inputs(a.placement, a.run_dir, a.args).unwrap_or_default()
+            ctx.bound_inputs(a.placement, a.run_dir, a.args).unwrap_or_default()
         };
-        let cmd = tool_command(engine, a, Vec::new());
-        let (end, summary) = watching(engine, a, jobs, || {
-            followed(engine.reattach(recorded, a.tool_def(), &cmd, halted), !a.tool_def().kind.is_process())
+        let cmd = tool_command(ctx, a, Vec::new());
+        let (end, summary) = watching(ctx, a, jobs, || {
+            followed(ctx.reattach(recorded, a.tool_def(), &cmd, halted), !a.tool_def().kind.is_process())
         });
         // A re-attached attempt's working copy was made by its predecessor: read what it carried.
-        let seeded = a.seed.and_then(|s| engine.seeded_working_copy(a.placement, &a.working_copy(), &s.from_run));
-        with_outputs(engine, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
+        let seeded = a.seed.and_then(|s| ctx.seeded_working_copy(a.placement, &a.working_copy(), &s.from_run));
+        with_outputs(ctx, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
     }
 
-    fn stop_orphan(&self, engine: &Engine, p: &ProcessInfo) {
+    fn stop_orphan(&self, ctx: &LaunchContext<'_>, p: &ProcessInfo) {
         cairn_exec::terminate_if_same(
             &ProcessIdentity { pid: p.pid, pgid: p.pgid, start_time: p.start_time },
-            engine.options().kill_grace,
+            ctx.options().kill_grace,
         );
     }
 }
@@ -218,7 +319,7 @@ impl Launcher for Processes {
 /// and reports its jobs to `jobs`; once the launch has ended the log is read to its end. Returns
 /// the launch's end and what the log said of the pipeline (`None` for another kind of tool).
 fn watching(
-    engine: &Engine,
+    ctx: &LaunchContext<'_>,
     a: &AttemptLaunch<'_>,
     jobs: &JobSink<'_>,
     follow: impl FnOnce() -> AttemptEnd,
@@ -233,7 +334,7 @@ fn watching(
             Some(bytes) => log.feed(bytes),
             None => log.finish(),
         };
-        engine.fill_job_files(a.placement, &work_dir, &mut events);
+        ctx.fill_job_files(a.placement, &work_dir, &mut events);
         jobs(events);
     };
     // Reading a target's log is one request over SSH: less often than a local file.
@@ -245,7 +346,7 @@ fn watching(
             loop {
                 let last = ended.load(Ordering::SeqCst);
                 // Everything written so far (a read takes at most one chunk).
-                while let Ok((bytes, size)) = engine.read_from(a.placement, &path, log.fed()) {
+                while let Ok((bytes, size)) = ctx.read_from(a.placement, &path, log.fed()) {
                     if bytes.is_empty() {
                         break;
                     }
@@ -302,8 +403,8 @@ fn with_pipeline_summary(a: &AttemptLaunch<'_>, end: AttemptEnd, summary: Option
 }
 
 /// One attempt's complete process request, with the engine's limits.
-fn tool_command(engine: &Engine, a: &AttemptLaunch<'_>, env: Vec<(String, String)>) -> ToolCommand {
-    let options = engine.options();
+fn tool_command(ctx: &LaunchContext<'_>, a: &AttemptLaunch<'_>, env: Vec<(String, String)>) -> ToolCommand {
+    let options = ctx.options();
     ToolCommand {
         argv: a.tool().argv.clone(),
         cwd: a.step_dir(),
@@ -337,7 +438,7 @@ fn ran(run: ToolRun, controller: bool) -> AttemptEnd {
 /// outputs cannot be recorded (not written, a symlink) has failed, with that as its error. A
 /// pipeline's result lists the files its arguments bind (`inputs`), as they were hashed.
 fn with_outputs(
-    engine: &Engine,
+    ctx: &LaunchContext<'_>,
     a: &AttemptLaunch<'_>,
     end: AttemptEnd,
     inputs: &[InputFile],
@@ -349,9 +450,9 @@ fn with_outputs(
             if !a.outputs.is_empty() || !kind.is_process() =>
         {
             let hashed = if kind.is_process() {
-                engine.hash_outputs(a.placement, a.run_dir, &a.step.id, a.outputs).map(|a| (a, None))
+                ctx.hash_outputs(a.placement, a.run_dir, &a.step.id, a.outputs).map(|a| (a, None))
             } else {
-                engine.pipeline_outputs(a.placement, a.run_dir, &a.step.id, kind, &a.tool().files)
+                ctx.pipeline_outputs(a.placement, a.run_dir, &a.step.id, kind, &a.tool().files)
             };
             match hashed {
                 Ok((artifacts, state)) => {

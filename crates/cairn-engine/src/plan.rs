@@ -145,43 +145,7 @@ impl Engine {
         } else {
             check_run_dir(&run_dir_path).map_err(run_dir_err)?;
         }
-        let (wf, input, replay) = match &req.replay {
-            None => {
-                let Some(reference) = &req.workflow else {
-                    return Err(EngineError::input("name the workflow to plan (NAME or NAME@VERSION)"));
-                };
-                if req.input.is_null() {
-                    return Err(EngineError::input("input is required (only a replay plan may omit it)"));
-                }
-                let wf = self.load_workflow(reference)?;
-                check_input(&wf, &req.input)?;
-                (wf, req.input.clone(), None)
-            }
-            Some((source, steps)) => {
-                let (name, version) = match &req.workflow {
-                    Some(reference) => {
-                        let (n, v) = crate::registry::parse_reference(reference)?;
-                        (Some(n.to_string()), v.map(String::from))
-                    }
-                    None => (None, None),
-                };
-                let prepared = self.prepare_replay(&ReplayRequest {
-                    source_run_id: source.clone(),
-                    step_ids: steps.clone(),
-                    input: (!req.input.is_null()).then(|| req.input.clone()),
-                    version,
-                    workflow: name,
-                    target: Some(req.target.clone()),
-                    ..ReplayRequest::default()
-                })?;
-                let replay = serde_json::json!({
-                    "source_run_id": source,
-                    "step_ids": prepared.plan.requested,
-                    "decisions": prepared.record()["decisions"],
-                });
-                (prepared.workflow, prepared.input, Some(replay))
-            }
-        };
+        let (wf, input, replay) = self.planned_workflow_and_input(req)?;
         let plan_id = format!("plan_{}", self.ids.run_suffix());
         let name = match &req.name {
             Some(n) => RunId::parse(n).map_err(EngineError::InvalidPlanName)?.to_string(),
@@ -199,105 +163,9 @@ impl Engine {
         } else {
             None
         };
-        let mut inputs = Vec::new();
-        let mut readiness = None;
-        if remote {
-            // On a target, input files are read where the run will read them: on the target.
-            let facts = self.target_ready(&req.target, &run_dir, &crate::placement::workflow_needs(&wf), &input)?;
-            if let Some(found) = facts["observed"]["inputs"].as_object() {
-                for (path, sha) in found {
-                    if let Some(sha256) = sha.as_str() {
-                        inputs.push(InputFile { path: path.clone(), sha256: sha256.to_string() });
-                    }
-                }
-            }
-            readiness = Some(facts);
-        } else {
-            crate::placement::local_programs(&wf)?;
-            for p in absolute_path_strings(&input) {
-                if Path::new(&p).is_file() {
-                    let sha256 = hash_file(Path::new(&p))
-                        .map_err(|e| EngineError::input(format!("{p}: cannot read this input file: {e}")))?;
-                    inputs.push(InputFile { path: p, sha256 });
-                }
-            }
-        }
-        let input_text = format!("{}\n", serde_json::to_string_pretty(&input).unwrap_or_default());
-        let snapshot = PathBuf::from(&wf.record.path);
-        let deployed = run_dir_path.join("workflow");
-        let commands = wf
-            .dag
-            .order()
-            .iter()
-            .map(|&i| {
-                let step = &wf.spec().steps[i];
-                let kind = wf.spec().tools[&step.tool].kind;
-                let argv = if kind.is_process() {
-                    wf.tools[&step.tool]
-                        .argv
-                        .iter()
-                        .map(|a| match Path::new(a).strip_prefix(&snapshot) {
-                            Ok(rel) => deployed.join(rel).display().to_string(),
-                            Err(_) => a.clone(),
-                        })
-                        .collect()
-                } else {
-                    // A controller's argv comes from the step's args; shown when they are known
-                    // before the run (they do not depend on an earlier step's result).
-                    crate::placement::planned_controller_argv(kind, step, &input, &run_dir, slurm.as_ref())?
-                        .unwrap_or_else(|| {
-                            vec![kind.program().unwrap_or_default().to_string(), "(args from earlier steps)".into()]
-                        })
-                };
-                Ok(PlannedCommand {
-                    step_id: step.id.clone(),
-                    tool: step.tool.clone(),
-                    argv,
-                    cwd: run_dir_path.join("steps").join(&step.id).display().to_string(),
-                })
-            })
-            .collect::<Result<Vec<_>, EngineError>>()?;
-        let (files, on_disk) = crate::registry::hash_folder(&snapshot)?;
-        if on_disk != wf.record.digest {
-            return Err(EngineError::SnapshotChanged {
-                reference: wf.spec().reference(),
-                path: snapshot.display().to_string(),
-                now: on_disk,
-                registered: wf.record.digest.clone(),
-            });
-        }
-        let files: Vec<InputFile> = files.into_iter().map(|f| InputFile { path: f.path, sha256: f.sha256 }).collect();
-        let mut effects = vec![
-            Effect::CreateRunDir,
-            Effect::WriteFile {
-                path: "input.json".into(),
-                sha256: sha256_hex(input_text.as_bytes()),
-                content: input_text,
-            },
-            Effect::DeployWorkflow { path: "workflow".into(), digest: wf.record.digest.clone(), files },
-        ];
-        // A pipeline step's run configuration, when the run input decides it, is approved with
-        // the plan: written by the approval, and checked before the pipeline starts.
-        for step in &wf.spec().steps {
-            if wf.spec().tools[&step.tool].kind.is_process() {
-                continue;
-            }
-            let Ok(args) = cairn_core::template::resolve(&step.args, &input, &|_| None) else { continue };
-            if let Some(config) = cairn_core::controller::run_config(&args)
-                .map_err(|e| EngineError::input(format!("step `{}`: {e}", step.id)))?
-            {
-                let bytes = crate::pipeline::run_config_bytes(config).map_err(EngineError::input)?;
-                effects.push(Effect::WriteFile {
-                    path: format!(
-                        "{}/{}",
-                        cairn_core::controller::working_copy(&step.id),
-                        cairn_core::controller::RUN_CONFIG
-                    ),
-                    sha256: sha256_hex(&bytes),
-                    content: String::from_utf8_lossy(&bytes).into_owned(),
-                });
-            }
-        }
+        let (inputs, readiness) = self.planned_input_files(req, &run_dir, &wf, &input)?;
+        let commands = planned_commands(&wf, &input, &run_dir_path, slurm.as_ref())?;
+        let effects = planned_effects(&wf, &input)?;
         let mut plan = Plan {
             format: PLAN_FORMAT,
             plan_name: name,
@@ -319,6 +187,80 @@ impl Engine {
         plan.plan_checksum = plan.compute_checksum().map_err(|e| EngineError::input(format!("run input: {e}")))?;
         self.store_plan(&plan)?;
         Ok(plan)
+    }
+
+    /// The workflow and input a plan runs (checked), and for a replay plan the replay it makes
+    /// (its source, steps and the planner's decisions).
+    fn planned_workflow_and_input(
+        &self,
+        req: &PlanRequest,
+    ) -> Result<(LoadedWorkflow, Value, Option<Value>), EngineError> {
+        let Some((source, steps)) = &req.replay else {
+            let Some(reference) = &req.workflow else {
+                return Err(EngineError::input("name the workflow to plan (NAME or NAME@VERSION)"));
+            };
+            if req.input.is_null() {
+                return Err(EngineError::input("input is required (only a replay plan may omit it)"));
+            }
+            let wf = self.load_workflow(reference)?;
+            check_input(&wf, &req.input)?;
+            return Ok((wf, req.input.clone(), None));
+        };
+        let (name, version) = match &req.workflow {
+            Some(reference) => {
+                let (n, v) = crate::registry::parse_reference(reference)?;
+                (Some(n.to_string()), v.map(String::from))
+            }
+            None => (None, None),
+        };
+        let prepared = self.prepare_replay(&ReplayRequest {
+            source_run_id: source.clone(),
+            step_ids: steps.clone(),
+            input: (!req.input.is_null()).then(|| req.input.clone()),
+            version,
+            workflow: name,
+            target: Some(req.target.clone()),
+            ..ReplayRequest::default()
+        })?;
+        let replay = serde_json::json!({
+            "source_run_id": source,
+            "step_ids": prepared.plan.requested,
+            "decisions": prepared.record()["decisions"],
+        });
+        Ok((prepared.workflow, prepared.input, Some(replay)))
+    }
+
+    /// The input files the run will read, each hashed where it will read them, and on a target
+    /// the facts of its readiness check. Locally, also checks that every program is found.
+    fn planned_input_files(
+        &self,
+        req: &PlanRequest,
+        run_dir: &str,
+        wf: &LoadedWorkflow,
+        input: &Value,
+    ) -> Result<(Vec<InputFile>, Option<Value>), EngineError> {
+        let mut inputs = Vec::new();
+        if req.target != LOCAL {
+            // On a target, input files are read where the run will read them: on the target.
+            let facts = self.target_ready(&req.target, run_dir, &crate::placement::workflow_needs(wf), input)?;
+            if let Some(found) = facts["observed"]["inputs"].as_object() {
+                for (path, sha) in found {
+                    if let Some(sha256) = sha.as_str() {
+                        inputs.push(InputFile { path: path.clone(), sha256: sha256.to_string() });
+                    }
+                }
+            }
+            return Ok((inputs, Some(facts)));
+        }
+        crate::placement::local_programs(wf)?;
+        for p in absolute_path_strings(input) {
+            if Path::new(&p).is_file() {
+                let sha256 = hash_file(Path::new(&p))
+                    .map_err(|e| EngineError::input(format!("{p}: cannot read this input file: {e}")))?;
+                inputs.push(InputFile { path: p, sha256 });
+            }
+        }
+        Ok((inputs, None))
     }
 
     /// Writes the plan file (its name claimed atomically) and then its index row.
@@ -624,6 +566,101 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The command each step will run, in execution order, with the workflow's files where the run
+/// deploys them (`<run_dir>/workflow`).
+fn planned_commands(
+    wf: &LoadedWorkflow,
+    input: &Value,
+    run_dir_path: &Path,
+    slurm: Option<&SlurmSubmit>,
+) -> Result<Vec<PlannedCommand>, EngineError> {
+    let run_dir = run_dir_path.display().to_string();
+    let snapshot = PathBuf::from(&wf.record.path);
+    let deployed = run_dir_path.join("workflow");
+    wf.dag
+        .order()
+        .iter()
+        .map(|&i| {
+            let step = &wf.spec().steps[i];
+            let kind = wf.spec().tools[&step.tool].kind;
+            let argv = if kind.is_process() {
+                wf.tools[&step.tool]
+                    .argv
+                    .iter()
+                    .map(|a| match Path::new(a).strip_prefix(&snapshot) {
+                        Ok(rel) => deployed.join(rel).display().to_string(),
+                        Err(_) => a.clone(),
+                    })
+                    .collect()
+            } else {
+                // A controller's argv comes from the step's args; shown when they are known
+                // before the run (they do not depend on an earlier step's result).
+                crate::placement::planned_controller_argv(kind, step, input, &run_dir, slurm)?.unwrap_or_else(|| {
+                    vec![kind.program().unwrap_or_default().to_string(), "(args from earlier steps)".into()]
+                })
+            };
+            Ok(PlannedCommand {
+                step_id: step.id.clone(),
+                tool: step.tool.clone(),
+                argv,
+                cwd: run_dir_path.join("steps").join(&step.id).display().to_string(),
+            })
+        })
+        .collect()
+}
+
+/// What approving the plan does before the run starts: create the run directory, write the
+/// input, deploy the workflow's files (as registered: a snapshot changed since is refused), and
+/// write each pipeline step's run configuration the input decides.
+fn planned_effects(wf: &LoadedWorkflow, input: &Value) -> Result<Vec<Effect>, EngineError> {
+    let input_text = format!("{}\n", serde_json::to_string_pretty(input).unwrap_or_default());
+    let snapshot = PathBuf::from(&wf.record.path);
+    let (files, on_disk) = crate::registry::hash_folder(&snapshot)?;
+    if on_disk != wf.record.digest {
+        return Err(EngineError::SnapshotChanged {
+            reference: wf.spec().reference(),
+            path: snapshot.display().to_string(),
+            now: on_disk,
+            registered: wf.record.digest.clone(),
+        });
+    }
+    let files: Vec<InputFile> = files.into_iter().map(|f| InputFile { path: f.path, sha256: f.sha256 }).collect();
+    let mut effects = vec![
+        Effect::CreateRunDir,
+        Effect::WriteFile { path: "input.json".into(), sha256: sha256_hex(input_text.as_bytes()), content: input_text },
+        Effect::DeployWorkflow { path: "workflow".into(), digest: wf.record.digest.clone(), files },
+    ];
+    effects.extend(run_config_effects(wf, input)?);
+    Ok(effects)
+}
+
+/// A pipeline step's run configuration, when the run input decides it, is approved with the
+/// plan: written by the approval, and checked before the pipeline starts.
+fn run_config_effects(wf: &LoadedWorkflow, input: &Value) -> Result<Vec<Effect>, EngineError> {
+    let mut effects = Vec::new();
+    for step in &wf.spec().steps {
+        if wf.spec().tools[&step.tool].kind.is_process() {
+            continue;
+        }
+        let Ok(args) = cairn_core::template::resolve(&step.args, input, &|_| None) else { continue };
+        if let Some(config) = cairn_core::controller::run_config(&args)
+            .map_err(|e| EngineError::input(format!("step `{}`: {e}", step.id)))?
+        {
+            let bytes = crate::pipeline::run_config_bytes(config).map_err(EngineError::input)?;
+            effects.push(Effect::WriteFile {
+                path: format!(
+                    "{}/{}",
+                    cairn_core::controller::working_copy(&step.id),
+                    cairn_core::controller::RUN_CONFIG
+                ),
+                sha256: sha256_hex(&bytes),
+                content: String::from_utf8_lossy(&bytes).into_owned(),
+            });
+        }
+    }
+    Ok(effects)
 }
 
 impl Engine {

@@ -352,7 +352,7 @@ impl Service {
                 }
                 Some((p, None)) if on_this_host => {
                     groups += 1;
-                    self.engine.launcher.stop_orphan(&self.engine, p);
+                    self.engine.launcher.stop_orphan(&self.engine.launch_context(), p);
                 }
                 Some((_, None)) => {}
                 None => {}
@@ -460,7 +460,7 @@ impl Service {
     fn stop_local(&self, steps: Vec<StepRecord>) {
         for step in steps {
             if let Some(p) = step.process.as_ref().filter(|p| p.remote.is_none()) {
-                self.engine.launcher.stop_orphan(&self.engine, p);
+                self.engine.launcher.stop_orphan(&self.engine.launch_context(), p);
             }
         }
     }

@@ -15,7 +15,7 @@ use cairn_core::event::RunEvent;
 use cairn_core::pipeline::JobEvent;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::{ProcessInfo, RemoteProcess};
-use cairn_engine::launcher::{AttemptLaunch, JobSink, Launcher};
+use cairn_engine::launcher::{AttemptLaunch, JobSink, LaunchContext, Launcher};
 use cairn_engine::runner::{NoProgress, RunRequest};
 use cairn_engine::{Clock, Engine, EngineError, ErrorCode, RunView, StopKind, StopSignal};
 use cairn_store::testing::{Kind, TestDatabase};
@@ -116,7 +116,7 @@ impl Script {
 impl Launcher for Script {
     fn launch(
         &self,
-        _: &Engine,
+        _: &LaunchContext<'_>,
         a: &AttemptLaunch<'_>,
         record: &mut dyn FnMut(&ProcessInfo),
         jobs: &JobSink<'_>,
@@ -127,7 +127,7 @@ impl Launcher for Script {
 
     fn reattach(
         &self,
-        _: &Engine,
+        _: &LaunchContext<'_>,
         _: &RemoteProcess,
         a: &AttemptLaunch<'_>,
         jobs: &JobSink<'_>,
@@ -136,7 +136,7 @@ impl Launcher for Script {
         self.play("reattach", a, &mut |_| {}, jobs)
     }
 
-    fn stop_orphan(&self, _: &Engine, recorded: &ProcessInfo) {
+    fn stop_orphan(&self, _: &LaunchContext<'_>, recorded: &ProcessInfo) {
         self.log.lock().unwrap().push(format!("orphan {}", recorded.pid));
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use cairn_core::canonical::sha256_hex;
 use cairn_core::docs::title_of;
-use cairn_core::store::{NewDocVersion, RunStore, SaveDoc};
+use cairn_core::store::{Docs, NewDocVersion, SaveDoc};
 use cairn_store::SqliteStore;
 
 const DOCS: usize = 1000;

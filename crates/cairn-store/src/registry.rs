@@ -1,6 +1,7 @@
-//! The registry's logic, once for both databases: every [`RunStore`] method as the statements it
-//! runs in one transaction. Every write that belongs to an attempt is conditional on that
-//! attempt's token inside the same transaction, so a stale worker's write can never be applied.
+//! The registry's logic, once for both databases: every method of the store port (each role
+//! trait of [`RunStore`]) as the statements it runs in one transaction. Every write that belongs
+//! to an attempt is conditional on that attempt's token inside the same transaction, so a stale
+//! worker's write can never be applied.
 
 use cairn_core::artifact::{Artifact, ArtifactRecord};
 use cairn_core::event::{PlannedOrigin, RunEvent};
@@ -571,7 +572,7 @@ fn check_running_token(tx: &mut dyn Tx, run_id: &str, step_id: &str, token: &str
     guard_token(tx, run_id, step_id, token, true)
 }
 
-impl<B: Backend> RunStore for Registry<B> {
+impl<B: Backend> Daemons for Registry<B> {
     fn register_daemon(&self, d: &DaemonRecord) -> Result<(), StoreError> {
         self.write_quietly(Durability::Full, |tx| {
             tx.execute(
@@ -711,7 +712,9 @@ impl<B: Backend> RunStore for Registry<B> {
             )
         })
     }
+}
 
+impl<B: Backend> WorkflowRegistry for Registry<B> {
     fn register_workflow(&self, rec: &WorkflowRecord) -> Result<RegisterOutcome, StoreError> {
         self.write(|tx| {
             let existing: Option<String> = first(tx.query_opt(
@@ -748,7 +751,9 @@ impl<B: Backend> RunStore for Registry<B> {
         all.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| semver_key(&a.version).cmp(&semver_key(&b.version))));
         Ok(all)
     }
+}
 
+impl<B: Backend> Runs for Registry<B> {
     fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError> {
         let created = self.write(|tx| {
             if let Some(existing) = load_run(tx, &new.run_id)? {
@@ -805,6 +810,138 @@ impl<B: Backend> RunStore for Registry<B> {
         rows(self.read(|tx| tx.query(&sql, &values))?, run_from_row)
     }
 
+    fn finish_run(
+        &self,
+        run_id: &str,
+        expected_revision: i64,
+        status: RunStatus,
+        findings: &[Finding],
+        error: Option<&str>,
+        at: i64,
+    ) -> Result<RunRecord, StoreError> {
+        self.write(|tx| {
+            // The fence first: a holder whose lease was taken (which moved the revision) is told
+            // so, not that the run changed.
+            tx.lock_run(run_id, false)?;
+            let changed = tx.execute(
+                "UPDATE workflow_executions SET status = ?3, findings_json = ?4, error = ?5, finished_at = ?6, \
+                 updated_at = ?6, revision = revision + 1 \
+                 WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
+                params![run_id, expected_revision, status.as_str(), to_json(findings), error, at],
+            )?;
+            if changed == 0 {
+                return match load_run(tx, run_id)? {
+                    None => Err(StoreError::RunNotFound(run_id.into())),
+                    Some(_) => Err(StoreError::StaleRevision { run_id: run_id.into(), expected: expected_revision }),
+                };
+            }
+            insert_event(
+                tx,
+                run_id,
+                None,
+                None,
+                at,
+                &RunEvent::RunFinished { status, findings: findings.len(), error: error.map(String::from) },
+            )?;
+            load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
+        })
+    }
+
+    fn claim_run(
+        &self,
+        run_id: &str,
+        expected_revision: i64,
+        owner: Option<&Owner>,
+        at: i64,
+    ) -> Result<i64, StoreError> {
+        let holds_lease = self.leases.read().unwrap_or_else(|p| p.into_inner()).contains_key(run_id);
+        self.write(|tx| {
+            // A held lease is checked by the fence; without one, a daemon's current lease means
+            // that daemon drives the run, and two drivers would both resume its RUNNING steps.
+            tx.lock_run(run_id, false)?;
+            let lease = tx.query_opt(
+                "SELECT lease_owner, lease_expires_at FROM workflow_executions WHERE run_id = ?1",
+                params![run_id],
+            )?;
+            if let Some(row) = lease.filter(|_| !holds_lease) {
+                let (daemon, until): (Option<String>, Option<i64>) = (row.get(0)?, row.get(1)?);
+                if let (Some(daemon), Some(until)) = (daemon, until.filter(|u| *u > at)) {
+                    return Err(StoreError::RunLeased { run_id: run_id.into(), daemon, until });
+                }
+            }
+            let changed = tx.execute(
+                "UPDATE workflow_executions SET revision = revision + 1, updated_at = ?3, owner = ?4 \
+                 WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
+                params![run_id, expected_revision, at, owner.map(|o| o.to_string())],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::StaleRevision { run_id: run_id.into(), expected: expected_revision });
+            }
+            insert_event(
+                tx,
+                run_id,
+                None,
+                None,
+                at,
+                &RunEvent::RunResumed { revision: expected_revision + 1, owner: owner.map(|o| o.to_string()) },
+            )?;
+            Ok(expected_revision + 1)
+        })
+    }
+
+    fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM workflow_executions WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at, rowid"
+        );
+        rows(self.read(|tx| tx.query(&sql, &[]))?, run_from_row)
+    }
+
+    fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError> {
+        self.write(|tx| {
+            tx.lock_run(run_id, false)?;
+            let run = load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))?;
+            if run.status.is_terminal() {
+                return Err(StoreError::RunFinished { run_id: run_id.into(), status: run.status.to_string() });
+            }
+            let running = tx.query(
+                "SELECT step_id, attempt_count FROM tool_calls WHERE run_id = ?1 AND status = 'RUNNING'",
+                params![run_id],
+            )?;
+            let running: Vec<(String, u32)> = rows(running, |r| Ok((r.get(0)?, r.get(1)?)))?;
+            for (step_id, attempt) in &running {
+                tx.execute(
+                    "UPDATE tool_calls SET status = 'FAILED', error = ?3, attempt_token = NULL, finished_at = ?4 \
+                     WHERE run_id = ?1 AND step_id = ?2",
+                    params![run_id, step_id, reason, at],
+                )?;
+                insert_event(
+                    tx,
+                    run_id,
+                    Some(step_id),
+                    Some(*attempt),
+                    at,
+                    &RunEvent::StepCancelled { reason: reason.to_string() },
+                )?;
+            }
+            tx.execute(
+                "UPDATE workflow_executions SET status = 'CANCELLED', error = ?2, finished_at = ?3, updated_at = ?3, \
+                 revision = revision + 1 WHERE run_id = ?1",
+                params![run_id, reason, at],
+            )?;
+            insert_event(
+                tx,
+                run_id,
+                None,
+                None,
+                at,
+                &RunEvent::RunFinished { status: RunStatus::Cancelled, findings: 0, error: Some(reason.to_string()) },
+            )?;
+            load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
+        })
+    }
+}
+
+impl<B: Backend> Attempts for Registry<B> {
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         let sql = format!("SELECT {STEP_COLUMNS} FROM tool_calls WHERE run_id = ?1 ORDER BY started_at, rowid");
         rows(self.read(|tx| tx.query(&sql, params![run_id]))?, step_from_row)
@@ -973,43 +1110,6 @@ impl<B: Backend> RunStore for Registry<B> {
         })
     }
 
-    fn finish_run(
-        &self,
-        run_id: &str,
-        expected_revision: i64,
-        status: RunStatus,
-        findings: &[Finding],
-        error: Option<&str>,
-        at: i64,
-    ) -> Result<RunRecord, StoreError> {
-        self.write(|tx| {
-            // The fence first: a holder whose lease was taken (which moved the revision) is told
-            // so, not that the run changed.
-            tx.lock_run(run_id, false)?;
-            let changed = tx.execute(
-                "UPDATE workflow_executions SET status = ?3, findings_json = ?4, error = ?5, finished_at = ?6, \
-                 updated_at = ?6, revision = revision + 1 \
-                 WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
-                params![run_id, expected_revision, status.as_str(), to_json(findings), error, at],
-            )?;
-            if changed == 0 {
-                return match load_run(tx, run_id)? {
-                    None => Err(StoreError::RunNotFound(run_id.into())),
-                    Some(_) => Err(StoreError::StaleRevision { run_id: run_id.into(), expected: expected_revision }),
-                };
-            }
-            insert_event(
-                tx,
-                run_id,
-                None,
-                None,
-                at,
-                &RunEvent::RunFinished { status, findings: findings.len(), error: error.map(String::from) },
-            )?;
-            load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
-        })
-    }
-
     fn copy_reused_steps(
         &self,
         run_id: &str,
@@ -1062,7 +1162,9 @@ impl<B: Backend> RunStore for Registry<B> {
             Ok(copied)
         })
     }
+}
 
+impl<B: Backend> Artifacts for Registry<B> {
     fn artifacts(&self, run_id: &str) -> Result<Vec<ArtifactRecord>, StoreError> {
         let sql = format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = ?1 ORDER BY step_id, path");
         rows(self.read(|tx| tx.query(&sql, params![run_id]))?, artifact_from_row)
@@ -1074,7 +1176,9 @@ impl<B: Backend> RunStore for Registry<B> {
             format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE sha256 = ?1 AND link IS NULL ORDER BY recorded_at, run_id, path");
         rows(self.read(|tx| tx.query(&sql, params![sha256]))?, artifact_from_row)
     }
+}
 
+impl<B: Backend> Verifications for Registry<B> {
     fn insert_verification(&self, v: &VerificationRecord) -> Result<(), StoreError> {
         self.write(|tx| {
             tx.execute(
@@ -1119,100 +1223,9 @@ impl<B: Backend> RunStore for Registry<B> {
     fn verification(&self, id: &str) -> Result<Option<VerificationRecord>, StoreError> {
         Ok(self.select_verifications("WHERE id = ?1", crate::sql::Param::Text(id))?.pop())
     }
+}
 
-    fn claim_run(
-        &self,
-        run_id: &str,
-        expected_revision: i64,
-        owner: Option<&Owner>,
-        at: i64,
-    ) -> Result<i64, StoreError> {
-        let holds_lease = self.leases.read().unwrap_or_else(|p| p.into_inner()).contains_key(run_id);
-        self.write(|tx| {
-            // A held lease is checked by the fence; without one, a daemon's current lease means
-            // that daemon drives the run, and two drivers would both resume its RUNNING steps.
-            tx.lock_run(run_id, false)?;
-            let lease = tx.query_opt(
-                "SELECT lease_owner, lease_expires_at FROM workflow_executions WHERE run_id = ?1",
-                params![run_id],
-            )?;
-            if let Some(row) = lease.filter(|_| !holds_lease) {
-                let (daemon, until): (Option<String>, Option<i64>) = (row.get(0)?, row.get(1)?);
-                if let (Some(daemon), Some(until)) = (daemon, until.filter(|u| *u > at)) {
-                    return Err(StoreError::RunLeased { run_id: run_id.into(), daemon, until });
-                }
-            }
-            let changed = tx.execute(
-                "UPDATE workflow_executions SET revision = revision + 1, updated_at = ?3, owner = ?4 \
-                 WHERE run_id = ?1 AND revision = ?2 AND status IN ('PENDING', 'RUNNING')",
-                params![run_id, expected_revision, at, owner.map(|o| o.to_string())],
-            )?;
-            if changed == 0 {
-                return Err(StoreError::StaleRevision { run_id: run_id.into(), expected: expected_revision });
-            }
-            insert_event(
-                tx,
-                run_id,
-                None,
-                None,
-                at,
-                &RunEvent::RunResumed { revision: expected_revision + 1, owner: owner.map(|o| o.to_string()) },
-            )?;
-            Ok(expected_revision + 1)
-        })
-    }
-
-    fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
-        let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM workflow_executions WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at, rowid"
-        );
-        rows(self.read(|tx| tx.query(&sql, &[]))?, run_from_row)
-    }
-
-    fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError> {
-        self.write(|tx| {
-            tx.lock_run(run_id, false)?;
-            let run = load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))?;
-            if run.status.is_terminal() {
-                return Err(StoreError::RunFinished { run_id: run_id.into(), status: run.status.to_string() });
-            }
-            let running = tx.query(
-                "SELECT step_id, attempt_count FROM tool_calls WHERE run_id = ?1 AND status = 'RUNNING'",
-                params![run_id],
-            )?;
-            let running: Vec<(String, u32)> = rows(running, |r| Ok((r.get(0)?, r.get(1)?)))?;
-            for (step_id, attempt) in &running {
-                tx.execute(
-                    "UPDATE tool_calls SET status = 'FAILED', error = ?3, attempt_token = NULL, finished_at = ?4 \
-                     WHERE run_id = ?1 AND step_id = ?2",
-                    params![run_id, step_id, reason, at],
-                )?;
-                insert_event(
-                    tx,
-                    run_id,
-                    Some(step_id),
-                    Some(*attempt),
-                    at,
-                    &RunEvent::StepCancelled { reason: reason.to_string() },
-                )?;
-            }
-            tx.execute(
-                "UPDATE workflow_executions SET status = 'CANCELLED', error = ?2, finished_at = ?3, updated_at = ?3, \
-                 revision = revision + 1 WHERE run_id = ?1",
-                params![run_id, reason, at],
-            )?;
-            insert_event(
-                tx,
-                run_id,
-                None,
-                None,
-                at,
-                &RunEvent::RunFinished { status: RunStatus::Cancelled, findings: 0, error: Some(reason.to_string()) },
-            )?;
-            load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
-        })
-    }
-
+impl<B: Backend> KernelJobs for Registry<B> {
     fn save_kernel_job(&self, job: &KernelJob) -> Result<(), StoreError> {
         self.write_relaxed(|tx| {
             tx.execute(
@@ -1248,7 +1261,9 @@ impl<B: Backend> RunStore for Registry<B> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM kernel_jobs ORDER BY seq");
         rows(self.read(|tx| tx.query(&sql, &[]))?, job_from_row)
     }
+}
 
+impl<B: Backend> Plans for Registry<B> {
     fn insert_plan(&self, p: &PlanRecord, document: &str, made_in: &str) -> Result<(), StoreError> {
         self.write(|tx| {
             if tx.query_opt("SELECT plan_id FROM plans WHERE plan_name = ?1", params![p.plan_name])?.is_some() {
@@ -1343,6 +1358,34 @@ impl<B: Backend> RunStore for Registry<B> {
         Ok(run)
     }
 
+    fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError> {
+        first(self.read(|tx| tx.query_opt("SELECT run_id FROM receipts WHERE plan_id = ?1", params![plan_id]))?)
+    }
+
+    fn approval_of_run(&self, run_id: &str) -> Result<Option<cairn_core::plan::Approval>, StoreError> {
+        let row = self
+            .read(|tx| tx.query_opt("SELECT channel, consumed_at FROM receipts WHERE run_id = ?1", params![run_id]))?;
+        row.map(|r| {
+            Ok(cairn_core::plan::Approval {
+                channel: r.get::<Option<String>>(0)?.unwrap_or_else(|| "unrecorded".into()),
+                at: r.get(1)?,
+            })
+        })
+        .transpose()
+    }
+
+    fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        first(self.read(|tx| tx.query_opt("SELECT target FROM reservations WHERE run_id = ?1", params![run_id]))?)
+    }
+
+    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError> {
+        first(self.read(|tx| {
+            tx.query_opt("SELECT run_id FROM reservations WHERE target = ?1 AND run_dir = ?2", params![target, run_dir])
+        })?)
+    }
+}
+
+impl<B: Backend> Targets for Registry<B> {
     fn add_target(&self, spec: &cairn_core::target::TargetSpec, at: i64) -> Result<(), StoreError> {
         self.write(|tx| {
             let n = tx.execute(
@@ -1388,33 +1431,9 @@ impl<B: Backend> RunStore for Registry<B> {
     fn remove_target(&self, name: &str) -> Result<bool, StoreError> {
         self.write(|tx| Ok(tx.execute("DELETE FROM targets WHERE name = ?1", params![name])? > 0))
     }
+}
 
-    fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError> {
-        first(self.read(|tx| tx.query_opt("SELECT run_id FROM receipts WHERE plan_id = ?1", params![plan_id]))?)
-    }
-
-    fn approval_of_run(&self, run_id: &str) -> Result<Option<cairn_core::plan::Approval>, StoreError> {
-        let row = self
-            .read(|tx| tx.query_opt("SELECT channel, consumed_at FROM receipts WHERE run_id = ?1", params![run_id]))?;
-        row.map(|r| {
-            Ok(cairn_core::plan::Approval {
-                channel: r.get::<Option<String>>(0)?.unwrap_or_else(|| "unrecorded".into()),
-                at: r.get(1)?,
-            })
-        })
-        .transpose()
-    }
-
-    fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError> {
-        first(self.read(|tx| tx.query_opt("SELECT target FROM reservations WHERE run_id = ?1", params![run_id]))?)
-    }
-
-    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError> {
-        first(self.read(|tx| {
-            tx.query_opt("SELECT run_id FROM reservations WHERE target = ?1 AND run_dir = ?2", params![target, run_dir])
-        })?)
-    }
-
+impl<B: Backend> Docs for Registry<B> {
     fn save_doc(&self, n: &NewDocVersion) -> Result<SaveDoc, StoreError> {
         self.write(|tx| {
             let existing = tx.query_opt("SELECT id, latest_version, removed_at FROM docs WHERE name = ?1", params![n.name])?;

@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use std::sync::Mutex;
 
-use cairn_core::attempt::{AttemptState, AttemptWrite, decide};
+use cairn_core::attempt::{AttemptEnd, AttemptState, AttemptWrite, decide};
 use cairn_core::canonical::canonical_json;
 use cairn_core::event::RunEvent;
 use cairn_core::pipeline::JobEvent;
 use cairn_core::store::{BeginAttempt, FinishAttempt, ProcessInfo, StoreError};
+use cairn_core::workflow::StepDef;
 
 use super::events::{Done, Job, Progress, RunCtx};
 use crate::launcher::AttemptLaunch;
+use crate::pipeline::PipelineSeed;
 use crate::registry::LoadedWorkflow;
 use crate::{Engine, EngineError, StopSignal};
 
@@ -47,12 +49,7 @@ impl Engine {
         let step = &wf.spec().steps[step_index];
         let stdin = canonical_json(&exec_args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
         let outputs = wf.spec().outputs_of(step);
-        let seed = match (&run.source_run_id, wf.spec().tools.get(&step.tool).map(|t| t.kind)) {
-            (Some(source), Some(kind)) if cairn_core::controller::job_record(kind).is_some() => {
-                self.pipeline_seed(&run.run_id, source, &step.id)
-            }
-            _ => None,
-        };
+        let seed = self.replay_seed(wf, run, step);
         let launch = |attempt| AttemptLaunch {
             seed: seed.as_ref(),
             run_id: &run.run_id,
@@ -73,7 +70,7 @@ impl Engine {
             self.store.adopt_attempt(&run.run_id, &step.id, &previous_token, &token, self.clock.now_ms())?;
             let end = {
                 let jobs = self.job_sink(run, &step.id, &token, attempt - 1, true, progress);
-                self.launcher.reattach(self, &recorded, &launch(attempt - 1), &jobs, &halted)
+                self.launcher.reattach(&self.launch_context(), &recorded, &launch(attempt - 1), &jobs, &halted)
             };
             adopted = Some((token, attempt - 1, end));
         }
@@ -105,7 +102,7 @@ impl Engine {
                     // stopped: its runner, if still alive, then finds its token stale and cannot
                     // write.
                     if let Some(p) = orphan.take() {
-                        self.launcher.stop_orphan(self, &p);
+                        self.launcher.stop_orphan(&self.launch_context(), &p);
                     }
                     progress(Progress::Started { step_id: step.id.clone(), attempt });
                     let mut record = |info: &ProcessInfo| {
@@ -116,17 +113,12 @@ impl Engine {
                     let end = {
                         // A new attempt number: nothing can be recorded of it yet.
                         let jobs = self.job_sink(run, &step.id, &token, attempt, false, progress);
-                        self.launcher.launch(self, &launch(attempt), &mut record, &jobs, &halted)
+                        self.launcher.launch(&self.launch_context(), &launch(attempt), &mut record, &jobs, &halted)
                     };
                     (token, attempt, end)
                 }
             };
-            let duration = match &end {
-                cairn_core::attempt::AttemptEnd::Ran { duration_us, .. } => {
-                    Duration::from_micros(u64::try_from(*duration_us).unwrap_or(0))
-                }
-                _ => Duration::ZERO,
-            };
+            let duration = ran_for(&end);
             let decision = decide(
                 &AttemptState {
                     run_id: &run.run_id,
@@ -164,6 +156,17 @@ impl Engine {
                 Ok(v) => Ok(v),
                 Err(e) => Err(self.rejected(e, &token)),
             };
+        }
+    }
+
+    /// In a replay child, where a pipeline step's working copy is seeded from: the working copy
+    /// of the run that last ran the step (`Engine::pipeline_seed`).
+    fn replay_seed(&self, wf: &LoadedWorkflow, run: &RunCtx, step: &StepDef) -> Option<PipelineSeed> {
+        match (&run.source_run_id, wf.spec().tools.get(&step.tool).map(|t| t.kind)) {
+            (Some(source), Some(kind)) if cairn_core::controller::job_record(kind).is_some() => {
+                self.pipeline_seed(&run.run_id, source, &step.id)
+            }
+            _ => None,
         }
     }
 
@@ -229,5 +232,13 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+/// How long an attempt's tool ran (zero for an attempt that did not run).
+fn ran_for(end: &AttemptEnd) -> Duration {
+    match end {
+        AttemptEnd::Ran { duration_us, .. } => Duration::from_micros(u64::try_from(*duration_us).unwrap_or(0)),
+        _ => Duration::ZERO,
     }
 }

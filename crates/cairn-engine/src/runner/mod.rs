@@ -13,10 +13,11 @@
 mod attempt;
 mod events;
 mod input;
+mod run_dir;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -206,100 +207,59 @@ impl Engine {
         opts: ExecOptions<'_>,
         obs: &mut dyn Observer,
     ) -> Result<(), EngineError> {
-        let ExecOptions { resume, parallelism, stop: stop_signal, .. } = opts;
-        let halted = || stop_signal.and_then(StopSignal::requested);
-        let spec = wf.spec();
         let placement = self.placement(&run.run_id)?;
         // A target's run_dir is on the target: its approval created it there with input.json.
         if !placement.is_remote() {
-            let run_dir = PathBuf::from(&run.run_dir);
-            std::fs::create_dir_all(run_dir.join("steps")).map_err(|e| EngineError::io(&run_dir, e))?;
-            let input_file = run_dir.join("input.json");
-            if !input_file.exists() {
-                let text = serde_json::to_vec_pretty(input).map_err(|e| EngineError::io(&input_file, e))?;
-                std::fs::write(&input_file, text).map_err(|e| EngineError::io(&input_file, e))?;
-            }
+            run_dir::lay_out(Path::new(&run.run_dir), input)?;
         }
-        let existing: HashMap<String, StepRecord> =
-            self.store.steps(&run.run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
-        let ctx = RunCtx {
-            run_id: run.run_id.clone(),
-            run_dir: run.run_dir.clone(),
-            placement,
-            source_run_id: run.source_run_id.clone(),
+        let scope = RunScope {
+            wf,
+            ctx: RunCtx {
+                run_id: run.run_id.clone(),
+                run_dir: run.run_dir.clone(),
+                placement,
+                source_run_id: run.source_run_id.clone(),
+            },
+            existing: self.store.steps(&run.run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect(),
+            input,
+            opts,
         };
-        let mut results: HashMap<String, Value> = HashMap::new();
-        // The artifacts of the steps completed so far: what `${steps.X.outputs.NAME}` signs as.
-        let mut produced: HashMap<String, Vec<Artifact>> = HashMap::new();
-        for a in self.store.artifacts(&run.run_id)? {
-            produced.entry(a.step_id).or_default().push(a.artifact);
-        }
+        let mut sched = Schedule::new(wf, self.store.artifacts(&run.run_id)?);
         obs.run_started(&run.run_id, wf.dag.len());
+        self.schedule(run, &scope, &mut sched, obs);
+        // A stop wins over whatever the workers reported: their writes after it were not made
+        // (or were rejected), and the canceller finalises a cancelled run.
+        if let Some(kind) = opts.stop.and_then(StopSignal::requested) {
+            let why = match kind {
+                StopKind::Cancel => "it was cancelled",
+                StopKind::Shutdown => "its daemon is stopping; the next daemon resumes it",
+                StopKind::LeaseLost => "another daemon took its lease over and drives it now",
+            };
+            return Err(EngineError::Stopped { run_id: run.run_id.clone(), why: why.into() });
+        }
+        if let Some(outcome) = sched.stop {
+            return outcome;
+        }
+        self.finish_with_verdict(run, wf, &sched.results)
+    }
 
-        // The scheduler: among ready steps the first declared starts first, at most `parallelism`
-        // at once. With one slot this is exactly the DAG's deterministic order, the reference.
-        let n = wf.dag.len();
-        let mut waiting_on: Vec<usize> = (0..n).map(|i| wf.dag.needs(i).len()).collect();
-        let mut ready: BinaryHeap<Reverse<usize>> = (0..n).filter(|&i| waiting_on[i] == 0).map(Reverse).collect();
-        let release = |i: usize, waiting_on: &mut Vec<usize>, ready: &mut BinaryHeap<Reverse<usize>>| {
-            for &c in wf.dag.children(i) {
-                waiting_on[c] -= 1;
-                if waiting_on[c] == 0 {
-                    ready.push(Reverse(c));
-                }
-            }
-        };
-        let mut stop: Option<Result<(), EngineError>> = None;
-        // Completions received and not yet written: each is written with the begins of the steps
-        // it releases (or gathered with others that ended meanwhile), one durable commit for all.
-        let mut ended: Vec<FinishAttempt> = Vec::new();
+    /// The scheduler: among ready steps the first declared starts first, at most `parallelism`
+    /// at once. With one slot this is exactly the DAG's deterministic order, the reference.
+    /// Returns when no step is in flight and none can start.
+    fn schedule(&self, run: &mut RunRecord, rs: &RunScope<'_>, sched: &mut Schedule, obs: &mut dyn Observer) {
+        let (wf, parallelism, stop_signal) = (rs.wf, rs.opts.parallelism, rs.opts.stop);
         let (tx, rx) = mpsc::channel::<Msg>();
         // The run's workers: started as steps need them, at most `parallelism`, each taking the
         // next job when it is free, so a step costs no thread of its own.
         let (job_tx, job_rx) = mpsc::channel::<Box<Job>>();
         let job_rx = std::sync::Mutex::new(job_rx);
         std::thread::scope(|scope| {
-            let mut in_flight = 0usize;
             let mut workers = 0usize;
             loop {
-                let mut starting: Vec<Box<Job>> = Vec::new();
-                // Written after the completions, so the run's last event stays last.
-                let mut fail = None;
-                while stop.is_none()
-                    && fail.is_none()
-                    && halted().is_none()
-                    && in_flight + starting.len() < parallelism.max(1)
-                {
-                    let Some(Reverse(i)) = ready.pop() else { break };
-                    let upstream = Upstream { results: &results, produced: &produced };
-                    match self.prepare_step(wf, &ctx, &existing, upstream, input, resume, i) {
-                        Prepared::Reused(value) => {
-                            results.insert(wf.dag.id(i).to_string(), value);
-                            obs.step_skipped(wf.dag.id(i), "completed earlier in this run");
-                            release(i, &mut waiting_on, &mut ready);
-                        }
-                        Prepared::Job(job) => starting.push(job),
-                        Prepared::FailRun(message) => fail = Some(message),
-                        Prepared::Error(e) => stop = Some(Err(e)),
-                    }
-                }
-                // A step that cannot start fails the run; the ones chosen with it do not start.
-                if stop.is_some() || fail.is_some() {
-                    starting.clear();
-                }
-                if let Err(e) = self.commit_ended(wf, &ctx, &mut ended, &mut starting) {
-                    starting.clear();
-                    if !matches!(stop, Some(Err(_))) {
-                        stop = Some(Err(e));
-                    }
-                }
-                if let Some(message) = fail
-                    && stop.is_none()
-                {
-                    stop = Some(self.fail_run(run, &message));
-                }
+                let (mut starting, fail) = self.choose_steps(rs, sched, obs);
+                self.commit_before_start(run, rs, sched, &mut starting, fail);
                 for job in starting {
-                    in_flight += 1;
+                    sched.in_flight += 1;
                     if parallelism <= 1 {
                         // Serial: the step runs on this thread, which has nothing else to do
                         // meanwhile; two thread hand-offs a step fewer. Its progress reaches the
@@ -307,13 +267,13 @@ impl Engine {
                         let index = job.step_index;
                         let live = std::sync::Mutex::new(&mut *obs);
                         let sink = |p: Progress| show(&mut **live.lock().unwrap_or_else(|e| e.into_inner()), p);
-                        let outcome = self.attempt_loop(wf, &ctx, *job, stop_signal, &sink);
+                        let outcome = self.attempt_loop(wf, &rs.ctx, *job, stop_signal, &sink);
                         let _ = tx.send(Msg::Done { index, outcome });
                         continue;
                     }
-                    if workers < in_flight {
+                    if workers < sched.in_flight {
                         workers += 1;
-                        let (tx, ctx, jobs) = (tx.clone(), &ctx, &job_rx);
+                        let (tx, ctx, jobs) = (tx.clone(), &rs.ctx, &job_rx);
                         scope.spawn(move || {
                             let sink = |p: Progress| {
                                 let _ = tx.send(Msg::Progress(p));
@@ -329,7 +289,7 @@ impl Engine {
                     // The receiver lives as long as this scope.
                     let _ = job_tx.send(job);
                 }
-                if in_flight == 0 {
+                if sched.in_flight == 0 {
                     break;
                 }
                 // Everything that has arrived, so completions that ended together commit together.
@@ -337,49 +297,85 @@ impl Engine {
                 for msg in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
                     match msg {
                         Msg::Progress(p) => show(obs, p),
-                        Msg::Done { index, outcome } => {
-                            in_flight -= 1;
-                            match outcome {
-                                Ok(Some(finish)) => {
-                                    // Its dependents are prepared now and start only once this
-                                    // completion is committed (with their begins).
-                                    let id = wf.dag.id(index).to_string();
-                                    results.insert(id.clone(), finish.result.clone().unwrap_or(Value::Null));
-                                    produced.insert(id, finish.artifacts.clone());
-                                    release(index, &mut waiting_on, &mut ready);
-                                    ended.push(finish);
-                                }
-                                // The step failed and the run with it, in one transaction.
-                                Ok(None) => {
-                                    stop.get_or_insert(Ok(()));
-                                }
-                                Err(e) => {
-                                    if !matches!(stop, Some(Err(_))) {
-                                        stop = Some(Err(e));
-                                    }
-                                }
-                            }
-                        }
+                        Msg::Done { index, outcome } => sched.done(wf, index, outcome),
                     }
                 }
             }
             drop(job_tx);
         });
-        // A stop wins over whatever the workers reported: their writes after it were not made
-        // (or were rejected), and the canceller finalises a cancelled run.
-        if let Some(kind) = halted() {
-            let why = match kind {
-                StopKind::Cancel => "it was cancelled",
-                StopKind::Shutdown => "its daemon is stopping; the next daemon resumes it",
-                StopKind::LeaseLost => "another daemon took its lease over and drives it now",
-            };
-            return Err(EngineError::Stopped { run_id: run.run_id.clone(), why: why.into() });
-        }
-        if let Some(outcome) = stop {
-            return outcome;
-        }
+    }
 
-        let (status, findings, error) = match validator::evaluate(&spec.rules, &|id| results.get(id).cloned()) {
+    /// The ready steps to start now, first declared first, while slots are free: a step
+    /// completed earlier in this run is reused at once (releasing its dependents). Stops at a
+    /// step that cannot start (returned: it fails the run) or an error (the run's stop).
+    #[expect(clippy::vec_box, reason = "a job travels to its worker boxed, as `Prepared` holds it")]
+    fn choose_steps(
+        &self,
+        rs: &RunScope<'_>,
+        sched: &mut Schedule,
+        obs: &mut dyn Observer,
+    ) -> (Vec<Box<Job>>, Option<String>) {
+        let wf = rs.wf;
+        let halted = || rs.opts.stop.and_then(StopSignal::requested);
+        let mut starting: Vec<Box<Job>> = Vec::new();
+        // Written after the completions, so the run's last event stays last.
+        let mut fail = None;
+        while sched.stop.is_none()
+            && fail.is_none()
+            && halted().is_none()
+            && sched.in_flight + starting.len() < rs.opts.parallelism.max(1)
+        {
+            let Some(Reverse(i)) = sched.ready.pop() else { break };
+            let upstream = Upstream { results: &sched.results, produced: &sched.produced };
+            match self.prepare_step(wf, &rs.ctx, &rs.existing, upstream, rs.input, rs.opts.resume, i) {
+                Prepared::Reused(value) => {
+                    sched.results.insert(wf.dag.id(i).to_string(), value);
+                    obs.step_skipped(wf.dag.id(i), "completed earlier in this run");
+                    sched.release(wf, i);
+                }
+                Prepared::Job(job) => starting.push(job),
+                Prepared::FailRun(message) => fail = Some(message),
+                Prepared::Error(e) => sched.stop = Some(Err(e)),
+            }
+        }
+        (starting, fail)
+    }
+
+    /// Commits the completions received with the begins of `starting` (cleared if they cannot
+    /// start), then fails the run for `fail`, a step that could not start.
+    #[expect(clippy::vec_box, reason = "a job travels to its worker boxed, as `Prepared` holds it")]
+    fn commit_before_start(
+        &self,
+        run: &mut RunRecord,
+        rs: &RunScope<'_>,
+        sched: &mut Schedule,
+        starting: &mut Vec<Box<Job>>,
+        fail: Option<String>,
+    ) {
+        // A step that cannot start fails the run; the ones chosen with it do not start.
+        if sched.stop.is_some() || fail.is_some() {
+            starting.clear();
+        }
+        if let Err(e) = self.commit_ended(rs.wf, &rs.ctx, &mut sched.ended, starting) {
+            starting.clear();
+            sched.error(e);
+        }
+        if let Some(message) = fail
+            && sched.stop.is_none()
+        {
+            sched.stop = Some(self.fail_run(run, &message));
+        }
+    }
+
+    /// Runs the validator over the results and writes the run's verdict: READY, BLOCKED, or
+    /// FAILED when the validator itself fails.
+    fn finish_with_verdict(
+        &self,
+        run: &mut RunRecord,
+        wf: &LoadedWorkflow,
+        results: &HashMap<String, Value>,
+    ) -> Result<(), EngineError> {
+        let (status, findings, error) = match validator::evaluate(&wf.spec().rules, &|id| results.get(id).cloned()) {
             Ok(f) if f.is_empty() => (RunStatus::Ready, f, None),
             Ok(f) => (RunStatus::Blocked, f, None),
             Err(e) => (RunStatus::Failed, Vec::new(), Some(format!("the validator failed: {e}"))),
@@ -565,6 +561,86 @@ fn show(obs: &mut dyn Observer, p: Progress) {
             obs.step_finished(&step_id, outcome, attempt, duration)
         }
         Progress::Job { step_id, job } => obs.pipeline_job(&step_id, &job),
+    }
+}
+
+/// What every step of one execution is prepared and run with.
+struct RunScope<'a> {
+    wf: &'a LoadedWorkflow,
+    ctx: RunCtx,
+    /// The run's step rows when the execution began, by step id.
+    existing: HashMap<String, StepRecord>,
+    input: &'a Value,
+    opts: ExecOptions<'a>,
+}
+
+/// The scheduler's state: which steps wait on how many needs, which are ready, what the
+/// completed ones produced, and the completions not yet written.
+struct Schedule {
+    waiting_on: Vec<usize>,
+    ready: BinaryHeap<Reverse<usize>>,
+    results: HashMap<String, Value>,
+    /// The artifacts of the steps completed so far: what `${steps.X.outputs.NAME}` signs as.
+    produced: HashMap<String, Vec<Artifact>>,
+    /// Why the run stops starting steps: `Ok` when a step failed it, else the error.
+    stop: Option<Result<(), EngineError>>,
+    /// Completions received and not yet written: each is written with the begins of the steps
+    /// it releases (or gathered with others that ended meanwhile), one durable commit for all.
+    ended: Vec<FinishAttempt>,
+    in_flight: usize,
+}
+
+impl Schedule {
+    /// Every step waiting on its needs, those without any ready; `artifacts` are the run's
+    /// recorded so far.
+    fn new(wf: &LoadedWorkflow, artifacts: Vec<cairn_core::artifact::ArtifactRecord>) -> Self {
+        let n = wf.dag.len();
+        let waiting_on: Vec<usize> = (0..n).map(|i| wf.dag.needs(i).len()).collect();
+        let ready = (0..n).filter(|&i| waiting_on[i] == 0).map(Reverse).collect();
+        let mut produced: HashMap<String, Vec<Artifact>> = HashMap::new();
+        for a in artifacts {
+            produced.entry(a.step_id).or_default().push(a.artifact);
+        }
+        Schedule { waiting_on, ready, results: HashMap::new(), produced, stop: None, ended: Vec::new(), in_flight: 0 }
+    }
+
+    /// Step `i` is done: its children wait on one need fewer, and start when none is left.
+    fn release(&mut self, wf: &LoadedWorkflow, i: usize) {
+        for &c in wf.dag.children(i) {
+            self.waiting_on[c] -= 1;
+            if self.waiting_on[c] == 0 {
+                self.ready.push(Reverse(c));
+            }
+        }
+    }
+
+    /// The run stops on `e`, unless an error stopped it already.
+    fn error(&mut self, e: EngineError) {
+        if !matches!(self.stop, Some(Err(_))) {
+            self.stop = Some(Err(e));
+        }
+    }
+
+    /// A worker's end of step `index`: a completion (written with the begins of the steps it
+    /// releases), the step and run failed, or an error.
+    fn done(&mut self, wf: &LoadedWorkflow, index: usize, outcome: Result<Option<FinishAttempt>, EngineError>) {
+        self.in_flight -= 1;
+        match outcome {
+            Ok(Some(finish)) => {
+                // Its dependents are prepared now and start only once this completion is
+                // committed (with their begins).
+                let id = wf.dag.id(index).to_string();
+                self.results.insert(id.clone(), finish.result.clone().unwrap_or(Value::Null));
+                self.produced.insert(id, finish.artifacts.clone());
+                self.release(wf, index);
+                self.ended.push(finish);
+            }
+            // The step failed and the run with it, in one transaction.
+            Ok(None) => {
+                self.stop.get_or_insert(Ok(()));
+            }
+            Err(e) => self.error(e),
+        }
     }
 }
 

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cairn_core::canonical::sha256_hex;
-use cairn_core::document::{CellKind, DocCell, TAG_RAISES_EXCEPTION, TAG_SKIP_EXECUTION, is_notebook, read_document};
+use cairn_core::document::{
+    CellKind, DocCell, ParsedDocument, TAG_RAISES_EXCEPTION, TAG_SKIP_EXECUTION, is_notebook, read_document,
+};
 use cairn_core::store::VerificationRecord;
 use cairn_core::verification::{
     self, CellError, CellOutcome, CellReport, CellStatus, KernelStart, Provenance, SkipReason, TimeoutSource, Verdict,
@@ -279,82 +281,28 @@ impl Engine {
     }
 
     pub fn verify(&self, req: &VerifyRequest, obs: &mut dyn VerifyObserver) -> Result<VerifyReport, EngineError> {
-        let (doc_path, title) = self.document_and_title(req)?;
-        let unreadable = |e: std::io::Error| EngineError::InvalidDocument {
-            path: doc_path.display().to_string(),
-            message: format!("cannot read the document: {e}"),
-        };
-        let doc_path = doc_path.canonicalize().map_err(unreadable)?;
+        let doc = self.verification_document(req)?;
         // Always a stop signal, so a cancel (`POST /verifications/{id}/cancel`) reaches it.
         let stop = req.stop.clone().unwrap_or_default();
-        let cancelled = || stop.requested().is_some();
-        let bytes = std::fs::read(&doc_path).map_err(|e| EngineError::InvalidDocument {
-            path: doc_path.display().to_string(),
-            message: format!("cannot read the document: {e}"),
-        })?;
-        let label = doc_path.display().to_string();
-        let invalid = |e: cairn_core::document::DocumentError| EngineError::InvalidDocument {
-            path: label.clone(),
-            message: e.to_string(),
-        };
-        let parsed = read_document(&bytes, &label).map_err(invalid)?;
-        let timeout = match (req.cell_timeout, parsed.execution_timeout(&label).map_err(invalid)?) {
-            (Some(t), _) => (t, TimeoutSource::Request),
-            (None, Some(secs)) if Duration::from_secs(secs) <= MAX_CELL_TIMEOUT => {
-                (Duration::from_secs(secs), TimeoutSource::Document)
-            }
-            (None, Some(secs)) => {
-                return Err(EngineError::InvalidDocument {
-                    path: label.clone(),
-                    message: format!(
-                        "metadata execution.timeout is {secs} s; a cell may run at most {} s: lower it, or give --timeout",
-                        MAX_CELL_TIMEOUT.as_secs()
-                    ),
-                });
-            }
-            (None, None) => (DEFAULT_CELL_TIMEOUT, TimeoutSource::Default),
-        };
-        let mut parsed = parsed;
-        cairn_core::parameters::inject(&mut parsed.cells, &req.parameters)
-            .map_err(|e| EngineError::InvalidField { field: "parameters", message: e.to_string() })?;
-        let cells = &parsed.cells;
-        let code: Vec<&DocCell> = cells.iter().filter(|c| c.kind == CellKind::Code).collect();
+        let code: Vec<&DocCell> = doc.parsed.cells.iter().filter(|c| c.kind == CellKind::Code).collect();
 
         let python = resolve_python(req.python.as_deref(), &self.state.path().join("python"), obs)?;
         // The daemon boots its next spare once this verification is over, however it ends.
         let _replenish = self.spare.get().map(|keeper| spare::Replenish(keeper.clone()));
         let _slot = self.acquire_slot(req.no_wait, Some(&stop), obs)?;
-        if cancelled() {
+        if stop.requested().is_some() {
             return Err(EngineError::Interrupted {
                 message: "interrupted before the kernel started; nothing ran".into(),
             });
         }
 
-        let workdir = doc_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        let env = kernel_env();
-        let ask = KernelAsk { python: python.clone(), env: env.clone(), memory_limit: req.memory_limit };
-        let taken = match self.spare.get() {
-            Some(keeper) if req.spare => keeper.take(&ask, &workdir, spare::BOOTING_WAIT),
-            _ => spare::Taken::Cold,
-        };
-        let (id, runtime_dir, mut kernel, kernel_start) = match taken {
-            spare::Taken::Spare(mut s) => {
-                let idle_ms = s.idle().as_millis() as u64;
-                if s.move_to(&workdir) {
-                    let s = *s;
-                    (s.id, s.runtime_dir, s.kernel, KernelStart::PreStarted { idle_ms })
-                } else {
-                    s.discard();
-                    self.cold_kernel(&python, &workdir, env, req.memory_limit)?
-                }
-            }
-            spare::Taken::Cold => self.cold_kernel(&python, &workdir, env, req.memory_limit)?,
-        };
+        let workdir = doc.path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        let (id, runtime_dir, mut kernel, kernel_start) = self.verification_kernel(req, &python, &workdir)?;
         let mut record = VerificationRecord {
             id: id.clone(),
-            title: title.clone(),
-            document: label.clone(),
-            document_sha256: sha256_hex(&bytes),
+            title: doc.title.clone(),
+            document: doc.label.clone(),
+            document_sha256: sha256_hex(&doc.bytes),
             verdict: None,
             cells: json!([]),
             notebook: None,
@@ -367,10 +315,10 @@ impl Engine {
         // Listed as a job while it runs (before it is recorded, so it is never seen recorded but
         // neither running nor finished); `interrupt_kernel` and `restart_kernel` stop it.
         let me = crate::process::this_process();
-        let mut live_record = LiveVerification {
+        let live_record = LiveVerification {
             verification_id: id.clone(),
-            title: title.clone(),
-            document: label.clone(),
+            title: doc.title.clone(),
+            document: doc.label.clone(),
             owner_pid: me.pid,
             owner_start_time: me.start_time,
             kernel_pid: kernel.pid(),
@@ -390,10 +338,118 @@ impl Engine {
         let _kill_on_stop = stop.on_request(move |_| handle.kill());
         let _cancellable = Cancellable::new(self, &id, &stop);
         obs.started(&id);
-        let asked_to_stop = || watch.stopped.load(std::sync::atomic::Ordering::SeqCst);
 
+        let mut progress = CellProgress {
+            timeout: doc.timeout.0,
+            memory_limit: req.memory_limit,
+            stop: &stop,
+            watch: &watch,
+            runtime_dir: &runtime_dir,
+            live: live_record,
+        };
+        let mut ran = self.run_cells(&mut kernel, &code, &mut progress, obs);
+        kernel.kill();
+        drop(kernel);
+
+        let statuses: Vec<CellStatus> =
+            std::iter::once(ran.boot_status).chain(ran.outcomes.iter().map(|o| o.status)).collect();
+        let verdict = verification::verdict(&statuses);
+        let provenance = provenance(req, &doc, &code, &ran, verdict, kernel_start);
+        cap_outputs(&mut ran.outcomes, NOTEBOOK_OUTPUT_CAP);
+        let notebook = verification::build_notebook(
+            &doc.parsed.cells,
+            &doc.parsed.metadata,
+            &ran.outcomes,
+            (BOOTSTRAP, &ran.boot.outputs, ran.boot.execution_count),
+            &provenance,
+        );
+        let preserved_edit = self.keep_notebook(&doc, &id, verdict, &notebook, &mut record)?;
+        let cell_rows: Vec<CellReport> =
+            ran.outcomes.iter().enumerate().map(|(i, o)| CellReport::of(i, o, code.get(i).copied())).collect();
+        record.cells = serde_json::to_value(&cell_rows).unwrap_or(Value::Null);
+        record.verdict = Some(verdict.as_str().into());
+        record.error = ran.failure.clone();
+        record.finished_at = Some(self.clock.now_ms());
+        self.store.finish_verification(&record)?;
+        Ok(VerifyReport {
+            record,
+            verdict,
+            cells: cell_rows,
+            timeout: doc.timeout,
+            parameters: req.parameters.clone(),
+            failure: ran.failure,
+            preserved_edit,
+            kernel: kernel_start,
+        })
+    }
+
+    /// The request's document, read and parsed (a bad one is refused before anything starts),
+    /// with its per-cell timeout and the request's parameters injected.
+    fn verification_document(&self, req: &VerifyRequest) -> Result<VerifiedDocument, EngineError> {
+        let (doc_path, title) = self.document_and_title(req)?;
+        let unreadable = |e: std::io::Error| EngineError::InvalidDocument {
+            path: doc_path.display().to_string(),
+            message: format!("cannot read the document: {e}"),
+        };
+        let doc_path = doc_path.canonicalize().map_err(unreadable)?;
+        let bytes = std::fs::read(&doc_path).map_err(|e| EngineError::InvalidDocument {
+            path: doc_path.display().to_string(),
+            message: format!("cannot read the document: {e}"),
+        })?;
+        let label = doc_path.display().to_string();
+        let invalid = |e: cairn_core::document::DocumentError| EngineError::InvalidDocument {
+            path: label.clone(),
+            message: e.to_string(),
+        };
+        let mut parsed = read_document(&bytes, &label).map_err(invalid)?;
+        let timeout = cell_timeout(req.cell_timeout, parsed.execution_timeout(&label).map_err(invalid)?, &label)?;
+        cairn_core::parameters::inject(&mut parsed.cells, &req.parameters)
+            .map_err(|e| EngineError::InvalidField { field: "parameters", message: e.to_string() })?;
+        Ok(VerifiedDocument { path: doc_path, title, label, bytes, parsed, timeout })
+    }
+
+    /// The kernel the verification runs in: the daemon's spare if it fits and the request
+    /// allows it (moved to `workdir`), else a cold one.
+    fn verification_kernel(
+        &self,
+        req: &VerifyRequest,
+        python: &Path,
+        workdir: &Path,
+    ) -> Result<(String, PathBuf, ScratchKernel, KernelStart), EngineError> {
+        let env = kernel_env();
+        let ask = KernelAsk { python: python.to_path_buf(), env: env.clone(), memory_limit: req.memory_limit };
+        let taken = match self.spare.get() {
+            Some(keeper) if req.spare => keeper.take(&ask, workdir, spare::BOOTING_WAIT),
+            _ => spare::Taken::Cold,
+        };
+        match taken {
+            spare::Taken::Spare(mut s) => {
+                let idle_ms = s.idle().as_millis() as u64;
+                if s.move_to(workdir) {
+                    let s = *s;
+                    Ok((s.id, s.runtime_dir, s.kernel, KernelStart::PreStarted { idle_ms }))
+                } else {
+                    s.discard();
+                    self.cold_kernel(python, workdir, env, req.memory_limit)
+                }
+            }
+            spare::Taken::Cold => self.cold_kernel(python, workdir, env, req.memory_limit),
+        }
+    }
+
+    /// The bootstrap, then each code cell in order until the first failure (the rest skipped),
+    /// each one's end listed as it comes.
+    fn run_cells(
+        &self,
+        kernel: &mut ScratchKernel,
+        code: &[&DocCell],
+        progress: &mut CellProgress<'_>,
+        obs: &mut dyn VerifyObserver,
+    ) -> RanCells {
+        let cancelled = || progress.stop.requested().is_some();
+        let asked_to_stop = || progress.watch.stopped.load(std::sync::atomic::Ordering::SeqCst);
         // The bootstrap is the only thing run before the first cell.
-        let boot = kernel.execute(BOOTSTRAP, timeout.0, &mut |_| {});
+        let boot = kernel.execute(BOOTSTRAP, progress.timeout, &mut |_| {});
         let facts = bootstrap_facts(&boot.outputs);
         let boot_status = cell_status(&boot.status);
 
@@ -422,127 +478,44 @@ impl Engine {
                 continue;
             }
             obs.cell_started(i, code.len());
-            let run = kernel.execute(&cell.source, timeout.0, &mut |_| {});
-            let mut status = cell_status(&run.status);
-            let error = match &run.status {
-                kernel::CellStatus::Error { ename, evalue, traceback } => {
-                    Some(CellError::new(ename, evalue, traceback))
-                }
-                _ => None,
-            };
-            // An error its tag expects is what the author meant: recorded, and the run goes on.
-            let error_expected = error.is_some() && status == CellStatus::Failed && cell.has_tag(TAG_RAISES_EXCEPTION);
-            if error_expected {
-                status = CellStatus::Passed;
-            }
-            // Under --memory-limit, running out of it is "does not fit in memory": the verdict
-            // is `died` whether Python raised MemoryError or the kernel was killed.
-            if let (Some(limit), kernel::CellStatus::Error { ename, .. }) = (req.memory_limit, &run.status)
-                && ename == "MemoryError"
-            {
-                status = CellStatus::Died;
-                failure = Some(format!(
-                    "cell {i}{}: MemoryError under --memory-limit {limit}: the document does not fit in {limit} bytes",
-                    cell.line.map(|l| format!(" (line {l})")).unwrap_or_default()
-                ));
-            }
-            // A person stopped it while this cell ran: whatever ended it, the verdict is theirs.
-            if status != CellStatus::Passed && asked_to_stop() {
-                status = CellStatus::Interrupted;
-                failure = Some(format!(
-                    "cell {i}{}: interrupted: a person asked the kernel to stop (interrupt or restart)",
-                    cell.line.map(|l| format!(" (line {l})")).unwrap_or_default()
-                ));
-            }
-            watch.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            live_record.cells_done = i + 1;
-            self.write_live(&runtime_dir, &live_record);
-            let ms = run.duration.as_millis() as u64;
-            obs.cell_finished(i, status, ms);
-            if status != CellStatus::Passed && failure.is_none() {
-                failure = Some(format!(
-                    "cell {i}{}: {}",
-                    cell.line.map(|l| format!(" (line {l})")).unwrap_or_default(),
-                    describe(&run.status)
-                ));
-            }
-            outcomes.push(CellOutcome {
-                status,
-                duration_ms: ms,
-                execution_count: run.execution_count,
-                outputs: run.outputs,
-                error,
-                error_expected,
-                skipped: None,
-            });
+            let (outcome, cell_failure) =
+                run_cell(kernel, i, cell, progress.timeout, progress.memory_limit, &asked_to_stop);
+            progress.watch.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            progress.live.cells_done = i + 1;
+            self.write_live(progress.runtime_dir, &progress.live);
+            obs.cell_finished(i, outcome.status, outcome.duration_ms);
+            failure = cell_failure;
+            outcomes.push(outcome);
         }
-        kernel.kill();
-        drop(kernel);
+        RanCells { boot, boot_status, facts, outcomes, failure }
+    }
 
-        let statuses: Vec<CellStatus> = std::iter::once(boot_status).chain(outcomes.iter().map(|o| o.status)).collect();
-        let verdict = verification::verdict(&statuses);
-        let provenance = Provenance {
-            title: title.clone(),
-            document: doc_path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| label.clone()),
-            document_sha256: record.document_sha256.clone(),
-            verdict,
-            python: facts.get("python").cloned().unwrap_or_else(|| "unknown".into()),
-            ipykernel: facts.get("ipykernel").cloned().unwrap_or_else(|| "unknown".into()),
-            environment_sha256: facts.get("env").cloned().unwrap_or_else(|| "unknown".into()),
-            plugins_loaded: list(facts.get("plugins")),
-            plugins_failed: list(facts.get("failed")),
-            cairn_version: env!("CARGO_PKG_VERSION").into(),
-            code_cells: code.len(),
-            not_run: (0..outcomes.len()).filter(|i| outcomes[*i].skipped == Some(SkipReason::Tag)).collect(),
-            expected_errors: outcomes
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| o.error_expected)
-                .filter_map(|(i, o)| o.error.as_ref().map(|e| (i, e.ename.clone())))
-                .collect(),
-            timeout: Some((timeout.0.as_secs(), timeout.1)),
-            parameters: req.parameters.clone(),
-            kernel: kernel_start,
-        };
-        cap_outputs(&mut outcomes, NOTEBOOK_OUTPUT_CAP);
-        let notebook = verification::build_notebook(
-            cells,
-            &parsed.metadata,
-            &outcomes,
-            (BOOTSTRAP, &boot.outputs, boot.execution_count),
-            &provenance,
-        );
+    /// Keeps the notebook: a pass under `workflows/` (its record's `notebook`), a failure as
+    /// the title's draft (its record's `draft`). Returns a draft a person had edited, moved
+    /// aside.
+    fn keep_notebook(
+        &self,
+        doc: &VerifiedDocument,
+        id: &str,
+        verdict: Verdict,
+        notebook: &Value,
+        record: &mut VerificationRecord,
+    ) -> Result<Option<PathBuf>, EngineError> {
         let stamp = self.timestamp();
-        let mut preserved_edit = None;
         if verdict == Verdict::Passed {
-            let name = format!("{stamp}-{}-{}.ipynb", slug(&title), &id[id.len() - 8..]);
+            let name = format!("{stamp}-{}-{}.ipynb", slug(&doc.title), &id[id.len() - 8..]);
             let path = self.workflows_dir().join(name);
-            write_atomic(&path, &pretty(&notebook))?;
+            write_atomic(&path, &pretty(notebook))?;
             self.prune_passes()?;
-            self.remove_stale_draft(&title, &doc_path);
+            self.remove_stale_draft(&doc.title, &doc.path);
             record.notebook = Some(path.display().to_string());
+            Ok(None)
         } else {
-            let (draft, preserved) = self.write_draft(&title, cells, &notebook, &stamp, is_notebook(&label))?;
+            let (draft, preserved) =
+                self.write_draft(&doc.title, &doc.parsed.cells, notebook, &stamp, is_notebook(&doc.label))?;
             record.draft = Some(draft.display().to_string());
-            preserved_edit = preserved;
+            Ok(preserved)
         }
-        let cell_rows: Vec<CellReport> =
-            outcomes.iter().enumerate().map(|(i, o)| CellReport::of(i, o, code.get(i).copied())).collect();
-        record.cells = serde_json::to_value(&cell_rows).unwrap_or(Value::Null);
-        record.verdict = Some(verdict.as_str().into());
-        record.error = failure.clone();
-        record.finished_at = Some(self.clock.now_ms());
-        self.store.finish_verification(&record)?;
-        Ok(VerifyReport {
-            record,
-            verdict,
-            cells: cell_rows,
-            timeout,
-            parameters: req.parameters.clone(),
-            failure,
-            preserved_edit,
-            kernel: kernel_start,
-        })
     }
 
     /// A kernel started for this verification: its id, directory, the kernel, and how it
@@ -690,6 +663,153 @@ impl Engine {
         write_atomic(&draft, &bytes)?;
         write_atomic(&dir.join(format!(".{base}.{ext}.sha256")), sha256_hex(&bytes).as_bytes())?;
         Ok((draft, preserved))
+    }
+}
+
+/// A document read for verification.
+struct VerifiedDocument {
+    /// Canonical.
+    path: PathBuf,
+    title: String,
+    /// Its path as messages and records name it.
+    label: String,
+    bytes: Vec<u8>,
+    /// Its cells, the parameters injected.
+    parsed: ParsedDocument,
+    /// The per-cell timeout, and who set it.
+    timeout: (Duration, TimeoutSource),
+}
+
+/// What the cells of one verification run under, and where their progress is listed.
+struct CellProgress<'a> {
+    timeout: Duration,
+    memory_limit: Option<u64>,
+    stop: &'a StopSignal,
+    watch: &'a live::Watch,
+    runtime_dir: &'a Path,
+    live: LiveVerification,
+}
+
+/// The bootstrap's run and facts, and every code cell's outcome.
+struct RanCells {
+    boot: kernel::CellRun,
+    boot_status: CellStatus,
+    facts: std::collections::HashMap<String, String>,
+    outcomes: Vec<CellOutcome>,
+    /// The first failure, in words.
+    failure: Option<String>,
+}
+
+/// The per-cell timeout: the request's, else the document's (at most [`MAX_CELL_TIMEOUT`]),
+/// else [`DEFAULT_CELL_TIMEOUT`].
+fn cell_timeout(
+    requested: Option<Duration>,
+    document: Option<u64>,
+    label: &str,
+) -> Result<(Duration, TimeoutSource), EngineError> {
+    match (requested, document) {
+        (Some(t), _) => Ok((t, TimeoutSource::Request)),
+        (None, Some(secs)) if Duration::from_secs(secs) <= MAX_CELL_TIMEOUT => {
+            Ok((Duration::from_secs(secs), TimeoutSource::Document))
+        }
+        (None, Some(secs)) => Err(EngineError::InvalidDocument {
+            path: label.to_string(),
+            message: format!(
+                "metadata execution.timeout is {secs} s; a cell may run at most {} s: lower it, or give --timeout",
+                MAX_CELL_TIMEOUT.as_secs()
+            ),
+        }),
+        (None, None) => Ok((DEFAULT_CELL_TIMEOUT, TimeoutSource::Default)),
+    }
+}
+
+/// Runs code cell `i` and judges its end: an error its tag expects passes, a MemoryError under
+/// `--memory-limit` died, anything a person stopped is interrupted. Returns its outcome and,
+/// unless it passed, the failure in words.
+fn run_cell(
+    kernel: &mut ScratchKernel,
+    i: usize,
+    cell: &DocCell,
+    timeout: Duration,
+    memory_limit: Option<u64>,
+    asked_to_stop: &dyn Fn() -> bool,
+) -> (CellOutcome, Option<String>) {
+    let mut failure = None;
+    let run = kernel.execute(&cell.source, timeout, &mut |_| {});
+    let mut status = cell_status(&run.status);
+    let error = match &run.status {
+        kernel::CellStatus::Error { ename, evalue, traceback } => Some(CellError::new(ename, evalue, traceback)),
+        _ => None,
+    };
+    let at = cell.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+    // An error its tag expects is what the author meant: recorded, and the run goes on.
+    let error_expected = error.is_some() && status == CellStatus::Failed && cell.has_tag(TAG_RAISES_EXCEPTION);
+    if error_expected {
+        status = CellStatus::Passed;
+    }
+    // Under --memory-limit, running out of it is "does not fit in memory": the verdict is
+    // `died` whether Python raised MemoryError or the kernel was killed.
+    if let (Some(limit), kernel::CellStatus::Error { ename, .. }) = (memory_limit, &run.status)
+        && ename == "MemoryError"
+    {
+        status = CellStatus::Died;
+        failure = Some(format!(
+            "cell {i}{at}: MemoryError under --memory-limit {limit}: the document does not fit in {limit} bytes"
+        ));
+    }
+    // A person stopped it while this cell ran: whatever ended it, the verdict is theirs.
+    if status != CellStatus::Passed && asked_to_stop() {
+        status = CellStatus::Interrupted;
+        failure = Some(format!("cell {i}{at}: interrupted: a person asked the kernel to stop (interrupt or restart)"));
+    }
+    if status != CellStatus::Passed && failure.is_none() {
+        failure = Some(format!("cell {i}{at}: {}", describe(&run.status)));
+    }
+    let outcome = CellOutcome {
+        status,
+        duration_ms: run.duration.as_millis() as u64,
+        execution_count: run.execution_count,
+        outputs: run.outputs,
+        error,
+        error_expected,
+        skipped: None,
+    };
+    (outcome, failure)
+}
+
+/// The notebook's provenance cell: the document, the verdict, the kernel's facts, what was not
+/// run and which errors were expected.
+fn provenance(
+    req: &VerifyRequest,
+    doc: &VerifiedDocument,
+    code: &[&DocCell],
+    ran: &RanCells,
+    verdict: Verdict,
+    kernel_start: KernelStart,
+) -> Provenance {
+    let (facts, outcomes) = (&ran.facts, &ran.outcomes);
+    Provenance {
+        title: doc.title.clone(),
+        document: doc.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| doc.label.clone()),
+        document_sha256: sha256_hex(&doc.bytes),
+        verdict,
+        python: facts.get("python").cloned().unwrap_or_else(|| "unknown".into()),
+        ipykernel: facts.get("ipykernel").cloned().unwrap_or_else(|| "unknown".into()),
+        environment_sha256: facts.get("env").cloned().unwrap_or_else(|| "unknown".into()),
+        plugins_loaded: list(facts.get("plugins")),
+        plugins_failed: list(facts.get("failed")),
+        cairn_version: env!("CARGO_PKG_VERSION").into(),
+        code_cells: code.len(),
+        not_run: (0..outcomes.len()).filter(|i| outcomes[*i].skipped == Some(SkipReason::Tag)).collect(),
+        expected_errors: outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.error_expected)
+            .filter_map(|(i, o)| o.error.as_ref().map(|e| (i, e.ename.clone())))
+            .collect(),
+        timeout: Some((doc.timeout.0.as_secs(), doc.timeout.1)),
+        parameters: req.parameters.clone(),
+        kernel: kernel_start,
     }
 }
 

@@ -144,7 +144,7 @@ fn a_daemon_killed_mid_step_is_taken_over_by_another_at_once() {
 /// the run at once from the dead taker (epoch 3), stops A's orphaned step and resumes it once.
 #[test]
 fn a_daemon_killed_right_after_taking_a_lease_is_taken_over_in_turn() {
-    use cairn_core::store::{DaemonRecord, RunStore};
+    use cairn_core::store::{DaemonRecord, Daemons, Runs};
     let Some(a) = first() else { return };
     chain_workflow(&a, "chain");
     a.start_daemon();
