@@ -484,7 +484,29 @@ impl EngineError {
     pub(crate) fn internal(message: impl Into<String>) -> EngineError {
         EngineError::Internal { message: message.into() }
     }
+
+    /// `value` of a request's `field` when it lies in `range`, else the refusal every surface
+    /// gives alike (`{field} must be between {min} and {max}{note}`).
+    pub fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
+        field: &'static str,
+        value: T,
+        range: std::ops::RangeInclusive<T>,
+        note: &str,
+    ) -> Result<T, EngineError> {
+        if range.contains(&value) {
+            return Ok(value);
+        }
+        let message = format!("{field} must be between {} and {}{note}", range.start(), range.end());
+        Err(EngineError::InvalidField { field, message })
+    }
 }
+
+/// The most runs or verifications one list answers with.
+pub const LIST_LIMIT_MAX: usize = 1000;
+/// The most lines of a step's log one read answers with.
+pub const LOG_LINES_MAX: usize = 10_000;
+/// The longest a session-kernel job may be given to run (a week).
+pub const JOB_TIMEOUT_MAX_SECS: u64 = 604_800;
 
 fn store_code(e: &StoreError) -> ErrorCode {
     match e {

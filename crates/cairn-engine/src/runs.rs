@@ -271,6 +271,7 @@ impl Engine {
 
     /// The runs `query` selects, newest first, each with where it executes.
     pub fn list_runs(&self, query: &RunQuery<'_>) -> Result<Vec<RunListing>, EngineError> {
+        EngineError::in_range("limit", query.limit, 1..=crate::error::LIST_LIMIT_MAX, "")?;
         self.store
             .runs(query)?
             .into_iter()
@@ -389,6 +390,7 @@ impl Engine {
     /// The last `lines` lines of a step's log. A step running through the step agent is read
     /// where it runs: a bounded tail over SSH.
     pub fn step_log(&self, run_id: &str, step_id: &str, lines: usize) -> Result<StepLog, EngineError> {
+        EngineError::in_range("lines", lines, 1..=crate::error::LOG_LINES_MAX, "")?;
         let view = self.show_run(run_id)?;
         let step = view.step(step_id)?;
         let record = step.record.as_ref();

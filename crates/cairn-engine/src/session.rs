@@ -106,6 +106,9 @@ impl SessionKernel {
         if code.trim().is_empty() {
             return Err(EngineError::EmptyJob);
         }
+        if let Some(t) = timeout {
+            EngineError::in_range("timeout_secs", t.as_secs(), 1..=crate::error::JOB_TIMEOUT_MAX_SECS, " (a week)")?;
+        }
         let mut st = lock(&self.state);
         if st.closing {
             return Err(EngineError::DaemonStopping { what: "the session kernel" });

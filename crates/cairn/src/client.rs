@@ -181,7 +181,7 @@ fn unreachable_daemon(base: &str, e: ureq::Error) -> Failure {
 
 /// The CLI's failure for an error answer, with the exit code its wire code maps to.
 pub fn failure_of(a: &Answer) -> Failure {
-    match serde_json::from_value::<crate::api::ErrorBody>(a.body.clone()) {
+    match serde_json::from_value::<crate::wire::ErrorBody>(a.body.clone()) {
         Ok(body) => Failure::of_answer(a.status, &body.error.code, body.error.message),
         // Not the API's error body (a proxy's page?): shown as it came.
         Err(_) => Failure::of_answer(a.status, "", a.body.to_string()),

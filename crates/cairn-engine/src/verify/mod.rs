@@ -169,6 +169,7 @@ impl Engine {
 
     /// Verifications, newest first.
     pub fn verifications(&self, limit: usize) -> Result<Vec<VerificationRecord>, EngineError> {
+        EngineError::in_range("limit", limit, 1..=crate::error::LIST_LIMIT_MAX, "")?;
         Ok(self.store.verifications(limit)?)
     }
 

@@ -17,23 +17,7 @@ use utoipa::ToSchema;
 use super::{AppRef, AppState, BODY_LIMIT};
 use crate::auth::{Role, host_is_loopback};
 
-/// Every error response: `{"error": {"code": "...", "message": "..."}}`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ErrorDetail {
-    /// A stable machine-readable code, e.g. `unauthorized`, `execution_input_mismatch`.
-    pub code: String,
-    /// What went wrong and how to fix it.
-    pub message: String,
-    /// A rejected workflow (`invalid_workflow`, `invalid_workflow_folder`): every problem found,
-    /// each located, so all can be fixed at once. Absent for any other error.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<crate::wire::WorkflowProblem>,
-}
+pub use crate::wire::{ErrorBody, ErrorDetail};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -56,20 +40,16 @@ impl ApiError {
 impl ApiError {
     /// The status and the body it answers with: what a streamed answer sends as its last line.
     pub(crate) fn parts(self) -> (StatusCode, ErrorBody) {
-        let body = ErrorBody {
-            error: ErrorDetail { code: self.code.to_string(), message: self.message, problems: self.problems },
-        };
-        (self.status, body)
+        let error = ErrorDetail { code: self.code.to_string(), message: self.message, problems: self.problems };
+        (self.status, ErrorBody { error })
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: ErrorDetail { code: self.code.to_string(), message: self.message, problems: self.problems },
-        };
-        let mut resp = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
+        let (status, body) = self.parts();
+        let mut resp = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         resp

@@ -24,12 +24,7 @@ pub(super) async fn submit_job(
     State(state): State<AppRef>,
     ApiJson(body): ApiJson<SubmitJob>,
 ) -> Result<Response, ApiError> {
-    let timeout = match body.timeout_secs {
-        Some(t) if !(1..=604_800).contains(&t) => {
-            return Err(ApiError::invalid("timeout_secs must be between 1 and 604800 (a week)"));
-        }
-        t => t.map(Duration::from_secs),
-    };
+    let timeout = body.timeout_secs.map(Duration::from_secs);
     blocking(move || {
         let job = state.service.session().submit(&body.code, timeout)?;
         Ok((StatusCode::ACCEPTED, Json(Job::from_record(&job))).into_response())

@@ -11,7 +11,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
-use cairn_engine::{CommitWatch, RunFollower, Submitted};
+use cairn_engine::{CommitWatch, EngineError, LIST_LIMIT_MAX, RunFollower, Submitted};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
@@ -84,10 +84,8 @@ struct RunFilter {
 
 impl RunFilter {
     fn of(q: ListRunsQuery) -> Result<RunFilter, ApiError> {
-        let limit = q.limit.unwrap_or(50);
-        if !(1..=1000).contains(&limit) {
-            return Err(ApiError::invalid("limit must be between 1 and 1000"));
-        }
+        // The engine's rule, checked before a follower's stream starts (where it could only end it).
+        let limit = EngineError::in_range("limit", q.limit.unwrap_or(50), 1..=LIST_LIMIT_MAX, "")?;
         let status = match q.status.as_deref() {
             Some(s) => Some(s.parse::<RunStatus>().map_err(|e| ApiError::invalid(format!("status: {e}")))?),
             None => None,
@@ -302,9 +300,6 @@ pub(super) async fn step_log(
     ApiQuery(q): ApiQuery<LogQuery>,
 ) -> Result<Json<StepLog>, ApiError> {
     let lines = q.lines.unwrap_or(100);
-    if !(1..=10_000).contains(&lines) {
-        return Err(ApiError::invalid("lines must be between 1 and 10000"));
-    }
     blocking(move || Ok(Json(StepLog::from_engine(state.service.engine().step_log(&run_id, &step_id, lines)?)))).await
 }
 

@@ -26,7 +26,7 @@ impl CallError {
 
     /// The failure an error answer of the API describes (`{error: {code, message, problems}}`).
     fn of_answer(status: u16, body: &Value) -> CallError {
-        let error = serde_json::from_value::<crate::api::ErrorBody>(body.clone()).ok().map(|b| b.error);
+        let error = serde_json::from_value::<crate::wire::ErrorBody>(body.clone()).ok().map(|b| b.error);
         match error {
             Some(e) => CallError {
                 status,

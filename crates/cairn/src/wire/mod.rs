@@ -81,3 +81,21 @@ impl DaemonBody {
         }
     }
 }
+
+/// Every error response: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// A stable machine-readable code, e.g. `unauthorized`, `execution_input_mismatch`.
+    pub code: String,
+    /// What went wrong and how to fix it.
+    pub message: String,
+    /// A rejected workflow (`invalid_workflow`, `invalid_workflow_folder`): every problem found,
+    /// each located, so all can be fixed at once. Absent for any other error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<WorkflowProblem>,
+}

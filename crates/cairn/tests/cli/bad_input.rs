@@ -286,3 +286,16 @@ fn bad_run_requests_are_refused_and_create_nothing() {
     assert_eq!(c.runs().len(), 1);
     assert_eq!(c.entries("runs"), vec!["fine".to_string()]);
 }
+
+/// A list's bound is the engine's rule, so the CLI refuses what the API refuses (422
+/// `invalid_request` there, exit 2 here), with the same words.
+#[test]
+fn a_list_limit_out_of_range_is_refused_by_the_cli_as_by_the_api() {
+    let c = Cairn::new();
+    for limit in ["0", "1001"] {
+        let out = c.json(&["runs", "--limit", limit]);
+        refused(&format!("cairn runs --limit {limit}"), out, &["limit must be between 1 and 1000"]);
+    }
+    let out = c.json(&["runs", "--limit", "1000"]).expect(0);
+    assert_eq!(out.json["runs"], json!([]), "{}", out.stdout);
+}
