@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use crate::artifact::Artifact;
+use crate::ids::AttemptToken;
 use crate::signature::{AfterAttempt, after_attempt};
 use crate::status::Outcome;
 use crate::store::{AttemptStart, FinishAttempt};
@@ -47,7 +48,7 @@ pub struct AttemptState<'a> {
     pub run_id: &'a str,
     pub step_id: &'a str,
     /// The token the attempt ran under (the one that owns the step now).
-    pub token: &'a str,
+    pub token: &'a AttemptToken,
     /// Its number (1-based).
     pub attempt: u32,
     /// Attempts of the step that ended with an outcome before this one (interrupted ones do not
@@ -100,7 +101,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         |outcome: Outcome, result: Option<Value>, error: Option<String>, log_tail: String, duration_us| FinishAttempt {
             run_id: s.run_id.to_string(),
             step_id: s.step_id.to_string(),
-            token: s.token.to_string(),
+            token: s.token.clone(),
             attempt: s.attempt,
             outcome,
             result,
@@ -124,7 +125,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         // A launch this owner adopted and can no longer see: verifiably nothing runs, so the
         // step starts over.
         AttemptEnd::Lost { .. } if s.adopted => {
-            let start = AttemptStart::ResumeInterrupted { previous_token: s.token.to_string(), why: None };
+            let start = AttemptStart::ResumeInterrupted { previous_token: s.token.clone(), why: None };
             return Decision { write: AttemptWrite::Restart { attempt: s.attempt + 1, start }, ended: None };
         }
         AttemptEnd::Mismatch { why } if s.adopted => {
@@ -157,7 +158,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
                 "the pipeline's controller {error}; its next attempt resumes it in its working copy, keeping the jobs \
                  it completed"
             );
-            let start = AttemptStart::ResumeInterrupted { previous_token: s.token.to_string(), why: Some(why) };
+            let start = AttemptStart::ResumeInterrupted { previous_token: s.token.clone(), why: Some(why) };
             return Decision { write: AttemptWrite::Restart { attempt: s.attempt + 1, start }, ended: None };
         }
     }
@@ -177,7 +178,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         AfterAttempt::Retry if s.halted => AttemptWrite::Nothing,
         AfterAttempt::Retry => AttemptWrite::Retry {
             attempt: s.attempt + 1,
-            start: AttemptStart::Retry { previous_token: s.token.to_string(), outcome, error },
+            start: AttemptStart::Retry { previous_token: s.token.clone(), outcome, error },
         },
         AfterAttempt::Fail => {
             let run_error = format!(
@@ -202,7 +203,8 @@ mod tests {
         AttemptState {
             run_id: "r",
             step_id: "s",
-            token: "att_1",
+            // Leaked: one small token per test, for a state that outlives the helper.
+            token: Box::leak(Box::new(AttemptToken::new("att_1"))),
             attempt,
             finished,
             max_attempts: 2,
@@ -248,7 +250,7 @@ mod tests {
             AttemptWrite::Retry {
                 attempt: 2,
                 start: AttemptStart::Retry {
-                    previous_token: "att_1".into(),
+                    previous_token: AttemptToken::new("att_1"),
                     outcome: Outcome::TimedOut,
                     error: Some("boom".into())
                 },
@@ -282,7 +284,7 @@ mod tests {
             decide(&adopted, lost).write,
             AttemptWrite::Restart {
                 attempt: 2,
-                start: AttemptStart::ResumeInterrupted { previous_token: "att_1".into(), why: None }
+                start: AttemptStart::ResumeInterrupted { previous_token: AttemptToken::new("att_1"), why: None }
             }
         );
         let d = decide(&adopted, AttemptEnd::Mismatch { why: "other nonce".into() });

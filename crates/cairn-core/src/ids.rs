@@ -39,9 +39,54 @@ impl fmt::Display for RunId {
     }
 }
 
-/// The fencing token of one attempt; completion and failure writes are conditional on it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// The fencing token of one attempt; completion and failure writes are conditional on it. A
+/// type of its own so no run id, step id or other text can be passed where a token is fenced on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct AttemptToken(pub String);
+
+impl AttemptToken {
+    pub fn new(token: impl Into<String>) -> AttemptToken {
+        AttemptToken(token.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for AttemptToken {
+    fn from(token: &str) -> AttemptToken {
+        AttemptToken(token.to_string())
+    }
+}
+
+impl From<String> for AttemptToken {
+    fn from(token: String) -> AttemptToken {
+        AttemptToken(token)
+    }
+}
+
+/// Read as text anywhere (a message, a row); only a fenced write needs the type.
+impl std::ops::Deref for AttemptToken {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for AttemptToken {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for AttemptToken {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
 
 impl fmt::Display for AttemptToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::artifact::{Artifact, ArtifactRecord};
 use crate::event::RunEvent;
-use crate::ids::Owner;
+use crate::ids::{AttemptToken, Owner};
 use crate::signature::StepSignature;
 use crate::status::{Outcome, RunStatus, StepStatus};
 use crate::validator::Finding;
@@ -152,7 +152,7 @@ pub struct StepRecord {
     pub attempt_count: u32,
     /// Attempts abandoned by a crash and resumed explicitly; they do not use up retries.
     pub interrupted_count: u32,
-    pub attempt_token: Option<String>,
+    pub attempt_token: Option<AttemptToken>,
     pub outcome: Option<Outcome>,
     pub result: Option<Value>,
     pub error: Option<String>,
@@ -182,10 +182,10 @@ pub enum AttemptStart {
     /// The step has no row yet.
     First,
     /// The previous attempt ended with a retryable outcome.
-    Retry { previous_token: String, outcome: Outcome, error: Option<String> },
+    Retry { previous_token: AttemptToken, outcome: Outcome, error: Option<String> },
     /// The previous attempt was abandoned (RUNNING after a crash) and is resumed explicitly, or
     /// it was a pipeline's controller killed from outside (`why`), resumed in its working copy.
-    ResumeInterrupted { previous_token: String, why: Option<String> },
+    ResumeInterrupted { previous_token: AttemptToken, why: Option<String> },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -194,7 +194,7 @@ pub struct BeginAttempt {
     pub step_id: String,
     pub signature: StepSignature,
     pub args: Value,
-    pub token: String,
+    pub token: AttemptToken,
     /// The attempt's number (1-based).
     pub attempt: u32,
     pub start: AttemptStart,
@@ -206,7 +206,7 @@ pub struct BeginAttempt {
 pub struct FinishAttempt {
     pub run_id: String,
     pub step_id: String,
-    pub token: String,
+    pub token: AttemptToken,
     pub attempt: u32,
     pub outcome: Outcome,
     pub result: Option<Value>,
@@ -529,14 +529,19 @@ pub trait Attempts {
     /// `step.interrupted`); a retry or resume is conditional on `previous_token`.
     fn begin_attempt(&self, begin: &BeginAttempt) -> Result<(), StoreError>;
     /// Records the attempt's process identity, if the token still owns the step.
-    fn record_process(&self, run_id: &str, step_id: &str, token: &str, process: &ProcessInfo)
-    -> Result<(), StoreError>;
+    fn record_process(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        token: &AttemptToken,
+        process: &ProcessInfo,
+    ) -> Result<(), StoreError>;
     /// Appends events of a RUNNING attempt (a pipeline's jobs), if the token still owns the step.
     fn append_step_events(
         &self,
         run_id: &str,
         step_id: &str,
-        token: &str,
+        token: &AttemptToken,
         attempt: u32,
         events: &[RunEvent],
         at: i64,
@@ -547,8 +552,8 @@ pub trait Attempts {
         &self,
         run_id: &str,
         step_id: &str,
-        previous_token: &str,
-        token: &str,
+        previous_token: &AttemptToken,
+        token: &AttemptToken,
         at: i64,
     ) -> Result<(), StoreError>;
     /// Writes COMPLETED with its result, its artifacts and a `step.completed` event, if the token
@@ -562,7 +567,7 @@ pub trait Attempts {
     /// Writes the step FAILED and the run FAILED with `run_error`, in one transaction.
     fn fail_attempt(&self, finish: &FinishAttempt, run_error: &str) -> Result<(), StoreError>;
     /// Records that a write by a stale token was rejected (an event only).
-    fn record_stale_write(&self, run_id: &str, step_id: &str, token: &str, at: i64) -> Result<(), StoreError>;
+    fn record_stale_write(&self, run_id: &str, step_id: &str, token: &AttemptToken, at: i64) -> Result<(), StoreError>;
     /// Copies reused source steps into a replay child as COMPLETED with `attempt_count = 0` and a
     /// `step.replay_reused` event each, with the source's artifacts of those steps (their
     /// `reused_from` the run that produced the bytes). A step the child already has is left

@@ -5,7 +5,7 @@
 
 use cairn_core::artifact::{Artifact, ArtifactRecord};
 use cairn_core::event::{PlannedOrigin, RunEvent};
-use cairn_core::ids::Owner;
+use cairn_core::ids::{AttemptToken, Owner};
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{RunStatus, StepStatus};
 use cairn_core::store::*;
@@ -301,7 +301,7 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
                 Some(b.attempt - 1),
                 b.at,
                 &RunEvent::StepInterrupted {
-                    abandoned_token: previous_token.clone(),
+                    abandoned_token: previous_token.to_string(),
                     next_attempt: b.attempt,
                     why: why.clone(),
                 },
@@ -547,7 +547,7 @@ fn guard_token(
     tx: &mut dyn Tx,
     run_id: &str,
     step_id: &str,
-    token: &str,
+    token: &AttemptToken,
     require_running: bool,
 ) -> Result<(), StoreError> {
     // The run first, as every write of a run takes it: the fence speaks before the token, and
@@ -559,16 +559,16 @@ fn guard_token(
     )?;
     let current: Option<(Option<String>, String)> = current.map(|r| Ok((r.get(0)?, r.get(1)?))).transpose()?;
     match current {
-        Some((Some(t), status)) if t == token && (!require_running || status == "RUNNING") => Ok(()),
+        Some((Some(t), status)) if t == token.as_str() && (!require_running || status == "RUNNING") => Ok(()),
         _ => Err(StoreError::StaleToken { run_id: run_id.into(), step_id: step_id.into() }),
     }
 }
 
-fn check_token(tx: &mut dyn Tx, run_id: &str, step_id: &str, token: &str) -> Result<(), StoreError> {
+fn check_token(tx: &mut dyn Tx, run_id: &str, step_id: &str, token: &AttemptToken) -> Result<(), StoreError> {
     guard_token(tx, run_id, step_id, token, false)
 }
 
-fn check_running_token(tx: &mut dyn Tx, run_id: &str, step_id: &str, token: &str) -> Result<(), StoreError> {
+fn check_running_token(tx: &mut dyn Tx, run_id: &str, step_id: &str, token: &AttemptToken) -> Result<(), StoreError> {
     guard_token(tx, run_id, step_id, token, true)
 }
 
@@ -966,7 +966,13 @@ impl<B: Backend> Attempts for Registry<B> {
         self.write(|tx| begin_in(tx, b))
     }
 
-    fn record_process(&self, run_id: &str, step_id: &str, token: &str, p: &ProcessInfo) -> Result<(), StoreError> {
+    fn record_process(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        token: &AttemptToken,
+        p: &ProcessInfo,
+    ) -> Result<(), StoreError> {
         // Without fsync of its own: the identity must survive a crash of Cairn, which a commit
         // does; after a power loss the process is gone anyway. That saves one fsync per step on
         // the hot path.
@@ -992,7 +998,7 @@ impl<B: Backend> Attempts for Registry<B> {
         &self,
         run_id: &str,
         step_id: &str,
-        token: &str,
+        token: &AttemptToken,
         attempt: u32,
         events: &[RunEvent],
         at: i64,
@@ -1015,8 +1021,8 @@ impl<B: Backend> Attempts for Registry<B> {
         &self,
         run_id: &str,
         step_id: &str,
-        previous_token: &str,
-        token: &str,
+        previous_token: &AttemptToken,
+        token: &AttemptToken,
         at: i64,
     ) -> Result<(), StoreError> {
         self.write(|tx| {
@@ -1097,7 +1103,7 @@ impl<B: Backend> Attempts for Registry<B> {
         })
     }
 
-    fn record_stale_write(&self, run_id: &str, step_id: &str, token: &str, at: i64) -> Result<(), StoreError> {
+    fn record_stale_write(&self, run_id: &str, step_id: &str, token: &AttemptToken, at: i64) -> Result<(), StoreError> {
         self.write(|tx| {
             insert_event(
                 tx,

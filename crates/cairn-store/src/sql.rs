@@ -8,6 +8,7 @@
 //! rewrites them to `$N`), `ON CONFLICT`, `RETURNING`, and a `rowid` column where insertion
 //! order breaks ties (SQLite's own, PostgreSQL's an identity column of that name).
 
+use cairn_core::ids::AttemptToken;
 use cairn_core::store::StoreError;
 
 /// A value bound to a statement.
@@ -33,6 +34,12 @@ impl ToParam for str {
 impl ToParam for String {
     fn to_param(&self) -> Param<'_> {
         Param::Text(self)
+    }
+}
+
+impl ToParam for AttemptToken {
+    fn to_param(&self) -> Param<'_> {
+        Param::Text(self.as_str())
     }
 }
 
@@ -133,6 +140,12 @@ impl FromCell for String {
             Cell::Text(s) => Some(s.clone()),
             _ => None,
         }
+    }
+}
+
+impl FromCell for AttemptToken {
+    fn from_cell(cell: &Cell) -> Option<Self> {
+        String::from_cell(cell).map(AttemptToken)
     }
 }
 

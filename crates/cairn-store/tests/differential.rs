@@ -164,10 +164,10 @@ fn apply(store: &dyn RunStore, op: &Op, at: i64) -> String {
         }
         Op::Process { run, step, token, pid } => {
             let p = ProcessInfo { pid: *pid, pgid: *pid, start_time: Some(7), remote: None };
-            answer(store.record_process(RUNS[*run], STEPS[*step], TOKENS[*token], &p))
+            answer(store.record_process(RUNS[*run], STEPS[*step], &TOKENS[*token].into(), &p))
         }
         Op::Stale { run, step, token } => {
-            answer(store.record_stale_write(RUNS[*run], STEPS[*step], TOKENS[*token], at))
+            answer(store.record_stale_write(RUNS[*run], STEPS[*step], &TOKENS[*token].into(), at))
         }
         Op::Finish { run, revision, status } => {
             let status = [RunStatus::Ready, RunStatus::Blocked, RunStatus::Failed][*status as usize];

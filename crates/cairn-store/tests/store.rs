@@ -353,9 +353,9 @@ fn record_process_is_fenced_by_the_token(k: Kind) {
     created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     let p = ProcessInfo { pid: 4242, pgid: 4242, start_time: Some(77), remote: None };
-    assert!(matches!(store.record_process("r", "a", "tok-x", &p), Err(StoreError::StaleToken { .. })));
+    assert!(matches!(store.record_process("r", "a", &"tok-x".into(), &p), Err(StoreError::StaleToken { .. })));
     assert_eq!(step(store, "r", "a").process, None);
-    store.record_process("r", "a", "tok-1", &p).unwrap();
+    store.record_process("r", "a", &"tok-1".into(), &p).unwrap();
     assert_eq!(step(store, "r", "a").process, Some(p));
 }
 
@@ -374,17 +374,17 @@ fn a_launch_record_is_kept_before_and_after_its_identity_and_adopted_only_with_t
     };
     // Before the launch: only where to find it.
     let before = ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) };
-    store.record_process("r", "a", "tok-1", &before).unwrap();
+    store.record_process("r", "a", &"tok-1".into(), &before).unwrap();
     assert_eq!(step(store, "r", "a").process, Some(before));
     // After it: the identity the agent reported.
     remote.job_id = Some("31".into());
     let after = ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) };
-    store.record_process("r", "a", "tok-1", &after).unwrap();
+    store.record_process("r", "a", &"tok-1".into(), &after).unwrap();
     assert_eq!(step(store, "r", "a").process, Some(after.clone()));
 
-    let err = store.adopt_attempt("r", "a", "tok-old", "tok-2", 5_000).unwrap_err();
+    let err = store.adopt_attempt("r", "a", &"tok-old".into(), &"tok-2".into(), 5_000).unwrap_err();
     assert!(matches!(err, StoreError::StaleToken { .. }), "{err:?}");
-    store.adopt_attempt("r", "a", "tok-1", "tok-2", 5_000).unwrap();
+    store.adopt_attempt("r", "a", &"tok-1".into(), &"tok-2".into(), 5_000).unwrap();
     let row = step(store, "r", "a");
     assert_eq!((row.attempt_token.as_deref(), row.attempt_count), (Some("tok-2"), 1));
     assert_eq!(row.process, Some(after), "adopting keeps the launch record");
@@ -478,7 +478,9 @@ fn resume_interrupted_is_conditional_on_the_previous_token(k: Kind) {
     let store: &dyn RunStore = &*d.store;
     created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
-    store.record_process("r", "a", "tok-1", &ProcessInfo { pid: 9, pgid: 9, start_time: None, remote: None }).unwrap();
+    store
+        .record_process("r", "a", &"tok-1".into(), &ProcessInfo { pid: 9, pgid: 9, start_time: None, remote: None })
+        .unwrap();
     let before = store.steps("r").unwrap();
 
     let stale = AttemptStart::ResumeInterrupted { previous_token: "tok-old".into(), why: None };
@@ -589,7 +591,7 @@ fn events_are_ordered_and_append_only(k: Kind) {
     store.begin_attempt(&begin("other", "a", "to", 1, AttemptStart::First)).unwrap();
     store.complete_attempt(&finish("r", "a", "ta", 1, Outcome::Completed)).unwrap();
     store.begin_attempt(&begin("r", "b", "tb", 1, AttemptStart::First)).unwrap();
-    store.record_stale_write("r", "b", "t-stale", 4_500).unwrap();
+    store.record_stale_write("r", "b", &"t-stale".into(), 4_500).unwrap();
     store.complete_attempt(&finish("r", "b", "tb", 1, Outcome::Completed)).unwrap();
     let rev = store.run("r").unwrap().unwrap().revision;
     store.finish_run("r", rev, RunStatus::Ready, &[], None, 5_000).unwrap();

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use cairn_core::attempt::{AttemptEnd, AttemptState, AttemptWrite, decide};
 use cairn_core::canonical::canonical_json;
 use cairn_core::event::RunEvent;
+use cairn_core::ids::AttemptToken;
 use cairn_core::pipeline::JobEvent;
 use cairn_core::store::{BeginAttempt, FinishAttempt, ProcessInfo, StoreError};
 use cairn_core::workflow::StepDef;
@@ -66,7 +67,7 @@ impl Engine {
         // ends under its own number (the one before `attempt`).
         let mut adopted = None;
         if let Some((recorded, previous_token)) = reattach {
-            let token = self.ids.token();
+            let token = AttemptToken::from(self.ids.token());
             self.store.adopt_attempt(&run.run_id, &step.id, &previous_token, &token, self.clock.now_ms())?;
             let end = {
                 let jobs = self.job_sink(run, &step.id, &token, attempt - 1, true, progress);
@@ -84,7 +85,7 @@ impl Engine {
                     let token = match begun.take() {
                         Some(token) => token,
                         None => {
-                            let token = self.ids.token();
+                            let token = AttemptToken::from(self.ids.token());
                             self.store.begin_attempt(&BeginAttempt {
                                 run_id: run.run_id.clone(),
                                 step_id: step.id.clone(),
@@ -176,7 +177,7 @@ impl Engine {
     }
 
     /// A write of `token`'s attempt the store refused; a stale token is recorded as such.
-    fn rejected(&self, e: StoreError, token: &str) -> EngineError {
+    fn rejected(&self, e: StoreError, token: &AttemptToken) -> EngineError {
         match e {
             StoreError::StaleToken { run_id, step_id } => {
                 // Another worker took the step over: our result must not be applied.
@@ -197,7 +198,7 @@ impl Engine {
         &'s self,
         run: &'s RunCtx,
         step_id: &'s str,
-        token: &'s str,
+        token: &'s AttemptToken,
         attempt: u32,
         adopted: bool,
         progress: &'s (dyn Fn(Progress) + Sync),

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use cairn_core::ids::AttemptToken;
 use cairn_core::pipeline::JobEvent;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::Outcome;
@@ -39,10 +40,10 @@ pub(super) struct Job {
     pub orphan: Option<ProcessInfo>,
     /// A launch the agent supervises, to re-attach to under a new token (same attempt), with
     /// the token that held it.
-    pub reattach: Option<(RemoteProcess, String)>,
+    pub reattach: Option<(RemoteProcess, AttemptToken)>,
     /// The token of attempt `attempt`, when the scheduler began it (folded into the commit of the
     /// steps it waited for).
-    pub begun: Option<String>,
+    pub begun: Option<AttemptToken>,
 }
 
 /// A completed attempt, not yet written: the scheduler commits it with the begins of the steps

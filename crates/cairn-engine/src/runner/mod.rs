@@ -22,7 +22,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use cairn_core::artifact::{Artifact, output_argument, signed_output};
-use cairn_core::ids::{Owner, RunId};
+use cairn_core::ids::{AttemptToken, Owner, RunId};
 use cairn_core::pipeline::JobEvent;
 use cairn_core::signature::{StepAction, StepSignature, args_hash, decide_step, run_identity};
 use cairn_core::status::{Outcome, RunStatus};
@@ -441,7 +441,7 @@ impl Engine {
             StepAction::Execute => (1, AttemptStart::First, 0),
             StepAction::ResumeInterrupted => {
                 let Some(r) = row else { return Prepared::Error(missing_row(&step.id)) };
-                let previous_token = r.attempt_token.clone().unwrap_or_default();
+                let previous_token = r.attempt_token.clone().unwrap_or_else(|| AttemptToken::from(""));
                 match r.process.as_ref().and_then(|p| p.remote.clone()) {
                     // A supervised launch outlives its follower: follow it again rather than start
                     // the step over.
@@ -511,7 +511,7 @@ impl Engine {
             if !matches!(job.start, AttemptStart::First) || job.orphan.is_some() || job.reattach.is_some() {
                 continue;
             }
-            let token = self.ids.token();
+            let token = AttemptToken::from(self.ids.token());
             begins.push(BeginAttempt {
                 run_id: ctx.run_id.clone(),
                 step_id: wf.spec().steps[job.step_index].id.clone(),
