@@ -13,7 +13,8 @@ use rmcp::service::RequestContext;
 use serde_json::Value;
 
 use super::Kind;
-use super::api_client::{ApiClient, seg};
+use super::api_client::{ApiClient, decode, seg};
+use crate::wire::{DocList, PlanList, RunList, RunResult, VerificationRecord, WorkflowList};
 
 /// A prompt's argument by name, if given.
 type Args<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -215,38 +216,54 @@ pub async fn complete(
             None,
         ));
     }
-    let get = |path: String| async move { daemon.call(ctx, "GET", path, None).await.unwrap_or(Value::Null) };
-    let field = |v: &Value, list: &str, key: &str| -> Vec<String> {
-        v[list].as_array().into_iter().flatten().filter_map(|x| x[key].as_str().map(String::from)).collect()
-    };
+    // What is offered comes from the daemon's lists, read as their wire types; a list that cannot
+    // be read offers nothing.
+    async fn list<T: serde::de::DeserializeOwned>(
+        daemon: &ApiClient,
+        ctx: &RequestContext<RoleServer>,
+        path: String,
+    ) -> Option<T> {
+        daemon.call(ctx, "GET", path, None).await.and_then(decode::<T>).ok()
+    }
+    let workflows = || async { list::<WorkflowList>(daemon, ctx, "/workflows".into()).await.map(|l| l.workflows) };
     let mut values: Vec<String> = match name.as_str() {
         "workflow" | "name" if !matches!(&request.r#ref, Reference::Prompt(p) if p.name == "set_up_target") => {
-            field(&get("/workflows".into()).await, "workflows", "name")
+            workflows().await.into_iter().flatten().map(|w| w.name).collect()
         }
         "version" => {
             let wf = context("workflow").or_else(|| context("name"));
-            let all = get("/workflows".into()).await;
-            all["workflows"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|w| wf.as_deref().is_none_or(|n| w["name"] == n))
-                .filter_map(|w| w["version"].as_str().map(String::from))
-                .collect()
+            let all = workflows().await.into_iter().flatten();
+            all.filter(|w| wf.as_deref().is_none_or(|n| w.name == n)).map(|w| w.version).collect()
         }
-        "run_id" => field(&get(format!("/runs?limit={MOST}")).await, "runs", "run_id"),
+        "run_id" => {
+            let runs = list::<RunList>(daemon, ctx, format!("/runs?limit={MOST}")).await;
+            runs.into_iter().flat_map(|l| l.runs).map(|r| r.run_id).collect()
+        }
         "step_id" => match context("run_id") {
-            Some(run) => field(&get(format!("/runs/{}", seg(&run))).await, "steps", "step_id"),
+            Some(run) => {
+                let run = list::<RunResult>(daemon, ctx, format!("/runs/{}", seg(&run))).await;
+                run.into_iter().flat_map(|r| r.steps).map(|s| s.step_id).collect()
+            }
             None => Vec::new(),
         },
         "target" => {
             let mut names = vec!["local".to_string()];
-            names.extend(field(&get("/targets".into()).await, "targets", "name"));
+            let targets = list::<TargetNames>(daemon, ctx, "/targets".into()).await;
+            names.extend(targets.into_iter().flat_map(|l| l.targets).map(|t| t.name));
             names
         }
-        "plan_name" => field(&get("/plans".into()).await, "plans", "plan_name"),
-        "verification_id" => field(&get("/verifications".into()).await, "verifications", "verification_id"),
-        "doc" => field(&get("/docs".into()).await, "docs", "name"),
+        "plan_name" => {
+            let plans = list::<PlanList>(daemon, ctx, "/plans".into()).await;
+            plans.into_iter().flat_map(|l| l.plans).map(|p| p.plan_name).collect()
+        }
+        "verification_id" => {
+            let all = list::<Verifications>(daemon, ctx, "/verifications".into()).await;
+            all.into_iter().flat_map(|l| l.verifications).map(|v| v.verification_id).collect()
+        }
+        "doc" => {
+            let docs = list::<DocList>(daemon, ctx, "/docs".into()).await;
+            docs.into_iter().flat_map(|l| l.docs).map(|d| d.name).collect()
+        }
         "executor" => vec!["process".into(), "slurm".into()],
         _ => Vec::new(),
     };
@@ -257,4 +274,22 @@ pub async fn complete(
     let info = CompletionInfo::with_pagination(values, Some(total as u32), total > MOST)
         .map_err(|e| ErrorData::internal_error(e, None))?;
     Ok(CompleteResult::new(info))
+}
+
+/// `GET /targets`, as completion reads it: each target's name (a configured target and `local`
+/// differ in every other field).
+#[derive(serde::Deserialize)]
+struct TargetNames {
+    targets: Vec<Named>,
+}
+
+#[derive(serde::Deserialize)]
+struct Named {
+    name: String,
+}
+
+/// `GET /verifications`.
+#[derive(serde::Deserialize)]
+struct Verifications {
+    verifications: Vec<VerificationRecord>,
 }
