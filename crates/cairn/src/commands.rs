@@ -422,6 +422,8 @@ fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure
             if json {
                 print_json(&wire::to_value(&probed));
             } else {
+                // The probe's facts are the target's own report (probe.py), kept as it gave them:
+                // a field a host lacks is shown as `?`.
                 let o = &probed.observed;
                 println!(
                     "target {name}: {} ({}, kernel {})",

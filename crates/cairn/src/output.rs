@@ -455,21 +455,15 @@ pub fn print_predictions(jobs: &[cairn_engine::JobPrediction]) {
 }
 
 pub fn print_explain(e: &wire::Explanation) {
-    let v = wire::to_value(e);
-    println!(
-        "{} / {}: {}",
-        v["run_id"].as_str().unwrap_or(""),
-        v["step_id"].as_str().unwrap_or(""),
-        v["text"].as_str().unwrap_or("")
-    );
-    println!("  status {}  attempts {}", v["status"].as_str().unwrap_or(""), v["attempts"]);
-    if let Some(sig) = v["signature"].as_object() {
+    println!("{} / {}: {}", e.run_id, e.step_id, e.text.as_str().unwrap_or(""));
+    println!("  status {}  attempts {}", e.status, e.attempts);
+    if let Some(sig) = e.signature.as_ref().and_then(Value::as_object) {
         for k in ["tool", "tool_digest", "args_hash"] {
             println!("  {k:<12} {}", sig.get(k).and_then(Value::as_str).unwrap_or(""));
         }
     }
-    if let Some(e) = v["error"].as_str() {
-        println!("  error: {e}");
+    if let Some(error) = &e.error {
+        println!("  error: {error}");
     }
     if !e.jobs.is_empty() {
         println!("  pipeline jobs, by rule:");
