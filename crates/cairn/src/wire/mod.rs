@@ -21,7 +21,7 @@ pub use docs::{
     SearchDocs, SnippetPart,
 };
 pub use jobs::{JobId, PipelineJob, PipelineJobs, RuleJobs};
-pub use kernel::{Interrupted, Job, JobList, Restarted};
+pub use kernel::{Interrupted, Job, JobList, KernelJobKind, KernelJobState, Restarted};
 pub use plans::{PlanList, PlanSummary};
 pub use requests::{
     AddTarget, ExecutePlan, ExecutorName, MAX_VERIFY_WAIT_SECS, PlanReplay, PlanRun, ReplayDirective, SubmitJob,
