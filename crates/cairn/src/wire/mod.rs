@@ -33,7 +33,10 @@ pub use runs::{
     TimelineAttempt, TraceMatch, TraceResult,
 };
 pub use targets::targets_json;
-pub use verify::{VerificationRecord, VerifyResult};
+pub use verify::{
+    VerificationRecord, VerifyCell, VerifyCellError, VerifyCellStatus, VerifyKernelStart, VerifyResult,
+    VerifySkipReason, VerifyStreamEvent, VerifyTimeout, VerifyTimeoutSource, VerifyVerdict,
+};
 pub use workflows::{AddWorkflow, WorkflowAdded, WorkflowDetail, WorkflowList, WorkflowProblem, WorkflowSummary};
 
 /// A time as every surface shows it: RFC 3339 UTC with milliseconds.
