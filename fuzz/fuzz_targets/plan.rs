@@ -10,7 +10,14 @@
 
 use arbitrary::{Result, Unstructured};
 use cairn_core::canonical::canonical_json;
-use cairn_core::plan::{Effect, InputFile, PLAN_FORMAT, Plan, PlanFileError, PlannedCommand, read_plan};
+use std::collections::BTreeMap;
+
+use cairn_core::plan::{
+    Effect, InputFile, PLAN_FORMAT, Plan, PlanFileError, PlanReadiness, PlanReplay, PlannedCommand, PlannedDecision,
+    read_plan,
+};
+use cairn_core::replay::{Decision, Reason};
+use cairn_core::target::{Executor, ReadyFacts};
 use cairn_fuzz::{json, split_input, text};
 use libfuzzer_sys::fuzz_target;
 
@@ -65,9 +72,8 @@ fn plan(u: &mut Unstructured<'_>) -> Result<Plan> {
         commands,
         inputs: (0..u.int_in_range(0..=2)?).map(|_| file(u)).collect::<Result<_>>()?,
         effects,
-        // `null` is how a file says "none": the engine never records `Some(null)`.
-        readiness: if u.arbitrary()? { Some(json(u, &WORDS, 2)?).filter(|v| !v.is_null()) } else { None },
-        replay: if u.arbitrary()? { Some(json(u, &WORDS, 2)?).filter(|v| !v.is_null()) } else { None },
+        readiness: if u.arbitrary()? { Some(readiness(u)?) } else { None },
+        replay: if u.arbitrary()? { Some(replay(u)?) } else { None },
         created_at: u.arbitrary()?,
         plan_checksum: String::new(),
     };
@@ -75,6 +81,44 @@ fn plan(u: &mut Unstructured<'_>) -> Result<Plan> {
     // planning; the generator leaves it out.
     p.plan_checksum = p.compute_checksum().map_err(|_| arbitrary::Error::IncorrectFormat)?;
     Ok(p)
+}
+
+fn names(u: &mut Unstructured<'_>) -> Result<BTreeMap<String, Option<String>>> {
+    (0..u.int_in_range(0..=2)?).map(|_| Ok((s(u)?, if u.arbitrary()? { Some(s(u)?) } else { None }))).collect()
+}
+
+fn readiness(u: &mut Unstructured<'_>) -> Result<PlanReadiness> {
+    Ok(PlanReadiness {
+        target: s(u)?,
+        executor: if u.arbitrary()? { Executor::Process } else { Executor::Slurm },
+        observed: ReadyFacts {
+            // Below 2^53: a larger integer cannot be hashed, and no disk has that many bytes.
+            free_bytes: if u.arbitrary()? { Some(u.int_in_range(0..=1u64 << 52)?) } else { None },
+            inputs: names(u)?,
+            inside_workspace_root: u.arbitrary()?,
+            parent: s(u)?,
+            parent_is_dir: u.arbitrary()?,
+            parent_real: u.arbitrary()?,
+            parent_writable: u.arbitrary()?,
+            programs: names(u)?,
+            run_dir: s(u)?,
+            run_dir_absent: u.arbitrary()?,
+        },
+        checked_at: u.int_in_range(0..=1i64 << 50)?,
+    })
+}
+
+fn replay(u: &mut Unstructured<'_>) -> Result<PlanReplay> {
+    let mut decisions = Vec::new();
+    for _ in 0..u.int_in_range(0..=2)? {
+        let (decision, reason) = match u.int_in_range(0..=2)? {
+            0 => (Decision::Reuse, Reason::SignatureEqual { source_run_id: s(u)? }),
+            1 => (Decision::Replay, Reason::Requested),
+            _ => (Decision::Replay, Reason::DescendantOfRequested { step: s(u)? }),
+        };
+        decisions.push(PlannedDecision { step_id: s(u)?, decision, text: reason.text(), reason });
+    }
+    Ok(PlanReplay { source_run_id: s(u)?, step_ids: vec![s(u)?], decisions })
 }
 
 /// A plan's meaning: its canonical JSON (what its checksum covers; `1` and `1.0` are one number).

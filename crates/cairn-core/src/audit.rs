@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::store::KernelJob;
+use crate::store::{KernelJob, KernelJobStatus};
 use crate::verification::{lines, notebook};
 
 /// Builds the audit notebook (nbformat 4.5, deterministic cell ids). `time` formats a timestamp
@@ -19,7 +19,7 @@ pub fn audit_notebook(jobs: &[KernelJob], time: &dyn Fn(i64) -> String) -> Value
         }
         seen.len()
     };
-    let failed = jobs.iter().filter(|j| j.status != "ok").count();
+    let failed = jobs.iter().filter(|j| j.status != KernelJobStatus::Ok).count();
     let intro = format!(
         "# Session kernel audit\n\n\
          Every retained job of the session kernel, in the order submitted: {} job(s) in {sessions} kernel session(s), \
@@ -70,15 +70,15 @@ pub fn audit_notebook(jobs: &[KernelJob], time: &dyn Fn(i64) -> String) -> Value
 mod tests {
     use super::*;
 
-    fn job(id: &str, status: &str, session: &str) -> KernelJob {
+    fn job(id: &str, status: KernelJobStatus, session: &str) -> KernelJob {
         KernelJob {
             job_id: id.into(),
             session: session.into(),
             code: "x = 1\nprint(x)".into(),
-            status: status.into(),
+            status,
             outputs: vec![json!({"output_type": "stream", "name": "stdout", "text": "1\n"})],
             execution_count: Some(1),
-            error: (status != "ok").then(|| "NameError: y".to_string()),
+            error: (status != KernelJobStatus::Ok).then(|| "NameError: y".to_string()),
             submitted_at: 0,
             started_at: Some(1),
             finished_at: Some(2),
@@ -88,7 +88,11 @@ mod tests {
 
     #[test]
     fn every_job_is_kept_in_order_with_a_header() {
-        let jobs = [job("job_a", "ok", "s1"), job("job_b", "error", "s1"), job("job_c", "ok", "s2")];
+        let jobs = [
+            job("job_a", KernelJobStatus::Ok, "s1"),
+            job("job_b", KernelJobStatus::Error, "s1"),
+            job("job_c", KernelJobStatus::Ok, "s2"),
+        ];
         let nb = audit_notebook(&jobs, &|ms| format!("t{ms}"));
         let cells = nb["cells"].as_array().unwrap();
         assert_eq!(cells.len(), 1 + 2 * jobs.len());

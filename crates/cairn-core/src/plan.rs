@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::canonical::{CanonicalError, hash_json, short_hash};
+use crate::replay::{Decision, Reason, StepDecision};
+use crate::target::{Executor, ReadyFacts};
 
 /// The version of the plan format; a plan of another version is refused, never guessed at.
 pub const PLAN_FORMAT: u32 = 1;
@@ -76,6 +78,51 @@ impl Effect {
     }
 }
 
+/// A target's readiness for a run_dir as a plan records it (and execution re-checks it): the
+/// target, its executor, what the agent observed there, and when (Unix milliseconds). Its fields
+/// are in the order plans have always stored them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanReadiness {
+    pub target: String,
+    pub executor: Executor,
+    pub observed: ReadyFacts,
+    pub checked_at: i64,
+}
+
+/// For a planned replay: the run replayed, the steps asked for, and what the replay planner
+/// decided for each step when the plan was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanReplay {
+    pub source_run_id: String,
+    /// The requested step ids, deduplicated, in declaration order.
+    pub step_ids: Vec<String>,
+    pub decisions: Vec<PlannedDecision>,
+}
+
+/// One step's replay decision as a plan shows it: the reason, and that reason in words as the
+/// planner wrote it (kept as written, so the plan hashes as it was made).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlannedDecision {
+    pub step_id: String,
+    pub decision: Decision,
+    pub reason: Reason,
+    pub text: String,
+}
+
+impl PlannedDecision {
+    pub fn of(d: &StepDecision) -> PlannedDecision {
+        PlannedDecision {
+            step_id: d.step_id.clone(),
+            decision: d.decision,
+            reason: d.reason.clone(),
+            text: d.reason.text(),
+        }
+    }
+}
+
 /// An immutable plan. Everything but `plan_checksum` is covered by the checksum.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,10 +144,10 @@ pub struct Plan {
     /// The facts observed on the target that the plan relies on (run_dir's parent writable,
     /// run_dir absent, programs found); execution re-checks them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub readiness: Option<Value>,
-    /// For a planned replay: `{source_run_id, step_ids}`.
+    pub readiness: Option<PlanReadiness>,
+    /// For a planned replay: the source run, the steps asked for, and each step's decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replay: Option<Value>,
+    pub replay: Option<PlanReplay>,
     pub created_at: i64,
     pub plan_checksum: String,
 }
@@ -538,6 +585,64 @@ mod tests {
             expires_at,
             mac: String::new(),
         }
+    }
+
+    /// A plan on a target, of a replay, as builds before these fields were typed wrote it (their
+    /// `json!` objects, key order included): it loads, verifies, and serialises to the same bytes.
+    #[test]
+    fn a_plan_written_with_untyped_readiness_and_replay_loads_verifies_and_is_rewritten_byte_for_byte() {
+        let mut base = serde_json::to_value(plan()).unwrap();
+        base["target"] = json!("hpc");
+        let readiness = json!({
+            "target": "hpc",
+            "executor": "slurm",
+            "observed": {
+                "free_bytes": 1_234_567_890_u64, "inputs": {"/data/a.csv": "0".repeat(64), "/data/b.csv": null},
+                "inside_workspace_root": true, "parent": "/runs", "parent_is_dir": true, "parent_real": true,
+                "parent_writable": true, "programs": {"sacct": null, "sbatch": "/usr/bin/sbatch"},
+                "run_dir": "/runs/r1", "run_dir_absent": true
+            },
+            "checked_at": 1_700_000_000_000_i64,
+        });
+        let reasons = [
+            json!({"kind": "signature_equal", "source_run_id": "src"}),
+            json!({"kind": "requested"}),
+            json!({"kind": "descendant_of_requested", "step": "a"}),
+            json!({"kind": "args_changed", "from": "f", "to": "t",
+                "changes": [{"pointer": "/x", "old_hash": "1", "new_hash": null}], "more": 0}),
+        ];
+        let decisions: Vec<Value> = reasons
+            .iter()
+            .enumerate()
+            .map(|(i, reason)| {
+                let r: Reason = serde_json::from_value(reason.clone()).unwrap();
+                json!({"step_id": format!("s{i}"), "decision": if i == 0 { "reuse" } else { "replay" },
+                    "reason": reason, "text": r.text()})
+            })
+            .collect();
+        let replay = json!({"source_run_id": "src", "step_ids": ["s1"], "decisions": decisions});
+        // The fields in the plan's order, as `Plan`'s serialisation placed the two values.
+        let mut doc = serde_json::Map::new();
+        for (k, v) in base.as_object().unwrap() {
+            if k == "plan_checksum" {
+                continue;
+            }
+            doc.insert(k.clone(), v.clone());
+            if k == "effects" {
+                doc.insert("readiness".into(), readiness.clone());
+                doc.insert("replay".into(), replay.clone());
+            }
+        }
+        let mut doc = Value::Object(doc);
+        let checksum = hash_json(&doc).unwrap();
+        doc["plan_checksum"] = json!(checksum);
+        let bytes = serde_json::to_vec_pretty(&doc).unwrap();
+        let read = read_plan(&bytes).expect("an older plan loads and verifies");
+        assert_eq!(read.plan_checksum, checksum);
+        assert_eq!(read.readiness.as_ref().map(|r| r.executor), Some(Executor::Slurm));
+        assert_eq!(read.replay.as_ref().map(|r| r.decisions.len()), Some(reasons.len()));
+        assert_eq!(serde_json::to_string_pretty(&read).unwrap(), String::from_utf8(bytes).unwrap());
+        assert_eq!((&read.request()["readiness"], &read.request()["replay"]), (&readiness, &replay));
     }
 
     #[test]

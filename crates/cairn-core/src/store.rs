@@ -292,8 +292,7 @@ pub struct KernelJob {
     /// The kernel process the job ran in (a restart starts a new session).
     pub session: String,
     pub code: String,
-    /// `queued`, `running`, `ok`, `error`, `died`, `timed_out`, `interrupted` or `cancelled`.
-    pub status: String,
+    pub status: KernelJobStatus,
     /// nbformat v4 output dicts.
     pub outputs: Vec<Value>,
     pub execution_count: Option<u32>,
@@ -302,6 +301,73 @@ pub struct KernelJob {
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub duration_ms: Option<i64>,
+}
+
+/// How far a session kernel job has got, and how it ended; stored as its `as_str` text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelJobStatus {
+    Queued,
+    Running,
+    Ok,
+    /// The code raised.
+    Error,
+    /// The kernel died under it, or its daemon did before it ended.
+    Died,
+    /// It ran past its timeout: interrupted, then its kernel killed.
+    TimedOut,
+    /// A person's interrupt (KeyboardInterrupt) ended it.
+    Interrupted,
+    /// The session kernel was restarted while it was queued or running.
+    Cancelled,
+}
+
+impl KernelJobStatus {
+    pub const ALL: [KernelJobStatus; 8] = [
+        KernelJobStatus::Queued,
+        KernelJobStatus::Running,
+        KernelJobStatus::Ok,
+        KernelJobStatus::Error,
+        KernelJobStatus::Died,
+        KernelJobStatus::TimedOut,
+        KernelJobStatus::Interrupted,
+        KernelJobStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelJobStatus::Queued => "queued",
+            KernelJobStatus::Running => "running",
+            KernelJobStatus::Ok => "ok",
+            KernelJobStatus::Error => "error",
+            KernelJobStatus::Died => "died",
+            KernelJobStatus::TimedOut => "timed_out",
+            KernelJobStatus::Interrupted => "interrupted",
+            KernelJobStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the job has ended (it is neither queued nor running).
+    pub fn has_ended(self) -> bool {
+        !matches!(self, KernelJobStatus::Queued | KernelJobStatus::Running)
+    }
+}
+
+impl std::fmt::Display for KernelJobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for KernelJobStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KernelJobStatus::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("`{s}` is not a kernel job status"))
+    }
 }
 
 /// The index row of a stored plan (the plan itself is an immutable file).

@@ -2,6 +2,8 @@
 //! with a workspace root and an executor (`process`, or `slurm` with partition and account).
 //! Parsing and validation only; the transport is in `cairn-exec`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The built-in target: this machine.
@@ -118,32 +120,49 @@ pub fn probe_problems(target: &str, executor: Executor, observed: &serde_json::V
     out
 }
 
+/// What the step agent observed for a run_dir on a target (the fields in the order it prints
+/// them, so a plan stores them as before).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadyFacts {
+    /// Free bytes at the parent; `None` when it is not a directory.
+    pub free_bytes: Option<u64>,
+    /// Each input path and its SHA-256, `None` when it is not a file there.
+    pub inputs: BTreeMap<String, Option<String>>,
+    pub inside_workspace_root: bool,
+    pub parent: String,
+    pub parent_is_dir: bool,
+    /// The parent is reached without a symlink.
+    pub parent_real: bool,
+    pub parent_writable: bool,
+    /// Each program asked for and where it is on the PATH, `None` when it is not.
+    pub programs: BTreeMap<String, Option<String>>,
+    pub run_dir: String,
+    pub run_dir_absent: bool,
+}
+
 /// What the readiness facts observed on a target (by the step agent's `ready`) say is wrong for
 /// a run_dir, in words; empty when the target is ready. `programs` lists what the plan needs on
 /// the target's PATH with the reason.
-pub fn readiness_problems(target: &str, facts: &serde_json::Value, programs: &[(String, String)]) -> Vec<String> {
-    let flag = |k: &str| facts.get(k).and_then(serde_json::Value::as_bool).unwrap_or(false);
-    let text = |k: &str| facts.get(k).and_then(serde_json::Value::as_str).unwrap_or("?").to_string();
+pub fn readiness_problems(target: &str, facts: &ReadyFacts, programs: &[(String, String)]) -> Vec<String> {
     let mut out = Vec::new();
-    if !flag("run_dir_absent") {
+    if !facts.run_dir_absent {
         out.push(format!(
             "run_dir {} exists already on `{target}`; a run creates its own new directory",
-            text("run_dir")
+            facts.run_dir
         ));
     }
-    if !flag("parent_is_dir") {
-        out.push(format!("the parent of run_dir, {}, is not a directory on `{target}`", text("parent")));
-    } else if !flag("parent_real") {
+    if !facts.parent_is_dir {
+        out.push(format!("the parent of run_dir, {}, is not a directory on `{target}`", facts.parent));
+    } else if !facts.parent_real {
         out.push(format!(
             "the parent of run_dir, {}, goes through a symlink on `{target}`; give the real path",
-            text("parent")
+            facts.parent
         ));
-    } else if !flag("parent_writable") {
-        out.push(format!("the parent of run_dir, {}, is not writable on `{target}`", text("parent")));
+    } else if !facts.parent_writable {
+        out.push(format!("the parent of run_dir, {}, is not writable on `{target}`", facts.parent));
     }
     for (program, why) in programs {
-        let found = facts.get("programs").and_then(|p| p.get(program)).and_then(serde_json::Value::as_str);
-        if found.is_none() {
+        if !matches!(facts.programs.get(program), Some(Some(_))) {
             out.push(format!("`{program}` is not on the PATH of `{target}` (observed: none), but {why}"));
         }
     }

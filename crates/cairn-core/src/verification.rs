@@ -31,6 +31,17 @@ impl Verdict {
     }
 }
 
+impl std::str::FromStr for Verdict {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Verdict::Passed, Verdict::Failed, Verdict::Died, Verdict::TimedOut, Verdict::Interrupted]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("`{s}` is not a verdict"))
+    }
+}
+
 /// The status of one code cell of a verification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

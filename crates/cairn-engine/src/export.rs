@@ -416,7 +416,7 @@ impl Engine {
         &self,
         w: &mut Writer,
         name: &str,
-        plan_facts: Option<&Value>,
+        plan_facts: Option<&cairn_core::plan::PlanReadiness>,
     ) -> Result<Option<CrateTarget>, EngineError> {
         let Some(spec) = self.store.target(name)? else { return Ok(None) };
         let facts = match plan_facts {

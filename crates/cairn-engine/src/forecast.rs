@@ -67,15 +67,9 @@ impl Engine {
     /// the plan (its checksum covers what runs, not a forecast).
     pub fn predict_plan_jobs(&self, plan: &cairn_core::plan::Plan) -> Vec<JobPrediction> {
         let Some(replay) = &plan.replay else { return Vec::new() };
-        let Some(source) = replay.get("source_run_id").and_then(Value::as_str) else { return Vec::new() };
-        let steps: Vec<String> = replay
-            .get("step_ids")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
-            .unwrap_or_default();
         let req = crate::replay::ReplayRequest {
-            source_run_id: source.to_string(),
-            step_ids: steps,
+            source_run_id: replay.source_run_id.clone(),
+            step_ids: replay.step_ids.clone(),
             input: Some(plan.input.clone()),
             version: Some(plan.version.clone()),
             workflow: Some(plan.workflow.clone()),

@@ -14,8 +14,8 @@ use cairn_core::canonical::sha256_hex;
 use cairn_core::controller::SlurmSubmit;
 use cairn_core::ids::{Owner, RunId};
 use cairn_core::plan::{
-    ApprovalChannel, Effect, InputFile, PLAN_FORMAT, Plan, PlannedCommand, Receipt, absolute_path_strings,
-    check_effect_path, read_plan, sign_receipt, verify_receipt,
+    ApprovalChannel, Effect, InputFile, PLAN_FORMAT, Plan, PlanReadiness, PlanReplay, PlannedCommand, PlannedDecision,
+    Receipt, absolute_path_strings, check_effect_path, read_plan, sign_receipt, verify_receipt,
 };
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
@@ -194,7 +194,7 @@ impl Engine {
     fn planned_workflow_and_input(
         &self,
         req: &PlanRequest,
-    ) -> Result<(LoadedWorkflow, Value, Option<Value>), EngineError> {
+    ) -> Result<(LoadedWorkflow, Value, Option<PlanReplay>), EngineError> {
         let Some((source, steps)) = &req.replay else {
             let Some(reference) = &req.workflow else {
                 return Err(EngineError::input("name the workflow to plan (NAME or NAME@VERSION)"));
@@ -222,11 +222,11 @@ impl Engine {
             target: Some(req.target.clone()),
             ..ReplayRequest::default()
         })?;
-        let replay = serde_json::json!({
-            "source_run_id": source,
-            "step_ids": prepared.plan.requested,
-            "decisions": prepared.record()["decisions"],
-        });
+        let replay = PlanReplay {
+            source_run_id: source.clone(),
+            step_ids: prepared.plan.requested.clone(),
+            decisions: prepared.plan.decisions.iter().map(PlannedDecision::of).collect(),
+        };
         Ok((prepared.workflow, prepared.input, Some(replay)))
     }
 
@@ -238,16 +238,14 @@ impl Engine {
         run_dir: &str,
         wf: &LoadedWorkflow,
         input: &Value,
-    ) -> Result<(Vec<InputFile>, Option<Value>), EngineError> {
+    ) -> Result<(Vec<InputFile>, Option<PlanReadiness>), EngineError> {
         let mut inputs = Vec::new();
         if req.target != LOCAL {
             // On a target, input files are read where the run will read them: on the target.
             let facts = self.target_ready(&req.target, run_dir, &crate::placement::workflow_needs(wf), input)?;
-            if let Some(found) = facts["observed"]["inputs"].as_object() {
-                for (path, sha) in found {
-                    if let Some(sha256) = sha.as_str() {
-                        inputs.push(InputFile { path: path.clone(), sha256: sha256.to_string() });
-                    }
+            for (path, sha) in &facts.observed.inputs {
+                if let Some(sha256) = sha {
+                    inputs.push(InputFile { path: path.clone(), sha256: sha256.clone() });
                 }
             }
             return Ok((inputs, Some(facts)));
@@ -377,7 +375,7 @@ impl Engine {
                     String::new(),
                 ),
                 Some(facts) => (
-                    facts["observed"]["inputs"][&f.path].as_str().unwrap_or("unreadable").to_string(),
+                    facts.observed.inputs.get(&f.path).cloned().flatten().unwrap_or_else(|| "unreadable".into()),
                     format!(" on `{}`", plan.target),
                 ),
             };
@@ -484,8 +482,8 @@ impl Engine {
     pub(crate) fn replay_request(&self, plan: &Plan, run_id: &str) -> Option<ReplayRequest> {
         let r = plan.replay.as_ref()?;
         Some(ReplayRequest {
-            source_run_id: r["source_run_id"].as_str()?.to_string(),
-            step_ids: r["step_ids"].as_array()?.iter().filter_map(|s| s.as_str().map(String::from)).collect(),
+            source_run_id: r.source_run_id.clone(),
+            step_ids: r.step_ids.clone(),
             input: Some(plan.input.clone()),
             run_id: Some(run_id.to_string()),
             version: Some(plan.version.clone()),
@@ -672,7 +670,7 @@ impl Engine {
         run_dir: &str,
         steps_need: &[(String, String)],
         input: &Value,
-    ) -> Result<Value, EngineError> {
+    ) -> Result<PlanReadiness, EngineError> {
         let spec = self.target(target)?;
         let mut needs: Vec<(String, String)> = Vec::new();
         if spec.executor == cairn_core::target::Executor::Slurm {
@@ -696,14 +694,16 @@ impl Engine {
             .agent_of(&spec)
             .ready(request, std::time::Duration::from_secs(60))
             .map_err(|e| could_not(e.to_string()))?;
-        let facts = serde_json::to_value(facts).map_err(|e| could_not(e.to_string()))?;
         let problems = cairn_core::target::readiness_problems(target, &facts, &needs);
         if !problems.is_empty() {
             return Err(EngineError::TargetNotReady { target: target.to_string(), problems });
         }
-        Ok(
-            serde_json::json!({"target": target, "executor": spec.executor, "observed": facts, "checked_at": self.clock.now_ms()}),
-        )
+        Ok(PlanReadiness {
+            target: target.to_string(),
+            executor: spec.executor,
+            observed: facts,
+            checked_at: self.clock.now_ms(),
+        })
     }
 
     /// The effects on a target, in one call to the agent there: it creates run_dir (refusing an

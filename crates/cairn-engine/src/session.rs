@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cairn_core::audit::audit_notebook;
-use cairn_core::store::KernelJob;
+use cairn_core::store::{KernelJob, KernelJobStatus};
 use cairn_exec::kernel::{self, KernelConfig, KernelHandle, ScratchKernel};
 use cairn_exec::{ProcessIdentity, process_start_time, terminate_if_same};
 use serde_json::{Value, json};
@@ -85,8 +85,8 @@ impl SessionKernel {
         }
         let now = engine.clock.now_ms();
         for mut job in engine.store.kernel_jobs()? {
-            if matches!(job.status.as_str(), "queued" | "running") {
-                job.status = "died".into();
+            if !job.status.has_ended() {
+                job.status = KernelJobStatus::Died;
                 job.error = Some("the daemon stopped while this job was queued or running; its kernel is gone".into());
                 job.finished_at = Some(now);
                 engine.store.save_kernel_job(&job)?;
@@ -126,7 +126,7 @@ impl SessionKernel {
             job_id: format!("job_{}", self.engine.ids.run_suffix()),
             session: st.kernel.as_ref().map(|(_, s)| s.clone()).unwrap_or_else(|| "pending".into()),
             code: code.to_string(),
-            status: "queued".into(),
+            status: KernelJobStatus::Queued,
             outputs: Vec::new(),
             execution_count: None,
             error: None,
@@ -172,7 +172,7 @@ impl SessionKernel {
         let now = self.engine.clock.now_ms();
         for (id, _) in st.queue.drain(..) {
             if let Some(mut job) = self.engine.store.kernel_job(&id)? {
-                job.status = "cancelled".into();
+                job.status = KernelJobStatus::Cancelled;
                 job.error = Some("the session kernel was restarted before this job ran".into());
                 job.finished_at = Some(now);
                 self.engine.store.save_kernel_job(&job)?;
@@ -292,7 +292,7 @@ impl SessionKernel {
                     *kernel = Some(k);
                 }
                 Err(e) => {
-                    job.status = "died".into();
+                    job.status = KernelJobStatus::Died;
                     job.error = Some(e.to_string());
                     job.finished_at = Some(self.engine.clock.now_ms());
                     let _ = store.save_kernel_job(&job);
@@ -302,7 +302,7 @@ impl SessionKernel {
         }
         let Some(k) = kernel.as_mut() else { return };
         job.session = lock(&self.state).kernel.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
-        job.status = "running".into();
+        job.status = KernelJobStatus::Running;
         job.started_at = Some(self.engine.clock.now_ms());
         let _ = store.save_kernel_job(&job);
 
@@ -349,13 +349,15 @@ impl SessionKernel {
             run
         });
         let (status, error) = match &run.status {
-            kernel::CellStatus::Ok => ("ok", None),
+            kernel::CellStatus::Ok => (KernelJobStatus::Ok, None),
             kernel::CellStatus::Error { ename, evalue, .. } if ename == "KeyboardInterrupt" => {
-                ("interrupted", Some(format!("{ename}: {evalue}")))
+                (KernelJobStatus::Interrupted, Some(format!("{ename}: {evalue}")))
             }
-            kernel::CellStatus::Error { ename, evalue, .. } => ("error", Some(format!("{ename}: {evalue}"))),
+            kernel::CellStatus::Error { ename, evalue, .. } => {
+                (KernelJobStatus::Error, Some(format!("{ename}: {evalue}")))
+            }
             kernel::CellStatus::Died { exit_code, signal } => (
-                "died",
+                KernelJobStatus::Died,
                 Some(match (exit_code, signal) {
                     (_, Some(s)) => format!("the kernel died (signal {s}); the next job starts a fresh kernel"),
                     (Some(c), _) => format!("the kernel exited with code {c}; the next job starts a fresh kernel"),
@@ -363,16 +365,20 @@ impl SessionKernel {
                 }),
             ),
             kernel::CellStatus::TimedOut => (
-                "timed_out",
+                KernelJobStatus::TimedOut,
                 Some(format!(
                     "the job ran past its {} s timeout: it was interrupted and its kernel killed",
                     timeout.as_secs()
                 )),
             ),
-            kernel::CellStatus::Lost { reason } => ("died", Some(format!("the kernel was lost: {reason}"))),
-            kernel::CellStatus::Cancelled => ("cancelled", Some("the session kernel was restarted".into())),
+            kernel::CellStatus::Lost { reason } => {
+                (KernelJobStatus::Died, Some(format!("the kernel was lost: {reason}")))
+            }
+            kernel::CellStatus::Cancelled => {
+                (KernelJobStatus::Cancelled, Some("the session kernel was restarted".into()))
+            }
         };
-        job.status = status.into();
+        job.status = status;
         job.error = error;
         job.outputs = run.outputs;
         job.execution_count = run.execution_count;

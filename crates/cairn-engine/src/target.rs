@@ -202,7 +202,8 @@ impl Engine {
             return Ok(json!({"target": LOCAL, "run_dir": path.display().to_string(), "ready": true}));
         }
         crate::plan::check_run_dir_text(&path).map_err(crate::plan::run_dir_err)?;
-        let mut facts = self.target_ready(target, &path.display().to_string(), &[], &Value::Null)?;
+        let readiness = self.target_ready(target, &path.display().to_string(), &[], &Value::Null)?;
+        let mut facts = serde_json::to_value(readiness).unwrap_or(Value::Null);
         facts["ready"] = json!(true);
         Ok(facts)
     }

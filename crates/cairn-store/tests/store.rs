@@ -706,7 +706,7 @@ fn kernel_jobs_are_saved_updated_and_listed_in_order(k: Kind) {
         job_id: "job_1".into(),
         session: "s1".into(),
         code: "print(1)".into(),
-        status: "queued".into(),
+        status: KernelJobStatus::Queued,
         outputs: vec![],
         execution_count: None,
         error: None,
@@ -717,7 +717,7 @@ fn kernel_jobs_are_saved_updated_and_listed_in_order(k: Kind) {
     };
     store.save_kernel_job(&job).unwrap();
     store.save_kernel_job(&KernelJob { job_id: "job_2".into(), ..job.clone() }).unwrap();
-    job.status = "ok".into();
+    job.status = KernelJobStatus::Ok;
     job.outputs = vec![json!({"output_type": "stream", "name": "stdout", "text": "1\n"})];
     job.execution_count = Some(1);
     job.finished_at = Some(5);

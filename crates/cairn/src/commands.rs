@@ -477,7 +477,7 @@ fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
     println!("  workflow  {}@{} (snapshot {})", plan.workflow, plan.version, &plan.workflow_digest[..16]);
     println!("  target    {}", plan.target);
     println!("  run_dir   {}", plan.run_dir);
-    if let Some(r) = &plan.readiness {
+    if let Some(r) = &plan.readiness.as_ref().map(wire::to_value) {
         let o = &r["observed"];
         let programs: Vec<String> = o["programs"]
             .as_object()
@@ -497,7 +497,7 @@ fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
             if programs.is_empty() { String::new() } else { format!("; {}", programs.join(" ")) },
         );
     }
-    if let Some(r) = &plan.replay {
+    if let Some(r) = &plan.replay.as_ref().map(wire::to_value) {
         println!("  replay of {} (requested: {})", r["source_run_id"].as_str().unwrap_or(""), r["step_ids"]);
         for d in r["decisions"].as_array().into_iter().flatten() {
             println!("    {:<24} {}", d["step_id"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or(""));

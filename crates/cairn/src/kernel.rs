@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cairn_engine::Engine;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::Failure;
 use crate::cli::KernelCommand;
 use crate::client::{Client, failure_of};
-use crate::output::{human_duration, print_json};
+use crate::output::{human_duration, print_json, print_wire};
+use crate::wire::{Interrupted, Job, JobList, KernelJobKind, KernelJobState, Restarted};
 
 pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
     match command {
@@ -27,11 +29,11 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
             if let Some(t) = timeout {
                 body["timeout_secs"] = json!(t);
             }
-            let job = expect(client.post("/kernel/jobs", &body)?, 202)?;
-            let job_id = job["job_id"].as_str().unwrap_or_default().to_string();
+            let job: Job = expect(client.post("/kernel/jobs", &body)?, 202, "POST /kernel/jobs")?;
+            let job_id = job.job_id.clone();
             if detach {
                 if json {
-                    print_json(&job);
+                    print_wire(&job);
                 } else {
                     println!("{job_id} queued; see it with `cairn kernel poll {job_id}`");
                 }
@@ -42,30 +44,29 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
         }
         KernelCommand::Jobs { json } => {
             let client = Client::connect(root)?;
-            let list = expect(client.get("/kernel/jobs")?, 200)?;
+            let list: JobList = expect(client.get("/kernel/jobs")?, 200, "GET /kernel/jobs")?;
             if json {
-                print_json(&list);
+                print_wire(&list);
             } else {
-                let jobs = list["jobs"].as_array().cloned().unwrap_or_default();
-                if jobs.is_empty() {
+                if list.jobs.is_empty() {
                     eprintln!("no session jobs yet; run one with `cairn kernel exec CODE`");
                 }
-                for j in jobs {
-                    let mut first = j["code"].as_str().unwrap_or("").lines().next().unwrap_or("").to_string();
-                    if j["kind"] == "verification" {
+                for j in &list.jobs {
+                    let mut first = j.code.lines().next().unwrap_or("").to_string();
+                    if j.kind == KernelJobKind::Verification {
                         first = format!(
                             "verify {} ({} of {} cells)",
-                            j["title"].as_str().unwrap_or(""),
-                            j["cells_done"].as_u64().unwrap_or(0),
-                            j["cells_total"].as_u64().unwrap_or(0)
+                            j.title.as_deref().unwrap_or(""),
+                            j.cells_done.unwrap_or(0),
+                            j.cells_total.unwrap_or(0)
                         );
                     }
                     println!(
                         "{}  {:<11} {:>8}  {}  {}",
-                        j["job_id"].as_str().unwrap_or(""),
-                        j["status"].as_str().unwrap_or(""),
-                        j["duration_ms"].as_u64().map(|m| human_duration(Duration::from_millis(m))).unwrap_or_default(),
-                        j["submitted_at"].as_str().unwrap_or(""),
+                        j.job_id,
+                        j.status.as_str(),
+                        duration_of(j).map(human_duration).unwrap_or_default(),
+                        j.submitted_at,
                         first.chars().take(60).collect::<String>()
                     );
                 }
@@ -74,9 +75,9 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
         }
         KernelCommand::Poll { job_id, json } => {
             let client = Client::connect(root)?;
-            let job = expect(client.get(&format!("/kernel/jobs/{job_id}"))?, 200)?;
+            let job: Job = expect(client.get(&format!("/kernel/jobs/{job_id}"))?, 200, "GET /kernel/jobs/{id}")?;
             if json {
-                print_json(&job);
+                print_wire(&job);
             } else {
                 print_outputs(&job, 0);
                 eprintln!("{}", summary(&job));
@@ -85,18 +86,17 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
         }
         KernelCommand::Interrupt { json } => {
             let client = Client::connect(root)?;
-            let out = expect(client.post("/kernel/interrupt", &json!({}))?, 200)?;
+            let out: Interrupted =
+                expect(client.post("/kernel/interrupt", &json!({}))?, 200, "POST /kernel/interrupt")?;
             if json {
-                print_json(&out);
+                print_wire(&out);
             } else {
-                let stopped: Vec<&str> =
-                    out["verifications"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-                match (out["interrupted"].as_str(), stopped.is_empty()) {
+                match (&out.interrupted, out.verifications.is_empty()) {
                     (Some(j), _) => println!("interrupted {j}"),
                     (None, true) => println!("no job was running"),
                     (None, false) => {}
                 }
-                for v in stopped {
+                for v in &out.verifications {
                     println!("stopping verification {v}: no further cell; the running one is interrupted");
                 }
             }
@@ -104,16 +104,16 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
         }
         KernelCommand::Restart { json } => {
             let client = Client::connect(root)?;
-            let out = expect(client.post("/kernel/restart", &json!({}))?, 200)?;
+            let out: Restarted = expect(client.post("/kernel/restart", &json!({}))?, 200, "POST /kernel/restart")?;
             if json {
-                print_json(&out);
+                print_wire(&out);
             } else {
-                let cancelled = out["cancelled"].as_array().map(Vec::len).unwrap_or(0);
-                match out["killed_session"].as_str() {
+                let cancelled = out.cancelled.len();
+                match &out.killed_session {
                     Some(s) => println!("killed session {s}; {cancelled} job(s) cancelled; the next job starts fresh"),
                     None => println!("no kernel was running; the next job starts fresh"),
                 }
-                for v in out["verifications"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                for v in &out.verifications {
                     println!("killed the kernel of verification {v}");
                 }
             }
@@ -142,22 +142,33 @@ fn read_code(path: &Path) -> Result<String, Failure> {
     Ok(text)
 }
 
-fn expect(answer: crate::client::Answer, status: u16) -> Result<Value, Failure> {
-    if answer.status == status { Ok(answer.body) } else { Err(failure_of(&answer)) }
+/// The daemon's answer as the wire type it sends with `status`; any other status is the failure
+/// it carries. `what` names the request in the message of an answer this build cannot read.
+fn expect<T: DeserializeOwned>(answer: crate::client::Answer, status: u16, what: &str) -> Result<T, Failure> {
+    if answer.status != status {
+        return Err(failure_of(&answer));
+    }
+    serde_json::from_value(answer.body)
+        .map_err(|e| Failure::of_answer(500, "internal", format!("{what} answered an unexpected body: {e}")))
+}
+
+/// A job's duration, when it has one (a negative one, from a clock that went back, is none).
+fn duration_of(job: &Job) -> Option<Duration> {
+    job.duration_ms.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis)
 }
 
 /// Polls the job until it ends, printing its outputs as they come (unless --json). Ctrl-C stops
 /// waiting; the job goes on in the daemon.
-fn wait(client: &Client, job_id: &str, json: bool) -> Result<Value, Failure> {
+fn wait(client: &Client, job_id: &str, json: bool) -> Result<Job, Failure> {
     let stop = Arc::new(AtomicBool::new(false));
     let registered = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
     let mut shown = 0;
     loop {
-        let job = expect(client.get(&format!("/kernel/jobs/{job_id}"))?, 200)?;
+        let job: Job = expect(client.get(&format!("/kernel/jobs/{job_id}"))?, 200, "GET /kernel/jobs/{id}")?;
         if !json {
             shown = print_outputs(&job, shown);
         }
-        if serde_json::from_value::<crate::wire::Job>(job.clone()).is_ok_and(|j| j.has_ended()) {
+        if job.has_ended() {
             if let Ok(id) = registered {
                 signal_hook::low_level::unregister(id);
             }
@@ -175,8 +186,8 @@ fn wait(client: &Client, job_id: &str, json: bool) -> Result<Value, Failure> {
 
 /// Prints the outputs' text beyond the first `printed` bytes; returns the new total. While a job
 /// runs its outputs are the raw messages and at its end the merged ones, whose text is the same.
-fn print_outputs(job: &Value, printed: usize) -> usize {
-    let text: String = job["outputs"].as_array().map(|o| o.iter().map(text_of).collect()).unwrap_or_default();
+fn print_outputs(job: &Job, printed: usize) -> usize {
+    let text: String = job.outputs.iter().map(text_of).collect();
     if let Some(new) = text.get(printed..) {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(new.as_bytes());
@@ -207,30 +218,31 @@ fn text_of(o: &Value) -> String {
     }
 }
 
-fn summary(job: &Value) -> String {
-    let mut s = format!("{} {}", job["job_id"].as_str().unwrap_or(""), job["status"].as_str().unwrap_or(""));
-    if let Some(ms) = job["duration_ms"].as_u64() {
-        s.push_str(&format!(" ({})", human_duration(Duration::from_millis(ms))));
+fn summary(job: &Job) -> String {
+    let mut s = format!("{} {}", job.job_id, job.status);
+    if let Some(d) = duration_of(job) {
+        s.push_str(&format!(" ({})", human_duration(d)));
     }
-    if let Some(e) = job["error"].as_str() {
+    if let Some(e) = &job.error {
         s.push_str(&format!(": {e}"));
     }
     s
 }
 
 /// 0 for `ok`, 1 for a job that ended otherwise (as a failed verification).
-fn finish(job: &Value, json: bool) -> u8 {
+fn finish(job: &Job, json: bool) -> u8 {
     if json {
-        print_json(job);
+        print_wire(job);
     } else {
         eprintln!("{}", summary(job));
     }
-    if job["status"] == "ok" { 0 } else { 1 }
+    if job.status == KernelJobState::Ok { 0 } else { 1 }
 }
 
 fn export_audit(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'static str), Failure> {
     let client = Client::connect(root)?;
-    let notebook = expect(client.get("/kernel/audit")?, 200)?;
+    // The audit notebook is nbformat, read as it is.
+    let notebook: Value = expect(client.get("/kernel/audit")?, 200, "GET /kernel/audit")?;
     let path = match output {
         Some(p) => p,
         None => {

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::Failure;
 use crate::client::Client;
 use crate::output::print_wire;
-use crate::wire::{Verify, VerifyResult};
+use crate::wire::{Verify, VerifyCellStatus, VerifyKernelStart, VerifyResult, VerifyStreamEvent, VerifyVerdict};
 
 struct Live {
     json: bool,
@@ -120,30 +120,30 @@ fn through_daemon(daemon: &Client, req: &cairn_engine::verify::VerifyRequest, js
     let mut live = Live { json };
     for line in lines.lines() {
         let line = line.map_err(|e| Failure::usage(format!("the daemon's verification stream broke: {e}")))?;
-        let Ok(event) = serde_json::from_str::<Value>(&line) else { continue };
-        let n = |k: &str| event[k].as_u64().unwrap_or(0);
-        match event["event"].as_str() {
-            Some("started") => {
+        let event = match serde_json::from_str::<VerifyStreamEvent>(&line) {
+            Ok(event) => event,
+            // A line this build does not know is passed over; a result it cannot read is an error.
+            Err(e) if serde_json::from_str::<Value>(&line).is_ok_and(|v| v["event"] == "result") => {
+                return Err(Failure::usage(format!("the daemon's verification result is unreadable: {e}")));
+            }
+            Err(_) => continue,
+        };
+        match event {
+            VerifyStreamEvent::Started { verification_id } => {
                 if let Ok(mut g) = id.lock() {
-                    *g = event["verification_id"].as_str().map(String::from);
+                    *g = Some(verification_id);
                 }
             }
-            Some("message") => live.message(event["text"].as_str().unwrap_or_default()),
-            Some("cell_started") => live.cell_started(n("index") as usize, n("total") as usize),
-            Some("cell_finished") => {
-                let status = serde_json::from_value(event["status"].clone()).unwrap_or(CellStatus::Failed);
-                live.cell_finished(n("index") as usize, status, n("duration_ms"));
+            VerifyStreamEvent::Message { text } => live.message(&text),
+            VerifyStreamEvent::CellStarted { index, total } => live.cell_started(index, total),
+            VerifyStreamEvent::CellFinished { index, status, duration_ms } => {
+                live.cell_finished(index, status.into(), duration_ms);
             }
-            Some("result") => {
-                let result: VerifyResult = serde_json::from_value(event["result"].clone())
-                    .map_err(|e| Failure::usage(format!("the daemon's verification result is unreadable: {e}")))?;
-                return finish(&result, json);
-            }
-            Some("error") => {
-                let a = crate::client::Answer { status: n("status") as u16, body: json!({"error": event["error"]}) };
+            VerifyStreamEvent::Result { result } => return finish(&result, json),
+            VerifyStreamEvent::Error { status, error } => {
+                let a = crate::client::Answer { status, body: json!({ "error": error }) };
                 return Err(crate::client::failure_of(&a));
             }
-            _ => {}
         }
     }
     Err(Failure::usage(
@@ -157,11 +157,11 @@ fn finish(r: &VerifyResult, json: bool) -> Result<u8, Failure> {
     } else {
         print_human(r);
     }
-    Ok(if r.verdict == "passed" { 0 } else { 1 })
+    Ok(if r.verdict == VerifyVerdict::Passed { 0 } else { 1 })
 }
 
 fn print_human(r: &VerifyResult) {
-    let skipped = r.cells.iter().filter(|c| c["status"] == "skipped").count();
+    let skipped = r.cells.iter().filter(|c| c.status == VerifyCellStatus::Skipped).count();
     println!(
         "{}: {} ({} cells{})",
         r.title,
@@ -181,7 +181,7 @@ fn print_human(r: &VerifyResult) {
     if let Some(p) = &r.preserved_edit {
         println!("  your edited draft was kept as {p}");
     }
-    if r.kernel["start"] == "pre_started" {
-        println!("  kernel: the daemon's spare, idle {} ms before it", r.kernel["idle_ms"]);
+    if let VerifyKernelStart::PreStarted { idle_ms } = r.kernel {
+        println!("  kernel: the daemon's spare, idle {idle_ms} ms before it");
     }
 }

@@ -423,25 +423,8 @@ impl Reply {
     }
 }
 
-/// What the agent observed for a run_dir (the fields in the order the agent prints them, so a
-/// plan stores them as before).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReadyFacts {
-    /// Free bytes at the parent; `None` when it is not a directory.
-    pub free_bytes: Option<u64>,
-    /// Each input path and its SHA-256, `None` when it is not a file there.
-    pub inputs: BTreeMap<String, Option<String>>,
-    pub inside_workspace_root: bool,
-    pub parent: String,
-    pub parent_is_dir: bool,
-    /// The parent is reached without a symlink.
-    pub parent_real: bool,
-    pub parent_writable: bool,
-    /// Each program asked for and where it is on the PATH, `None` when it is not.
-    pub programs: BTreeMap<String, Option<String>>,
-    pub run_dir: String,
-    pub run_dir_absent: bool,
-}
+/// What the agent observed for a run_dir: the core's type, which a plan records.
+pub use cairn_core::target::ReadyFacts;
 
 /// Who a launch is: the contents of its `pid.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -20,7 +20,7 @@ use utoipa::IntoParams;
 
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
-use crate::wire::{MAX_VERIFY_WAIT_SECS, VerificationRecord, Verify, VerifyResult};
+use crate::wire::{MAX_VERIFY_WAIT_SECS, VerificationRecord, Verify, VerifyResult, VerifyStreamEvent};
 
 /// Verifies a document in a fresh, disposable kernel and answers when it has a verdict. Give its
 /// text as `document`, or an absolute path on this machine as `path`, or only a `title` to
@@ -132,10 +132,10 @@ fn stream_verification(state: AppRef, body: Verify) -> Result<Response, ApiError
         .spawn(move || {
             let mut lines = Lines { tx, stop };
             let last = match state.service.engine().verify(&req, &mut lines) {
-                Ok(report) => json!({"event": "result", "result": VerifyResult::from_report(&report)}),
+                Ok(report) => VerifyStreamEvent::Result { result: Box::new(VerifyResult::from_report(&report)) },
                 Err(e) => {
                     let (status, body) = ApiError::from(e).parts();
-                    json!({"event": "error", "status": status.as_u16(), "error": body.error})
+                    VerifyStreamEvent::Error { status: status.as_u16(), error: crate::wire::to_value(&body.error) }
                 }
             };
             lines.send(&last);
@@ -156,7 +156,7 @@ struct Lines {
 }
 
 impl Lines {
-    fn send(&mut self, v: &Value) {
+    fn send(&mut self, v: &VerifyStreamEvent) {
         let mut line = serde_json::to_vec(v).unwrap_or_default();
         line.push(b'\n');
         if self.tx.send(Ok(line)).is_err() {
@@ -167,18 +167,16 @@ impl Lines {
 
 impl VerifyObserver for Lines {
     fn started(&mut self, verification_id: &str) {
-        self.send(&json!({"event": "started", "verification_id": verification_id}));
+        self.send(&VerifyStreamEvent::Started { verification_id: verification_id.to_string() });
     }
     fn message(&mut self, text: &str) {
-        self.send(&json!({"event": "message", "text": text}));
+        self.send(&VerifyStreamEvent::Message { text: text.to_string() });
     }
     fn cell_started(&mut self, index: usize, total: usize) {
-        self.send(&json!({"event": "cell_started", "index": index, "total": total}));
+        self.send(&VerifyStreamEvent::CellStarted { index, total });
     }
     fn cell_finished(&mut self, index: usize, status: cairn_core::verification::CellStatus, duration_ms: u64) {
-        self.send(
-            &json!({"event": "cell_finished", "index": index, "status": status.as_str(), "duration_ms": duration_ms}),
-        );
+        self.send(&VerifyStreamEvent::CellFinished { index, status: status.into(), duration_ms });
     }
 }
 

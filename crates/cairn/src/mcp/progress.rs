@@ -7,7 +7,8 @@
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
-use serde_json::Value;
+
+use crate::wire::{Job, VerifyCellStatus, VerifyResult};
 
 /// Where a call's progress goes; a call without a `progressToken` gets none.
 pub struct Progress {
@@ -38,17 +39,16 @@ impl Progress {
 }
 
 /// What a verification in progress has done (`GET /kernel/jobs/{id}`, or its row in the list).
-pub fn cells(job: &Value) -> Option<(f64, f64, String)> {
-    let (done, total) = (job["cells_done"].as_u64()?, job["cells_total"].as_u64()?);
-    let title = job["title"].as_str().unwrap_or("the document");
+pub fn cells(job: &Job) -> Option<(f64, f64, String)> {
+    let (done, total) = (job.cells_done?, job.cells_total?);
+    let title = job.title.as_deref().unwrap_or("the document");
     Some((done as f64, total as f64, format!("{title}: {done} of {total} cells done")))
 }
 
 /// What a verification's verdict says of its cells: those that ran of all its code cells.
-pub fn ended_cells(result: &Value) -> Option<(f64, f64, String)> {
-    let cells = result["cells"].as_array()?;
-    let ran = cells.iter().filter(|c| c["status"] != "skipped").count();
-    let title = result["title"].as_str().unwrap_or("the document");
-    let verdict = result["verdict"].as_str().unwrap_or("no verdict");
-    Some((ran as f64, cells.len() as f64, format!("{title}: {ran} of {} cells done, {verdict}", cells.len())))
+pub fn ended_cells(result: &VerifyResult) -> (f64, f64, String) {
+    let cells = &result.cells;
+    let ran = cells.iter().filter(|c| c.status != VerifyCellStatus::Skipped).count();
+    let (title, verdict) = (&result.title, result.verdict);
+    (ran as f64, cells.len() as f64, format!("{title}: {ran} of {} cells done, {verdict}", cells.len()))
 }

@@ -236,17 +236,16 @@ impl Workbench {
         mut progress: Progress,
     ) -> CallToolResult {
         // Verifications share one kernel slot: ours is the one in progress that was not already.
-        let live = |list: &Value| -> Vec<Value> {
-            list["jobs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|j| j["kind"] == "verification" && j["status"] == "running")
-                .cloned()
-                .collect()
+        let live = |list: Value| -> Vec<crate::wire::Job> {
+            let list: crate::wire::JobList =
+                serde_json::from_value(list).unwrap_or(crate::wire::JobList { jobs: Vec::new() });
+            let running = |j: &crate::wire::Job| {
+                j.kind == crate::wire::KernelJobKind::Verification && j.status == crate::wire::KernelJobState::Running
+            };
+            list.jobs.into_iter().filter(running).collect()
         };
-        let before: Vec<Value> = match self.daemon.call(ctx, "GET", "/kernel/jobs".into(), None).await {
-            Ok(list) => live(&list).into_iter().map(|j| j["job_id"].clone()).collect(),
+        let before: Vec<String> = match self.daemon.call(ctx, "GET", "/kernel/jobs".into(), None).await {
+            Ok(list) => live(list).into_iter().map(|j| j.job_id).collect(),
             Err(_) => Vec::new(),
         };
         let post = self.daemon.call(ctx, "POST", "/verifications".into(), Some(body));
@@ -256,7 +255,9 @@ impl Workbench {
                 answer = &mut post => {
                     return match answer {
                         Ok(v) => {
-                            if let Some((done, total, message)) = progress::ended_cells(&v) {
+                            // A verification that was not waited for answers without its cells.
+                            if let Ok(result) = serde_json::from_value::<crate::wire::VerifyResult>(v.clone()) {
+                                let (done, total, message) = progress::ended_cells(&result);
                                 progress.report(done, Some(total), message).await;
                             }
                             structured(v)
@@ -266,7 +267,7 @@ impl Workbench {
                 }
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {
                     if let Ok(list) = self.daemon.call(ctx, "GET", "/kernel/jobs".into(), None).await
-                        && let Some(ours) = live(&list).into_iter().find(|j| !before.contains(&j["job_id"]))
+                        && let Some(ours) = live(list).into_iter().find(|j| !before.contains(&j.job_id))
                         && let Some((done, total, message)) = progress::cells(&ours)
                     {
                         progress.report(done, Some(total), message).await;
@@ -385,9 +386,8 @@ impl Workbench {
         match self.daemon.call(&ctx, "POST", "/plans".into(), Some(body)).await.and_then(made_plan) {
             Ok((plan, jobs)) => {
                 let mut view = plan_view(&plan);
-                let replay = plan.replay.clone().unwrap_or_default();
-                view["decisions"] = replay["decisions"].clone();
-                view["source_run_id"] = replay["source_run_id"].clone();
+                view["decisions"] = json!(plan.replay.as_ref().map(|r| &r.decisions));
+                view["source_run_id"] = json!(plan.replay.as_ref().map(|r| &r.source_run_id));
                 if let Some(jobs) = jobs {
                     view["jobs"] = jobs;
                 }

@@ -1,6 +1,7 @@
 //! The session kernel's jobs, and what interrupting or restarting it did.
 
-use cairn_core::store::KernelJob;
+use cairn_core::store::{KernelJob, KernelJobStatus};
+use cairn_core::verification::Verdict;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -17,10 +18,9 @@ pub struct Job {
     pub job_id: String,
     /// `session` (a job of the session kernel) or `verification` (a document verified in its own
     /// scratch kernel; `job_id` is its verification id).
-    #[serde(default = "session_kind")]
-    pub kind: String,
-    /// `queued`, `running`, `ok`, `error`, `died`, `timed_out`, `interrupted` or `cancelled`.
-    pub status: String,
+    #[serde(default)]
+    pub kind: KernelJobKind,
+    pub status: KernelJobState,
     pub code: String,
     /// nbformat v4 output dicts, in order.
     #[schema(value_type = Vec<Object>)]
@@ -47,8 +47,84 @@ pub struct Job {
     pub verification: Option<VerificationRecord>,
 }
 
-fn session_kind() -> String {
-    "session".into()
+/// What a row of the job list is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelJobKind {
+    /// A job of the session kernel.
+    #[default]
+    Session,
+    /// A document verified in its own scratch kernel.
+    Verification,
+}
+
+/// A job's status: a session job's (`queued`, `running`, `ok`, `error`, `died`, `timed_out`,
+/// `interrupted` or `cancelled`), or a verification's (`running`, then its verdict: `passed`,
+/// `failed`, `died`, `timed_out` or `interrupted`; `died` too when the process running it ended
+/// before it had one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelJobState {
+    Queued,
+    Running,
+    Ok,
+    Error,
+    Died,
+    TimedOut,
+    Interrupted,
+    Cancelled,
+    Passed,
+    Failed,
+}
+
+impl KernelJobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelJobState::Queued => "queued",
+            KernelJobState::Running => "running",
+            KernelJobState::Ok => "ok",
+            KernelJobState::Error => "error",
+            KernelJobState::Died => "died",
+            KernelJobState::TimedOut => "timed_out",
+            KernelJobState::Interrupted => "interrupted",
+            KernelJobState::Cancelled => "cancelled",
+            KernelJobState::Passed => "passed",
+            KernelJobState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for KernelJobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<KernelJobStatus> for KernelJobState {
+    fn from(s: KernelJobStatus) -> KernelJobState {
+        match s {
+            KernelJobStatus::Queued => KernelJobState::Queued,
+            KernelJobStatus::Running => KernelJobState::Running,
+            KernelJobStatus::Ok => KernelJobState::Ok,
+            KernelJobStatus::Error => KernelJobState::Error,
+            KernelJobStatus::Died => KernelJobState::Died,
+            KernelJobStatus::TimedOut => KernelJobState::TimedOut,
+            KernelJobStatus::Interrupted => KernelJobState::Interrupted,
+            KernelJobStatus::Cancelled => KernelJobState::Cancelled,
+        }
+    }
+}
+
+impl From<Verdict> for KernelJobState {
+    fn from(v: Verdict) -> KernelJobState {
+        match v {
+            Verdict::Passed => KernelJobState::Passed,
+            Verdict::Failed => KernelJobState::Failed,
+            Verdict::Died => KernelJobState::Died,
+            Verdict::TimedOut => KernelJobState::TimedOut,
+            Verdict::Interrupted => KernelJobState::Interrupted,
+        }
+    }
 }
 
 impl Job {
@@ -56,8 +132,8 @@ impl Job {
     pub fn from_live(l: &LiveVerification) -> Job {
         Job {
             job_id: l.verification_id.clone(),
-            kind: "verification".into(),
-            status: "running".into(),
+            kind: KernelJobKind::Verification,
+            status: KernelJobState::Running,
             code: l.document.clone(),
             outputs: Vec::new(),
             execution_count: None,
@@ -78,14 +154,16 @@ impl Job {
     /// process running it ended before it had one).
     pub fn from_verification(v: &cairn_core::store::VerificationRecord) -> Job {
         let cells = v.cells.as_array().map(Vec::len);
+        // The engine records a verdict as `Verdict::as_str`; one it cannot read is no verdict.
+        let verdict = v.verdict.as_deref().and_then(|s| s.parse::<Verdict>().ok());
         Job {
             job_id: v.id.clone(),
-            kind: "verification".into(),
-            status: v.verdict.clone().unwrap_or_else(|| "died".into()),
+            kind: KernelJobKind::Verification,
+            status: verdict.map_or(KernelJobState::Died, KernelJobState::from),
             code: v.document.clone(),
             outputs: Vec::new(),
             execution_count: None,
-            error: match &v.verdict {
+            error: match verdict {
                 Some(_) => v.error.clone(),
                 None => Some("the process running this verification ended before it had a verdict".into()),
             },
@@ -104,8 +182,8 @@ impl Job {
     pub fn from_record(j: &KernelJob) -> Job {
         Job {
             job_id: j.job_id.clone(),
-            kind: session_kind(),
-            status: j.status.clone(),
+            kind: KernelJobKind::Session,
+            status: j.status.into(),
             code: j.code.clone(),
             outputs: j.outputs.clone(),
             execution_count: j.execution_count,
@@ -124,7 +202,7 @@ impl Job {
 
     /// Whether the job has ended (it is neither queued nor running).
     pub fn has_ended(&self) -> bool {
-        !matches!(self.status.as_str(), "queued" | "running")
+        !matches!(self.status, KernelJobState::Queued | KernelJobState::Running)
     }
 }
 

@@ -21,7 +21,7 @@ pub use docs::{
     SearchDocs, SnippetPart,
 };
 pub use jobs::{JobId, PipelineJob, PipelineJobs, RuleJobs};
-pub use kernel::{Interrupted, Job, JobList, Restarted};
+pub use kernel::{Interrupted, Job, JobList, KernelJobKind, KernelJobState, Restarted};
 pub use plans::{PlanList, PlanSummary};
 pub use requests::{
     AddTarget, ExecutePlan, ExecutorName, MAX_VERIFY_WAIT_SECS, PlanReplay, PlanRun, ReplayDirective, SubmitJob,
@@ -33,7 +33,10 @@ pub use runs::{
     TimelineAttempt, TraceMatch, TraceResult,
 };
 pub use targets::targets_json;
-pub use verify::{VerificationRecord, VerifyResult};
+pub use verify::{
+    VerificationRecord, VerifyCell, VerifyCellError, VerifyCellStatus, VerifyKernelStart, VerifyResult,
+    VerifySkipReason, VerifyStreamEvent, VerifyTimeout, VerifyTimeoutSource, VerifyVerdict,
+};
 pub use workflows::{AddWorkflow, WorkflowAdded, WorkflowDetail, WorkflowList, WorkflowProblem, WorkflowSummary};
 
 /// A time as every surface shows it: RFC 3339 UTC with milliseconds.
