@@ -141,8 +141,7 @@ fn through_daemon(daemon: &Client, req: &cairn_engine::verify::VerifyRequest, js
             }
             VerifyStreamEvent::Result { result } => return finish(&result, json),
             VerifyStreamEvent::Error { status, error } => {
-                let a = crate::client::Answer { status, body: json!({ "error": error }) };
-                return Err(crate::client::failure_of(&a));
+                return Err(Failure::of_answer(status, &error.code, error.message));
             }
         }
     }

@@ -135,7 +135,7 @@ fn stream_verification(state: AppRef, body: Verify) -> Result<Response, ApiError
                 Ok(report) => VerifyStreamEvent::Result { result: Box::new(VerifyResult::from_report(&report)) },
                 Err(e) => {
                     let (status, body) = ApiError::from(e).parts();
-                    VerifyStreamEvent::Error { status: status.as_u16(), error: crate::wire::to_value(&body.error) }
+                    VerifyStreamEvent::Error { status: status.as_u16(), error: body.error }
                 }
             };
             lines.send(&last);

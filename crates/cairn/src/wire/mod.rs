@@ -91,7 +91,7 @@ pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// A stable machine-readable code, e.g. `unauthorized`, `execution_input_mismatch`.
     pub code: String,

@@ -333,7 +333,7 @@ pub enum VerifyStreamEvent {
     /// would have carried.
     Error {
         status: u16,
-        error: Value,
+        error: super::ErrorDetail,
     },
 }
 
@@ -358,7 +358,7 @@ mod tests {
             line(VerifyStreamEvent::CellFinished { index: 2, status: VerifyCellStatus::TimedOut, duration_ms: 7 }),
             r#"{"event":"cell_finished","index":2,"status":"timed_out","duration_ms":7}"#
         );
-        let error = serde_json::json!({"code": "not_found", "message": "m"});
+        let error = super::super::ErrorDetail { code: "not_found".into(), message: "m".into(), problems: Vec::new() };
         assert_eq!(
             line(VerifyStreamEvent::Error { status: 404, error }),
             r#"{"event":"error","status":404,"error":{"code":"not_found","message":"m"}}"#
