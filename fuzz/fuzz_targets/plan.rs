@@ -13,7 +13,7 @@ use cairn_core::canonical::canonical_json;
 use std::collections::BTreeMap;
 
 use cairn_core::plan::{
-    Effect, InputFile, PLAN_FORMAT, Plan, PlanFileError, PlanReadiness, PlanReplay, PlannedCommand, PlannedDecision,
+    Effect, InputFile, PLAN_FORMAT, Plan, PlanFileError, PlanReadiness, PlanReplay, PlannedCommand,
     read_plan,
 };
 use cairn_core::replay::{Decision, Reason};
@@ -116,7 +116,7 @@ fn replay(u: &mut Unstructured<'_>) -> Result<PlanReplay> {
             1 => (Decision::Replay, Reason::Requested),
             _ => (Decision::Replay, Reason::DescendantOfRequested { step: s(u)? }),
         };
-        decisions.push(PlannedDecision { step_id: s(u)?, decision, text: reason.text(), reason });
+        decisions.push(cairn_core::replay::DecisionRecord { step_id: s(u)?, decision, text: reason.text(), reason });
     }
     Ok(PlanReplay { source_run_id: s(u)?, step_ids: vec![s(u)?], decisions })
 }

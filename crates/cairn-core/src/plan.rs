@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::canonical::{CanonicalError, hash_json, short_hash};
-use crate::replay::{Decision, Reason, StepDecision};
+use crate::replay::DecisionRecord;
 use crate::target::{Executor, ReadyFacts};
 
 /// The version of the plan format; a plan of another version is refused, never guessed at.
@@ -98,29 +98,7 @@ pub struct PlanReplay {
     pub source_run_id: String,
     /// The requested step ids, deduplicated, in declaration order.
     pub step_ids: Vec<String>,
-    pub decisions: Vec<PlannedDecision>,
-}
-
-/// One step's replay decision as a plan shows it: the reason, and that reason in words as the
-/// planner wrote it (kept as written, so the plan hashes as it was made).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlannedDecision {
-    pub step_id: String,
-    pub decision: Decision,
-    pub reason: Reason,
-    pub text: String,
-}
-
-impl PlannedDecision {
-    pub fn of(d: &StepDecision) -> PlannedDecision {
-        PlannedDecision {
-            step_id: d.step_id.clone(),
-            decision: d.decision,
-            reason: d.reason.clone(),
-            text: d.reason.text(),
-        }
-    }
+    pub decisions: Vec<DecisionRecord>,
 }
 
 /// An immutable plan. Everything but `plan_checksum` is covered by the checksum.
@@ -615,7 +593,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, reason)| {
-                let r: Reason = serde_json::from_value(reason.clone()).unwrap();
+                let r: crate::replay::Reason = serde_json::from_value(reason.clone()).unwrap();
                 json!({"step_id": format!("s{i}"), "decision": if i == 0 { "reuse" } else { "replay" },
                     "reason": reason, "text": r.text()})
             })

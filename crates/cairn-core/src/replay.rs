@@ -154,6 +154,16 @@ pub enum Decision {
     Replay,
 }
 
+impl Decision {
+    /// As its JSON names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Reuse => "reuse",
+            Decision::Replay => "replay",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepDecision {
     pub step_id: String,
@@ -470,6 +480,45 @@ pub fn plan<'a>(r: &ReplayInput<'a>) -> ReplayPlan {
         source_run_id: r.source_run_id.to_string(),
         requested: r.requested.to_vec(),
         decisions: r.dag.order().iter().filter_map(|&i| decisions[i].take()).collect(),
+    }
+}
+
+/// One step's replay decision as recorded, in a replay child (`runs.replay_json`) and in a replay
+/// plan: the reason, and that reason in words as it was written (kept as written, so a plan
+/// hashes as it was made).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRecord {
+    pub step_id: String,
+    pub decision: Decision,
+    pub reason: Reason,
+    pub text: String,
+}
+
+impl DecisionRecord {
+    pub fn of(d: &StepDecision) -> DecisionRecord {
+        DecisionRecord {
+            step_id: d.step_id.clone(),
+            decision: d.decision,
+            reason: d.reason.clone(),
+            text: d.reason.text(),
+        }
+    }
+}
+
+/// What a replay child keeps of its replay: the summary, and each step's decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayRecord {
+    #[serde(flatten)]
+    pub summary: ReplaySummary,
+    #[serde(default)]
+    pub decisions: Vec<DecisionRecord>,
+}
+
+impl ReplayRecord {
+    /// The decision recorded for `step_id`.
+    pub fn decision(&self, step_id: &str) -> Option<&DecisionRecord> {
+        self.decisions.iter().find(|d| d.step_id == step_id)
     }
 }
 

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::artifact::ArtifactRecord;
 use crate::event::RunEvent;
+use crate::replay::DecisionRecord;
 use crate::status::{Outcome, RunStatus};
 use crate::store::{EventRecord, RunRecord, StepRecord, VerificationRecord};
 use crate::time::rfc3339;
@@ -469,8 +470,7 @@ fn step_entities(c: &CrateRun, s: &CrateStep, g: &mut CrateGraph) -> Option<Stri
         "instrument": id(&step_id(&s.step_id)),
     });
     if let Some(d) = replay_decision(&c.run, &s.step_id) {
-        control_entity["description"] =
-            json!(format!("{}: {}", d["decision"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or("")));
+        control_entity["description"] = json!(format!("{}: {}", d.decision.as_str(), d.text));
     }
     if let Some(r) = &s.record {
         control_entity["object"] = attempt_entities(c, s, r, g);
@@ -496,8 +496,8 @@ fn step_entities(c: &CrateRun, s: &CrateStep, g: &mut CrateGraph) -> Option<Stri
 }
 
 /// The replay planner's decision for a step of a replay child.
-fn replay_decision<'r>(run: &'r RunRecord, step: &str) -> Option<&'r Value> {
-    run.replay.as_ref()?.get("decisions")?.as_array()?.iter().find(|d| d["step_id"] == step)
+fn replay_decision<'r>(run: &'r RunRecord, step: &str) -> Option<&'r DecisionRecord> {
+    run.replay.as_ref()?.decision(step)
 }
 
 /// The actions of a step that has a record: the attempt that produced its evidence (this run's

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::artifact::{Artifact, ArtifactRecord};
 use crate::event::RunEvent;
 use crate::ids::{AttemptToken, Owner};
+use crate::replay::ReplayRecord;
 use crate::signature::StepSignature;
 use crate::status::{Outcome, RunStatus, StepStatus};
 use crate::validator::Finding;
@@ -49,7 +50,7 @@ pub struct RunRecord {
     pub findings: Vec<Finding>,
     pub error: Option<String>,
     pub source_run_id: Option<String>,
-    pub replay: Option<Value>,
+    pub replay: Option<ReplayRecord>,
     /// The process executing the run (a daemon, or a CLI in-process), so a successor daemon
     /// recovers only what a dead owner left.
     pub owner: Option<Owner>,
@@ -90,7 +91,7 @@ pub struct NewRun {
     pub input: Value,
     pub run_dir: String,
     pub source_run_id: Option<String>,
-    pub replay: Option<Value>,
+    pub replay: Option<ReplayRecord>,
     pub owner: Option<Owner>,
     pub thread_id: Option<String>,
     /// How many steps may execute at once (1: serial).

@@ -14,9 +14,10 @@ use cairn_core::canonical::sha256_hex;
 use cairn_core::controller::SlurmSubmit;
 use cairn_core::ids::{Owner, RunId};
 use cairn_core::plan::{
-    ApprovalChannel, Effect, InputFile, PLAN_FORMAT, Plan, PlanReadiness, PlanReplay, PlannedCommand, PlannedDecision,
-    Receipt, absolute_path_strings, check_effect_path, read_plan, sign_receipt, verify_receipt,
+    ApprovalChannel, Effect, InputFile, PLAN_FORMAT, Plan, PlanReadiness, PlanReplay, PlannedCommand, Receipt,
+    absolute_path_strings, check_effect_path, read_plan, sign_receipt, verify_receipt,
 };
+use cairn_core::replay::DecisionRecord;
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
 use cairn_core::store::{ConsumeReceipt, NewRun, PlanRecord, RunRecord};
@@ -225,7 +226,7 @@ impl Engine {
         let replay = PlanReplay {
             source_run_id: source.clone(),
             step_ids: prepared.plan.requested.clone(),
-            decisions: prepared.plan.decisions.iter().map(PlannedDecision::of).collect(),
+            decisions: prepared.plan.decisions.iter().map(DecisionRecord::of).collect(),
         };
         Ok((prepared.workflow, prepared.input, Some(replay)))
     }

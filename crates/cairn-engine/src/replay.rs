@@ -10,7 +10,8 @@ use cairn_core::artifact::{Artifact, output_path};
 use cairn_core::ids::{Owner, RunId};
 use cairn_core::plan::InputFile;
 use cairn_core::replay::{
-    self, Damage, Decision, Found, InputDamage, OutputDamage, ReplayInput, ReplayPlan, ReplaySummary, SourceStep,
+    self, Damage, Decision, DecisionRecord, Found, InputDamage, OutputDamage, ReplayInput, ReplayPlan, ReplayRecord,
+    ReplaySummary, SourceStep,
 };
 use cairn_core::signature::run_identity;
 use cairn_core::status::RunStatus;
@@ -65,16 +66,11 @@ impl PreparedReplay {
     }
 
     /// What the child run stores about its replay: the summary and every decision with its reason.
-    pub fn record(&self) -> Value {
-        let mut v = serde_json::to_value(&self.summary).unwrap_or(Value::Null);
-        v["decisions"] = Value::Array(
-            self.plan
-                .decisions
-                .iter()
-                .map(|d| json!({"step_id": d.step_id, "decision": d.decision, "reason": d.reason, "text": d.reason.text()}))
-                .collect(),
-        );
-        v
+    pub fn record(&self) -> ReplayRecord {
+        ReplayRecord {
+            summary: self.summary.clone(),
+            decisions: self.plan.decisions.iter().map(DecisionRecord::of).collect(),
+        }
     }
 }
 
@@ -422,10 +418,10 @@ impl Engine {
     /// What replay request a stored child run came from, so a daemon can continue it.
     pub(crate) fn replay_request_of(&self, run: &RunRecord) -> Option<ReplayRequest> {
         let source_run_id = run.source_run_id.clone()?;
-        let requested = run.replay.as_ref()?.get("requested")?.as_array()?;
+        let requested = &run.replay.as_ref()?.summary.requested;
         Some(ReplayRequest {
             source_run_id,
-            step_ids: requested.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+            step_ids: requested.clone(),
             input: Some(run.input.clone()),
             run_id: Some(run.run_id.clone()),
             version: Some(run.version.clone()),

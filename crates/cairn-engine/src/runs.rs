@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use cairn_core::artifact::ArtifactRecord;
+use cairn_core::replay::DecisionRecord;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::{EventRecord, LeasedRun, RunQuery, RunRecord, StepRecord};
@@ -69,10 +70,9 @@ impl StepView {
 }
 
 impl RunView {
-    /// The replay decision stored for a step (`{step_id, decision, reason, text}`), if the run is
-    /// a replay child.
-    pub fn decision_of(&self, step_id: &str) -> Option<&Value> {
-        self.run.replay.as_ref()?.get("decisions")?.as_array()?.iter().find(|d| d["step_id"] == step_id)
+    /// The replay decision stored for a step, if the run is a replay child.
+    pub fn decision_of(&self, step_id: &str) -> Option<&DecisionRecord> {
+        self.run.replay.as_ref()?.decision(step_id)
     }
 
     pub fn step(&self, step_id: &str) -> Result<&StepView, EngineError> {
@@ -114,7 +114,7 @@ pub struct StepDetail {
     pub run_id: String,
     pub step: StepView,
     /// For a replay child: the decision stored for the step.
-    pub decision: Option<Value>,
+    pub decision: Option<DecisionRecord>,
 }
 
 /// One run of a list, with where it executes.
@@ -361,7 +361,7 @@ impl Engine {
         let step = view.step(step_id)?;
         let r = step.record.as_ref();
         let (decision, reason, text) = match view.decision_of(step_id) {
-            Some(d) => (d["decision"].clone(), d["reason"].clone(), d["text"].clone()),
+            Some(d) => (json!(d.decision), json!(d.reason), json!(d.text)),
             None => (
                 json!("execute"),
                 json!({"kind": "not_a_replay"}),

@@ -7,6 +7,7 @@
 
 use cairn_core::artifact::Artifact;
 use cairn_core::plan::ApprovalChannel;
+use cairn_core::replay::{ReplayRecord, ReplaySummary};
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus};
 use cairn_core::store::*;
@@ -76,7 +77,16 @@ fn new_run(run: &str, source: Option<&str>, at: i64) -> NewRun {
         input: json!({"run": run}),
         run_dir: format!("/runs/{run}"),
         source_run_id: source.map(str::to_string),
-        replay: source.map(|s| json!({"source": s})),
+        replay: source.map(|s| ReplayRecord {
+            summary: ReplaySummary {
+                source_run_id: s.to_string(),
+                requested: vec!["a".into()],
+                replayed: vec!["a".into()],
+                reused: Vec::new(),
+                invalidated: Vec::new(),
+            },
+            decisions: Vec::new(),
+        }),
         owner: None,
         thread_id: None,
         parallelism: 1,

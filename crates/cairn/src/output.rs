@@ -48,7 +48,7 @@ pub fn print_run(report: &RunView, detail: bool) {
             duration(r.and_then(|r| r.duration_us))
         );
         if let Some(d) = report.decision_of(&s.step_id) {
-            line.push_str(&format!("  {}", d["text"].as_str().unwrap_or("")));
+            line.push_str(&format!("  {}", d.text));
         } else if let Some(from) = r.and_then(|r| r.reused_from.as_ref()) {
             line.push_str(&format!("  reused from {from}"));
         }
@@ -404,18 +404,13 @@ pub fn print_lineage(view: &RunView) {
         println!("  approved {how} at {}  [{}]", wire::time(a.at), a.channel);
     }
     if let Some(replay) = &run.replay {
-        let list = |k: &str| {
-            replay[k]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
-                .unwrap_or_default()
-        };
-        println!("  replay of {}: requested [{}]", replay["source_run_id"].as_str().unwrap_or("?"), list("requested"));
+        let r = &replay.summary;
+        println!("  replay of {}: requested [{}]", r.source_run_id, r.requested.join(", "));
         println!(
             "    replayed [{}]  reused [{}]  invalidated [{}]",
-            list("replayed"),
-            list("reused"),
-            list("invalidated")
+            r.replayed.join(", "),
+            r.reused.join(", "),
+            r.invalidated.join(", ")
         );
     }
     if !chain.is_empty() {

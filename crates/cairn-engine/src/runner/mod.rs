@@ -155,7 +155,7 @@ impl Engine {
         identity: String,
         input: &Value,
         source_run_id: Option<String>,
-        replay: Option<Value>,
+        replay: Option<cairn_core::replay::ReplayRecord>,
     ) -> Result<NewRun, EngineError> {
         let run_id = match run_id {
             Some(id) => RunId::parse(id).map_err(EngineError::InvalidRunId)?,

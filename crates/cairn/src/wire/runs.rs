@@ -2,6 +2,7 @@
 
 use cairn_core::artifact::ArtifactRecord;
 use cairn_core::event::RunEvent;
+use cairn_core::replay::DecisionRecord;
 use cairn_core::store::{EventRecord, RunRecord};
 use cairn_engine::{RunArtifacts, RunListing, RunView, StepExplanation, StepView, Trace};
 use serde::{Deserialize, Serialize};
@@ -344,7 +345,7 @@ impl RunResult {
             thread_id: run.thread_id.clone(),
             target: view.target.clone(),
             parallel: run.parallelism,
-            replay: run.replay.clone(),
+            replay: run.replay.as_ref().map(super::to_value),
             lineage: view.lineage.iter().map(lineage_entry).collect(),
             approval: view.approval.as_ref().map(|a| ApprovalView { channel: a.channel.clone(), at: time(a.at) }),
             lease: view.lease.as_ref().map(|l| RunLease {
@@ -372,7 +373,7 @@ fn step_result(view: &RunView, s: &StepView) -> StepResult {
     step_fields(view.decision_of(&s.step_id), s, RESULT_PREVIEW_BYTES)
 }
 
-fn step_fields(decision: Option<&Value>, s: &StepView, limit: usize) -> StepResult {
+fn step_fields(decision: Option<&DecisionRecord>, s: &StepView, limit: usize) -> StepResult {
     let r = s.record.as_ref();
     let (result, result_truncated, result_bytes) = match r.and_then(|r| r.result.as_ref()) {
         Some(v) => {
@@ -402,8 +403,8 @@ fn step_fields(decision: Option<&Value>, s: &StepView, limit: usize) -> StepResu
         outcome: r.and_then(|r| r.outcome).map(|o| o.to_string()),
         duration_ms: r.and_then(|r| r.duration_us).map(|us| us as f64 / 1000.0),
         error: r.and_then(|r| r.error.clone()),
-        decision: decision.and_then(|d| d["decision"].as_str()).map(String::from),
-        reason: decision.and_then(|d| d["text"].as_str()).map(String::from),
+        decision: decision.map(|d| d.decision.as_str().to_string()),
+        reason: decision.map(|d| d.text.clone()),
     }
 }
 
@@ -671,7 +672,7 @@ impl ReplayPreview {
             workflow: p.workflow.spec().name.clone(),
             version: p.workflow.spec().version.clone(),
             replay: super::to_value(&p.summary),
-            decisions: p.record()["decisions"].clone(),
+            decisions: super::to_value(&p.record().decisions),
             jobs: Vec::new(),
         }
     }
