@@ -13,8 +13,7 @@ use cairn_core::canonical::canonical_json;
 use std::collections::BTreeMap;
 
 use cairn_core::plan::{
-    Effect, InputFile, PLAN_FORMAT, Plan, PlanFileError, PlanReadiness, PlanReplay, PlannedCommand,
-    read_plan,
+    Effect, InputFile, PLAN_FORMAT, Plan, PlanFileError, PlanReadiness, PlanReplay, PlannedCommand, read_plan,
 };
 use cairn_core::replay::{Decision, Reason};
 use cairn_core::target::{Executor, ReadyFacts};
