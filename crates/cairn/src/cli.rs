@@ -49,7 +49,8 @@ pub enum Command {
     },
     /// List runs, newest first.
     Runs {
-        #[arg(long, default_value_t = 50)]
+        /// At most N runs (1 to 1000, as `GET /runs`).
+        #[arg(long, value_name = "N", default_value_t = 50)]
         limit: usize,
         #[arg(long)]
         json: bool,
