@@ -150,12 +150,10 @@ impl Client {
             .spawn(move || {
                 for line in reader.lines() {
                     let Ok(line) = line else { break };
-                    if let Some(data) = line.strip_prefix("data:") {
-                        let Ok(event) = serde_json::from_str::<Event>(data.trim_start()) else { continue };
-                        let done = event.event().is_some_and(|e| e.ends_run());
-                        if tx.send(event).is_err() || done {
-                            break;
-                        }
+                    let Some(event) = Event::of_sse_line(&line) else { continue };
+                    let done = event.event().is_some_and(|e| e.ends_run());
+                    if tx.send(event).is_err() || done {
+                        break;
                     }
                 }
             })

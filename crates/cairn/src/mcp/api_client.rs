@@ -174,7 +174,7 @@ impl ApiClient {
                 tokio::task::spawn_blocking(move || {
                     for line in std::io::BufRead::lines(reader) {
                         let Ok(line) = line else { break };
-                        if let Some(event) = event_of(&line)
+                        if let Some(event) = Event::of_sse_line(&line)
                             && (tx.blocking_send(event).is_err())
                         {
                             break;
@@ -197,7 +197,7 @@ impl ApiClient {
                         pending.push_str(&String::from_utf8_lossy(&chunk));
                         while let Some(end) = pending.find('\n') {
                             let line: String = pending.drain(..=end).collect();
-                            if let Some(event) = event_of(line.trim_end())
+                            if let Some(event) = Event::of_sse_line(line.trim_end())
                                 && tx.send(event).await.is_err()
                             {
                                 return;
@@ -277,11 +277,6 @@ async fn route(
         Ok(response) => response,
         Err(never) => match never {},
     })
-}
-
-/// The run event one line of an event stream carries (`data: {…}`), if any.
-fn event_of(line: &str) -> Option<Event> {
-    serde_json::from_str(line.strip_prefix("data:")?.trim_start()).ok()
 }
 
 fn unreachable(url: &str, e: ureq::Error) -> CallError {

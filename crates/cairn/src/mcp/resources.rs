@@ -126,10 +126,6 @@ fn state_of(run: &RunResult) -> Value {
     json!({"status": run.status, "steps": steps, "findings": run.findings, "error": run.error})
 }
 
-fn is_terminal(run: &RunResult) -> bool {
-    run.status.parse::<cairn_core::status::RunStatus>().is_ok_and(|s| s.is_terminal())
-}
-
 /// Checks that `uri` can be subscribed to: a run that exists (its state now, to watch from), or
 /// another resource that exists and never changes (`None`: nothing to watch).
 async fn subscribable(
@@ -167,7 +163,7 @@ async fn watch<F, Fut>(
     let Some(id) = run_of(&uri).map(String::from) else { return };
     let Ok(run) = decode::<RunResult>(run) else { return };
     let mut last = state_of(&run);
-    if is_terminal(&run) {
+    if run.has_ended() {
         return;
     }
     let Ok(mut events) = daemon.follow(&ctx, &id, 0).await else { return };
@@ -187,7 +183,7 @@ async fn watch<F, Fut>(
                 return;
             }
         }
-        if !more || is_terminal(&run) {
+        if !more || run.has_ended() {
             return;
         }
     }

@@ -155,10 +155,6 @@ fn made_plan(mut answer: Value) -> Result<(Plan, Option<Value>), CallError> {
     Ok((decode(answer)?, jobs))
 }
 
-fn terminal(status: &str) -> bool {
-    status.parse::<cairn_core::status::RunStatus>().is_ok_and(|s| s.is_terminal())
-}
-
 impl Workbench {
     /// Executes the plan if the person approved it; otherwise says so, having created nothing.
     async fn decided(
@@ -192,7 +188,7 @@ impl Workbench {
     /// asked for it; answers with the run as it is then.
     async fn follow_run(&self, ctx: &RequestContext<RoleServer>, run: Value) -> CallToolResult {
         let queued = match decode::<RunResult>(run.clone()) {
-            Ok(queued) if !terminal(&queued.status) => queued,
+            Ok(queued) if !queued.has_ended() => queued,
             // Ended already (or not a run this build reads): the answer as the daemon gave it.
             _ => return structured(run),
         };

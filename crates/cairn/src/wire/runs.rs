@@ -329,6 +329,11 @@ pub struct ApprovalView {
 }
 
 impl RunResult {
+    /// Whether the run has ended (a status this build does not know counts as not ended).
+    pub fn has_ended(&self) -> bool {
+        self.status.parse::<cairn_core::status::RunStatus>().is_ok_and(|s| s.is_terminal())
+    }
+
     pub fn from_view(view: &RunView) -> RunResult {
         let run = &view.run;
         RunResult {
@@ -548,6 +553,11 @@ impl Event {
     }
 
     /// The event itself, typed; `None` for a kind this build does not know.
+    /// The event one line of the API's event stream carries (`data: {…}`), if it carries one.
+    pub fn of_sse_line(line: &str) -> Option<Event> {
+        serde_json::from_str(line.strip_prefix("data:")?.trim_start()).ok()
+    }
+
     pub fn event(&self) -> Option<RunEvent> {
         RunEvent::from_parts(&self.kind, self.data.clone()).ok()
     }
