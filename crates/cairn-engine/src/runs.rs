@@ -271,12 +271,25 @@ impl Engine {
 
     /// The runs `query` selects, newest first, each with where it executes.
     pub fn list_runs(&self, query: &RunQuery<'_>) -> Result<Vec<RunListing>, EngineError> {
-        EngineError::in_range("limit", query.limit, 1..=crate::error::LIST_LIMIT_MAX, "")?;
+        Engine::check_run_query(query)?;
         self.store
             .runs(query)?
             .into_iter()
             .map(|run| Ok(RunListing { target: self.target_name_of_run(&run.run_id)?, run }))
             .collect()
+    }
+
+    /// Refuses a list request every surface must refuse alike: a limit out of range, a filter
+    /// naming nothing. A follower checks it before its stream starts, where it could only end it.
+    pub fn check_run_query(query: &RunQuery<'_>) -> Result<(), EngineError> {
+        EngineError::in_range("limit", query.limit, 1..=crate::error::LIST_LIMIT_MAX, "")?;
+        if query.workflow.is_some_and(|w| w.trim().is_empty()) {
+            return Err(EngineError::invalid_field("workflow", "workflow must name a workflow; see GET /workflows"));
+        }
+        if query.source_run_id.is_some_and(|w| w.trim().is_empty()) {
+            return Err(EngineError::invalid_field("source_run_id", "source_run_id must name a run; see GET /runs"));
+        }
+        Ok(())
     }
 
     /// Whether any run is pending or running (a follower of the run list keeps following).

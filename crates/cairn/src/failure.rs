@@ -1,5 +1,5 @@
 //! How a failure leaves the binary, written once: an error's kind decides the CLI's exit code and
-//! the HTTP status, and its code the wire code; a failure the daemon answered with maps back to
+//! the HTTP status, and its code is the wire code, as the engine names it; a failure the daemon answered with maps back to
 //! the same exit code the CLI would have given in-process. MCP error results carry the API's
 //! answer as it is, so all three surfaces agree.
 
@@ -19,12 +19,12 @@ impl Failure {
         Failure { code: exit_code(ErrorKind::Invalid), message: message.into() }
     }
 
-    /// A failure the daemon answered with: its wire code (or, for a code this build does not
-    /// know, its HTTP status) decides the exit code.
+    /// A failure the daemon answered with: its wire code (or, for one of the API's own codes
+    /// such as `unauthorized` or `invalid_json`, or a code this build does not know, its HTTP
+    /// status) decides the exit code.
     pub fn of_answer(status: u16, code: &str, message: String) -> Failure {
         let kind = match ErrorCode::parse(code) {
             Some(c) => c.kind(),
-            None if code == "not_found" || code == "invalid_request" => ErrorKind::of_wire_code(code),
             None => match status {
                 404 => ErrorKind::NotFound,
                 409 => ErrorKind::Conflict,
@@ -69,10 +69,12 @@ mod tests {
     fn an_answer_maps_to_the_exit_code_the_error_has_in_process() {
         for code in ErrorCode::ALL {
             let status = http_status(code.kind()).as_u16();
-            let over_http = Failure::of_answer(status, code.wire_name(), String::new());
+            let over_http = Failure::of_answer(status, code.as_str(), String::new());
             assert_eq!(over_http.code, exit_code(code.kind()), "{code:?}");
         }
         assert_eq!(Failure::of_answer(401, "unauthorized", String::new()).code, 2);
         assert_eq!(Failure::of_answer(409, "some_future_conflict", String::new()).code, 4);
+        assert_eq!(Failure::of_answer(404, "not_found", String::new()).code, 2);
+        assert_eq!(Failure::of_answer(409, "run_busy", String::new()).code, 4);
     }
 }

@@ -81,9 +81,13 @@ pub(super) async fn search_docs(
     ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> Result<Json<DocSearchResult>, ApiError> {
     let query = match (q.query, q.q) {
-        (Some(a), Some(b)) if a != b => return Err(ApiError::invalid("give the query once: `query` and `q` differ")),
+        (Some(a), Some(b)) if a != b => {
+            return Err(EngineError::invalid_field("query", "give the query once: `query` and `q` differ").into());
+        }
         (Some(a), _) | (None, Some(a)) => a,
-        (None, None) => return Err(ApiError::invalid("query is required: GET /docs/search?query=WORDS")),
+        (None, None) => {
+            return Err(EngineError::invalid_field("query", "query is required: GET /docs/search?query=WORDS").into());
+        }
     };
     blocking(move || {
         let found = state.service.engine().search_docs(&DocQuery { query, limit: q.limit })?;
@@ -118,7 +122,11 @@ pub(super) async fn get_doc(
         None => false,
         Some("html") => true,
         Some(other) => {
-            return Err(ApiError::invalid(format!("render `{other}` is not known; the one rendering is `html`")));
+            return Err(EngineError::invalid_field(
+                "render",
+                format!("render `{other}` is not known; the one rendering is `html`"),
+            )
+            .into());
         }
     };
     blocking(move || {
@@ -126,7 +134,11 @@ pub(super) async fn get_doc(
         let version = match (r.version, q.version.as_deref().map(parse_version).transpose().map_err(EngineError::from)?)
         {
             (Some(a), Some(b)) if a != b => {
-                return Err(ApiError::invalid(format!("the path names version {a} and ?version= {b}; give it once")));
+                return Err(EngineError::invalid_field(
+                    "version",
+                    format!("the path names version {a} and ?version= {b}; give it once"),
+                )
+                .into());
             }
             (a, b) => a.or(b),
         };

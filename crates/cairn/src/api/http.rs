@@ -31,10 +31,6 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { status, code, message: message.into(), problems: Vec::new() }
     }
-
-    pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
-    }
 }
 
 impl ApiError {
@@ -60,7 +56,7 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         ApiError {
             status: crate::failure::http_status(e.kind()),
-            code: e.code().wire_name(),
+            code: e.code().as_str(),
             message: e.to_string(),
             problems: e.problems().iter().map(crate::wire::WorkflowProblem::from).collect(),
         }

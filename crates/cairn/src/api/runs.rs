@@ -11,7 +11,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
-use cairn_engine::{CommitWatch, EngineError, LIST_LIMIT_MAX, RunFollower, Submitted};
+use cairn_engine::{CommitWatch, Engine, EngineError, RunFollower, Submitted};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
@@ -84,30 +84,32 @@ struct RunFilter {
 
 impl RunFilter {
     fn of(q: ListRunsQuery) -> Result<RunFilter, ApiError> {
-        // The engine's rule, checked before a follower's stream starts (where it could only end it).
-        let limit = EngineError::in_range("limit", q.limit.unwrap_or(50), 1..=LIST_LIMIT_MAX, "")?;
         let status = match q.status.as_deref() {
-            Some(s) => Some(s.parse::<RunStatus>().map_err(|e| ApiError::invalid(format!("status: {e}")))?),
+            Some(s) => {
+                Some(s.parse::<RunStatus>().map_err(|e| EngineError::invalid_field("status", format!("status: {e}")))?)
+            }
             None => None,
         };
-        if q.workflow.as_deref().is_some_and(|w| w.trim().is_empty()) {
-            return Err(ApiError::invalid("workflow must name a workflow; see GET /workflows"));
-        }
-        if q.source_run_id.as_deref().is_some_and(|w| w.trim().is_empty()) {
-            return Err(ApiError::invalid("source_run_id must name a run; see GET /runs"));
-        }
-        Ok(RunFilter { limit, status, workflow: q.workflow, source_run_id: q.source_run_id })
+        let filter =
+            RunFilter { limit: q.limit.unwrap_or(50), status, workflow: q.workflow, source_run_id: q.source_run_id };
+        // The engine's rule, checked before a follower's stream starts (where it could only end it).
+        Engine::check_run_query(&filter.query())?;
+        Ok(filter)
     }
 
     /// The list, and whether any run (listed or not) is pending or running.
-    fn read(&self, state: &AppRef) -> Result<(RunList, bool), ApiError> {
-        let engine = state.service.engine();
-        let runs = engine.list_runs(&RunQuery {
+    fn query(&self) -> RunQuery<'_> {
+        RunQuery {
             limit: self.limit,
             status: self.status,
             workflow: self.workflow.as_deref(),
             source_run_id: self.source_run_id.as_deref(),
-        })?;
+        }
+    }
+
+    fn read(&self, state: &AppRef) -> Result<(RunList, bool), ApiError> {
+        let engine = state.service.engine();
+        let runs = engine.list_runs(&self.query())?;
         Ok((RunList::from_listings(&runs), engine.has_active_runs()?))
     }
 }
@@ -406,7 +408,8 @@ pub(super) async fn trace_artifacts(
     State(state): State<AppRef>,
     ApiQuery(q): ApiQuery<TraceQueryParams>,
 ) -> Result<Json<TraceResult>, ApiError> {
-    let sha256 = q.sha256.ok_or_else(|| ApiError::invalid("give sha256: the SHA-256 of the file's bytes"))?;
+    let sha256 =
+        q.sha256.ok_or_else(|| EngineError::invalid_field("sha256", "give sha256: the SHA-256 of the file's bytes"))?;
     blocking(move || {
         Ok(Json(TraceResult::from_engine(&state.service.engine().trace(&cairn_engine::TraceQuery::Sha256(sha256))?)))
     })

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use cairn_engine::verify::{Quiet, SpareStatus, VerifyObserver};
-use cairn_engine::{StopKind, StopSignal};
+use cairn_engine::{EngineError, StopKind, StopSignal};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::IntoParams;
@@ -53,7 +53,11 @@ pub(super) async fn create_verification(
     }
     let wait = match body.wait {
         Some(w) if w > MAX_VERIFY_WAIT_SECS => {
-            return Err(ApiError::invalid(format!("wait must be 0 to {MAX_VERIFY_WAIT_SECS} seconds")));
+            return Err(EngineError::invalid_field(
+                "wait",
+                format!("wait must be 0 to {MAX_VERIFY_WAIT_SECS} seconds"),
+            )
+            .into());
         }
         w => w.map(Duration::from_secs),
     };
@@ -86,9 +90,11 @@ pub(super) async fn create_verification(
                 // stopped before it ran: its answer is the result.
                 return match done_rx.recv_timeout(START_AT_LEAST) {
                     Ok(result) => Ok(Json(result?).into_response()),
-                    Err(_) => {
-                        Err(ApiError::invalid("the verification did not start within `wait`; nothing ran: raise it"))
-                    }
+                    Err(_) => Err(EngineError::invalid_field(
+                        "wait",
+                        "the verification did not start within `wait`; nothing ran: raise it",
+                    )
+                    .into()),
                 };
             }
         };
@@ -119,9 +125,11 @@ fn daemon_request(body: Verify) -> Result<cairn_engine::verify::VerifyRequest, A
 /// request refused before it starts is answered as usual (status and error body).
 fn stream_verification(state: AppRef, body: Verify) -> Result<Response, ApiError> {
     if body.wait.is_some() {
-        return Err(ApiError::invalid(
+        return Err(EngineError::invalid_field(
+            "wait",
             "`wait` does not apply to a streamed verification (Accept: application/x-ndjson): it streams until its verdict",
-        ));
+        )
+        .into());
     }
     let mut req = daemon_request(body)?;
     let stop = StopSignal::new();

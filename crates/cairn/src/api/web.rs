@@ -3,6 +3,7 @@
 //! notebook exports it offers for download. Everything the page shows comes from this API with
 //! that token, so the page can do exactly what a Viewer can: read.
 
+use cairn_engine::EngineError;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -149,7 +150,13 @@ pub(super) async fn notebook_export(
     let workflow = match q.workflow.as_deref() {
         None | Some("0") => false,
         Some("1") => true,
-        Some(other) => return Err(ApiError::invalid(format!("workflow is `{other}`; give 1 (or 0, the default)"))),
+        Some(other) => {
+            return Err(EngineError::invalid_field(
+                "workflow",
+                format!("workflow is `{other}`; give 1 (or 0, the default)"),
+            )
+            .into());
+        }
     };
     blocking(move || {
         let (name, bytes) = if workflow {

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use cairn_engine::EngineError;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -36,10 +37,14 @@ pub(super) async fn add_workflow(
 ) -> Result<(StatusCode, Json<WorkflowAdded>), ApiError> {
     let path = std::path::PathBuf::from(&body.path);
     if !path.is_absolute() {
-        return Err(ApiError::invalid(format!(
-            "path `{}` is relative; give the workflow folder's absolute path on the daemon's host (the daemon's working directory is not the caller's)",
-            body.path
-        )));
+        return Err(EngineError::invalid_field(
+            "path",
+            format!(
+                "path `{}` is relative; give the workflow folder's absolute path on the daemon's host (the daemon's working directory is not the caller's)",
+                body.path
+            ),
+        )
+        .into());
     }
     blocking(move || {
         let added = state.service.engine().add_workflow(&path)?;
@@ -68,7 +73,9 @@ pub(super) async fn get_workflow(
     ApiQuery(q): ApiQuery<WorkflowQuery>,
 ) -> Result<Json<WorkflowDetail>, ApiError> {
     if name.contains('@') {
-        return Err(ApiError::invalid("name a workflow without `@`; choose a version with ?version="));
+        return Err(
+            EngineError::invalid_field("name", "name a workflow without `@`; choose a version with ?version=").into()
+        );
     }
     let reference = match &q.version {
         Some(v) => format!("{name}@{v}"),

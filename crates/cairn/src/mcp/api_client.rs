@@ -343,31 +343,33 @@ pub fn with_structured_error(r: CallToolResult) -> CallToolResult {
 }
 
 /// What to call next after `tool` failed with `code`, for an agent that sees only the MCP tools.
-fn next_call(tool: &str, code: &str) -> Option<&'static str> {
-    Some(match (code, tool) {
-        ("not_found", "describe_workflow" | "plan_run") => {
+/// Whatever it named was missing (`run_not_found`, `step_not_found`, … all answer 404) when
+/// `missing`.
+fn next_call(tool: &str, code: &str, missing: bool) -> Option<&'static str> {
+    Some(match (missing, code, tool) {
+        (true, _, "describe_workflow" | "plan_run") => {
             "list_workflows shows what is registered; add_workflow registers a folder"
         }
-        ("not_found", "execute_plan") => "plan_run makes a plan; use the plan_name it returns",
-        ("not_found", "read_artifact") => "get_step_result lists the step's artifacts by name",
-        ("not_found", "get_run" | "cancel_run" | "export_run" | "plan_replay" | "run_detail") => {
-            "list_runs shows the runs"
-        }
-        ("not_found", "explain_step" | "get_step_result" | "get_pipeline_jobs" | "tail_log") => {
+        (true, _, "execute_plan") => "plan_run makes a plan; use the plan_name it returns",
+        (true, _, "read_artifact") => "get_step_result lists the step's artifacts by name",
+        (true, _, "get_run" | "cancel_run" | "export_run" | "plan_replay" | "run_detail") => "list_runs shows the runs",
+        (true, _, "explain_step" | "get_step_result" | "get_pipeline_jobs" | "tail_log") => {
             "get_run(run_id) lists the run's steps"
         }
-        ("not_found", "poll_job") => "list_jobs shows the jobs and verifications in progress",
-        ("not_found", "read_doc") => "list_docs or search_docs shows the docs",
-        ("not_found", "probe_target" | "check_readiness") => "list_targets shows the targets; add_target registers one",
-        ("plan_mismatch" | "plan_altered" | "plan_stale", _) => "call plan_run again and approve the plan it returns",
-        ("plan_executed", _) => "get_run shows the run it executed as; plan_run a new plan to run again",
-        ("run_dir_reserved", _) => "plan_run again with a new run_dir",
-        ("kernel_slot_taken", _) => {
+        (true, _, "poll_job") => "list_jobs shows the jobs and verifications in progress",
+        (true, _, "read_doc") => "list_docs or search_docs shows the docs",
+        (true, _, "probe_target" | "check_readiness") => "list_targets shows the targets; add_target registers one",
+        (_, "plan_mismatch" | "plan_altered" | "plan_stale", _) => {
+            "call plan_run again and approve the plan it returns"
+        }
+        (_, "plan_executed", _) => "get_run shows the run it executed as; plan_run a new plan to run again",
+        (_, "run_dir_reserved", _) => "plan_run again with a new run_dir",
+        (_, "kernel_slot_taken", _) => {
             "list_jobs shows what holds the kernel; poll_job follows it, interrupt_kernel stops it"
         }
-        ("run_finished", _) => "get_run shows how it ended",
-        ("step_running", _) => "follow it with get_run or tail_log",
-        ("daemon_unreachable", _) => "the daemon is starting or stopped; try again, or run `cairn daemon start`",
+        (_, "run_finished", _) => "get_run shows how it ended",
+        (_, "step_running", _) => "follow it with get_run or tail_log",
+        (_, "daemon_unreachable", _) => "the daemon is starting or stopped; try again, or run `cairn daemon start`",
         _ => return None,
     })
 }
@@ -380,7 +382,8 @@ pub fn with_next_call(tool: &str, mut r: CallToolResult) -> CallToolResult {
     }
     let Some(error) = r.structured_content.as_mut().and_then(|c| c.get_mut("error")) else { return r };
     let (Some(code), Some(message)) = (error["code"].as_str(), error["message"].as_str()) else { return r };
-    if let Some(next) = next_call(tool, code).filter(|n| !message.contains(n)) {
+    let missing = error["status"].as_u64() == Some(404);
+    if let Some(next) = next_call(tool, code, missing).filter(|n| !message.contains(n)) {
         error["message"] = json!(format!("{message} (next: {next})"));
         let text = r.structured_content.as_ref().map(Value::to_string).unwrap_or_default();
         r.content = vec![rmcp::model::ContentBlock::text(text)];

@@ -379,6 +379,16 @@ const FORBIDDEN: Outcome = (403, Some("forbidden"));
 const OK: Outcome = (200, None);
 const NOT_FOUND: Outcome = (404, Some("not_found"));
 
+/// Refused as missing, with the engine's own code for what is missing (`run_not_found`, …).
+fn missing(code: &'static str) -> Outcome {
+    (404, Some(code))
+}
+
+/// Refused as invalid (422), with the engine's own code for why.
+fn refused(code: &'static str) -> Outcome {
+    (422, Some(code))
+}
+
 /// A route that needs a token: no or a wrong token is 401; the viewer and operator get these.
 fn protected(method: &'static str, path: &str, body: Option<Value>, viewer: Outcome, operator: Outcome) -> Row {
     Row { method, path: path.to_string(), body, expect: [UNAUTHORIZED, UNAUTHORIZED, viewer, operator] }
@@ -411,58 +421,52 @@ fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
         protected("GET", "/runs?status=READY&limit=5", None, OK, OK),
         protected("GET", "/runs?workflow=demo", None, OK, OK),
         protected("GET", "/runs?source_run_id=R1", None, OK, OK),
-        protected("GET", "/runs?workflow=%20", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),
+        protected("GET", "/runs?workflow=%20", None, refused("invalid_field"), refused("invalid_field")),
         // No run is active, so the stream sends the list once and ends.
         protected("GET", "/runs?follow=true", None, OK, OK),
         // The operator re-submits R1 itself: idempotent, 200, nothing new.
         protected("POST", "/runs", Some(same_as_r1), FORBIDDEN, OK),
         // A viewer's POST is refused before its body is read, even a bad one.
-        protected("POST", "/runs", Some(json!({"nonsense": true})), FORBIDDEN, (422, Some("invalid_body"))),
+        protected("POST", "/runs", Some(json!({"nonsense": true})), FORBIDDEN, refused("invalid_body")),
         protected("GET", "/runs/R1", None, OK, OK),
-        protected("GET", "/runs/nope", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/nope", None, missing("run_not_found"), missing("run_not_found")),
         protected("GET", "/runs/R1/events", None, OK, OK),
         protected("GET", "/runs/R1/events?after=1", None, OK, OK),
-        protected("GET", "/runs/nope/events", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/nope/events", None, missing("run_not_found"), missing("run_not_found")),
         protected("GET", "/runs/R1/steps/b/log", None, OK, OK),
-        protected("GET", "/runs/R1/steps/zz/log", None, NOT_FOUND, NOT_FOUND),
-        protected("GET", "/runs/nope/steps/a/log", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/R1/steps/zz/log", None, missing("step_not_found"), missing("step_not_found")),
+        protected("GET", "/runs/nope/steps/a/log", None, missing("run_not_found"), missing("run_not_found")),
         protected("POST", "/runs/R1/cancel", None, FORBIDDEN, (409, Some("run_finished"))),
-        protected("POST", "/runs/nope/cancel", None, FORBIDDEN, NOT_FOUND),
+        protected("POST", "/runs/nope/cancel", None, FORBIDDEN, missing("run_not_found")),
         protected("GET", "/workflows", None, OK, OK),
         protected("GET", "/workflows/demo", None, OK, OK),
         protected("GET", "/workflows/demo?version=1.0.0", None, OK, OK),
-        protected("GET", "/workflows/nope", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/workflows/nope", None, missing("workflow_not_found"), missing("workflow_not_found")),
         // Registering: the operator's folders are refused (relative; no workflow.toml; no such
         // field), so nothing is registered.
-        protected("POST", "/workflows", Some(json!({"path": "demo"})), FORBIDDEN, (422, Some("invalid_request"))),
+        protected("POST", "/workflows", Some(json!({"path": "demo"})), FORBIDDEN, refused("invalid_field")),
         protected(
             "POST",
             "/workflows",
             Some(json!({"path": "/nonexistent/cairn-folder"})),
             FORBIDDEN,
-            (422, Some("invalid_request")),
+            refused("invalid_workflow_folder"),
         ),
-        protected("POST", "/workflows", Some(json!({"folder": "/tmp"})), FORBIDDEN, (422, Some("invalid_body"))),
+        protected("POST", "/workflows", Some(json!({"folder": "/tmp"})), FORBIDDEN, refused("invalid_body")),
         // The session kernel. The operator's job is refused for its empty code, so no kernel
         // starts; interrupt and restart with no kernel running are harmless no-ops.
         protected("GET", "/kernel/jobs", None, OK, OK),
-        protected("POST", "/kernel/jobs", Some(json!({"code": "  "})), FORBIDDEN, (422, Some("invalid_request"))),
-        protected("POST", "/kernel/jobs", Some(json!({"code": 5})), FORBIDDEN, (422, Some("invalid_body"))),
-        protected("GET", "/kernel/jobs/nope", None, NOT_FOUND, NOT_FOUND),
+        protected("POST", "/kernel/jobs", Some(json!({"code": "  "})), FORBIDDEN, refused("empty_job")),
+        protected("POST", "/kernel/jobs", Some(json!({"code": 5})), FORBIDDEN, refused("invalid_body")),
+        protected("GET", "/kernel/jobs/nope", None, missing("job_not_found"), missing("job_not_found")),
         protected("POST", "/kernel/interrupt", None, FORBIDDEN, OK),
         protected("POST", "/kernel/restart", None, FORBIDDEN, OK),
         protected("GET", "/kernel/audit", None, OK, OK),
         // The notebook exports: the audit (empty), and the workflow, of which there is none yet.
         protected("GET", "/api/notebook", None, OK, OK),
         protected("GET", "/api/notebook?workflow=0", None, OK, OK),
-        protected("GET", "/api/notebook?workflow=1", None, NOT_FOUND, NOT_FOUND),
-        protected(
-            "GET",
-            "/api/notebook?workflow=yes",
-            None,
-            (422, Some("invalid_request")),
-            (422, Some("invalid_request")),
-        ),
+        protected("GET", "/api/notebook?workflow=1", None, missing("nothing_verified"), missing("nothing_verified")),
+        protected("GET", "/api/notebook?workflow=yes", None, refused("invalid_field"), refused("invalid_field")),
         // Plans. The operator's plan is refused for its relative run_dir and its execution of an
         // unknown plan is 404, so nothing is planned or executed.
         protected("GET", "/plans", None, OK, OK),
@@ -471,45 +475,51 @@ fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
             "/plans",
             Some(json!({"workflow": "demo", "input": {}, "target": "local", "run_dir": "relative"})),
             FORBIDDEN,
-            (422, Some("invalid_request")),
+            refused("invalid_run_dir"),
         ),
-        protected("GET", "/plans/nope", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/plans/nope", None, missing("plan_not_found"), missing("plan_not_found")),
         protected(
             "POST",
             "/plans/nope/execute",
             Some(json!({"plan_id": "plan_x", "plan_checksum": "0"})),
             FORBIDDEN,
-            NOT_FOUND,
+            missing("plan_not_found"),
         ),
         protected("GET", "/runs/R1/timeline", None, OK, OK),
-        protected("GET", "/runs/nope/timeline", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/nope/timeline", None, missing("run_not_found"), missing("run_not_found")),
         protected("GET", "/runs/R1/steps/b/explain", None, OK, OK),
-        protected("GET", "/runs/R1/steps/zz/explain", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/R1/steps/zz/explain", None, missing("step_not_found"), missing("step_not_found")),
         // A step's pipeline jobs (none: it is not a pipeline), and a bad filter.
         protected("GET", "/runs/R1/steps/b/jobs", None, OK, OK),
-        protected("GET", "/runs/R1/steps/zz/jobs", None, NOT_FOUND, NOT_FOUND),
-        protected(
-            "GET",
-            "/runs/R1/steps/b/jobs?status=done",
-            None,
-            (422, Some("invalid_request")),
-            (422, Some("invalid_request")),
-        ),
+        protected("GET", "/runs/R1/steps/zz/jobs", None, missing("step_not_found"), missing("step_not_found")),
+        protected("GET", "/runs/R1/steps/b/jobs?status=done", None, refused("invalid_input"), refused("invalid_input")),
         // The evidence: a step whole, a run's artifacts, and a trace by hash (none recorded).
         protected("GET", "/runs/R1/steps/b", None, OK, OK),
-        protected("GET", "/runs/R1/steps/zz", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/R1/steps/zz", None, missing("step_not_found"), missing("step_not_found")),
         protected("GET", "/runs/R1/artifacts", None, OK, OK),
-        protected("GET", "/runs/nope/artifacts", None, NOT_FOUND, NOT_FOUND),
-        protected("GET", "/runs/R1/steps/b/artifacts/nope", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/nope/artifacts", None, missing("run_not_found"), missing("run_not_found")),
+        protected(
+            "GET",
+            "/runs/R1/steps/b/artifacts/nope",
+            None,
+            missing("artifact_not_found"),
+            missing("artifact_not_found"),
+        ),
         // RO-Crate exports: a projection, so a Viewer may have one.
         protected("GET", "/runs/R1/ro-crate", None, OK, OK),
-        protected("GET", "/runs/nope/ro-crate", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/nope/ro-crate", None, missing("run_not_found"), missing("run_not_found")),
         protected("GET", "/runs/R1/export?data=false", None, OK, OK),
-        protected("GET", "/runs/nope/export", None, NOT_FOUND, NOT_FOUND),
-        protected("GET", "/verifications/nope/ro-crate", None, NOT_FOUND, NOT_FOUND),
+        protected("GET", "/runs/nope/export", None, missing("run_not_found"), missing("run_not_found")),
+        protected(
+            "GET",
+            "/verifications/nope/ro-crate",
+            None,
+            missing("verification_not_found"),
+            missing("verification_not_found"),
+        ),
         protected("GET", &format!("/artifacts?sha256={}", "ab".repeat(32)), None, OK, OK),
-        protected("GET", "/artifacts?sha256=xyz", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),
-        protected("GET", "/artifacts", None, (422, Some("invalid_request")), (422, Some("invalid_request"))),
+        protected("GET", "/artifacts?sha256=xyz", None, refused("invalid_field"), refused("invalid_field")),
+        protected("GET", "/artifacts", None, refused("invalid_field"), refused("invalid_field")),
         // Compute. The operator's registration is refused for its relative workspace root and
         // the probe and readiness name unknown targets, so nothing is contacted or stored.
         protected("GET", "/targets", None, OK, OK),
@@ -518,17 +528,35 @@ fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
             "/targets",
             Some(json!({"name": "t", "ssh": "me@host", "workspace_root": "relative"})),
             FORBIDDEN,
-            (422, Some("invalid_request")),
+            refused("invalid_target"),
         ),
-        protected("POST", "/targets/nope/probe", None, FORBIDDEN, NOT_FOUND),
-        protected("GET", "/targets/nope/readiness?run_dir=/tmp/x", None, NOT_FOUND, NOT_FOUND),
+        protected("POST", "/targets/nope/probe", None, FORBIDDEN, missing("target_not_found")),
+        protected(
+            "GET",
+            "/targets/nope/readiness?run_dir=/tmp/x",
+            None,
+            missing("target_not_found"),
+            missing("target_not_found"),
+        ),
         // Verifications. The operator's request is refused for naming no document.
         protected("GET", "/verifications", None, OK, OK),
-        protected("POST", "/verifications", Some(json!({})), FORBIDDEN, (422, Some("invalid_request"))),
-        protected("GET", "/verifications/nope", None, NOT_FOUND, NOT_FOUND),
-        protected("GET", "/verifications/nope/notebook", None, NOT_FOUND, NOT_FOUND),
+        protected("POST", "/verifications", Some(json!({})), FORBIDDEN, refused("invalid_field")),
+        protected(
+            "GET",
+            "/verifications/nope",
+            None,
+            missing("verification_not_found"),
+            missing("verification_not_found"),
+        ),
+        protected(
+            "GET",
+            "/verifications/nope/notebook",
+            None,
+            missing("verification_not_found"),
+            missing("verification_not_found"),
+        ),
         // Cancelling a verification no one runs: 404; the spare (this daemon keeps one, or not).
-        protected("POST", "/verifications/nope/cancel", None, FORBIDDEN, NOT_FOUND),
+        protected("POST", "/verifications/nope/cancel", None, FORBIDDEN, missing("verification_not_found")),
         protected("GET", "/kernel/spare", None, OK, OK),
         protected("GET", "/daemons", None, OK, OK),
         // The doc index: the operator saves `m` (and a bad name is refused), everyone reads it,
@@ -540,7 +568,7 @@ fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
             "/docs",
             Some(json!({"name": "a/b", "text": "# M\n"})),
             FORBIDDEN,
-            (422, Some("invalid_request")),
+            refused("invalid_doc_name"),
         ),
         protected("GET", "/docs?removed=true", None, OK, OK),
         protected("GET", "/docs/search?query=m", None, OK, OK),
@@ -548,13 +576,13 @@ fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
             "GET",
             "/docs/search?query=AND%20OR",
             None,
-            (422, Some("invalid_request")),
-            (422, Some("invalid_request")),
+            refused("invalid_doc_query"),
+            refused("invalid_doc_query"),
         ),
         protected("GET", "/docs/m", None, OK, OK),
-        protected("GET", "/docs/m?version=2", None, NOT_FOUND, NOT_FOUND),
-        protected("GET", "/docs/nope", None, NOT_FOUND, NOT_FOUND),
-        protected("DELETE", "/docs/nope", None, FORBIDDEN, NOT_FOUND),
+        protected("GET", "/docs/m?version=2", None, missing("doc_version_not_found"), missing("doc_version_not_found")),
+        protected("GET", "/docs/nope", None, missing("doc_not_found"), missing("doc_not_found")),
+        protected("DELETE", "/docs/nope", None, FORBIDDEN, missing("doc_not_found")),
         protected("DELETE", "/docs/m", None, FORBIDDEN, OK),
         // Not an endpoint: 404 for everyone, as JSON.
         public("GET", "/nope", NOT_FOUND),
@@ -696,7 +724,7 @@ fn bad_submissions_create_nothing() {
             json_body(&with("input", json!("hello"))),
             json_ct,
             422,
-            "invalid_request",
+            "invalid_input",
             vec!["input schema"],
         ),
         ("an unknown field", json_body(&with("colour", json!("red"))), json_ct, 422, "invalid_body", vec!["colour"]),
@@ -715,25 +743,18 @@ fn bad_submissions_create_nothing() {
             json_body(&with("thread_id", json!("  "))),
             json_ct,
             422,
-            "invalid_request",
+            "invalid_field",
             vec!["thread_id"],
         ),
         ("missing agent_id", json_body(&without("agent_id")), json_ct, 422, "invalid_body", vec!["agent_id"]),
-        (
-            "an empty agent_id",
-            json_body(&with("agent_id", json!(""))),
-            json_ct,
-            422,
-            "invalid_request",
-            vec!["agent_id"],
-        ),
-        ("missing input", json_body(&without("input")), json_ct, 422, "invalid_request", vec!["input"]),
+        ("an empty agent_id", json_body(&with("agent_id", json!(""))), json_ct, 422, "invalid_field", vec!["agent_id"]),
+        ("missing input", json_body(&without("input")), json_ct, 422, "invalid_input", vec!["input"]),
         (
             "an unknown workflow",
             json_body(&with("agent_id", json!("nope-wf"))),
             json_ct,
             404,
-            "not_found",
+            "workflow_not_found",
             vec!["nope-wf"],
         ),
         (
@@ -741,7 +762,7 @@ fn bad_submissions_create_nothing() {
             json_body(&with("agent_version", json!("9.9.9"))),
             json_ct,
             404,
-            "not_found",
+            "workflow_not_found",
             vec!["9.9.9"],
         ),
         (
@@ -749,20 +770,20 @@ fn bad_submissions_create_nothing() {
             json_body(&with("input", json!({"plan": "ok", "log": 5, "release": "r"}))),
             json_ct,
             422,
-            "invalid_request",
+            "invalid_input",
             vec!["input schema", "/log"],
         ),
         ("no content type", json_body(&good), None, 415, "unsupported_media_type", vec!["application/json"]),
         ("a text/plain body", json_body(&good), Some("text/plain"), 415, "unsupported_media_type", vec![]),
-        ("parallel 0", json_body(&with("parallel", json!(0))), json_ct, 422, "invalid_request", vec!["parallel"]),
-        ("parallel 1000", json_body(&with("parallel", json!(1000))), json_ct, 422, "invalid_request", vec!["parallel"]),
+        ("parallel 0", json_body(&with("parallel", json!(0))), json_ct, 422, "invalid_field", vec!["parallel"]),
+        ("parallel 1000", json_body(&with("parallel", json!(1000))), json_ct, 422, "invalid_field", vec!["parallel"]),
         ("parallel -1", json_body(&with("parallel", json!(-1))), json_ct, 422, "invalid_body", vec!["parallel"]),
         (
             "a replay of an unknown source",
             json_body(&replay("nope-src", &["a"])),
             json_ct,
             404,
-            "not_found",
+            "source_run_not_found",
             vec!["nope-src"],
         ),
         (
@@ -770,10 +791,10 @@ fn bad_submissions_create_nothing() {
             json_body(&replay("src", &["zz"])),
             json_ct,
             422,
-            "invalid_request",
+            "replay_unknown_steps",
             vec!["zz", "a, b"],
         ),
-        ("a replay of no step", json_body(&replay("src", &[])), json_ct, 422, "invalid_request", vec![]),
+        ("a replay of no step", json_body(&replay("src", &[])), json_ct, 422, "replay_no_steps", vec![]),
         (
             "a replay onto its own source",
             json_body(&{
@@ -783,7 +804,7 @@ fn bad_submissions_create_nothing() {
             }),
             json_ct,
             422,
-            "invalid_request",
+            "replay_of_itself",
             vec!["src"],
         ),
         (
@@ -791,18 +812,18 @@ fn bad_submissions_create_nothing() {
             json_body(&with("run_id", json!("a/b"))),
             json_ct,
             422,
-            "invalid_request",
+            "invalid_run_id",
             vec!["a/b"],
         ),
-        ("a run id with a space", json_body(&with("run_id", json!("a b"))), json_ct, 422, "invalid_request", vec![]),
-        ("a run id `..`", json_body(&with("run_id", json!(".."))), json_ct, 422, "invalid_request", vec![]),
-        ("an empty run id", json_body(&with("run_id", json!(""))), json_ct, 422, "invalid_request", vec![]),
+        ("a run id with a space", json_body(&with("run_id", json!("a b"))), json_ct, 422, "invalid_run_id", vec![]),
+        ("a run id `..`", json_body(&with("run_id", json!(".."))), json_ct, 422, "invalid_run_id", vec![]),
+        ("an empty run id", json_body(&with("run_id", json!(""))), json_ct, 422, "invalid_run_id", vec![]),
         (
             "a run id of 129 characters",
             json_body(&with("run_id", json!("r".repeat(129)))),
             json_ct,
             422,
-            "invalid_request",
+            "invalid_run_id",
             vec![],
         ),
     ];
@@ -1026,10 +1047,10 @@ fn runs_over_http(k: cairn_store::testing::Kind) {
     assert_eq!(r.body["lines"], json!([]), "a writes nothing to stderr: {}", r.text);
     for q in ["0", "10001"] {
         let r = api.get(&format!("/runs/same/steps/b/log?lines={q}"), Caller::Viewer);
-        expect(&r, 422, Some("invalid_request"), &format!("lines={q}"));
+        expect(&r, 422, Some("invalid_field"), &format!("lines={q}"));
     }
     let r = api.get("/runs/same/steps/zz/log", Caller::Viewer);
-    expect(&r, 404, Some("not_found"), "the log of an unknown step");
+    expect(&r, 404, Some("step_not_found"), "the log of an unknown step");
     assert!(message(&r).contains("zz") && message(&r).contains("a, b"), "{}", r.text);
 
     // The run list: newest first, filtered by status, bounded by limit.
@@ -1047,7 +1068,7 @@ fn runs_over_http(k: cairn_store::testing::Kind) {
     assert_eq!(list("?status=READY&limit=2"), ["live", "same"]);
     for q in ["?limit=0", "?limit=1001", "?status=bogus"] {
         let r = api.get(&format!("/runs{q}"), Caller::Viewer);
-        expect(&r, 422, Some("invalid_request"), &format!("GET /runs{q}"));
+        expect(&r, 422, Some("invalid_field"), &format!("GET /runs{q}"));
     }
     let r = api.get("/runs?limit=-1", Caller::Viewer);
     expect(&r, 400, Some("invalid_query"), "GET /runs?limit=-1");
@@ -1058,9 +1079,9 @@ fn runs_over_http(k: cairn_store::testing::Kind) {
     let r = api.get("/workflows/demo?version=1.0.0", Caller::Viewer);
     expect(&r, 200, None, "GET /workflows/demo?version=1.0.0");
     let r = api.get("/workflows/demo?version=9.9.9", Caller::Viewer);
-    expect(&r, 404, Some("not_found"), "an unknown version");
+    expect(&r, 404, Some("workflow_not_found"), "an unknown version");
     let r = api.get("/workflows/demo@1.0.0", Caller::Viewer);
-    expect(&r, 422, Some("invalid_request"), "a name with @");
+    expect(&r, 422, Some("invalid_field"), "a name with @");
 }
 
 // ------------------------------------------------------------------------------------ 5. openapi
@@ -1352,7 +1373,7 @@ fn a_run_exports_as_a_zipped_ro_crate_to_a_viewer(k: cairn_store::testing::Kind)
     assert_eq!(after["revision"], before["revision"], "an export changes no record");
 
     let unknown = api.get("/runs/nope/ro-crate", Caller::Viewer);
-    expect(&unknown, 404, Some("not_found"), "unknown run");
+    expect(&unknown, 404, Some("run_not_found"), "unknown run");
     assert!(!api.c.home().join("exports/run-nope.ro-crate.zip").exists());
     expect(&api.get("/runs/X1/export?data=maybe", Caller::Viewer), 400, None, "bad query");
     expect(&api.get("/runs/X1/ro-crate", Caller::Anonymous), 401, None, "no token");

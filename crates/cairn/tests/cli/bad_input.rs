@@ -288,7 +288,7 @@ fn bad_run_requests_are_refused_and_create_nothing() {
 }
 
 /// A list's bound is the engine's rule, so the CLI refuses what the API refuses (422
-/// `invalid_request` there, exit 2 here), with the same words.
+/// `invalid_field` there, exit 2 here), with the same words.
 #[test]
 fn a_list_limit_out_of_range_is_refused_by_the_cli_as_by_the_api() {
     let c = Cairn::new();

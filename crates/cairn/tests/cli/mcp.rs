@@ -1056,7 +1056,7 @@ fn refusals_are_errors_the_client_sees_and_create_nothing() {
         assert_eq!(e["status"], 409, "{w}: {e:#}");
         assert!(e["message"].as_str().unwrap().contains("plan_x"), "{w}: {e:#}");
         let e = wb.call_err("execute_plan", json!({"plan_name": "no-such-plan", "plan_id": id, "plan_checksum": sum}));
-        assert_eq!((e["status"].as_u64(), e["code"].as_str()), (Some(404), Some("not_found")), "{w}: {e:#}");
+        assert_eq!((e["status"].as_u64(), e["code"].as_str()), (Some(404), Some("plan_not_found")), "{w}: {e:#}");
 
         // A relative or existing run_dir: named in the refusal.
         let mut rel = base.clone();

@@ -81,7 +81,7 @@ fn an_agent_registers_describes_and_runs_workflows_and_gets_every_problem_as_dat
     });
     let before = names(&wb.call_ok("list_workflows", json!({})));
     let e = wb.call_err("add_workflow", json!({"path": broken.display().to_string()}));
-    assert_eq!((e["status"].as_u64(), e["code"].as_str()), (Some(422), Some("invalid_request")), "{e:#}");
+    assert_eq!((e["status"].as_u64(), e["code"].as_str()), (Some(422), Some("invalid_workflow")), "{e:#}");
     assert!(e["message"].as_str().unwrap().contains("call add_workflow again"), "says the next call: {e:#}");
     let problems = e["problems"].as_array().unwrap_or_else(|| panic!("no problems: {e:#}"));
     let toml = broken.join("workflow.toml").canonicalize().unwrap().display().to_string();

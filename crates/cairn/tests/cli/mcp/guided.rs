@@ -118,7 +118,7 @@ fn prompts_completion_and_logging_follow_what_is_registered() {
         assert_eq!(levels, ["warning", "info"], "{w}: {logs:#?}");
         assert_eq!(
             (&logs[0]["data"]["tool"], &logs[0]["data"]["code"]),
-            (&json!("get_run"), &json!("not_found")),
+            (&json!("get_run"), &json!("run_not_found")),
             "{w}"
         );
         assert_eq!((&logs[1]["data"]["run_id"], &logs[1]["data"]["status"]), (&json!("G1"), &json!("READY")), "{w}");

@@ -63,6 +63,6 @@ fn read_artifact_pages_an_artifact_where_it_lies_on_both_servers() {
     assert_eq!(one["text"], "latency");
     assert_eq!(one["path"], "steps/render/plots/latency.png");
     let e = wb.call_err("read_artifact", json!({"run_id": "A1", "step_id": "render", "name": "nope"}));
-    assert_eq!((e["status"].as_u64(), e["code"].as_str()), (Some(404), Some("not_found")), "{e:#}");
+    assert_eq!((e["status"].as_u64(), e["code"].as_str()), (Some(404), Some("artifact_not_found")), "{e:#}");
     assert!(e["message"].as_str().unwrap().contains("report"), "names the step's artifacts: {e:#}");
 }
