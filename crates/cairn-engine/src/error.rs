@@ -488,6 +488,9 @@ pub const LOG_LINES_MAX: usize = 10_000;
 /// The longest a session-kernel job may be given to run (a week).
 pub const JOB_TIMEOUT_MAX_SECS: u64 = 604_800;
 
+/// The longest a request may wait on a session job's next change (`GET /kernel/jobs/{id}?wait=`).
+pub const JOB_WAIT_MAX_SECS: u64 = 60;
+
 fn store_code(e: &StoreError) -> ErrorCode {
     match e {
         StoreError::RunNotFound(_) => ErrorCode::RunNotFound,

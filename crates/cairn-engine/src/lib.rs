@@ -44,7 +44,9 @@ pub use artifacts::{RunArtifacts, Trace, TraceMatch, TraceQuery};
 /// A registry URL as messages show it: without its password or options.
 pub use cairn_store::redacted as redact_database_url;
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
-pub use error::{EngineError, ErrorCode, ErrorKind, JOB_TIMEOUT_MAX_SECS, LIST_LIMIT_MAX, LOG_LINES_MAX};
+pub use error::{
+    EngineError, ErrorCode, ErrorKind, JOB_TIMEOUT_MAX_SECS, JOB_WAIT_MAX_SECS, LIST_LIMIT_MAX, LOG_LINES_MAX,
+};
 pub use export::{ExportOut, ExportRequest, ExportResult, ExportSubject};
 pub use follow::{CommitWatch, OTHER_WRITERS_EVERY, RunFollower};
 pub use read_artifact::{ARTIFACT_SLICE_MAX, ArtifactSlice, ReadArtifact};

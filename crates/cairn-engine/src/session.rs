@@ -18,6 +18,7 @@ use cairn_exec::kernel::{self, KernelConfig, KernelHandle, ScratchKernel};
 use cairn_exec::{ProcessIdentity, process_start_time, terminate_if_same};
 use serde_json::{Value, json};
 
+use crate::error::JOB_WAIT_MAX_SECS;
 use crate::verify::{BOOTSTRAP, Quiet, Slot, kernel_env, resolve_python};
 use crate::{Engine, EngineError};
 
@@ -47,6 +48,33 @@ pub struct SessionKernel {
     state: Mutex<State>,
     wake: Condvar,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// Bumped after every save of a job, so a caller waiting on one wakes when it changes.
+    saved: Saved,
+}
+
+/// A count of job saves and the condition its waiters sleep on: a waiter reads the count, then
+/// the job, and sleeps only while the count is still what it read, so no save is missed.
+#[derive(Default)]
+struct Saved {
+    count: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Saved {
+    fn count(&self) -> u64 {
+        *lock(&self.count)
+    }
+
+    fn bump(&self) {
+        *lock(&self.count) += 1;
+        self.changed.notify_all();
+    }
+
+    /// Sleeps until the count moves past `seen` or `timeout` passes.
+    fn wait_past(&self, seen: u64, timeout: Duration) {
+        let count = lock(&self.count);
+        let _ = self.changed.wait_timeout_while(count, timeout, |c| *c == seen);
+    }
 }
 
 #[derive(Default)]
@@ -98,6 +126,7 @@ impl SessionKernel {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             worker: Mutex::new(None),
+            saved: Saved::default(),
         }))
     }
 
@@ -152,6 +181,24 @@ impl SessionKernel {
         self.engine.store.kernel_job(job_id)?.ok_or_else(|| EngineError::JobNotFound { job_id: job_id.to_string() })
     }
 
+    /// The job once it has ended or has more than `outputs` outputs (`None`: once it has
+    /// ended), or as it stands when `wait` has passed: what a caller following a job waits on,
+    /// woken by each save rather than reading again and again.
+    pub fn job_when(&self, job_id: &str, outputs: Option<usize>, wait: Duration) -> Result<KernelJob, EngineError> {
+        EngineError::in_range("wait", wait.as_secs(), 0..=JOB_WAIT_MAX_SECS, " seconds")?;
+        let deadline = Instant::now() + wait;
+        loop {
+            let seen = self.saved.count();
+            let job = self.job(job_id)?;
+            let changed = outputs.is_some_and(|n| job.outputs.len() > n);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if job.status.has_ended() || changed || left.is_zero() {
+                return Ok(job);
+            }
+            self.saved.wait_past(seen, left);
+        }
+    }
+
     pub fn jobs(&self) -> Result<Vec<KernelJob>, EngineError> {
         Ok(self.engine.store.kernel_jobs()?)
     }
@@ -175,7 +222,7 @@ impl SessionKernel {
                 job.status = KernelJobStatus::Cancelled;
                 job.error = Some("the session kernel was restarted before this job ran".into());
                 job.finished_at = Some(now);
-                self.engine.store.save_kernel_job(&job)?;
+                self.save(&job)?;
             }
             out.cancelled.push(id);
         }
@@ -295,7 +342,7 @@ impl SessionKernel {
                     job.status = KernelJobStatus::Died;
                     job.error = Some(e.to_string());
                     job.finished_at = Some(self.engine.clock.now_ms());
-                    let _ = store.save_kernel_job(&job);
+                    let _ = self.save(&job);
                     return;
                 }
             }
@@ -304,7 +351,7 @@ impl SessionKernel {
         job.session = lock(&self.state).kernel.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
         job.status = KernelJobStatus::Running;
         job.started_at = Some(self.engine.clock.now_ms());
-        let _ = store.save_kernel_job(&job);
+        let _ = self.save(&job);
 
         // Outputs are saved as they come: the first at once, later ones at most every 200 ms, so a
         // poll sees a job's progress even when it then goes quiet. A flusher thread saves them:
@@ -323,7 +370,7 @@ impl SessionKernel {
                         let snapshot = l.0.clone();
                         l.1 = false;
                         drop(l);
-                        let _ = store.save_kernel_job(&snapshot);
+                        let _ = self.save(&snapshot);
                         l = lock(&live);
                         continue;
                     }
@@ -384,7 +431,14 @@ impl SessionKernel {
         job.execution_count = run.execution_count;
         job.finished_at = Some(self.engine.clock.now_ms());
         job.duration_ms = Some(run.duration.as_millis() as i64);
-        let _ = store.save_kernel_job(&job);
+        let _ = self.save(&job);
+    }
+
+    /// Saves a job and wakes whoever waits on it.
+    fn save(&self, job: &KernelJob) -> Result<(), EngineError> {
+        let saved = self.engine.store.save_kernel_job(job);
+        self.saved.bump();
+        Ok(saved?)
     }
 
     fn start_kernel(&self) -> Result<(ScratchKernel, String), EngineError> {

@@ -157,14 +157,18 @@ fn duration_of(job: &Job) -> Option<Duration> {
     job.duration_ms.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis)
 }
 
-/// Polls the job until it ends, printing its outputs as they come (unless --json). Ctrl-C stops
-/// waiting; the job goes on in the daemon.
+/// Follows the job until it ends, printing its outputs as they come (unless --json): each read
+/// waits in the daemon for the job's next output or its end (at most a second, so Ctrl-C is
+/// seen). Ctrl-C stops waiting; the job goes on in the daemon.
 fn wait(client: &Client, job_id: &str, json: bool) -> Result<Job, Failure> {
     let stop = Arc::new(AtomicBool::new(false));
     let registered = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
     let mut shown = 0;
+    let mut outputs = 0;
     loop {
-        let job: Job = expect(client.get(&format!("/kernel/jobs/{job_id}"))?, 200, "GET /kernel/jobs/{id}")?;
+        let path = format!("/kernel/jobs/{job_id}?wait=1&outputs={outputs}");
+        let job: Job = expect(client.get(&path)?, 200, "GET /kernel/jobs/{id}")?;
+        outputs = job.outputs.len();
         if !json {
             shown = print_outputs(&job, shown);
         }
@@ -180,7 +184,6 @@ fn wait(client: &Client, job_id: &str, json: bool) -> Result<Job, Failure> {
             );
             return Err(Failure { code: 130, message: format!("detached from {job_id}") });
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -6,10 +6,12 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::Value;
+use utoipa::IntoParams;
 
 use super::AppRef;
-use super::http::{ApiError, ApiJson, ApiPath, ErrorBody, blocking};
+use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
 use cairn_engine::verify::StopHow;
 
 use crate::wire::{self, Interrupted, Job, JobList, Restarted, SubmitJob};
@@ -46,14 +48,27 @@ pub(super) async fn list_jobs(State(state): State<AppRef>) -> Result<Json<JobLis
     .await
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct JobWait {
+    /// Seconds (0 to 60) to wait for a session job to end, or (with `outputs`) to have more
+    /// outputs than that, before answering: a follower's wait, woken by the job's own saves. A
+    /// verification's id answers at once.
+    #[param(maximum = 60)]
+    pub wait: Option<u64>,
+    /// With `wait`: answer as soon as the job has more outputs than this.
+    pub outputs: Option<usize>,
+}
+
 /// One job: its status, outputs so far, timings.
-#[utoipa::path(get, path = "/kernel/jobs/{job_id}", tag = "kernel", params(("job_id" = String, Path)),
+#[utoipa::path(get, path = "/kernel/jobs/{job_id}", tag = "kernel", params(("job_id" = String, Path), JobWait),
     responses((status = 200, body = Job), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody)),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn get_job(
     State(state): State<AppRef>,
     ApiPath(job_id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<JobWait>,
 ) -> Result<Json<Job>, ApiError> {
     blocking(move || {
         if job_id.starts_with("ver_") {
@@ -70,7 +85,11 @@ pub(super) async fn get_job(
                 Err(e) => Err(e.into()),
             };
         }
-        Ok(Json(Job::from_record(&state.service.session().job(&job_id)?)))
+        let job = match q.wait {
+            Some(secs) => state.service.session().job_when(&job_id, q.outputs, Duration::from_secs(secs))?,
+            None => state.service.session().job(&job_id)?,
+        };
+        Ok(Json(Job::from_record(&job)))
     })
     .await
 }

@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::http::StatusCode;
 use cairn_engine::verify::{Quiet, SpareStatus, VerifyObserver};
@@ -20,7 +20,7 @@ use utoipa::IntoParams;
 
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
-use crate::wire::{MAX_VERIFY_WAIT_SECS, VerificationRecord, Verify, VerifyResult, VerifyStreamEvent};
+use crate::wire::{VERIFY_START_AT_LEAST, VerificationRecord, Verify, VerifyResult, VerifyStreamEvent};
 
 /// Verifies a document in a fresh, disposable kernel and answers when it has a verdict. Give its
 /// text as `document`, or an absolute path on this machine as `path`, or only a `title` to
@@ -51,16 +51,7 @@ pub(super) async fn create_verification(
     if lines {
         return stream_verification(state, body);
     }
-    let wait = match body.wait {
-        Some(w) if w > MAX_VERIFY_WAIT_SECS => {
-            return Err(EngineError::invalid_field(
-                "wait",
-                format!("wait must be 0 to {MAX_VERIFY_WAIT_SECS} seconds"),
-            )
-            .into());
-        }
-        w => w.map(Duration::from_secs),
-    };
+    let wait = body.wait_for()?;
     blocking(move || {
         let mut req = daemon_request(body)?;
         let Some(wait) = wait else {
@@ -82,13 +73,13 @@ pub(super) async fn create_verification(
         });
         let deadline = Instant::now() + wait;
         // Its kernel's start counts too: at least a short while, even for `wait: 0`.
-        let started = match started_rx.recv_timeout(wait.max(START_AT_LEAST)) {
+        let started = match started_rx.recv_timeout(wait.max(VERIFY_START_AT_LEAST)) {
             Ok(id) => id,
             Err(_) => {
                 stop.request(StopKind::Cancel);
                 // It ended (most likely refused) before its kernel started, or has now been
                 // stopped before it ran: its answer is the result.
-                return match done_rx.recv_timeout(START_AT_LEAST) {
+                return match done_rx.recv_timeout(VERIFY_START_AT_LEAST) {
                     Ok(result) => Ok(Json(result?).into_response()),
                     Err(_) => Err(EngineError::invalid_field(
                         "wait",
@@ -218,9 +209,6 @@ pub(super) async fn spare_kernel(State(state): State<AppRef>) -> Json<Value> {
     let status = state.service.engine().spare_kernel().map(|spare| spare.status()).unwrap_or_else(SpareStatus::off);
     Json(serde_json::to_value(status).unwrap_or(Value::Null))
 }
-
-/// How long a verification with `wait` may take to start its kernel, however short `wait` is.
-const START_AT_LEAST: Duration = Duration::from_secs(10);
 
 /// Sends the verification's id once its kernel started.
 struct Started(mpsc::Sender<String>);

@@ -7,6 +7,8 @@ use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
+use cairn_engine::EngineError;
+
 use crate::wire::Event;
 
 /// One request to the daemon failed: the API's status and message, or why it was not reached.
@@ -24,16 +26,27 @@ impl CallError {
         CallError { status, code: code.into(), message: message.into(), problems: Vec::new() }
     }
 
+    /// The failure an engine error is, as the API would answer with it.
+    pub(crate) fn of_engine(e: &EngineError) -> CallError {
+        let status = crate::failure::http_status(e.kind()).as_u16();
+        CallError::new(status, e.code().as_str(), e.to_string())
+    }
+
+    /// The failure an error detail (a streamed answer's last line) describes.
+    pub(crate) fn of_detail(status: u16, e: crate::wire::ErrorDetail) -> CallError {
+        CallError {
+            status,
+            code: e.code,
+            message: e.message,
+            problems: e.problems.iter().filter_map(|p| serde_json::to_value(p).ok()).collect(),
+        }
+    }
+
     /// The failure an error answer of the API describes (`{error: {code, message, problems}}`).
     fn of_answer(status: u16, body: &Value) -> CallError {
         let error = serde_json::from_value::<crate::wire::ErrorBody>(body.clone()).ok().map(|b| b.error);
         match error {
-            Some(e) => CallError {
-                status,
-                code: e.code,
-                message: e.message,
-                problems: e.problems.iter().filter_map(|p| serde_json::to_value(p).ok()).collect(),
-            },
+            Some(e) => CallError::of_detail(status, e),
             None => CallError::new(status, "error", body.to_string()),
         }
     }
@@ -147,20 +160,42 @@ impl ApiClient {
         run_id: &str,
         after: i64,
     ) -> Result<tokio::sync::mpsc::Receiver<Event>, CallError> {
-        let token = self.token_for(ctx)?;
         let path = format!("/runs/{}/events?follow=true&after={after}", seg(run_id));
+        self.stream(ctx, "GET", path, None, "text/event-stream", Event::of_sse_line).await
+    }
+
+    /// A streamed answer read line by line as it comes: each line `parse` reads arrives on the
+    /// returned channel, which closes when the stream ends. Dropping the channel ends the
+    /// stream, as a client that hangs up does (a streamed verification is then cancelled).
+    pub async fn stream<T: Send + 'static>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        method: &'static str,
+        path: String,
+        body: Option<Value>,
+        accept: &'static str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<tokio::sync::mpsc::Receiver<T>, CallError> {
+        let token = self.token_for(ctx)?;
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         match &self.transport {
             Transport::Http { base, agent } => {
                 let response = {
                     let (agent, url) = (agent.clone(), format!("{base}{path}"));
                     tokio::task::spawn_blocking(move || {
-                        agent
-                            .get(&url)
-                            .header("Authorization", &format!("Bearer {token}"))
-                            .header("Accept", "text/event-stream")
-                            .call()
-                            .map_err(|e| unreachable(&url, e))
+                        let auth = format!("Bearer {token}");
+                        let sent = match (method, body) {
+                            ("GET", _) => {
+                                agent.get(&url).header("Authorization", &auth).header("Accept", accept).call()
+                            }
+                            (_, Some(b)) => {
+                                agent.post(&url).header("Authorization", &auth).header("Accept", accept).send_json(&b)
+                            }
+                            (_, None) => {
+                                agent.post(&url).header("Authorization", &auth).header("Accept", accept).send_empty()
+                            }
+                        };
+                        sent.map_err(|e| unreachable(&url, e))
                     })
                     .await
                     .map_err(worker_failed)??
@@ -174,8 +209,8 @@ impl ApiClient {
                 tokio::task::spawn_blocking(move || {
                     for line in std::io::BufRead::lines(reader) {
                         let Ok(line) = line else { break };
-                        if let Some(event) = Event::of_sse_line(&line)
-                            && (tx.blocking_send(event).is_err())
+                        if let Some(item) = parse(&line)
+                            && tx.blocking_send(item).is_err()
                         {
                             break;
                         }
@@ -183,7 +218,7 @@ impl ApiClient {
                 });
             }
             Transport::Router(api) => {
-                let response = route(api, "GET", &path, &token, None, "text/event-stream").await?;
+                let response = route(api, method, &path, &token, body.as_ref(), accept).await?;
                 let status = response.status().as_u16();
                 if status != 200 {
                     let bytes = axum::body::to_bytes(response.into_body(), ANSWER_LIMIT).await.unwrap_or_default();
@@ -192,13 +227,14 @@ impl ApiClient {
                 tokio::spawn(async move {
                     use futures_util::StreamExt;
                     let mut frames = response.into_body().into_data_stream();
-                    let mut pending = String::new();
+                    // Bytes, not text, until a line is whole: a chunk may end inside a character.
+                    let mut pending: Vec<u8> = Vec::new();
                     while let Some(Ok(chunk)) = frames.next().await {
-                        pending.push_str(&String::from_utf8_lossy(&chunk));
-                        while let Some(end) = pending.find('\n') {
-                            let line: String = pending.drain(..=end).collect();
-                            if let Some(event) = Event::of_sse_line(line.trim_end())
-                                && tx.send(event).await.is_err()
+                        pending.extend_from_slice(&chunk);
+                        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                            let line: Vec<u8> = pending.drain(..=end).collect();
+                            if let Some(item) = parse(String::from_utf8_lossy(&line).trim_end())
+                                && tx.send(item).await.is_err()
                             {
                                 return;
                             }

@@ -8,7 +8,7 @@ use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
 
-use crate::wire::{Job, VerifyCellStatus, VerifyResult};
+use crate::wire::{VerifyCellStatus, VerifyResult};
 
 /// Where a call's progress goes; a call without a `progressToken` gets none.
 pub struct Progress {
@@ -38,11 +38,10 @@ impl Progress {
     }
 }
 
-/// What a verification in progress has done (`GET /kernel/jobs/{id}`, or its row in the list).
-pub fn cells(job: &Job) -> Option<(f64, f64, String)> {
-    let (done, total) = (job.cells_done?, job.cells_total?);
-    let title = job.title.as_deref().unwrap_or("the document");
-    Some((done as f64, total as f64, format!("{title}: {done} of {total} cells done")))
+/// What a verification in progress has done: its cells ended of its code cells.
+pub fn cells(title: Option<&str>, done: usize, total: usize) -> (f64, f64, String) {
+    let title = title.filter(|t| !t.is_empty()).unwrap_or("the document");
+    (done as f64, total as f64, format!("{title}: {done} of {total} cells done"))
 }
 
 /// What a verification's verdict says of its cells: those that ran of all its code cells.

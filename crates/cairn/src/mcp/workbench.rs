@@ -1,7 +1,7 @@
 //! The workbench server: an agent's operations. Planning is read-only; `execute_plan` is the only
 //! tool that executes anything, and only the exact plan the person was shown.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rmcp::handler::server::tool::{InputResponses as ToolInputResponses, RequestState};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use cairn_core::plan::Plan;
 use cairn_core::progress::RunProgress;
+use cairn_engine::EngineError;
 
 use super::api_client::{ApiClient, CallError, decode, invalid, seg, structured};
 use super::approval::{self, Approvals, Ask, Verdict};
@@ -23,10 +24,16 @@ use super::progress::{self, Progress};
 use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 use crate::wire::requests::ApprovedVia;
-use crate::wire::{AddWorkflow, PlanReplay, PlanRun, ReadDoc, RunResult, SaveDoc, SearchDocs, Verify, to_value};
+use crate::wire::{
+    AddWorkflow, Job, PlanReplay, PlanRun, ReadDoc, RunResult, SaveDoc, SearchDocs, VERIFY_START_AT_LEAST, Verify,
+    VerifyStreamEvent, to_value,
+};
 
 /// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
 const WAIT_FOR_END: Duration = Duration::from_secs(60);
+
+/// The media type of a streamed answer of JSON lines (a verification's).
+const NDJSON: &str = "application/x-ndjson";
 
 #[derive(Clone)]
 pub struct Workbench {
@@ -223,75 +230,89 @@ impl Workbench {
         self.daemon.tool(ctx, "GET", format!("/runs/{}", seg(&id)), None).await
     }
 
-    /// `POST /verifications` while the verification in progress is read for its cells done of
-    /// total, as progress; the answer is the POST's.
+    /// The verification streamed (`POST /verifications` as JSON lines, the stream `cairn verify`
+    /// reads), its cells done of total reported as progress as they end. Answers with the result,
+    /// or after `wait` with the running verification's id (it goes on: the rest of its stream is
+    /// read, unheard), as the POST with `wait` would.
     async fn verify_reporting(
         &self,
         ctx: &RequestContext<RoleServer>,
-        body: Value,
+        p: Verify,
         mut progress: Progress,
     ) -> CallToolResult {
-        // Verifications share one kernel slot: ours is the one in progress that was not already.
-        let live = |list: Value| -> Vec<crate::wire::Job> {
-            let list: crate::wire::JobList =
-                serde_json::from_value(list).unwrap_or(crate::wire::JobList { jobs: Vec::new() });
-            let running = |j: &crate::wire::Job| {
-                j.kind == crate::wire::KernelJobKind::Verification && j.status == crate::wire::KernelJobState::Running
-            };
-            list.jobs.into_iter().filter(running).collect()
+        let wait = match p.wait_for() {
+            Ok(wait) => wait.unwrap_or(WAIT_FOR_END),
+            Err(e) => return CallError::of_engine(&e).tool_result(),
         };
-        let before: Vec<String> = match self.daemon.call(ctx, "GET", "/kernel/jobs".into(), None).await {
-            Ok(list) => live(list).into_iter().map(|j| j.job_id).collect(),
-            Err(_) => Vec::new(),
+        let body = to_value(&Verify { wait: None, ..p });
+        let parse = |line: &str| serde_json::from_str::<VerifyStreamEvent>(line).ok();
+        let mut lines = match self.daemon.stream(ctx, "POST", "/verifications".into(), Some(body), NDJSON, parse).await
+        {
+            Ok(lines) => lines,
+            Err(e) => return e.tool_result(),
         };
-        let post = self.daemon.call(ctx, "POST", "/verifications".into(), Some(body));
-        tokio::pin!(post);
+        let asked = tokio::time::Instant::now();
+        let (mut started, mut title, mut done, mut total) = (None::<String>, None::<String>, 0, 0);
         loop {
-            tokio::select! {
-                answer = &mut post => {
-                    return match answer {
-                        Ok(v) => {
-                            // A verification that was not waited for answers without its cells.
-                            if let Ok(result) = serde_json::from_value::<crate::wire::VerifyResult>(v.clone()) {
-                                let (done, total, message) = progress::ended_cells(&result);
-                                progress.report(done, Some(total), message).await;
-                            }
-                            structured(v)
-                        }
-                        Err(e) => e.tool_result(),
-                    };
+            // Its kernel's start counts too: at least a short while, even for `wait: 0`.
+            let until = asked + if started.is_some() { wait } else { wait.max(VERIFY_START_AT_LEAST) };
+            let event = match tokio::time::timeout_at(until, lines.recv()).await {
+                Ok(Some(event)) => event,
+                Ok(None) => {
+                    return CallError::new(502, "bad_answer", "the verification's stream ended before its verdict")
+                        .tool_result();
                 }
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    if let Ok(list) = self.daemon.call(ctx, "GET", "/kernel/jobs".into(), None).await
-                        && let Some(ours) = live(list).into_iter().find(|j| !before.contains(&j.job_id))
-                        && let Some((done, total, message)) = progress::cells(&ours)
-                    {
-                        progress.report(done, Some(total), message).await;
-                    }
+                Err(_) => return self.left_running(started, lines),
+            };
+            match event {
+                VerifyStreamEvent::Started { verification_id } => {
+                    let path = format!("/kernel/jobs/{}", seg(&verification_id));
+                    // Its title, read once: the stream names only its id.
+                    title = self
+                        .daemon
+                        .call(ctx, "GET", path, None)
+                        .await
+                        .and_then(decode::<Job>)
+                        .ok()
+                        .and_then(|j| j.title);
+                    started = Some(verification_id);
                 }
+                VerifyStreamEvent::CellStarted { total: t, .. } => total = t,
+                VerifyStreamEvent::CellFinished { .. } => {
+                    done += 1;
+                    let (done, total, message) = progress::cells(title.as_deref(), done, total);
+                    progress.report(done, Some(total), message).await;
+                }
+                VerifyStreamEvent::Message { .. } => {}
+                VerifyStreamEvent::Result { result } => {
+                    let (done, total, message) = progress::ended_cells(&result);
+                    progress.report(done, Some(total), message).await;
+                    return structured(to_value(&*result));
+                }
+                VerifyStreamEvent::Error { status, error } => return CallError::of_detail(status, error).tool_result(),
             }
         }
     }
 
-    /// Reads `path` every `every` until `done` holds for what it answers, or `WAIT_FOR_END`
-    /// passes; answers with the last state read (`now` to begin with).
-    async fn until(
+    /// `wait` passed: a verification that started goes on, its id the answer (the rest of its
+    /// stream is read, so it is not taken for a caller that hung up); one that did not is
+    /// stopped, as its stream is dropped, and nothing ran.
+    fn left_running(
         &self,
-        ctx: &RequestContext<RoleServer>,
-        mut now: Value,
-        path: String,
-        every: Duration,
-        done: impl Fn(&Value) -> bool,
+        started: Option<String>,
+        mut lines: tokio::sync::mpsc::Receiver<VerifyStreamEvent>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        while !done(&now) && started.elapsed() < WAIT_FOR_END {
-            tokio::time::sleep(every).await;
-            match self.daemon.call(ctx, "GET", path.clone(), None).await {
-                Ok(v) => now = v,
-                Err(e) => return e.tool_result(),
-            }
-        }
-        structured(now)
+        let Some(id) = started else {
+            let e = EngineError::invalid_field(
+                "wait",
+                "the verification did not start within `wait`; nothing ran: raise it",
+            );
+            return CallError::of_engine(&e).tool_result();
+        };
+        tokio::spawn(async move { while lines.recv().await.is_some() {} });
+        structured(
+            json!({"verification_id": id, "status": "running", "poll": format!("GET /kernel/jobs/{id} (MCP poll_job)")}),
+        )
     }
 }
 
@@ -590,7 +611,7 @@ impl Workbench {
         // id to poll.
         let p = Verify { wait: Some(p.wait.unwrap_or(60)), ..p };
         match Progress::of(&ctx) {
-            Some(progress) => self.verify_reporting(&ctx, to_value(&p), progress).await,
+            Some(progress) => self.verify_reporting(&ctx, p, progress).await,
             None => self.daemon.tool(&ctx, "POST", "/verifications".into(), Some(to_value(&p))).await,
         }
     }
@@ -605,11 +626,14 @@ impl Workbench {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         match self.daemon.call(&ctx, "POST", "/kernel/jobs".into(), Some(json!({"code": p.code}))).await {
-            Ok(job) => {
-                let path = format!("/kernel/jobs/{}", seg(job["job_id"].as_str().unwrap_or_default()));
-                let ended = |j: &Value| !matches!(j["status"].as_str(), Some("queued" | "running"));
-                self.until(&ctx, job, path, Duration::from_millis(50), ended).await
-            }
+            Ok(job) => match decode::<Job>(job) {
+                // The daemon answers once the job has ended, or as it stands after the wait.
+                Ok(job) => {
+                    let path = format!("/kernel/jobs/{}?wait={}", seg(&job.job_id), WAIT_FOR_END.as_secs());
+                    self.daemon.tool(&ctx, "GET", path, None).await
+                }
+                Err(e) => e.tool_result(),
+            },
             Err(e) => e.tool_result(),
         }
     }

@@ -25,7 +25,7 @@ pub use kernel::{Interrupted, Job, JobList, KernelJobKind, KernelJobState, Resta
 pub use plans::{PlanList, PlanSummary};
 pub use requests::{
     AddTarget, ExecutePlan, ExecutorName, MAX_VERIFY_WAIT_SECS, PlanReplay, PlanRun, ReplayDirective, SubmitJob,
-    SubmitRun, Verify,
+    SubmitRun, VERIFY_START_AT_LEAST, Verify,
 };
 pub use runs::{
     ArtifactEntry, ArtifactList, ArtifactSlice, Event, EventList, Explanation, ExportResult, LineageEntry,

@@ -6,6 +6,7 @@
 //! request in one place, so the three cannot drift.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use cairn_engine::EngineError;
 use cairn_engine::verify::Document;
@@ -456,7 +457,22 @@ fn verify_arguments(schema: &mut Schema) {
 /// running verification's id.
 pub const MAX_VERIFY_WAIT_SECS: u64 = 3600;
 
+/// However short its `wait`, a verification is given this long to start its kernel before it is
+/// stopped unstarted.
+pub const VERIFY_START_AT_LEAST: Duration = Duration::from_secs(10);
+
 impl Verify {
+    /// How long to wait for the verdict (`None`: until it comes), refused beyond
+    /// [`MAX_VERIFY_WAIT_SECS`] on every surface alike.
+    pub fn wait_for(&self) -> Result<Option<Duration>, EngineError> {
+        match self.wait {
+            Some(w) if w > MAX_VERIFY_WAIT_SECS => {
+                Err(EngineError::invalid_field("wait", format!("wait must be 0 to {MAX_VERIFY_WAIT_SECS} seconds")))
+            }
+            w => Ok(w.map(Duration::from_secs)),
+        }
+    }
+
     /// The engine's request. A relative `path` is resolved against `cwd` (the command line's);
     /// without one (the API, MCP), it is refused: the daemon's working directory means nothing
     /// to the caller.

@@ -772,6 +772,49 @@ fn a_running_jobs_outputs_are_visible_before_it_ends(kind: Kind) {
     k.finish();
 }
 
+/// `GET /kernel/jobs/{id}?wait=` answers when the job changes, not when asked again: at its next
+/// output past `outputs`, at its end, or when `wait` passes; a wait over 60 s is refused.
+#[test]
+fn a_read_of_a_job_waits_in_the_daemon_for_its_next_output_or_its_end() {
+    let k = K::new();
+    k.start_daemon();
+    let url = k.c.daemon().url;
+    let token = k.c.token("viewer");
+    k.exec("import time").expect(0);
+    let job = k.detach("print('early', flush=True)\ntime.sleep(3)\nprint('late')");
+    let get = |q: &str| http("GET", &format!("{url}/kernel/jobs/{job}{q}"), Some(&token), None, &[]);
+
+    let t = Instant::now();
+    let first = get("?wait=30&outputs=0");
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert!(text(&first.body).contains("early"), "answered at its first output: {:#}", first.body);
+    assert_eq!(status(&first.body), "running", "{:#}", first.body);
+    assert!(t.elapsed() < Duration::from_secs(3), "it waited for the end: {:?}", t.elapsed());
+
+    let seen = first.body["outputs"].as_array().map_or(0, Vec::len);
+    let t = Instant::now();
+    let end = get(&format!("?wait=30&outputs={}", seen + 5));
+    assert_eq!(status(&end.body), "ok", "answered at its end: {:#}", end.body);
+    assert_eq!(text(&end.body), "early\nlate\n");
+    assert!(t.elapsed() < Duration::from_secs(10), "it waited out `wait`: {:?}", t.elapsed());
+
+    // Ended: at once, whatever `wait`. A wait beyond 60 s is refused, naming the field.
+    let t = Instant::now();
+    assert_eq!(status(&get("?wait=60").body), "ok");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let refused = get("?wait=61");
+    assert_eq!(
+        (refused.status, refused.body["error"]["code"].as_str()),
+        (422, Some("invalid_field")),
+        "{}",
+        refused.text
+    );
+    assert!(refused.text.contains("wait"), "{}", refused.text);
+    let missing = http("GET", &format!("{url}/kernel/jobs/job_nope?wait=5"), Some(&token), None, &[]);
+    assert_eq!((missing.status, missing.body["error"]["code"].as_str()), (404, Some("job_not_found")));
+    k.finish();
+}
+
 // A session's jobs and their live outputs, on either registry (their outputs arrive inside the
 // kernel client's async runtime, where the store must not be called).
 cairn_store::on_both!(

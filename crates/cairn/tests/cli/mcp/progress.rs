@@ -125,6 +125,26 @@ fn long_calls_report_their_progress_to_a_caller_that_asks() {
         let messages = checked(&answer, 3.0, &w);
         assert!(messages.iter().any(|m| m.contains("1 of 3 cells done")), "{w}: {messages:#?}");
 
+        // One that outlasts its `wait`: answered with its id while it goes on (its progress is
+        // followed, and leaving it does not stop it), and poll_job follows it to its verdict.
+        let answer = wb.call_seeing(
+            "verify_workflow",
+            json!({"document": SLOW_DOC, "title": format!("outlasts-{tag}"), "wait": 1}),
+            json!({"progress": true}),
+        );
+        let running = &answer["ok"]["structuredContent"];
+        assert_eq!(running["status"], "running", "{w}: {answer:#}");
+        let id = running["verification_id"].as_str().unwrap_or_else(|| panic!("{w}: no id: {answer:#}"));
+        let mut polled = Value::Null;
+        assert!(
+            wait_until(Duration::from_secs(60), || {
+                polled = wb.call_ok("poll_job", json!({"job_id": id}));
+                polled["status"] != "running"
+            }),
+            "{w}: never finished: {polled:#}"
+        );
+        assert_eq!(polled["status"], "passed", "{w}: it ran to its verdict after the answer: {polled:#}");
+
         // Without a progressToken, none.
         let plain = wb.call_seeing("list_runs", json!({}), json!({}));
         assert_eq!(plain["progress"], json!([]), "{w}: {plain:#}");
