@@ -354,6 +354,13 @@ async function openLog(page, step, wantText) {
 
 const allDone = () => Object.fromEntries(EXPECT.steps.map((s) => [s, 'COMPLETED']));
 
+/** A step's attempt timings (from the run's timeline): one attempt, started, and ended `how`
+ *  ("#1 2026-… → 1.2 s completed"); none for a step a replay reused. */
+async function checkTimings(page, step, how) {
+  const want = how ? (t) => new RegExp(`^#1 \\S+ \\S+ → .+ ${how}$`).test(t) : '';
+  await waitText(page, `${stepRow(step)} td[data-col=timings]`, want);
+}
+
 /** The READY run, which is the replay source. */
 async function readyRun(page) {
   const steps = EXPECT.steps;
@@ -363,7 +370,11 @@ async function readyRun(page) {
   await checkSteps(page, steps, done);
   for (const step of steps) {
     await waitText(page, `${stepRow(step)} td[data-col=attempts]`, '1');
+    await checkTimings(page, step, 'completed');
   }
+  // No step of it is a pipeline: no jobs line, no jobs section.
+  check((await count(page, '#steps-table [data-col=jobs]')) === 0, 'a run without a pipeline step has no jobs line');
+  await mustExist(page, '#jobs-none', 'the note that no step of the run is a pipeline');
   await mustExist(page, `#lineage a[href=${attr(`#/runs/${EXPECT.replay_child}`)}]`, 'the lineage link from the source to its replay child');
   await mustExist(page, '#events li[data-kind="run.finished"]', 'the run.finished event');
   await checkGantt(page, steps);
@@ -399,12 +410,13 @@ async function evidence(page) {
   }, STEP_MS);
 }
 
-/** A pipeline run: its step's jobs, counted from the pipeline's events. */
+/** A pipeline run: its step's jobs, as the run and its jobs endpoint count them. */
 async function pipelineRun(page) {
   const p = EXPECT.pipeline;
   await go(page, `#/runs/${p.run}`, 'run');
   await waitText(page, '#run-status', 'READY');
   await waitText(page, `${stepRow(p.step)} td[data-col=status] [data-col=jobs]`, (t) => t.trim() === p.jobs);
+  await checkTimings(page, p.step, 'completed');
   await mustExist(page, '#events li[data-kind="pipeline.job_finished"]', 'the pipeline\'s job events in the timeline');
   // Its jobs: a graph (the target job reads what the three others wrote), their bars on the time
   // axis, a table with why each ran; each artifact names the job that wrote it.
@@ -437,6 +449,8 @@ async function replayRun(page) {
   }
   await checkGantt(page, steps, { [reused]: 'reused' });
   await waitText(page, `${stepRow(reused)} td[data-col=decision]`, 'reused');
+  await checkTimings(page, reused, null);
+  for (const step of steps.filter((s) => s !== reused)) await checkTimings(page, step, 'completed');
   await waitText(page, `${stepRow(reused)} td[data-col=reason]`, (t) => t.toLowerCase().startsWith('reused'));
   // The reused step's artifact: the source's bytes, produced by the source run.
   const row = `table#artifacts-table tr[data-path=${attr(EXPECT.evidence.artifact.path)}]`;
@@ -466,6 +480,7 @@ async function failedRun(page) {
   await checkSteps(page, steps, { [steps[0]]: 'COMPLETED', [EXPECT.failed_step]: 'FAILED' });
   await mustExist(page, '#events li[data-kind="run.finished"]', 'the run.finished event');
   await checkGantt(page, [steps[0], EXPECT.failed_step], { [EXPECT.failed_step]: 'failed' });
+  await checkTimings(page, EXPECT.failed_step, 'failed');
   await openLog(page, EXPECT.failed_step, EXPECT.fail_text);
   await finishPage(page, 'run', 'run-failed');
 }
@@ -643,6 +658,7 @@ async function liveRun(page) {
   await waitText(page, '#run-lease', (t) => /^daemon dmn_\w+ on host \S+ \(lease epoch 1, until /.test(t));
   const hold = EXPECT.live_steps[0];
   await poll(`the DAG node of ${hold} to be RUNNING`, async () => (await page.getAttribute(dagNode(hold), 'data-status')) === 'RUNNING');
+  await waitText(page, `${stepRow(hold)} td[data-col=timings]`, (t) => /^#1 \S+ \S+ → running$/.test(t));
   await finishPage(page, 'run', 'run-live');
 
   // From here on nothing may reload or navigate the page: it has to update itself.
@@ -661,6 +677,7 @@ async function liveRun(page) {
   await poll('a finished run to show no lease', async () => (await count(page, '#run-lease')) === 0);
   for (const step of EXPECT.live_steps) {
     await poll(`the DAG node of ${step} to be COMPLETED`, async () => (await page.getAttribute(dagNode(step), 'data-status')) === 'COMPLETED');
+    await checkTimings(page, step, 'completed');
   }
   page.off('framenavigated', onNav);
   check(navigations.length === 0, `the live run page navigated while following the run: ${JSON.stringify(navigations)}`);

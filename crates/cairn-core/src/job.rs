@@ -373,6 +373,40 @@ pub fn by_rule(jobs: &[Job]) -> Vec<RuleCount> {
     out
 }
 
+/// A pipeline step's jobs in one line's numbers: done of the controller's total, how many run,
+/// how many failed ("3 of 6 jobs done, 2 running, 1 failed").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobsProgress {
+    /// Jobs done, as the controller last counted them (Snakemake's `3 of 6 steps done`); without
+    /// its count, the jobs that finished (not those a replay carried over).
+    pub done: u64,
+    /// How many jobs the controller meant to run, once it said so.
+    pub total: Option<u64>,
+    /// Running, or failed and tried again.
+    pub running: u64,
+    /// Failed for good.
+    pub failed: u64,
+}
+
+/// The progress of a step's `jobs` (as [`fold`] and [`with_carried`] give them), with the
+/// controller's own counts from `events`, the step's events in the run that ran it, in order.
+pub fn progress<'e>(jobs: &[Job], events: impl IntoIterator<Item = &'e RunEvent>) -> JobsProgress {
+    let (mut done, mut total) = (None, None);
+    for e in events {
+        if let RunEvent::PipelineJobFinished { done: d, total: t, .. } = e {
+            done = d.or(done);
+            total = t.or(total);
+        }
+    }
+    let count = |want: &[JobStatus]| jobs.iter().filter(|j| want.contains(&j.status)).count() as u64;
+    JobsProgress {
+        done: done.unwrap_or_else(|| count(&[JobStatus::Finished])),
+        total,
+        running: count(&[JobStatus::Running, JobStatus::Retrying]),
+        failed: count(&[JobStatus::Failed]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,6 +525,24 @@ localrule call:
             counts.iter().map(|r| (r.rule.as_str(), r.jobs, r.finished)).collect::<Vec<_>>(),
             [("bwa_index", 1, 1), ("bwa_map", 1, 1), ("samtools_sort", 1, 1), ("call", 1, 0)]
         );
+    }
+
+    #[test]
+    fn progress_is_the_controllers_count_with_the_jobs_running_and_failed() {
+        let evs = events(LOG);
+        // The call runs: 3 of 4 done as Snakemake counted them.
+        let live = progress(&jobs_of(&evs, 1, Some(1)), &evs);
+        assert_eq!(live, JobsProgress { done: 3, total: Some(4), running: 1, failed: 0 });
+        // Its controller gone, the call was interrupted: neither running nor failed.
+        let ended = progress(&jobs_of(&evs, 1, None), &evs);
+        assert_eq!(ended, JobsProgress { done: 3, total: Some(4), running: 0, failed: 0 });
+        // A controller that gives no count: the jobs that finished, of no known total.
+        let mut failed = jobs_of(&evs, 1, None);
+        failed[3].status = JobStatus::Failed;
+        assert_eq!(progress(&failed, &[]), JobsProgress { done: 3, total: None, running: 0, failed: 1 });
+        // Jobs a replay carried over are not done here.
+        let carried = with_carried(Vec::new(), jobs_of(&evs, 1, None), "run_src");
+        assert_eq!(progress(&carried, &[]), JobsProgress::default());
     }
 
     #[test]

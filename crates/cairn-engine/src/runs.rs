@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use cairn_core::artifact::ArtifactRecord;
+use cairn_core::event::RunEvent;
 use cairn_core::replay::DecisionRecord;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
@@ -55,6 +56,8 @@ pub struct StepView {
     /// A pipeline step's jobs, folded from its events (those of the run that ran it, for a step a
     /// replay reused); empty for any other step.
     pub jobs: Vec<cairn_core::job::Job>,
+    /// Those jobs in numbers, with the controller's own count, once the step has any.
+    pub progress: Option<cairn_core::job::JobsProgress>,
 }
 
 impl StepView {
@@ -203,19 +206,23 @@ impl Engine {
                 .filter(|s| s.id == id)
                 .and_then(|s| record.spec.tools.get(&s.tool))
                 .is_some_and(|t| !t.kind.is_process());
-            let jobs = match &record_row {
+            let (jobs, progress) = match &record_row {
                 Some(r) if pipeline => {
                     let live = (r.status == StepStatus::Running).then_some(r.attempt_count);
                     let ran_in = r.reused_from.as_deref().unwrap_or(run_id);
-                    events.step_jobs(ran_in, &id, live, r.result.as_ref())?
+                    let jobs = events.step_jobs(ran_in, &id, live, r.result.as_ref())?;
+                    let progress =
+                        (!jobs.is_empty()).then(|| cairn_core::job::progress(&jobs, events.of_step(ran_in, &id)));
+                    (jobs, progress)
                 }
-                _ => Vec::new(),
+                _ => (Vec::new(), None),
             };
             steps.push(StepView {
                 record: record_row,
                 artifacts: artifacts.remove(&id).unwrap_or_default(),
                 step_id: id,
                 jobs,
+                progress,
             });
         }
         let target = self.target_name_of_run(run_id)?;
@@ -452,6 +459,12 @@ impl<'e> RunEvents<'e> {
             self.read.insert(run_id.to_string(), self.engine.store.events(run_id, 0)?);
         }
         Ok(Engine::jobs_of_step(&self.read[run_id], step_id, live))
+    }
+
+    /// The events of step `step_id` in `run_id`, in order, once `jobs_of` has read that run.
+    fn of_step<'a>(&'a self, run_id: &str, step_id: &'a str) -> impl Iterator<Item = &'a RunEvent> + 'a {
+        let events = self.read.get(run_id).map(Vec::as_slice).unwrap_or_default();
+        events.iter().filter(move |e| e.step_id.as_deref() == Some(step_id)).map(|e| &e.event)
     }
 
     /// The jobs of a pipeline step that ran in `run_id`, with those its seeded working copy

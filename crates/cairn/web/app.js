@@ -396,14 +396,13 @@ async function runPage(runId) {
     ganttBox.replaceChildren(tl.attempts.length
       ? drawGantt(h, tl, `Attempts of run ${r.run_id} on its time axis, ${tl.length_ms} ms long`)
       : h('p', { class: 'muted' }, 'No step has started yet.'));
-    const attempts = attemptsOf(events);
-    const jobs = jobsOf(events);
+    const attempts = attemptsOf(tl);
     stepsBox.replaceChildren(table('steps-table', null,
       ['Step', 'Status', 'Attempts', 'Outcome', 'Duration', 'Attempt timings', 'Decision', 'Reason'],
       r.steps.map((s) => h('tr', { 'data-step': s.step_id },
         h('th', { scope: 'row', 'data-col': 'step' }, s.step_id),
         h('td', { 'data-col': 'status' }, badge(s.status), s.reused ? h('span', { class: 'muted small' }, ' reused') : null,
-          jobs[s.step_id] ? h('div', { class: 'small', 'data-col': 'jobs' }, jobs[s.step_id]) : null),
+          s.jobs ? h('div', { class: 'small', 'data-col': 'jobs' }, jobsLine(s.jobs)) : null),
         h('td', { 'data-col': 'attempts', class: 'num' }, s.attempts),
         h('td', { 'data-col': 'outcome' }, s.outcome || '—', s.error ? h('div', { class: 'small muted wrap' }, s.error) : null),
         h('td', { 'data-col': 'duration', class: 'num' }, ms(s.duration_ms)),
@@ -441,10 +440,9 @@ async function runPage(runId) {
         Object.keys(e.data || {}).length ? ` ${JSON.stringify(e.data)}` : ''))));
   };
 
-  // The jobs of the pipeline steps (those whose events name jobs), read again as the run goes on.
+  // The jobs of the pipeline steps (those the run says have jobs), read again as the run goes on.
   const renderJobs = async (r) => {
-    const withJobs = r.steps.filter((s) => events.some((e) => e.step_id === s.step_id && e.kind.startsWith('pipeline.job_'))
-      || s.result?.seeded);
+    const withJobs = r.steps.filter((s) => s.jobs);
     if (!withJobs.length) {
       jobsBox.replaceChildren(h('p', { class: 'muted', id: 'jobs-none' }, 'None: no step of this run is a pipeline (or none has started a job).'));
       return;
@@ -560,7 +558,6 @@ function reason(s) {
   return s.attempts ? 'executed in this run (not a replay)' : '—';
 }
 
-/** A pipeline step's jobs from the event log, in words: "3 of 6 jobs done, 2 running". */
 /** `rule (k=v, …)`. */
 function jobLabel(j) {
   const w = Object.entries(j.wildcards || {}).map(([k, v]) => `${k}=${v}`).join(', ');
@@ -616,41 +613,22 @@ function jobsSection(r, j) {
           : x.outputs.map((o) => h('div', {}, o)))))));
 }
 
-function jobsOf(events) {
-  const out = {};
-  const state = {};
-  for (const e of events) {
-    if (!e.step_id || !e.kind.startsWith('pipeline.job_')) continue;
-    const st = (state[e.step_id] ||= { done: 0, total: null, running: 0, failed: 0 });
-    if (e.kind === 'pipeline.job_started') st.running += 1;
-    if (e.kind === 'pipeline.job_finished') {
-      st.running = Math.max(0, st.running - 1);
-      st.done = e.data.done ?? st.done + 1;
-      st.total = e.data.total ?? st.total;
-    }
-    if (e.kind === 'pipeline.job_failed') {
-      st.running = Math.max(0, st.running - 1);
-      if (!e.data.restarted) st.failed += 1;
-    }
-    out[e.step_id] = `${st.done}${st.total === null ? '' : ` of ${st.total}`} jobs done`
-      + (st.running ? `, ${st.running} running` : '') + (st.failed ? `, ${st.failed} failed` : '');
-  }
-  return out;
+/** A pipeline step's jobs in words, from the numbers its run gives it: "3 of 6 jobs done, 2 running". */
+function jobsLine(p) {
+  return `${p.done}${p.total === null || p.total === undefined ? '' : ` of ${p.total}`} jobs done`
+    + (p.running ? `, ${p.running} running` : '') + (p.failed ? `, ${p.failed} failed` : '');
 }
 
-/** Each step's attempts from the event log: start, end and how it ended. */
-function attemptsOf(events) {
+/** Each step's attempts from the run's timeline (its time axis starts at `started_at`): start,
+ *  end and how it ended. A step a replay reused (attempt 0) ran no attempt here. */
+function attemptsOf(tl) {
+  const origin = Date.parse(tl.started_at);
+  const at = (n) => new Date(origin + n).toISOString();
   const out = {};
-  for (const e of events) {
-    if (!e.step_id || !e.attempt) continue;
-    const list = (out[e.step_id] ||= []);
-    let a = list.find((x) => x.attempt === e.attempt);
-    if (e.kind === 'step.started') {
-      if (!a) list.push({ attempt: e.attempt, start: e.at, end: null, how: '' });
-    } else if (a && !a.end && /^step\.(completed|failed|cancelled|interrupted|retrying)$/.test(e.kind)) {
-      a.end = e.at;
-      a.how = e.kind.slice(5);
-    }
+  for (const a of tl.attempts) {
+    if (!a.attempt) continue;
+    const ended = a.end_ms !== null && a.end_ms !== undefined;
+    (out[a.step_id] ||= []).push({ attempt: a.attempt, start: at(a.start_ms), end: ended ? at(a.end_ms) : null, how: ended ? a.end : '' });
   }
   return out;
 }

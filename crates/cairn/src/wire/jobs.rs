@@ -40,6 +40,27 @@ pub struct RuleJobs {
     pub reasons: BTreeMap<String, u64>,
 }
 
+/// A pipeline step's jobs in numbers, on the step of a run (`GET /runs/{id}`, `cairn show
+/// --json`, MCP `get_run`): the web app's "3 of 6 jobs done, 2 running, 1 failed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct JobsProgress {
+    /// Jobs done, as the controller last counted them (Snakemake's `3 of 6 steps done`); without
+    /// its count, the jobs that finished (not those a replay carried over).
+    pub done: u64,
+    /// How many jobs the controller meant to run, once it said so.
+    pub total: Option<u64>,
+    /// Running, or failed and tried again.
+    pub running: u64,
+    /// Failed for good.
+    pub failed: u64,
+}
+
+impl JobsProgress {
+    pub fn from_core(p: &cairn_core::job::JobsProgress) -> JobsProgress {
+        JobsProgress { done: p.done, total: p.total, running: p.running, failed: p.failed }
+    }
+}
+
 /// A job's identity within its step: the controller's attempt and its job id there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct JobId {

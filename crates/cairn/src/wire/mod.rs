@@ -20,7 +20,7 @@ pub use docs::{
     Doc, DocHit, DocList, DocSaved, DocSearchResult, DocSummary, DocVerification, DocVersionEntry, ReadDoc, SaveDoc,
     SearchDocs, SnippetPart,
 };
-pub use jobs::{JobId, PipelineJob, PipelineJobs, RuleJobs};
+pub use jobs::{JobId, JobsProgress, PipelineJob, PipelineJobs, RuleJobs};
 pub use kernel::{Interrupted, Job, JobList, KernelJobKind, KernelJobState, Restarted};
 pub use plans::{PlanList, PlanSummary};
 pub use requests::{

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::jobs::JobsProgress;
 use super::time;
 
 /// One step of a run.
@@ -45,6 +46,11 @@ pub struct StepResult {
     /// The files it produced (its declared outputs), by path.
     #[serde(default)]
     pub artifacts: Vec<ArtifactEntry>,
+    /// A pipeline step's jobs in numbers, once it has any (for a step a replay reused, those of
+    /// the run that ran them); absent for any other step. `GET /runs/{id}/steps/{step}/jobs`
+    /// lists the jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<JobsProgress>,
 }
 
 /// One file a step produced, as recorded when its attempt completed.
@@ -410,6 +416,7 @@ fn step_fields(decision: Option<&DecisionRecord>, s: &StepView, limit: usize) ->
         error: r.and_then(|r| r.error.clone()),
         decision: decision.map(|d| d.decision.as_str().to_string()),
         reason: decision.map(|d| d.text.clone()),
+        jobs: s.progress.as_ref().map(JobsProgress::from_core),
     }
 }
 

@@ -352,19 +352,27 @@ fn a_pipelines_jobs_are_events_while_it_runs() {
     let args = fx.c.run_args("naps", &json!({}), &["--run-id", "live", "--json"]);
     let follower = fx.spawn(&args);
 
-    // While the run is RUNNING, a finished job is already an event.
+    // While the run is RUNNING, a finished job is already an event, and the run's step counts its
+    // jobs: done of the controller's total (all, summary and 4 naps), and those running.
     let mut seen = Vec::new();
+    let mut live_jobs = Value::Null;
     assert!(
         wait_until(std::time::Duration::from_secs(60), || {
             let Ok(events) = std::panic::catch_unwind(|| fx.c.events("live")) else { return false };
-            let running = fx.c.show("live")["status"] == "RUNNING";
+            let shown = fx.c.show("live");
+            live_jobs = step(&shown, "pipeline")["jobs"].clone();
             seen = events_of(&events, "pipeline.job_finished", Some("pipeline")).into_iter().cloned().collect();
-            running && !seen.is_empty()
+            shown["status"] == "RUNNING" && !seen.is_empty()
         }),
         "no job_finished event while the run ran: {seen:#?}"
     );
+    assert_eq!(live_jobs["total"], 6, "{live_jobs:#}");
+    assert!(live_jobs["done"].as_u64().is_some_and(|d| (1..6).contains(&d)), "{live_jobs:#}");
+    assert!(live_jobs["running"].as_u64().is_some_and(|r| r <= 2), "two at a time: {live_jobs:#}");
+    assert_eq!(live_jobs["failed"], 0, "{live_jobs:#}");
     let (code, _) = fx.wait_spawned(follower, std::time::Duration::from_secs(60));
     assert_eq!(code, 0);
+    assert_eq!(step(&fx.c.show("live"), "pipeline")["jobs"], json!({"done": 6, "total": 6, "running": 0, "failed": 0}));
     let events = fx.c.events("live");
     let started = events_of(&events, "pipeline.job_started", Some("pipeline"));
     let naps: Vec<&str> = started

@@ -264,12 +264,14 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background, Held) {
     assert_eq!(step(&child, "prepare")["decision"], "reuse", "{child:#}");
     assert_eq!(child["replay"]["source_run_id"], ready_id.as_str(), "{child:#}");
 
-    // A pipeline step: its jobs are shown from its events.
+    // A pipeline step: its jobs are shown as the run and its jobs endpoint count them.
     let snakefile = "rule all:\n    input: expand('results/{s}.txt', s=['a', 'b', 'c'])\n\nrule one:\n    output: 'results/{s}.txt'\n    shell: 'echo {wildcards.s} > {output}'\n";
     let pipeline_toml = "[workflow]\nname = \"webapp-pipeline\"\nversion = \"1.0.0\"\n\n[tools.p]\nkind = \"snakemake\"\n\n[[steps]]\nid = \"pipeline\"\ntool = \"p\"\nargs = { snakefile = \"Snakefile\" }\n";
     c.add(&write_workflow(&c.path("webapp-pipeline"), pipeline_toml, &[("Snakefile", snakefile)]));
     let pipeline = e.run("webapp-pipeline", &json!({}), 0);
     assert_eq!(step(&pipeline, "pipeline")["result"]["jobs"]["total"], 4, "{pipeline:#}");
+    // The page's "4 of 4 jobs done" is the run's own count.
+    assert_eq!(step(&pipeline, "pipeline")["jobs"], json!({"done": 4, "total": 4, "running": 0, "failed": 0}));
 
     // Verifications: one passes, one fails.
     let pass_doc = c.path("passing.md");
@@ -382,6 +384,7 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background, Held) {
 
     // The evidence as the API gives it: what the page must show, field for field.
     let shown = c.show(&ready_id);
+    assert!(shown["steps"].as_array().unwrap().iter().all(|s| s.get("jobs").is_none()), "no pipeline step: {shown:#}");
     let prepare = step(&shown, "prepare");
     let artifact = prepare["artifacts"][0].clone();
     assert_eq!(artifact["path"], "steps/prepare/summary.json", "{prepare:#}");
