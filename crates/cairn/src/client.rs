@@ -38,6 +38,17 @@ pub struct Answer {
     pub body: Value,
 }
 
+impl Answer {
+    /// The body as the wire type `T` when the status is `status`; else the failure it answered.
+    pub fn decode<T: serde::de::DeserializeOwned>(self, status: u16, what: &str) -> Result<T, Failure> {
+        if self.status != status {
+            return Err(failure_of(&self));
+        }
+        serde_json::from_value(self.body)
+            .map_err(|e| Failure::of_answer(500, "internal", format!("{what} answered an unexpected body: {e}")))
+    }
+}
+
 impl Client {
     /// Connects to the daemon of `root`, starting it (detached, with an idle exit) if none runs.
     pub fn connect(root: &Path) -> Result<Client, Failure> {

@@ -11,7 +11,7 @@ use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
 use cairn_engine::replay::ReplayRequest;
 use cairn_engine::runner::{NoProgress, Observer, RunRequest};
-use cairn_engine::{Engine, ExportOut, ExportRequest, ExportSubject, JobFilter, RunView, TraceQuery};
+use cairn_engine::{Engine, ExportOut, ExportRequest, ExportSubject, JobFilter, TraceQuery};
 use serde_json::json;
 
 use crate::cli::{
@@ -59,7 +59,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             if json {
                 print_wire(&wire::RunResult::from_view(&view));
             } else {
-                output::print_run(&view, true);
+                output::print_run(&output::RunAnswer::of_view(&view), true);
                 output::print_lineage(&view);
             }
             Ok(0)
@@ -137,8 +137,8 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 plan_checksum: checksum,
                 approval: Some(wire::requests::ApprovedVia::Cli),
             });
-            let view = follow::post_and_follow(&root, &format!("/plans/{plan_name}/execute"), &body, json)?;
-            finish_run_output(&view, json)
+            let answer = follow::post_and_follow(&root, &format!("/plans/{plan_name}/execute"), &body, json)?;
+            finish_run_output(&answer, json)
         }
         Command::Kernel { command } => crate::kernel::run(&state_root(cli.home)?, command),
         Command::Target { command } => target_command(&open_engine(cli.home)?, command),
@@ -165,7 +165,7 @@ fn run_command(home: Option<PathBuf>, args: RunArgs) -> Result<u8, Failure> {
         let mut observer = observer(json);
         let view = in_process_engine(&root)?.run(&req, observer.as_mut())?;
         drop(observer);
-        return finish_run_output(&view, json);
+        return finish_run_output(&output::RunAnswer::of_view(&view), json);
     }
     let run = SubmitRun {
         thread_id: "cli".into(),
@@ -213,7 +213,7 @@ fn replay_command(home: Option<PathBuf>, args: ReplayArgs) -> Result<u8, Failure
             let mut observer = observer(json);
             let (view, _) = engine.replay(&req, observer.as_mut())?;
             drop(observer);
-            return finish_run_output(&view, json);
+            return finish_run_output(&output::RunAnswer::of_view(&view), json);
         }
         let prepared = engine.dry_run_replay(&req)?;
         let jobs = engine.predict_pipeline_jobs(&prepared);
@@ -681,13 +681,15 @@ fn print_either<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce(&
     Ok(0)
 }
 
-pub fn finish_run_output(view: &RunView, json: bool) -> Result<u8, Failure> {
+/// A run's answer printed, and the exit code its status gives (4 for a status this build cannot
+/// read, as for a run left unfinished).
+pub fn finish_run_output(answer: &output::RunAnswer, json: bool) -> Result<u8, Failure> {
     if json {
-        print_wire(&wire::RunResult::from_view(view));
+        print_wire(&answer.run);
     } else {
-        output::print_run(view, false);
+        output::print_run(answer, false);
     }
-    Ok(exit_code(view.run.status))
+    Ok(answer.status().map_or(4, exit_code))
 }
 
 pub fn exit_code(status: RunStatus) -> u8 {

@@ -1,6 +1,7 @@
 //! Runs through the daemon: submit, follow the run's events live (progress on a terminal), and
 //! print the result. Ctrl-C detaches: the run goes on in the daemon.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
@@ -10,24 +11,25 @@ use std::time::Duration;
 
 use cairn_core::event::RunEvent;
 use cairn_core::status::Outcome;
+use cairn_engine::Engine;
 use cairn_engine::runner::{NoProgress, Observer};
-use cairn_engine::{Engine, RunView};
 use serde_json::Value;
 
 use crate::Failure;
 use crate::client::{Client, failure_of};
+use crate::output::{PipelineSection, RunAnswer};
 use crate::progress::TerminalProgress;
-use crate::wire::{Event, RunResult, SubmitRun};
+use crate::wire::{Event, PipelineJobs, RunResult, SubmitRun};
 
-/// Submits a run to `POST /runs`, follows it until it finishes, and returns it as the registry
-/// holds it.
-pub fn submit_and_follow(root: &Path, run: &SubmitRun, json: bool) -> Result<RunView, Failure> {
+/// Submits a run to `POST /runs`, follows it until it finishes, and returns the daemon's answer.
+pub fn submit_and_follow(root: &Path, run: &SubmitRun, json: bool) -> Result<RunAnswer, Failure> {
     post_and_follow(root, "/runs", &crate::wire::to_value(run), json)
 }
 
 /// POSTs `body` to an endpoint that answers with a run (202 queued, 200 finished), follows it
-/// until it finishes, and returns its report.
-pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Result<RunView, Failure> {
+/// until it finishes, and returns it as the daemon answers at the stream's end: the run (`GET
+/// /runs/{id}`) and its pipeline steps' jobs that failed or were interrupted.
+pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Result<RunAnswer, Failure> {
     let client = Client::connect(root)?;
     let answer = client.post(path, body)?;
     if !matches!(answer.status, 200 | 202) {
@@ -39,15 +41,39 @@ pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Res
     if answer.status == 202 {
         follow(&client, &run_id, run.steps.len(), json)?;
     }
-    let report = Engine::open(root)?.show_run(&run_id)?;
-    if !report.run.status.is_terminal() {
+    // The daemon's answer; once it has gone (killed, or stopped while this followed), the
+    // registry's, as it was left: the one time this process reads the registry itself.
+    let answer = match answer_of(&client, &run_id) {
+        Ok(answer) => answer,
+        Err(_) => RunAnswer::of_view(&Engine::open(root)?.show_run(&run_id)?),
+    };
+    if !answer.run.has_ended() {
         eprintln!(
             "lost the daemon's event stream while run {run_id} was {}: the daemon stopped or died. \
              The next daemon resumes the run (`cairn daemon start`); follow it with `cairn events {run_id} --follow`",
-            report.run.status
+            answer.run.status
         );
     }
-    Ok(report)
+    Ok(answer)
+}
+
+/// The run as the daemon answers for it now, with each pipeline step's stopped jobs.
+fn answer_of(client: &Client, run_id: &str) -> Result<RunAnswer, Failure> {
+    let id = crate::wire::seg(run_id);
+    let run: RunResult = client.get(&format!("/runs/{id}"))?.decode(200, "GET /runs/{id}")?;
+    let mut pipelines = BTreeMap::new();
+    for s in run.steps.iter().filter(|s| s.jobs.is_some()) {
+        let mut section = PipelineSection::default();
+        for status in ["failed", "interrupted"] {
+            let path = format!("/runs/{id}/steps/{}/jobs?status={status}", crate::wire::seg(&s.step_id));
+            let jobs: PipelineJobs = client.get(&path)?.decode(200, "GET /runs/{id}/steps/{step}/jobs")?;
+            section.rules = jobs.rules;
+            section.stopped.extend(jobs.jobs);
+        }
+        section.stopped.sort_by_key(|j| (j.attempt, j.job));
+        pipelines.insert(s.step_id.clone(), section);
+    }
+    Ok(RunAnswer { run, pipelines, log_tails: BTreeMap::new() })
 }
 
 /// Follows a run's events until `run.finished` (or the stream ends), feeding the progress

@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cairn_engine::Engine;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::Failure;
 use crate::cli::KernelCommand;
-use crate::client::{Client, failure_of};
+use crate::client::Client;
 use crate::output::{human_duration, print_json, print_wire};
 use crate::wire::{Interrupted, Job, JobList, KernelJobKind, KernelJobState, Restarted};
 
@@ -29,7 +28,7 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
             if let Some(t) = timeout {
                 body["timeout_secs"] = json!(t);
             }
-            let job: Job = expect(client.post("/kernel/jobs", &body)?, 202, "POST /kernel/jobs")?;
+            let job: Job = client.post("/kernel/jobs", &body)?.decode(202, "POST /kernel/jobs")?;
             let job_id = job.job_id.clone();
             if detach {
                 if json {
@@ -44,7 +43,7 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
         }
         KernelCommand::Jobs { json } => {
             let client = Client::connect(root)?;
-            let list: JobList = expect(client.get("/kernel/jobs")?, 200, "GET /kernel/jobs")?;
+            let list: JobList = client.get("/kernel/jobs")?.decode(200, "GET /kernel/jobs")?;
             if json {
                 print_wire(&list);
             } else {
@@ -75,7 +74,7 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
         }
         KernelCommand::Poll { job_id, json } => {
             let client = Client::connect(root)?;
-            let job: Job = expect(client.get(&format!("/kernel/jobs/{job_id}"))?, 200, "GET /kernel/jobs/{id}")?;
+            let job: Job = client.get(&format!("/kernel/jobs/{job_id}"))?.decode(200, "GET /kernel/jobs/{id}")?;
             if json {
                 print_wire(&job);
             } else {
@@ -87,7 +86,7 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
         KernelCommand::Interrupt { json } => {
             let client = Client::connect(root)?;
             let out: Interrupted =
-                expect(client.post("/kernel/interrupt", &json!({}))?, 200, "POST /kernel/interrupt")?;
+                client.post("/kernel/interrupt", &json!({}))?.decode(200, "POST /kernel/interrupt")?;
             if json {
                 print_wire(&out);
             } else {
@@ -104,7 +103,7 @@ pub fn run(root: &Path, command: KernelCommand) -> Result<u8, Failure> {
         }
         KernelCommand::Restart { json } => {
             let client = Client::connect(root)?;
-            let out: Restarted = expect(client.post("/kernel/restart", &json!({}))?, 200, "POST /kernel/restart")?;
+            let out: Restarted = client.post("/kernel/restart", &json!({}))?.decode(200, "POST /kernel/restart")?;
             if json {
                 print_wire(&out);
             } else {
@@ -144,14 +143,6 @@ fn read_code(path: &Path) -> Result<String, Failure> {
 
 /// The daemon's answer as the wire type it sends with `status`; any other status is the failure
 /// it carries. `what` names the request in the message of an answer this build cannot read.
-fn expect<T: DeserializeOwned>(answer: crate::client::Answer, status: u16, what: &str) -> Result<T, Failure> {
-    if answer.status != status {
-        return Err(failure_of(&answer));
-    }
-    serde_json::from_value(answer.body)
-        .map_err(|e| Failure::of_answer(500, "internal", format!("{what} answered an unexpected body: {e}")))
-}
-
 /// A job's duration, when it has one (a negative one, from a clock that went back, is none).
 fn duration_of(job: &Job) -> Option<Duration> {
     job.duration_ms.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis)
@@ -167,7 +158,7 @@ fn wait(client: &Client, job_id: &str, json: bool) -> Result<Job, Failure> {
     let mut outputs = 0;
     loop {
         let path = format!("/kernel/jobs/{job_id}?wait=1&outputs={outputs}");
-        let job: Job = expect(client.get(&path)?, 200, "GET /kernel/jobs/{id}")?;
+        let job: Job = client.get(&path)?.decode(200, "GET /kernel/jobs/{id}")?;
         outputs = job.outputs.len();
         if !json {
             shown = print_outputs(&job, shown);
@@ -245,7 +236,7 @@ fn finish(job: &Job, json: bool) -> u8 {
 fn export_audit(root: &Path, output: Option<PathBuf>) -> Result<(PathBuf, &'static str), Failure> {
     let client = Client::connect(root)?;
     // The audit notebook is nbformat, read as it is.
-    let notebook: Value = expect(client.get("/kernel/audit")?, 200, "GET /kernel/audit")?;
+    let notebook: Value = client.get("/kernel/audit")?.decode(200, "GET /kernel/audit")?;
     let path = match output {
         Some(p) => p,
         None => {

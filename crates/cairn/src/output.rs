@@ -1,6 +1,7 @@
 //! What commands print for a person: the human renderings of the wire objects (`--json` prints
 //! the wire objects themselves, with [`print_json`]).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cairn_core::canonical::short_hash;
@@ -34,91 +35,135 @@ fn duration(us: Option<i64>) -> String {
     }
 }
 
-pub fn print_run(report: &RunView, detail: bool) {
-    let run = &report.run;
+/// A run's answer as the CLI prints it: the run as the wire gives it (`GET /runs/{id}`, the
+/// daemon's answer at the end of the stream a command followed, or the registry's read
+/// in-process), each pipeline step's jobs summed up, and (for `cairn show`) each step's log tail.
+#[derive(Debug, Clone)]
+pub struct RunAnswer {
+    pub run: wire::RunResult,
+    pub pipelines: BTreeMap<String, PipelineSection>,
+    pub log_tails: BTreeMap<String, String>,
+}
+
+/// A pipeline step's jobs as a run's answer sums them up: each rule's counts, and the jobs that
+/// failed or were interrupted, in the order they started.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineSection {
+    pub rules: Vec<wire::RuleJobs>,
+    pub stopped: Vec<wire::PipelineJob>,
+}
+
+impl RunAnswer {
+    /// The answer of a run read in-process.
+    pub fn of_view(view: &RunView) -> RunAnswer {
+        use cairn_core::job::JobStatus;
+        let pipelines = view
+            .steps
+            .iter()
+            .filter(|s| !s.jobs.is_empty())
+            .map(|s| {
+                let section = PipelineSection {
+                    rules: cairn_core::job::by_rule(&s.jobs).iter().map(wire::RuleJobs::from_core).collect(),
+                    stopped: s
+                        .jobs
+                        .iter()
+                        .filter(|j| matches!(j.status, JobStatus::Failed | JobStatus::Interrupted))
+                        .map(wire::PipelineJob::from_core)
+                        .collect(),
+                };
+                (s.step_id.clone(), section)
+            })
+            .collect();
+        let log_tails =
+            view.steps.iter().filter_map(|s| Some((s.step_id.clone(), s.record.as_ref()?.log_tail.clone()?))).collect();
+        RunAnswer { run: wire::RunResult::from_view(view), pipelines, log_tails }
+    }
+
+    /// The run's status, as its exit code is decided by.
+    pub fn status(&self) -> Option<cairn_core::status::RunStatus> {
+        self.run.status.parse().ok()
+    }
+}
+
+/// A run: each step's line (and, with `detail`, its error, result, artifacts and log tail), its
+/// pipeline jobs, then its status and findings.
+pub fn print_run(answer: &RunAnswer, detail: bool) {
+    let run = &answer.run;
     println!("run {}  {}@{}", run.run_id, run.workflow, run.version);
     println!("  {:<28} {:<10} {:>8}  {:>9}", "STEP", "STATUS", "ATTEMPTS", "DURATION");
-    for s in &report.steps {
-        let r = s.record.as_ref();
-        let mut line = format!(
-            "  {:<28} {:<10} {:>8}  {:>9}",
-            s.step_id,
-            s.status(),
-            r.map(|r| r.attempt_count).unwrap_or(0),
-            duration(r.and_then(|r| r.duration_us))
-        );
-        if let Some(d) = report.decision_of(&s.step_id) {
-            line.push_str(&format!("  {}", d.text));
-        } else if let Some(from) = r.and_then(|r| r.reused_from.as_ref()) {
-            line.push_str(&format!("  reused from {from}"));
-        }
-        println!("{line}");
-        if let Some(err) = r.and_then(|r| r.error.as_ref())
-            && (detail || r.is_some_and(|r| r.status == cairn_core::status::StepStatus::Failed))
-        {
-            println!("      {err}");
-        }
-        if detail && let Some(result) = r.and_then(|r| r.result.as_ref()) {
-            println!("      result {}", compact(result, 100));
-        }
-        if detail {
-            for a in &s.artifacts {
-                println!(
-                    "      {}",
-                    artifact_line(
-                        &a.artifact.name,
-                        &a.artifact.path,
-                        a.artifact.bytes,
-                        &a.artifact.sha256,
-                        a.artifact.link.as_deref(),
-                    )
-                );
-            }
-        }
-        if detail && let Some(tail) = r.and_then(|r| r.log_tail.as_ref()) {
-            for l in tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev() {
-                println!("      | {l}");
-            }
-        }
-        print_pipeline_section(&run.run_id, s);
+    for s in &run.steps {
+        print_step(answer, s, detail);
     }
-    match run.status {
-        cairn_core::status::RunStatus::Blocked => {
-            println!("BLOCKED: {} finding(s)", run.findings.len());
-            for f in &run.findings {
+    let findings: Vec<cairn_core::validator::Finding> =
+        run.findings.iter().filter_map(|f| serde_json::from_value(f.clone()).ok()).collect();
+    match run.status.as_str() {
+        "BLOCKED" => {
+            println!("BLOCKED: {} finding(s)", findings.len());
+            for f in &findings {
                 let observed = f.observed.as_ref().map(|o| format!(" (observed {o})")).unwrap_or_default();
                 println!("  - {}: {} [{} {}]{observed}", f.rule, f.finding, f.step, f.pointer);
             }
         }
-        status => {
-            print!("{status}");
-            if status == cairn_core::status::RunStatus::Ready {
-                print!(": every validator rule holds");
-            }
-            println!();
-        }
+        "READY" => println!("READY: every validator rule holds"),
+        status => println!("{status}"),
     }
     if let Some(e) = &run.error {
         println!("  error: {e}");
     }
     if detail {
-        println!(
-            "  created {}  finished {}",
-            time(run.created_at),
-            run.finished_at.map(time).unwrap_or_else(|| "-".into())
-        );
+        println!("  created {}  finished {}", run.created_at, run.finished_at.as_deref().unwrap_or("-"));
         println!("  run dir {}", run.run_dir);
     }
 }
 
-/// A JSON value on one line, cut to about `max` characters.
-fn compact(v: &Value, max: usize) -> String {
-    let text = v.to_string();
-    if text.chars().count() <= max {
+fn print_step(answer: &RunAnswer, s: &wire::StepResult, detail: bool) {
+    // The wire gives milliseconds with microseconds as the fraction: the same duration back.
+    let us = s.duration_ms.map(|ms| (ms * 1000.0).round() as i64);
+    let mut line = format!("  {:<28} {:<10} {:>8}  {:>9}", s.step_id, s.status, s.attempts, duration(us));
+    if let Some(reason) = &s.reason {
+        line.push_str(&format!("  {reason}"));
+    } else if s.reused
+        && let Some(source) = answer.run.lineage.first()
+    {
+        line.push_str(&format!("  reused from {}", source.run_id));
+    }
+    println!("{line}");
+    if let Some(err) = &s.error
+        && (detail || s.status == "FAILED")
+    {
+        println!("      {err}");
+    }
+    if detail && let Some(result) = &s.result {
+        println!("      result {}", compact(result, s.result_truncated.then_some(s.result_bytes), 100));
+    }
+    if detail {
+        for a in &s.artifacts {
+            println!("      {}", artifact_line(&a.name, &a.path, a.bytes, &a.sha256, a.link.as_deref()));
+        }
+    }
+    if detail && let Some(tail) = answer.log_tails.get(&s.step_id) {
+        for l in tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev() {
+            println!("      | {l}");
+        }
+    }
+    if let Some(section) = answer.pipelines.get(&s.step_id) {
+        print_pipeline_section(&answer.run.run_id, &s.step_id, section);
+    }
+}
+
+/// A JSON value on one line, cut to about `max` characters. A result the wire cut already (a
+/// string of its JSON text's start, `whole` bytes in all) is cut from that text.
+fn compact(v: &Value, whole: Option<usize>, max: usize) -> String {
+    let text = match (whole, v) {
+        (Some(_), Value::String(start)) => start.clone(),
+        _ => v.to_string(),
+    };
+    let bytes = whole.unwrap_or(text.len());
+    if whole.is_none() && text.chars().count() <= max {
         return text;
     }
     let cut: String = text.chars().take(max).collect();
-    format!("{cut}… ({} bytes; `cairn result` prints it whole)", text.len())
+    format!("{cut}… ({bytes} bytes; `cairn result` prints it whole)")
 }
 
 fn size(bytes: u64) -> String {
@@ -160,19 +205,14 @@ pub fn print_step_result(d: &wire::StepDetail) {
 
 /// Under a pipeline step of `cairn show`: its jobs per rule, and the jobs that failed or were
 /// interrupted, first and by name (`cairn jobs` has every job).
-fn print_pipeline_section(run_id: &str, s: &cairn_engine::StepView) {
-    use cairn_core::job::JobStatus;
-    if s.jobs.is_empty() {
-        return;
-    }
-    let bad: Vec<&cairn_core::job::Job> =
-        s.jobs.iter().filter(|j| matches!(j.status, JobStatus::Failed | JobStatus::Interrupted)).collect();
-    for j in &bad {
+fn print_pipeline_section(run_id: &str, step_id: &str, section: &PipelineSection) {
+    for j in &section.stopped {
         let wildcards: Vec<String> = j.wildcards.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let wildcards = if wildcards.is_empty() { String::new() } else { format!(" ({})", wildcards.join(", ")) };
-        println!("      job {} {}{wildcards}: {}", j.id, j.rule, j.status.as_str());
+        println!("      job {}.{} {}{wildcards}: {}", j.attempt, j.job, j.rule, j.status);
     }
-    let rules: Vec<String> = cairn_core::job::by_rule(&s.jobs)
+    let rules: Vec<String> = section
+        .rules
         .iter()
         .map(|r| {
             let ran = r.jobs - r.carried;
@@ -184,12 +224,8 @@ fn print_pipeline_section(run_id: &str, s: &cairn_engine::StepView) {
             }
         })
         .collect();
-    println!(
-        "      pipeline jobs: {} ({}); `cairn jobs {run_id} {}` lists them",
-        s.jobs.len(),
-        rules.join(", "),
-        s.step_id
-    );
+    let total: u64 = section.rules.iter().map(|r| r.jobs).sum();
+    println!("      pipeline jobs: {total} ({}); `cairn jobs {run_id} {step_id}` lists them", rules.join(", "));
 }
 
 /// `cairn jobs RUN STEP`: each rule's counts, then every job (failed and interrupted ones first),

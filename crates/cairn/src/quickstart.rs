@@ -12,7 +12,7 @@ use crate::Failure;
 use crate::follow::submit_and_follow;
 use crate::input::read_input;
 use crate::output::{print_json, print_run};
-use crate::wire::{RunResult, SubmitRun, to_value};
+use crate::wire::{SubmitRun, to_value};
 
 /// The example's versions, registered in order; the last is the one the quickstart runs.
 const VERSIONS: [&str; 3] = ["1.0.0", "1.1.0", "1.2.0"];
@@ -78,21 +78,20 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         let report = submit_and_follow(root, &run, json)?;
         if !json {
             print_run(&report, false);
-            for s in &report.steps {
+            for s in &report.run.steps {
                 for a in &s.artifacts {
-                    let a = &a.artifact;
                     eprintln!("  {} wrote {} ({} bytes, sha256 {})", s.step_id, a.path, a.bytes, a.sha256);
                 }
             }
         }
         results.push((expected, report));
     }
-    let as_expected = results.iter().all(|(expected, r)| r.run.status.as_str() == *expected);
+    let as_expected = results.iter().all(|(expected, r)| r.run.status == *expected);
     if json {
         print_json(&json!({
             "state_root": engine.state().path().display().to_string(),
             "registered": VERSIONS.iter().map(|v| format!("release-validation@{v}")).collect::<Vec<_>>(),
-            "runs": results.iter().map(|(_, r)| to_value(&RunResult::from_view(r))).collect::<Vec<_>>(),
+            "runs": results.iter().map(|(_, r)| to_value(&r.run)).collect::<Vec<_>>(),
             "as_expected": as_expected,
         }));
     } else {
@@ -101,9 +100,9 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         eprintln!("  cairn runs                      # every run, newest first");
         eprintln!("  cairn show {blocked}   # the BLOCKED run, its finding and what each step found");
         eprintln!("  cairn artifacts {ready} # the files it wrote, with their SHA-256");
-        let evidence = results[0].1.steps.iter().flat_map(|s| &s.artifacts).next_back();
+        let evidence = results[0].1.run.steps.iter().flat_map(|s| &s.artifacts).next_back();
         if let Some(a) = evidence {
-            let file = Path::new(&results[0].1.run.run_dir).join(&a.artifact.path);
+            let file = Path::new(&results[0].1.run.run_dir).join(&a.path);
             eprintln!("  cairn trace {}   # which run wrote these bytes", file.display());
         }
         eprintln!("  cairn events {ready} # the durable event log");

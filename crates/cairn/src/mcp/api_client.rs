@@ -343,19 +343,7 @@ pub fn structured(v: Value) -> CallToolResult {
     }
 }
 
-/// A path segment from user input, percent-encoded (ids and names never need it, but a bad one
-/// must not change the path).
-pub fn seg(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~@".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use crate::wire::seg;
 
 /// Every failure carries `{error: {status, code, message}}`: one the SDK made itself (arguments
 /// that do not fit the tool's input schema) gets it here, from its text.

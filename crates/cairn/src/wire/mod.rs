@@ -44,6 +44,20 @@ pub fn time(ms: i64) -> String {
     cairn_core::time::rfc3339(ms)
 }
 
+/// A path segment from user input, percent-encoded (ids and names never need it, but a bad one
+/// must not change the path).
+pub fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// A wire value as JSON. Our wire types hold only strings, numbers and JSON values: serialising
 /// them cannot fail.
 pub fn to_value<T: serde::Serialize>(v: &T) -> serde_json::Value {
