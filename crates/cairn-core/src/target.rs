@@ -16,6 +16,15 @@ pub enum Executor {
     Slurm,
 }
 
+impl Executor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Executor::Process => "process",
+            Executor::Slurm => "slurm",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SshAddress {
     pub user: String,

@@ -411,8 +411,7 @@ fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure
                 );
                 for t in &engine.targets()? {
                     let ssh = format!("{}@{}:{}", t.ssh.user, t.ssh.host, t.ssh.port);
-                    let executor = wire::to_value(&t.executor);
-                    println!("{:<20} {:<32} {:<8} {}", t.name, ssh, executor.as_str().unwrap_or(""), t.workspace_root);
+                    println!("{:<20} {:<32} {:<8} {}", t.name, ssh, t.executor.as_str(), t.workspace_root);
                 }
             }
             Ok(0)
@@ -477,30 +476,24 @@ fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
     println!("  workflow  {}@{} (snapshot {})", plan.workflow, plan.version, &plan.workflow_digest[..16]);
     println!("  target    {}", plan.target);
     println!("  run_dir   {}", plan.run_dir);
-    if let Some(r) = &plan.readiness.as_ref().map(wire::to_value) {
-        let o = &r["observed"];
-        let programs: Vec<String> = o["programs"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(name, path)| format!("{name}={}", path.as_str().unwrap_or("missing")))
-            .collect();
+    if let Some(r) = &plan.readiness {
+        let o = &r.observed;
+        let programs: Vec<String> =
+            o.programs.iter().map(|(name, path)| format!("{name}={}", path.as_deref().unwrap_or("missing"))).collect();
         println!(
             "  ready     {} executor; {} writable, run_dir absent; {} free{}{}",
-            r["executor"].as_str().unwrap_or("?"),
-            o["parent"].as_str().unwrap_or("?"),
-            o["free_bytes"]
-                .as_u64()
-                .map(|b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64))
-                .unwrap_or("?".into()),
-            if o["inside_workspace_root"] == true { "" } else { "; outside the workspace root" },
+            r.executor.as_str(),
+            o.parent,
+            o.free_bytes.map(|b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)).unwrap_or("?".into()),
+            if o.inside_workspace_root { "" } else { "; outside the workspace root" },
             if programs.is_empty() { String::new() } else { format!("; {}", programs.join(" ")) },
         );
     }
-    if let Some(r) = &plan.replay.as_ref().map(wire::to_value) {
-        println!("  replay of {} (requested: {})", r["source_run_id"].as_str().unwrap_or(""), r["step_ids"]);
-        for d in r["decisions"].as_array().into_iter().flatten() {
-            println!("    {:<24} {}", d["step_id"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or(""));
+    if let Some(r) = &plan.replay {
+        let requested = serde_json::to_string(&r.step_ids).unwrap_or_default();
+        println!("  replay of {} (requested: {requested})", r.source_run_id);
+        for d in &r.decisions {
+            println!("    {:<24} {}", d.step_id, d.text);
         }
     }
     println!("  commands");

@@ -80,8 +80,8 @@ pub fn run(engine: &Engine, request: Verify, json: bool) -> Result<u8, Failure> 
 /// would give the kernel.
 fn spare_that_fits(root: &Path, python: Option<&Path>) -> Option<Client> {
     let daemon = Client::if_running(root)?;
-    let spare = daemon.get("/kernel/spare").ok().filter(|a| a.status == 200)?.body;
-    if !matches!(spare["state"].as_str(), Some("ready" | "booting")) {
+    let spare: crate::wire::SpareKernel = daemon.get("/kernel/spare").ok()?.decode(200, "GET /kernel/spare").ok()?;
+    if !spare.is_usable() {
         return None;
     }
     let ours = python.map(Path::to_path_buf).unwrap_or_else(|| root.join("python").join("bin").join("python"));
@@ -89,22 +89,27 @@ fn spare_that_fits(root: &Path, python: Option<&Path>) -> Option<Client> {
     // daemon's interpreter and kernel environment, so they must be this command's. The daemon
     // checks the rest (memory limit, the interpreter file, distributions, plugins) as it takes
     // the spare, and starts a kernel for the verification when it does not fit.
-    let fits = spare["python"].as_str() == ours.to_str()
-        && spare["env_sha256"].as_str() == Some(cairn_engine::verify::kernel_env_sha256().as_str());
+    let fits = spare.python.as_deref() == ours.to_str()
+        && spare.env_sha256.as_deref() == Some(cairn_engine::verify::kernel_env_sha256().as_str());
     fits.then_some(daemon)
 }
 
 /// Runs the verification in the daemon and shows its progress as it comes.
 fn through_daemon(daemon: &Client, req: &cairn_engine::verify::VerifyRequest, json: bool) -> Result<u8, Failure> {
-    let mut body = json!({"title": req.title, "no_wait": req.no_wait, "parameters": req.parameters});
-    match &req.document {
-        Document::File(p) => body["path"] = json!(p),
-        Document::Text(t) => body["document"] = json!(t),
-        Document::Draft => {}
-    }
-    if let Some(t) = req.cell_timeout {
-        body["timeout_secs"] = json!(t.as_secs());
-    }
+    let (document, path) = match &req.document {
+        Document::File(p) => (None, Some(p.clone())),
+        Document::Text(t) => (Some(t.clone()), None),
+        Document::Draft => (None, None),
+    };
+    let body = crate::wire::to_value(&crate::wire::Verify {
+        document,
+        path,
+        title: req.title.clone(),
+        timeout_secs: req.cell_timeout.map(|t| t.as_secs()),
+        no_wait: req.no_wait,
+        parameters: Some(req.parameters.clone()),
+        ..crate::wire::Verify::default()
+    });
     let lines = match daemon.post_lines("/verifications", &body)? {
         Ok(lines) => lines,
         Err(refused) => return Err(crate::client::failure_of(&refused)),

@@ -34,7 +34,7 @@ pub(super) async fn openapi_json() -> Response {
         verifications::verification_notebook, verifications::cancel_verification, verifications::spare_kernel,
         web::index, web::asset, web::login, web::notebook_export,
         docs::list_docs, docs::save_doc, docs::search_docs, docs::get_doc, docs::remove_doc),
-    components(schemas(ErrorBody, ErrorDetail, http::Health, wire::DaemonsBody, wire::DaemonBody, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
+    components(schemas(ErrorBody, ErrorDetail, wire::SpareKernel, http::Health, wire::DaemonsBody, wire::DaemonBody, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
         wire::RunList, wire::EventList, wire::StepLog, wire::RunTimeline, wire::TimelineAttempt, wire::Explanation, wire::PipelineJobs, wire::StepDetail, wire::ArtifactList,
         wire::TraceResult, wire::ExportResult, wire::ArtifactSlice, wire::WorkflowList, wire::WorkflowDetail, wire::AddWorkflow, wire::WorkflowAdded, wire::WorkflowProblem,
         wire::SubmitJob, wire::Job, wire::JobList, wire::Interrupted, wire::Restarted, runs::SseEventSchema,

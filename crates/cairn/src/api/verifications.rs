@@ -20,7 +20,7 @@ use utoipa::IntoParams;
 
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
-use crate::wire::{VERIFY_START_AT_LEAST, VerificationRecord, Verify, VerifyResult, VerifyStreamEvent};
+use crate::wire::{SpareKernel, VERIFY_START_AT_LEAST, VerificationRecord, Verify, VerifyResult, VerifyStreamEvent};
 
 /// Verifies a document in a fresh, disposable kernel and answers when it has a verdict. Give its
 /// text as `document`, or an absolute path on this machine as `path`, or only a `title` to
@@ -202,12 +202,12 @@ pub(super) async fn cancel_verification(
 /// The daemon's spare kernel: whether it keeps one, and whether one is ready (with what a
 /// verification must match to run on it).
 #[utoipa::path(get, path = "/kernel/spare", tag = "verifications",
-    responses((status = 200, description = "`{enabled, state: ready|booting|none|off, python, env_sha256, environment_sha256, idle_ms, reason}`", body = Object),
+    responses((status = 200, description = "Whether the daemon keeps a spare kernel and whether one is ready", body = SpareKernel),
         (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
-pub(super) async fn spare_kernel(State(state): State<AppRef>) -> Json<Value> {
+pub(super) async fn spare_kernel(State(state): State<AppRef>) -> Json<SpareKernel> {
     let status = state.service.engine().spare_kernel().map(|spare| spare.status()).unwrap_or_else(SpareStatus::off);
-    Json(serde_json::to_value(status).unwrap_or(Value::Null))
+    Json(SpareKernel::from_engine(&status))
 }
 
 /// Sends the verification's id once its kernel started.

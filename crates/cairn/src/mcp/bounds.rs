@@ -22,7 +22,8 @@ const STEP_RESULT_PREVIEW: usize = 64 << 10;
 pub const ARTIFACT_SLICE: u64 = 180 << 10;
 
 /// `get_step_result`'s answer: the step whole, or, its result over `STEP_RESULT_MAX`, the start of
-/// the result's text with `result_truncated` and where the whole result is.
+/// the result's text with `result_truncated` and where the whole result is. Dynamic on purpose:
+/// the step is the daemon's JSON cut in place, every other field passed through as it came.
 pub fn step_result(mut step: Value, run_id: &str, step_id: &str) -> Value {
     let text = step["result"].to_string();
     if step["result"].is_null() || text.len() <= STEP_RESULT_MAX {

@@ -54,6 +54,7 @@ impl LogLevel {
         let ms = took.as_millis() as u64;
         match result.structured_content.as_ref().filter(|_| result.is_error == Some(true)) {
             Some(failed) => {
+                // A failed tool's own envelope (`CallError::tool_result`), read as MCP carries it.
                 let e = &failed["error"];
                 let data =
                     json!({"tool": tool, "ms": ms, "status": e["status"], "code": e["code"], "message": e["message"]});

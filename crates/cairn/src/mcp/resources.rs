@@ -70,7 +70,10 @@ pub async fn read(
         .filter(|(run, step)| !run.contains('/') && !step.contains('/'));
     if let Some((run, step)) = step_result {
         return match daemon.call(ctx, "GET", format!("/runs/{}/steps/{}", seg(run), seg(step)), None).await {
-            Ok(v) => Ok(text(serde_json::to_string_pretty(&v["result"]).unwrap_or_default(), "application/json")),
+            Ok(v) => match decode::<crate::wire::StepDetail>(v) {
+                Ok(d) => Ok(text(serde_json::to_string_pretty(&d.step.result).unwrap_or_default(), "application/json")),
+                Err(e) => Err(ErrorData::internal_error(format!("{} ({})", e.message, e.code), None)),
+            },
             Err(e) if e.status == 404 => Err(not_found(e.message)),
             Err(e) => Err(ErrorData::internal_error(format!("{} ({})", e.message, e.code), None)),
         };

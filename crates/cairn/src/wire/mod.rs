@@ -34,7 +34,7 @@ pub use runs::{
 };
 pub use targets::targets_json;
 pub use verify::{
-    VerificationRecord, VerifyCell, VerifyCellError, VerifyCellStatus, VerifyKernelStart, VerifyResult,
+    SpareKernel, VerificationRecord, VerifyCell, VerifyCellError, VerifyCellStatus, VerifyKernelStart, VerifyResult,
     VerifySkipReason, VerifyStreamEvent, VerifyTimeout, VerifyTimeoutSource, VerifyVerdict,
 };
 pub use workflows::{AddWorkflow, WorkflowAdded, WorkflowDetail, WorkflowList, WorkflowProblem, WorkflowSummary};

@@ -377,7 +377,7 @@ const MAX_CELL_TIMEOUT_SECS: u64 = cairn_engine::verify::MAX_CELL_TIMEOUT.as_sec
 /// Verify a workflow document in a fresh, disposable kernel: `cairn verify`, `POST
 /// /verifications`, and the MCP workbench's `verify_workflow`. Give exactly one document: its
 /// text, or a file; or only a title, to re-verify that title's draft.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, JsonSchema, clap::Args)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, JsonSchema, clap::Args)]
 #[serde(deny_unknown_fields)]
 #[schemars(transform = verify_arguments)]
 #[group(skip)]

@@ -337,6 +337,44 @@ pub enum VerifyStreamEvent {
     },
 }
 
+/// The daemon's spare kernel as a client sees it (`GET /kernel/spare`): whether it keeps one,
+/// and whether one is ready, with what a verification must match to run on it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SpareKernel {
+    /// The daemon keeps a spare (not turned off with `--no-spare-kernel`).
+    pub enabled: bool,
+    /// `ready`, `booting`, `none` (no interpreter yet, or the last boot failed) or `off`.
+    pub state: String,
+    pub python: Option<String>,
+    /// sha256 of the kernel's environment variables (names and values).
+    pub env_sha256: Option<String>,
+    /// The environment hash the bootstrap cell will report (interpreter and distributions).
+    pub environment_sha256: Option<String>,
+    /// Milliseconds since it was ready.
+    pub idle_ms: Option<u64>,
+    /// Why there is none, when there is none.
+    pub reason: Option<String>,
+}
+
+impl SpareKernel {
+    pub fn from_engine(s: &cairn_engine::verify::SpareStatus) -> SpareKernel {
+        SpareKernel {
+            enabled: s.enabled,
+            state: s.state.to_string(),
+            python: s.python.clone(),
+            env_sha256: s.env_sha256.clone(),
+            environment_sha256: s.environment_sha256.clone(),
+            idle_ms: s.idle_ms,
+            reason: s.reason.clone(),
+        }
+    }
+
+    /// Ready, or booting: a verification that fits it may wait for it.
+    pub fn is_usable(&self) -> bool {
+        matches!(self.state.as_str(), "ready" | "booting")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
