@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use cairn_core::artifact::{Artifact, ArtifactRecord};
+use cairn_core::ids::RunId;
 use cairn_core::rocrate::{CrateAttempt, CrateFile, CrateRun, CrateStep, crate_metadata};
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
@@ -24,7 +25,7 @@ fn main() {
     let sha = "ab".repeat(32);
     let file = |id: &str| CrateFile { id: id.to_string(), bytes: 10, sha256: sha.clone() };
     let run = RunRecord {
-        run_id: "bench".into(),
+        run_id: RunId::lookup("bench"),
         workflow: "bench".into(),
         version: "1.0.0".into(),
         identity_hash: sha.clone(),
@@ -51,7 +52,7 @@ fn main() {
             CrateStep {
                 tool: "t".into(),
                 record: Some(StepRecord {
-                    run_id: "bench".into(),
+                    run_id: RunId::lookup("bench"),
                     step_id: step_id.clone(),
                     status: StepStatus::Completed,
                     signature: StepSignature { tool: "t".into(), tool_digest: sha.clone(), args_hash: sha.clone() },
@@ -71,7 +72,7 @@ fn main() {
                 }),
                 artifacts: vec![(
                     ArtifactRecord {
-                        run_id: "bench".into(),
+                        run_id: RunId::lookup("bench"),
                         step_id: step_id.clone(),
                         attempt: 1,
                         artifact: Artifact {

@@ -89,14 +89,14 @@ pub fn link_digest(target: &str) -> String {
 /// An artifact as recorded, with the step and attempt that produced it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArtifactRecord {
-    pub run_id: String,
+    pub run_id: crate::ids::RunId,
     pub step_id: String,
     /// The attempt that produced the bytes (in the run that produced them).
     pub attempt: u32,
     #[serde(flatten)]
     pub artifact: Artifact,
     /// For a replay child: the run whose attempt produced the bytes (the first of its lineage).
-    pub reused_from: Option<String>,
+    pub reused_from: Option<crate::ids::RunId>,
     pub recorded_at: i64,
 }
 

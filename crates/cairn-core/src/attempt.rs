@@ -45,7 +45,7 @@ pub enum AttemptEnd {
 /// The attempt that ended, and what its step allows.
 #[derive(Debug, Clone)]
 pub struct AttemptState<'a> {
-    pub run_id: &'a str,
+    pub run_id: &'a crate::ids::RunId,
     pub step_id: &'a str,
     /// The token the attempt ran under (the one that owns the step now).
     pub token: &'a AttemptToken,
@@ -99,7 +99,7 @@ pub const MAX_RESUMES: u32 = 3;
 pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
     let finish =
         |outcome: Outcome, result: Option<Value>, error: Option<String>, log_tail: String, duration_us| FinishAttempt {
-            run_id: s.run_id.to_string(),
+            run_id: s.run_id.clone(),
             step_id: s.step_id.to_string(),
             token: s.token.clone(),
             attempt: s.attempt,
@@ -201,7 +201,7 @@ mod tests {
 
     fn state(attempt: u32, finished: u32) -> AttemptState<'static> {
         AttemptState {
-            run_id: "r",
+            run_id: Box::leak(Box::new(crate::ids::RunId::lookup("r"))),
             step_id: "s",
             // Leaked: one small token per test, for a state that outlives the helper.
             token: Box::leak(Box::new(AttemptToken::new("att_1"))),

@@ -10,10 +10,18 @@ pub struct InvalidRunId {
 }
 
 /// A run's id: user-chosen (`[A-Za-z0-9._-]{1,128}`) or generated as `run_<uuidv7>`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Made three ways: [`RunId::parse`] for the id a user chooses for a new run (validated),
+/// [`RunId::generated`] for one the engine makes, and [`RunId::lookup`] for the id of a run to
+/// find (from a request, a URL, a flag or a stored row), which any text may be. Read as text
+/// anywhere (a message, a wire field, a row): it serializes as its text, and reads back from any
+/// text as [`RunId::lookup`] does.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct RunId(String);
 
 impl RunId {
+    /// The id a user chooses for a new run, validated.
     pub fn parse(s: &str) -> Result<Self, InvalidRunId> {
         let ok = !s.is_empty()
             && s.len() <= 128
@@ -28,14 +36,84 @@ impl RunId {
         RunId(format!("run_{unique}"))
     }
 
+    /// The id of a run to look up, as a request, a URL, a flag or a stored row gives it: any
+    /// text, unchecked; a lookup of an id no run has finds nothing (so `bad id!` is a run not
+    /// found, not an invalid id). Never the id of a new run: that is [`RunId::parse`].
+    pub fn lookup(text: impl Into<String>) -> Self {
+        RunId(text.into())
+    }
+
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+/// As its text's (`"run_…"`), so a record or message that printed the id as text prints it the same.
+impl fmt::Debug for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// As its text, padded and cut as a `str` is (`{:<40}` lines up a table as the id's text would).
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&self.0)
+    }
+}
+
+/// Read as text anywhere (a message, a path, a row); only the run's lookups need the type.
+impl std::ops::Deref for RunId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
         &self.0
     }
 }
 
-impl fmt::Display for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+impl AsRef<str> for RunId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for RunId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<RunId> for String {
+    fn from(id: RunId) -> String {
+        id.0
+    }
+}
+
+impl From<&RunId> for String {
+    fn from(id: &RunId) -> String {
+        id.0.clone()
+    }
+}
+
+impl PartialEq<str> for RunId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for RunId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for RunId {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
     }
 }
 
@@ -149,6 +227,18 @@ mod tests {
         assert!(RunId::parse("a/b").is_err());
         assert!(RunId::parse(&"x".repeat(129)).is_err());
         assert!(RunId::parse(&"x".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn run_ids_to_look_up_are_any_text_and_read_as_text() {
+        let id = RunId::lookup("bad id!");
+        assert_eq!(id, "bad id!");
+        assert_eq!(id.to_string(), "bad id!");
+        assert_eq!(format!("[{:<9}]", RunId::lookup("r1")), "[r1       ]");
+        assert_eq!(serde_json::to_string(&id).ok().as_deref(), Some("\"bad id!\""));
+        let back: Result<RunId, _> = serde_json::from_str("\"r1\"");
+        assert_eq!(back.ok(), Some(RunId::lookup("r1")));
+        assert_eq!(RunId::parse("r1"), Ok(RunId::lookup("r1")));
     }
 
     #[test]

@@ -74,7 +74,7 @@ mod tests {
     fn run(lease: Option<(&str, i64)>, holder: Option<DaemonRecord>, home_host: Option<&str>) -> LeasedRun {
         LeasedRun {
             run: RunRecord {
-                run_id: "r".into(),
+                run_id: crate::ids::RunId::lookup("r"),
                 workflow: "w".into(),
                 version: "1.0.0".into(),
                 identity_hash: "h".into(),

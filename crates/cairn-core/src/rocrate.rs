@@ -507,8 +507,8 @@ fn attempt_entities(c: &CrateRun, s: &CrateStep, r: &StepRecord, g: &mut CrateGr
     let run = &c.run;
     let (producer, attempt) = match (&r.reused_from, &s.producer) {
         (Some(_), Some((p, n))) => (p.clone(), *n),
-        (Some(from), None) => (from.clone(), 1),
-        (None, _) => (run.run_id.clone(), r.attempt_count.max(1)),
+        (Some(from), None) => (from.to_string(), 1),
+        (None, _) => (run.run_id.to_string(), r.attempt_count.max(1)),
     };
     let action = attempt_action_id(&producer, &s.step_id, attempt);
     let mut a = evidence_action(c, s, r, &action, &producer, attempt);
@@ -822,7 +822,14 @@ mod tests {
     use super::*;
 
     fn event(seq: i64, step: &str, attempt: u32, event: RunEvent) -> EventRecord {
-        EventRecord { seq, run_id: "r".into(), step_id: Some(step.into()), attempt: Some(attempt), at: seq * 10, event }
+        EventRecord {
+            seq,
+            run_id: crate::ids::RunId::lookup("r"),
+            step_id: Some(step.into()),
+            attempt: Some(attempt),
+            at: seq * 10,
+            event,
+        }
     }
 
     #[test]

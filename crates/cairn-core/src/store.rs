@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::artifact::{Artifact, ArtifactRecord};
 use crate::event::RunEvent;
-use crate::ids::{AttemptToken, Owner};
+use crate::ids::{AttemptToken, Owner, RunId};
 use crate::replay::ReplayRecord;
 use crate::signature::StepSignature;
 use crate::status::{Outcome, RunStatus, StepStatus};
@@ -36,7 +36,7 @@ pub enum RegisterOutcome {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
-    pub run_id: String,
+    pub run_id: RunId,
     pub workflow: String,
     pub version: String,
     pub identity_hash: String,
@@ -49,7 +49,7 @@ pub struct RunRecord {
     pub finished_at: Option<i64>,
     pub findings: Vec<Finding>,
     pub error: Option<String>,
-    pub source_run_id: Option<String>,
+    pub source_run_id: Option<RunId>,
     pub replay: Option<ReplayRecord>,
     /// The process executing the run (a daemon, or a CLI in-process), so a successor daemon
     /// recovers only what a dead owner left.
@@ -70,7 +70,7 @@ pub struct RunQuery<'a> {
     /// A workflow's name.
     pub workflow: Option<&'a str>,
     /// Only the replays of this run.
-    pub source_run_id: Option<&'a str>,
+    pub source_run_id: Option<&'a RunId>,
 }
 
 impl RunQuery<'_> {
@@ -84,13 +84,13 @@ impl RunQuery<'_> {
 pub struct NewRun {
     /// The daemon that creates the run leases it from the start, until `until`.
     pub lease: Option<NewLease>,
-    pub run_id: String,
+    pub run_id: RunId,
     pub workflow: String,
     pub version: String,
     pub identity_hash: String,
     pub input: Value,
     pub run_dir: String,
-    pub source_run_id: Option<String>,
+    pub source_run_id: Option<RunId>,
     pub replay: Option<ReplayRecord>,
     pub owner: Option<Owner>,
     pub thread_id: Option<String>,
@@ -144,7 +144,7 @@ pub struct RemoteProcess {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
-    pub run_id: String,
+    pub run_id: RunId,
     pub step_id: String,
     pub status: StepStatus,
     pub signature: StepSignature,
@@ -164,13 +164,13 @@ pub struct StepRecord {
     /// Wall time of the last attempt's process.
     pub duration_us: Option<i64>,
     /// For a replay child: the run the evidence was copied from.
-    pub reused_from: Option<String>,
+    pub reused_from: Option<RunId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     pub seq: i64,
-    pub run_id: String,
+    pub run_id: RunId,
     pub step_id: Option<String>,
     pub attempt: Option<u32>,
     pub at: i64,
@@ -191,7 +191,7 @@ pub enum AttemptStart {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BeginAttempt {
-    pub run_id: String,
+    pub run_id: RunId,
     pub step_id: String,
     pub signature: StepSignature,
     pub args: Value,
@@ -205,7 +205,7 @@ pub struct BeginAttempt {
 /// The end of an attempt, written only if `token` still owns the step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FinishAttempt {
-    pub run_id: String,
+    pub run_id: RunId,
     pub step_id: String,
     pub token: AttemptToken,
     pub attempt: u32,
@@ -509,19 +509,19 @@ pub trait Daemons {
     fn register_daemon(&self, daemon: &DaemonRecord) -> Result<(), StoreError>;
     /// Renews `daemon`'s heartbeat and the leases of the open runs it holds, until `until`;
     /// returns the leases it still holds (a run taken over, or finished, is not among them).
-    fn heartbeat(&self, daemon: &str, at: i64, until: i64) -> Result<Vec<(String, Lease)>, StoreError>;
+    fn heartbeat(&self, daemon: &str, at: i64, until: i64) -> Result<Vec<(RunId, Lease)>, StoreError>;
     /// A daemon stopping cleanly: its leases end now (the next daemon need not wait for them).
     fn stop_daemon(&self, daemon: &str, at: i64) -> Result<(), StoreError>;
     /// Daemons whose heartbeat is not older than `since` and that have not stopped, oldest first.
     fn live_daemons(&self, since: i64) -> Result<Vec<DaemonRecord>, StoreError>;
     /// The open runs `daemon` holds the lease of, oldest first.
-    fn leased_runs(&self, daemon: &str) -> Result<Vec<String>, StoreError>;
+    fn leased_runs(&self, daemon: &str) -> Result<Vec<RunId>, StoreError>;
     /// Every open run with its lease row and its holder's daemon row, oldest first, but those
     /// `except_daemon` leases (it drives them): what a daemon decides which runs to take over
     /// from ([`crate::lease::takeover`]).
     fn open_leases(&self, except_daemon: &str) -> Result<Vec<LeasedRun>, StoreError>;
     /// An open run's lease row, with its holder.
-    fn leased_run(&self, run_id: &str) -> Result<Option<LeasedRun>, StoreError>;
+    fn leased_run(&self, run_id: &RunId) -> Result<Option<LeasedRun>, StoreError>;
     /// Takes the lease of `run_id` for `daemon` until `until`, if its epoch and revision are still
     /// `seen_epoch` and `seen_revision` (else another daemon or process took it first:
     /// `StaleRevision`), with a `run.leased` event and a new revision (whoever claims the run
@@ -530,7 +530,7 @@ pub trait Daemons {
     #[allow(clippy::too_many_arguments)]
     fn take_lease(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         daemon: &DaemonRecord,
         seen_epoch: i64,
         seen_revision: i64,
@@ -539,9 +539,9 @@ pub trait Daemons {
     ) -> Result<Lease, StoreError>;
     /// This store no longer writes `run_id` as a lease holder (the run finished here, or its
     /// lease was lost).
-    fn drop_lease(&self, run_id: &str);
+    fn drop_lease(&self, run_id: &RunId);
     /// Records that a write under a lost lease was refused (`run.stale_lease_write_rejected`).
-    fn record_stale_lease(&self, run_id: &str, lease: &Lease, at: i64) -> Result<(), StoreError>;
+    fn record_stale_lease(&self, run_id: &RunId, lease: &Lease, at: i64) -> Result<(), StoreError>;
 }
 
 /// The registered workflows, by name and version.
@@ -556,15 +556,15 @@ pub trait WorkflowRegistry {
 pub trait Runs {
     /// Creates a RUNNING run with a `run.created` event, or returns the existing one.
     fn create_run(&self, new: &NewRun) -> Result<CreateRun, StoreError>;
-    fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+    fn run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError>;
     /// A run's status alone (what an event follower checks after every commit).
-    fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>, StoreError>;
+    fn run_status(&self, run_id: &RunId) -> Result<Option<RunStatus>, StoreError>;
     /// The runs `query` selects, newest first.
     fn runs(&self, query: &RunQuery<'_>) -> Result<Vec<RunRecord>, StoreError>;
     /// Moves a non-terminal run to a terminal status, guarded by its revision.
     fn finish_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         expected_revision: i64,
         status: RunStatus,
         findings: &[Finding],
@@ -576,7 +576,7 @@ pub trait Runs {
     /// store holds that lease.
     fn claim_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         expected_revision: i64,
         owner: Option<&Owner>,
         at: i64,
@@ -585,20 +585,20 @@ pub trait Runs {
     fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
     /// Moves a non-terminal run to CANCELLED and its RUNNING steps to FAILED with their tokens
     /// cleared (so a late write by their attempts is rejected as stale), in one transaction.
-    fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError>;
+    fn cancel_run(&self, run_id: &RunId, reason: &str, at: i64) -> Result<RunRecord, StoreError>;
 }
 
 /// A run's steps, their attempts (each write fenced by its token) and the run's append-only event log.
 pub trait Attempts {
-    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
-    fn events(&self, run_id: &str, after_seq: i64) -> Result<Vec<EventRecord>, StoreError>;
+    fn steps(&self, run_id: &RunId) -> Result<Vec<StepRecord>, StoreError>;
+    fn events(&self, run_id: &RunId, after_seq: i64) -> Result<Vec<EventRecord>, StoreError>;
     /// Starts an attempt with its token and a `step.started` event (plus `step.retrying` or
     /// `step.interrupted`); a retry or resume is conditional on `previous_token`.
     fn begin_attempt(&self, begin: &BeginAttempt) -> Result<(), StoreError>;
     /// Records the attempt's process identity, if the token still owns the step.
     fn record_process(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         step_id: &str,
         token: &AttemptToken,
         process: &ProcessInfo,
@@ -606,7 +606,7 @@ pub trait Attempts {
     /// Appends events of a RUNNING attempt (a pipeline's jobs), if the token still owns the step.
     fn append_step_events(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         step_id: &str,
         token: &AttemptToken,
         attempt: u32,
@@ -617,7 +617,7 @@ pub trait Attempts {
     /// re-attaching to a launch it verified), with a `step.reattached` event.
     fn adopt_attempt(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         step_id: &str,
         previous_token: &AttemptToken,
         token: &AttemptToken,
@@ -634,15 +634,21 @@ pub trait Attempts {
     /// Writes the step FAILED and the run FAILED with `run_error`, in one transaction.
     fn fail_attempt(&self, finish: &FinishAttempt, run_error: &str) -> Result<(), StoreError>;
     /// Records that a write by a stale token was rejected (an event only).
-    fn record_stale_write(&self, run_id: &str, step_id: &str, token: &AttemptToken, at: i64) -> Result<(), StoreError>;
+    fn record_stale_write(
+        &self,
+        run_id: &RunId,
+        step_id: &str,
+        token: &AttemptToken,
+        at: i64,
+    ) -> Result<(), StoreError>;
     /// Copies reused source steps into a replay child as COMPLETED with `attempt_count = 0` and a
     /// `step.replay_reused` event each, with the source's artifacts of those steps (their
     /// `reused_from` the run that produced the bytes). A step the child already has is left
     /// alone, so a restarted replay never copies twice. Returns how many were copied.
     fn copy_reused_steps(
         &self,
-        run_id: &str,
-        source_run_id: &str,
+        run_id: &RunId,
+        source_run_id: &RunId,
         steps: &[StepRecord],
         at: i64,
     ) -> Result<usize, StoreError>;
@@ -651,7 +657,7 @@ pub trait Attempts {
 /// The files steps produced, found by run or by their bytes.
 pub trait Artifacts {
     /// A run's artifacts, by step then path.
-    fn artifacts(&self, run_id: &str) -> Result<Vec<ArtifactRecord>, StoreError>;
+    fn artifacts(&self, run_id: &RunId) -> Result<Vec<ArtifactRecord>, StoreError>;
     /// Every recorded artifact with these bytes, oldest first.
     fn artifacts_with_sha256(&self, sha256: &str) -> Result<Vec<ArtifactRecord>, StoreError>;
 }
@@ -689,13 +695,13 @@ pub trait Plans {
     /// one transaction: a consumed receipt or a reserved run_dir changes nothing.
     fn consume_receipt(&self, c: &ConsumeReceipt) -> Result<RunRecord, StoreError>;
     /// The run that consumed a receipt of this plan, if any.
-    fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError>;
+    fn run_of_plan(&self, plan_id: &str) -> Result<Option<RunId>, StoreError>;
     /// How and when the plan a run executes was approved; `None` for a run without a plan.
-    fn approval_of_run(&self, run_id: &str) -> Result<Option<crate::plan::Approval>, StoreError>;
+    fn approval_of_run(&self, run_id: &RunId) -> Result<Option<crate::plan::Approval>, StoreError>;
     /// The target a planned run was reserved on; None for a run not made from a plan.
-    fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError>;
+    fn target_of_run(&self, run_id: &RunId) -> Result<Option<String>, StoreError>;
     /// The run reserved for `target + run_dir`, if any.
-    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError>;
+    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<RunId>, StoreError>;
 }
 
 /// Configured targets (SSH or Slurm machines) and their last probes.

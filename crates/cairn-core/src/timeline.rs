@@ -139,7 +139,14 @@ mod tests {
     use crate::status::{Outcome, RunStatus};
 
     fn ev(seq: i64, step: Option<&str>, attempt: Option<u32>, at: i64, event: RunEvent) -> EventRecord {
-        EventRecord { seq, run_id: "r".into(), step_id: step.map(str::to_string), attempt, at, event }
+        EventRecord {
+            seq,
+            run_id: crate::ids::RunId::lookup("r"),
+            step_id: step.map(str::to_string),
+            attempt,
+            at,
+            event,
+        }
     }
 
     fn started() -> RunEvent {

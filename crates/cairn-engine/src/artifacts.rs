@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cairn_core::artifact::{Artifact, ArtifactRecord, OutputDecl};
+use cairn_core::ids::RunId;
 use cairn_core::replay::Found;
 use cairn_core::signature::StepSignature;
 use cairn_exec::agent::protocol::{CheckFile, CheckRequest, DeployFile, MaterializeRequest, OutputsRequest};
@@ -26,7 +27,7 @@ const AGENT_FILE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// A run's artifacts, by step then path.
 #[derive(Debug, Clone)]
 pub struct RunArtifacts {
-    pub run_id: String,
+    pub run_id: RunId,
     pub artifacts: Vec<ArtifactRecord>,
     /// For each artifact, the pipeline job that wrote it (a pipeline step's artifacts only).
     pub writers: Vec<Option<cairn_core::job::JobOrigin>>,
@@ -56,7 +57,7 @@ pub struct TraceMatch {
     pub signature: Option<StepSignature>,
     /// For a reused artifact, the runs it came through: this run's source first, the producer
     /// (`reused_from`) last. Empty for an artifact its own run produced.
-    pub lineage: Vec<String>,
+    pub lineage: Vec<RunId>,
     /// For a pipeline step's artifact: the job that wrote it, then the jobs behind its inputs,
     /// back to the pipeline's own files, each input with its SHA-256.
     pub jobs: Vec<cairn_core::job::LineageJob>,
@@ -64,7 +65,7 @@ pub struct TraceMatch {
 
 impl Engine {
     /// A run's artifacts.
-    pub fn run_artifacts(&self, run_id: &str) -> Result<RunArtifacts, EngineError> {
+    pub fn run_artifacts(&self, run_id: &RunId) -> Result<RunArtifacts, EngineError> {
         // The view holds every step's artifacts and jobs: one read of each, in the store's order
         // (by step, then path).
         let view = self.show_run(run_id)?;
@@ -79,7 +80,7 @@ impl Engine {
             .collect();
         listed.sort_by(|(a, _), (b, _)| (&a.step_id, &a.artifact.path).cmp(&(&b.step_id, &b.artifact.path)));
         let (artifacts, writers) = listed.into_iter().unzip();
-        Ok(RunArtifacts { run_id: run_id.to_string(), artifacts, writers })
+        Ok(RunArtifacts { run_id: run_id.clone(), artifacts, writers })
     }
 
     /// Which runs recorded these bytes: every artifact with the file's (or the given) SHA-256,
@@ -117,7 +118,7 @@ impl Engine {
         };
         let mut matches = Vec::new();
         let mut runs = HashMap::new();
-        let mut views: HashMap<String, crate::RunView> = HashMap::new();
+        let mut views: HashMap<RunId, crate::RunView> = HashMap::new();
         for record in self.store.artifacts_with_sha256(&sha256)? {
             if !runs.contains_key(&record.run_id) {
                 let run = self.run_record(&record.run_id)?;
@@ -158,7 +159,7 @@ impl Engine {
     /// file of the pipeline's folder with the one it was registered with.
     fn job_lineage(
         &self,
-        views: &mut HashMap<String, crate::RunView>,
+        views: &mut HashMap<RunId, crate::RunView>,
         record: &ArtifactRecord,
     ) -> Result<Vec<cairn_core::job::LineageJob>, EngineError> {
         if !views.contains_key(&record.run_id) {

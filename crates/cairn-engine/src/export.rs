@@ -15,6 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use cairn_core::artifact::ArtifactRecord;
+use cairn_core::ids::RunId;
 use cairn_core::plan::{InputFile, Plan, absolute_path_strings};
 use cairn_core::rocrate::{self, CrateFile, CrateInputFile, CrateRun, CrateStep, CrateTarget, CrateVerification};
 use cairn_core::target::LOCAL;
@@ -36,7 +37,7 @@ pub enum ExportOut {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExportSubject {
     /// A run, as a Provenance Run Crate.
-    Run(String),
+    Run(RunId),
     /// A verification, as a Process Run Crate of its notebook run.
     Verification(String),
 }
@@ -229,8 +230,13 @@ impl Engine {
     /// The run and attempt that really executed a step reused from `from`: the first run up the
     /// lineage whose record of the step was not itself reused. Each run's steps are read once per
     /// export, however many reused steps point to it.
-    fn producer_of(&self, seen: &mut Lineage, from: &str, step_id: &str) -> Result<Option<(String, u32)>, EngineError> {
-        let mut next = Some(from.to_string());
+    fn producer_of(
+        &self,
+        seen: &mut Lineage,
+        from: &RunId,
+        step_id: &str,
+    ) -> Result<Option<(RunId, u32)>, EngineError> {
+        let mut next = Some(from.clone());
         // Sources are older and never form a cycle; the bound only guards a corrupt registry.
         for _ in 0..10_000 {
             let Some(run_id) = next else { break };
@@ -253,12 +259,12 @@ impl Engine {
     }
 
     /// The target a run of the lineage executed on, read once per export.
-    fn target_in_lineage(&self, seen: &mut Lineage, run_id: &str) -> Result<String, EngineError> {
+    fn target_in_lineage(&self, seen: &mut Lineage, run_id: &RunId) -> Result<String, EngineError> {
         if let Some(t) = seen.targets.get(run_id) {
             return Ok(t.clone());
         }
         let t = self.target_name_of_run(run_id)?;
-        seen.targets.insert(run_id.to_string(), t.clone());
+        seen.targets.insert(run_id.clone(), t.clone());
         Ok(t)
     }
 
@@ -450,7 +456,7 @@ impl Engine {
         }))
     }
 
-    fn write_run_crate(&self, run_id: &str, data: bool, root: &Path) -> Result<Written, EngineError> {
+    fn write_run_crate(&self, run_id: &RunId, data: bool, root: &Path) -> Result<Written, EngineError> {
         let view = self.show_run(run_id)?;
         let record = self.store.workflow(&view.run.workflow, Some(&view.run.version))?.ok_or_else(|| {
             EngineError::WorkflowNotFound { name: view.run.workflow.clone(), version: Some(view.run.version.clone()) }
@@ -600,7 +606,7 @@ impl Engine {
                 tool,
                 record: s.record.clone(),
                 artifacts,
-                producer,
+                producer: producer.map(|(run, attempt)| (run.into_string(), attempt)),
                 attempts,
                 agent,
                 input_files,
@@ -657,7 +663,7 @@ impl Engine {
         // Recorded under the run directory: no folder on the way may be a link out of it.
         if let Some(Some(found)) = on_target.get(&a.artifact.path) {
             return Err(EngineError::ExportArtifactMismatch {
-                run_id: view.run.run_id.clone(),
+                run_id: view.run.run_id.to_string(),
                 path: a.artifact.path.clone(),
                 message: format!("on target `{}`, {found}", view.target),
             });
@@ -675,7 +681,7 @@ impl Engine {
         let (bytes, sha) = self.fetch(w, src.placement, &at.display().to_string(), &a.artifact.path)?;
         if sha != a.artifact.sha256 || bytes != a.artifact.bytes {
             return Err(EngineError::ExportArtifactMismatch {
-                run_id: view.run.run_id.clone(),
+                run_id: view.run.run_id.to_string(),
                 path: a.artifact.path.clone(),
                 message: format!("sha256 {sha}, {bytes} bytes; recorded {}", a.artifact.sha256),
             });
@@ -782,8 +788,8 @@ impl Engine {
 #[derive(Default)]
 struct Lineage {
     /// By run, each step's `reused_from` and attempt count.
-    steps: std::collections::HashMap<String, std::collections::HashMap<String, (Option<String>, u32)>>,
-    targets: std::collections::HashMap<String, String>,
+    steps: std::collections::HashMap<RunId, std::collections::HashMap<String, (Option<RunId>, u32)>>,
+    targets: std::collections::HashMap<RunId, String>,
 }
 
 /// What a crate's writing wrote.

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_core::ids::RunId;
 use cairn_core::store::EventRecord;
 use tokio::sync::watch;
 
@@ -54,7 +55,7 @@ impl CommitWatch {
 /// One run's events as they are committed, in order, each once, ending after `run.finished`.
 pub struct RunFollower {
     engine: Arc<Engine>,
-    run_id: String,
+    run_id: RunId,
     after: i64,
     commits: CommitWatch,
     first: bool,
@@ -106,9 +107,9 @@ impl Engine {
 
     /// Follows `run_id` from after event `after`. Refused at once for a run that does not exist.
     /// The subscription starts before the first read, so no commit after it goes unnoticed.
-    pub fn follow_run(self: &Arc<Engine>, run_id: &str, after: i64) -> Result<RunFollower, EngineError> {
+    pub fn follow_run(self: &Arc<Engine>, run_id: &RunId, after: i64) -> Result<RunFollower, EngineError> {
         let commits = self.commits();
         self.run_record(run_id)?;
-        Ok(RunFollower { engine: self.clone(), run_id: run_id.to_string(), after, commits, first: true, ended: false })
+        Ok(RunFollower { engine: self.clone(), run_id: run_id.clone(), after, commits, first: true, ended: false })
     }
 }

@@ -68,7 +68,7 @@ impl Engine {
     pub fn predict_plan_jobs(&self, plan: &cairn_core::plan::Plan) -> Vec<JobPrediction> {
         let Some(replay) = &plan.replay else { return Vec::new() };
         let req = crate::replay::ReplayRequest {
-            source_run_id: replay.source_run_id.clone(),
+            source_run_id: cairn_core::ids::RunId::lookup(replay.source_run_id.as_str()),
             step_ids: replay.step_ids.clone(),
             input: Some(plan.input.clone()),
             version: Some(plan.version.clone()),

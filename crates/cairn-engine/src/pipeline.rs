@@ -12,6 +12,7 @@ use std::time::Duration;
 use cairn_core::artifact::Artifact;
 use cairn_core::canonical::sha256_hex;
 use cairn_core::controller::{RUN_CONFIG, job_record, own_state, working_copy};
+use cairn_core::ids::RunId;
 use cairn_core::pipeline::JobEvent;
 use cairn_core::plan::{InputFile, absolute_path_strings};
 use cairn_core::signature::ToolFile;
@@ -143,13 +144,13 @@ impl Engine {
     /// from), on the same target, with the artifacts and the digest of the controller's record
     /// it completed with. `None` (a fresh copy) when there is no such completed step, it was
     /// recorded without that digest, or it lies on another target.
-    pub(crate) fn pipeline_seed(&self, run_id: &str, source_run_id: &str, step_id: &str) -> Option<PipelineSeed> {
+    pub(crate) fn pipeline_seed(&self, run_id: &RunId, source_run_id: &RunId, step_id: &str) -> Option<PipelineSeed> {
         let row = self.store.steps(source_run_id).ok()?.into_iter().find(|s| s.step_id == step_id)?;
         if row.status != cairn_core::status::StepStatus::Completed {
             return None;
         }
         let state = row.result.as_ref()?.get(STATE_KEY)?.as_str()?.to_string();
-        let origin = row.reused_from.clone().unwrap_or_else(|| source_run_id.to_string());
+        let origin = row.reused_from.clone().unwrap_or_else(|| source_run_id.clone());
         let origin_run = self.store.run(&origin).ok()??;
         if self.target_name_of_run(&origin).ok()? != self.target_name_of_run(run_id).ok()? {
             return None;
@@ -164,7 +165,7 @@ impl Engine {
             .collect();
         let dir = job_record(ToolKind::Snakemake)?.to_string();
         Some(PipelineSeed {
-            from_run: origin,
+            from_run: origin.into_string(),
             from_dir: format!("{}/{}", origin_run.run_dir, working_copy(step_id)),
             files,
             state: Some((dir, state)),

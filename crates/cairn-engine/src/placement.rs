@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use cairn_core::controller::{SlurmSubmit, controller_argv};
+use cairn_core::ids::RunId;
 use cairn_core::status::StepStatus;
 use cairn_core::store::{ProcessInfo, RemoteProcess, StepRecord};
 use cairn_core::target::{Executor, LOCAL, TargetSpec};
@@ -88,7 +89,7 @@ impl Engine {
     }
 
     /// Where `run_id` executes: the target it was planned and reserved on, else this machine.
-    pub(crate) fn placement(&self, run_id: &str) -> Result<Placement, EngineError> {
+    pub(crate) fn placement(&self, run_id: &RunId) -> Result<Placement, EngineError> {
         match self.store.target_of_run(run_id)? {
             None => Ok(Placement::Local),
             Some(t) if t == LOCAL => Ok(Placement::Local),

@@ -43,14 +43,14 @@ pub struct PlanRequest {
     pub run_dir: PathBuf,
     pub name: Option<String>,
     /// Plan a replay instead: `(source_run_id, step_ids)`.
-    pub replay: Option<(String, Vec<String>)>,
+    pub replay: Option<(RunId, Vec<String>)>,
 }
 
 /// A stored plan, as plans are listed: its index row and the run that executed it, if any.
 #[derive(Debug, Clone)]
 pub struct PlanListing {
     pub record: PlanRecord,
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
 }
 
 fn stale(m: impl Into<String>) -> EngineError {
@@ -224,7 +224,7 @@ impl Engine {
             ..ReplayRequest::default()
         })?;
         let replay = PlanReplay {
-            source_run_id: source.clone(),
+            source_run_id: source.to_string(),
             step_ids: prepared.plan.requested.clone(),
             decisions: prepared.plan.decisions.iter().map(DecisionRecord::of).collect(),
         };
@@ -348,13 +348,13 @@ impl Engine {
             });
         }
         if let Some(run_id) = self.store.run_of_plan(&plan.plan_id)? {
-            return Err(EngineError::PlanExecuted { name: name.to_string(), run_id });
+            return Err(EngineError::PlanExecuted { name: name.to_string(), run_id: run_id.into_string() });
         }
         if let Some(run_id) = self.store.reservation(&plan.target, &plan.run_dir)? {
             return Err(EngineError::Store(cairn_core::store::StoreError::RunDirReserved {
                 target: plan.target.clone(),
                 run_dir: plan.run_dir.clone(),
-                run_id,
+                run_id: run_id.into_string(),
             }));
         }
         // A target's readiness, observed there with the input files' hashes; here, each file is
@@ -428,7 +428,7 @@ impl Engine {
     ) -> Result<(RunRecord, LoadedWorkflow), EngineError> {
         verify_receipt(&self.receipt_key()?, receipt, plan, self.clock.now_ms())
             .map_err(|e| EngineError::ReceiptRefused { message: e.to_string() })?;
-        let run_id = RunId::generated(&self.ids.run_suffix()).to_string();
+        let run_id = RunId::generated(&self.ids.run_suffix());
         let run = match self.replay_request(plan, &run_id) {
             None => NewRun {
                 lease: None,
@@ -480,10 +480,10 @@ impl Engine {
     }
 
     /// For a planned replay, the request that executes it as `run_id`, from the deployed workflow.
-    pub(crate) fn replay_request(&self, plan: &Plan, run_id: &str) -> Option<ReplayRequest> {
+    pub(crate) fn replay_request(&self, plan: &Plan, run_id: &RunId) -> Option<ReplayRequest> {
         let r = plan.replay.as_ref()?;
         Some(ReplayRequest {
-            source_run_id: r.source_run_id.clone(),
+            source_run_id: RunId::lookup(r.source_run_id.as_str()),
             step_ids: r.step_ids.clone(),
             input: Some(plan.input.clone()),
             run_id: Some(run_id.to_string()),

@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use cairn_core::ids::RunId;
 use cairn_core::store::StoreError;
 
 use crate::registry::LoadedWorkflow;
@@ -32,10 +33,10 @@ impl Work {
 
 pub(crate) struct Pool {
     engine: Arc<Engine>,
-    queue: Mutex<VecDeque<(String, Work)>>,
+    queue: Mutex<VecDeque<(RunId, Work)>>,
     wake: Condvar,
     /// Runs queued or executing here, with their stop signals.
-    active: Mutex<HashMap<String, StopSignal>>,
+    active: Mutex<HashMap<RunId, StopSignal>>,
     closing: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -66,7 +67,7 @@ impl Pool {
 
     /// Queues a created run unless it is already queued or executing here. Returns whether it
     /// was queued now.
-    pub(crate) fn submit(&self, run_id: &str, work: Work) -> bool {
+    pub(crate) fn submit(&self, run_id: &RunId, work: Work) -> bool {
         if self.closing.load(Ordering::SeqCst) {
             return false;
         }
@@ -75,14 +76,14 @@ impl Pool {
             if active.contains_key(run_id) {
                 return false;
             }
-            active.insert(run_id.to_string(), work.stop().cloned().unwrap_or_default());
+            active.insert(run_id.clone(), work.stop().cloned().unwrap_or_default());
         }
-        lock(&self.queue).push_back((run_id.to_string(), work));
+        lock(&self.queue).push_back((run_id.clone(), work));
         self.wake.notify_one();
         true
     }
 
-    pub(crate) fn is_active(&self, run_id: &str) -> bool {
+    pub(crate) fn is_active(&self, run_id: &RunId) -> bool {
         lock(&self.active).contains_key(run_id)
     }
 
@@ -91,12 +92,12 @@ impl Pool {
     }
 
     /// The runs queued or executing here.
-    pub(crate) fn active_ids(&self) -> Vec<String> {
+    pub(crate) fn active_ids(&self) -> Vec<RunId> {
         lock(&self.active).keys().cloned().collect()
     }
 
     /// The stop signal of a run queued or executing here.
-    pub(crate) fn stop_signal(&self, run_id: &str) -> Option<StopSignal> {
+    pub(crate) fn stop_signal(&self, run_id: &RunId) -> Option<StopSignal> {
         lock(&self.active).get(run_id).cloned()
     }
 
@@ -124,7 +125,7 @@ impl Pool {
         }
     }
 
-    fn execute(&self, run_id: &str, work: Work) {
+    fn execute(&self, run_id: &RunId, work: Work) {
         let started = Instant::now();
         let outcome = match work {
             Work::Run { wf, req } => self.engine.run_loaded(&wf, &req, &mut NoProgress).map(|r| r.run.status),
@@ -148,11 +149,10 @@ impl Pool {
     }
 
     /// Stops taking work and asks every run here to stop without writing; returns their ids.
-    pub(crate) fn close(&self) -> Vec<String> {
+    pub(crate) fn close(&self) -> Vec<RunId> {
         self.closing.store(true, Ordering::SeqCst);
         self.wake.notify_all();
-        let active: Vec<(String, StopSignal)> =
-            lock(&self.active).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let active: Vec<(RunId, StopSignal)> = lock(&self.active).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         for (_, stop) in &active {
             stop.request(StopKind::Shutdown);
         }

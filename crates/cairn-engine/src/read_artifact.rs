@@ -14,7 +14,8 @@ pub const ARTIFACT_SLICE_MAX: u64 = 256 << 10;
 
 #[derive(Debug, Clone)]
 pub struct ReadArtifact {
-    pub run_id: String,
+    /// The run to read from (looked up: an id no run has is a run not found).
+    pub run_id: cairn_core::ids::RunId,
     pub step_id: String,
     /// The declared output's name.
     pub name: String,
@@ -51,7 +52,7 @@ impl Engine {
         let step = view.step(&req.step_id)?;
         let named: Vec<&ArtifactRecord> = step.artifacts.iter().filter(|a| a.artifact.name == req.name).collect();
         let not_found = |message: String| EngineError::ArtifactNotFound {
-            run_id: req.run_id.clone(),
+            run_id: req.run_id.to_string(),
             step_id: req.step_id.clone(),
             name: req.name.clone(),
             message,

@@ -22,9 +22,10 @@ use crate::registry::{LoadedWorkflow, load_record};
 use crate::runner::{ExecOptions, Observer, check_input};
 use crate::{Engine, EngineError, RunView, StopSignal};
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ReplayRequest {
-    pub source_run_id: String,
+    /// The run to replay (looked up: an id no run has is a source not found).
+    pub source_run_id: RunId,
     pub step_ids: Vec<String>,
     /// The child's input; the source's when `None`.
     pub input: Option<Value>,
@@ -45,6 +46,28 @@ pub struct ReplayRequest {
     /// The target the child runs on (`local` when `None`): a step is reused only with artifacts
     /// there.
     pub target: Option<String>,
+}
+
+/// A request with every field unset, its source's id empty (a run no id names): a caller names
+/// the source and fills what it needs with `..ReplayRequest::default()`.
+impl Default for ReplayRequest {
+    fn default() -> Self {
+        ReplayRequest {
+            source_run_id: RunId::lookup(String::new()),
+            step_ids: Vec::new(),
+            input: None,
+            run_id: None,
+            version: None,
+            workflow: None,
+            resume_interrupted: false,
+            parallelism: 0,
+            owner: None,
+            thread_id: None,
+            stop: None,
+            workflow_dir: None,
+            target: None,
+        }
+    }
 }
 
 /// Everything decided before a replay creates anything.
@@ -290,11 +313,11 @@ impl Engine {
         let prepared = self.prepare_replay(req)?;
         if let Some(id) = &req.run_id {
             let id = RunId::parse(id).map_err(EngineError::InvalidRunId)?;
-            if let Some(existing) = self.store.run(id.as_str())? {
+            if let Some(existing) = self.store.run(&id)? {
                 let identity = self.replay_identity(&prepared)?;
                 if existing.identity_hash != identity {
                     return Err(EngineError::ExecutionInputMismatch {
-                        run_id: existing.run_id.clone(),
+                        run_id: existing.run_id.to_string(),
                         stored: format!(
                             "{}@{} identity {}…",
                             existing.workflow,
@@ -374,7 +397,7 @@ impl Engine {
                     Some(&message),
                     self.clock.now_ms(),
                 )?;
-                return Err(EngineError::ArtifactChanged { run_id: run.run_id.clone(), message });
+                return Err(EngineError::ArtifactChanged { run_id: run.run_id.to_string(), message });
             }
             self.store.copy_reused_steps(&run.run_id, &source_id, &reused, self.clock.now_ms())?;
             Ok(())
@@ -423,7 +446,7 @@ impl Engine {
             source_run_id,
             step_ids: requested.clone(),
             input: Some(run.input.clone()),
-            run_id: Some(run.run_id.clone()),
+            run_id: Some(run.run_id.to_string()),
             version: Some(run.version.clone()),
             workflow: Some(run.workflow.clone()),
             thread_id: run.thread_id.clone(),

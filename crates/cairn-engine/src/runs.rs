@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use cairn_core::artifact::ArtifactRecord;
 use cairn_core::event::RunEvent;
+use cairn_core::ids::RunId;
 use cairn_core::replay::DecisionRecord;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
@@ -80,7 +81,7 @@ impl RunView {
 
     pub fn step(&self, step_id: &str) -> Result<&StepView, EngineError> {
         self.steps.iter().find(|s| s.step_id == step_id).ok_or_else(|| EngineError::StepNotFound {
-            run_id: self.run.run_id.clone(),
+            run_id: self.run.run_id.to_string(),
             step_id: step_id.to_string(),
             steps: self.steps.iter().map(|s| s.step_id.clone()).collect(),
         })
@@ -90,7 +91,7 @@ impl RunView {
 /// A pipeline step's jobs, and how many of each rule's there are by status.
 #[derive(Debug, Clone)]
 pub struct StepJobs {
-    pub run_id: String,
+    pub run_id: RunId,
     pub step_id: String,
     pub status: &'static str,
     pub jobs: Vec<cairn_core::job::Job>,
@@ -98,7 +99,7 @@ pub struct StepJobs {
     /// How many jobs the filter matched (`jobs` is the page of them it asked for).
     pub total: usize,
     /// The run whose controller ran them, for a step a replay reused.
-    pub from_run: Option<String>,
+    pub from_run: Option<RunId>,
 }
 
 /// Which of a step's jobs to answer with: of one rule, of one status, a page.
@@ -114,7 +115,7 @@ pub struct JobFilter {
 /// One step of a run.
 #[derive(Debug, Clone)]
 pub struct StepDetail {
-    pub run_id: String,
+    pub run_id: RunId,
     pub step: StepView,
     /// For a replay child: the decision stored for the step.
     pub decision: Option<DecisionRecord>,
@@ -138,7 +139,7 @@ pub struct EventBatch {
 /// Why a step of a run was executed, reused or invalidated.
 #[derive(Debug, Clone)]
 pub struct StepExplanation {
-    pub run_id: String,
+    pub run_id: RunId,
     pub step_id: String,
     pub status: &'static str,
     pub attempts: u32,
@@ -148,7 +149,7 @@ pub struct StepExplanation {
     pub reason: Value,
     /// The reason in words.
     pub text: Value,
-    pub reused_from: Option<String>,
+    pub reused_from: Option<RunId>,
     pub signature: Option<StepSignature>,
     pub outcome: Option<Outcome>,
     pub error: Option<String>,
@@ -160,7 +161,7 @@ pub struct StepExplanation {
 /// its target while it runs there.
 #[derive(Debug, Clone)]
 pub struct StepLog {
-    pub run_id: String,
+    pub run_id: RunId,
     pub step_id: String,
     pub status: &'static str,
     pub lines: Vec<String>,
@@ -172,13 +173,13 @@ pub struct StepLog {
 const LIVE_TAIL_BYTES: usize = 64 << 10;
 
 impl Engine {
-    pub(crate) fn run_record(&self, run_id: &str) -> Result<RunRecord, EngineError> {
+    pub(crate) fn run_record(&self, run_id: &RunId) -> Result<RunRecord, EngineError> {
         self.store.run(run_id)?.ok_or_else(|| EngineError::RunNotFound { run_id: run_id.to_string() })
     }
 
     /// One run: its steps in the DAG's order of the version it ran, where it executes, and its
     /// lineage.
-    pub fn show_run(&self, run_id: &str) -> Result<RunView, EngineError> {
+    pub fn show_run(&self, run_id: &RunId) -> Result<RunView, EngineError> {
         // The run with its lease row, in one read.
         let leased =
             self.store.leased_run(run_id)?.ok_or_else(|| EngineError::RunNotFound { run_id: run_id.to_string() })?;
@@ -209,7 +210,7 @@ impl Engine {
             let (jobs, progress) = match &record_row {
                 Some(r) if pipeline => {
                     let live = (r.status == StepStatus::Running).then_some(r.attempt_count);
-                    let ran_in = r.reused_from.as_deref().unwrap_or(run_id);
+                    let ran_in = r.reused_from.as_ref().unwrap_or(run_id);
                     let jobs = events.step_jobs(ran_in, &id, live, r.result.as_ref())?;
                     let progress =
                         (!jobs.is_empty()).then(|| cairn_core::job::progress(&jobs, events.of_step(ran_in, &id)));
@@ -256,7 +257,7 @@ impl Engine {
         })
     }
 
-    pub(crate) fn target_name_of_run(&self, run_id: &str) -> Result<String, EngineError> {
+    pub(crate) fn target_name_of_run(&self, run_id: &RunId) -> Result<String, EngineError> {
         Ok(self.store.target_of_run(run_id)?.unwrap_or_else(|| cairn_core::target::LOCAL.to_string()))
     }
 
@@ -310,14 +311,14 @@ impl Engine {
     }
 
     /// The run's events after sequence number `after`, in order.
-    pub fn events(&self, run_id: &str, after: i64) -> Result<Vec<EventRecord>, EngineError> {
+    pub fn events(&self, run_id: &RunId, after: i64) -> Result<Vec<EventRecord>, EngineError> {
         self.run_record(run_id)?;
         Ok(self.store.events(run_id, after)?)
     }
 
     /// Every attempt of a run on its time axis, from its event log (`cairn show --timeline`,
     /// `GET /runs/{id}/timeline`, the web app's Gantt).
-    pub fn timeline(&self, run_id: &str) -> Result<cairn_core::timeline::Timeline, EngineError> {
+    pub fn timeline(&self, run_id: &RunId) -> Result<cairn_core::timeline::Timeline, EngineError> {
         if self.store.run_status(run_id)?.is_none() {
             return Err(EngineError::RunNotFound { run_id: run_id.to_string() });
         }
@@ -327,13 +328,13 @@ impl Engine {
     /// For a follower: the run's events after `after`, and whether the run had finished. The
     /// status is read before the events, so a run that finished in between still has its
     /// `run.finished` in this batch.
-    pub fn event_batch(&self, run_id: &str, after: i64) -> Result<EventBatch, EngineError> {
+    pub fn event_batch(&self, run_id: &RunId, after: i64) -> Result<EventBatch, EngineError> {
         let finished = self.store.run_status(run_id)?.is_none_or(|s| s.is_terminal());
         Ok(EventBatch { finished, events: self.store.events(run_id, after)? })
     }
 
     /// One step of a run, with its whole result and its artifacts.
-    pub fn show_step(&self, run_id: &str, step_id: &str) -> Result<StepDetail, EngineError> {
+    pub fn show_step(&self, run_id: &RunId, step_id: &str) -> Result<StepDetail, EngineError> {
         let view = self.show_run(run_id)?;
         let step = view.step(step_id)?.clone();
         let decision = view.decision_of(step_id).cloned();
@@ -343,7 +344,7 @@ impl Engine {
     /// A pipeline step's jobs, folded from its events: those its controller ran in this run, or,
     /// for a step a replay reused, in the run that ran it (`from_run`). A step that is not a
     /// pipeline has none.
-    pub fn pipeline_jobs(&self, run_id: &str, step_id: &str, filter: &JobFilter) -> Result<StepJobs, EngineError> {
+    pub fn pipeline_jobs(&self, run_id: &RunId, step_id: &str, filter: &JobFilter) -> Result<StepJobs, EngineError> {
         use cairn_core::job::JobStatus;
         let status = match filter.status.as_deref() {
             None => None,
@@ -365,7 +366,7 @@ impl Engine {
         let total = matching.len();
         let jobs = matching.into_iter().skip(filter.offset).take(filter.limit.unwrap_or(usize::MAX)).collect();
         Ok(StepJobs {
-            run_id: run_id.to_string(),
+            run_id: run_id.clone(),
             step_id: step_id.to_string(),
             status: step.status(),
             rules,
@@ -376,7 +377,7 @@ impl Engine {
     }
 
     /// Why a step of a run was executed, reused or invalidated.
-    pub fn explain_step(&self, run_id: &str, step_id: &str) -> Result<StepExplanation, EngineError> {
+    pub fn explain_step(&self, run_id: &RunId, step_id: &str) -> Result<StepExplanation, EngineError> {
         let view = self.show_run(run_id)?;
         let step = view.step(step_id)?;
         let r = step.record.as_ref();
@@ -409,7 +410,7 @@ impl Engine {
 
     /// The last `lines` lines of a step's log. A step running through the step agent is read
     /// where it runs: a bounded tail over SSH.
-    pub fn step_log(&self, run_id: &str, step_id: &str, lines: usize) -> Result<StepLog, EngineError> {
+    pub fn step_log(&self, run_id: &RunId, step_id: &str, lines: usize) -> Result<StepLog, EngineError> {
         EngineError::in_range("lines", lines, 1..=crate::error::LOG_LINES_MAX, "")?;
         let view = self.show_run(run_id)?;
         let step = view.step(step_id)?;
@@ -419,7 +420,7 @@ impl Engine {
         let all: Vec<&str> = tail.lines().collect();
         let from = all.len().saturating_sub(lines);
         Ok(StepLog {
-            run_id: run_id.to_string(),
+            run_id: run_id.clone(),
             step_id: step_id.to_string(),
             status: step.status(),
             lines: all[from..].iter().map(|l| l.to_string()).collect(),
@@ -428,12 +429,12 @@ impl Engine {
     }
 
     /// The run reserved for `target + run_dir`, if any (one run per target and run_dir).
-    pub fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, EngineError> {
+    pub fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<RunId>, EngineError> {
         Ok(self.store.reservation(target, run_dir)?)
     }
 
     /// The process groups and supervised launches of a run's RUNNING steps.
-    pub(crate) fn running_steps(&self, run_id: &str) -> Result<Vec<StepRecord>, EngineError> {
+    pub(crate) fn running_steps(&self, run_id: &RunId) -> Result<Vec<StepRecord>, EngineError> {
         Ok(self.store.steps(run_id)?.into_iter().filter(|s| s.status == StepStatus::Running).collect())
     }
 }
@@ -441,7 +442,7 @@ impl Engine {
 /// The events of the runs a view reads jobs from, each run's read once and only when asked.
 struct RunEvents<'e> {
     engine: &'e Engine,
-    read: HashMap<String, Vec<EventRecord>>,
+    read: HashMap<RunId, Vec<EventRecord>>,
 }
 
 impl<'e> RunEvents<'e> {
@@ -451,12 +452,12 @@ impl<'e> RunEvents<'e> {
 
     fn jobs_of(
         &mut self,
-        run_id: &str,
+        run_id: &RunId,
         step_id: &str,
         live: Option<u32>,
     ) -> Result<Vec<cairn_core::job::Job>, EngineError> {
         if !self.read.contains_key(run_id) {
-            self.read.insert(run_id.to_string(), self.engine.store.events(run_id, 0)?);
+            self.read.insert(run_id.clone(), self.engine.store.events(run_id, 0)?);
         }
         Ok(Engine::jobs_of_step(&self.read[run_id], step_id, live))
     }
@@ -472,16 +473,16 @@ impl<'e> RunEvents<'e> {
     /// been seeded in turn, so the chain is followed back).
     fn step_jobs(
         &mut self,
-        run_id: &str,
+        run_id: &RunId,
         step_id: &str,
         live: Option<u32>,
         result: Option<&Value>,
     ) -> Result<Vec<cairn_core::job::Job>, EngineError> {
         let seeded_from = |result: Option<&Value>| {
-            result.and_then(|v| v.pointer("/seeded/from_run")).and_then(Value::as_str).map(String::from)
+            result.and_then(|v| v.pointer("/seeded/from_run")).and_then(Value::as_str).map(RunId::lookup)
         };
         let mut jobs = self.jobs_of(run_id, step_id, live)?;
-        let mut seen = vec![run_id.to_string()];
+        let mut seen = vec![run_id.clone()];
         let mut next = seeded_from(result);
         while let Some(from) = next.take() {
             // Runs are older than their replays, so the chain ends; a damaged record must not loop.

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn_core::ids::RunId;
 use cairn_core::lease::{Takeover, takeover};
 use cairn_core::store::{DaemonRecord, LeasedRun, RunRecord, StepRecord, StoreError};
 use serde_json::Value;
@@ -64,7 +65,7 @@ pub struct SubmitRun {
     pub input: Option<Value>,
     pub run_id: Option<String>,
     /// Replay `(source_run_id, step_ids)` instead.
-    pub replay: Option<(String, Vec<String>)>,
+    pub replay: Option<(RunId, Vec<String>)>,
     /// How many ready steps may run at once (1 to 256).
     pub parallelism: usize,
 }
@@ -109,7 +110,7 @@ pub struct Service {
     closing: Arc<AtomicBool>,
     heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Runs this daemon said it leaves to another host, so it says so once.
-    waiting: Mutex<HashSet<String>>,
+    waiting: Mutex<HashSet<RunId>>,
 }
 
 impl Service {
@@ -168,7 +169,7 @@ impl Service {
     /// The daemons sharing this registry that are alive (their heartbeat within a lease of now,
     /// not stopped, and, on this host, their process there), oldest first, each with the open
     /// runs it holds the lease of.
-    pub fn daemons(&self) -> Result<Vec<(DaemonRecord, Vec<String>)>, EngineError> {
+    pub fn daemons(&self) -> Result<Vec<(DaemonRecord, Vec<RunId>)>, EngineError> {
         let since = self.engine.now_ms() - self.lease_ms();
         let mut out = Vec::new();
         for d in self.engine.store.live_daemons(since)? {
@@ -230,7 +231,7 @@ impl Service {
                 };
                 let (run, created) = self.engine.submit_replay(&req)?;
                 // The worker continues exactly this run, not a new one.
-                let req = ReplayRequest { run_id: Some(run.run_id.clone()), ..req };
+                let req = ReplayRequest { run_id: Some(run.run_id.to_string()), ..req };
                 (run, created, Work::Replay { req })
             }
             None => {
@@ -254,7 +255,7 @@ impl Service {
                     stop,
                 };
                 let (run, created) = self.engine.submit_loaded(&wf, &req)?;
-                let req = RunRequest { run_id: Some(run.run_id.clone()), ..req };
+                let req = RunRequest { run_id: Some(run.run_id.to_string()), ..req };
                 (run, created, Work::Run { wf: Box::new(wf), req })
             }
         };
@@ -275,11 +276,11 @@ impl Service {
                             (Some(l), None) => format!("daemon {}", l.daemon),
                             (None, _) => run.owner.map(|o| o.to_string()).unwrap_or_else(|| "another process".into()),
                         };
-                        return Err(EngineError::RunOwnedElsewhere { run_id: run.run_id.clone(), owner });
+                        return Err(EngineError::RunOwnedElsewhere { run_id: run.run_id.to_string(), owner });
                     }
                     Takeover::Wait { host } => {
                         return Err(EngineError::RunOwnedElsewhere {
-                            run_id: run.run_id.clone(),
+                            run_id: run.run_id.to_string(),
                             owner: format!(
                                 "no daemon now: its files are on host {host}, and a daemon there continues it"
                             ),
@@ -326,7 +327,7 @@ impl Service {
     /// Cancels a run: it stops being scheduled, it is finalised CANCELLED with its RUNNING steps
     /// FAILED (their tokens cleared, so a late write is rejected), and their process groups and
     /// supervised launches are stopped. A run executing elsewhere is finalised the same way.
-    pub fn cancel_run(&self, run_id: &str) -> Result<RunView, EngineError> {
+    pub fn cancel_run(&self, run_id: &RunId) -> Result<RunView, EngineError> {
         let here = match self.pool.stop_signal(run_id) {
             Some(stop) => {
                 stop.request(StopKind::Cancel);
@@ -525,7 +526,7 @@ impl Service {
             wf: Box::new(wf),
             req: RunRequest {
                 workflow: format!("{}@{}", run.workflow, run.version),
-                run_id: Some(run.run_id.clone()),
+                run_id: Some(run.run_id.to_string()),
                 input: run.input.clone(),
                 resume_interrupted: resume,
                 parallelism: run.parallelism.max(1) as usize,

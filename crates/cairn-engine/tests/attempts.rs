@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use cairn_core::attempt::AttemptEnd;
 use cairn_core::event::RunEvent;
+use cairn_core::ids::RunId;
 use cairn_core::pipeline::JobEvent;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::{ProcessInfo, RemoteProcess};
@@ -141,6 +142,11 @@ impl Launcher for Script {
     }
 }
 
+/// A run id to look a run up by.
+fn rid(id: &str) -> RunId {
+    RunId::lookup(id)
+}
+
 fn completed(result: Value) -> AttemptEnd {
     AttemptEnd::Ran {
         outcome: Outcome::Completed,
@@ -240,7 +246,7 @@ fn request(resume: bool, stop: Option<StopSignal>) -> RunRequest {
 /// The run's events as `kind step attempt`, in order.
 fn events(fx: &Fx) -> Vec<String> {
     fx.engine(&Script::default())
-        .events("r1", 0)
+        .events(&rid("r1"), 0)
         .unwrap()
         .iter()
         .map(|e| {
@@ -334,7 +340,7 @@ fn a_stop_writes_nothing_and_leaves_the_step_for_the_next_owner(k: Kind) {
         script.on("a", 1, Act::Stop(kind));
         let err = fx.run(&script, false).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Stopped, "{kind:?}");
-        let view = fx.engine(&script).show_run("r1").unwrap();
+        let view = fx.engine(&script).show_run(&rid("r1")).unwrap();
         let a = step(&view, "a");
         // A shutdown leaves it for the next daemon; a cancel is finalised by whoever cancelled.
         assert_eq!((a.status, a.outcome), (StepStatus::Running, None), "{kind:?}: the attempt wrote no outcome");
@@ -455,8 +461,13 @@ fn pipeline_jobs_are_recorded_once_across_a_reattach(k: Kind) {
             "pipeline.job_finished a 1"
         ]
     );
-    let offsets: Vec<u64> =
-        fx.engine(&Script::default()).events("r1", 0).unwrap().iter().filter_map(|e| e.event.job_offset()).collect();
+    let offsets: Vec<u64> = fx
+        .engine(&Script::default())
+        .events(&rid("r1"), 0)
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.event.job_offset())
+        .collect();
     assert_eq!(offsets, [10, 50, 80, 120], "each line of the log recorded once");
 }
 
@@ -489,7 +500,7 @@ fn a_write_by_a_token_that_lost_the_step_is_rejected_and_recorded(k: Kind) {
     script.on("a", 1, Act::Race(other, Box::new(request(true, None)), completed(json!({"late": true}))));
     let err = fx.run(&script, false).unwrap_err();
     assert_eq!(err.code(), ErrorCode::StaleToken);
-    let view = fx.engine(&script).show_run("r1").unwrap();
+    let view = fx.engine(&script).show_run(&rid("r1")).unwrap();
     assert_eq!(view.run.status, RunStatus::Ready, "the other process finished the run");
     assert_eq!(step(&view, "a").result, Some(json!({"step": "a", "attempt": 2})), "the stale result was not applied");
     assert!(events(&fx).contains(&"step.stale_write_rejected a".to_string()));
@@ -498,7 +509,7 @@ fn a_write_by_a_token_that_lost_the_step_is_rejected_and_recorded(k: Kind) {
 fn decisions_are_dated_by_the_injected_clock(k: Kind) {
     let Some(fx) = Fx::new(k) else { return };
     fx.run(&Script::default(), false).unwrap();
-    let all = fx.engine(&Script::default()).events("r1", 0).unwrap();
+    let all = fx.engine(&Script::default()).events(&rid("r1"), 0).unwrap();
     assert!(all.iter().all(|e| e.at >= T && e.at < T + 1_000), "every write is dated by the test's clock");
     assert!(all.windows(2).all(|w| w[0].at <= w[1].at));
     assert!(matches!(all.last().map(|e| &e.event), Some(RunEvent::RunFinished { status: RunStatus::Ready, .. })));

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use cairn_core::event::RunEvent;
+use cairn_core::ids::RunId;
 use cairn_core::plan::{Approval, ApprovalChannel, Effect, Plan, Receipt, sign_receipt, verify_receipt};
 use cairn_core::store::{RunRecord, StoreError};
 use cairn_core::target::LOCAL as LOCAL_TARGET;
@@ -451,8 +452,8 @@ fn walk(dir: &Path) -> Vec<(PathBuf, u64)> {
 }
 
 /// Exactly one outcome is a run, every other a Conflict; the store and the disk agree.
-fn assert_one_winner(round: usize, outcomes: &[Result<String, EngineError>], e: &Engine, p: &Plan) {
-    let won: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
+fn assert_one_winner(round: usize, outcomes: &[Result<RunId, EngineError>], e: &Engine, p: &Plan) {
+    let won: Vec<&RunId> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
     assert_eq!(won.len(), 1, "round {round}: exactly one thread creates the run: {outcomes:?}");
     for err in outcomes.iter().filter_map(|o| o.as_ref().err()) {
         assert_eq!(err.kind(), ErrorKind::Conflict, "round {round}: refused as a conflict, got: {err} ({err:?})");
@@ -488,7 +489,7 @@ fn concurrent_approvals_and_consumptions_create_one_run(k: Kind) {
                 })
             })
             .collect();
-        let outcomes: Vec<Result<String, EngineError>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let outcomes: Vec<Result<RunId, EngineError>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         assert_one_winner(round, &outcomes, &e, &p);
     }
 }
@@ -513,7 +514,7 @@ fn concurrent_consumptions_through_separate_connections_create_one_run(k: Kind) 
                 })
             })
             .collect();
-        let outcomes: Vec<Result<String, EngineError>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let outcomes: Vec<Result<RunId, EngineError>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         for err in outcomes.iter().filter_map(|o| o.as_ref().err()) {
             assert!(is_reserved_conflict(err), "round {round}: refused by the reservation, got: {err} ({err:?})");
         }

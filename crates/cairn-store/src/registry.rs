@@ -5,7 +5,7 @@
 
 use cairn_core::artifact::{Artifact, ArtifactRecord};
 use cairn_core::event::{PlannedOrigin, RunEvent};
-use cairn_core::ids::{AttemptToken, Owner};
+use cairn_core::ids::{AttemptToken, Owner, RunId};
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{RunStatus, StepStatus};
 use cairn_core::store::*;
@@ -245,9 +245,9 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
         .map(|r| r.get(0))
         .transpose()?;
     match status.as_deref() {
-        None => return Err(StoreError::RunNotFound(b.run_id.clone())),
+        None => return Err(StoreError::RunNotFound(b.run_id.to_string())),
         Some("PENDING") | Some("RUNNING") => {}
-        Some(other) => return Err(StoreError::RunFinished { run_id: b.run_id.clone(), status: other.into() }),
+        Some(other) => return Err(StoreError::RunFinished { run_id: b.run_id.to_string(), status: other.into() }),
     }
     match &b.start {
         AttemptStart::First => {
@@ -268,7 +268,7 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
                 ],
             )?;
             if inserted == 0 {
-                return Err(StoreError::StepExists { run_id: b.run_id.clone(), step_id: b.step_id.clone() });
+                return Err(StoreError::StepExists { run_id: b.run_id.to_string(), step_id: b.step_id.clone() });
             }
         }
         AttemptStart::Retry { previous_token, outcome, error } => {
@@ -584,7 +584,7 @@ impl<B: Backend> Daemons for Registry<B> {
         })
     }
 
-    fn heartbeat(&self, daemon: &str, at: i64, until: i64) -> Result<Vec<(String, Lease)>, StoreError> {
+    fn heartbeat(&self, daemon: &str, at: i64, until: i64) -> Result<Vec<(RunId, Lease)>, StoreError> {
         // Not evidence: a heartbeat lost to a crash only lets the lease expire, as the crash does.
         let held = self.write_quietly(Durability::Relaxed, |tx| {
             tx.execute("UPDATE daemons SET heartbeat_at = ?2 WHERE id = ?1", params![daemon, at])?;
@@ -616,7 +616,7 @@ impl<B: Backend> Daemons for Registry<B> {
         rows(self.read(|tx| tx.query(&sql, params![since]))?, |r| daemon_from_row(r, 0))
     }
 
-    fn leased_runs(&self, daemon: &str) -> Result<Vec<String>, StoreError> {
+    fn leased_runs(&self, daemon: &str) -> Result<Vec<RunId>, StoreError> {
         let found = self.read(|tx| {
             tx.query(
                 "SELECT run_id FROM workflow_executions WHERE lease_owner = ?1 AND status IN ('PENDING', 'RUNNING') \
@@ -637,14 +637,14 @@ impl<B: Backend> Daemons for Registry<B> {
         rows(self.follow(|tx| tx.query(&sql, params![except_daemon]))?, leased_run_from_row)
     }
 
-    fn leased_run(&self, run_id: &str) -> Result<Option<LeasedRun>, StoreError> {
+    fn leased_run(&self, run_id: &RunId) -> Result<Option<LeasedRun>, StoreError> {
         let sql = format!("{LEASED_RUN_SELECT} WHERE e.run_id = ?1");
         self.read(|tx| tx.query_opt(&sql, params![run_id]))?.map(|r| leased_run_from_row(&r)).transpose()
     }
 
     fn take_lease(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         daemon: &DaemonRecord,
         seen_epoch: i64,
         seen_revision: i64,
@@ -694,11 +694,11 @@ impl<B: Backend> Daemons for Registry<B> {
         Ok(lease)
     }
 
-    fn drop_lease(&self, run_id: &str) {
-        self.leases.write().unwrap_or_else(|p| p.into_inner()).remove(run_id);
+    fn drop_lease(&self, run_id: &RunId) {
+        self.leases.write().unwrap_or_else(|p| p.into_inner()).remove(run_id.as_str());
     }
 
-    fn record_stale_lease(&self, run_id: &str, lease: &Lease, at: i64) -> Result<(), StoreError> {
+    fn record_stale_lease(&self, run_id: &RunId, lease: &Lease, at: i64) -> Result<(), StoreError> {
         // Written by the process that lost the lease, so not fenced by it.
         self.drop_lease(run_id);
         self.write(|tx| {
@@ -764,13 +764,13 @@ impl<B: Backend> Runs for Registry<B> {
                 workflow: new.workflow.clone(),
                 version: new.version.clone(),
                 identity_hash: new.identity_hash.clone(),
-                source_run_id: new.source_run_id.clone(),
+                source_run_id: new.source_run_id.as_deref().map(str::to_string),
                 plan: None,
             };
             insert_event(tx, &new.run_id, None, None, new.at, &event)?;
             load_run(tx, &new.run_id)?
                 .map(CreateRun::Created)
-                .ok_or_else(|| StoreError::RunNotFound(new.run_id.clone()))
+                .ok_or_else(|| StoreError::RunNotFound(new.run_id.to_string()))
         })?;
         if let (CreateRun::Created(run), Some(lease)) = (&created, &new.lease) {
             self.hold_lease(&run.run_id, Lease { daemon: lease.daemon.clone(), epoch: 1 });
@@ -778,11 +778,11 @@ impl<B: Backend> Runs for Registry<B> {
         Ok(created)
     }
 
-    fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+    fn run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         self.read(|tx| load_run(tx, run_id))
     }
 
-    fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>, StoreError> {
+    fn run_status(&self, run_id: &RunId) -> Result<Option<RunStatus>, StoreError> {
         let status: Option<String> = self.follow(|tx| {
             first(tx.query_opt("SELECT status FROM workflow_executions WHERE run_id = ?1", params![run_id])?)
         })?;
@@ -795,7 +795,9 @@ impl<B: Backend> Runs for Registry<B> {
         let status = q.status.map(|s| s.as_str());
         let mut clauses = Vec::new();
         let mut values = Vec::new();
-        for (column, value) in [("status", status), ("workflow", q.workflow), ("source_run_id", q.source_run_id)] {
+        for (column, value) in
+            [("status", status), ("workflow", q.workflow), ("source_run_id", q.source_run_id.map(RunId::as_str))]
+        {
             if let Some(v) = value {
                 clauses.push(format!("{column} = ?{}", values.len() + 1));
                 values.push(crate::sql::Param::Text(v));
@@ -812,7 +814,7 @@ impl<B: Backend> Runs for Registry<B> {
 
     fn finish_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         expected_revision: i64,
         status: RunStatus,
         findings: &[Finding],
@@ -849,12 +851,12 @@ impl<B: Backend> Runs for Registry<B> {
 
     fn claim_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         expected_revision: i64,
         owner: Option<&Owner>,
         at: i64,
     ) -> Result<i64, StoreError> {
-        let holds_lease = self.leases.read().unwrap_or_else(|p| p.into_inner()).contains_key(run_id);
+        let holds_lease = self.leases.read().unwrap_or_else(|p| p.into_inner()).contains_key(run_id.as_str());
         self.write(|tx| {
             // A held lease is checked by the fence; without one, a daemon's current lease means
             // that daemon drives the run, and two drivers would both resume its RUNNING steps.
@@ -896,7 +898,7 @@ impl<B: Backend> Runs for Registry<B> {
         rows(self.read(|tx| tx.query(&sql, &[]))?, run_from_row)
     }
 
-    fn cancel_run(&self, run_id: &str, reason: &str, at: i64) -> Result<RunRecord, StoreError> {
+    fn cancel_run(&self, run_id: &RunId, reason: &str, at: i64) -> Result<RunRecord, StoreError> {
         self.write(|tx| {
             tx.lock_run(run_id, false)?;
             let run = load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))?;
@@ -942,12 +944,12 @@ impl<B: Backend> Runs for Registry<B> {
 }
 
 impl<B: Backend> Attempts for Registry<B> {
-    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+    fn steps(&self, run_id: &RunId) -> Result<Vec<StepRecord>, StoreError> {
         let sql = format!("SELECT {STEP_COLUMNS} FROM tool_calls WHERE run_id = ?1 ORDER BY started_at, rowid");
         rows(self.read(|tx| tx.query(&sql, params![run_id]))?, step_from_row)
     }
 
-    fn events(&self, run_id: &str, after_seq: i64) -> Result<Vec<EventRecord>, StoreError> {
+    fn events(&self, run_id: &RunId, after_seq: i64) -> Result<Vec<EventRecord>, StoreError> {
         let found = self.follow(|tx| {
             tx.query(
                 "SELECT seq, run_id, kind, step_id, attempt, at, data_json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
@@ -955,7 +957,7 @@ impl<B: Backend> Attempts for Registry<B> {
             )
         })?;
         rows(found, |r| {
-            let (seq, run_id, kind): (i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            let (seq, run_id, kind): (i64, RunId, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
             let event = RunEvent::from_parts(&kind, parse_json(&r.get::<String>(6)?, "event data")?)
                 .map_err(|e| StoreError::Corrupt(format!("run `{run_id}`, event {seq}: {e}")))?;
             Ok(EventRecord { seq, run_id, step_id: r.get(3)?, attempt: r.get(4)?, at: r.get(5)?, event })
@@ -968,7 +970,7 @@ impl<B: Backend> Attempts for Registry<B> {
 
     fn record_process(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         step_id: &str,
         token: &AttemptToken,
         p: &ProcessInfo,
@@ -996,7 +998,7 @@ impl<B: Backend> Attempts for Registry<B> {
 
     fn append_step_events(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         step_id: &str,
         token: &AttemptToken,
         attempt: u32,
@@ -1019,7 +1021,7 @@ impl<B: Backend> Attempts for Registry<B> {
 
     fn adopt_attempt(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         step_id: &str,
         previous_token: &AttemptToken,
         token: &AttemptToken,
@@ -1103,7 +1105,13 @@ impl<B: Backend> Attempts for Registry<B> {
         })
     }
 
-    fn record_stale_write(&self, run_id: &str, step_id: &str, token: &AttemptToken, at: i64) -> Result<(), StoreError> {
+    fn record_stale_write(
+        &self,
+        run_id: &RunId,
+        step_id: &str,
+        token: &AttemptToken,
+        at: i64,
+    ) -> Result<(), StoreError> {
         self.write(|tx| {
             insert_event(
                 tx,
@@ -1118,8 +1126,8 @@ impl<B: Backend> Attempts for Registry<B> {
 
     fn copy_reused_steps(
         &self,
-        run_id: &str,
-        source_run_id: &str,
+        run_id: &RunId,
+        source_run_id: &RunId,
         steps: &[StepRecord],
         at: i64,
     ) -> Result<usize, StoreError> {
@@ -1171,7 +1179,7 @@ impl<B: Backend> Attempts for Registry<B> {
 }
 
 impl<B: Backend> Artifacts for Registry<B> {
-    fn artifacts(&self, run_id: &str) -> Result<Vec<ArtifactRecord>, StoreError> {
+    fn artifacts(&self, run_id: &RunId) -> Result<Vec<ArtifactRecord>, StoreError> {
         let sql = format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = ?1 ORDER BY step_id, path");
         rows(self.read(|tx| tx.query(&sql, params![run_id]))?, artifact_from_row)
     }
@@ -1347,7 +1355,7 @@ impl<B: Backend> Plans for Registry<B> {
                 workflow: n.workflow.clone(),
                 version: n.version.clone(),
                 identity_hash: n.identity_hash.clone(),
-                source_run_id: n.source_run_id.clone(),
+                source_run_id: n.source_run_id.as_deref().map(str::to_string),
                 plan: Some(PlannedOrigin {
                     plan_id: c.plan_id.clone(),
                     receipt_id: c.receipt_id.clone(),
@@ -1356,7 +1364,7 @@ impl<B: Backend> Plans for Registry<B> {
                 }),
             };
             insert_event(tx, &n.run_id, None, None, n.at, &event)?;
-            load_run(tx, &n.run_id)?.ok_or_else(|| StoreError::RunNotFound(n.run_id.clone()))
+            load_run(tx, &n.run_id)?.ok_or_else(|| StoreError::RunNotFound(n.run_id.to_string()))
         })?;
         if let Some(lease) = &c.run.lease {
             self.hold_lease(&run.run_id, Lease { daemon: lease.daemon.clone(), epoch: 1 });
@@ -1364,11 +1372,11 @@ impl<B: Backend> Plans for Registry<B> {
         Ok(run)
     }
 
-    fn run_of_plan(&self, plan_id: &str) -> Result<Option<String>, StoreError> {
+    fn run_of_plan(&self, plan_id: &str) -> Result<Option<RunId>, StoreError> {
         first(self.read(|tx| tx.query_opt("SELECT run_id FROM receipts WHERE plan_id = ?1", params![plan_id]))?)
     }
 
-    fn approval_of_run(&self, run_id: &str) -> Result<Option<cairn_core::plan::Approval>, StoreError> {
+    fn approval_of_run(&self, run_id: &RunId) -> Result<Option<cairn_core::plan::Approval>, StoreError> {
         let row = self
             .read(|tx| tx.query_opt("SELECT channel, consumed_at FROM receipts WHERE run_id = ?1", params![run_id]))?;
         row.map(|r| {
@@ -1380,11 +1388,11 @@ impl<B: Backend> Plans for Registry<B> {
         .transpose()
     }
 
-    fn target_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+    fn target_of_run(&self, run_id: &RunId) -> Result<Option<String>, StoreError> {
         first(self.read(|tx| tx.query_opt("SELECT target FROM reservations WHERE run_id = ?1", params![run_id]))?)
     }
 
-    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<String>, StoreError> {
+    fn reservation(&self, target: &str, run_dir: &str) -> Result<Option<RunId>, StoreError> {
         first(self.read(|tx| {
             tx.query_opt("SELECT run_id FROM reservations WHERE target = ?1 AND run_dir = ?2", params![target, run_dir])
         })?)

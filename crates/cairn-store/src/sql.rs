@@ -8,7 +8,7 @@
 //! rewrites them to `$N`), `ON CONFLICT`, `RETURNING`, and a `rowid` column where insertion
 //! order breaks ties (SQLite's own, PostgreSQL's an identity column of that name).
 
-use cairn_core::ids::AttemptToken;
+use cairn_core::ids::{AttemptToken, RunId};
 use cairn_core::store::StoreError;
 
 /// A value bound to a statement.
@@ -38,6 +38,12 @@ impl ToParam for String {
 }
 
 impl ToParam for AttemptToken {
+    fn to_param(&self) -> Param<'_> {
+        Param::Text(self.as_str())
+    }
+}
+
+impl ToParam for RunId {
     fn to_param(&self) -> Param<'_> {
         Param::Text(self.as_str())
     }
@@ -146,6 +152,13 @@ impl FromCell for String {
 impl FromCell for AttemptToken {
     fn from_cell(cell: &Cell) -> Option<Self> {
         String::from_cell(cell).map(AttemptToken)
+    }
+}
+
+/// A run id read from a row: the id of a run the registry holds, taken as it is stored.
+impl FromCell for RunId {
+    fn from_cell(cell: &Cell) -> Option<Self> {
+        String::from_cell(cell).map(RunId::lookup)
     }
 }
 

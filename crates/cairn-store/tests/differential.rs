@@ -6,6 +6,7 @@
 //! database words its own messages).
 
 use cairn_core::artifact::Artifact;
+use cairn_core::ids::RunId;
 use cairn_core::plan::ApprovalChannel;
 use cairn_core::replay::{ReplayRecord, ReplaySummary};
 use cairn_core::signature::StepSignature;
@@ -36,6 +37,11 @@ enum Op {
     Reuse { child: usize, source: usize, steps: Vec<usize> },
     Plan { plan: usize },
     Consume { receipt: usize, plan: usize, run: usize, dir: usize },
+}
+
+/// A run id to look a run up by.
+fn rid(id: &str) -> RunId {
+    RunId::lookup(id)
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -70,13 +76,13 @@ fn sig(step: &str) -> StepSignature {
 fn new_run(run: &str, source: Option<&str>, at: i64) -> NewRun {
     NewRun {
         lease: None,
-        run_id: run.into(),
+        run_id: RunId::lookup(run),
         workflow: "wf".into(),
         version: "1.0.0".into(),
         identity_hash: format!("identity-{run}"),
         input: json!({"run": run}),
         run_dir: format!("/runs/{run}"),
-        source_run_id: source.map(str::to_string),
+        source_run_id: source.map(RunId::lookup),
         replay: source.map(|s| ReplayRecord {
             summary: ReplaySummary {
                 source_run_id: s.to_string(),
@@ -96,7 +102,7 @@ fn new_run(run: &str, source: Option<&str>, at: i64) -> NewRun {
 
 fn begin(run: usize, step: usize, token: usize, start: AttemptStart, at: i64) -> BeginAttempt {
     BeginAttempt {
-        run_id: RUNS[run].into(),
+        run_id: RunId::lookup(RUNS[run]),
         step_id: STEPS[step].into(),
         signature: sig(STEPS[step]),
         args: json!({"step": STEPS[step]}),
@@ -109,7 +115,7 @@ fn begin(run: usize, step: usize, token: usize, start: AttemptStart, at: i64) ->
 
 fn finish(run: usize, step: usize, token: usize, outcome: Outcome, artifact: bool, at: i64) -> FinishAttempt {
     FinishAttempt {
-        run_id: RUNS[run].into(),
+        run_id: RunId::lookup(RUNS[run]),
         step_id: STEPS[step].into(),
         token: TOKENS[token].into(),
         attempt: 1,
@@ -174,24 +180,24 @@ fn apply(store: &dyn RunStore, op: &Op, at: i64) -> String {
         }
         Op::Process { run, step, token, pid } => {
             let p = ProcessInfo { pid: *pid, pgid: *pid, start_time: Some(7), remote: None };
-            answer(store.record_process(RUNS[*run], STEPS[*step], &TOKENS[*token].into(), &p))
+            answer(store.record_process(&rid(RUNS[*run]), STEPS[*step], &TOKENS[*token].into(), &p))
         }
         Op::Stale { run, step, token } => {
-            answer(store.record_stale_write(RUNS[*run], STEPS[*step], &TOKENS[*token].into(), at))
+            answer(store.record_stale_write(&rid(RUNS[*run]), STEPS[*step], &TOKENS[*token].into(), at))
         }
         Op::Finish { run, revision, status } => {
             let status = [RunStatus::Ready, RunStatus::Blocked, RunStatus::Failed][*status as usize];
-            answer(store.finish_run(RUNS[*run], *revision, status, &[], None, at))
+            answer(store.finish_run(&rid(RUNS[*run]), *revision, status, &[], None, at))
         }
-        Op::Claim { run, revision } => answer(store.claim_run(RUNS[*run], *revision, None, at)),
-        Op::Cancel { run } => answer(store.cancel_run(RUNS[*run], "cancelled", at)),
+        Op::Claim { run, revision } => answer(store.claim_run(&rid(RUNS[*run]), *revision, None, at)),
+        Op::Cancel { run } => answer(store.cancel_run(&rid(RUNS[*run]), "cancelled", at)),
         Op::Reuse { child, source, steps } => {
             let wanted: Vec<&str> = steps.iter().map(|&s| STEPS[s]).collect();
-            let records = match store.steps(RUNS[*source]) {
+            let records = match store.steps(&rid(RUNS[*source])) {
                 Ok(rows) => rows.into_iter().filter(|r| wanted.contains(&r.step_id.as_str())).collect::<Vec<_>>(),
                 Err(e) => return answer::<()>(Err(e)),
             };
-            answer(store.copy_reused_steps(RUNS[*child], RUNS[*source], &records, at))
+            answer(store.copy_reused_steps(&rid(RUNS[*child]), &rid(RUNS[*source]), &records, at))
         }
         Op::Plan { plan } => answer(store.insert_plan(
             &PlanRecord {
@@ -223,16 +229,16 @@ fn history(store: &dyn RunStore) -> String {
     let runs = store.runs(&RunQuery::newest(100)).unwrap();
     out.push_str(&format!("runs {runs:#?}\n"));
     for run in RUNS {
-        out.push_str(&format!("{run} steps {:#?}\n", store.steps(run).unwrap()));
-        let events = store.events(run, 0).unwrap();
+        out.push_str(&format!("{run} steps {:#?}\n", store.steps(&rid(run)).unwrap()));
+        let events = store.events(&rid(run), 0).unwrap();
         assert!(events.windows(2).all(|w| w[0].seq < w[1].seq), "{run}: events out of order");
         let events: Vec<_> = events.into_iter().map(|e| (e.step_id, e.attempt, e.at, e.event)).collect();
         out.push_str(&format!("{run} events {events:#?}\n"));
-        out.push_str(&format!("{run} artifacts {:#?}\n", store.artifacts(run).unwrap()));
+        out.push_str(&format!("{run} artifacts {:#?}\n", store.artifacts(&rid(run)).unwrap()));
         out.push_str(&format!(
             "{run} approval {:?} target {:?}\n",
-            store.approval_of_run(run).unwrap(),
-            store.target_of_run(run).unwrap()
+            store.approval_of_run(&rid(run)).unwrap(),
+            store.target_of_run(&rid(run)).unwrap()
         ));
     }
     out.push_str(&format!("plans {:#?}\n", store.plans().unwrap()));

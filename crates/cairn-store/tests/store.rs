@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use cairn_core::artifact::Artifact;
+use cairn_core::ids::RunId;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::*;
@@ -66,6 +67,11 @@ impl Db {
     }
 }
 
+/// A run id to look a run up by.
+fn rid(id: &str) -> RunId {
+    RunId::lookup(id)
+}
+
 fn spec(version: &str) -> WorkflowSpec {
     parse_workflow(&WORKFLOW.replace("1.0.0", version), "workflow.toml").unwrap()
 }
@@ -123,7 +129,7 @@ fn sqlite_db() -> (TempDir, PathBuf, SqliteStore) {
 fn new_run(run_id: &str) -> NewRun {
     NewRun {
         lease: None,
-        run_id: run_id.into(),
+        run_id: RunId::lookup(run_id),
         workflow: "wf".into(),
         version: "1.0.0".into(),
         identity_hash: "identity-1".into(),
@@ -151,7 +157,7 @@ fn sig() -> StepSignature {
 
 fn begin(run_id: &str, step_id: &str, token: &str, attempt: u32, start: AttemptStart) -> BeginAttempt {
     BeginAttempt {
-        run_id: run_id.into(),
+        run_id: RunId::lookup(run_id),
         step_id: step_id.into(),
         signature: sig(),
         args: json!({"x": 1}),
@@ -164,7 +170,7 @@ fn begin(run_id: &str, step_id: &str, token: &str, attempt: u32, start: AttemptS
 
 fn finish(run_id: &str, step_id: &str, token: &str, attempt: u32, outcome: Outcome) -> FinishAttempt {
     FinishAttempt {
-        run_id: run_id.into(),
+        run_id: RunId::lookup(run_id),
         step_id: step_id.into(),
         token: token.into(),
         attempt,
@@ -179,11 +185,11 @@ fn finish(run_id: &str, step_id: &str, token: &str, attempt: u32, outcome: Outco
 }
 
 fn step(store: &dyn RunStore, run_id: &str, step_id: &str) -> StepRecord {
-    store.steps(run_id).unwrap().into_iter().find(|s| s.step_id == step_id).expect("step row")
+    store.steps(&rid(run_id)).unwrap().into_iter().find(|s| s.step_id == step_id).expect("step row")
 }
 
 fn kinds(store: &dyn RunStore, run_id: &str) -> Vec<String> {
-    store.events(run_id, 0).unwrap().into_iter().map(|e| e.event.kind().to_string()).collect()
+    store.events(&rid(run_id), 0).unwrap().into_iter().map(|e| e.event.kind().to_string()).collect()
 }
 
 fn user_version(path: &Path) -> i64 {
@@ -211,7 +217,7 @@ fn migrations_run_once_and_reopen_is_a_no_op() {
     let store = open(&path);
     assert_eq!(user_version(&path), cairn_store::SCHEMA_VERSION);
     assert_eq!(schema(&path), before);
-    assert_eq!(store.run("run-1").unwrap().unwrap().status, RunStatus::Running);
+    assert_eq!(store.run(&rid("run-1")).unwrap().unwrap().status, RunStatus::Running);
     assert_eq!(store.workflows().unwrap().len(), 1);
     drop(store);
     let _third = open(&path);
@@ -274,14 +280,15 @@ fn runs_filter_and_replays_are_found(k: Kind) {
     created(store, "source");
     for (n, id) in ["child-1", "child-2"].into_iter().enumerate() {
         let mut child = new_run(id);
-        child.source_run_id = Some("source".into());
+        child.source_run_id = Some(rid("source"));
         child.at = 3_000 + n as i64;
         assert!(matches!(store.create_run(&child).unwrap(), CreateRun::Created(_)));
     }
-    let replays_of = |run| store.runs(&RunQuery { source_run_id: Some(run), ..RunQuery::newest(10) }).unwrap();
+    let replays_of =
+        |run: &str| store.runs(&RunQuery { source_run_id: Some(&rid(run)), ..RunQuery::newest(10) }).unwrap();
     assert_eq!(ids(replays_of("source")), ["child-2", "child-1"]);
     assert!(replays_of("child-1").is_empty());
-    assert_eq!(store.target_of_run("source").unwrap(), None);
+    assert_eq!(store.target_of_run(&rid("source")).unwrap(), None);
     let runs =
         |limit, status, workflow| store.runs(&RunQuery { limit, status, workflow, source_run_id: None }).unwrap();
     assert_eq!(ids(runs(2, None, Some("wf"))), ["child-2", "child-1"]);
@@ -296,7 +303,7 @@ fn a_run_of_an_unregistered_workflow_is_refused_by_the_foreign_key(k: Kind) {
     let mut new = new_run("run-x");
     new.version = "9.9.9".into();
     assert!(matches!(store.create_run(&new), Err(StoreError::Database(_))));
-    assert!(store.run("run-x").unwrap().is_none());
+    assert!(store.run(&rid("run-x")).unwrap().is_none());
 }
 
 // ---------------------------------------------------------------- attempts
@@ -323,18 +330,18 @@ fn complete_attempt_with_a_wrong_token_is_stale_and_changes_nothing(k: Kind) {
     let store: &dyn RunStore = &*d.store;
     created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
-    let steps_before = store.steps("r").unwrap();
-    let events_before = store.events("r", 0).unwrap();
+    let steps_before = store.steps(&rid("r")).unwrap();
+    let events_before = store.events(&rid("r"), 0).unwrap();
 
     let err = store.complete_attempt(&finish("r", "a", "tok-wrong", 1, Outcome::Completed)).unwrap_err();
     assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "a".into() });
-    assert_eq!(store.steps("r").unwrap(), steps_before);
-    assert_eq!(store.events("r", 0).unwrap(), events_before);
+    assert_eq!(store.steps(&rid("r")).unwrap(), steps_before);
+    assert_eq!(store.events(&rid("r"), 0).unwrap(), events_before);
 
     // A step with no row at all has no owner either.
     let err = store.complete_attempt(&finish("r", "b", "tok-1", 1, Outcome::Completed)).unwrap_err();
     assert!(matches!(err, StoreError::StaleToken { .. }), "{err:?}");
-    assert_eq!(store.steps("r").unwrap(), steps_before);
+    assert_eq!(store.steps(&rid("r")).unwrap(), steps_before);
 
     // The owner's write goes through.
     store.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap();
@@ -353,9 +360,9 @@ fn record_process_is_fenced_by_the_token(k: Kind) {
     created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     let p = ProcessInfo { pid: 4242, pgid: 4242, start_time: Some(77), remote: None };
-    assert!(matches!(store.record_process("r", "a", &"tok-x".into(), &p), Err(StoreError::StaleToken { .. })));
+    assert!(matches!(store.record_process(&rid("r"), "a", &"tok-x".into(), &p), Err(StoreError::StaleToken { .. })));
     assert_eq!(step(store, "r", "a").process, None);
-    store.record_process("r", "a", &"tok-1".into(), &p).unwrap();
+    store.record_process(&rid("r"), "a", &"tok-1".into(), &p).unwrap();
     assert_eq!(step(store, "r", "a").process, Some(p));
 }
 
@@ -374,17 +381,17 @@ fn a_launch_record_is_kept_before_and_after_its_identity_and_adopted_only_with_t
     };
     // Before the launch: only where to find it.
     let before = ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) };
-    store.record_process("r", "a", &"tok-1".into(), &before).unwrap();
+    store.record_process(&rid("r"), "a", &"tok-1".into(), &before).unwrap();
     assert_eq!(step(store, "r", "a").process, Some(before));
     // After it: the identity the agent reported.
     remote.job_id = Some("31".into());
     let after = ProcessInfo { pid: 0, pgid: 0, start_time: None, remote: Some(remote.clone()) };
-    store.record_process("r", "a", &"tok-1".into(), &after).unwrap();
+    store.record_process(&rid("r"), "a", &"tok-1".into(), &after).unwrap();
     assert_eq!(step(store, "r", "a").process, Some(after.clone()));
 
-    let err = store.adopt_attempt("r", "a", &"tok-old".into(), &"tok-2".into(), 5_000).unwrap_err();
+    let err = store.adopt_attempt(&rid("r"), "a", &"tok-old".into(), &"tok-2".into(), 5_000).unwrap_err();
     assert!(matches!(err, StoreError::StaleToken { .. }), "{err:?}");
-    store.adopt_attempt("r", "a", &"tok-1".into(), &"tok-2".into(), 5_000).unwrap();
+    store.adopt_attempt(&rid("r"), "a", &"tok-1".into(), &"tok-2".into(), 5_000).unwrap();
     let row = step(store, "r", "a");
     assert_eq!((row.attempt_token.as_deref(), row.attempt_count), (Some("tok-2"), 1));
     assert_eq!(row.process, Some(after), "adopting keeps the launch record");
@@ -399,14 +406,14 @@ fn retry_is_conditional_on_the_previous_token(k: Kind) {
     let store: &dyn RunStore = &*d.store;
     created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
-    let before = store.steps("r").unwrap();
-    let n_events = store.events("r", 0).unwrap().len();
+    let before = store.steps(&rid("r")).unwrap();
+    let n_events = store.events(&rid("r"), 0).unwrap().len();
 
     let stale = AttemptStart::Retry { previous_token: "tok-old".into(), outcome: Outcome::TimedOut, error: None };
     let err = store.begin_attempt(&begin("r", "a", "tok-2", 2, stale)).unwrap_err();
     assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "a".into() });
-    assert_eq!(store.steps("r").unwrap(), before);
-    assert_eq!(store.events("r", 0).unwrap().len(), n_events);
+    assert_eq!(store.steps(&rid("r")).unwrap(), before);
+    assert_eq!(store.events(&rid("r"), 0).unwrap().len(), n_events);
 
     let ok = AttemptStart::Retry {
         previous_token: "tok-1".into(),
@@ -434,13 +441,13 @@ fn commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing(k: Kin
     created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-a", 1, AttemptStart::First)).unwrap();
     store.begin_attempt(&begin("r", "b", "tok-b", 1, AttemptStart::First)).unwrap();
-    let before = (store.steps("r").unwrap(), kinds(store, "r"));
+    let before = (store.steps(&rid("r")).unwrap(), kinds(store, "r"));
 
     // One stale completion among them: nothing of the batch is written, not even the good one.
     let batch = [finish("r", "a", "tok-a", 1, Outcome::Completed), finish("r", "b", "tok-old", 1, Outcome::Completed)];
     let err = store.commit_steps(&batch, &[begin("r", "c", "tok-c", 1, AttemptStart::First)]).unwrap_err();
     assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "b".into() });
-    assert_eq!((store.steps("r").unwrap(), kinds(store, "r")), before);
+    assert_eq!((store.steps(&rid("r")).unwrap(), kinds(store, "r")), before);
 
     // A begin that cannot be made (the step exists) undoes the completions before it too.
     let err = store
@@ -450,7 +457,7 @@ fn commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing(k: Kin
         )
         .unwrap_err();
     assert!(matches!(err, StoreError::StepExists { .. }), "{err:?}");
-    assert_eq!((store.steps("r").unwrap(), kinds(store, "r")), before);
+    assert_eq!((store.steps(&rid("r")).unwrap(), kinds(store, "r")), before);
 
     let batch = [finish("r", "b", "tok-b", 1, Outcome::Completed), finish("r", "a", "tok-a", 1, Outcome::Completed)];
     let starts = [begin("r", "c", "tok-c", 1, AttemptStart::First), begin("r", "d", "tok-d", 1, AttemptStart::First)];
@@ -461,7 +468,7 @@ fn commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing(k: Kin
     assert_eq!(step(store, "r", "d").attempt_token.as_deref(), Some("tok-d"));
     // In the order given: the completions, then the begins.
     let tail: Vec<(String, Option<String>)> = store
-        .events("r", 0)
+        .events(&rid("r"), 0)
         .unwrap()
         .iter()
         .rev()
@@ -479,14 +486,19 @@ fn resume_interrupted_is_conditional_on_the_previous_token(k: Kind) {
     created(store, "r");
     store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     store
-        .record_process("r", "a", &"tok-1".into(), &ProcessInfo { pid: 9, pgid: 9, start_time: None, remote: None })
+        .record_process(
+            &rid("r"),
+            "a",
+            &"tok-1".into(),
+            &ProcessInfo { pid: 9, pgid: 9, start_time: None, remote: None },
+        )
         .unwrap();
-    let before = store.steps("r").unwrap();
+    let before = store.steps(&rid("r")).unwrap();
 
     let stale = AttemptStart::ResumeInterrupted { previous_token: "tok-old".into(), why: None };
     let err = store.begin_attempt(&begin("r", "a", "tok-2", 2, stale)).unwrap_err();
     assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "a".into() });
-    assert_eq!(store.steps("r").unwrap(), before);
+    assert_eq!(store.steps(&rid("r")).unwrap(), before);
 
     let ok = AttemptStart::ResumeInterrupted { previous_token: "tok-1".into(), why: None };
     store.begin_attempt(&begin("r", "a", "tok-2", 2, ok)).unwrap();
@@ -494,7 +506,7 @@ fn resume_interrupted_is_conditional_on_the_previous_token(k: Kind) {
     assert_eq!(row.attempt_token.as_deref(), Some("tok-2"));
     assert_eq!((row.attempt_count, row.interrupted_count), (2, 1));
     assert_eq!(row.process, None, "the abandoned attempt's process identity is cleared");
-    let events = store.events("r", 0).unwrap();
+    let events = store.events(&rid("r"), 0).unwrap();
     let interrupted = events.iter().find(|e| e.event.kind() == "step.interrupted").expect("step.interrupted");
     assert_eq!(interrupted.event.data()["abandoned_token"], json!("tok-1"));
     assert_eq!(interrupted.attempt, Some(1));
@@ -513,7 +525,7 @@ fn fail_attempt_fails_the_step_and_the_run_in_one_go(k: Kind) {
     // A stale token fails nothing.
     let err = store.fail_attempt(&finish("r", "a", "tok-x", 1, Outcome::Failed), "boom").unwrap_err();
     assert!(matches!(err, StoreError::StaleToken { .. }));
-    assert_eq!(store.run("r").unwrap().unwrap(), run);
+    assert_eq!(store.run(&rid("r")).unwrap().unwrap(), run);
     assert_eq!(step(store, "r", "a").status, StepStatus::Running);
 
     store.fail_attempt(&finish("r", "a", "tok-1", 1, Outcome::Failed), "step `a` ended FAILED").unwrap();
@@ -522,19 +534,19 @@ fn fail_attempt_fails_the_step_and_the_run_in_one_go(k: Kind) {
     assert_eq!(row.outcome, Some(Outcome::Failed));
     assert_eq!(row.error.as_deref(), Some("exit 1"));
     assert_eq!(row.result, None);
-    let after = store.run("r").unwrap().unwrap();
+    let after = store.run(&rid("r")).unwrap().unwrap();
     assert_eq!(after.status, RunStatus::Failed);
     assert_eq!(after.error.as_deref(), Some("step `a` ended FAILED"));
     assert_eq!(after.finished_at, Some(4_000));
     assert_eq!(after.revision, run.revision + 1);
-    let events = store.events("r", 0).unwrap();
+    let events = store.events(&rid("r"), 0).unwrap();
     let k: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
     assert_eq!(k, ["run.created", "step.started", "step.failed", "run.finished"]);
     assert_eq!(events[3].event.data()["status"], json!("FAILED"));
     assert_eq!(events[2].at, events[3].at);
 
     // A terminal run is not finished again.
-    let err = store.finish_run("r", after.revision, RunStatus::Ready, &[], None, 5_000).unwrap_err();
+    let err = store.finish_run(&rid("r"), after.revision, RunStatus::Ready, &[], None, 5_000).unwrap_err();
     assert!(matches!(err, StoreError::StaleRevision { .. }), "{err:?}");
 }
 
@@ -544,15 +556,15 @@ fn finish_run_with_a_stale_revision_is_refused(k: Kind) {
     let Some(d) = db(k) else { return };
     let store: &dyn RunStore = &*d.store;
     let run = created(store, "r");
-    let err = store.finish_run("r", run.revision + 7, RunStatus::Ready, &[], None, 5_000).unwrap_err();
+    let err = store.finish_run(&rid("r"), run.revision + 7, RunStatus::Ready, &[], None, 5_000).unwrap_err();
     assert_eq!(err, StoreError::StaleRevision { run_id: "r".into(), expected: run.revision + 7 });
-    assert_eq!(store.run("r").unwrap().unwrap(), run);
+    assert_eq!(store.run(&rid("r")).unwrap().unwrap(), run);
     assert_eq!(kinds(store, "r"), ["run.created"]);
 
-    let err = store.finish_run("nope", 1, RunStatus::Ready, &[], None, 5_000).unwrap_err();
+    let err = store.finish_run(&rid("nope"), 1, RunStatus::Ready, &[], None, 5_000).unwrap_err();
     assert_eq!(err, StoreError::RunNotFound("nope".into()));
 
-    let done = store.finish_run("r", run.revision, RunStatus::Ready, &[], None, 5_000).unwrap();
+    let done = store.finish_run(&rid("r"), run.revision, RunStatus::Ready, &[], None, 5_000).unwrap();
     assert_eq!(done.status, RunStatus::Ready);
     assert_eq!(done.revision, run.revision + 1);
     assert_eq!(done.finished_at, Some(5_000));
@@ -563,21 +575,22 @@ fn claim_run_bumps_the_revision(k: Kind) {
     let Some(d) = db(k) else { return };
     let store: &dyn RunStore = &*d.store;
     let run = created(store, "r");
-    let rev =
-        store.claim_run("r", run.revision, Some(&cairn_core::ids::Owner { pid: 1, start_time: 2 }), 6_000).unwrap();
+    let rev = store
+        .claim_run(&rid("r"), run.revision, Some(&cairn_core::ids::Owner { pid: 1, start_time: 2 }), 6_000)
+        .unwrap();
     assert_eq!(rev, run.revision + 1);
-    let now = store.run("r").unwrap().unwrap();
+    let now = store.run(&rid("r")).unwrap().unwrap();
     assert_eq!((now.revision, now.updated_at, now.status), (rev, 6_000, RunStatus::Running));
     assert_eq!(kinds(store, "r"), ["run.created", "run.resumed"]);
 
     // The previous holder's revision is stale now, for claiming and for finishing.
-    assert!(matches!(store.claim_run("r", run.revision, None, 6_001), Err(StoreError::StaleRevision { .. })));
+    assert!(matches!(store.claim_run(&rid("r"), run.revision, None, 6_001), Err(StoreError::StaleRevision { .. })));
     assert!(matches!(
-        store.finish_run("r", run.revision, RunStatus::Ready, &[], None, 6_002),
+        store.finish_run(&rid("r"), run.revision, RunStatus::Ready, &[], None, 6_002),
         Err(StoreError::StaleRevision { .. })
     ));
-    assert_eq!(store.run("r").unwrap().unwrap().revision, rev);
-    store.finish_run("r", rev, RunStatus::Ready, &[], None, 6_003).unwrap();
+    assert_eq!(store.run(&rid("r")).unwrap().unwrap().revision, rev);
+    store.finish_run(&rid("r"), rev, RunStatus::Ready, &[], None, 6_003).unwrap();
 }
 
 // ---------------------------------------------------------------- events
@@ -591,12 +604,12 @@ fn events_are_ordered_and_append_only(k: Kind) {
     store.begin_attempt(&begin("other", "a", "to", 1, AttemptStart::First)).unwrap();
     store.complete_attempt(&finish("r", "a", "ta", 1, Outcome::Completed)).unwrap();
     store.begin_attempt(&begin("r", "b", "tb", 1, AttemptStart::First)).unwrap();
-    store.record_stale_write("r", "b", &"t-stale".into(), 4_500).unwrap();
+    store.record_stale_write(&rid("r"), "b", &"t-stale".into(), 4_500).unwrap();
     store.complete_attempt(&finish("r", "b", "tb", 1, Outcome::Completed)).unwrap();
-    let rev = store.run("r").unwrap().unwrap().revision;
-    store.finish_run("r", rev, RunStatus::Ready, &[], None, 5_000).unwrap();
+    let rev = store.run(&rid("r")).unwrap().unwrap().revision;
+    store.finish_run(&rid("r"), rev, RunStatus::Ready, &[], None, 5_000).unwrap();
 
-    let events = store.events("r", 0).unwrap();
+    let events = store.events(&rid("r"), 0).unwrap();
     let k: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
     assert_eq!(
         k,
@@ -614,7 +627,7 @@ fn events_are_ordered_and_append_only(k: Kind) {
     assert!(events.iter().all(|e| e.run_id == "r"));
     assert_eq!(events[1].step_id.as_deref(), Some("a"));
     // `after_seq` pages through the log.
-    let tail = store.events("r", events[3].seq).unwrap();
+    let tail = store.events(&rid("r"), events[3].seq).unwrap();
     assert_eq!(tail, events[4..].to_vec());
 
     // The database itself refuses to rewrite history, whoever connects to it.
@@ -628,7 +641,7 @@ fn events_are_ordered_and_append_only(k: Kind) {
         assert!(err.contains("append-only"), "{sql}: {err}");
     }
     assert_eq!(d.raw_count("SELECT COUNT(*) FROM events"), total);
-    assert_eq!(store.events("r", 0).unwrap(), events);
+    assert_eq!(store.events(&rid("r"), 0).unwrap(), events);
 }
 
 // ---------------------------------------------------------------- workflows
@@ -669,7 +682,7 @@ fn cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal(k: Kind) {
     store.complete_attempt(&finish("r", "a", "tok-a", 1, Outcome::Completed)).unwrap();
     store.begin_attempt(&begin("r", "b", "tok-b", 1, AttemptStart::First)).unwrap();
 
-    let run = store.cancel_run("r", "cancelled by an operator", 5_000).unwrap();
+    let run = store.cancel_run(&rid("r"), "cancelled by an operator", 5_000).unwrap();
     assert_eq!(run.status, RunStatus::Cancelled);
     assert_eq!(run.error.as_deref(), Some("cancelled by an operator"));
     assert_eq!(step(store, "r", "a").status, StepStatus::Completed, "a completed step stays completed");
@@ -682,8 +695,8 @@ fn cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal(k: Kind) {
     assert!(kinds(store, "r").ends_with(&["step.cancelled".to_string(), "run.finished".to_string()]));
     assert!(store.open_runs().unwrap().is_empty());
     // A finished run cannot be cancelled again.
-    assert!(matches!(store.cancel_run("r", "again", 6_000), Err(StoreError::RunFinished { .. })));
-    assert!(matches!(store.cancel_run("nope", "x", 6_000), Err(StoreError::RunNotFound(_))));
+    assert!(matches!(store.cancel_run(&rid("r"), "again", 6_000), Err(StoreError::RunFinished { .. })));
+    assert!(matches!(store.cancel_run(&rid("nope"), "x", 6_000), Err(StoreError::RunNotFound(_))));
 }
 
 fn open_runs_lists_non_terminal_runs_with_their_owner(k: Kind) {
@@ -691,9 +704,9 @@ fn open_runs_lists_non_terminal_runs_with_their_owner(k: Kind) {
     let store: &dyn RunStore = &*d.store;
     let one = created(store, "one");
     created(store, "two");
-    store.finish_run("two", 1, RunStatus::Ready, &[], None, 3_000).unwrap();
+    store.finish_run(&rid("two"), 1, RunStatus::Ready, &[], None, 3_000).unwrap();
     let owner = cairn_core::ids::Owner { pid: 123, start_time: 456 };
-    store.claim_run("one", one.revision, Some(&owner), 4_000).unwrap();
+    store.claim_run(&rid("one"), one.revision, Some(&owner), 4_000).unwrap();
     let open = store.open_runs().unwrap();
     assert_eq!(open.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["one"]);
     assert_eq!(open[0].owner, Some(owner));
@@ -741,10 +754,10 @@ fn artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed(
     // A stale token writes neither the step nor its artifacts.
     let stale = FinishAttempt { artifacts: files.clone(), ..finish("r1", "a", "other", 1, Outcome::Completed) };
     assert!(matches!(d.store.complete_attempt(&stale), Err(StoreError::StaleToken { .. })));
-    assert!(d.store.artifacts("r1").unwrap().is_empty());
+    assert!(d.store.artifacts(&rid("r1")).unwrap().is_empty());
     let done = FinishAttempt { artifacts: files, ..finish("r1", "a", "tok1", 1, Outcome::Completed) };
     d.store.complete_attempt(&done).unwrap();
-    let recorded = d.store.artifacts("r1").unwrap();
+    let recorded = d.store.artifacts(&rid("r1")).unwrap();
     let paths: Vec<(&str, &str, u32)> =
         recorded.iter().map(|a| (a.artifact.path.as_str(), a.step_id.as_str(), a.attempt)).collect();
     assert_eq!(paths, [("steps/a/plots/x.png", "a", 1), ("steps/a/report.html", "a", 1)]);
@@ -752,11 +765,15 @@ fn artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed(
 
     // A replay child of r1, and a grandchild of that child: both name r1 as the producer.
     for (child, source) in [("r2", "r1"), ("r3", "r2")] {
-        d.store.create_run(&NewRun { source_run_id: Some(source.into()), ..new_run(child) }).unwrap();
+        d.store.create_run(&NewRun { source_run_id: Some(rid(source)), ..new_run(child) }).unwrap();
         let reused = vec![step(&*d.store, source, "a")];
-        assert_eq!(d.store.copy_reused_steps(child, source, &reused, 5_000).unwrap(), 1);
-        assert_eq!(d.store.copy_reused_steps(child, source, &reused, 6_000).unwrap(), 0, "never copied twice");
-        let copies = d.store.artifacts(child).unwrap();
+        assert_eq!(d.store.copy_reused_steps(&rid(child), &rid(source), &reused, 5_000).unwrap(), 1);
+        assert_eq!(
+            d.store.copy_reused_steps(&rid(child), &rid(source), &reused, 6_000).unwrap(),
+            0,
+            "never copied twice"
+        );
+        let copies = d.store.artifacts(&rid(child)).unwrap();
         assert_eq!(copies.len(), 2, "{copies:?}");
         assert!(copies.iter().all(|a| a.reused_from.as_deref() == Some("r1") && a.attempt == 1), "{copies:?}");
     }
@@ -837,7 +854,7 @@ fn a_lease_taken_over_fences_its_old_holder(k: Kind) {
     };
     a.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     let held = a.heartbeat("dmn_a", 2_500, 6_000).unwrap();
-    assert_eq!(held, vec![("r".to_string(), Lease { daemon: "dmn_a".into(), epoch: 1 })]);
+    assert_eq!(held, vec![(rid("r"), Lease { daemon: "dmn_a".into(), epoch: 1 })]);
 
     assert!(a.open_leases("dmn_a").unwrap().is_empty(), "a daemon's own leases are not listed to it");
     let open = b.open_leases("dmn_b").unwrap();
@@ -849,37 +866,40 @@ fn a_lease_taken_over_fences_its_old_holder(k: Kind) {
     // Taken with a stale epoch or a stale revision (the run claimed since it was seen): refused;
     // with the current ones: a new epoch and a new revision.
     let rev = open[0].run.revision;
-    assert!(matches!(b.take_lease("r", &db_, 0, rev, 20_000, 7_000), Err(StoreError::StaleRevision { .. })));
-    assert!(matches!(b.take_lease("r", &db_, 1, rev - 1, 20_000, 7_000), Err(StoreError::StaleRevision { .. })));
-    let taken = b.take_lease("r", &db_, 1, rev, 20_000, 7_000).unwrap();
+    assert!(matches!(b.take_lease(&rid("r"), &db_, 0, rev, 20_000, 7_000), Err(StoreError::StaleRevision { .. })));
+    assert!(matches!(b.take_lease(&rid("r"), &db_, 1, rev - 1, 20_000, 7_000), Err(StoreError::StaleRevision { .. })));
+    let taken = b.take_lease(&rid("r"), &db_, 1, rev, 20_000, 7_000).unwrap();
     assert_eq!(taken, Lease { daemon: "dmn_b".into(), epoch: 2 });
-    assert_eq!(b.run("r").unwrap().unwrap().revision, rev + 1);
+    assert_eq!(b.run(&rid("r")).unwrap().unwrap().revision, rev + 1);
     // A process holding no lease cannot claim the run while b's lease is current (it would
     // drive it beside b); b, holding it, can.
     let third = second(&d);
-    let err = third.claim_run("r", rev + 1, None, 7_500).unwrap_err();
+    let err = third.claim_run(&rid("r"), rev + 1, None, 7_500).unwrap_err();
     assert!(matches!(&err, StoreError::RunLeased { daemon, until: 20_000, .. } if daemon == "dmn_b"), "{err:?}");
     assert!(err.to_string().contains("dmn_b"), "{err}");
     // Once the lease expired, an explicit resume may claim it.
-    assert_eq!(third.claim_run("r", rev + 1, None, 20_001).unwrap(), rev + 2);
+    assert_eq!(third.claim_run(&rid("r"), rev + 1, None, 20_001).unwrap(), rev + 2);
     let leased = events_of_kind(&*b, "r", "run.leased");
     assert_eq!(leased.len(), 1);
     assert_eq!(leased[0].event.data()["previous"], "dmn_a");
 
     // The old holder's writes: refused, nothing written.
-    let before = (b.steps("r").unwrap(), b.events("r", 0).unwrap());
+    let before = (b.steps(&rid("r")).unwrap(), b.events(&rid("r"), 0).unwrap());
     let err = a.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap_err();
     assert!(matches!(&err, StoreError::LeaseLost { daemon, epoch: 1, .. } if daemon == "dmn_a"), "{err:?}");
     assert!(err.to_string().contains("dmn_b"), "{err}");
     let err = a.commit_steps(&[], &[begin("r", "b", "tok-2", 1, AttemptStart::First)]).unwrap_err();
     assert!(matches!(err, StoreError::LeaseLost { .. }), "{err:?}");
-    assert!(matches!(a.finish_run("r", 1, RunStatus::Ready, &[], None, 8_000), Err(StoreError::LeaseLost { .. })));
-    assert_eq!((b.steps("r").unwrap(), b.events("r", 0).unwrap()), before);
+    assert!(matches!(
+        a.finish_run(&rid("r"), 1, RunStatus::Ready, &[], None, 8_000),
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert_eq!((b.steps(&rid("r")).unwrap(), b.events(&rid("r"), 0).unwrap()), before);
     // Its heartbeat no longer renews the run; the new holder's does.
     assert!(a.heartbeat("dmn_a", 8_000, 23_000).unwrap().is_empty());
     assert_eq!(b.heartbeat("dmn_b", 8_000, 23_000).unwrap().len(), 1);
     // The refusal is recorded; the new holder writes.
-    a.record_stale_lease("r", &Lease { daemon: "dmn_a".into(), epoch: 1 }, 8_100).unwrap();
+    a.record_stale_lease(&rid("r"), &Lease { daemon: "dmn_a".into(), epoch: 1 }, 8_100).unwrap();
     assert_eq!(events_of_kind(&*b, "r", "run.stale_lease_write_rejected").len(), 1);
     b.complete_attempt(&finish("r", "a", "tok-1", 1, Outcome::Completed)).unwrap();
     assert_eq!(step(&*b, "r", "a").status, StepStatus::Completed);
@@ -903,16 +923,16 @@ fn a_claim_skips_a_run_another_transaction_holds() {
     let mut tx = holder.transaction().unwrap();
     tx.query("SELECT 1 FROM workflow_executions WHERE run_id = 'r' FOR UPDATE", &[]).unwrap();
     let asked = std::time::Instant::now();
-    let err = b.take_lease("r", &db_, 1, 1, 20_000, 7_000).unwrap_err();
+    let err = b.take_lease(&rid("r"), &db_, 1, 1, 20_000, 7_000).unwrap_err();
     assert!(matches!(&err, StoreError::RunBusy { run_id } if run_id == "r"), "{err:?}");
     assert!(asked.elapsed() < std::time::Duration::from_secs(5), "the claim waited for the lock");
     assert!(err.to_string().contains("tried again"), "{err}");
-    assert!(matches!(b.take_lease("nope", &db_, 1, 1, 20_000, 7_000), Err(StoreError::RunNotFound(_))));
+    assert!(matches!(b.take_lease(&rid("nope"), &db_, 1, 1, 20_000, 7_000), Err(StoreError::RunNotFound(_))));
     tx.rollback().unwrap();
     assert!(events_of_kind(&*b, "r", "run.leased").is_empty(), "a skipped claim writes nothing");
     assert_eq!(b.open_leases("dmn_b").unwrap()[0].lease, Some(Lease { daemon: "dmn_a".into(), epoch: 1 }));
 
-    assert_eq!(b.take_lease("r", &db_, 1, 1, 20_000, 7_000).unwrap(), Lease { daemon: "dmn_b".into(), epoch: 2 });
+    assert_eq!(b.take_lease(&rid("r"), &db_, 1, 1, 20_000, 7_000).unwrap(), Lease { daemon: "dmn_b".into(), epoch: 2 });
 }
 
 /// Daemons and their leases: the live ones are listed with what they hold; one that stops ends
@@ -926,7 +946,7 @@ fn a_daemon_that_stops_ends_its_leases(k: Kind) {
     for id in ["r1", "r2"] {
         s.create_run(&NewRun { lease: lease(30_000), ..new_run(id) }).unwrap();
     }
-    s.finish_run("r2", 1, RunStatus::Ready, &[], None, 2_000).unwrap();
+    s.finish_run(&rid("r2"), 1, RunStatus::Ready, &[], None, 2_000).unwrap();
     let live: Vec<String> = s.live_daemons(0).unwrap().into_iter().map(|d| d.id).collect();
     assert_eq!(live, ["dmn_a", "dmn_b"]);
     assert_eq!(s.leased_runs("dmn_a").unwrap(), ["r1"], "open runs only");
@@ -942,5 +962,5 @@ fn a_daemon_that_stops_ends_its_leases(k: Kind) {
 }
 
 fn events_of_kind(store: &dyn RunStore, run_id: &str, kind: &str) -> Vec<EventRecord> {
-    store.events(run_id, 0).unwrap().into_iter().filter(|e| e.event.kind() == kind).collect()
+    store.events(&rid(run_id), 0).unwrap().into_iter().filter(|e| e.event.kind() == kind).collect()
 }

@@ -2,9 +2,16 @@
 
 use std::path::PathBuf;
 
+use cairn_core::ids::RunId;
 use clap::{Parser, Subcommand};
 
 use crate::wire;
+
+/// A run id given to look a run up: any text, so an id no run has is "run not found", not an
+/// invalid id (a new run's id is validated where the run is made).
+fn run_to_look_up(given: &str) -> Result<RunId, std::convert::Infallible> {
+    Ok(RunId::lookup(given))
+}
 
 #[derive(Parser, Debug)]
 #[command(name = "cairn", version, about = "Durable, approved, reproducible workflow runs")]
@@ -35,7 +42,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Why a step of a run was executed, reused or invalidated.
     Explain {
-        run_id: String,
+        #[arg(value_parser = run_to_look_up)]
+        run_id: RunId,
         step_id: String,
         #[arg(long)]
         json: bool,
@@ -57,7 +65,8 @@ pub enum Command {
     },
     /// Show one run: its steps, findings and error.
     Show {
-        run_id: String,
+        #[arg(value_parser = run_to_look_up)]
+        run_id: RunId,
         /// Every attempt on the run's time axis instead: what overlapped, where the time went.
         #[arg(long)]
         timeline: bool,
@@ -66,7 +75,8 @@ pub enum Command {
     },
     /// One step of a run whole: its result (never cut) and its artifacts.
     Result {
-        run_id: String,
+        #[arg(value_parser = run_to_look_up)]
+        run_id: RunId,
         step_id: String,
         #[arg(long)]
         json: bool,
@@ -74,14 +84,16 @@ pub enum Command {
     /// A pipeline step's jobs: each job its controller ran (rule, wildcards, Snakemake's reason,
     /// inputs with the job that wrote each, outputs with their SHA-256), failed ones first.
     Jobs {
-        run_id: String,
+        #[arg(value_parser = run_to_look_up)]
+        run_id: RunId,
         step_id: String,
         #[arg(long)]
         json: bool,
     },
     /// The files a run's steps produced: path, size and SHA-256 of each.
     Artifacts {
-        run_id: String,
+        #[arg(value_parser = run_to_look_up)]
+        run_id: RunId,
         #[arg(long)]
         json: bool,
     },
@@ -89,7 +101,8 @@ pub enum Command {
     /// target over SSH (nothing copied back). The bytes go to stdout; --json gives them as text or
     /// base64 with the recorded size and SHA-256.
     ReadArtifact {
-        run_id: String,
+        #[arg(value_parser = run_to_look_up)]
+        run_id: RunId,
         step_id: String,
         /// The declared output's name.
         name: String,
@@ -109,8 +122,8 @@ pub enum Command {
     /// lineage and the targets that ran it; or, with --verification, a verification as a Process
     /// Run Crate (the document, the notebook, the kernel's environment hash).
     Export {
-        #[arg(required_unless_present = "verification", conflicts_with = "verification")]
-        run_id: Option<String>,
+        #[arg(value_parser = run_to_look_up, required_unless_present = "verification", conflicts_with = "verification")]
+        run_id: Option<RunId>,
         /// Export this verification instead of a run.
         #[arg(long, value_name = "ID")]
         verification: Option<String>,
@@ -134,7 +147,8 @@ pub enum Command {
     },
     /// The ordered event log of a run.
     Events {
-        run_id: String,
+        #[arg(value_parser = run_to_look_up)]
+        run_id: RunId,
         /// Keep printing new events until the run finishes.
         #[arg(long)]
         follow: bool,
@@ -170,7 +184,8 @@ pub enum Command {
     },
     /// Cancel a run: stop its process groups (SIGTERM, grace, SIGKILL); it ends CANCELLED.
     Cancel {
-        run_id: String,
+        #[arg(value_parser = run_to_look_up)]
+        run_id: RunId,
         #[arg(long)]
         json: bool,
     },
@@ -502,7 +517,8 @@ pub struct RunArgs {
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
     /// The READY or BLOCKED run to replay.
-    pub source_run_id: String,
+    #[arg(value_parser = run_to_look_up)]
+    pub source_run_id: RunId,
     /// A step to re-execute (repeatable); its descendants re-execute too.
     #[arg(long = "step", value_name = "ID", required = true)]
     pub steps: Vec<String>,

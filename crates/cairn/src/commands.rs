@@ -7,6 +7,7 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+use cairn_core::ids::RunId;
 use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
 use cairn_engine::replay::ReplayRequest;
@@ -231,7 +232,7 @@ fn replay_command(home: Option<PathBuf>, args: ReplayArgs) -> Result<u8, Failure
         version,
         input,
         run_id,
-        replay: Some(ReplayDirective { source_run_id, step_ids: steps }),
+        replay: Some(ReplayDirective { source_run_id: source_run_id.into_string(), step_ids: steps }),
         parallel: Some(parallel),
     };
     finish_run_output(&follow::submit_and_follow(&root, &run, json)?, json)
@@ -240,7 +241,7 @@ fn replay_command(home: Option<PathBuf>, args: ReplayArgs) -> Result<u8, Failure
 /// `cairn export`: a run's or a verification's RO-Crate, as a folder or a zip.
 fn export_command(
     home: Option<PathBuf>,
-    run_id: Option<String>,
+    run_id: Option<RunId>,
     verification: Option<String>,
     (ro_crate, zip): (Option<PathBuf>, Option<PathBuf>),
     no_data: bool,

@@ -10,6 +10,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use cairn_core::event::RunEvent;
+use cairn_core::ids::RunId;
 use cairn_core::status::Outcome;
 use cairn_engine::Engine;
 use cairn_engine::runner::{NoProgress, Observer};
@@ -37,7 +38,7 @@ pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Res
     }
     let run: RunResult = serde_json::from_value(answer.body.clone())
         .map_err(|e| Failure::usage(format!("the daemon's answer is not a run ({e}): {}", answer.body)))?;
-    let run_id = run.run_id;
+    let run_id = RunId::lookup(run.run_id);
     if answer.status == 202 {
         follow(&client, &run_id, run.steps.len(), json)?;
     }
@@ -78,7 +79,7 @@ fn answer_of(client: &Client, run_id: &str) -> Result<RunAnswer, Failure> {
 
 /// Follows a run's events until `run.finished` (or the stream ends), feeding the progress
 /// display. On Ctrl-C, detaches: prints how to follow or cancel and exits 130.
-pub fn follow(client: &Client, run_id: &str, total: usize, json: bool) -> Result<(), Failure> {
+pub fn follow(client: &Client, run_id: &RunId, total: usize, json: bool) -> Result<(), Failure> {
     let interrupted = Arc::new(AtomicBool::new(false));
     // Registering replaces the default action: Ctrl-C no longer kills this process, it detaches.
     let registered = signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone());

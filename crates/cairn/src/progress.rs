@@ -17,7 +17,7 @@ pub struct TerminalProgress {
 }
 
 impl Observer for TerminalProgress {
-    fn run_started(&mut self, run_id: &str, total: usize) {
+    fn run_started(&mut self, run_id: &cairn_core::ids::RunId, total: usize) {
         let bar = ProgressBar::new(total as u64);
         let style = ProgressStyle::with_template("{spinner} [{pos}/{len}] {msg} ({elapsed})")
             .unwrap_or_else(|_| ProgressStyle::default_spinner());

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use cairn_core::attempt::{AttemptEnd, AttemptState, AttemptWrite, decide};
 use cairn_core::canonical::canonical_json;
 use cairn_core::event::RunEvent;
-use cairn_core::ids::AttemptToken;
+use cairn_core::ids::{AttemptToken, RunId};
 use cairn_core::pipeline::JobEvent;
 use cairn_core::store::{BeginAttempt, FinishAttempt, ProcessInfo, StoreError};
 use cairn_core::workflow::StepDef;
@@ -155,7 +155,7 @@ impl Engine {
             };
             return match written {
                 Ok(v) => Ok(v),
-                Err(e) => Err(self.rejected(e, &token)),
+                Err(e) => Err(self.rejected(e, &run.run_id, &token)),
             };
         }
     }
@@ -173,18 +173,19 @@ impl Engine {
 
     /// Writes one completion on its own (when it could not be folded with other writes).
     pub(super) fn write_completion(&self, finish: &FinishAttempt) -> Result<(), EngineError> {
-        self.store.complete_attempt(finish).map_err(|e| self.rejected(e, &finish.token))
+        self.store.complete_attempt(finish).map_err(|e| self.rejected(e, &finish.run_id, &finish.token))
     }
 
-    /// A write of `token`'s attempt the store refused; a stale token is recorded as such.
-    fn rejected(&self, e: StoreError, token: &AttemptToken) -> EngineError {
+    /// A write of `token`'s attempt in run `run_id` the store refused; a stale token is recorded
+    /// as such.
+    fn rejected(&self, e: StoreError, run_id: &RunId, token: &AttemptToken) -> EngineError {
         match e {
-            StoreError::StaleToken { run_id, step_id } => {
+            StoreError::StaleToken { run_id: stale_run, step_id } => {
                 // Another worker took the step over: our result must not be applied.
-                if let Err(e) = self.store.record_stale_write(&run_id, &step_id, token, self.clock.now_ms()) {
+                if let Err(e) = self.store.record_stale_write(run_id, &step_id, token, self.clock.now_ms()) {
                     return e.into();
                 }
-                EngineError::Store(StoreError::StaleToken { run_id, step_id })
+                EngineError::Store(StoreError::StaleToken { run_id: stale_run, step_id })
             }
             e => e.into(),
         }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cairn_core::ids::AttemptToken;
+use cairn_core::ids::{AttemptToken, RunId};
 use cairn_core::pipeline::JobEvent;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::Outcome;
@@ -15,12 +15,12 @@ use crate::placement::Placement;
 
 /// What a worker needs of the run.
 pub(super) struct RunCtx {
-    pub run_id: String,
+    pub run_id: RunId,
     pub run_dir: String,
     pub placement: Placement,
     /// A replay child's source run: a pipeline step it re-executes starts from the source's
     /// working copy.
-    pub source_run_id: Option<String>,
+    pub source_run_id: Option<RunId>,
 }
 
 /// A step ready to execute: its signature, resolved arguments and where its attempts start.

@@ -67,7 +67,7 @@ pub(crate) struct ExecOptions<'a> {
 /// serial run, whose steps run on the scheduler's thread) under a lock from the thread that reads
 /// a pipeline step's log.
 pub trait Observer: Send {
-    fn run_started(&mut self, _run_id: &str, _total_steps: usize) {}
+    fn run_started(&mut self, _run_id: &RunId, _total_steps: usize) {}
     fn step_started(&mut self, _step_id: &str, _attempt: u32) {}
     fn step_finished(&mut self, _step_id: &str, _outcome: Outcome, _attempt: u32, _duration: Duration) {}
     fn step_skipped(&mut self, _step_id: &str, _why: &str) {}
@@ -137,7 +137,7 @@ impl Engine {
             CreateRun::Existing(run) => {
                 if run.identity_hash != new.identity_hash {
                     return Err(EngineError::ExecutionInputMismatch {
-                        run_id: run.run_id.clone(),
+                        run_id: run.run_id.to_string(),
                         stored: format!("{}@{} identity {}…", run.workflow, run.version, short(&run.identity_hash)),
                         requested: format!("{}@{} identity {}…", new.workflow, new.version, short(&new.identity_hash)),
                     });
@@ -154,7 +154,7 @@ impl Engine {
         spec: &cairn_core::workflow::WorkflowSpec,
         identity: String,
         input: &Value,
-        source_run_id: Option<String>,
+        source_run_id: Option<RunId>,
         replay: Option<cairn_core::replay::ReplayRecord>,
     ) -> Result<NewRun, EngineError> {
         let run_id = match run_id {
@@ -164,7 +164,7 @@ impl Engine {
         Ok(NewRun {
             lease: self.new_lease(true),
             run_dir: self.state.runs().join(run_id.as_str()).display().to_string(),
-            run_id: run_id.to_string(),
+            run_id,
             workflow: spec.name.clone(),
             version: spec.version.clone(),
             identity_hash: identity,
@@ -235,7 +235,7 @@ impl Engine {
                 StopKind::Shutdown => "its daemon is stopping; the next daemon resumes it",
                 StopKind::LeaseLost => "another daemon took its lease over and drives it now",
             };
-            return Err(EngineError::Stopped { run_id: run.run_id.clone(), why: why.into() });
+            return Err(EngineError::Stopped { run_id: run.run_id.to_string(), why: why.into() });
         }
         if let Some(outcome) = sched.stop {
             return outcome;
@@ -454,7 +454,7 @@ impl Engine {
             }
             StepAction::RefuseRunning => {
                 return Prepared::Error(EngineError::StepRunning {
-                    run_id: ctx.run_id.clone(),
+                    run_id: ctx.run_id.to_string(),
                     step_id: step.id.clone(),
                     attempt: row.map(|r| r.attempt_count).unwrap_or(0),
                 });

@@ -59,7 +59,7 @@ pub(super) async fn run_ro_crate(
     ApiPath(run_id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ExportQuery>,
 ) -> Result<Response, ApiError> {
-    let done = write(state, ExportSubject::Run(run_id), q.data.unwrap_or(true)).await?;
+    let done = write(state, ExportSubject::Run(cairn_core::ids::RunId::lookup(run_id)), q.data.unwrap_or(true)).await?;
     zip_response(&done).await
 }
 
@@ -74,7 +74,7 @@ pub(super) async fn export_run(
     ApiPath(run_id): ApiPath<String>,
     ApiQuery(q): ApiQuery<ExportQuery>,
 ) -> Result<Json<ExportResult>, ApiError> {
-    let done = write(state, ExportSubject::Run(run_id), q.data.unwrap_or(true)).await?;
+    let done = write(state, ExportSubject::Run(cairn_core::ids::RunId::lookup(run_id)), q.data.unwrap_or(true)).await?;
     Ok(Json(ExportResult::from_engine(&done)))
 }
 

@@ -199,7 +199,7 @@ pub(super) async fn list_daemons(State(state): State<AppRef>) -> Result<Json<cra
     blocking(move || {
         let daemons = state.service.daemons()?;
         Ok(Json(crate::wire::DaemonsBody {
-            daemons: daemons.iter().map(|(d, runs)| crate::wire::DaemonBody::of(d, runs.clone())).collect(),
+            daemons: daemons.iter().map(|(d, runs)| crate::wire::DaemonBody::of(d, runs)).collect(),
         }))
     })
     .await

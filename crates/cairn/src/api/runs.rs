@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use cairn_core::ids::RunId;
 use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
 use cairn_engine::{CommitWatch, Engine, EngineError, RunFollower, Submitted};
@@ -79,7 +80,7 @@ struct RunFilter {
     limit: usize,
     status: Option<RunStatus>,
     workflow: Option<String>,
-    source_run_id: Option<String>,
+    source_run_id: Option<RunId>,
 }
 
 impl RunFilter {
@@ -90,8 +91,12 @@ impl RunFilter {
             }
             None => None,
         };
-        let filter =
-            RunFilter { limit: q.limit.unwrap_or(50), status, workflow: q.workflow, source_run_id: q.source_run_id };
+        let filter = RunFilter {
+            limit: q.limit.unwrap_or(50),
+            status,
+            workflow: q.workflow,
+            source_run_id: q.source_run_id.map(RunId::lookup),
+        };
         // The engine's rule, checked before a follower's stream starts (where it could only end it).
         Engine::check_run_query(&filter.query())?;
         Ok(filter)
@@ -103,7 +108,7 @@ impl RunFilter {
             limit: self.limit,
             status: self.status,
             workflow: self.workflow.as_deref(),
-            source_run_id: self.source_run_id.as_deref(),
+            source_run_id: self.source_run_id.as_ref(),
         }
     }
 
@@ -205,7 +210,7 @@ pub(super) async fn get_run(
     State(state): State<AppRef>,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<RunResult>, ApiError> {
-    blocking(move || Ok(Json(RunResult::from_view(&state.service.engine().show_run(&run_id)?)))).await
+    blocking(move || Ok(Json(RunResult::from_view(&state.service.engine().show_run(&RunId::lookup(run_id))?)))).await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -232,6 +237,7 @@ pub(super) async fn run_events(
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<Response, ApiError> {
     let after = q.after.unwrap_or(0);
+    let run_id = RunId::lookup(run_id);
     if !q.follow.unwrap_or(false) {
         let (st, id) = (state.clone(), run_id.clone());
         let events = blocking(move || Ok(st.service.engine().events(&id, after)?)).await?;
@@ -302,7 +308,10 @@ pub(super) async fn step_log(
     ApiQuery(q): ApiQuery<LogQuery>,
 ) -> Result<Json<StepLog>, ApiError> {
     let lines = q.lines.unwrap_or(100);
-    blocking(move || Ok(Json(StepLog::from_engine(state.service.engine().step_log(&run_id, &step_id, lines)?)))).await
+    blocking(move || {
+        Ok(Json(StepLog::from_engine(state.service.engine().step_log(&RunId::lookup(run_id), &step_id, lines)?)))
+    })
+    .await
 }
 
 /// Every attempt of a run on its time axis: where its time went, what overlapped.
@@ -315,6 +324,7 @@ pub(super) async fn run_timeline(
     State(state): State<AppRef>,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<RunTimeline>, ApiError> {
+    let run_id = RunId::lookup(run_id);
     blocking(move || Ok(Json(RunTimeline::from_engine(&run_id, &state.service.engine().timeline(&run_id)?)))).await
 }
 
@@ -328,7 +338,10 @@ pub(super) async fn explain_step(
     State(state): State<AppRef>,
     ApiPath((run_id, step_id)): ApiPath<(String, String)>,
 ) -> Result<Json<Explanation>, ApiError> {
-    blocking(move || Ok(Json(Explanation::from_engine(&state.service.engine().explain_step(&run_id, &step_id)?)))).await
+    blocking(move || {
+        Ok(Json(Explanation::from_engine(&state.service.engine().explain_step(&RunId::lookup(run_id), &step_id)?)))
+    })
+    .await
 }
 
 /// One step of a run whole: its status, its result (never cut) and its artifacts.
@@ -341,7 +354,10 @@ pub(super) async fn get_step(
     State(state): State<AppRef>,
     ApiPath((run_id, step_id)): ApiPath<(String, String)>,
 ) -> Result<Json<StepDetail>, ApiError> {
-    blocking(move || Ok(Json(StepDetail::from_engine(&state.service.engine().show_step(&run_id, &step_id)?)))).await
+    blocking(move || {
+        Ok(Json(StepDetail::from_engine(&state.service.engine().show_step(&RunId::lookup(run_id), &step_id)?)))
+    })
+    .await
 }
 
 /// A pipeline step's jobs: rule, wildcards, Snakemake's reason, inputs (each naming the job that
@@ -360,7 +376,11 @@ pub(super) async fn step_jobs(
     let filter =
         cairn_engine::JobFilter { rule: q.rule, status: q.status, offset: q.offset.unwrap_or(0), limit: q.limit };
     blocking(move || {
-        Ok(Json(PipelineJobs::from_engine(&state.service.engine().pipeline_jobs(&run_id, &step_id, &filter)?)))
+        Ok(Json(PipelineJobs::from_engine(&state.service.engine().pipeline_jobs(
+            &RunId::lookup(run_id),
+            &step_id,
+            &filter,
+        )?)))
     })
     .await
 }
@@ -387,7 +407,10 @@ pub(super) async fn run_artifacts(
     State(state): State<AppRef>,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<ArtifactList>, ApiError> {
-    blocking(move || Ok(Json(ArtifactList::from_engine(&state.service.engine().run_artifacts(&run_id)?)))).await
+    blocking(move || {
+        Ok(Json(ArtifactList::from_engine(&state.service.engine().run_artifacts(&RunId::lookup(run_id))?)))
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -426,7 +449,7 @@ pub(super) async fn cancel_run(
     State(state): State<AppRef>,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<RunResult>, ApiError> {
-    blocking(move || Ok(Json(RunResult::from_view(&state.service.cancel_run(&run_id)?)))).await
+    blocking(move || Ok(Json(RunResult::from_view(&state.service.cancel_run(&RunId::lookup(run_id))?)))).await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -457,7 +480,7 @@ pub(super) async fn read_artifact(
 ) -> Result<Json<ArtifactSlice>, ApiError> {
     blocking(move || {
         let req = cairn_engine::ReadArtifact {
-            run_id,
+            run_id: RunId::lookup(run_id),
             step_id,
             name,
             path: q.path,

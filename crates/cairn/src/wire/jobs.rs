@@ -119,10 +119,10 @@ pub struct JobFile {
 impl PipelineJobs {
     pub fn from_engine(j: &cairn_engine::StepJobs) -> PipelineJobs {
         PipelineJobs {
-            run_id: j.run_id.clone(),
+            run_id: j.run_id.to_string(),
             step_id: j.step_id.clone(),
             status: j.status.to_string(),
-            from_run: j.from_run.clone(),
+            from_run: j.from_run.as_deref().map(str::to_string),
             rules: j.rules.iter().map(RuleJobs::from_core).collect(),
             total: j.total,
             jobs: j.jobs.iter().map(PipelineJob::from_core).collect(),

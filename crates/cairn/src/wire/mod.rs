@@ -86,7 +86,7 @@ pub struct DaemonBody {
 }
 
 impl DaemonBody {
-    pub fn of(d: &cairn_core::store::DaemonRecord, runs: Vec<String>) -> DaemonBody {
+    pub fn of(d: &cairn_core::store::DaemonRecord, runs: &[cairn_core::ids::RunId]) -> DaemonBody {
         DaemonBody {
             id: d.id.clone(),
             host: d.host.clone(),
@@ -94,7 +94,7 @@ impl DaemonBody {
             state_root: d.state_root.clone(),
             started_at: time(d.started_at),
             heartbeat_at: time(d.heartbeat_at),
-            runs,
+            runs: runs.iter().map(ToString::to_string).collect(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Stored plans, as they are listed. A plan itself is sent as it is stored (its checksummed
 //! format is `cairn_core::plan::Plan`).
 
+use cairn_core::ids::RunId;
 use cairn_engine::plan::PlanListing;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -33,7 +34,7 @@ impl PlanList {
             plans: all
                 .into_iter()
                 .map(|PlanListing { record: p, run_id }| PlanSummary {
-                    run_id,
+                    run_id: run_id.map(RunId::into_string),
                     created_at: time(p.created_at),
                     plan_name: p.plan_name,
                     plan_id: p.plan_id,

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cairn_core::ids::RunId;
 use cairn_engine::EngineError;
 use cairn_engine::verify::Document;
 use rmcp::schemars::{self, JsonSchema, Schema};
@@ -130,7 +131,7 @@ impl SubmitRun {
             version: self.version,
             input: self.input,
             run_id: self.run_id,
-            replay: self.replay.map(|r| (r.source_run_id, r.step_ids)),
+            replay: self.replay.map(|r| (RunId::lookup(r.source_run_id), r.step_ids)),
             parallelism: self.parallel.map(usize::from).unwrap_or(1),
         }
     }
@@ -209,8 +210,8 @@ impl PlanRun {
         let run_dir =
             self.run_dir.ok_or_else(|| required_field("run_dir", "the absolute directory the run will create"))?;
         let replay = match (self.replay, self.replay_source) {
-            (Some(r), _) => Some((r.source_run_id, r.step_ids)),
-            (None, Some(source)) => Some((source, self.replay_steps)),
+            (Some(r), _) => Some((RunId::lookup(r.source_run_id), r.step_ids)),
+            (None, Some(source)) => Some((RunId::lookup(source), self.replay_steps)),
             (None, None) => None,
         };
         let workflow = match (self.workflow, self.version) {

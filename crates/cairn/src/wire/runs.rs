@@ -103,7 +103,7 @@ impl ArtifactEntry {
             bytes: a.artifact.bytes,
             sha256: a.artifact.sha256.clone(),
             attempt: a.attempt,
-            reused_from: a.reused_from.clone(),
+            reused_from: a.reused_from.as_deref().map(str::to_string),
         }
     }
 }
@@ -118,7 +118,7 @@ pub struct ArtifactList {
 impl ArtifactList {
     pub fn from_engine(a: &RunArtifacts) -> ArtifactList {
         ArtifactList {
-            run_id: a.run_id.clone(),
+            run_id: a.run_id.to_string(),
             artifacts: a
                 .artifacts
                 .iter()
@@ -191,7 +191,7 @@ impl TraceResult {
                 .matches
                 .iter()
                 .map(|m| TraceMatch {
-                    run_id: m.record.run_id.clone(),
+                    run_id: m.record.run_id.to_string(),
                     step_id: m.record.step_id.clone(),
                     attempt: m.record.attempt,
                     workflow: m.workflow.clone(),
@@ -199,9 +199,9 @@ impl TraceResult {
                     name: m.record.artifact.name.clone(),
                     path: m.record.artifact.path.clone(),
                     bytes: m.record.artifact.bytes,
-                    reused_from: m.record.reused_from.clone(),
+                    reused_from: m.record.reused_from.as_deref().map(str::to_string),
                     signature: m.signature.as_ref().map(super::to_value),
-                    lineage: m.lineage.clone(),
+                    lineage: m.lineage.iter().map(ToString::to_string).collect(),
                     recorded_at: time(m.record.recorded_at),
                     jobs: m
                         .jobs
@@ -239,7 +239,7 @@ pub struct StepDetail {
 
 impl StepDetail {
     pub fn from_engine(d: &cairn_engine::StepDetail) -> StepDetail {
-        StepDetail { run_id: d.run_id.clone(), step: step_fields(d.decision.as_ref(), &d.step, usize::MAX) }
+        StepDetail { run_id: d.run_id.to_string(), step: step_fields(d.decision.as_ref(), &d.step, usize::MAX) }
     }
 }
 
@@ -343,7 +343,7 @@ impl RunResult {
     pub fn from_view(view: &RunView) -> RunResult {
         let run = &view.run;
         RunResult {
-            run_id: run.run_id.clone(),
+            run_id: run.run_id.to_string(),
             workflow: run.workflow.clone(),
             version: run.version.clone(),
             status: run.status.to_string(),
@@ -373,7 +373,7 @@ impl RunResult {
 
 fn lineage_entry(r: &RunRecord) -> LineageEntry {
     LineageEntry {
-        run_id: r.run_id.clone(),
+        run_id: r.run_id.to_string(),
         workflow: r.workflow.clone(),
         version: r.version.clone(),
         status: r.status.to_string(),
@@ -464,7 +464,7 @@ impl RunList {
                 .map(|l| {
                     let r = &l.run;
                     RunSummary {
-                        run_id: r.run_id.clone(),
+                        run_id: r.run_id.to_string(),
                         workflow: r.workflow.clone(),
                         version: r.version.clone(),
                         status: r.status.to_string(),
@@ -472,7 +472,7 @@ impl RunList {
                         finished_at: r.finished_at.map(time),
                         findings: r.findings.len(),
                         error: r.error.clone(),
-                        source_run_id: r.source_run_id.clone(),
+                        source_run_id: r.source_run_id.as_deref().map(str::to_string),
                         target: l.target.clone(),
                         parallel: r.parallelism,
                     }
@@ -613,14 +613,14 @@ pub struct Explanation {
 impl Explanation {
     pub fn from_engine(e: &StepExplanation) -> Explanation {
         Explanation {
-            run_id: e.run_id.clone(),
+            run_id: e.run_id.to_string(),
             step_id: e.step_id.clone(),
             status: e.status.to_string(),
             attempts: e.attempts,
             decision: e.decision.clone(),
             reason: e.reason.clone(),
             text: e.text.clone(),
-            reused_from: e.reused_from.clone(),
+            reused_from: e.reused_from.as_deref().map(str::to_string),
             signature: e.signature.as_ref().map(super::to_value),
             outcome: e.outcome.map(|o| o.to_string()),
             error: e.error.clone(),
@@ -643,7 +643,7 @@ pub struct StepLog {
 impl StepLog {
     pub fn from_engine(l: cairn_engine::StepLog) -> StepLog {
         StepLog {
-            run_id: l.run_id,
+            run_id: l.run_id.into_string(),
             step_id: l.step_id,
             status: l.status.to_string(),
             lines: l.lines,
@@ -685,7 +685,7 @@ impl ReplayPreview {
     pub fn from_prepared(p: &cairn_engine::replay::PreparedReplay) -> ReplayPreview {
         ReplayPreview {
             dry_run: true,
-            source_run_id: p.source.run_id.clone(),
+            source_run_id: p.source.run_id.to_string(),
             workflow: p.workflow.spec().name.clone(),
             version: p.workflow.spec().version.clone(),
             replay: super::to_value(&p.summary),
@@ -733,7 +733,7 @@ pub struct ExportResult {
 impl ExportResult {
     pub fn from_engine(r: &cairn_engine::ExportResult) -> ExportResult {
         let (run_id, verification_id) = match &r.subject {
-            cairn_engine::ExportSubject::Run(id) => (Some(id.clone()), None),
+            cairn_engine::ExportSubject::Run(id) => (Some(id.to_string()), None),
             cairn_engine::ExportSubject::Verification(id) => (None, Some(id.clone())),
         };
         ExportResult {
@@ -787,7 +787,7 @@ impl ArtifactSlice {
             _ => ("base64", None, Some(base64::engine::general_purpose::STANDARD.encode(&s.bytes))),
         };
         ArtifactSlice {
-            run_id: s.record.run_id.clone(),
+            run_id: s.record.run_id.to_string(),
             step_id: s.record.step_id.clone(),
             name: s.record.artifact.name.clone(),
             path: s.record.artifact.path.clone(),

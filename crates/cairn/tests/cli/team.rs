@@ -173,8 +173,9 @@ fn a_daemon_killed_right_after_taking_a_lease_is_taken_over_in_turn() {
         stopped_at: None,
     };
     store.register_daemon(&taker).unwrap();
-    let run = store.run("T1").unwrap().unwrap();
-    let lease = store.take_lease("T1", &taker, 1, run.revision, now + 600_000, now).unwrap();
+    let t1 = cairn_core::ids::RunId::lookup("T1");
+    let run = store.run(&t1).unwrap().unwrap();
+    let lease = store.take_lease(&t1, &taker, 1, run.revision, now + 600_000, now).unwrap();
     assert_eq!(lease.epoch, 2);
     drop(store);
 
