@@ -20,8 +20,13 @@ pub enum ErrorKind {
     /// The request conflicts with stored state: identity mismatch, stale token, running step,
     /// a refused approval (exit 4, HTTP 409).
     Conflict,
-    /// The machine failed us: IO, the database (exit 2, HTTP 500, with the cause).
+    /// A bug or a registry that does not read as Cairn wrote it (exit 2, HTTP 500, with the
+    /// cause).
     Internal,
+    /// The environment failed: the registry's disk is full or failing, its database or a target
+    /// cannot be reached (exit 5, HTTP 503). Nothing completed is lost, and it may heal: what was
+    /// asked can be asked again once it has.
+    Unavailable,
     /// Stopped by the person (Ctrl-C) or a cancel before it finished (exit 130, HTTP 409).
     Interrupted,
 }
@@ -77,7 +82,8 @@ error_codes! {
     InvalidRunDir => "invalid_run_dir", Invalid;
     InvalidTarget => "invalid_target", Invalid;
     TargetNotReady => "target_not_ready", Invalid;
-    TargetUnreachable => "target_unreachable", Invalid;
+    TargetUnreachable => "target_unreachable", Unavailable;
+    TargetRefused => "target_refused", Invalid;
     ReplayOfItself => "replay_of_itself", Invalid;
     ReplaySourceNotFinished => "replay_source_not_finished", Invalid;
     ReplayOtherWorkflow => "replay_other_workflow", Invalid;
@@ -124,9 +130,9 @@ error_codes! {
     TargetExists => "target_exists", Conflict;
     ExportExists => "export_exists", Conflict;
     ExportArtifactMismatch => "export_artifact_mismatch", Conflict;
-    Database => "database", Internal;
+    Database => "database", Unavailable;
     Corrupt => "corrupt", Internal;
-    Io => "io", Internal;
+    Io => "io", Unavailable;
     Internal => "internal", Internal;
     Interrupted => "interrupted", Interrupted;
     Stopped => "stopped", Interrupted;
@@ -207,6 +213,9 @@ pub enum EngineError {
     TargetNotReady { target: String, problems: Vec<String> },
     #[error("target `{target}` could not be checked: {message}")]
     TargetUnreachable { target: String, message: String },
+    /// The host answered and refused: its key is not the pinned one, or the login failed.
+    #[error("target `{target}` refused the connection: {message}")]
+    TargetRefused { target: String, message: String },
     #[error(
         "a replay creates a new child run and never changes its source; choose a --run-id other than `{source_run_id}`"
     )]
@@ -394,6 +403,7 @@ impl EngineError {
             E::InvalidTarget(_) | E::TargetFile { .. } => ErrorCode::InvalidTarget,
             E::TargetNotReady { .. } => ErrorCode::TargetNotReady,
             E::TargetUnreachable { .. } => ErrorCode::TargetUnreachable,
+            E::TargetRefused { .. } => ErrorCode::TargetRefused,
             E::ReplayOfItself { .. } => ErrorCode::ReplayOfItself,
             E::ReplaySourceNotFinished { .. } => ErrorCode::ReplaySourceNotFinished,
             E::ReplayOtherWorkflow { .. } => ErrorCode::ReplayOtherWorkflow,
@@ -478,6 +488,17 @@ impl EngineError {
     /// A request's `field` refused, with the sentence that says how to give it.
     pub fn invalid_field(field: &'static str, message: impl Into<String>) -> EngineError {
         EngineError::InvalidField { field, message: message.into() }
+    }
+
+    /// A target that could not be reached (a fault that may heal, exit 5) or that answered and
+    /// refused us (a host key or login to fix, exit 2).
+    pub fn of_target(target: &str, refused: bool, message: String) -> EngineError {
+        let target = target.to_string();
+        if refused {
+            EngineError::TargetRefused { target, message }
+        } else {
+            EngineError::TargetUnreachable { target, message }
+        }
     }
 }
 

@@ -690,11 +690,10 @@ impl Engine {
             inputs: absolute_path_strings(input),
             programs: needs.iter().map(|(p, _)| p.clone()).collect(),
         };
-        let could_not = |message: String| EngineError::TargetUnreachable { target: target.to_string(), message };
         let facts = self
             .agent_of(&spec)
             .ready(request, std::time::Duration::from_secs(60))
-            .map_err(|e| could_not(e.to_string()))?;
+            .map_err(|e| EngineError::of_target(target, e.is_refusal(), e.to_string()))?;
         let problems = cairn_core::target::readiness_problems(target, &facts, &needs);
         if !problems.is_empty() {
             return Err(EngineError::TargetNotReady { target: target.to_string(), problems });

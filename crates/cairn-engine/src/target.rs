@@ -153,8 +153,7 @@ impl Engine {
             let spec = self.target(name)?;
             (self.transport(&spec).probe(&spec.workspace_root), spec.workspace_root.clone())
         };
-        let observed = observed
-            .map_err(|e| EngineError::TargetUnreachable { target: name.to_string(), message: e.to_string() })?;
+        let observed = observed.map_err(|e| EngineError::of_target(name, e.is_refusal(), e.to_string()))?;
         let probe =
             Probe { target: name.to_string(), workspace_root: workspace, observed, probed_at: self.clock.now_ms() };
         let stored = serde_json::to_value(&probe).map_err(|e| EngineError::internal(e.to_string()))?;

@@ -43,6 +43,14 @@ pub enum ProbeError {
     Failed { host: String, detail: String },
 }
 
+impl ProbeError {
+    /// The host answered and refused us (its key, our login): a configuration to fix, not a
+    /// fault that heals by waiting.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ProbeError::HostKey { .. } | ProbeError::Auth { .. })
+    }
+}
+
 impl SshTransport {
     /// The ssh argv for a fixed remote command.
     pub fn argv(&self, remote: &str) -> Vec<String> {

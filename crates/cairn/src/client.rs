@@ -185,7 +185,10 @@ fn answer(mut resp: ureq::http::Response<ureq::Body>) -> Result<Answer, Failure>
 }
 
 fn unreachable_daemon(base: &str, e: ureq::Error) -> Failure {
-    Failure::usage(format!("cannot reach the cairn daemon at {base}: {e}; see `cairn daemon status`"))
+    Failure::unavailable(
+        "daemon_unreachable",
+        format!("cannot reach the cairn daemon at {base}: {e}; see `cairn daemon status`"),
+    )
 }
 
 /// The CLI's failure for an error answer, with the exit code its wire code maps to.

@@ -74,14 +74,14 @@ pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             let who = read_info(root).map(|i| format!("pid {}", i.pid)).unwrap_or_else(|| "another process".into());
-            return Err(Failure {
-                code: 4,
-                message: format!(
+            return Err(Failure::conflict(
+                "daemon_running",
+                format!(
                     "another daemon ({who}) already serves {}; it holds {}. Use `cairn daemon status` or `cairn daemon stop`",
                     root.display(),
                     lock_path(root).display()
                 ),
-            });
+            ));
         }
         Err(std::fs::TryLockError::Error(e)) => {
             return Err(Failure::usage(format!("cannot lock {}: {e}", lock_path(root).display())));

@@ -6,17 +6,39 @@
 use axum::http::StatusCode;
 use cairn_engine::{EngineError, ErrorCode, ErrorKind};
 
-/// An error at the binary's edge, with the exit code it maps to.
+/// An error at the binary's edge: the exit code it maps to, its machine code (the engine's, the
+/// API's, or the binary's own) and the sentence for a person. With `--json` it is printed as
+/// the one object on stdout, `{"error": {"code", "message"}}`.
 #[derive(Debug)]
 pub struct Failure {
     pub code: u8,
+    pub error: String,
     pub message: String,
 }
 
 impl Failure {
     /// A usage or input error found by the binary itself (exit 2).
     pub fn usage(message: impl Into<String>) -> Failure {
-        Failure { code: exit_code(ErrorKind::Invalid), message: message.into() }
+        Failure::of_kind(ErrorKind::Invalid, "usage", message)
+    }
+
+    /// A conflict found by the binary itself (exit 4), such as a daemon lock another holds.
+    pub fn conflict(error: &str, message: impl Into<String>) -> Failure {
+        Failure::of_kind(ErrorKind::Conflict, error, message)
+    }
+
+    /// The person stopped waiting (Ctrl-C; exit 130): what they waited on goes on.
+    pub fn detached(message: impl Into<String>) -> Failure {
+        Failure::of_kind(ErrorKind::Interrupted, "detached", message)
+    }
+
+    /// The environment failed (exit 5): the daemon, the registry or a target cannot be reached.
+    pub fn unavailable(error: &str, message: impl Into<String>) -> Failure {
+        Failure::of_kind(ErrorKind::Unavailable, error, message)
+    }
+
+    fn of_kind(kind: ErrorKind, error: &str, message: impl Into<String>) -> Failure {
+        Failure { code: exit_code(kind), error: error.to_string(), message: message.into() }
     }
 
     /// A failure the daemon answered with: its wire code (or, for one of the API's own codes
@@ -28,17 +50,19 @@ impl Failure {
             None => match status {
                 404 => ErrorKind::NotFound,
                 409 => ErrorKind::Conflict,
+                502..=504 => ErrorKind::Unavailable,
                 500..=599 => ErrorKind::Internal,
                 _ => ErrorKind::Invalid,
             },
         };
-        Failure { code: exit_code(kind), message }
+        let error = if code.is_empty() { format!("http_{status}") } else { code.to_string() };
+        Failure { code: exit_code(kind), error, message }
     }
 }
 
 impl From<EngineError> for Failure {
     fn from(e: EngineError) -> Failure {
-        Failure { code: exit_code(e.kind()), message: e.to_string() }
+        Failure { code: exit_code(e.kind()), error: e.code().as_str().to_string(), message: e.to_string() }
     }
 }
 
@@ -47,6 +71,7 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
     match kind {
         ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Internal => 2,
         ErrorKind::Conflict => 4,
+        ErrorKind::Unavailable => 5,
         ErrorKind::Interrupted => 130,
     }
 }
@@ -58,6 +83,7 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict | ErrorKind::Interrupted => StatusCode::CONFLICT,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 

@@ -101,7 +101,7 @@ pub fn follow(client: &Client, run_id: &RunId, total: usize, json: bool) -> Resu
             eprintln!(
                 "\ndetached: run {run_id} goes on in the daemon.\n  follow it:  cairn events {run_id} --follow\n  see it:     cairn show {run_id}\n  cancel it:  cairn cancel {run_id}"
             );
-            return Err(Failure { code: 130, message: format!("detached from run {run_id}") });
+            return Err(Failure::detached(format!("detached from run {run_id}")));
         }
     }
     if let Ok(id) = registered {

@@ -173,7 +173,7 @@ fn wait(client: &Client, job_id: &str, json: bool) -> Result<Job, Failure> {
             eprintln!(
                 "\nstopped waiting: {job_id} goes on in the session kernel.\n  see it:      cairn kernel poll {job_id}\n  interrupt:   cairn kernel interrupt"
             );
-            return Err(Failure { code: 130, message: format!("detached from {job_id}") });
+            return Err(Failure::detached(format!("detached from {job_id}")));
         }
     }
 }

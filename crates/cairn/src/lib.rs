@@ -3,7 +3,8 @@
 //! engine call, and this crate holds the wire (command lines, JSON bodies, MCP tools, pages) and
 //! the terminal. Data goes to stdout (one JSON object with `--json`), progress and messages to
 //! stderr; exit codes are part of the CLI contract: 0 success/READY, 1 BLOCKED, 2 usage or input
-//! error, 3 run FAILED, 4 conflict, 130 interrupted.
+//! error, 3 run FAILED, 4 conflict, 5 the environment failed (the daemon, the registry or a
+//! target cannot be reached, a disk is full), 130 interrupted.
 //!
 //! **Invariant:** nothing here reads or writes the registry or starts a process of a run: it
 //! depends on `cairn-engine` and `cairn-core` only, not on `cairn-store` or `cairn-exec`.
@@ -33,15 +34,47 @@ pub mod wire;
 
 pub use failure::Failure;
 
-/// Parses the command line, runs the command, and turns its outcome into the exit code.
+/// Parses the command line, runs the command, and turns its outcome into the exit code. With
+/// `--json`, a failure too is the one JSON object on stdout (`{"error": {"code", "message"}}`),
+/// besides its sentence on stderr.
 pub fn main() -> std::process::ExitCode {
-    use clap::Parser;
-    let cli = cli::Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let json_asked = std::env::args_os().skip(1).any(|a| a == "--json");
+    let parsed = cli::Cli::command().try_get_matches().and_then(|m| Ok((cli::Cli::from_arg_matches(&m)?, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) if json_asked && e.use_stderr() => {
+            let _ = e.print();
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("").trim_start_matches("error: ");
+            output::print_wire(&error_body(&Failure::usage(first)));
+            return std::process::ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+        Err(e) => e.exit(),
+    };
+    let json = wants_json(&matches);
     match commands::dispatch(cli) {
         Ok(code) => std::process::ExitCode::from(code),
         Err(f) => {
             eprintln!("error: {}", f.message);
+            if json {
+                output::print_wire(&error_body(&f));
+            }
             std::process::ExitCode::from(f.code)
         }
+    }
+}
+
+/// Whether the command given (a subcommand at any depth) has `--json` set.
+fn wants_json(m: &clap::ArgMatches) -> bool {
+    let here = m.try_get_one::<bool>("json").ok().flatten().copied().unwrap_or(false);
+    here || m.subcommand().is_some_and(|(_, sub)| wants_json(sub))
+}
+
+/// What `--json` prints for a failure: the API's error body, so a script reads one shape from
+/// the CLI and the HTTP API alike.
+fn error_body(f: &Failure) -> wire::ErrorBody {
+    wire::ErrorBody {
+        error: wire::ErrorDetail { code: f.error.clone(), message: f.message.clone(), problems: Vec::new() },
     }
 }

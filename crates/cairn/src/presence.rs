@@ -204,13 +204,15 @@ pub fn start(root: &Path, opts: &StartOptions) -> Result<(DaemonInfo, bool), Fai
             }
             // Its own exit code says what kind of failure it was (4: a conflict, such as a
             // registry another daemon serves), so the command exits with it too.
-            return Err(Failure {
-                code: if status.code() == Some(4) { 4 } else { 2 },
-                message: format!(
-                    "the daemon exited at start ({status}); its log {} says:\n{}",
-                    log.display(),
-                    tail_from(&log, log_start)
-                ),
+            let message = format!(
+                "the daemon exited at start ({status}); its log {} says:\n{}",
+                log.display(),
+                tail_from(&log, log_start)
+            );
+            return Err(match status.code() {
+                Some(4) => Failure::conflict("daemon_running", message),
+                Some(5) => Failure::unavailable("daemon_failed", message),
+                _ => Failure::usage(message),
             });
         }
         if let Some(info) = read_info(root).filter(|i| i.pid == child.id()) {
@@ -243,14 +245,14 @@ fn tail_from(path: &Path, offset: u64) -> String {
 pub fn stop(root: &Path, grace: Duration) -> Result<Option<u32>, Failure> {
     let Some(info) = running(root) else {
         if lock_is_held(root) {
-            return Err(Failure {
-                code: 4,
-                message: format!(
+            return Err(Failure::conflict(
+                "daemon_starting",
+                format!(
                     "the daemon lock {} is held but {} does not name a live daemon; it is still starting or stopping, try again",
                     lock_path(root).display(),
                     info_path(root).display()
                 ),
-            });
+            ));
         }
         return Ok(None);
     };

@@ -77,6 +77,13 @@ pub enum AgentError {
     Unexpected { host: String, op: &'static str, got: &'static str },
 }
 
+impl AgentError {
+    /// See [`crate::ssh::ProbeError::is_refusal`].
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, AgentError::Connection(e) if e.is_refusal())
+    }
+}
+
 /// What became of a step the agent launched or re-attached to.
 #[derive(Debug)]
 pub enum StepEnd {

@@ -33,7 +33,7 @@ fn state(c: &Cairn) -> Snapshot {
 #[track_caller]
 fn refused(what: &str, out: Out, words: &[&str]) {
     assert_eq!(out.code, 2, "{what}: expected exit 2\nstdout: {}\nstderr: {}", out.stdout, out.stderr);
-    assert!(out.json.is_null(), "{what}: a refused request prints no result: {}", out.stdout);
+    assert_error_body(&out.json, what);
     for w in words {
         assert!(out.stderr.contains(w), "{what}: stderr lacks `{w}`:\n{}", out.stderr);
     }
@@ -298,4 +298,37 @@ fn a_list_limit_out_of_range_is_refused_by_the_cli_as_by_the_api() {
     }
     let out = c.json(&["runs", "--limit", "1000"]).expect(0);
     assert_eq!(out.json["runs"], json!([]), "{}", out.stdout);
+}
+
+/// `--json` holds on every path: a failure is the one object on stdout, the API's error body with
+/// the engine's code (a refusal of the command line too), beside its sentence on stderr; an
+/// environment that failed exits 5, apart from a usage error.
+#[test]
+fn a_failure_under_json_is_one_error_object_and_the_environment_has_its_own_exit_code() {
+    let c = Cairn::new();
+    let out = c.json(&["show", "nope"]).expect(2);
+    assert_eq!(out.json["error"]["code"], "run_not_found", "{}", out.stdout);
+    assert!(out.stderr.contains("run `nope` was not found"), "{}", out.stderr);
+    assert_eq!(out.json["error"]["message"], out.stderr.trim().trim_start_matches("error: "), "the same words");
+
+    // clap's refusal of the command line.
+    let out = c.json(&["runs", "--limit", "many"]).expect(2);
+    assert_eq!(out.json["error"]["code"], "usage", "{}", out.stdout);
+    assert!(str_of(&out.json["error"]["message"]).contains("many"), "{}", out.stdout);
+
+    // Without --json, stdout stays empty.
+    let plain = c.cmd(&["show", "nope"]);
+    assert_eq!(plain.status.code(), Some(2));
+    assert!(plain.stdout.is_empty(), "{}", String::from_utf8_lossy(&plain.stdout));
+
+    // A target nothing answers at: the environment, exit 5, named as such.
+    let keys = c.work.path().join("id_none");
+    std::fs::write(&keys, "").unwrap();
+    let known = c.work.path().join("known_none");
+    std::fs::write(&known, "").unwrap();
+    let added = c.add_target("closed", "root@127.0.0.1:1", &keys, &known, "/tmp", &[]);
+    added.expect(0);
+    let out = c.json(&["target", "probe", "closed"]).expect(5);
+    assert_eq!(out.json["error"]["code"], "target_unreachable", "{}", out.stdout);
+    assert!(out.stderr.contains("cannot reach"), "{}", out.stderr);
 }

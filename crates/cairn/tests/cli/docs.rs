@@ -146,11 +146,11 @@ fn the_cli_saves_versions_lists_shows_searches_and_removes() {
     }
 }
 
-/// One refusal: exit 2, nothing on stdout, and stderr naming the field and saying what to do.
+/// One refusal: exit 2, the error object on stdout, and stderr naming the field and saying what to do.
 #[track_caller]
 fn refused(c: &Cairn, args: &[&str], words: &[&str]) {
     let out = c.json(args).expect(2);
-    assert!(out.json.is_null(), "{args:?}: a refusal prints nothing on stdout: {}", out.stdout);
+    assert_error_body(&out.json, &format!("{args:?}"));
     for w in words {
         assert!(out.stderr.contains(w), "{args:?}: stderr does not say `{w}`:\n{}", out.stderr);
     }

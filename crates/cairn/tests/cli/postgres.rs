@@ -77,7 +77,7 @@ fn what_a_state_root_cannot_switch_to_is_refused_and_changes_nothing() {
 
     // A server that is not there: said at once, with the password hidden, nothing recorded.
     let out = fresh.raw(&["daemon", "start", "--database", "postgres://cairn:s3cret@127.0.0.1:9/nowhere"]);
-    assert_eq!(out.code, 2, "{out:?}");
+    assert_eq!(out.code, 5, "a server that cannot be reached is a fault of the environment: {out:?}");
     assert!(out.stderr.contains("cannot reach the PostgreSQL registry"), "{}", out.stderr);
     assert!(!out.stderr.contains("s3cret"), "the password must not be shown: {}", out.stderr);
     assert!(!fresh.home().join("database").exists());

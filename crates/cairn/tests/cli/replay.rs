@@ -533,7 +533,7 @@ fn refused_replays_exit_2_and_create_nothing() {
             }
             let out = env.json(&args);
             assert_eq!(out.code, 2, "{what} (dry {dry}): stdout {} stderr {}", out.stdout, out.stderr);
-            assert!(out.stdout.trim().is_empty(), "{what}: printed a result: {}", out.stdout);
+            assert_error_body(&out.json, what);
             for s in subs {
                 assert!(out.stderr.contains(s), "{what}: stderr {:?} lacks {s:?}", out.stderr);
             }

@@ -117,12 +117,14 @@ fn a_wrong_host_key_or_a_closed_port_is_refused_clearly() {
     add(&c, "spoofed", &ssh, &d.join("id_ed25519"), &bad_known, &[]).expect(0);
     let out = c.json(&["target", "probe", "spoofed"]);
     assert_eq!(out.code, 2, "a wrong host key must refuse: {}", out.stdout);
+    assert_eq!(out.json["error"]["code"], "target_refused", "a key to fix, not a fault to wait out: {}", out.stdout);
     assert!(out.stderr.contains("host key"), "{}", out.stderr);
     assert!(out.stderr.contains(bad_known.to_str().unwrap()), "names the known_hosts file: {}", out.stderr);
 
     add(&c, "closed", "root@127.0.0.1:1", &d.join("id_ed25519"), &d.join("known_hosts"), &[]).expect(0);
     let out = c.json(&["target", "probe", "closed"]);
-    assert_eq!(out.code, 2);
+    assert_eq!(out.code, 5, "an unreachable host is a fault of the environment: {}", out.stdout);
+    assert_eq!(out.json["error"]["code"], "target_unreachable", "{}", out.stdout);
     assert!(out.stderr.contains("cannot reach"), "{}", out.stderr);
     close_ssh_masters(&c);
 }

@@ -60,13 +60,14 @@ impl Out {
     }
 }
 
-/// Checks the `--json` contract on one call's stdout: exactly one JSON object (nothing else), or
-/// nothing at all when the command failed before producing a result.
+/// Checks the `--json` contract on one call's stdout: exactly one JSON object (nothing else), a
+/// failure's being the error body `{"error": {"code", "message"}}`. Only a process killed by a
+/// signal (no exit code of its own) may have printed nothing.
 #[track_caller]
 pub fn parse_stdout(stdout: &str, code: i32, what: &str) -> Value {
     if stdout.trim().is_empty() {
         assert!(
-            code == 2 || code == 4,
+            !matches!(code, 0..=5 | 130),
             "`{what}` exited {code} but printed nothing on stdout; --json must print one JSON object"
         );
         return Value::Null;
@@ -78,7 +79,23 @@ pub fn parse_stdout(stdout: &str, code: i32, what: &str) -> Value {
     };
     assert!(values.next().is_none(), "`{what}`: stdout holds more than one JSON value:\n{stdout}");
     assert!(first.is_object(), "`{what}`: stdout is JSON but not an object:\n{stdout}");
+    if matches!(code, 2 | 4 | 5 | 130) && first.get("error").is_some() {
+        assert_error_body(&first, what);
+    }
     first
+}
+
+/// A failure's `--json` object: `{"error": {"code", "message"}}` and nothing else, both words.
+#[track_caller]
+pub fn assert_error_body(v: &Value, what: &str) {
+    let keys: Vec<&String> = v.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+    assert_eq!(keys, ["error"], "`{what}`: a failure's object holds only `error`: {v}");
+    for field in ["code", "message"] {
+        assert!(
+            v["error"][field].as_str().is_some_and(|s| !s.trim().is_empty()),
+            "`{what}`: the error's `{field}` is empty: {v}"
+        );
+    }
 }
 
 /// The step view named `id` in a run object (`run`/`show` JSON).
