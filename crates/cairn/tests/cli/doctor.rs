@@ -254,6 +254,10 @@ fn a_backup_taken_while_the_daemon_runs_a_run_gives_the_same_answers_restored() 
         .collect();
     assert!(!beside.iter().any(|n| n.contains(".partial-")), "{beside:?}");
 
+    // The doctor runs beside the daemon too, and finds the in-flight run whole.
+    let d = doctor(&c, 0);
+    assert_eq!(check(&d, "run_dirs")["examined"], 2, "{d:#}");
+
     // The run goes on in the daemon, unaffected.
     std::fs::write(c.path("release"), "").unwrap();
     c.wait_for_status("inflight", "READY", Duration::from_secs(30));
