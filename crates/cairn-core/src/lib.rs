@@ -14,6 +14,7 @@ pub mod canonical;
 pub mod controller;
 pub mod dag;
 pub mod docs;
+pub mod doctor;
 pub mod document;
 pub mod event;
 pub mod ids;

@@ -740,10 +740,49 @@ pub trait Docs {
     fn search_docs(&self, query: &str, limit: usize) -> Result<Vec<DocHit>, StoreError>;
 }
 
+/// A recorded artifact with where its run keeps its files: what `cairn doctor` checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedFile {
+    pub record: ArtifactRecord,
+    /// The run's directory (absolute).
+    pub run_dir: String,
+    /// The target the run was planned and reserved on; `None` for a run on this machine.
+    pub target: Option<String>,
+}
+
+/// Looking after the registry itself: its integrity, the shape of its event log, everything it
+/// records at once, and a copy of it. Nothing here writes.
+pub trait Maintenance {
+    /// The database's own integrity check (SQLite: `PRAGMA integrity_check` and
+    /// `foreign_key_check`, on the read-only connection), or why there is none to run.
+    fn integrity(&self) -> Result<crate::doctor::Integrity, StoreError>;
+    /// The event log's numbering and each run's history, for [`crate::doctor::judge_event_log`].
+    fn event_log_facts(&self) -> Result<crate::doctor::EventLogFacts, StoreError>;
+    /// Every recorded artifact with its run's directory and target, by run, step and path.
+    fn recorded_files(&self) -> Result<Vec<RecordedFile>, StoreError>;
+    /// Whether a run with this id exists.
+    fn run_exists(&self, run_id: &str) -> Result<bool, StoreError>;
+    /// A consistent copy of the whole registry, written to the new file `dest` while others keep
+    /// writing (SQLite's online backup, in one step, so the copy is one commit's state), and
+    /// checked (`PRAGMA quick_check`) before this returns. A database that cannot be copied this
+    /// way (PostgreSQL: `pg_dump` copies it) refuses, saying so. Returns the copy's size in bytes.
+    fn backup_to(&self, dest: &std::path::Path) -> Result<u64, StoreError>;
+}
+
 /// The registry of workflows, runs, step records and events: every role at once, what the
 /// engine holds (`dyn RunStore`). A use case that needs one or two roles may take those alone.
 pub trait RunStore:
-    Daemons + WorkflowRegistry + Runs + Attempts + Artifacts + Verifications + KernelJobs + Plans + Targets + Docs
+    Daemons
+    + WorkflowRegistry
+    + Runs
+    + Attempts
+    + Artifacts
+    + Verifications
+    + KernelJobs
+    + Plans
+    + Targets
+    + Docs
+    + Maintenance
 {
 }
 
@@ -758,7 +797,8 @@ impl<
         + KernelJobs
         + Plans
         + Targets
-        + Docs,
+        + Docs
+        + Maintenance,
 > RunStore for T
 {
 }
@@ -766,6 +806,7 @@ impl<
 /// The role traits, to bring their methods into scope: `use cairn_core::store::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        Artifacts, Attempts, Daemons, Docs, KernelJobs, Plans, RunStore, Runs, Targets, Verifications, WorkflowRegistry,
+        Artifacts, Attempts, Daemons, Docs, KernelJobs, Maintenance, Plans, RunStore, Runs, Targets, Verifications,
+        WorkflowRegistry,
     };
 }

@@ -130,6 +130,9 @@ error_codes! {
     TargetExists => "target_exists", Conflict;
     ExportExists => "export_exists", Conflict;
     ExportArtifactMismatch => "export_artifact_mismatch", Conflict;
+    BackupExists => "backup_exists", Conflict;
+    InvalidBackupPath => "invalid_backup_path", Invalid;
+    BackupUnsupported => "backup_unsupported", Invalid;
     Database => "database", Unavailable;
     Corrupt => "corrupt", Internal;
     Io => "io", Unavailable;
@@ -322,6 +325,17 @@ pub enum EngineError {
         "run `{run_id}`: artifact {path} no longer matches its record ({message}); export with --no-data to reference it by hash only"
     )]
     ExportArtifactMismatch { run_id: String, path: String, message: String },
+    /// The destination of a backup is already there: a backup never writes over anything.
+    #[error(
+        "backup destination {path} already exists; a backup is written only to a new path: name one that does not exist yet (or move this one away)"
+    )]
+    BackupExists { path: String },
+    /// A backup destination that cannot be used.
+    #[error("backup destination {path}: {message}")]
+    InvalidBackupPath { path: String, message: String },
+    /// The registry is not one `cairn backup` copies (a PostgreSQL database).
+    #[error("{message}")]
+    BackupUnsupported { message: String },
     #[error("{0}")]
     Store(#[from] StoreError),
 
@@ -446,6 +460,9 @@ impl EngineError {
             E::ExportExists { .. } => ErrorCode::ExportExists,
             E::InvalidExportPath { .. } => ErrorCode::InvalidExportPath,
             E::ExportArtifactMismatch { .. } => ErrorCode::ExportArtifactMismatch,
+            E::BackupExists { .. } => ErrorCode::BackupExists,
+            E::InvalidBackupPath { .. } => ErrorCode::InvalidBackupPath,
+            E::BackupUnsupported { .. } => ErrorCode::BackupUnsupported,
             E::Store(e) => store_code(e),
             E::Io { .. } => ErrorCode::Io,
             E::Internal { .. } => ErrorCode::Internal,

@@ -12,7 +12,9 @@
 #![warn(clippy::too_many_lines)]
 
 mod artifacts;
+mod backup;
 pub mod docs;
+mod doctor;
 mod env;
 mod error;
 mod export;
@@ -41,8 +43,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use artifacts::{RunArtifacts, Trace, TraceMatch, TraceQuery};
+pub use backup::{BackedUp, BackupReport};
 /// A registry URL as messages show it: without its password or options.
 pub use cairn_store::redacted as redact_database_url;
+pub use doctor::DoctorReport;
 pub use env::{Clock, IdGen, RandomIds, StateRoot, SystemClock};
 pub use error::{
     EngineError, ErrorCode, ErrorKind, JOB_TIMEOUT_MAX_SECS, JOB_WAIT_MAX_SECS, LIST_LIMIT_MAX, LOG_LINES_MAX,

@@ -251,6 +251,30 @@ impl Backend for Postgres {
         }
         out
     }
+
+    fn integrity(&self) -> Result<cairn_core::doctor::Integrity, StoreError> {
+        let version: i64 = self.read(Reader::Follower, &mut |tx| {
+            tx.query_one("SELECT version FROM cairn_schema", &[]).and_then(|r| r.get(0))
+        })?;
+        Ok(cairn_core::doctor::Integrity::NotApplicable {
+            why: "PostgreSQL checks its own pages (data checksums, the amcheck extension); Cairn has no integrity \
+                  check to run there"
+                .into(),
+            reached: format!("the server {} answers, its Cairn schema at version {version}", self.shown),
+        })
+    }
+
+    fn events_issued(&self) -> Result<Option<i64>, StoreError> {
+        // An identity column skips the numbers of rolled-back (and retried) transactions.
+        Ok(None)
+    }
+
+    fn backup_to(&self, _dest: &std::path::Path) -> Result<u64, StoreError> {
+        Err(StoreError::Database(format!(
+            "the PostgreSQL registry {} is backed up with pg_dump, not by Cairn",
+            self.shown
+        )))
+    }
 }
 
 /// What made a statement fail, where it matters to the caller.

@@ -17,6 +17,8 @@ use std::sync::RwLock;
 
 use crate::sql::{Backend, Durability, Param, Reader, Row, Tx, params};
 
+mod maintenance;
+
 /// The registry over one database.
 pub struct Registry<B: Backend> {
     db: B,

@@ -239,6 +239,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Runs `f` on a connection, outside any write.
     fn read<T>(&self, reader: Reader, f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>)
     -> Result<T, StoreError>;
+
+    /// The database's own integrity check, run without writing (SQLite: on the read-only
+    /// connection), or why this database has none Cairn can run.
+    fn integrity(&self) -> Result<cairn_core::doctor::Integrity, StoreError>;
+
+    /// The highest event number this database ever issued, where it issues them without holes
+    /// (SQLite's `AUTOINCREMENT`: a rolled-back insert gives its number back); `None` where
+    /// numbers may skip by design (PostgreSQL's identity columns).
+    fn events_issued(&self) -> Result<Option<i64>, StoreError>;
+
+    /// A consistent copy of the database into the new file `dest`, checked; its size in bytes.
+    fn backup_to(&self, dest: &std::path::Path) -> Result<u64, StoreError>;
 }
 
 /// `sql` with its `?N` placeholders as `$N` (PostgreSQL's), leaving quoted text alone.

@@ -8,9 +8,10 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use cairn_core::doctor::Integrity;
 use cairn_core::store::StoreError;
 use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::sql::{Backend, Cell, Durability, Param, Reader, Row, Tx};
 
@@ -125,6 +126,83 @@ impl Backend for Sqlite {
         };
         f(&mut SqliteTx { conn: &conn })
     }
+
+    fn integrity(&self) -> Result<Integrity, StoreError> {
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let mut problems = pragma_lines(&reader, "PRAGMA integrity_check(100)", |r| r.get::<_, String>(0));
+        if problems == ["ok"] {
+            problems.clear();
+        }
+        let dangling = pragma_lines(&reader, "PRAGMA foreign_key_check", |r| {
+            let (table, rowid, parent): (String, Option<i64>, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            Ok(match rowid {
+                Some(rowid) => format!("row {rowid} of table {table} refers to a row of {parent} that does not exist"),
+                None => format!("a row of table {table} refers to a row of {parent} that does not exist"),
+            })
+        });
+        problems.extend(dangling);
+        Ok(Integrity::Checked { checked: "PRAGMA integrity_check and PRAGMA foreign_key_check".into(), problems })
+    }
+
+    fn events_issued(&self) -> Result<Option<i64>, StoreError> {
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let issued: Option<i64> = reader
+            .query_row("SELECT seq FROM sqlite_sequence WHERE name = 'events'", [], |r| r.get(0))
+            .optional()
+            .map_err(db)?;
+        Ok(Some(issued.unwrap_or(0)))
+    }
+
+    fn backup_to(&self, dest: &Path) -> Result<u64, StoreError> {
+        let cannot =
+            |e: &dyn std::fmt::Display| StoreError::Database(format!("cannot back up into {}: {e}", dest.display()));
+        // Created here, so an existing file is never written over (an empty file is an empty database).
+        std::fs::OpenOptions::new().write(true).create_new(true).open(dest).map_err(|e| cannot(&e))?;
+        let mut copy = Connection::open_with_flags(dest, OpenFlags::SQLITE_OPEN_READ_WRITE).map_err(|e| cannot(&e))?;
+        {
+            let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+            let backup = rusqlite::backup::Backup::new(&reader, &mut copy).map_err(|e| cannot(&e))?;
+            // Every page in one step: the copy is the state of one commit, read under one read
+            // transaction, which in WAL mode never waits for the daemon's writes nor holds them.
+            let mut tries = 0;
+            loop {
+                match backup.step(-1).map_err(|e| cannot(&e))? {
+                    rusqlite::backup::StepResult::Done => break,
+                    _ if tries < 100 => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    _ => return Err(cannot(&"the registry stayed busy for five seconds; try again")),
+                }
+            }
+        }
+        let checked = pragma_lines(&copy, "PRAGMA quick_check", |r| r.get::<_, String>(0));
+        if checked != ["ok"] {
+            return Err(cannot(&format!(
+                "the copy fails its check ({}): the registry itself may be damaged; `cairn doctor` checks it",
+                checked.join("; ")
+            )));
+        }
+        copy.close().map_err(|(_, e)| cannot(&e))?;
+        let file = std::fs::File::open(dest).map_err(|e| cannot(&e))?;
+        file.sync_all().map_err(|e| cannot(&e))?;
+        Ok(file.metadata().map_err(|e| cannot(&e))?.len())
+    }
+}
+
+/// The rows of a PRAGMA, each as a line; a PRAGMA that cannot finish (a database too damaged for
+/// its own check) is one line saying why.
+fn pragma_lines(
+    conn: &Connection,
+    sql: &str,
+    line: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<String>,
+) -> Vec<String> {
+    let run = || -> rusqlite::Result<Vec<String>> {
+        let mut stmt = conn.prepare(sql)?;
+        let lines = stmt.query_map([], |r| line(r))?.collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(lines)
+    };
+    run().unwrap_or_else(|e| vec![format!("{sql} could not finish: {e}")])
 }
 
 struct SqliteTx<'c> {

@@ -145,6 +145,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check the registry and the state root, changing nothing: the database's integrity check,
+    /// the event log's continuity, every recorded artifact's bytes against its SHA-256, and run
+    /// folders without a run. Exit 0 when every check passes, 1 when there are findings.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy a SQLite registry (online, while the daemon runs) and the state root's files that give
+    /// the same answers (workflow snapshots, plans, …) into the new folder PATH, itself a state
+    /// root. A PostgreSQL registry is backed up with pg_dump instead.
+    Backup {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// The ordered event log of a run.
     Events {
         #[arg(value_parser = run_to_look_up)]

@@ -108,6 +108,10 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(if traced.matches.is_empty() { 1 } else { 0 })
         }
+        Command::Doctor { json } => doctor_command(cli.home, json),
+        Command::Backup { path, json } => {
+            print_either(json, &wire::Backup::from_engine(&open_engine(cli.home)?.backup(&path)?), output::print_backup)
+        }
         Command::Events { run_id, follow, json } => {
             let root = state_root(cli.home)?;
             let events = Engine::open(&root)?.events(&run_id, 0)?;
@@ -666,6 +670,17 @@ fn daemon_command(root: &Path, command: DaemonCommand) -> Result<u8, Failure> {
 
 /// Prints a run result and maps its status to the exit code.
 /// Prints `value` as JSON for a script, or for a person with `human`; exit 0.
+/// `cairn doctor`: exit 0 when every check passed (or does not apply), 1 when there is a finding.
+fn doctor_command(home: Option<PathBuf>, json: bool) -> Result<u8, Failure> {
+    let report = wire::Doctor::from_engine(&open_engine(home)?.doctor());
+    if json {
+        print_wire(&report);
+    } else {
+        output::print_doctor(&report);
+    }
+    Ok(if report.healthy { 0 } else { 1 })
+}
+
 fn print_either<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce(&T)) -> Result<u8, Failure> {
     if json {
         print_wire(value);

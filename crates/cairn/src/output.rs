@@ -583,3 +583,40 @@ pub fn human_duration(d: Duration) -> String {
 fn human_ms(ms: f64) -> String {
     human_duration(Duration::from_secs_f64(ms.max(0.0) / 1000.0))
 }
+
+/// `cairn doctor`: one line a check, then each finding with what to do.
+pub fn print_doctor(d: &wire::Doctor) {
+    println!("state root {}  registry {}", d.state_root, d.registry);
+    for c in &d.checks {
+        let mark = match c.status.as_str() {
+            "passed" => "ok  ",
+            "failed" => "FAIL",
+            _ => "n/a ",
+        };
+        println!("  {mark} {:<10} {}", c.check, c.summary);
+    }
+    if d.findings.is_empty() {
+        println!("no findings: every check passed");
+        return;
+    }
+    println!("{} finding(s):", d.findings.len());
+    for f in &d.findings {
+        println!("  [{}] {}: {}", f.severity, f.check, f.message);
+    }
+}
+
+/// `cairn backup`: where it is, what it holds, what it left.
+pub fn print_backup(b: &wire::Backup) {
+    println!("backup written to {}", b.path);
+    println!("  {}  {} bytes (the registry, copied online)", b.database, b.database_bytes);
+    for p in &b.copied {
+        println!("  {}/  {} file(s), {} bytes: {}", p.path, p.files, p.bytes, p.what);
+    }
+    println!("not copied:");
+    for l in &b.left {
+        println!("  {l}");
+    }
+    println!(
+        "restore: stop the daemon, then put the backup's contents back at the state root's own path (the registry names its files by absolute path)"
+    );
+}

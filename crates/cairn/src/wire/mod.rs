@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 mod docs;
+mod doctor;
 mod jobs;
 mod kernel;
 mod plans;
@@ -20,6 +21,7 @@ pub use docs::{
     Doc, DocHit, DocList, DocSaved, DocSearchResult, DocSummary, DocVerification, DocVersionEntry, ReadDoc, SaveDoc,
     SearchDocs, SnippetPart,
 };
+pub use doctor::{Backup, BackupPart, Doctor, DoctorCheck, DoctorFinding};
 pub use jobs::{JobId, JobsProgress, PipelineJob, PipelineJobs, RuleJobs};
 pub use kernel::{Interrupted, Job, JobList, KernelJobKind, KernelJobState, Restarted};
 pub use plans::{PlanList, PlanSummary};

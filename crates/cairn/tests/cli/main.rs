@@ -13,6 +13,7 @@ mod conformance;
 mod controllers;
 mod daemon;
 mod docs;
+mod doctor;
 mod evidence;
 mod jobs;
 mod jupyter;
