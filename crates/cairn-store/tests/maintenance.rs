@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use cairn_core::artifact::Artifact;
 use cairn_core::doctor::{Integrity, judge_event_log};
+use cairn_core::ids::RunId;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus};
 use cairn_core::store::*;
@@ -82,7 +83,7 @@ fn db(kind: Kind) -> Option<Db> {
 fn finished(store: &dyn RunStore, id: &str) {
     let new = NewRun {
         lease: None,
-        run_id: id.into(),
+        run_id: RunId::lookup(id),
         workflow: "wf".into(),
         version: "1.0.0".into(),
         identity_hash: "identity".into(),
@@ -99,7 +100,7 @@ fn finished(store: &dyn RunStore, id: &str) {
     let signature = StepSignature { tool: "t".into(), tool_digest: "td".into(), args_hash: "ah".into() };
     store
         .begin_attempt(&BeginAttempt {
-            run_id: id.into(),
+            run_id: RunId::lookup(id),
             step_id: "a".into(),
             signature,
             args: json!({}),
@@ -113,7 +114,7 @@ fn finished(store: &dyn RunStore, id: &str) {
         Artifact { name: "out".into(), path: "steps/a/out.txt".into(), bytes: 1, sha256: "aa".into(), link: None };
     store
         .complete_attempt(&FinishAttempt {
-            run_id: id.into(),
+            run_id: RunId::lookup(id),
             step_id: "a".into(),
             token: "tok".into(),
             attempt: 1,
@@ -126,8 +127,8 @@ fn finished(store: &dyn RunStore, id: &str) {
             at: 4_000,
         })
         .unwrap();
-    let run = store.run(id).unwrap().unwrap();
-    store.finish_run(id, run.revision, RunStatus::Ready, &[], None, 5_000).unwrap();
+    let run = store.run(&RunId::lookup(id)).unwrap().unwrap();
+    store.finish_run(&RunId::lookup(id), run.revision, RunStatus::Ready, &[], None, 5_000).unwrap();
 }
 
 fn a_whole_registry_has_no_findings_and_a_deleted_event_is_found(k: Kind) {
@@ -147,7 +148,13 @@ fn a_whole_registry_has_no_findings_and_a_deleted_event_is_found(k: Kind) {
     assert_eq!(judge_event_log(&facts), vec![]);
 
     // r1's completion, deleted behind the trigger.
-    let completed = d.store.events("r1", 0).unwrap().into_iter().find(|e| e.event.kind() == "step.completed").unwrap();
+    let completed = d
+        .store
+        .events(&RunId::lookup("r1"), 0)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.event.kind() == "step.completed")
+        .unwrap();
     d.delete_event(completed.seq);
     let facts = d.store.event_log_facts().unwrap();
     assert_eq!(facts.completed_without_event, [("r1".to_string(), "a".to_string())]);
@@ -165,7 +172,7 @@ fn a_whole_registry_has_no_findings_and_a_deleted_event_is_found(k: Kind) {
     assert!(found.iter().all(|f| f.run_id.as_deref() == Some("r1")), "{found:?}");
 
     // The last event of all, gone: a hole at the end of the numbering (SQLite remembers it).
-    let last = d.store.events("r2", 0).unwrap().pop().unwrap();
+    let last = d.store.events(&RunId::lookup("r2"), 0).unwrap().pop().unwrap();
     d.delete_event(last.seq);
     let facts = d.store.event_log_facts().unwrap();
     if k == Kind::Sqlite {
@@ -199,9 +206,9 @@ fn a_backup_is_the_same_registry_and_never_overwrites_a_file(k: Kind) {
     let bytes = d.store.backup_to(&dest).unwrap();
     assert_eq!(bytes, std::fs::metadata(&dest).unwrap().len());
     let copy = SqliteStore::open(&dest).unwrap();
-    assert_eq!(copy.run("r1").unwrap(), d.store.run("r1").unwrap());
-    assert_eq!(copy.events("r1", 0).unwrap(), d.store.events("r1", 0).unwrap());
-    assert_eq!(copy.artifacts("r1").unwrap(), d.store.artifacts("r1").unwrap());
+    assert_eq!(copy.run(&RunId::lookup("r1")).unwrap(), d.store.run(&RunId::lookup("r1")).unwrap());
+    assert_eq!(copy.events(&RunId::lookup("r1"), 0).unwrap(), d.store.events(&RunId::lookup("r1"), 0).unwrap());
+    assert_eq!(copy.artifacts(&RunId::lookup("r1")).unwrap(), d.store.artifacts(&RunId::lookup("r1")).unwrap());
     drop(copy);
     let before = std::fs::read(&dest).unwrap();
     let again = d.store.backup_to(&dest).unwrap_err();
