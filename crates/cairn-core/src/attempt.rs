@@ -40,6 +40,10 @@ pub enum AttemptEnd {
     Mismatch { why: String },
     /// The follower stopped (a cancel or a shutdown); the step goes on or is being stopped.
     Halted,
+    /// Its target could not be reached for longer than the follower waits: nothing is known of
+    /// the launch's end (it may still run there). Nothing is written; the run waits for the
+    /// target and follows the launch again (by its nonce) once it answers.
+    Unreachable { why: String },
 }
 
 /// The attempt that ended, and what its step allows.
@@ -80,6 +84,9 @@ pub enum AttemptWrite {
     /// Write nothing: a cancel has finalised the step, a shutdown leaves it RUNNING for the next
     /// daemon to resume.
     Nothing,
+    /// Write nothing and stop the run where it is: its target cannot be reached (`why`). The step
+    /// stays RUNNING, its launch recorded, for the run to follow again once the target answers.
+    AwaitTarget { why: String },
 }
 
 /// The decision, and whether the attempt ended with an outcome (it then counts against the
@@ -116,6 +123,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
     let mut resumable = false;
     let (outcome, result, error, log_tail, duration_us) = match end {
         AttemptEnd::Halted => return nothing,
+        AttemptEnd::Unreachable { why } => return Decision { write: AttemptWrite::AwaitTarget { why }, ended: None },
         AttemptEnd::Refused { error } => {
             let error = format!("step `{}`: {error}; it was not run", s.step_id);
             let run_error = error.clone();
@@ -271,6 +279,15 @@ mod tests {
         let adopted = AttemptState { adopted: true, ..halted };
         assert!(matches!(decide(&adopted, ran(Outcome::Completed)).write, AttemptWrite::Complete(_)));
         assert_eq!(decide(&adopted, ran(Outcome::TimedOut)).write, AttemptWrite::Nothing);
+    }
+
+    #[test]
+    fn an_unreachable_target_writes_nothing_and_holds_the_step_for_the_target_launched_or_adopted() {
+        for adopted in [false, true] {
+            let s = AttemptState { adopted, ..state(1, 0) };
+            let d = decide(&s, AttemptEnd::Unreachable { why: "cannot reach h".into() });
+            assert_eq!(d, Decision { write: AttemptWrite::AwaitTarget { why: "cannot reach h".into() }, ended: None });
+        }
     }
 
     #[test]

@@ -110,6 +110,15 @@ pub enum RunEvent {
     /// A pipeline's job failed; `restarted` when the controller tries it again (`retries:`).
     #[serde(rename = "pipeline.job_failed")]
     PipelineJobFailed { job: u64, rule: String, restarted: bool, offset: u64 },
+    /// The run began to wait for its environment (the registry could not be written, or its
+    /// target reached) at `since`; written as soon as the registry can be, so after a full disk
+    /// it comes with the `run.continued` that ends the wait.
+    #[serde(rename = "run.waiting")]
+    RunWaiting { code: String, reason: String, since: i64 },
+    /// The fault cleared and the run goes on by itself, after waiting `waited_ms` since `since`
+    /// (its steps left running are resumed as interrupted).
+    #[serde(rename = "run.continued")]
+    RunContinued { since: i64, waited_ms: i64, tries: u32 },
     /// The run reached a terminal status; nothing is written to it after this.
     #[serde(rename = "run.finished")]
     RunFinished { status: RunStatus, findings: usize, error: Option<String> },
@@ -153,6 +162,8 @@ impl RunEvent {
             RunEvent::PipelineJobStarted { .. } => "pipeline.job_started",
             RunEvent::PipelineJobFinished { .. } => "pipeline.job_finished",
             RunEvent::PipelineJobFailed { .. } => "pipeline.job_failed",
+            RunEvent::RunWaiting { .. } => "run.waiting",
+            RunEvent::RunContinued { .. } => "run.continued",
             RunEvent::RunFinished { .. } => "run.finished",
         }
     }
@@ -245,6 +256,8 @@ mod tests {
             RunEvent::StepStaleWriteRejected { token: "att_2".into() },
             RunEvent::StepReplayReused { source_run_id: "a".into(), origin_run_id: "b".into(), args_hash: "h".into() },
             RunEvent::StepCancelled { reason: "r".into() },
+            RunEvent::RunWaiting { code: "database".into(), reason: "disk is full".into(), since: 1 },
+            RunEvent::RunContinued { since: 1, waited_ms: 5, tries: 2 },
             RunEvent::PipelineJobStarted {
                 job: 3,
                 rule: "greet".into(),

@@ -35,4 +35,5 @@ pub mod time;
 pub mod timeline;
 pub mod validator;
 pub mod verification;
+pub mod waiting;
 pub mod workflow;

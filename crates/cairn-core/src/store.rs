@@ -586,6 +586,10 @@ pub trait Runs {
     /// Moves a non-terminal run to CANCELLED and its RUNNING steps to FAILED with their tokens
     /// cleared (so a late write by their attempts is rejected as stale), in one transaction.
     fn cancel_run(&self, run_id: &RunId, reason: &str, at: i64) -> Result<RunRecord, StoreError>;
+    /// Appends run-level events that change no state (a wait for the environment, its end) to an
+    /// open run's log, in one transaction, fenced by the run's lease like every write of it.
+    /// Returns false, writing nothing, when the run has finished meanwhile.
+    fn note_run(&self, run_id: &RunId, events: &[RunEvent], at: i64) -> Result<bool, StoreError>;
 }
 
 /// A run's steps, their attempts (each write fenced by its token) and the run's append-only event log.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use cairn_core::ids::RunId;
 use cairn_core::store::EventRecord;
+use cairn_core::waiting::Waiting;
 use tokio::sync::watch;
 
 use crate::{Engine, EngineError};
@@ -30,6 +31,11 @@ impl Commits {
     pub(crate) fn hook(&self) -> impl Fn() + Send + Sync + 'static {
         let tx = self.0.clone();
         move || tx.send_modify(|n| *n = n.wrapping_add(1))
+    }
+
+    /// Wakes followers for a change that is not a commit (a run began or ended a wait).
+    pub(crate) fn bump(&self) {
+        self.0.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn subscribe(&self) -> CommitWatch {
@@ -52,7 +58,18 @@ impl CommitWatch {
     }
 }
 
-/// One run's events as they are committed, in order, each once, ending after `run.finished`.
+/// What a run's follower is given next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Followed {
+    /// Events committed to the run's log, in order.
+    Events(Vec<EventRecord>),
+    /// The run began to wait for its environment (`Some`, also each time it is tried again in
+    /// vain), or its wait ended (`None`). Not in the log: the registry may be what failed.
+    Waiting(Option<Waiting>),
+}
+
+/// One run's events as they are committed, in order, each once, ending after `run.finished`;
+/// and its waits for its environment as they begin and end.
 pub struct RunFollower {
     engine: Arc<Engine>,
     run_id: RunId,
@@ -60,13 +77,16 @@ pub struct RunFollower {
     commits: CommitWatch,
     first: bool,
     ended: bool,
+    /// The wait this follower was last told of.
+    told: Option<Waiting>,
 }
 
 impl RunFollower {
-    /// The run's next events: at once what exists after the last ones given, else after the next
-    /// commit that wrote some. `Ok(None)` once the run's last event has been given (or the run
-    /// had finished with nothing after the starting point).
-    pub async fn next(&mut self) -> Result<Option<Vec<EventRecord>>, EngineError> {
+    /// What follows: at once the events that exist after the last ones given, else what the next
+    /// commit (or change of the run's wait) brings. A registry that cannot be read is told as a
+    /// wait, and read again, never the follower's end. `Ok(None)` once the run's last event has
+    /// been given (or the run had finished with nothing after the starting point).
+    pub async fn next(&mut self) -> Result<Option<Followed>, EngineError> {
         loop {
             if self.ended {
                 return Ok(None);
@@ -75,9 +95,31 @@ impl RunFollower {
                 self.commits.next().await;
             }
             let (engine, run_id, after) = (self.engine.clone(), self.run_id.clone(), self.after);
-            let batch = tokio::task::spawn_blocking(move || engine.event_batch(&run_id, after))
+            let read = tokio::task::spawn_blocking(move || engine.event_batch(&run_id, after))
                 .await
-                .map_err(|e| EngineError::Internal { message: format!("following the run failed: {e}") })??;
+                .map_err(|e| EngineError::Internal { message: format!("following the run failed: {e}") })?;
+            let batch = match read {
+                Ok(batch) => batch,
+                Err(e) if crate::is_environment_fault(&e) => {
+                    // The run's daemon may hold no wait (it wrote nothing meanwhile): this read's
+                    // failure is the follower's.
+                    let now = self.engine.now_ms();
+                    let waiting = self.engine.waiting(&self.run_id).or_else(|| {
+                        let kept = self.told.clone();
+                        Some(kept.unwrap_or_else(|| Waiting::began(e.code().as_str(), &e.to_string(), now)))
+                    });
+                    if let Some(told) = self.tell(waiting) {
+                        return Ok(Some(told));
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(told) = self.tell(self.engine.waiting(&self.run_id)) {
+                // The events, if any, come on the next call, at once.
+                self.first = true;
+                return Ok(Some(told));
+            }
             let mut events = batch.events;
             if let Some(end) = events.iter().position(|e| e.event.ends_run()) {
                 events.truncate(end + 1);
@@ -88,8 +130,17 @@ impl RunFollower {
                 continue;
             };
             self.after = last.seq;
-            return Ok(Some(events));
+            return Ok(Some(Followed::Events(events)));
         }
+    }
+
+    /// The change of the run's wait to tell, if it changed since last told.
+    fn tell(&mut self, now: Option<Waiting>) -> Option<Followed> {
+        if now == self.told {
+            return None;
+        }
+        self.told = now.clone();
+        Some(Followed::Waiting(now))
     }
 
     /// The sequence number of the last event given.
@@ -110,6 +161,14 @@ impl Engine {
     pub fn follow_run(self: &Arc<Engine>, run_id: &RunId, after: i64) -> Result<RunFollower, EngineError> {
         let commits = self.commits();
         self.run_record(run_id)?;
-        Ok(RunFollower { engine: self.clone(), run_id: run_id.clone(), after, commits, first: true, ended: false })
+        Ok(RunFollower {
+            engine: self.clone(),
+            run_id: run_id.clone(),
+            after,
+            commits,
+            first: true,
+            ended: false,
+            told: None,
+        })
     }
 }

@@ -501,6 +501,7 @@ fn followed(f: Followed, controller: bool) -> AttemptEnd {
         Followed::Lost(why) => AttemptEnd::Lost { why },
         Followed::Mismatch(why) => AttemptEnd::Mismatch { why },
         Followed::Halted => AttemptEnd::Halted,
+        Followed::Unreachable(why) => AttemptEnd::Unreachable { why },
     }
 }
 

@@ -37,6 +37,7 @@ pub mod session;
 mod stop;
 pub mod target;
 pub mod verify;
+mod waiting;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -52,13 +53,14 @@ pub use error::{
     EngineError, ErrorCode, ErrorKind, JOB_TIMEOUT_MAX_SECS, JOB_WAIT_MAX_SECS, LIST_LIMIT_MAX, LOG_LINES_MAX,
 };
 pub use export::{ExportOut, ExportRequest, ExportResult, ExportSubject};
-pub use follow::{CommitWatch, OTHER_WRITERS_EVERY, RunFollower};
+pub use follow::{CommitWatch, Followed, OTHER_WRITERS_EVERY, RunFollower};
 pub use read_artifact::{ARTIFACT_SLICE_MAX, ArtifactSlice, ReadArtifact};
 pub use runs::{
     EventBatch, JobFilter, LeaseView, RunListing, RunView, StepDetail, StepExplanation, StepJobs, StepLog, StepView,
 };
 pub use service::{DEFAULT_LEASE, Service, ServiceConfig, SubmitRun, Submitted};
 pub use stop::{StopHook, StopKind, StopSignal};
+pub use waiting::is_environment_fault;
 
 use cairn_core::store::RunStore;
 
@@ -103,6 +105,8 @@ pub struct Engine {
     verifying: std::sync::Mutex<std::collections::HashMap<String, StopSignal>>,
     /// Bumped after each committed write: what followers wait on.
     commits: follow::Commits,
+    /// Runs this process's daemon holds waiting for their environment.
+    waits: waiting::Waits,
 }
 
 /// How an [`Engine`] is opened: the state root and what is injected (a clock and ids for
@@ -194,6 +198,7 @@ impl EngineBuilder {
             daemon: std::sync::OnceLock::new(),
             verifying: Default::default(),
             commits,
+            waits: Default::default(),
         })
     }
 }

@@ -72,7 +72,17 @@ pub(crate) enum Followed {
     Mismatch(String),
     /// The caller stopped following (cancel or shutdown); the step goes on or is being stopped.
     Halted,
+    /// The target has not answered for [`UNREACHABLE_AFTER`]: the launch's end is unknown.
+    Unreachable(String),
 }
+
+/// How long a target may fail every connection before the run waits for it (shown, tried again
+/// by the daemon on its backoff) instead of this follower retrying unseen.
+const UNREACHABLE_AFTER: Duration = Duration::from_secs(30);
+
+/// A call to the agent that lasted this long was connected (ssh gives up connecting after 10 s
+/// and notices a dead connection within about 15): the target answered.
+const CONNECTED_FOR: Duration = Duration::from_secs(20);
 
 impl Engine {
     /// The agent for a target by name (`local` runs it on this machine).
@@ -225,6 +235,10 @@ impl Engine {
         let give_up = Instant::now() + cmd.timeout + cmd.grace + RECONNECT_WINDOW;
         let mut delay = Duration::from_millis(250);
         let request = wait_request(attempt_dir, nonce);
+        // Since when every call has failed; a call that lasted (it was connected, following the
+        // step) starts the count again.
+        let mut failing_since = Instant::now();
+        let mut asked = Instant::now();
         loop {
             let why = match end {
                 Ok(StepEnd::Ended(exit)) => {
@@ -252,6 +266,16 @@ impl Engine {
             if halted() {
                 return Followed::Halted;
             }
+            if asked.elapsed() > CONNECTED_FOR {
+                failing_since = asked;
+            }
+            if failing_since.elapsed() > UNREACHABLE_AFTER {
+                return Followed::Unreachable(format!(
+                    "cannot reach the target for {} s ({why}); the step may still be running in {attempt_dir}, \
+                     and is followed again once the target answers",
+                    failing_since.elapsed().as_secs()
+                ));
+            }
             if Instant::now() > give_up {
                 return Followed::Lost(format!(
                     "lost contact with the target for too long ({why}); the step may still be running in {attempt_dir}"
@@ -259,6 +283,7 @@ impl Engine {
             }
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_secs(10));
+            asked = Instant::now();
             end = agent.wait_step(request.clone(), halted);
         }
     }

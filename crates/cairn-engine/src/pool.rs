@@ -31,6 +31,15 @@ impl Work {
     }
 }
 
+/// How an execution of a run here ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Finished, stopped or taken over: released.
+    Done,
+    /// Held by a fault of its environment: kept, to be tried again.
+    Waiting,
+}
+
 pub(crate) struct Pool {
     engine: Arc<Engine>,
     queue: Mutex<VecDeque<(RunId, Work)>>,
@@ -116,16 +125,38 @@ impl Pool {
                 }
             };
             let (run_id, work) = next;
-            if work.stop().and_then(StopSignal::requested).is_none() {
-                self.execute(&run_id, work);
+            let ended = match work.stop().and_then(StopSignal::requested) {
+                None => self.execute(&run_id, work),
+                Some(_) => Ended::Done,
+            };
+            if ended == Ended::Done {
+                self.release(&run_id);
             }
-            // Finished, stopped or taken over: this daemon writes it no more.
-            self.engine.store.drop_lease(&run_id);
-            lock(&self.active).remove(&run_id);
         }
     }
 
-    fn execute(&self, run_id: &RunId, work: Work) {
+    /// A run queued or executing here no longer is: finished, stopped or taken over, this daemon
+    /// writes it no more.
+    pub(crate) fn release(&self, run_id: &RunId) {
+        self.engine.forget_waiting(run_id);
+        self.engine.store.drop_lease(run_id);
+        lock(&self.active).remove(run_id);
+    }
+
+    /// Queues again a run that waited here for its environment (it stays active meanwhile, so no
+    /// one else queues it), with the work that continues it.
+    pub(crate) fn requeue(&self, run_id: &RunId, work: Work) {
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(stop) = work.stop() {
+            lock(&self.active).insert(run_id.clone(), stop.clone());
+        }
+        lock(&self.queue).push_back((run_id.clone(), work));
+        self.wake.notify_one();
+    }
+
+    fn execute(&self, run_id: &RunId, work: Work) -> Ended {
         let started = Instant::now();
         let outcome = match work {
             Work::Run { wf, req } => self.engine.run_loaded(&wf, &req, &mut NoProgress).map(|r| r.run.status),
@@ -144,8 +175,15 @@ impl Pool {
                     "run {run_id}: its lease was taken over by {holder}; a write was refused and it is no longer driven here"
                 )
             }
+            // The registry's disk or database, or the run's target, failed: the run stays here,
+            // waiting, and the heartbeat tries it again once its backoff is over.
+            Err(e) if crate::is_environment_fault(&e) => {
+                self.engine.hold_waiting(run_id, &e);
+                return Ended::Waiting;
+            }
             Err(e) => tracing::warn!("run {run_id} could not go on: {e}"),
         }
+        Ended::Done
     }
 
     /// Stops taking work and asks every run here to stop without writing; returns their ids.

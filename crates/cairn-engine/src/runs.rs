@@ -30,6 +30,8 @@ pub struct RunView {
     pub approval: Option<cairn_core::plan::Approval>,
     /// Which daemon drives it, while it is open and leased.
     pub lease: Option<LeaseView>,
+    /// While its daemon holds it waiting for its environment: why, since when, the next try.
+    pub waiting: Option<cairn_core::waiting::Waiting>,
 }
 
 /// An open run's lease: which daemon drives it, on which host, until when; or, its lease expired
@@ -126,6 +128,8 @@ pub struct StepDetail {
 pub struct RunListing {
     pub run: RunRecord,
     pub target: String,
+    /// While its daemon holds it waiting for its environment.
+    pub waiting: Option<cairn_core::waiting::Waiting>,
 }
 
 /// The events of a run after a sequence number, and whether the run had finished before they
@@ -229,7 +233,8 @@ impl Engine {
         let target = self.target_name_of_run(run_id)?;
         let lineage = self.lineage_of(&run)?;
         let approval = self.store.approval_of_run(run_id)?;
-        Ok(RunView { run, steps, target, lineage, approval, lease })
+        let waiting = self.waiting(run_id);
+        Ok(RunView { run, steps, target, lineage, approval, lease, waiting })
     }
 
     /// The run's jobs of one step, read from a run's events (each run's read once).
@@ -283,7 +288,13 @@ impl Engine {
         self.store
             .runs(query)?
             .into_iter()
-            .map(|run| Ok(RunListing { target: self.target_name_of_run(&run.run_id)?, run }))
+            .map(|run| {
+                Ok(RunListing {
+                    target: self.target_name_of_run(&run.run_id)?,
+                    waiting: self.waiting(&run.run_id),
+                    run,
+                })
+            })
             .collect()
     }
 

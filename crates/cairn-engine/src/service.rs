@@ -440,7 +440,7 @@ impl Service {
         let seen = leased.lease.as_ref().map_or(0, |l| l.epoch);
         // The work first (it only reads): a run this daemon cannot drive (its workflow's files
         // are not here) is left unleased for one that can, not leased and then never driven.
-        let work = self.recovery_work(run)?;
+        let work = self.recovery_work(run, StopSignal::new())?;
         let lease = self.engine.store.take_lease(&run.run_id, &self.me, seen, run.revision, until, now)?;
         if self.pool.submit(&run.run_id, work) {
             let was = match &leased.lease {
@@ -450,6 +450,43 @@ impl Service {
             tracing::info!("taking run {} over (lease epoch {}; {was} is gone)", run.run_id, lease.epoch);
         }
         Ok(())
+    }
+
+    /// Tries again each run waiting here for its environment whose backoff is over: once the
+    /// registry can be read and written (its `run.continued` is), the run continues as recovered
+    /// (its steps left running resumed as interrupted); otherwise it waits longer. A run stopped
+    /// or finished meanwhile (cancelled, taken over) is released.
+    fn retry_waiting(&self) {
+        for run_id in self.engine.waits_due() {
+            let Some(stop) = self.pool.stop_signal(&run_id) else {
+                self.engine.forget_waiting(&run_id);
+                continue;
+            };
+            if stop.requested().is_some() {
+                self.pool.release(&run_id);
+                continue;
+            }
+            match self.continue_waiting(&run_id, stop) {
+                Ok(Some(work)) => self.pool.requeue(&run_id, work),
+                Ok(None) => self.pool.release(&run_id),
+                Err(e) if crate::is_environment_fault(&e) => self.engine.wait_longer(&run_id, &e),
+                Err(e) => {
+                    tracing::warn!("run {run_id} could not go on after waiting: {e}");
+                    self.pool.release(&run_id);
+                }
+            }
+        }
+    }
+
+    /// The work that continues a waiting run, once its wait is ended in the registry; `None` when
+    /// it finished meanwhile.
+    fn continue_waiting(&self, run_id: &RunId, stop: StopSignal) -> Result<Option<Work>, EngineError> {
+        let Some(run) = self.engine.store.run(run_id)? else { return Ok(None) };
+        if run.status.is_terminal() {
+            return Ok(None);
+        }
+        let work = self.recovery_work(&run, stop)?;
+        Ok(self.engine.continue_after_wait(run_id)?.then_some(work))
     }
 
     fn lease_ms(&self) -> i64 {
@@ -500,7 +537,7 @@ impl Service {
 
     /// What continues a run taken over from a dead owner: the same request with the recovery
     /// context (`resume_interrupted`), owned by this daemon now.
-    fn recovery_work(&self, run: &RunRecord) -> Result<Work, EngineError> {
+    fn recovery_work(&self, run: &RunRecord, stop: StopSignal) -> Result<Work, EngineError> {
         if run.source_run_id.is_some() {
             let req = self.engine.replay_request_of(run).ok_or_else(|| {
                 EngineError::internal(format!("replay child `{}` does not record what it replays", run.run_id))
@@ -511,12 +548,16 @@ impl Service {
                     // As submitted: a recovered run keeps its parallelism.
                     parallelism: run.parallelism.max(1) as usize,
                     owner: Some(self.owner),
-                    stop: Some(StopSignal::new()),
+                    stop: Some(stop),
                     ..req
                 },
             });
         }
-        Ok(self.continue_run(run, self.engine.workflow_of_run(run)?, true))
+        let mut work = self.continue_run(run, self.engine.workflow_of_run(run)?, true);
+        if let Work::Run { req, .. } = &mut work {
+            req.stop = Some(stop);
+        }
+        Ok(work)
     }
 
     /// The work that executes a created run (not a replay) as it is recorded, owned by this
@@ -584,5 +625,6 @@ fn heartbeat(service: std::sync::Weak<Service>, closing: Arc<AtomicBool>) {
             service.renew();
         }
         service.take_over_gone(false);
+        service.retry_waiting();
     }
 }

@@ -943,6 +943,20 @@ impl<B: Backend> Runs for Registry<B> {
             load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))
         })
     }
+
+    fn note_run(&self, run_id: &RunId, events: &[RunEvent], at: i64) -> Result<bool, StoreError> {
+        self.write(|tx| {
+            tx.lock_run(run_id, false)?;
+            let run = load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))?;
+            if run.status.is_terminal() {
+                return Ok(false);
+            }
+            for event in events {
+                insert_event(tx, run_id, None, None, at, event)?;
+            }
+            Ok(true)
+        })
+    }
 }
 
 impl<B: Backend> Attempts for Registry<B> {

@@ -44,6 +44,31 @@ const STATEMENT_CACHE: usize = 128;
 pub struct Sqlite {
     conn: Mutex<Connection>,
     reader: Mutex<Connection>,
+    /// The database file, whose disk a failed write looks at.
+    path: std::path::PathBuf,
+}
+
+/// Below this many bytes free, a failed write says its disk is full: SQLite often reports a full
+/// disk as `disk I/O error` (a failed append to its write-ahead log), which names nothing.
+const NEARLY_FULL: u64 = 1 << 20;
+
+/// `e`, naming the full disk under `path` when that is what is likely behind it.
+fn on_disk(path: &Path, e: StoreError) -> StoreError {
+    let StoreError::Database(message) = e else { return e };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match nix::sys::statvfs::statvfs(dir) {
+        Ok(fs) => {
+            let free = fs.blocks_available().saturating_mul(fs.fragment_size());
+            if free < NEARLY_FULL {
+                return StoreError::Database(format!(
+                    "{message}: the disk holding {} is full ({free} bytes free); free space there",
+                    dir.display()
+                ));
+            }
+            StoreError::Database(message)
+        }
+        Err(_) => StoreError::Database(message),
+    }
 }
 
 fn db(e: rusqlite::Error) -> StoreError {
@@ -53,6 +78,10 @@ fn db(e: rusqlite::Error) -> StoreError {
 impl Sqlite {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Sqlite, StoreError> {
+        Sqlite::open_at(path).map_err(|e| on_disk(path, e))
+    }
+
+    fn open_at(path: &Path) -> Result<Sqlite, StoreError> {
         let mut conn =
             Connection::open(path).map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db)?;
@@ -65,7 +94,7 @@ impl Sqlite {
                 .map_err(|e| StoreError::Database(format!("cannot open {} to read: {e}", path.display())))?;
         reader.busy_timeout(Duration::from_secs(10)).map_err(db)?;
         reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        Ok(Sqlite { conn: Mutex::new(conn), reader: Mutex::new(reader) })
+        Ok(Sqlite { conn: Mutex::new(conn), reader: Mutex::new(reader), path: path.to_path_buf() })
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -112,7 +141,7 @@ impl Backend for Sqlite {
         if relaxed {
             conn.prepare_cached("PRAGMA synchronous = FULL").and_then(|mut s| s.execute([])).map_err(db)?;
         }
-        out
+        out.map_err(|e| on_disk(&self.path, e))
     }
 
     fn read<T>(
@@ -124,7 +153,7 @@ impl Backend for Sqlite {
             Reader::Main => self.conn(),
             Reader::Follower => self.reader.lock().unwrap_or_else(|p| p.into_inner()),
         };
-        f(&mut SqliteTx { conn: &conn })
+        f(&mut SqliteTx { conn: &conn }).map_err(|e| on_disk(&self.path, e))
     }
 
     fn integrity(&self) -> Result<Integrity, StoreError> {

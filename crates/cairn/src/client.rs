@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::presence::{self, StartOptions};
-use crate::wire::Event;
+use crate::wire::Followed;
 use crate::{Failure, auth};
 
 /// An auto-started daemon exits after this long with nothing to do; `cairn daemon start` starts
@@ -142,7 +142,7 @@ impl Client {
 
     /// Streams a run's events (Server-Sent Events) on a thread: each event arrives on the
     /// returned channel; the channel closes after the run's last event or when the stream ends.
-    pub fn follow(&self, run_id: &str, after: i64) -> Result<mpsc::Receiver<Event>, Failure> {
+    pub fn follow(&self, run_id: &str, after: i64) -> Result<mpsc::Receiver<Followed>, Failure> {
         let resp = self
             .agent
             .get(format!("{}/runs/{run_id}/events?follow=true&after={after}", self.base))
@@ -161,9 +161,9 @@ impl Client {
             .spawn(move || {
                 for line in reader.lines() {
                     let Ok(line) = line else { break };
-                    let Some(event) = Event::of_sse_line(&line) else { continue };
-                    let done = event.event().is_some_and(|e| e.ends_run());
-                    if tx.send(event).is_err() || done {
+                    let Some(item) = Followed::of_sse_line(&line) else { continue };
+                    let done = matches!(&item, Followed::Event(e) if e.event().is_some_and(|e| e.ends_run()));
+                    if tx.send(item).is_err() || done {
                         break;
                     }
                 }

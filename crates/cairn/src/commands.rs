@@ -31,6 +31,52 @@ pub fn open_engine(home: Option<PathBuf>) -> Result<Engine, Failure> {
     Ok(Engine::open(&state_root(home)?)?)
 }
 
+/// `cairn runs`: the registry's list, with the waits the daemon holds its open runs in.
+fn runs_command(root: &Path, limit: usize, json: bool) -> Result<u8, Failure> {
+    let mut list = wire::RunList::from_listings(&Engine::open(root)?.list_runs(&RunQuery::newest(limit))?);
+    if list.runs.iter().any(|r| r.finished_at.is_none()) {
+        let waits: std::collections::BTreeMap<String, wire::RunWaiting> =
+            daemon_waits(root, &format!("/runs?limit={limit}"), |l: wire::RunList| {
+                l.runs.into_iter().filter_map(|r| Some((r.run_id, r.waiting?))).collect()
+            });
+        for r in &mut list.runs {
+            r.waiting = waits.get(&r.run_id).cloned();
+        }
+    }
+    print_either(json, &list, output::print_runs)
+}
+
+/// `cairn show RUN`: the run from the registry, with the wait its daemon holds it in.
+fn show_command(root: &Path, run_id: &RunId, json: bool) -> Result<u8, Failure> {
+    let view = Engine::open(root)?.show_run(run_id)?;
+    let mut answer = output::RunAnswer::of_view(&view);
+    if !view.run.status.is_terminal() {
+        let path = format!("/runs/{}", wire::seg(run_id));
+        answer.run.waiting = daemon_waits(root, &path, |r: wire::RunResult| r.waiting);
+    }
+    if json {
+        print_wire(&answer.run);
+    } else {
+        output::print_run(&answer, true);
+        output::print_lineage(&view);
+    }
+    Ok(0)
+}
+
+/// What the daemon of `root` says of its open runs' waits for their environment, read from its
+/// answer to `path`: only the daemon holding a run knows it waits (a full disk may be what keeps
+/// the wait out of the registry). Nothing when no daemon runs or it does not answer.
+fn daemon_waits<T: serde::de::DeserializeOwned, W>(root: &Path, path: &str, waits: impl FnOnce(T) -> W) -> W
+where
+    W: Default,
+{
+    Client::if_running(root)
+        .and_then(|client| client.get(path).ok())
+        .and_then(|answer| answer.decode::<T>(200, path).ok())
+        .map(waits)
+        .unwrap_or_default()
+}
+
 pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Quickstart { json } => quickstart::run(&state_root(cli.home)?, json),
@@ -42,29 +88,12 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             print_either(json, &explained, output::print_explain)
         }
         Command::Verify { request, json } => crate::verify::run(&open_engine(cli.home)?, request, json),
-        Command::Runs { limit, json } => {
-            let runs = open_engine(cli.home)?.list_runs(&RunQuery::newest(limit))?;
-            if json {
-                print_wire(&wire::RunList::from_listings(&runs));
-            } else {
-                output::print_runs(&runs);
-            }
-            Ok(0)
-        }
+        Command::Runs { limit, json } => runs_command(&state_root(cli.home)?, limit, json),
         Command::Show { run_id, timeline: true, json } => {
             let t = wire::RunTimeline::from_engine(&run_id, &open_engine(cli.home)?.timeline(&run_id)?);
             print_either(json, &t, output::print_timeline)
         }
-        Command::Show { run_id, json, .. } => {
-            let view = open_engine(cli.home)?.show_run(&run_id)?;
-            if json {
-                print_wire(&wire::RunResult::from_view(&view));
-            } else {
-                output::print_run(&output::RunAnswer::of_view(&view), true);
-                output::print_lineage(&view);
-            }
-            Ok(0)
-        }
+        Command::Show { run_id, json, .. } => show_command(&state_root(cli.home)?, &run_id, json),
         Command::Result { run_id, step_id, json } => {
             let detail = wire::StepDetail::from_engine(&open_engine(cli.home)?.show_step(&run_id, &step_id)?);
             print_either(json, &detail, output::print_step_result)
@@ -560,14 +589,28 @@ fn observer(json: bool) -> Box<dyn Observer> {
 }
 
 /// `cairn events RUN --follow`: every event so far, then new ones as they come, until the run
-/// finishes (one JSON object per line with --json). Ctrl-C stops following.
+/// finishes (one JSON object per line with --json), and each change of its wait for its
+/// environment. Ctrl-C stops following.
 fn follow_events(root: &Path, run_id: &str, json: bool) -> Result<u8, Failure> {
     let client = Client::connect(root)?;
     let events = client.follow(run_id, 0)?;
-    for event in events {
+    for item in events {
         if json {
-            println!("{}", serde_json::to_string(&event).unwrap_or_default());
-        } else {
+            // A wait's notice is a line too: `{"notice": "waiting", "waiting": {…} | null}`.
+            println!("{}", serde_json::to_string(&item).unwrap_or_default());
+            continue;
+        }
+        let event = match item {
+            wire::Followed::Event(event) => event,
+            wire::Followed::Waiting(notice) => {
+                match &notice.waiting {
+                    Some(w) => println!("     -  waiting for its environment\n{}", output::waiting_line(w)),
+                    None => println!("     -  its environment is back; it goes on"),
+                }
+                continue;
+            }
+        };
+        {
             let step = event.step_id.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
             let attempt = event.attempt.map(|a| format!(" attempt {a}")).unwrap_or_default();
             println!("{:>6}  {}  {}{step}{attempt}  {}", event.seq, event.at, event.kind, event.data);

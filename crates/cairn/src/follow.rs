@@ -20,7 +20,7 @@ use crate::Failure;
 use crate::client::{Client, failure_of};
 use crate::output::{PipelineSection, RunAnswer};
 use crate::progress::TerminalProgress;
-use crate::wire::{Event, PipelineJobs, RunResult, SubmitRun};
+use crate::wire::{Event, Followed, PipelineJobs, RunResult, SubmitRun};
 
 /// Submits a run to `POST /runs`, follows it until it finishes, and returns the daemon's answer.
 pub fn submit_and_follow(root: &Path, run: &SubmitRun, json: bool) -> Result<RunAnswer, Failure> {
@@ -92,7 +92,14 @@ pub fn follow(client: &Client, run_id: &RunId, total: usize, json: bool) -> Resu
     obs.run_started(run_id, total);
     loop {
         match events.recv_timeout(Duration::from_millis(100)) {
-            Ok(event) => show(obs.as_mut(), &event),
+            Ok(Followed::Event(event)) => show(obs.as_mut(), &event),
+            // Said on stderr whatever the output: a follower is told, not left hanging.
+            Ok(Followed::Waiting(notice)) => match &notice.waiting {
+                Some(w) => {
+                    eprintln!("run {run_id} is waiting for its environment:\n{}", crate::output::waiting_line(w))
+                }
+                None => eprintln!("run {run_id}: its environment is back; it goes on"),
+            },
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {}
         }

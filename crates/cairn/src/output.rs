@@ -7,9 +7,9 @@ use std::time::Duration;
 use cairn_core::canonical::short_hash;
 use cairn_core::replay::Decision;
 use cairn_core::store::EventRecord;
+use cairn_engine::RunView;
 use cairn_engine::registry::LoadedWorkflow;
 use cairn_engine::replay::PreparedReplay;
-use cairn_engine::{RunListing, RunView};
 use serde_json::Value;
 
 use crate::wire;
@@ -107,6 +107,9 @@ pub fn print_run(answer: &RunAnswer, detail: bool) {
         "READY" => println!("READY: every validator rule holds"),
         status => println!("{status}"),
     }
+    if let Some(w) = &run.waiting {
+        println!("{}", waiting_line(w));
+    }
     if let Some(e) = &run.error {
         println!("  error: {e}");
     }
@@ -114,6 +117,14 @@ pub fn print_run(answer: &RunAnswer, detail: bool) {
         println!("  created {}  finished {}", run.created_at, run.finished_at.as_deref().unwrap_or("-"));
         println!("  run dir {}", run.run_dir);
     }
+}
+
+/// What a run waiting for its environment shows: why, since when, and that it goes on by itself.
+pub fn waiting_line(w: &wire::RunWaiting) -> String {
+    format!(
+        "  waiting since {} ({}): {}\n  it continues by itself once this clears; tried {} time(s), next at {}",
+        w.since, w.code, w.reason, w.tries, w.next_try_at
+    )
 }
 
 fn print_step(answer: &RunAnswer, s: &wire::StepResult, detail: bool) {
@@ -339,19 +350,21 @@ pub fn print_trace(file: &std::path::Path, t: &wire::TraceResult) {
     }
 }
 
-pub fn print_runs(runs: &[RunListing]) {
-    if runs.is_empty() {
+pub fn print_runs(list: &wire::RunList) {
+    if list.runs.is_empty() {
         eprintln!("no runs yet; start one with `cairn run NAME --input FILE`");
         return;
     }
     println!("{:<40} {:<10} {:<32} {:<24}", "RUN", "STATUS", "WORKFLOW", "CREATED");
-    for RunListing { run: r, .. } in runs {
+    for r in &list.runs {
+        let waiting =
+            r.waiting.as_ref().map(|w| format!("  waiting since {} ({})", w.since, w.code)).unwrap_or_default();
         println!(
-            "{:<40} {:<10} {:<32} {:<24}",
+            "{:<40} {:<10} {:<32} {:<24}{waiting}",
             r.run_id,
-            r.status.as_str(),
+            r.status,
             format!("{}@{}", r.workflow, r.version),
-            time(r.created_at)
+            r.created_at
         );
     }
 }

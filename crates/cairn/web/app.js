@@ -263,7 +263,8 @@ async function runsPage() {
       && (!runFilters.workflow || r.workflow === runFilters.workflow));
     tbody.replaceChildren(...shown.map((r) => h('tr', { 'data-run-id': r.run_id },
       h('td', { 'data-col': 'run' }, h('a', { href: `#/runs/${encodeURIComponent(r.run_id)}` }, r.run_id)),
-      h('td', { 'data-col': 'status' }, badge(r.status)),
+      h('td', { 'data-col': 'status' }, badge(r.status),
+        r.waiting ? h('div', { class: 'small', 'data-col': 'waiting', title: r.waiting.reason }, `waiting since ${time(r.waiting.since)} (${r.waiting.code})`) : null),
       h('td', { 'data-col': 'workflow' }, `${r.workflow}@${r.version}`),
       h('td', { 'data-col': 'target' }, r.target || 'local'),
       h('td', { 'data-col': 'started' }, time(r.created_at)),
@@ -388,6 +389,9 @@ async function runPage(runId) {
       h('dt', {}, 'Duration'), h('dd', {}, ms(span(r.created_at, r.finished_at))),
       ...(r.thread_id ? [h('dt', {}, 'Thread'), h('dd', {}, r.thread_id)] : []),
       ...(r.lease ? [h('dt', {}, 'Driven by'), h('dd', { id: 'run-lease' }, leaseText(r.lease))] : []),
+      ...(r.waiting ? [h('dt', {}, 'Waiting'), h('dd', { id: 'run-waiting', class: 'wrap' },
+        `since ${time(r.waiting.since)} for its environment (${r.waiting.code}): ${r.waiting.reason}. `
+        + `It continues by itself once this clears; tried ${r.waiting.tries} time(s), next at ${time(r.waiting.next_try_at)}.`)] : []),
       ...(r.approval ? [h('dt', {}, 'Approved'), h('dd', {}, `${r.approval.channel}, ${time(r.approval.at)}`)] : []),
       ...(r.error ? [h('dt', {}, 'Error'), h('dd', {}, r.error)] : []));
     const byStep = Object.fromEntries(r.steps.map((s) => [s.step_id, s]));
@@ -482,7 +486,16 @@ async function runPage(runId) {
   const after = events.length ? events[events.length - 1].seq : 0;
   try {
     await stream(`/runs/${enc}/events?follow=true&after=${after}`, (ev) => {
-      events.push(JSON.parse(ev.data));
+      // A change of the run's wait for its environment is no event of its log: the run is read
+      // again (it carries the wait), and the live note says it.
+      if (ev.event === 'waiting') {
+        const w = JSON.parse(ev.data).waiting;
+        liveNote.textContent = w
+          ? `Waiting since ${time(w.since)} for its environment (${w.code}): ${w.reason}. It continues by itself once this clears.`
+          : 'Live: its environment is back; the run goes on.';
+      } else {
+        events.push(JSON.parse(ev.data));
+      }
       refresh();
     }, life.signal);
   } catch (e) {

@@ -152,6 +152,13 @@ impl Engine {
                     continue;
                 }
                 AttemptWrite::Nothing => return Ok(None),
+                // The run stops here and waits for its target (the daemon tries it again).
+                AttemptWrite::AwaitTarget { why } => {
+                    return Err(EngineError::TargetUnreachable {
+                        target: run.placement.name().to_string(),
+                        message: why,
+                    });
+                }
             };
             return match written {
                 Ok(v) => Ok(v),

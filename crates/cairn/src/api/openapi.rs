@@ -37,7 +37,7 @@ pub(super) async fn openapi_json() -> Response {
     components(schemas(ErrorBody, ErrorDetail, wire::SpareKernel, http::Health, wire::DaemonsBody, wire::DaemonBody, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
         wire::RunList, wire::EventList, wire::StepLog, wire::RunTimeline, wire::TimelineAttempt, wire::Explanation, wire::PipelineJobs, wire::StepDetail, wire::ArtifactList,
         wire::TraceResult, wire::ExportResult, wire::ArtifactSlice, wire::WorkflowList, wire::WorkflowDetail, wire::AddWorkflow, wire::WorkflowAdded, wire::WorkflowProblem,
-        wire::SubmitJob, wire::Job, wire::JobList, wire::Interrupted, wire::Restarted, runs::SseEventSchema,
+        wire::SubmitJob, wire::Job, wire::JobList, wire::Interrupted, wire::Restarted, runs::SseEventSchema, wire::WaitingNotice,
         runs::SseRunsSchema, wire::PlanRun, wire::ExecutePlan, wire::requests::ApprovedVia, wire::PlanSummary, wire::PlanList, wire::AddTarget,
         wire::Verify, wire::VerificationRecord, wire::VerifyResult, web::UiLogin,
         wire::SaveDoc, wire::Doc, wire::DocSaved, wire::DocList, wire::DocSummary, wire::DocSearchResult, wire::DocHit,

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use cairn_core::ids::RunId;
 use cairn_core::status::RunStatus;
 use cairn_core::store::RunQuery;
-use cairn_engine::{CommitWatch, Engine, EngineError, RunFollower, Submitted};
+use cairn_engine::{CommitWatch, Engine, EngineError, Followed, RunFollower, Submitted};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
@@ -20,7 +20,7 @@ use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
 use crate::wire::{
     ArtifactList, ArtifactSlice, Event, EventList, Explanation, PipelineJobs, RunList, RunResult, RunTimeline,
-    StepDetail, StepLog, SubmitRun, TraceResult,
+    StepDetail, StepLog, SubmitRun, TraceResult, WaitingNotice,
 };
 
 /// An accepted run as an answer: 200 when it had finished already, else 202 with where to find it.
@@ -257,9 +257,10 @@ pub(super) async fn run_events(
 pub struct SseEventSchema {
     /// The event's sequence number.
     pub id: String,
-    /// Its kind (`run.created`, `step.started`, …, `run.finished`).
+    /// Its kind (`run.created`, `step.started`, …, `run.finished`); or `waiting`, a change of the
+    /// run's wait for its environment (no `id`; `data` is a `WaitingNotice`).
     pub event: String,
-    /// The event as JSON (the `Event` schema).
+    /// The event as JSON (the `Event` schema), or the `WaitingNotice`.
     #[schema(content_media_type = "application/json")]
     pub data: String,
 }
@@ -277,7 +278,17 @@ async fn follow_events(
             _ = closing.changed() => return,
             _ = tx.closed() => return,
         };
-        let Ok(Some(batch)) = batch else { return };
+        let batch = match batch {
+            Ok(Some(Followed::Events(batch))) => batch,
+            Ok(Some(Followed::Waiting(waiting))) => {
+                let data = serde_json::to_string(&WaitingNotice::of(waiting.as_ref())).unwrap_or_default();
+                if tx.send(SseEvent::default().event("waiting").data(data)).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Ok(None) | Err(_) => return,
+        };
         for e in &batch {
             let data = serde_json::to_string(&Event::from_record(e)).unwrap_or_default();
             let event = SseEvent::default().id(e.seq.to_string()).event(e.event.kind()).data(data);

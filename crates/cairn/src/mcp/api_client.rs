@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use cairn_engine::EngineError;
 
-use crate::wire::Event;
+use crate::wire::Followed;
 
 /// One request to the daemon failed: the API's status and message, or why it was not reached.
 #[derive(Debug, Clone)]
@@ -152,16 +152,16 @@ impl ApiClient {
     }
 
     /// Follows a run's events (`GET /runs/{id}/events?follow=true`, the daemon's one run
-    /// follower): each event arrives on the returned channel, which closes after the run's last
-    /// event or when the stream ends.
+    /// follower): each event, and each change of the run's wait for its environment, arrives on
+    /// the returned channel, which closes after the run's last event or when the stream ends.
     pub async fn follow(
         &self,
         ctx: &RequestContext<RoleServer>,
         run_id: &str,
         after: i64,
-    ) -> Result<tokio::sync::mpsc::Receiver<Event>, CallError> {
+    ) -> Result<tokio::sync::mpsc::Receiver<Followed>, CallError> {
         let path = format!("/runs/{}/events?follow=true&after={after}", seg(run_id));
-        self.stream(ctx, "GET", path, None, "text/event-stream", Event::of_sse_line).await
+        self.stream(ctx, "GET", path, None, "text/event-stream", Followed::of_sse_line).await
     }
 
     /// A streamed answer read line by line as it comes: each line `parse` reads arrives on the

@@ -38,6 +38,15 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// Tells `message` (a run began or ended a wait for its environment) without news of done
+    /// work: MCP requires each notification's progress to grow, so it grows by a thousandth.
+    pub async fn say(&mut self, total: Option<f64>, message: String) {
+        let next = self.last.unwrap_or(0.0) + 0.001;
+        self.report(next, total, message).await;
+    }
+}
+
 /// What a verification in progress has done: its cells ended of its code cells.
 pub fn cells(title: Option<&str>, done: usize, total: usize) -> (f64, f64, String) {
     let title = title.filter(|t| !t.is_empty()).unwrap_or("the document");

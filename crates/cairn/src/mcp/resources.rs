@@ -126,7 +126,8 @@ fn run_of(uri: &str) -> Option<&str> {
 /// What a subscriber is told about when it changes.
 fn state_of(run: &RunResult) -> Value {
     let steps: Vec<Value> = run.steps.iter().map(|s| json!([s.step_id, s.status, s.attempts])).collect();
-    json!({"status": run.status, "steps": steps, "findings": run.findings, "error": run.error})
+    let waiting = run.waiting.as_ref().map(|w| json!([w.code, w.since]));
+    json!({"status": run.status, "steps": steps, "findings": run.findings, "error": run.error, "waiting": waiting})
 }
 
 /// Checks that `uri` can be subscribed to: a run that exists (its state now, to watch from), or
@@ -178,7 +179,13 @@ async fn watch<F, Fut>(
         // A step's end is several events in a row: one read of the run for all of them.
         while events.try_recv().is_ok() {}
         let read = daemon.call(&ctx, "GET", format!("/runs/{}", seg(&id)), None).await;
-        let Ok(run) = read.and_then(decode::<RunResult>) else { return };
+        // A registry that cannot be read now (a fault its daemon waits out) ends nothing.
+        let Ok(run) = read.and_then(decode::<RunResult>) else {
+            if more {
+                continue;
+            }
+            return;
+        };
         let state = state_of(&run);
         if state != last {
             last = state;

@@ -25,8 +25,8 @@ use super::resources::{Subscriptions, server_handler};
 use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
 use crate::wire::requests::ApprovedVia;
 use crate::wire::{
-    AddWorkflow, Job, PlanReplay, PlanRun, ReadDoc, RunResult, SaveDoc, SearchDocs, VERIFY_START_AT_LEAST, Verify,
-    VerifyStreamEvent, to_value,
+    AddWorkflow, Followed, Job, PlanReplay, PlanRun, ReadDoc, RunResult, SaveDoc, SearchDocs, VERIFY_START_AT_LEAST,
+    Verify, VerifyStreamEvent, to_value,
 };
 
 /// How long `execute_plan` and `execute_code` wait for an end before answering with the state now.
@@ -214,8 +214,22 @@ impl Workbench {
         tokio::pin!(deadline);
         loop {
             tokio::select! {
-                event = events.recv() => {
-                    let Some(event) = event else { break };
+                item = events.recv() => {
+                    let event = match item {
+                        Some(Followed::Event(event)) => event,
+                        Some(Followed::Waiting(notice)) => {
+                            if let Some(progress) = progress.as_mut() {
+                                let f = seen.fraction();
+                                let message = match &notice.waiting {
+                                    Some(w) => format!("waiting since {} for its environment ({}): {}; it continues by itself once this clears", w.since, w.code, w.reason),
+                                    None => "its environment is back; it goes on".to_string(),
+                                };
+                                progress.say(Some(f.total), message).await;
+                            }
+                            continue;
+                        }
+                        None => break,
+                    };
                     if let Some(e) = event.event() {
                         seen.feed(event.step_id.as_deref(), &e);
                     }

@@ -30,9 +30,9 @@ pub use requests::{
     SubmitRun, VERIFY_START_AT_LEAST, Verify,
 };
 pub use runs::{
-    ArtifactEntry, ArtifactList, ArtifactSlice, Event, EventList, Explanation, ExportResult, LineageEntry,
-    ReplayPreview, RunLease, RunList, RunResult, RunSummary, RunTimeline, StepDetail, StepLog, StepResult,
-    TimelineAttempt, TraceMatch, TraceResult,
+    ArtifactEntry, ArtifactList, ArtifactSlice, Event, EventList, Explanation, ExportResult, Followed, LineageEntry,
+    NoticeKind, ReplayPreview, RunLease, RunList, RunResult, RunSummary, RunTimeline, RunWaiting, StepDetail, StepLog,
+    StepResult, TimelineAttempt, TraceMatch, TraceResult, WaitingNotice,
 };
 pub use targets::targets_json;
 pub use verify::{

@@ -305,6 +305,38 @@ pub struct RunResult {
     /// whose daemon it waits for). Absent for a finished run, and for one run in-process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<RunLease>,
+    /// While its daemon holds it waiting for its environment (the registry cannot be written, its
+    /// target reached): why, since when, and when it is tried again. It continues by itself once
+    /// the fault clears. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<RunWaiting>,
+}
+
+/// Why and since when a run waits for its environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RunWaiting {
+    /// The failure's code: `database`, `io` or `target_unreachable`.
+    pub code: String,
+    /// What failed, as the failure said it.
+    pub reason: String,
+    /// When it began to wait.
+    pub since: String,
+    /// How many times it was tried since.
+    pub tries: u32,
+    /// When it is tried next.
+    pub next_try_at: String,
+}
+
+impl RunWaiting {
+    pub fn from_core(w: &cairn_core::waiting::Waiting) -> RunWaiting {
+        RunWaiting {
+            code: w.code.clone(),
+            reason: w.reason.clone(),
+            since: time(w.since),
+            tries: w.tries,
+            next_try_at: time(w.next_try_at),
+        }
+    }
 }
 
 /// Which daemon drives an open run.
@@ -367,6 +399,7 @@ impl RunResult {
                 expired: l.expired,
                 waits_for_host: l.waits_for_host.clone(),
             }),
+            waiting: view.waiting.as_ref().map(RunWaiting::from_core),
         }
     }
 }
@@ -441,6 +474,9 @@ pub struct RunSummary {
     /// How many steps may execute at once (`--parallel`), as submitted.
     #[serde(default = "serial")]
     pub parallel: u32,
+    /// While its daemon holds it waiting for its environment (see `RunResult.waiting`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<RunWaiting>,
 }
 
 fn local() -> String {
@@ -475,6 +511,7 @@ impl RunList {
                         source_run_id: r.source_run_id.as_deref().map(str::to_string),
                         target: l.target.clone(),
                         parallel: r.parallelism,
+                        waiting: l.waiting.as_ref().map(RunWaiting::from_core),
                     }
                 })
                 .collect(),
@@ -531,6 +568,44 @@ impl RunTimeline {
                 })
                 .collect(),
         }
+    }
+}
+
+/// The `waiting` message of a run's event stream (`event: waiting`): its wait for its environment
+/// began, was tried again in vain, or ended. Not an event of its log (the registry may be what
+/// failed); the log gets `run.waiting` and `run.continued` once it can be written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WaitingNotice {
+    /// Always `waiting`: what tells this message from an event.
+    pub notice: NoticeKind,
+    /// The wait now; null once it ended and the run goes on.
+    pub waiting: Option<RunWaiting>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    Waiting,
+}
+
+impl WaitingNotice {
+    pub fn of(waiting: Option<&cairn_core::waiting::Waiting>) -> WaitingNotice {
+        WaitingNotice { notice: NoticeKind::Waiting, waiting: waiting.map(RunWaiting::from_core) }
+    }
+}
+
+/// One message of a followed run's stream: an event of its log, or a change of its wait.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Followed {
+    Waiting(WaitingNotice),
+    Event(Event),
+}
+
+impl Followed {
+    /// The message one line of the API's event stream carries (`data: {…}`), if it carries one.
+    pub fn of_sse_line(line: &str) -> Option<Followed> {
+        serde_json::from_str(line.strip_prefix("data:")?.trim_start()).ok()
     }
 }
 

@@ -59,7 +59,7 @@ fn stop_daemon_checked(c: &Cairn, reaper: &Reaper) -> Value {
 
 /// SIGKILLs, when the test ends, whatever it started and left alive: spawned CLI processes, every
 /// daemon it saw, and every tool that logged a start. A passing test leaves nothing for it to do.
-struct Reaper {
+pub(crate) struct Reaper {
     home: PathBuf,
     log: PathBuf,
     cli: std::cell::RefCell<Vec<i32>>,
@@ -67,7 +67,7 @@ struct Reaper {
 }
 
 impl Reaper {
-    fn new(c: &Cairn) -> Reaper {
+    pub(crate) fn new(c: &Cairn) -> Reaper {
         Reaper {
             home: c.home.path().to_path_buf(),
             log: c.path("log"),
@@ -76,14 +76,14 @@ impl Reaper {
         }
     }
 
-    fn spawn<S: AsRef<std::ffi::OsStr>>(&self, c: &Cairn, args: &[S]) -> Child {
+    pub(crate) fn spawn<S: AsRef<std::ffi::OsStr>>(&self, c: &Cairn, args: &[S]) -> Child {
         let child = c.spawn(args);
         self.cli.borrow_mut().push(child.id() as i32);
         child
     }
 
     /// Notes a daemon pid to kill if the test fails before stopping it.
-    fn daemon(&self, pid: i32) -> i32 {
+    pub(crate) fn daemon(&self, pid: i32) -> i32 {
         self.daemons.borrow_mut().push(pid);
         pid
     }

@@ -15,6 +15,7 @@ mod daemon;
 mod docs;
 mod doctor;
 mod evidence;
+mod faults;
 mod jobs;
 mod jupyter;
 mod kernel;

@@ -1148,3 +1148,107 @@ fn the_live_log_of_a_remote_step_is_read_over_ssh() {
     assert_eq!(result["status"], "READY");
     rt.stop();
 }
+
+/// An sshd of one test's own (`scripts/sshd-up.sh` on a port of its own), so it can be made
+/// unreachable without touching the one the other tests share; stopped when dropped.
+struct OwnSshd {
+    dir: PathBuf,
+    port: &'static str,
+}
+
+impl OwnSshd {
+    fn start(dir: &Path, port: &'static str) -> OwnSshd {
+        let sshd = OwnSshd { dir: dir.to_path_buf(), port };
+        sshd.up();
+        sshd
+    }
+
+    fn up(&self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/sshd-up.sh");
+        let out = Command::new(script).env("SSHD_DIR", &self.dir).env("SSHD_PORT", self.port).output().unwrap();
+        assert!(out.status.success(), "sshd-up.sh: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The host goes away: the listener and every connection it serves are killed, so every ssh
+    /// to it is refused; what runs there (the steps' supervisors and tools) goes on.
+    fn cut(&self) {
+        let Ok(pid) = std::fs::read_to_string(self.dir.join("sshd.pid")) else { return };
+        let Ok(listener) = pid.trim().parse::<i32>() else { return };
+        let mut tree = vec![listener];
+        let mut i = 0;
+        while i < tree.len() {
+            let parent = tree[i].to_string();
+            for p in pids() {
+                if stat(p).is_some_and(|f| f.get(1) == Some(&parent)) && !tree.contains(&p) {
+                    tree.push(p);
+                }
+            }
+            i += 1;
+        }
+        // Only sshd itself: a host that drops off the network keeps running what it runs.
+        for p in tree
+            .into_iter()
+            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sshd"))
+        {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+        let _ = std::fs::remove_file(self.dir.join("sshd.pid"));
+    }
+}
+
+impl Drop for OwnSshd {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
+
+/// The target's host becomes unreachable while a step runs there, for longer than the follower
+/// waits: the run is shown waiting for its target (not failed, not hanging), the step left
+/// running there untouched; once the host answers again the daemon follows the same launch again
+/// (by its nonce) and the run ends READY with the step's one attempt.
+#[test]
+fn an_unreachable_target_holds_the_run_waiting_and_it_follows_the_same_launch_once_back() {
+    let Some(_) = sshd() else { return };
+    let scratch = tempfile::Builder::new().prefix("cairn-sshd-own-").tempdir().unwrap();
+    let own = OwnSshd::start(scratch.path(), "2299");
+    let c = Cairn::new();
+    let base = c.work.path().canonicalize().unwrap();
+    let (identity, known_hosts) = (scratch.path().join("id_ed25519"), scratch.path().join("known_hosts"));
+    c.add_target("flaky", "root@127.0.0.1:2299", &identity, &known_hosts, base.to_str().unwrap(), &[]).expect(0);
+    let rt = Rt { c, base, sshd: scratch.path().to_path_buf() };
+    rt.remote_workflow(600);
+    let run_dir = rt.p("r-flaky");
+    let argv = rt.plan_remote("flaky", &run_dir, 50.0, 0, &[]);
+    let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut runner = rt.c.spawn(&args);
+    let tool = wait_launched(&run_dir, "s");
+    let run_id = rt.run_id();
+
+    own.cut();
+    let mut shown = Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(90), || {
+            shown = rt.c.show(&run_id);
+            shown["waiting"].is_object()
+        }),
+        "the run never showed it waits for its target: {shown:#}\n{}",
+        rt.c.daemon_log()
+    );
+    assert_eq!(shown["status"], "RUNNING", "{shown:#}");
+    assert_eq!(shown["waiting"]["code"], "target_unreachable", "{shown:#}");
+    assert!(shown["waiting"]["reason"].as_str().unwrap().contains("flaky"), "names the target: {shown:#}");
+    assert_eq!(step(&shown, "s")["status"], "RUNNING", "the step is not failed: {shown:#}");
+    assert!(alive(tool), "the step goes on on its host meanwhile");
+
+    own.up();
+    let out = wait_exit(&mut runner, Duration::from_secs(120));
+    assert!(!out.timed_out, "the run did not go on once the target was back: {out:?}\n{}", rt.c.daemon_log());
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let run = parse_stdout(&out.stdout, 0, "execute-plan");
+    assert_eq!(run["status"], "READY", "{run:#}");
+    assert!(out.stderr.contains("waiting for its environment"), "the follower was told: {}", out.stderr);
+    assert_eq!(launches(&run_dir).len(), 1, "followed again, not launched again: {:?}", launches(&run_dir));
+    let events = rt.c.events(&run_id);
+    assert_eq!(events_of(&events, "run.waiting", None).len(), 1, "{events:#?}");
+    assert!(!events_of(&events, "step.reattached", Some("s")).is_empty(), "the same launch, adopted: {events:#?}");
+}
