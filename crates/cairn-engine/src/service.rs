@@ -10,7 +10,8 @@
 //! **Invariant:** a run is executed only by the daemon that holds its lease (or, for one made
 //! in-process, by its recorded owner); a run whose holder lives is refused, and one whose holder
 //! is gone is taken over (a new lease epoch, after which the old holder's writes are refused) and
-//! resumed with `resume_interrupted`, after its recorded processes are stopped.
+//! resumed with `resume_interrupted`, after its processes are stopped: those recorded, and those
+//! carrying its attempts' nonces (found whether or not their pids were recorded).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
