@@ -131,6 +131,16 @@ impl AttemptToken {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The attempt's nonce: what its tool's environment carries (`CAIRN_ATTEMPT_NONCE`), so the
+    /// tool is found on its host by that alone, before (or without) its pid being recorded. It is
+    /// the token's SHA-256 cut to 128 bits, not the token: a tool may print its environment into
+    /// a log anyone with a viewer token reads, and the token fences the step's writes.
+    pub fn nonce(&self) -> String {
+        let mut digest = crate::canonical::sha256_hex(self.0.as_bytes());
+        digest.truncate(32);
+        format!("atn_{digest}")
+    }
 }
 
 impl From<&str> for AttemptToken {
@@ -239,6 +249,16 @@ mod tests {
         let back: Result<RunId, _> = serde_json::from_str("\"r1\"");
         assert_eq!(back.ok(), Some(RunId::lookup("r1")));
         assert_eq!(RunId::parse("r1"), Ok(RunId::lookup("r1")));
+    }
+
+    #[test]
+    fn an_attempts_nonce_is_fixed_by_its_token_and_does_not_show_it() {
+        let token = AttemptToken::from("att_0123456789abcdef0123456789abcdef");
+        let nonce = token.nonce();
+        assert_eq!(nonce, token.clone().nonce());
+        assert_eq!(nonce.len(), "atn_".len() + 32);
+        assert!(nonce.starts_with("atn_") && !nonce.contains(token.as_str()));
+        assert_ne!(nonce, AttemptToken::from("att_other").nonce());
     }
 
     #[test]

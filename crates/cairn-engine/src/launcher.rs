@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::pipeline::{PipelineSeed, SEEDED_KEY, STATE_KEY, Seeded};
 use crate::placement::{AgentLaunch, Followed, Placement};
 use crate::registry::{LoadedTool, LoadedWorkflow};
-use crate::{Engine, EngineOptions};
+use crate::{CrashPoint, Engine, EngineOptions};
 
 /// One attempt to launch: where, what, and with which arguments.
 pub struct AttemptLaunch<'a> {
@@ -40,6 +40,9 @@ pub struct AttemptLaunch<'a> {
     pub outputs: &'a [OutputDecl],
     /// The attempt's number (1-based).
     pub attempt: u32,
+    /// The attempt's nonce (its token's, `AttemptToken::nonce`): a local tool's environment
+    /// carries it, so it is found by it before its pid is recorded.
+    pub nonce: String,
     /// For a pipeline step a replay re-executes: the earlier run's working copy to seed its own
     /// from.
     pub seed: Option<&'a PipelineSeed>,
@@ -197,9 +200,31 @@ pub trait Launcher: Send + Sync {
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd;
 
-    /// Stops an abandoned attempt's process group if it is verifiably still the recorded one
-    /// (same pid and start time), so two attempts never run at once.
-    fn stop_orphan(&self, ctx: &LaunchContext<'_>, recorded: &ProcessInfo);
+    /// Stops what an abandoned attempt left running on this host, so two attempts never run at
+    /// once: its recorded process group if it is verifiably still the recorded one (same pid and
+    /// start time), and every process carrying its nonce (found whether or not its pid was
+    /// recorded).
+    fn stop_orphan(&self, ctx: &LaunchContext<'_>, orphan: &Orphan);
+}
+
+/// What an abandoned attempt may have left running on this host, for whoever stops it: its
+/// successor before the next attempt starts, a cancel, a daemon's shutdown.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Orphan {
+    /// Its process, if its pid was recorded (a local one: a supervised launch is re-attached or
+    /// cancelled through the agent instead).
+    pub process: Option<ProcessInfo>,
+    /// The nonce in its processes' environment ([`cairn_exec::NONCE_VAR`]), recorded before its
+    /// launch: its token's, or its agent launch record's. A runner killed between the spawn and
+    /// the commit recording the pid left only this to find its tool by.
+    pub nonce: Option<String>,
+}
+
+impl Orphan {
+    /// Nothing to stop: neither a process nor a nonce.
+    pub fn is_empty(&self) -> bool {
+        self.process.is_none() && self.nonce.is_none()
+    }
 }
 
 /// Where a launch reports a pipeline's jobs, from the thread that reads its log.
@@ -223,6 +248,8 @@ impl Launcher for Processes {
             ("CAIRN_STEP_ID".into(), a.step.id.clone()),
             ("CAIRN_ATTEMPT".into(), a.attempt.to_string()),
             ("CAIRN_RUN_DIR".into(), a.run_dir.to_string()),
+            // An agent launch carries its launch record's nonce instead (set where it is made).
+            (cairn_exec::NONCE_VAR.into(), a.nonce.clone()),
         ];
         if !a.placement.is_remote() {
             let dir = a.step_dir();
@@ -240,6 +267,10 @@ impl Launcher for Processes {
         if !a.placement.is_remote() && tool_def.kind.is_process() {
             let cmd = tool_command(ctx, a, sandbox_env(&tool_def.env, &extra));
             let run = run_tool(&cmd, &mut |p: &ProcessIdentity| {
+                crate::crash_at(
+                    &ctx.options().crash,
+                    &CrashPoint::ToolSpawned { step: a.step.id.clone(), attempt: a.attempt },
+                );
                 record(&ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time, remote: None });
                 // A stop that came between the attempt's start and its process being recorded
                 // found no process to stop: stop it here.
@@ -307,11 +338,22 @@ impl Launcher for Processes {
         with_outputs(ctx, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
     }
 
-    fn stop_orphan(&self, ctx: &LaunchContext<'_>, p: &ProcessInfo) {
-        cairn_exec::terminate_if_same(
-            &ProcessIdentity { pid: p.pid, pgid: p.pgid, start_time: p.start_time },
-            ctx.options().kill_grace,
-        );
+    fn stop_orphan(&self, ctx: &LaunchContext<'_>, orphan: &Orphan) {
+        let grace = ctx.options().kill_grace;
+        if let Some(p) = orphan.process.as_ref().filter(|p| p.remote.is_none()) {
+            cairn_exec::terminate_if_same(
+                &ProcessIdentity { pid: p.pid, pgid: p.pgid, start_time: p.start_time },
+                grace,
+            );
+        }
+        // After the recorded group: what carries the nonce still is what the record missed (the
+        // tool itself when its pid was never recorded, or what left its group).
+        if let Some(nonce) = &orphan.nonce {
+            let found = cairn_exec::stop_carrying(cairn_exec::NONCE_VAR, nonce, grace);
+            if found > 0 {
+                tracing::info!("stopped {found} process(es) an abandoned attempt left running (nonce {nonce})");
+            }
+        }
     }
 }
 

@@ -45,6 +45,8 @@ use std::time::Duration;
 
 pub use artifacts::{RunArtifacts, Trace, TraceMatch, TraceQuery};
 pub use backup::{BackedUp, BackupReport};
+/// The variable holding an attempt's nonce in its tool's environment (and what the tool starts).
+pub use cairn_exec::NONCE_VAR;
 /// A registry URL as messages show it: without its password or options.
 pub use cairn_store::redacted as redact_database_url;
 pub use doctor::DoctorReport;
@@ -71,11 +73,53 @@ pub struct EngineOptions {
     pub kill_grace: Duration,
     pub max_stdout: usize,
     pub stderr_tail: usize,
+    /// For the crash tests only: where this process kills itself (SIGKILL). Always `None`
+    /// outside them; the binary sets it from `CAIRN_TEST_CRASH_AT`.
+    pub crash: Option<CrashPoint>,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { kill_grace: Duration::from_secs(2), max_stdout: 16 << 20, stderr_tail: 64 << 10 }
+        EngineOptions { kill_grace: Duration::from_secs(2), max_stdout: 16 << 20, stderr_tail: 64 << 10, crash: None }
+    }
+}
+
+/// A point where the engine's process kills itself with SIGKILL, as a kill -9 from outside would
+/// at that very moment: how the crash tests reach a window too narrow to hit by timing (the
+/// binary reads it from `CAIRN_TEST_CRASH_AT`, which only tests set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// `tool-spawned:STEP:ATTEMPT`: the local tool of that attempt has been spawned, and its pid
+    /// is not recorded yet.
+    ToolSpawned { step: String, attempt: u32 },
+    /// `session-kernel-started`: the session kernel has been started, and its pid is not
+    /// recorded yet.
+    SessionKernelStarted,
+}
+
+impl std::str::FromStr for CrashPoint {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<CrashPoint, String> {
+        if text == "session-kernel-started" {
+            return Ok(CrashPoint::SessionKernelStarted);
+        }
+        let tool = text.strip_prefix("tool-spawned:").and_then(|rest| {
+            let (step, attempt) = rest.rsplit_once(':')?;
+            Some(CrashPoint::ToolSpawned { step: step.to_string(), attempt: attempt.parse().ok()? })
+        });
+        tool.ok_or_else(|| {
+            format!("`{text}` is not a crash point: write tool-spawned:STEP:ATTEMPT or session-kernel-started")
+        })
+    }
+}
+
+/// Kills this process (SIGKILL) if `here` is the crash point `set` (a crash test's).
+pub(crate) fn crash_at(set: &Option<CrashPoint>, here: &CrashPoint) {
+    if set.as_ref() == Some(here) {
+        tracing::warn!("crash point {here:?} reached: killing this process (a crash test)");
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        std::process::abort();
     }
 }
 

@@ -17,7 +17,7 @@ use cairn_exec::agent::protocol::{
     CancelRequest, CheckFile, Identity, Launch, RunRequest, SlurmJob, StopSignal, TailRequest, WaitRequest,
 };
 use cairn_exec::agent::{Agent, AgentError, StepEnd, Stop};
-use cairn_exec::{BASE_ENV, ENV_PREFIX, ToolCommand, ToolRun, classify_recorded};
+use cairn_exec::{BASE_ENV, ENV_PREFIX, NONCE_VAR, ToolCommand, ToolRun, classify_recorded};
 use serde_json::Value;
 
 use crate::{Engine, EngineError};
@@ -167,7 +167,16 @@ impl Engine {
             base_env: BASE_ENV.map(String::from).to_vec(),
             allow_env: launch.tool_def.env.clone(),
             env_prefix: ENV_PREFIX.to_string(),
-            env: launch.env.iter().cloned().collect(),
+            // The launch record's nonce, not the token's: it is what a successor finds recorded
+            // (a re-attach keeps it under a new token), and what it sweeps this host for when the
+            // launch is lost from sight.
+            env: launch
+                .env
+                .iter()
+                .filter(|(name, _)| name != NONCE_VAR)
+                .cloned()
+                .chain([(NONCE_VAR.to_string(), nonce.clone())])
+                .collect(),
             stdin: String::from_utf8_lossy(&launch.cmd.stdin).into_owned(),
             timeout: launch.cmd.timeout.as_secs_f64(),
             grace: launch.cmd.grace.as_secs_f64(),

@@ -10,7 +10,8 @@
 //! **Invariant:** a run is executed only by the daemon that holds its lease (or, for one made
 //! in-process, by its recorded owner); a run whose holder lives is refused, and one whose holder
 //! is gone is taken over (a new lease epoch, after which the old holder's writes are refused) and
-//! resumed with `resume_interrupted`, after its recorded processes are stopped.
+//! resumed with `resume_interrupted`, after its processes are stopped: those recorded, and those
+//! carrying its attempts' nonces (found whether or not their pids were recorded).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,7 @@ use cairn_core::lease::{Takeover, takeover};
 use cairn_core::store::{DaemonRecord, LeasedRun, RunRecord, StepRecord, StoreError};
 use serde_json::Value;
 
+use crate::launcher::Orphan;
 use crate::pool::{Pool, Work};
 use crate::process::{Owner, is_alive, this_process};
 use crate::registry::LoadedWorkflow;
@@ -350,13 +352,20 @@ impl Service {
                     if let Err(e) = self.engine.stop_launch(remote) {
                         tracing::warn!("run {run_id}: {e}");
                     }
+                    // A launch on this host whose pid file was not written yet is found by its
+                    // nonce only.
+                    if on_this_host && remote.target == cairn_core::target::LOCAL {
+                        let left = Orphan { process: None, nonce: Some(remote.nonce.clone()) };
+                        self.engine.launcher.stop_orphan(&self.engine.launch_context(), &left);
+                    }
                 }
-                Some((p, None)) if on_this_host => {
-                    groups += 1;
-                    self.engine.launcher.stop_orphan(&self.engine.launch_context(), p);
+                // A local tool, by its recorded group and by its nonce (its pid may never have
+                // been recorded: its runner killed between the spawn and that commit).
+                _ if on_this_host => {
+                    groups += usize::from(step.process.is_some());
+                    self.engine.launcher.stop_orphan(&self.engine.launch_context(), &local_orphan(step));
                 }
-                Some((_, None)) => {}
-                None => {}
+                _ => {}
             }
         }
         tracing::info!(
@@ -493,12 +502,12 @@ impl Service {
         millis(self.lease)
     }
 
-    /// Stops the local processes (on this host) recorded for `steps`; launches supervised on a
-    /// target go on, for whoever drives their run next.
+    /// Stops the local processes (on this host) of `steps`, recorded or found by their nonce;
+    /// launches the step agent supervises go on, for whoever drives their run next.
     fn stop_local(&self, steps: Vec<StepRecord>) {
         for step in steps {
-            if let Some(p) = step.process.as_ref().filter(|p| p.remote.is_none()) {
-                self.engine.launcher.stop_orphan(&self.engine.launch_context(), p);
+            if step.process.as_ref().is_none_or(|p| p.remote.is_none()) {
+                self.engine.launcher.stop_orphan(&self.engine.launch_context(), &local_orphan(&step));
             }
         }
     }
@@ -604,6 +613,12 @@ impl Service {
         }
         active.len()
     }
+}
+
+/// What a RUNNING step's local attempt may have left on this host: its recorded process, and
+/// its token's nonce, which the tool's environment carries whether or not its pid was recorded.
+fn local_orphan(step: &StepRecord) -> Orphan {
+    Orphan { process: step.process.clone(), nonce: step.attempt_token.as_ref().map(|t| t.nonce()) }
 }
 
 fn millis(d: Duration) -> i64 {

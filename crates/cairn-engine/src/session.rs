@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use cairn_core::audit::audit_notebook;
 use cairn_core::store::{KernelJob, KernelJobStatus};
 use cairn_exec::kernel::{self, KernelConfig, KernelHandle, ScratchKernel};
-use cairn_exec::{ProcessIdentity, process_start_time, terminate_if_same};
+use cairn_exec::{ProcessIdentity, leaders_naming, process_start_time, terminate_if_same};
 use serde_json::{Value, json};
 
 use crate::error::JOB_WAIT_MAX_SECS;
@@ -102,12 +102,21 @@ impl SessionKernel {
     /// `died`: their kernel went with it.
     pub fn new(engine: Arc<Engine>, config: SessionConfig) -> Result<Arc<SessionKernel>, EngineError> {
         // A kernel its previous daemon left alive (it leads its own process group, so it outlives
-        // a SIGKILLed daemon): stop it, if it is verifiably the recorded process.
+        // a SIGKILLed daemon): stop it, if it is verifiably the recorded process; one whose pid
+        // was not recorded yet (its daemon killed while it started) by its connection file, in
+        // the runtime directory recorded before it started and named in no other process's
+        // arguments.
         let record = kernel_record(&engine);
         if let Some(p) = std::fs::read_to_string(&record).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok()) {
-            if let (Some(pid), Some(start)) = (p["pid"].as_u64(), p["start_time"].as_u64()) {
-                let identity = ProcessIdentity { pid: pid as u32, pgid: pid as u32, start_time: Some(start) };
-                terminate_if_same(&identity, Duration::from_secs(1));
+            let recorded = match (p["pid"].as_u64().and_then(|p| u32::try_from(p).ok()), p["start_time"].as_u64()) {
+                (Some(pid), Some(start)) => vec![ProcessIdentity { pid, pgid: pid, start_time: Some(start) }],
+                _ => match p["runtime_dir"].as_str() {
+                    Some(dir) => leaders_naming(&PathBuf::from(dir).join("kernel-")),
+                    None => Vec::new(),
+                },
+            };
+            for kernel in &recorded {
+                terminate_if_same(kernel, Duration::from_secs(1));
             }
             let _ = std::fs::remove_file(&record);
         }
@@ -331,10 +340,17 @@ impl SessionKernel {
         let Ok(Some(mut job)) = store.kernel_job(job_id) else { return };
         if kernel.as_ref().is_none_or(|k| k.exit_info().is_some()) {
             match self.start_kernel() {
-                Ok((k, session)) => {
-                    // Recorded so the next daemon can stop it if this one dies without doing so.
-                    let record = json!({"pid": k.pid(), "start_time": process_start_time(k.pid()), "session": session});
-                    let _ = std::fs::write(kernel_record(&self.engine), record.to_string());
+                Ok((k, session, runtime_dir)) => {
+                    crate::crash_at(&self.engine.options().crash, &crate::CrashPoint::SessionKernelStarted);
+                    // Its pid, so the next daemon stops exactly it if this one dies without doing
+                    // so (until now the record named only its runtime directory).
+                    let record = json!({
+                        "pid": k.pid(),
+                        "start_time": process_start_time(k.pid()),
+                        "session": session,
+                        "runtime_dir": runtime_dir,
+                    });
+                    let _ = write_record(&self.engine, &record);
                     lock(&self.state).kernel = Some((k.handle(), session));
                     *kernel = Some(k);
                 }
@@ -441,12 +457,24 @@ impl SessionKernel {
         Ok(saved?)
     }
 
-    fn start_kernel(&self) -> Result<(ScratchKernel, String), EngineError> {
+    /// Starts the session kernel and runs its bootstrap; returns it, its session and its
+    /// runtime directory. The directory is recorded before the kernel starts: a daemon killed
+    /// before it recorded the kernel's pid leaves the next one a way to find it.
+    fn start_kernel(&self) -> Result<(ScratchKernel, String, PathBuf), EngineError> {
         let python =
             resolve_python(self.config.python.as_deref(), &self.engine.state.path().join("python"), &mut Quiet)?;
         let session = format!("ses_{}", self.engine.ids.run_suffix());
         // Short (the random end of the id), so IPC socket paths fit.
         let runtime_dir = self.engine.state.path().join("kernels").join(&session[session.len().saturating_sub(12)..]);
+        write_record(&self.engine, &json!({"session": session, "runtime_dir": runtime_dir})).map_err(|e| {
+            EngineError::KernelUnavailable {
+                message: format!(
+                    "cannot record the session kernel in {}: {e}; it was not started, since a daemon killed while it \
+                     ran would leave it running unrecorded",
+                    kernel_record(&self.engine).display()
+                ),
+            }
+        })?;
         let mut cfg = KernelConfig::new(&python, &self.config.workdir, &runtime_dir);
         cfg.env = kernel_env();
         let mut k = ScratchKernel::start(&cfg).map_err(|e| EngineError::KernelUnavailable {
@@ -462,6 +490,18 @@ impl SessionKernel {
                 ),
             });
         }
-        Ok((k, session))
+        Ok((k, session, runtime_dir))
     }
+}
+
+/// Writes the session kernel's record (`kernels/session.json`) whole: into a file beside it,
+/// renamed over it, so a reader never sees half of it.
+fn write_record(engine: &Engine, record: &Value) -> std::io::Result<()> {
+    let path = kernel_record(engine);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let staged = path.with_extension("json.tmp");
+    std::fs::write(&staged, record.to_string())?;
+    std::fs::rename(&staged, &path)
 }

@@ -16,7 +16,7 @@ use cairn_core::ids::RunId;
 use cairn_core::pipeline::JobEvent;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
 use cairn_core::store::{ProcessInfo, RemoteProcess};
-use cairn_engine::launcher::{AttemptLaunch, JobSink, LaunchContext, Launcher};
+use cairn_engine::launcher::{AttemptLaunch, JobSink, LaunchContext, Launcher, Orphan};
 use cairn_engine::runner::{NoProgress, RunRequest};
 use cairn_engine::{Clock, Engine, EngineError, ErrorCode, RunView, StopKind, StopSignal};
 use cairn_store::testing::{Kind, TestDatabase};
@@ -55,12 +55,15 @@ enum Act {
 type Acts = HashMap<(String, u32, &'static str), Act>;
 
 /// A launcher that plays a script: per `(step, attempt)` what to do, and a log of what it was
-/// asked (`launch s 1`, `reattach s 1`, `orphan 4242`).
+/// asked (`launch s 1`, `reattach s 1`, `orphan 4242`; `sweep s 1` for the nonce an attempt it
+/// launched was given, `sweep n1` for another).
 #[derive(Default, Clone)]
 struct Script {
     acts: Arc<Mutex<Acts>>,
     log: Arc<Mutex<Vec<String>>>,
     stop: Arc<Mutex<Option<StopSignal>>>,
+    /// The nonce each launch was given, and the step and attempt it was given for.
+    nonces: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl Script {
@@ -86,6 +89,7 @@ impl Script {
         jobs: &JobSink<'_>,
     ) -> AttemptEnd {
         self.log.lock().unwrap().push(format!("{how} {} {}", a.step.id, a.attempt));
+        self.nonces.lock().unwrap().insert(a.nonce.clone(), format!("{} {}", a.step.id, a.attempt));
         let act = self.acts.lock().unwrap().get(&(a.step.id.clone(), a.attempt, how)).cloned();
         match act.unwrap_or_else(|| Act::End(completed(json!({"step": a.step.id, "attempt": a.attempt})))) {
             Act::End(end) => end,
@@ -137,8 +141,15 @@ impl Launcher for Script {
         self.play("reattach", a, &mut |_| {}, jobs)
     }
 
-    fn stop_orphan(&self, _: &LaunchContext<'_>, recorded: &ProcessInfo) {
-        self.log.lock().unwrap().push(format!("orphan {}", recorded.pid));
+    fn stop_orphan(&self, _: &LaunchContext<'_>, orphan: &Orphan) {
+        let mut log = self.log.lock().unwrap();
+        if let Some(p) = &orphan.process {
+            log.push(format!("orphan {}", p.pid));
+        }
+        if let Some(nonce) = &orphan.nonce {
+            let known = self.nonces.lock().unwrap().get(nonce).cloned();
+            log.push(format!("sweep {}", known.unwrap_or_else(|| nonce.clone())));
+        }
     }
 }
 
@@ -370,17 +381,37 @@ fn a_running_step_is_resumed_only_explicitly_and_its_orphan_is_stopped_first(k: 
     let err = fx.run(&Script::default(), false).unwrap_err();
     assert_eq!(err.code(), ErrorCode::StepRunning);
 
-    // With it: the orphan is stopped once the new token owns the step, then attempt 2 runs; the
-    // abandoned attempt uses up no retry.
-    let resumer = Script::default();
+    // With it: the orphan is stopped once the new token owns the step (its recorded group, then
+    // whatever carries the abandoned attempt's nonce), then attempt 2 runs; the abandoned
+    // attempt uses up no retry.
+    let resumer = Script { nonces: crashed.nonces.clone(), ..Script::default() };
     let view = fx.run(&resumer, true).unwrap();
     assert_eq!(view.run.status, RunStatus::Ready);
-    assert_eq!(resumer.log(), ["orphan 4242", "launch a 2", "launch b 1"]);
+    assert_eq!(resumer.log(), ["orphan 4242", "sweep a 1", "launch a 2", "launch b 1"]);
     let a = step(&view, "a");
     assert_eq!((a.attempt_count, a.interrupted_count), (2, 1));
     let ev = events(&fx);
     let tail: Vec<&str> = ev.iter().skip_while(|e| *e != "run.resumed").map(String::as_str).take(4).collect();
     assert_eq!(tail, ["run.resumed", "step.interrupted a 1", "step.started a 2", "step.completed a 2"]);
+}
+
+/// The runner died between its tool's spawn and the commit recording its pid: nothing is
+/// recorded but the token, and the resume stops what carries that token's nonce before attempt 2.
+fn an_attempt_whose_pid_was_never_recorded_is_found_by_its_nonce_before_the_next(k: Kind) {
+    let Some(fx) = Fx::new(k) else { return };
+    let crashed = Script::default();
+    crashed.on("a", 1, Act::End(AttemptEnd::Halted));
+    let view = fx.run(&crashed, false).unwrap();
+    let a = step(&view, "a");
+    assert_eq!((a.status, &a.process), (StepStatus::Running, &None));
+    let token = a.attempt_token.clone().unwrap();
+    assert_eq!(crashed.nonces.lock().unwrap().get(&token.nonce()).map(String::as_str), Some("a 1"));
+
+    let resumer = Script { nonces: crashed.nonces.clone(), ..Script::default() };
+    let view = fx.run(&resumer, true).unwrap();
+    assert_eq!(view.run.status, RunStatus::Ready);
+    assert_eq!(resumer.log(), ["sweep a 1", "launch a 2", "launch b 1"]);
+    assert_eq!(step(&view, "a").attempt_count, 2);
 }
 
 fn supervised(attempt: u32) -> ProcessInfo {
@@ -477,7 +508,9 @@ fn a_lost_adopted_launch_starts_over_as_interrupted_and_a_mismatch_fails_touchin
     script.on_reattach("a", 1, Act::End(AttemptEnd::Lost { why: "no pid.json".into() }));
     let view = fx.run(&script, true).unwrap();
     assert_eq!(view.run.status, RunStatus::Ready);
-    assert_eq!(script.log(), ["reattach a 1", "launch a 2", "launch b 1"]);
+    // Lost from sight on this host: whatever carries its launch record's nonce (`n1`, which the
+    // re-attach was given) is stopped first.
+    assert_eq!(script.log(), ["reattach a 1", "sweep a 1", "launch a 2", "launch b 1"]);
     let a = step(&view, "a");
     assert_eq!((a.attempt_count, a.interrupted_count), (2, 1));
 
@@ -521,6 +554,7 @@ cairn_store::on_both!(
     a_refused_attempt_fails_without_a_retry,
     a_stop_writes_nothing_and_leaves_the_step_for_the_next_owner,
     a_running_step_is_resumed_only_explicitly_and_its_orphan_is_stopped_first,
+    an_attempt_whose_pid_was_never_recorded_is_found_by_its_nonce_before_the_next,
     a_supervised_launch_is_adopted_and_ends_under_its_own_attempt,
     pipeline_jobs_are_recorded_once_across_a_reattach,
     a_lost_adopted_launch_starts_over_as_interrupted_and_a_mismatch_fails_touching_nothing,

@@ -1,5 +1,6 @@
 //! What `/proc/<pid>/stat` says of a process: its state, its process group and its start time.
-//! The one reader of that file, for identity (pid and start time), zombies and group membership.
+//! The one reader of that file, for identity (pid and start time), zombies and group membership;
+//! and of `/proc/<pid>/environ`, for the attempt nonce a process was started with.
 
 /// The fields of `/proc/<pid>/stat` Cairn reads.
 pub(crate) struct Stat {
@@ -31,6 +32,12 @@ pub(crate) fn stat(pid: u32) -> Option<Stat> {
     })
 }
 
+/// Whether the process's environment (as it was at its exec: `/proc/<pid>/environ`) holds the
+/// entry `name=value` exactly. False when it cannot be read: gone, a zombie, or another user's.
+pub(crate) fn environ_has(pid: u32, entry: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == entry))
+}
+
 /// The pids of every process `/proc` lists.
 pub(crate) fn pids() -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
@@ -48,5 +55,32 @@ mod tests {
         assert_eq!(me.pgrp, nix::unistd::getpgrp().as_raw());
         assert!(me.start_time > 0);
         assert!(pids().contains(&std::process::id()));
+    }
+
+    #[test]
+    fn an_environment_entry_is_matched_whole() {
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .env_clear()
+            .env("CAIRN_ATTEMPT_NONCE", "atn_1")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // The environment is the exec's: read it once the child has exec'd.
+        let mut seen = false;
+        for _ in 0..200 {
+            seen = environ_has(pid, b"CAIRN_ATTEMPT_NONCE=atn_1");
+            if seen {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(seen);
+        assert!(!environ_has(pid, b"CAIRN_ATTEMPT_NONCE=atn_"));
+        assert!(!environ_has(pid, b"CAIRN_ATTEMPT_NONCE=atn_12"));
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!environ_has(pid, b"CAIRN_ATTEMPT_NONCE=atn_1"), "a reaped process carries nothing");
     }
 }

@@ -24,6 +24,13 @@ pub const BASE_ENV: [&str; 7] = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ",
 /// Every variable whose name starts with this is passed through as well (here and by the agent).
 pub const ENV_PREFIX: &str = "CAIRN_";
 
+/// The variable an attempt's tool is started with, holding the attempt's nonce (a local tool's:
+/// its token's `AttemptToken::nonce`; an agent launch's: the nonce of its launch record). Both
+/// are recorded before the launch, so a successor finds the attempt's processes by it
+/// ([`crate::reap::stop_carrying`]) even when its pid was never recorded. What the tool starts
+/// inherits it.
+pub const NONCE_VAR: &str = "CAIRN_ATTEMPT_NONCE";
+
 /// How long the output pipes may stay open after the whole group was killed. Only a process that
 /// left the group (`setsid`) can hold them that long; we stop waiting for it rather than hang.
 const PIPE_CLOSE_WAIT: Duration = Duration::from_secs(1);

@@ -552,7 +552,7 @@ fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
 /// be on another host and could not tell whether this process is alive (it would take the run
 /// over as abandoned).
 fn in_process_engine(root: &Path) -> Result<Engine, Failure> {
-    let engine = Engine::open(root)?;
+    let engine = Engine::builder(root).options(crate::input::engine_options()?).open()?;
     if let cairn_engine::RegistryPlace::Postgres { url } = engine.registry() {
         return Err(Failure::usage(format!(
             "--in-process runs only on a state root's own SQLite registry; this one's registry is {url}, shared by \

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use cairn_engine::session::SessionConfig;
 use cairn_engine::{Engine, Service, ServiceConfig};
 
+use crate::input::engine_options;
 use crate::presence::{DaemonInfo, LogFormat, build_id, info_path, lock_path, read_info, write_info};
 use crate::{Failure, api, auth};
 
@@ -63,7 +64,7 @@ fn init_log(format: LogFormat) {
 pub fn serve(root: &Path, opts: ServeOptions) -> Result<(), Failure> {
     init_log(opts.log_format);
     let started = Instant::now();
-    let engine = Engine::builder(root).database(opts.database.clone()).open()?;
+    let engine = Engine::builder(root).database(opts.database.clone()).options(engine_options()?).open()?;
     let lock_file = File::options()
         .create(true)
         .truncate(false)

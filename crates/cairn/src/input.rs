@@ -1,9 +1,12 @@
-//! What the CLI reads before it calls anything: the state root it works on, and a run input file.
+//! What the CLI reads before it calls anything: the state root it works on, a run input file, and
+//! the engine options of a process that executes.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+use cairn_engine::EngineOptions;
 
 use crate::Failure;
 
@@ -45,4 +48,18 @@ fn read_json_file(path: &Path) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| {
         format!("{label}: the input is not valid JSON: {e}; the run input is one JSON value, usually an object")
     })
+}
+
+/// The engine's options of a process that executes (an `--in-process` run or replay, the
+/// daemon): the defaults, and, for the crash tests only, the crash point `CAIRN_TEST_CRASH_AT`
+/// names, where the process then kills itself (`tool-spawned:STEP:ATTEMPT`,
+/// `session-kernel-started`). Nothing but a test sets it.
+pub fn engine_options() -> Result<EngineOptions, Failure> {
+    let crash = match std::env::var("CAIRN_TEST_CRASH_AT") {
+        Ok(point) if !point.is_empty() => {
+            Some(point.parse().map_err(|e: String| Failure::usage(format!("CAIRN_TEST_CRASH_AT (test-only): {e}")))?)
+        }
+        _ => None,
+    };
+    Ok(EngineOptions { crash, ..EngineOptions::default() })
 }

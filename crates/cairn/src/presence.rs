@@ -188,6 +188,9 @@ pub fn start(root: &Path, opts: &StartOptions) -> Result<(DaemonInfo, bool), Fai
     }
     cmd.arg("--log-format").arg(opts.log_format.as_str());
     cmd.stdin(std::process::Stdio::null()).stdout(log_file).stderr(log_err);
+    // A daemon started from inside a step's tool outlives that attempt by design: it must not
+    // carry the attempt's nonce, by which whatever stops the attempt finds its processes.
+    cmd.env_remove(cairn_engine::NONCE_VAR);
     // Its own session: no terminal's signals (Ctrl-C in the shell that started it) reach it.
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     unsafe {

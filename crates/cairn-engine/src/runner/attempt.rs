@@ -5,6 +5,7 @@
 //! **Invariant:** every write of an attempt is conditional on its token; a write the store
 //! rejects as stale is recorded as `step.stale_write_rejected`, never applied.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use std::sync::Mutex;
@@ -14,11 +15,13 @@ use cairn_core::canonical::canonical_json;
 use cairn_core::event::RunEvent;
 use cairn_core::ids::{AttemptToken, RunId};
 use cairn_core::pipeline::JobEvent;
-use cairn_core::store::{BeginAttempt, FinishAttempt, ProcessInfo, StoreError};
+use cairn_core::signature::StepSignature;
+use cairn_core::store::{AttemptStart, BeginAttempt, FinishAttempt, ProcessInfo, StoreError};
 use cairn_core::workflow::StepDef;
+use serde_json::Value;
 
 use super::events::{Done, Job, Progress, RunCtx};
-use crate::launcher::AttemptLaunch;
+use crate::launcher::{AttemptLaunch, Orphan};
 use crate::pipeline::PipelineSeed;
 use crate::registry::LoadedWorkflow;
 use crate::{Engine, EngineError, StopSignal};
@@ -51,7 +54,8 @@ impl Engine {
         let stdin = canonical_json(&exec_args).map_err(|e| EngineError::input(e.to_string()))?.into_bytes();
         let outputs = wf.spec().outputs_of(step);
         let seed = self.replay_seed(wf, run, step);
-        let launch = |attempt| AttemptLaunch {
+        let launch = |attempt, nonce: String| AttemptLaunch {
+            nonce,
             seed: seed.as_ref(),
             run_id: &run.run_id,
             run_dir: &run.run_dir,
@@ -66,13 +70,18 @@ impl Engine {
         // An attempt a predecessor launched under the agent: followed under a new token, it
         // ends under its own number (the one before `attempt`).
         let mut adopted = None;
+        // The nonce of the agent launch that ended last (adopted, or launched below), in its
+        // processes' environment: a launch lost from sight is swept by it before the next begins.
+        let launched_nonce: Cell<Option<String>> = Cell::new(None);
         if let Some((recorded, previous_token)) = reattach {
             let token = AttemptToken::from(self.ids.token());
             self.store.adopt_attempt(&run.run_id, &step.id, &previous_token, &token, self.clock.now_ms())?;
             let end = {
                 let jobs = self.job_sink(run, &step.id, &token, attempt - 1, true, progress);
-                self.launcher.reattach(&self.launch_context(), &recorded, &launch(attempt - 1), &jobs, &halted)
+                let a = launch(attempt - 1, recorded.nonce.clone());
+                self.launcher.reattach(&self.launch_context(), &recorded, &a, &jobs, &halted)
             };
+            launched_nonce.set(Some(recorded.nonce.clone()));
             adopted = Some((token, attempt - 1, end));
         }
         loop {
@@ -84,29 +93,20 @@ impl Engine {
                     // completed the step before it.
                     let token = match begun.take() {
                         Some(token) => token,
-                        None => {
-                            let token = AttemptToken::from(self.ids.token());
-                            self.store.begin_attempt(&BeginAttempt {
-                                run_id: run.run_id.clone(),
-                                step_id: step.id.clone(),
-                                signature: sig.clone(),
-                                args: args.clone(),
-                                token: token.clone(),
-                                attempt,
-                                start: start.clone(),
-                                at: self.clock.now_ms(),
-                            })?;
-                            token
-                        }
+                        None => self.begin(run, &step.id, &sig, &args, attempt, &start)?,
                     };
                     // Only now that the new token owns the step may the abandoned process be
                     // stopped: its runner, if still alive, then finds its token stale and cannot
                     // write.
-                    if let Some(p) = orphan.take() {
-                        self.launcher.stop_orphan(&self.launch_context(), &p);
+                    if let Some(left) = orphan.take() {
+                        self.launcher.stop_orphan(&self.launch_context(), &left);
                     }
                     progress(Progress::Started { step_id: step.id.clone(), attempt });
+                    launched_nonce.set(None);
                     let mut record = |info: &ProcessInfo| {
+                        if let Some(remote) = &info.remote {
+                            launched_nonce.set(Some(remote.nonce.clone()));
+                        }
                         // A failure here (a stale token) resurfaces when the outcome is written,
                         // which the same token guard then rejects.
                         let _ = self.store.record_process(&run.run_id, &step.id, &token, info);
@@ -114,11 +114,17 @@ impl Engine {
                     let end = {
                         // A new attempt number: nothing can be recorded of it yet.
                         let jobs = self.job_sink(run, &step.id, &token, attempt, false, progress);
-                        self.launcher.launch(&self.launch_context(), &launch(attempt), &mut record, &jobs, &halted)
+                        let a = launch(attempt, token.nonce());
+                        self.launcher.launch(&self.launch_context(), &a, &mut record, &jobs, &halted)
                     };
                     (token, attempt, end)
                 }
             };
+            // A launch the agent lost sight of (no pid file yet, or a supervisor gone silent) may
+            // still be starting on this host: whatever carries its nonce is stopped before the
+            // attempt that follows it begins.
+            let lost = matches!(end, AttemptEnd::Lost { .. }) && !run.placement.is_remote();
+            let lost_nonce = launched_nonce.take().filter(|_| lost);
             let duration = ran_for(&end);
             let decision = decide(
                 &AttemptState {
@@ -143,12 +149,10 @@ impl Engine {
                 // Written by the scheduler, with the begins of the steps it releases.
                 AttemptWrite::Complete(finish) => return Ok(Some(finish)),
                 AttemptWrite::Fail { finish, run_error } => self.store.fail_attempt(&finish, &run_error).map(|_| None),
-                AttemptWrite::Retry { attempt: next, start: next_start } => {
+                AttemptWrite::Retry { attempt: next, start: next_start }
+                | AttemptWrite::Restart { attempt: next, start: next_start } => {
                     (attempt, start) = (next, next_start);
-                    continue;
-                }
-                AttemptWrite::Restart { attempt: next, start: next_start } => {
-                    (attempt, start) = (next, next_start);
+                    orphan = lost_nonce.map(|nonce| Orphan { process: None, nonce: Some(nonce) });
                     continue;
                 }
                 AttemptWrite::Nothing => return Ok(None),
@@ -165,6 +169,32 @@ impl Engine {
                 Err(e) => Err(self.rejected(e, &run.run_id, &token)),
             };
         }
+    }
+
+    /// Begins attempt `attempt` of a step (a retry, a resume) under a new token, durably: its
+    /// tool starts only after this commit, so the token's nonce, which the tool's environment
+    /// carries, is on record before the tool exists.
+    fn begin(
+        &self,
+        run: &RunCtx,
+        step_id: &str,
+        sig: &StepSignature,
+        args: &Value,
+        attempt: u32,
+        start: &AttemptStart,
+    ) -> Result<AttemptToken, EngineError> {
+        let token = AttemptToken::from(self.ids.token());
+        self.store.begin_attempt(&BeginAttempt {
+            run_id: run.run_id.clone(),
+            step_id: step_id.to_string(),
+            signature: sig.clone(),
+            args: args.clone(),
+            token: token.clone(),
+            attempt,
+            start: start.clone(),
+            at: self.clock.now_ms(),
+        })?;
+        Ok(token)
     }
 
     /// In a replay child, where a pipeline step's working copy is seeded from: the working copy

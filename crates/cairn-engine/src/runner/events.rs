@@ -7,10 +7,11 @@ use cairn_core::ids::{AttemptToken, RunId};
 use cairn_core::pipeline::JobEvent;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::Outcome;
-use cairn_core::store::{AttemptStart, FinishAttempt, ProcessInfo, RemoteProcess};
+use cairn_core::store::{AttemptStart, FinishAttempt, RemoteProcess};
 use serde_json::Value;
 
 use crate::EngineError;
+use crate::launcher::Orphan;
 use crate::placement::Placement;
 
 /// What a worker needs of the run.
@@ -36,8 +37,9 @@ pub(super) struct Job {
     pub start: AttemptStart,
     /// Attempts of this step that already ended with an outcome.
     pub finished: u32,
-    /// The abandoned attempt's process, stopped once the new token owns the step.
-    pub orphan: Option<ProcessInfo>,
+    /// What the abandoned attempt may have left running here (its recorded process, its
+    /// nonce), stopped once the new token owns the step.
+    pub orphan: Option<Orphan>,
     /// A launch the agent supervises, to re-attach to under a new token (same attempt), with
     /// the token that held it.
     pub reattach: Option<(RemoteProcess, AttemptToken)>,

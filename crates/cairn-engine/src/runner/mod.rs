@@ -33,6 +33,7 @@ use serde_json::Value;
 
 use self::events::{Job, Msg, Prepared, Progress, RunCtx};
 pub use self::input::check_input;
+use crate::launcher::Orphan;
 use crate::registry::LoadedWorkflow;
 use crate::{Engine, EngineError, RunView, StopKind, StopSignal};
 
@@ -446,7 +447,15 @@ impl Engine {
                     // A supervised launch outlives its follower: follow it again rather than start
                     // the step over.
                     Some(remote) => reattach = Some((remote, previous_token.clone())),
-                    None => orphan = r.process.clone(),
+                    None => {
+                        // The token was committed before the tool started, and its nonce is in the
+                        // tool's environment: it finds the tool even if its runner died before
+                        // recording its pid. Local tools only: a target's steps are all launched
+                        // through the agent, recorded before they start.
+                        let nonce = r.attempt_token.as_ref().filter(|_| !ctx.placement.is_remote()).map(|t| t.nonce());
+                        let left = Orphan { process: r.process.clone(), nonce };
+                        orphan = (!left.is_empty()).then_some(left);
+                    }
                 }
                 // The abandoned attempt ended with no outcome, so it does not use up a retry.
                 let finished = r.attempt_count.saturating_sub(r.interrupted_count + 1);

@@ -77,6 +77,11 @@ def supervise(r, env, started, record_pid=True):
     d = r["attempt_dir"]
     try:
         child, ident, began = start_tool(r, env)
+        # Test-only (Cairn's crash tests, nothing else sets it): hold the tool's pid file back
+        # this many seconds, so a daemon killed meanwhile leaves a tool its successor cannot see.
+        delay = os.environ.get("CAIRN_TEST_DELAY_PID_FILE")
+        if delay:
+            time.sleep(float(delay))
         if record_pid:
             write_record(d, "pid.json", ident)
     except Exception as e:  # the tool could not be started: recorded, like any other end
@@ -154,8 +159,9 @@ def release_stale_lock(r):
         except Foreign:
             return
         if ident is None:
-            # It recorded no process: none was started (Cairn runs one attempt of a step at a
-            # time, and stops an abandoned one's recorded process before the next begins).
+            # It recorded no process: none was started, or Cairn stopped what it started by the
+            # nonce in its environment before this attempt began (Cairn runs one attempt of a step
+            # at a time, and stops an abandoned one's processes before the next begins).
             continue
         if "job_id" in ident or alive(ident.get("pid", 0), ident.get("start_time")) or alive(
                 ident.get("supervisor_pid", 0), ident.get("supervisor_start_time")):

@@ -150,7 +150,16 @@ impl Agent {
             }
             None => vec!["python3".into(), "-c".into(), BOOT.into()],
         };
-        let env = crate::sandbox_env(&["SSH_AUTH_SOCK".to_string()], &[]);
+        // A launch on this host: the agent (and the supervisor it forks) carry the attempt's
+        // nonce too, so a successor that finds no pid file yet still finds all of it, the agent
+        // about to start the tool included.
+        let nonce: Vec<(String, String)> = match (&self.ssh, message.body) {
+            (None, Request::Run(run)) => {
+                run.env.get(crate::NONCE_VAR).map(|n| (crate::NONCE_VAR.to_string(), n.clone())).into_iter().collect()
+            }
+            _ => Vec::new(),
+        };
+        let env = crate::sandbox_env(&["SSH_AUTH_SOCK".to_string()], &nonce);
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
             .env_clear()

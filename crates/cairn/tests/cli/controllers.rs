@@ -895,6 +895,78 @@ fn a_daemon_killed_mid_pipeline_on_the_ssh_target_is_followed_by_a_reattach_ther
     fx.stop_daemon();
 }
 
+/// The processes (not this one) whose environment holds `CAIRN_ATTEMPT_NONCE=nonce`: an
+/// attempt's, whatever started them.
+fn carrying(nonce: &str) -> Vec<i32> {
+    let entry = format!("CAIRN_ATTEMPT_NONCE={nonce}");
+    processes()
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == entry.as_bytes()))
+        })
+        .collect()
+}
+
+/// The daemon killed while the local agent's supervisor had started Snakemake but not yet written
+/// its pid file (held back by the test-only `CAIRN_TEST_DELAY_PID_FILE`): the next daemon's
+/// re-attach finds the launch recorded and no process named, so the attempt is lost from sight
+/// and starts over. Before the next attempt begins, everything carrying the lost launch's nonce
+/// (the agent, its supervisor, Snakemake and its jobs) is stopped: no job of attempt 1 starts or
+/// ends once attempt 2 has begun, and the pipeline's outputs are whole.
+#[test]
+fn a_controller_lost_before_its_pid_file_is_stopped_before_the_next_attempt() {
+    let Some(fx) = Fx::new() else { return };
+    let dir = fx.p("naps");
+    copy_dir(Path::new(FIXTURES).join("naps").as_path(), &dir);
+    // Every nap job logs its start and end with its attempt, in the working copy.
+    let snakefile = std::fs::read_to_string(dir.join("Snakefile")).unwrap();
+    let logged = snakefile.replace(
+        "\"sleep {params.secs}; echo 'napped {wildcards.sample}' > {output}\"",
+        "\"echo start {wildcards.sample} $CAIRN_ATTEMPT >> naps.log; sleep {params.secs}; \"\n        \
+         \"echo end {wildcards.sample} $CAIRN_ATTEMPT >> naps.log; echo 'napped {wildcards.sample}' > {output}\"",
+    );
+    assert_ne!(logged, snakefile);
+    std::fs::write(dir.join("Snakefile"), logged).unwrap();
+    fx.json(&["workflow", "add", dir.to_str().unwrap()]).expect(0);
+    let started = fx.c.std_command(&["daemon", "start", "--json"]).env("CAIRN_TEST_DELAY_PID_FILE", "20").output();
+    let first = Out::of_json(started.unwrap(), "daemon start", Duration::ZERO).expect(0).json["pid"].as_i64().unwrap();
+    let (follower, run_id, run_dir) = start_naps(&fx, None, "lost", "");
+    let work = run_dir.join("steps/pipeline");
+    let log = work.join("naps.log");
+    assert!(
+        wait_until(Duration::from_secs(60), || log_lines(&log).iter().any(|l| l.ends_with(" 1"))),
+        "no nap of attempt 1 started within 60 s
+daemon log:
+{}",
+        fx.c.daemon_log()
+    );
+    let attempt1 = attempt_dir(&run_dir, "pipeline", 1);
+    let nonce = read_json(&attempt1.join("request.json"))["nonce"].as_str().unwrap().to_string();
+    let lost = carrying(&nonce);
+    assert!(!lost.is_empty(), "attempt 1's processes carry its launch's nonce");
+    assert!(!attempt1.join("pid.json").exists(), "the pid file is held back");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || !alive(first as i32)), "daemon {first} survived SIGKILL");
+    let (code, stdout) = fx.wait_spawned(follower, Duration::from_secs(15));
+    assert!(matches!(code, 4 | 5), "{stdout}");
+
+    fx.json(&["daemon", "start"]).expect(0);
+    let run = fx.c.wait_for_status(&run_id, "READY", Duration::from_secs(90));
+    assert_eq!(step(&run, "pipeline")["attempts"], 2, "{run:#}");
+    assert!(carrying(&nonce).is_empty(), "attempt 1's processes outlived the recovery: {lost:?}");
+    // Attempt 1 did nothing once attempt 2 began: every line of attempt 2 comes after its last.
+    let lines = log_lines(&log);
+    let first_of_2 = lines.iter().position(|l| l.ends_with(" 2")).unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(lines[first_of_2..].iter().all(|l| l.ends_with(" 2")), "attempts 1 and 2 overlapped: {lines:?}");
+    assert!(!attempt1.join("exit.json").exists(), "attempt 1's supervisor outlived the recovery");
+    let summary = std::fs::read_to_string(work.join("results/summary.txt")).unwrap();
+    assert_eq!(summary, (1..=6).map(|i| format!("napped s{i}\n")).collect::<String>());
+    assert_eq!(lock_files(&work), Vec::<String>::new());
+    fx.stop_daemon();
+}
+
 /// (7c) Snakemake itself killed (SIGKILL, as the OOM killer would) mid-pipeline, here or on the
 /// SSH target: the next attempt resumes in the same working copy, after its stale lock is
 /// released, with `--rerun-incomplete`; a job that had completed is never run again, the

@@ -253,6 +253,39 @@ fn kill_dash_nine_of_the_daemon_mid_step_then_the_next_daemon_recovers(k: Kind) 
     stop_daemon_checked(&c, &reaper);
 }
 
+/// kill -9 of the daemon between a tool's spawn and the commit recording its pid (the crash point
+/// `tool-spawned`): the next daemon's recovery finds the tool by its attempt's nonce and stops it
+/// before attempt 2 starts, so the step's output is attempt 2's alone.
+fn a_daemon_killed_before_recording_a_tools_pid_leaves_no_second_execution(k: Kind) {
+    let Some(c) = Cairn::on(k) else { return };
+    let reaper = Reaper::new(&c);
+    marked_workflow(&c, "marked");
+    let (marks, input) = marked_input(&c);
+    let started = c.std_command(&["daemon", "start", "--json"]).env("CAIRN_TEST_CRASH_AT", "tool-spawned:s:1").output();
+    let started = Out::of_json(started.unwrap(), "daemon start", Duration::ZERO).expect(0);
+    let first = reaper.daemon(started.json["pid"].as_i64().unwrap() as i32);
+    let mut runner = reaper.spawn(&c, &c.run_args("marked", &input, &["--run-id", "R", "--json"]));
+    let mark = wait_for_mark(&marks, 1);
+    let at = std::time::Instant::now();
+    let orphan = mark["pid"].as_i64().unwrap() as i32;
+    assert!(wait_until(Duration::from_secs(10), || !alive(first)), "the daemon never reached its crash point");
+    assert!(alive(orphan), "the tool should outlive its killed daemon");
+    // The daemon may die before its answer to `POST /runs` is out (5: unreachable) or after (4:
+    // the run is still RUNNING); either way `cairn run` ends without claiming success.
+    let out = wait_exit(&mut runner, Duration::from_secs(10));
+    assert!(matches!(out.code, Some(4 | 5)), "`cairn run` after its daemon died: {out:?}");
+    wait_reaped(first);
+    assert_eq!(step(&c.show("R"), "s")["status"], "RUNNING");
+
+    // The next daemon recovers the run by itself.
+    reaper.daemon(c.start_daemon().pid);
+    let shown = c.wait_for_status("R", "READY", Duration::from_secs(20));
+    assert_one_execution(&shown, &marks, orphan, at);
+    let events = c.events("R");
+    assert_eq!(events_of(&events, "step.interrupted", Some("s")).len(), 1, "{:?}", kinds(&events));
+    stop_daemon_checked(&c, &reaper);
+}
+
 /// A daemon killed by SIGKILL stays a zombie while its parent has not reaped it (a supervisor
 /// that never waits, a container whose pid 1 does not reap, or, as here, a parent that has not got
 /// round to it yet). A zombie runs nothing and holds no lock: the next daemon must treat it as a
@@ -700,6 +733,7 @@ fn a_recovered_run_keeps_the_parallelism_it_was_submitted_with(k: Kind) {
 // On both registries: the SQLite file and PostgreSQL.
 cairn_store::on_both!(
     kill_dash_nine_of_the_daemon_mid_step_then_the_next_daemon_recovers,
+    a_daemon_killed_before_recording_a_tools_pid_leaves_no_second_execution,
     kill_dash_nine_of_the_daemon_at_random_points_loses_no_step_and_runs_none_twice,
     a_recovered_run_keeps_the_parallelism_it_was_submitted_with,
 );

@@ -752,6 +752,37 @@ fn jobs_of_a_killed_daemon_end_died_and_its_kernel_does_not_survive_the_next_sta
     k.finish();
 }
 
+/// The daemon killed between starting the session kernel and recording its pid (the crash point
+/// `session-kernel-started`): the kernel outlives it, unrecorded but for the runtime directory
+/// written before it started; the next daemon finds it by that and stops it, and its job ends
+/// `died`.
+#[test]
+fn a_kernel_its_daemon_never_recorded_does_not_survive_the_next_start() {
+    let k = K::new();
+    let out =
+        k.c.std_command(&["daemon", "start", "--json"]).env("CAIRN_TEST_CRASH_AT", "session-kernel-started").output();
+    let d1 = Out::of_json(out.unwrap(), "daemon start", Duration::ZERO).expect(0).json["pid"].as_i64().unwrap() as i32;
+    let job = k.detach("print('never')");
+    assert!(wait_until(Duration::from_secs(60), || !alive(d1)), "the daemon never reached its crash point");
+    let left = k.kernel_processes();
+    assert!(!left.is_empty(), "the kernel should outlive its killed daemon");
+    let record = read_json(&k.home().join("kernels/session.json"));
+    assert!(record["pid"].is_null() && record["runtime_dir"].is_string(), "{record}");
+
+    let d2 = k.start_daemon();
+    assert_ne!(d2, d1);
+    let j = k.poll(&job);
+    assert_eq!(status(&j), "died", "{j:#}");
+    assert!(
+        wait_until(Duration::from_secs(3), || left.iter().all(|p| !alive(*p))),
+        "the unrecorded kernel of the killed daemon still runs after the next daemon started: {:?}",
+        left.iter().map(|p| describe_pid(*p)).collect::<Vec<_>>()
+    );
+    assert!(k.kernel_processes().is_empty(), "kernel processes of the old daemon: {:?}", k.kernel_processes());
+    k.exec("print(1)").expect(0);
+    k.finish();
+}
+
 // ------------------------------------------------------------------------------------------------
 // 11. progress
 

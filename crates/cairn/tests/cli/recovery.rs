@@ -1,5 +1,6 @@
 //! Run identity, crashes and fencing: idempotent run ids, a changed tool after a crash, a stale
-//! worker, and kill -9 of the runner in the middle of a step.
+//! worker, and kill -9 of the runner in the middle of a step, and between a tool's spawn and the
+//! commit recording its pid.
 
 use std::time::{Duration, Instant};
 
@@ -117,6 +118,45 @@ fn kill_dash_nine_mid_step_then_resume_interrupted() {
     // And the finished run is idempotent from here on.
     let again = c.run("chain", &input, &["--run-id", "R", "--in-process", "--resume-interrupted"]).expect(0);
     assert_eq!(contract(&again.json), contract(&shown));
+}
+
+/// kill -9 of an in-process runner between its tool's spawn and the commit recording the tool's
+/// pid (the crash point `tool-spawned`): nothing records the tool but the attempt's token. The
+/// resume finds the tool by the nonce in its environment and stops it before attempt 2 starts,
+/// so the step's output is attempt 2's alone.
+#[test]
+fn a_tool_whose_pid_was_never_recorded_is_stopped_before_the_resumed_attempt() {
+    let c = Cairn::new();
+    marked_workflow(&c, "marked");
+    let (marks, input) = marked_input(&c);
+    let mut runner = c
+        .std_command(&c.run_args("marked", &input, &["--run-id", "R", "--in-process", "--json"]))
+        .env("CAIRN_TEST_CRASH_AT", "tool-spawned:s:1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = runner.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "the crash point was not reached");
+    let first = wait_for_mark(&marks, 1);
+    let started = Instant::now();
+    let orphan = first["pid"].as_i64().unwrap() as i32;
+    assert!(alive(orphan), "the tool should outlive its killed runner");
+    // Its pid never reached the registry: only the nonce of the token begun before it finds it.
+    if let Some(pid) = c.sql(&[], "SELECT coalesce(pid, 'none') FROM tool_calls WHERE step_id = 's'") {
+        assert_eq!(pid.trim(), "none", "the crash point is before the pid's commit");
+    }
+    let shown = c.show("R");
+    assert_eq!((shown["status"].as_str(), step(&shown, "s")["status"].as_str()), (Some("RUNNING"), Some("RUNNING")));
+
+    let resumed = c.run("marked", &input, &["--run-id", "R", "--in-process", "--resume-interrupted"]).expect(0);
+    assert_one_execution(&resumed.json, &marks, orphan, started);
+    let second = read_json(&marks.join("attempt-2.json"));
+    assert_ne!(first["nonce"], second["nonce"], "each attempt has its own nonce");
+    let events = c.events("R");
+    assert_eq!(events_of(&events, "step.interrupted", Some("s")).len(), 1, "{:?}", kinds(&events));
+    assert_eq!(events_of(&events, "step.completed", Some("s")).len(), 1, "{:?}", kinds(&events));
 }
 
 /// A run the daemon drives has one driver: an explicit in-process resume of it while the

@@ -15,6 +15,7 @@
 mod chain;
 mod cli;
 mod http;
+mod marked;
 mod procs;
 mod repo;
 mod ssh;
@@ -23,6 +24,7 @@ mod tool;
 pub use chain::*;
 pub use cli::*;
 pub use http::*;
+pub use marked::*;
 pub use procs::*;
 pub use repo::*;
 pub use ssh::*;
