@@ -3,7 +3,8 @@
 //! timeout — SIGTERM to the group, a grace period, SIGKILL —, bounded stdout holding one JSON
 //! value, a bounded stderr tail), stopping a verified orphan (`reap`), scratch Jupyter kernels
 //! (`kernel`), the SSH transport and the read-only probe (`ssh`), and the step agent on a
-//! controller host (`agent`). Process identity is read from `/proc` in one place (`procfs`).
+//! controller host (`agent`). Process identity is read from `/proc` in one place (`procfs`); the
+//! room left on a failed attempt's disks, with `statvfs` (`space`).
 //!
 //! Nothing here writes the registry or decides what an attempt's end means: the engine does.
 
@@ -16,7 +17,9 @@ pub mod kernel;
 mod procfs;
 pub mod reap;
 pub mod sandbox;
+pub mod space;
 pub mod ssh;
 
 pub use reap::*;
 pub use sandbox::*;
+pub use space::disk_space;

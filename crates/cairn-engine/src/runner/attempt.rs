@@ -14,7 +14,7 @@ use cairn_core::canonical::canonical_json;
 use cairn_core::event::RunEvent;
 use cairn_core::ids::{AttemptToken, RunId};
 use cairn_core::pipeline::JobEvent;
-use cairn_core::store::{BeginAttempt, FinishAttempt, ProcessInfo, StoreError};
+use cairn_core::store::{AttemptStart, BeginAttempt, FinishAttempt, ProcessInfo, StoreError};
 use cairn_core::workflow::StepDef;
 
 use super::events::{Done, Job, Progress, RunCtx};
@@ -99,6 +99,16 @@ impl Engine {
                             token
                         }
                     };
+                    // A retry after a full disk waits, its reason and wait recorded first
+                    // (`step.retrying`), so the disk has time to be freed. A stop ends the wait:
+                    // a cancel has finalised the step; after a shutdown the next owner resumes
+                    // this begun attempt, whose tool never started, as interrupted.
+                    if let AttemptStart::Retry { delay_ms, .. } = &start
+                        && *delay_ms > 0
+                        && !wait_unless_halted(Duration::from_millis(*delay_ms), &halted)
+                    {
+                        return Ok(None);
+                    }
                     // Only now that the new token owns the step may the abandoned process be
                     // stopped: its runner, if still alive, then finds its token stale and cannot
                     // write.
@@ -234,6 +244,23 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+/// Waits `wait`, or less once a stop is requested: whether it waited all of it.
+fn wait_unless_halted(wait: Duration, halted: &dyn Fn() -> bool) -> bool {
+    // A stop is noticed within this; the wait itself is at most `NO_SPACE_MAX_DELAY_MS`.
+    const TICK: Duration = Duration::from_millis(50);
+    let until = std::time::Instant::now() + wait;
+    loop {
+        if halted() {
+            return false;
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(TICK));
     }
 }
 

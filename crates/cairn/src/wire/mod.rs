@@ -31,7 +31,7 @@ pub use requests::{
 };
 pub use runs::{
     ArtifactEntry, ArtifactList, ArtifactSlice, Event, EventList, Explanation, ExportResult, LineageEntry,
-    ReplayPreview, RunLease, RunList, RunResult, RunSummary, RunTimeline, StepDetail, StepLog, StepResult,
+    ReplayPreview, RunLease, RunList, RunResult, RunSummary, RunTimeline, StepCause, StepDetail, StepLog, StepResult,
     TimelineAttempt, TraceMatch, TraceResult,
 };
 pub use targets::targets_json;

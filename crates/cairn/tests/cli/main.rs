@@ -15,6 +15,7 @@ mod daemon;
 mod docs;
 mod doctor;
 mod evidence;
+mod full_disk;
 mod jobs;
 mod jupyter;
 mod kernel;
