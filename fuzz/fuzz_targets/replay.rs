@@ -72,7 +72,7 @@ fn spec(u: &mut Unstructured<'_>) -> Result<WorkflowSpec> {
             args: Value::Object(args),
             needs: needs.iter().map(|d| format!("s{d}")).collect(),
             max_attempts: 2,
-            retry_on: vec![Outcome::TimedOut],
+            retry_on: vec![Outcome::TimedOut.into()],
             outputs,
             line: i + 1,
         });

@@ -63,6 +63,7 @@ fn main() {
                     outcome: Some(Outcome::Completed),
                     result: Some(json!({})),
                     error: None,
+                    cause: None,
                     log_tail: None,
                     process: None,
                     started_at: 1_700_000_000_000 + i as i64,

@@ -6,9 +6,10 @@
 use serde_json::Value;
 
 use crate::artifact::Artifact;
+use crate::cause::{Cause, explain, retry_delay_ms};
 use crate::ids::AttemptToken;
 use crate::signature::{AfterAttempt, after_attempt};
-use crate::status::Outcome;
+use crate::status::{Outcome, RetryOn};
 use crate::store::{AttemptStart, FinishAttempt};
 
 /// How an attempt ended, as its launcher reports it.
@@ -29,6 +30,9 @@ pub enum AttemptEnd {
         /// `kill -9`): the jobs it completed are kept in its working copy, so its next attempt
         /// resumes it there rather than count a failure.
         resumable: bool,
+        /// What made it fail, as the launcher judged from what it saw where it ran
+        /// ([`crate::cause::cause_of`]); `None` when it completed or nothing more is known.
+        cause: Option<Cause>,
     },
     /// It was not run: something it depends on is not what its signature was computed from (a
     /// tool file changed on disk). The step fails without a retry.
@@ -59,7 +63,7 @@ pub struct AttemptState<'a> {
     /// count: they use up no retry).
     pub finished: u32,
     pub max_attempts: u32,
-    pub retry_on: &'a [Outcome],
+    pub retry_on: &'a [RetryOn],
     /// Followed after being adopted from a predecessor (a re-attach), not launched now.
     pub adopted: bool,
     /// A stop (cancel or shutdown) was requested meanwhile.
@@ -113,6 +117,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
             outcome,
             result,
             error,
+            cause: None,
             log_tail: (!log_tail.is_empty()).then_some(log_tail),
             duration_us,
             artifacts: Vec::new(),
@@ -121,6 +126,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
     let nothing = Decision { write: AttemptWrite::Nothing, ended: None };
     let mut artifacts = Vec::new();
     let mut resumable = false;
+    let mut cause = None;
     let (outcome, result, error, log_tail, duration_us) = match end {
         AttemptEnd::Halted => return nothing,
         AttemptEnd::Unreachable { why } => return Decision { write: AttemptWrite::AwaitTarget { why }, ended: None },
@@ -147,8 +153,23 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         }
         // One this owner launched just now and lost: the attempt failed.
         AttemptEnd::Lost { why } | AttemptEnd::Mismatch { why } => (Outcome::Failed, None, Some(why), String::new(), 0),
-        AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts: produced, resumable: r } => {
+        AttemptEnd::Ran {
+            outcome,
+            result,
+            error,
+            log_tail,
+            duration_us,
+            artifacts: produced,
+            resumable: r,
+            cause: c,
+        } => {
             (artifacts, resumable) = (produced, r && outcome != Outcome::Completed);
+            // A cause is named first in the error: it is what a person acts on.
+            cause = c.filter(|_| outcome == Outcome::Failed);
+            let error = match &cause {
+                Some(c) => Some(explain(c, error.as_deref())),
+                None => error,
+            };
             (outcome, result, error, log_tail, duration_us)
         }
     };
@@ -176,7 +197,7 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         error
     };
     let finished = s.finished + 1;
-    let write = match after_attempt(outcome, finished, s.max_attempts, s.retry_on) {
+    let write = match after_attempt(outcome, cause.as_ref().map(Cause::kind), finished, s.max_attempts, s.retry_on) {
         // Only a completed attempt's artifacts are recorded: with the completion, in its
         // transaction.
         AfterAttempt::Complete => AttemptWrite::Complete(FinishAttempt {
@@ -186,7 +207,13 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
         AfterAttempt::Retry if s.halted => AttemptWrite::Nothing,
         AfterAttempt::Retry => AttemptWrite::Retry {
             attempt: s.attempt + 1,
-            start: AttemptStart::Retry { previous_token: s.token.clone(), outcome, error },
+            start: AttemptStart::Retry {
+                previous_token: s.token.clone(),
+                outcome,
+                error,
+                delay_ms: retry_delay_ms(cause.as_ref(), finished),
+                cause,
+            },
         },
         AfterAttempt::Fail => {
             let run_error = format!(
@@ -196,7 +223,10 @@ pub fn decide(s: &AttemptState<'_>, end: AttemptEnd) -> Decision {
                 s.max_attempts,
                 error.as_deref().unwrap_or("no detail")
             );
-            AttemptWrite::Fail { finish: finish(outcome, result, error, log_tail, duration_us), run_error }
+            AttemptWrite::Fail {
+                finish: FinishAttempt { cause, ..finish(outcome, result, error, log_tail, duration_us) },
+                run_error,
+            }
         }
     };
     Decision { write, ended: Some(outcome) }
@@ -216,7 +246,7 @@ mod tests {
             attempt,
             finished,
             max_attempts: 2,
-            retry_on: &[Outcome::TimedOut],
+            retry_on: &[RetryOn::Outcome(Outcome::TimedOut)],
             adopted: false,
             halted: false,
             at: 7,
@@ -238,6 +268,7 @@ mod tests {
                 link: None,
             }],
             resumable: false,
+            cause: None,
         }
     }
 
@@ -260,7 +291,9 @@ mod tests {
                 start: AttemptStart::Retry {
                     previous_token: AttemptToken::new("att_1"),
                     outcome: Outcome::TimedOut,
-                    error: Some("boom".into())
+                    error: Some("boom".into()),
+                    cause: None,
+                    delay_ms: 0,
                 },
             }
         );
@@ -321,6 +354,7 @@ mod tests {
                 duration_us,
                 artifacts,
                 resumable: true,
+                cause: None,
             },
             other => other,
         };
@@ -350,10 +384,72 @@ mod tests {
 
     #[test]
     fn a_refused_attempt_fails_without_a_retry_and_counts_no_attempt() {
-        let retry_all = AttemptState { retry_on: &[Outcome::Failed, Outcome::TimedOut], ..state(1, 0) };
+        let retry_all = AttemptState {
+            retry_on: &[RetryOn::Outcome(Outcome::Failed), RetryOn::Outcome(Outcome::TimedOut)],
+            ..state(1, 0)
+        };
         let d = decide(&retry_all, AttemptEnd::Refused { error: "tool file t.py changed".into() });
         let AttemptWrite::Fail { finish, run_error } = d.write else { panic!() };
         assert_eq!(run_error, "step `s`: tool file t.py changed; it was not run");
         assert_eq!((finish.error.as_deref(), d.ended), (Some(run_error.as_str()), None));
+    }
+
+    /// Attempt `attempt` of a step that allows three, retried on `retry_on`, failed on a full disk.
+    fn full_disk(retry_on: &'static [RetryOn], attempt: u32) -> Decision {
+        let end = AttemptEnd::Ran {
+            outcome: Outcome::Failed,
+            result: None,
+            error: Some("exited with code 1".into()),
+            log_tail: "OSError: [Errno 28] No space left on device".into(),
+            duration_us: 5,
+            artifacts: Vec::new(),
+            resumable: false,
+            cause: crate::cause::cause_of(
+                Outcome::Failed,
+                "",
+                &[crate::cause::DiskSpace { path: "/runs/r".into(), free_bytes: 0, free_inodes: None }],
+            ),
+        };
+        decide(&AttemptState { max_attempts: 3, retry_on, ..state(attempt, attempt - 1) }, end)
+    }
+
+    #[test]
+    fn a_full_disk_is_retried_after_a_wait_only_when_retry_on_names_no_space() {
+        const NO_SPACE: &[RetryOn] = &[RetryOn::Cause(crate::status::CauseKind::NoSpace)];
+        let error = "ENOSPC on /runs/r (0 bytes free): the tool's output disk is full; it exited with code 1";
+        let d = full_disk(NO_SPACE, 1);
+        let AttemptWrite::Retry { attempt: 2, start: AttemptStart::Retry { outcome, error: e, cause, delay_ms, .. } } =
+            d.write
+        else {
+            panic!("{d:?}")
+        };
+        assert_eq!((outcome, e.as_deref(), delay_ms), (Outcome::Failed, Some(error), 1_000));
+        assert_eq!(cause.map(|c| c.kind()), Some(crate::status::CauseKind::NoSpace));
+        assert_eq!(d.ended, Some(Outcome::Failed), "it counts as an attempt");
+        // The second retry waits longer; the last attempt fails the run, naming the disk.
+        let AttemptWrite::Retry { start: AttemptStart::Retry { delay_ms: 2_000, .. }, .. } =
+            full_disk(NO_SPACE, 2).write
+        else {
+            panic!()
+        };
+        let AttemptWrite::Fail { finish, run_error } = full_disk(NO_SPACE, 3).write else { panic!() };
+        assert_eq!(run_error, format!("step `s` ended FAILED on attempt 3 of 3: {error}"));
+        assert!(finish.cause.is_some(), "the step records its cause");
+        // The default policy (TIMED_OUT) does not retry it: FAILED after one attempt, cause and all.
+        let AttemptWrite::Fail { finish, .. } = full_disk(&[RetryOn::Outcome(Outcome::TimedOut)], 1).write else {
+            panic!()
+        };
+        assert_eq!((finish.error.as_deref(), finish.cause.is_some()), (Some(error), true));
+        // FAILED retries every failure, a full disk too, and waits for the disk just the same.
+        let d = full_disk(&[RetryOn::Outcome(Outcome::Failed)], 1);
+        assert!(matches!(d.write, AttemptWrite::Retry { start: AttemptStart::Retry { delay_ms: 1_000, .. }, .. }));
+    }
+
+    #[test]
+    fn an_ordinary_failure_is_not_retried_on_no_space_and_has_no_cause() {
+        const NO_SPACE: &[RetryOn] = &[RetryOn::Cause(crate::status::CauseKind::NoSpace)];
+        let d = decide(&AttemptState { max_attempts: 3, retry_on: NO_SPACE, ..state(1, 0) }, ran(Outcome::Failed));
+        let AttemptWrite::Fail { finish, .. } = d.write else { panic!("{d:?}") };
+        assert_eq!((finish.error.as_deref(), finish.cause), (Some("boom"), None));
     }
 }

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cause::Cause;
 use crate::pipeline::{JobEvent, JobFacts, JobFile};
 use crate::status::{Outcome, RunStatus};
 
@@ -50,9 +51,18 @@ pub enum RunEvent {
     /// An attempt began under a fresh token (the step row is RUNNING).
     #[serde(rename = "step.started")]
     StepStarted { tool: String, tool_digest: String, args_hash: String },
-    /// The attempt (the event's `attempt`) ended with a retryable outcome; `next_attempt` begins.
+    /// The attempt (the event's `attempt`) ended with a retryable outcome (for `cause`, when it is
+    /// known); `next_attempt` begins, its tool `delay_ms` later (a full disk is given time).
     #[serde(rename = "step.retrying")]
-    StepRetrying { outcome: Outcome, error: Option<String>, next_attempt: u32 },
+    StepRetrying {
+        outcome: Outcome,
+        error: Option<String>,
+        next_attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<Cause>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        delay_ms: u64,
+    },
     /// The attempt was abandoned by a crash and is resumed explicitly, or a pipeline's controller
     /// was killed from outside and its next attempt resumes it (`why` says so): it does not use
     /// up a retry.
@@ -71,7 +81,14 @@ pub enum RunEvent {
     StepCompleted { duration_us: i64 },
     /// The attempt failed for good; the run fails with it (in the same transaction).
     #[serde(rename = "step.failed")]
-    StepFailed { outcome: Outcome, error: Option<String>, duration_us: i64 },
+    StepFailed {
+        outcome: Outcome,
+        error: Option<String>,
+        duration_us: i64,
+        /// What made it fail, when it is known (a full disk).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<Cause>,
+    },
     /// A write by a token that no longer owns the step was rejected, not applied.
     #[serde(rename = "step.stale_write_rejected")]
     StepStaleWriteRejected { token: String },
@@ -230,6 +247,11 @@ impl RunEvent {
     }
 }
 
+/// A retry that starts at once says nothing of a wait.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,11 +270,28 @@ mod tests {
             RunEvent::RunLeased { daemon: "dmn_b".into(), host: "h".into(), epoch: 2, previous: Some("dmn_a".into()) },
             RunEvent::RunStaleLeaseWriteRejected { daemon: "dmn_a".into(), epoch: 1 },
             RunEvent::StepStarted { tool: "t".into(), tool_digest: "d".into(), args_hash: "a".into() },
-            RunEvent::StepRetrying { outcome: Outcome::TimedOut, error: None, next_attempt: 2 },
+            RunEvent::StepRetrying {
+                outcome: Outcome::TimedOut,
+                error: None,
+                next_attempt: 2,
+                cause: None,
+                delay_ms: 0,
+            },
+            RunEvent::StepRetrying {
+                outcome: Outcome::Failed,
+                error: Some("ENOSPC on /r (0 bytes free): the tool's output disk is full".into()),
+                next_attempt: 2,
+                cause: crate::cause::cause_of(
+                    Outcome::Failed,
+                    "",
+                    &[crate::cause::DiskSpace { path: "/r".into(), free_bytes: 0, free_inodes: None }],
+                ),
+                delay_ms: 1_000,
+            },
             RunEvent::StepInterrupted { abandoned_token: "att_1".into(), next_attempt: 2, why: None },
             RunEvent::StepReattached { abandoned_token: "att_1".into() },
             RunEvent::StepCompleted { duration_us: 5 },
-            RunEvent::StepFailed { outcome: Outcome::Failed, error: Some("boom".into()), duration_us: 5 },
+            RunEvent::StepFailed { outcome: Outcome::Failed, error: Some("boom".into()), duration_us: 5, cause: None },
             RunEvent::StepStaleWriteRejected { token: "att_2".into() },
             RunEvent::StepReplayReused { source_run_id: "a".into(), origin_run_id: "b".into(), args_hash: "h".into() },
             RunEvent::StepCancelled { reason: "r".into() },
@@ -320,6 +359,17 @@ mod tests {
         );
         let plain = RunEvent::from_parts("run.created", json!({"workflow": "w", "version": "1", "identity_hash": "h"}));
         assert!(matches!(plain, Ok(RunEvent::RunCreated { source_run_id: None, plan: None, .. })));
+        // Written before causes existed: no cause, and a retry that started at once.
+        let failed = RunEvent::from_parts("step.failed", json!({"outcome": "FAILED", "error": "x", "duration_us": 1}));
+        assert!(matches!(failed, Ok(RunEvent::StepFailed { cause: None, .. })));
+        let retrying = RunEvent::StepRetrying {
+            outcome: Outcome::TimedOut,
+            error: None,
+            next_attempt: 2,
+            cause: None,
+            delay_ms: 0,
+        };
+        assert_eq!(retrying.data(), json!({"outcome": "TIMED_OUT", "error": null, "next_attempt": 2}));
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod artifact;
 pub mod attempt;
 pub mod audit;
 pub mod canonical;
+pub mod cause;
 pub mod controller;
 pub mod dag;
 pub mod docs;

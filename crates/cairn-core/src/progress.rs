@@ -109,9 +109,21 @@ mod tests {
     fn a_retried_step_runs_again_and_a_failed_or_reused_one_has_ended() {
         let mut p = RunProgress::new(vec!["a".into(), "b".into()]);
         p.feed(Some("a"), &started());
-        p.feed(Some("a"), &RunEvent::StepRetrying { outcome: Outcome::TimedOut, error: None, next_attempt: 2 });
+        p.feed(
+            Some("a"),
+            &RunEvent::StepRetrying {
+                outcome: Outcome::TimedOut,
+                error: None,
+                next_attempt: 2,
+                cause: None,
+                delay_ms: 0,
+            },
+        );
         assert_eq!(p.fraction().message, "0 of 2 steps done; a running");
-        p.feed(Some("a"), &RunEvent::StepFailed { outcome: Outcome::TimedOut, error: None, duration_us: 1 });
+        p.feed(
+            Some("a"),
+            &RunEvent::StepFailed { outcome: Outcome::TimedOut, error: None, duration_us: 1, cause: None },
+        );
         p.feed(
             Some("b"),
             &RunEvent::StepReplayReused { source_run_id: "S".into(), origin_run_id: "S".into(), args_hash: "h".into() },

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::artifact::OutputDecl;
 use crate::canonical::{CanonicalError, hash_json};
-use crate::status::{Outcome, StepStatus};
+use crate::status::{CauseKind, Outcome, RetryOn, StepStatus};
 use crate::workflow::ToolDef;
 
 /// Bumped whenever what a hash covers changes, so old and new hashes never collide silently.
@@ -157,16 +157,19 @@ pub enum AfterAttempt {
     Fail,
 }
 
-/// `finished_attempts` counts attempts that ended with an outcome (interrupted ones do not).
+/// `finished_attempts` counts attempts that ended with an outcome (interrupted ones do not);
+/// `cause` is what made a FAILED one fail, when it is known (a full disk), which `retry_on` may
+/// name instead of the whole outcome class.
 pub fn after_attempt(
     outcome: Outcome,
+    cause: Option<CauseKind>,
     finished_attempts: u32,
     max_attempts: u32,
-    retry_on: &[Outcome],
+    retry_on: &[RetryOn],
 ) -> AfterAttempt {
     match outcome {
         Outcome::Completed => AfterAttempt::Complete,
-        o if retry_on.contains(&o) && finished_attempts < max_attempts => AfterAttempt::Retry,
+        o if retry_on.iter().any(|r| r.matches(o, cause)) && finished_attempts < max_attempts => AfterAttempt::Retry,
         _ => AfterAttempt::Fail,
     }
 }
@@ -195,12 +198,25 @@ mod tests {
 
     #[test]
     fn only_listed_outcomes_retry_and_only_within_the_budget() {
-        let on = [Outcome::TimedOut];
-        assert_eq!(after_attempt(Outcome::TimedOut, 1, 2, &on), AfterAttempt::Retry);
-        assert_eq!(after_attempt(Outcome::TimedOut, 2, 2, &on), AfterAttempt::Fail);
-        assert_eq!(after_attempt(Outcome::Failed, 1, 2, &on), AfterAttempt::Fail);
-        assert_eq!(after_attempt(Outcome::InvalidInput, 1, 5, &on), AfterAttempt::Fail);
-        assert_eq!(after_attempt(Outcome::Completed, 2, 2, &on), AfterAttempt::Complete);
+        let on = [Outcome::TimedOut.into()];
+        assert_eq!(after_attempt(Outcome::TimedOut, None, 1, 2, &on), AfterAttempt::Retry);
+        assert_eq!(after_attempt(Outcome::TimedOut, None, 2, 2, &on), AfterAttempt::Fail);
+        assert_eq!(after_attempt(Outcome::Failed, None, 1, 2, &on), AfterAttempt::Fail);
+        assert_eq!(after_attempt(Outcome::InvalidInput, None, 1, 5, &on), AfterAttempt::Fail);
+        assert_eq!(after_attempt(Outcome::Completed, None, 2, 2, &on), AfterAttempt::Complete);
+    }
+
+    #[test]
+    fn no_space_retries_a_failure_on_a_full_disk_and_no_other_failure() {
+        let full = Some(CauseKind::NoSpace);
+        let on = [RetryOn::Cause(CauseKind::NoSpace)];
+        assert_eq!(after_attempt(Outcome::Failed, full, 1, 3, &on), AfterAttempt::Retry);
+        assert_eq!(after_attempt(Outcome::Failed, full, 3, 3, &on), AfterAttempt::Fail, "within the budget only");
+        assert_eq!(after_attempt(Outcome::Failed, None, 1, 3, &on), AfterAttempt::Fail);
+        assert_eq!(after_attempt(Outcome::TimedOut, None, 1, 3, &on), AfterAttempt::Fail, "it replaces the default");
+        // Without NO_SPACE (the default), a full disk is an ordinary failure; FAILED covers it.
+        assert_eq!(after_attempt(Outcome::Failed, full, 1, 3, &[Outcome::TimedOut.into()]), AfterAttempt::Fail);
+        assert_eq!(after_attempt(Outcome::Failed, full, 1, 3, &[Outcome::Failed.into()]), AfterAttempt::Retry);
     }
 
     #[test]

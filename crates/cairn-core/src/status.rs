@@ -67,6 +67,87 @@ text_enum!(
 );
 
 text_enum!(
+    /// What made a FAILED attempt fail, when Cairn could tell from what it saw where the attempt
+    /// ran ([`crate::cause`]): a failure a step's `retry_on` can name beside the outcome classes.
+    CauseKind {
+        NoSpace => "NO_SPACE",
+    }
+);
+
+/// One entry of a step's `retry_on`: an outcome class (`TIMED_OUT`, `FAILED`, …), or the cause
+/// of a FAILED attempt (`NO_SPACE`: its output disk was full), so a policy can treat a full disk
+/// as transient without retrying every failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RetryOn {
+    Outcome(Outcome),
+    Cause(CauseKind),
+}
+
+impl RetryOn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryOn::Outcome(o) => o.as_str(),
+            RetryOn::Cause(c) => c.as_str(),
+        }
+    }
+
+    /// Whether an attempt that ended with `outcome`, for `cause`, is one this entry retries. A
+    /// cause names a kind of FAILED attempt: a timeout or a refusal is never one.
+    pub fn matches(self, outcome: Outcome, cause: Option<CauseKind>) -> bool {
+        match self {
+            RetryOn::Outcome(o) => o == outcome,
+            RetryOn::Cause(c) => outcome == Outcome::Failed && cause == Some(c),
+        }
+    }
+}
+
+impl From<Outcome> for RetryOn {
+    fn from(o: Outcome) -> RetryOn {
+        RetryOn::Outcome(o)
+    }
+}
+
+impl fmt::Display for RetryOn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `retry_on` entry that is neither an outcome class nor a cause.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{given}` is neither an outcome class nor a failure cause; use TIMED_OUT, FAILED, DENIED, INVALID_INPUT \
+     (outcome classes) or NO_SPACE (a FAILED attempt whose output disk was full)"
+)]
+pub struct UnknownRetryOn {
+    pub given: String,
+}
+
+impl FromStr for RetryOn {
+    type Err = UnknownRetryOn;
+    fn from_str(s: &str) -> Result<Self, UnknownRetryOn> {
+        // The two sets share no name, so the order of the lookups decides nothing.
+        s.parse::<Outcome>()
+            .map(RetryOn::Outcome)
+            .or_else(|_| s.parse::<CauseKind>().map(RetryOn::Cause))
+            .map_err(|_| UnknownRetryOn { given: s.to_string() })
+    }
+}
+
+impl serde::Serialize for RetryOn {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RetryOn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+text_enum!(
     /// The status of a step record.
     StepStatus {
         Running => "RUNNING",
@@ -122,6 +203,24 @@ mod tests {
         }
         let err = "DONE".parse::<StepStatus>().unwrap_err();
         assert!(err.to_string().contains("RUNNING, COMPLETED, FAILED"));
+    }
+
+    #[test]
+    fn a_retry_on_entry_is_an_outcome_or_a_cause_of_a_failed_attempt() {
+        let no_space: RetryOn = "NO_SPACE".parse().unwrap();
+        assert_eq!(no_space, RetryOn::Cause(CauseKind::NoSpace));
+        assert_eq!("FAILED".parse::<RetryOn>().unwrap(), RetryOn::Outcome(Outcome::Failed));
+        assert!(no_space.matches(Outcome::Failed, Some(CauseKind::NoSpace)));
+        assert!(!no_space.matches(Outcome::Failed, None), "an ordinary failure is not a full disk");
+        assert!(!no_space.matches(Outcome::TimedOut, Some(CauseKind::NoSpace)), "a cause names a FAILED attempt");
+        assert!(RetryOn::Outcome(Outcome::Failed).matches(Outcome::Failed, Some(CauseKind::NoSpace)));
+        let e = "LATE".parse::<RetryOn>().unwrap_err().to_string();
+        assert!(e.starts_with("`LATE` is neither") && e.contains("INVALID_INPUT") && e.contains("NO_SPACE"), "{e}");
+        assert_eq!(serde_json::to_value(no_space).unwrap(), serde_json::json!("NO_SPACE"));
+        assert_eq!(
+            serde_json::from_value::<RetryOn>(serde_json::json!("TIMED_OUT")).unwrap(),
+            Outcome::TimedOut.into()
+        );
     }
 
     #[test]

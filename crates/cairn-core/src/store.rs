@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::artifact::{Artifact, ArtifactRecord};
+use crate::cause::Cause;
 use crate::event::RunEvent;
 use crate::ids::{AttemptToken, Owner, RunId};
 use crate::replay::ReplayRecord;
@@ -157,6 +158,9 @@ pub struct StepRecord {
     pub outcome: Option<Outcome>,
     pub result: Option<Value>,
     pub error: Option<String>,
+    /// What made its last attempt fail, when it is known (a full disk); cleared by a retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
     pub log_tail: Option<String>,
     pub process: Option<ProcessInfo>,
     pub started_at: i64,
@@ -182,8 +186,10 @@ pub struct EventRecord {
 pub enum AttemptStart {
     /// The step has no row yet.
     First,
-    /// The previous attempt ended with a retryable outcome.
-    Retry { previous_token: AttemptToken, outcome: Outcome, error: Option<String> },
+    /// The previous attempt ended with a retryable outcome (for `cause`, when it is known). The
+    /// new attempt's tool starts `delay_ms` after the begin is written (a full disk is given time
+    /// to be freed; [`crate::cause::retry_delay_ms`]).
+    Retry { previous_token: AttemptToken, outcome: Outcome, error: Option<String>, cause: Option<Cause>, delay_ms: u64 },
     /// The previous attempt was abandoned (RUNNING after a crash) and is resumed explicitly, or
     /// it was a pipeline's controller killed from outside (`why`), resumed in its working copy.
     ResumeInterrupted { previous_token: AttemptToken, why: Option<String> },
@@ -212,6 +218,8 @@ pub struct FinishAttempt {
     pub outcome: Outcome,
     pub result: Option<Value>,
     pub error: Option<String>,
+    /// What made a FAILED attempt fail, when it is known.
+    pub cause: Option<Cause>,
     pub log_tail: Option<String>,
     pub duration_us: i64,
     /// The files a completed attempt produced; recorded with the completion.

@@ -182,7 +182,13 @@ mod tests {
                 Some("b"),
                 Some(1),
                 1010,
-                RunEvent::StepRetrying { outcome: Outcome::TimedOut, error: None, next_attempt: 2 },
+                RunEvent::StepRetrying {
+                    outcome: Outcome::TimedOut,
+                    error: None,
+                    next_attempt: 2,
+                    cause: None,
+                    delay_ms: 0,
+                },
             ),
             ev(6, Some("b"), Some(2), 1011, started()),
             ev(
@@ -199,7 +205,12 @@ mod tests {
                 Some("c"),
                 Some(2),
                 1040,
-                RunEvent::StepFailed { outcome: Outcome::Failed, error: Some("exit 1".into()), duration_us: 19_000 },
+                RunEvent::StepFailed {
+                    outcome: Outcome::Failed,
+                    error: Some("exit 1".into()),
+                    duration_us: 19_000,
+                    cause: None,
+                },
             ),
             ev(11, None, None, 1041, RunEvent::RunFinished { status: RunStatus::Failed, findings: 0, error: None }),
         ];

@@ -11,7 +11,7 @@ use toml::de::{DeArray, DeTable, DeValue, ValueDeserializer};
 
 use crate::artifact::OutputDecl;
 use crate::dag::{Dag, DagError};
-use crate::status::Outcome;
+use crate::status::RetryOn;
 
 use crate::validator::Rule;
 
@@ -72,7 +72,9 @@ pub struct StepDef {
     pub args: Value,
     pub needs: Vec<String>,
     pub max_attempts: u32,
-    pub retry_on: Vec<Outcome>,
+    /// The outcome classes and failure causes its attempts are retried on (`TIMED_OUT` when
+    /// absent).
+    pub retry_on: Vec<RetryOn>,
     /// Outputs of this step beyond (or instead of, by name) its tool's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outputs: BTreeMap<String, String>,
@@ -562,6 +564,7 @@ pub fn tool_path_candidate(arg: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::Outcome;
     use serde_json::json;
 
     /// The plain conversion of a parsed TOML tree, kept as the reference `JsonValue` must match.
@@ -723,8 +726,8 @@ finding = "unit tests failed"
         let w = parse_workflow(GOOD, "workflow.toml").unwrap();
         assert_eq!(w.reference(), "release-validation@1.1.0");
         assert_eq!(w.steps[0].max_attempts, 2);
-        assert_eq!(w.steps[0].retry_on, vec![Outcome::TimedOut]);
-        assert_eq!(w.steps[1].retry_on, vec![Outcome::TimedOut, Outcome::Failed]);
+        assert_eq!(w.steps[0].retry_on, vec![RetryOn::Outcome(Outcome::TimedOut)]);
+        assert_eq!(w.steps[1].retry_on, vec![RetryOn::Outcome(Outcome::TimedOut), RetryOn::Outcome(Outcome::Failed)]);
         assert_eq!(w.steps[1].line, 15);
         assert_eq!(w.tools["t"].timeout_secs, 5);
         assert_eq!(w.rules[0].value, Some(json!(0)));
@@ -759,7 +762,20 @@ finding = "unit tests failed"
         assert_eq!(e.field.as_deref(), Some("max_attempts"));
 
         let e = err(&GOOD.replace("retry_on = [\"TIMED_OUT\", \"FAILED\"]", "retry_on = [\"LATE\"]"));
-        assert!(e.message.contains("`LATE` is not a Outcome") || e.message.contains("LATE"), "{e}");
+        assert_eq!((e.field.as_deref(), e.step.as_deref()), (Some("retry_on"), Some("b")), "{e}");
+        assert!(e.message.contains("`LATE` is neither an outcome class nor a failure cause"), "{e}");
+        assert!(
+            e.message.contains("TIMED_OUT, FAILED, DENIED, INVALID_INPUT") && e.message.contains("NO_SPACE"),
+            "{e}"
+        );
+
+        let w = parse_workflow(
+            &GOOD.replace("retry_on = [\"TIMED_OUT\", \"FAILED\"]", "retry_on = [\"NO_SPACE\", \"TIMED_OUT\"]"),
+            "w",
+        )
+        .unwrap();
+        let no_space = RetryOn::Cause(crate::status::CauseKind::NoSpace);
+        assert_eq!(w.steps[1].retry_on, vec![no_space, RetryOn::Outcome(Outcome::TimedOut)]);
 
         let e = err(&GOOD.replace("op = \"eq\"", "op = \"equals\""));
         assert!(e.message.contains("eq, ne"), "{e}");

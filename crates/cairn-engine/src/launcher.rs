@@ -266,7 +266,7 @@ impl Launcher for Processes {
         }
         if !a.placement.is_remote() && tool_def.kind.is_process() {
             let cmd = tool_command(ctx, a, sandbox_env(&tool_def.env, &extra));
-            let run = run_tool(&cmd, &mut |p: &ProcessIdentity| {
+            let mut run = run_tool(&cmd, &mut |p: &ProcessIdentity| {
                 crate::crash_at(
                     &ctx.options().crash,
                     &CrashPoint::ToolSpawned { step: a.step.id.clone(), attempt: a.attempt },
@@ -278,6 +278,16 @@ impl Launcher for Processes {
                     cairn_exec::kill_own_group(p.pgid);
                 }
             });
+            if run.outcome == Outcome::Failed {
+                // The sandbox read the step directory's disk; a declared output may lie on
+                // another (a folder that is a mount point), which its tool filled as well.
+                let outputs: Vec<PathBuf> = a.outputs.iter().map(|o| a.step_dir().join(&o.path)).collect();
+                for disk in cairn_exec::disk_space(&outputs) {
+                    if !run.disks.iter().any(|d| d.path == disk.path) {
+                        run.disks.push(disk);
+                    }
+                }
+            }
             return with_outputs(ctx, a, ran(run, false), &[], None);
         }
         let source = step_source(a);
@@ -419,7 +429,7 @@ fn watching(
 fn with_pipeline_summary(a: &AttemptLaunch<'_>, end: AttemptEnd, summary: Option<Summary>) -> AttemptEnd {
     let (
         Some(summary),
-        AttemptEnd::Ran { outcome, mut result, mut error, log_tail, duration_us, artifacts, resumable },
+        AttemptEnd::Ran { outcome, mut result, mut error, log_tail, duration_us, artifacts, resumable, cause },
     ) = (summary, end.clone())
     else {
         return end;
@@ -441,7 +451,7 @@ fn with_pipeline_summary(a: &AttemptLaunch<'_>, end: AttemptEnd, summary: Option
         let noun = if rules.len() == 1 { "rule" } else { "rules" };
         e.push_str(&format!(": {noun} {} failed{done}; its log tail says why", rules.join(", ")));
     }
-    AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts, resumable }
+    AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts, resumable, cause }
 }
 
 /// One attempt's complete process request, with the engine's limits.
@@ -465,6 +475,8 @@ fn ran(run: ToolRun, controller: bool) -> AttemptEnd {
     let resumable = controller && run.signal.is_some() && run.outcome == Outcome::Failed;
     AttemptEnd::Ran {
         resumable,
+        // What the disks where it ran and its stderr say of a failure: a full disk is named.
+        cause: cairn_core::cause::cause_of(run.outcome, &run.stderr_tail, &run.disks),
         outcome: run.outcome,
         result: run.result,
         error: run.error,
@@ -520,6 +532,7 @@ fn with_outputs(
                         duration_us,
                         artifacts,
                         resumable: false,
+                        cause: None,
                     }
                 }
                 Err(fault) => AttemptEnd::Ran {
@@ -530,6 +543,7 @@ fn with_outputs(
                     duration_us,
                     artifacts: Vec::new(),
                     resumable: false,
+                    cause: None,
                 },
             }
         }

@@ -167,6 +167,7 @@ fn completed(result: Value) -> AttemptEnd {
         duration_us: 10,
         artifacts: Vec::new(),
         resumable: false,
+        cause: None,
     }
 }
 
@@ -179,6 +180,27 @@ fn ended(outcome: Outcome, error: &str) -> AttemptEnd {
         duration_us: 10,
         artifacts: Vec::new(),
         resumable: false,
+        cause: None,
+    }
+}
+
+/// A FAILED attempt whose launcher found its output disk full.
+fn disk_full() -> AttemptEnd {
+    let disk = cairn_core::cause::DiskSpace { path: "/full".into(), free_bytes: 0, free_inodes: None };
+    match ended(Outcome::Failed, "exited with code 1") {
+        AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts, resumable, .. } => {
+            AttemptEnd::Ran {
+                cause: cairn_core::cause::cause_of(outcome, &log_tail, &[disk]),
+                outcome,
+                result,
+                error,
+                log_tail,
+                duration_us,
+                artifacts,
+                resumable,
+            }
+        }
+        other => other,
     }
 }
 
@@ -548,7 +570,62 @@ fn decisions_are_dated_by_the_injected_clock(k: Kind) {
     assert!(matches!(all.last().map(|e| &e.event), Some(RunEvent::RunFinished { status: RunStatus::Ready, .. })));
 }
 
+/// A retry after a full disk begins (its `step.retrying` carrying the cause and the wait), waits,
+/// then launches; the step's error names the disk while it has one, and the cause is cleared by
+/// the retry that completes.
+fn a_retry_after_a_full_disk_waits_before_its_tool_starts(k: Kind) {
+    let Some(fx) = Fx::new(k) else { return };
+    let script = Script::default();
+    script.on("b", 1, Act::End(disk_full()));
+    let started = std::time::Instant::now();
+    let view = fx.run(&script, false).unwrap();
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(view.run.status, RunStatus::Ready);
+    let b = step(&view, "b");
+    assert_eq!((b.attempt_count, b.cause.as_ref(), b.error.as_ref()), (2, None, None));
+    assert_eq!(script.log(), ["launch a 1", "launch b 1", "launch b 2"]);
+    let all = fx.engine(&Script::default()).events(&rid("r1"), 0).unwrap();
+    let Some(RunEvent::StepRetrying { cause: Some(cause), delay_ms, error, .. }) =
+        all.iter().map(|e| &e.event).find(|e| e.kind() == "step.retrying")
+    else {
+        panic!("{all:?}")
+    };
+    assert_eq!((cause.kind().as_str(), *delay_ms), ("NO_SPACE", 1_000));
+    assert_eq!(
+        error.as_deref(),
+        Some("ENOSPC on /full (0 bytes free): the tool's output disk is full; it exited with code 1")
+    );
+}
+
+/// A stop during that wait ends it at once, and the retry's tool never starts: after a shutdown
+/// the begun attempt is left for the next owner, as one whose tool had not started yet.
+fn a_stop_ends_the_wait_before_a_retry(k: Kind) {
+    let Some(fx) = Fx::new(k) else { return };
+    let script = Script::default();
+    script.on("b", 1, Act::End(disk_full()));
+    let stop = StopSignal::new();
+    let stopper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            stop.request(StopKind::Shutdown);
+        })
+    };
+    let started = std::time::Instant::now();
+    let err = fx.engine(&script).run(&request(false, Some(stop)), &mut NoProgress).unwrap_err();
+    stopper.join().unwrap();
+    assert_eq!(err.code(), ErrorCode::Stopped);
+    assert!(started.elapsed() < std::time::Duration::from_millis(900), "{:?}", started.elapsed());
+    assert_eq!(script.log(), ["launch a 1", "launch b 1"], "the retry's tool never started");
+    let view = fx.engine(&script).show_run(&rid("r1")).unwrap();
+    let b = step(&view, "b");
+    assert_eq!((b.status, b.attempt_count), (StepStatus::Running, 2));
+    assert_eq!(events(&fx).last().map(String::as_str), Some("step.started b 2"));
+}
+
 cairn_store::on_both!(
+    a_retry_after_a_full_disk_waits_before_its_tool_starts,
+    a_stop_ends_the_wait_before_a_retry,
     a_retryable_outcome_is_retried_under_a_new_token_and_completes,
     exhausted_attempts_and_permanent_outcomes_fail_the_step_and_the_run_together,
     a_refused_attempt_fails_without_a_retry,

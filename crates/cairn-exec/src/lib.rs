@@ -4,7 +4,8 @@
 //! value, a bounded stderr tail), stopping a verified orphan (`reap`: by its recorded pid and
 //! start time, or by the attempt nonce in its environment), scratch Jupyter kernels
 //! (`kernel`), the SSH transport and the read-only probe (`ssh`), and the step agent on a
-//! controller host (`agent`). Process identity is read from `/proc` in one place (`procfs`).
+//! controller host (`agent`). Process identity is read from `/proc` in one place (`procfs`); the
+//! room left on a failed attempt's disks, with `statvfs` (`space`).
 //!
 //! Nothing here writes the registry or decides what an attempt's end means: the engine does.
 
@@ -17,7 +18,9 @@ pub mod kernel;
 mod procfs;
 pub mod reap;
 pub mod sandbox;
+pub mod space;
 pub mod ssh;
 
 pub use reap::*;
 pub use sandbox::*;
+pub use space::disk_space;

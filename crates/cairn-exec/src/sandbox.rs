@@ -11,6 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use cairn_core::cause::DiskSpace;
 use cairn_core::status::{Outcome, classify_exit};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -83,6 +84,10 @@ pub struct ToolRun {
     pub error: Option<String>,
     /// Lossy UTF-8 of the last `stderr_tail` bytes of stderr.
     pub stderr_tail: String,
+    /// For a FAILED attempt that ran: the room left on the filesystem holding its working
+    /// directory, as seen where it ran once it ended (so a full disk can be named). Empty
+    /// otherwise.
+    pub disks: Vec<DiskSpace>,
     /// Time spent in `Command::spawn`.
     pub spawn: Duration,
     /// From spawn to the process having exited and its output collected.
@@ -99,6 +104,7 @@ impl ToolRun {
             signal: None,
             error: Some(error),
             stderr_tail: String::new(),
+            disks: Vec::new(),
             spawn: Duration::ZERO,
             duration: Duration::ZERO,
         }
@@ -251,6 +257,10 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
 
     let mut run = classify(cmd, ended, stdout, problem);
     run.stderr_tail = String::from_utf8_lossy(&stderr).into_owned();
+    // Read now, while what the tool left on its disk is still there.
+    if run.outcome == Outcome::Failed {
+        run.disks = crate::space::disk_space(&[&cmd.cwd]);
+    }
     run.spawn = spawn;
     run.duration = started.elapsed();
     run
@@ -527,6 +537,7 @@ fn not_started(err: AttemptError, spawn: Duration, started: Instant) -> ToolRun 
         signal: None,
         error: Some(err.to_string()),
         stderr_tail: String::new(),
+        disks: Vec::new(),
         spawn,
         duration: started.elapsed(),
     }
@@ -545,6 +556,8 @@ pub struct RecordedEnd {
     /// The full size of stdout; only up to `max_stdout` bytes are ever transferred.
     pub stdout_bytes: u64,
     pub stderr_tail: String,
+    /// The room left on the filesystem holding its working directory, as the agent read it.
+    pub disks: Vec<DiskSpace>,
 }
 
 /// Classifies an attempt that ran elsewhere exactly as `run_tool` classifies a local one.
@@ -561,6 +574,9 @@ pub fn classify_recorded(cmd: &ToolCommand, end: RecordedEnd, duration: Duration
     let problem = end.error.filter(|_| end.exit_code.is_some() || end.signal.is_some()).map(AttemptError::Agent);
     let mut run = classify(cmd, ended, end.stdout, problem);
     run.stderr_tail = end.stderr_tail;
+    if run.outcome == Outcome::Failed {
+        run.disks = end.disks;
+    }
     run.duration = duration;
     run
 }
@@ -574,6 +590,7 @@ fn classify(cmd: &ToolCommand, ended: Ended, stdout: Vec<u8>, problem: Option<At
         signal: None,
         error: None,
         stderr_tail: String::new(),
+        disks: Vec::new(),
         spawn: Duration::ZERO,
         duration: Duration::ZERO,
     };

@@ -84,6 +84,31 @@ fn a_step_runs_with_its_stdin_env_and_exit_recorded() {
     }
 }
 
+/// A tool that failed is answered with the room left on its working directory's disk, read as
+/// Cairn reads it here (the same mount point, inode count or not), so a full disk on a target is
+/// named as one here would be; a tool that succeeded is answered without.
+#[test]
+fn a_failed_tool_is_answered_with_the_room_left_on_its_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let end = Agent::local()
+        .run_step(run_request(dir.path(), "att_1", "import sys; sys.exit(3)", 30.0), &mut |_| {}, &|| false)
+        .unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    let there = exit.recorded_end(false).disks;
+    let here = cairn_exec::disk_space(&[dir.path().join("steps/s")]);
+    let seen = |d: &[cairn_core::cause::DiskSpace]| -> Vec<(String, bool)> {
+        d.iter().map(|d| (d.path.clone(), d.free_inodes.is_some())).collect()
+    };
+    assert_eq!(seen(&there), seen(&here));
+    assert_eq!(there.len(), 1, "{there:?}");
+
+    let ok = tempfile::tempdir().unwrap();
+    let end =
+        Agent::local().run_step(run_request(ok.path(), "att_2", "print('{}')", 30.0), &mut |_| {}, &|| false).unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("{end:?}") };
+    assert!(exit.disks.is_empty(), "{:?}", exit.disks);
+}
+
 #[test]
 fn a_launch_outlives_its_follower_and_is_reattached_only_with_its_nonce() {
     let dir = tempfile::tempdir().unwrap();

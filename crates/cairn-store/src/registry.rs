@@ -273,10 +273,10 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
                 return Err(StoreError::StepExists { run_id: b.run_id.to_string(), step_id: b.step_id.clone() });
             }
         }
-        AttemptStart::Retry { previous_token, outcome, error } => {
+        AttemptStart::Retry { previous_token, outcome, error, cause, delay_ms } => {
             check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
             tx.execute(
-                "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, outcome = NULL, error = NULL, \
+                "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, outcome = NULL, error = NULL, cause_json = NULL, \
                  pid = NULL, pgid = NULL, proc_start_time = NULL, remote_json = NULL, started_at = ?5 WHERE run_id = ?1 AND step_id = ?2",
                 params![b.run_id, b.step_id, b.token, b.attempt, b.at],
             )?;
@@ -286,7 +286,13 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
                 Some(&b.step_id),
                 Some(b.attempt - 1),
                 b.at,
-                &RunEvent::StepRetrying { outcome: *outcome, error: error.clone(), next_attempt: b.attempt },
+                &RunEvent::StepRetrying {
+                    outcome: *outcome,
+                    error: error.clone(),
+                    next_attempt: b.attempt,
+                    cause: cause.clone(),
+                    delay_ms: *delay_ms,
+                },
             )?;
         }
         AttemptStart::ResumeInterrupted { previous_token, why } => {
@@ -328,8 +334,8 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
 fn complete_in(tx: &mut dyn Tx, f: &FinishAttempt) -> Result<(), StoreError> {
     check_token(tx, &f.run_id, &f.step_id, &f.token)?;
     tx.execute(
-        "UPDATE tool_calls SET status = 'COMPLETED', outcome = ?3, result_json = ?4, error = NULL, log_tail = ?5, \
-         finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
+        "UPDATE tool_calls SET status = 'COMPLETED', outcome = ?3, result_json = ?4, error = NULL, cause_json = NULL, \
+         log_tail = ?5, finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
         params![
             f.run_id,
             f.step_id,
@@ -475,7 +481,7 @@ fn artifact_from_row(r: &Row) -> Result<ArtifactRecord, StoreError> {
 
 const STEP_COLUMNS: &str = "run_id, step_id, status, tool, tool_digest, args_hash, args_json, attempt_count, \
      interrupted_count, attempt_token, outcome, result_json, error, log_tail, pid, pgid, proc_start_time, started_at, \
-     finished_at, duration_us, reused_from, remote_json";
+     finished_at, duration_us, reused_from, remote_json, cause_json";
 
 fn step_from_row(r: &Row) -> Result<StepRecord, StoreError> {
     let pid: Option<u32> = r.get(14)?;
@@ -492,6 +498,7 @@ fn step_from_row(r: &Row) -> Result<StepRecord, StoreError> {
         outcome: r.get::<Option<String>>(10)?.as_deref().map(|o| parse_enum(o, "step outcome")).transpose()?,
         result: r.get::<Option<String>>(11)?.as_deref().map(|t| parse_json(t, "step result")).transpose()?,
         error: r.get(12)?,
+        cause: r.get::<Option<String>>(22)?.as_deref().map(|t| parse_json(t, "step cause")).transpose()?,
         log_tail: r.get(13)?,
         process: match (pid, remote) {
             (Some(pid), remote) => Some(ProcessInfo {
@@ -1087,8 +1094,17 @@ impl<B: Backend> Attempts for Registry<B> {
             check_token(tx, &f.run_id, &f.step_id, &f.token)?;
             tx.execute(
                 "UPDATE tool_calls SET status = 'FAILED', outcome = ?3, result_json = NULL, error = ?4, log_tail = ?5, \
-                 finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
-                params![f.run_id, f.step_id, f.outcome.as_str(), f.error, f.log_tail, f.at, f.duration_us],
+                 finished_at = ?6, duration_us = ?7, cause_json = ?8 WHERE run_id = ?1 AND step_id = ?2",
+                params![
+                    f.run_id,
+                    f.step_id,
+                    f.outcome.as_str(),
+                    f.error,
+                    f.log_tail,
+                    f.at,
+                    f.duration_us,
+                    f.cause.as_ref().map(to_json)
+                ],
             )?;
             insert_event(
                 tx,
@@ -1096,7 +1112,12 @@ impl<B: Backend> Attempts for Registry<B> {
                 Some(&f.step_id),
                 Some(f.attempt),
                 f.at,
-                &RunEvent::StepFailed { outcome: f.outcome, error: f.error.clone(), duration_us: f.duration_us },
+                &RunEvent::StepFailed {
+                    outcome: f.outcome,
+                    error: f.error.clone(),
+                    duration_us: f.duration_us,
+                    cause: f.cause.clone(),
+                },
             )?;
             let changed = tx.execute(
                 "UPDATE workflow_executions SET status = 'FAILED', error = ?2, finished_at = ?3, updated_at = ?3, \

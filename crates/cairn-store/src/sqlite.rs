@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0014_leases.sql"),
     include_str!("../migrations/sqlite/0015_plan_documents.sql"),
     include_str!("../migrations/sqlite/0016_artifact_links.sql"),
+    include_str!("../migrations/sqlite/0017_step_causes.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).

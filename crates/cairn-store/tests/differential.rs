@@ -122,6 +122,8 @@ fn finish(run: usize, step: usize, token: usize, outcome: Outcome, artifact: boo
         outcome,
         result: (outcome == Outcome::Completed).then(|| json!({"done": STEPS[step]})),
         error: (outcome != Outcome::Completed).then(|| "exit 1".to_string()),
+        // Every failure here met a full disk, so both databases keep (and clear) a cause too.
+        cause: full_disk(outcome),
         log_tail: Some("tail".into()),
         duration_us: 42,
         artifacts: if artifact {
@@ -137,6 +139,12 @@ fn finish(run: usize, step: usize, token: usize, outcome: Outcome, artifact: boo
         },
         at,
     }
+}
+
+/// The cause of a FAILED attempt on a full disk.
+fn full_disk(outcome: Outcome) -> Option<cairn_core::cause::Cause> {
+    let disk = cairn_core::cause::DiskSpace { path: "/full".into(), free_bytes: 0, free_inodes: Some(7) };
+    cairn_core::cause::cause_of(outcome, "No space left on device", &[disk])
 }
 
 /// What an operation answered, comparable across databases.
@@ -159,8 +167,10 @@ fn apply(store: &dyn RunStore, op: &Op, at: i64) -> String {
                 0 => AttemptStart::First,
                 1 => AttemptStart::Retry {
                     previous_token: TOKENS[*previous].into(),
-                    outcome: Outcome::TimedOut,
+                    outcome: Outcome::Failed,
                     error: None,
+                    cause: full_disk(Outcome::Failed),
+                    delay_ms: 1_000,
                 },
                 _ => AttemptStart::ResumeInterrupted { previous_token: TOKENS[*previous].into(), why: None },
             };

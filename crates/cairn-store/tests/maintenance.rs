@@ -121,6 +121,7 @@ fn finished(store: &dyn RunStore, id: &str) {
             outcome: Outcome::Completed,
             result: Some(json!({})),
             error: None,
+            cause: None,
             log_tail: None,
             duration_us: 1,
             artifacts: vec![artifact],

@@ -177,6 +177,7 @@ fn finish(run_id: &str, step_id: &str, token: &str, attempt: u32, outcome: Outco
         outcome,
         result: (outcome == Outcome::Completed).then(|| json!({"ok": true})),
         error: (outcome != Outcome::Completed).then(|| "exit 1".to_string()),
+        cause: None,
         log_tail: Some("stderr tail".into()),
         duration_us: 1_234,
         artifacts: Vec::new(),
@@ -409,7 +410,13 @@ fn retry_is_conditional_on_the_previous_token(k: Kind) {
     let before = store.steps(&rid("r")).unwrap();
     let n_events = store.events(&rid("r"), 0).unwrap().len();
 
-    let stale = AttemptStart::Retry { previous_token: "tok-old".into(), outcome: Outcome::TimedOut, error: None };
+    let stale = AttemptStart::Retry {
+        previous_token: "tok-old".into(),
+        outcome: Outcome::TimedOut,
+        error: None,
+        cause: None,
+        delay_ms: 0,
+    };
     let err = store.begin_attempt(&begin("r", "a", "tok-2", 2, stale)).unwrap_err();
     assert_eq!(err, StoreError::StaleToken { run_id: "r".into(), step_id: "a".into() });
     assert_eq!(store.steps(&rid("r")).unwrap(), before);
@@ -419,6 +426,8 @@ fn retry_is_conditional_on_the_previous_token(k: Kind) {
         previous_token: "tok-1".into(),
         outcome: Outcome::TimedOut,
         error: Some("timed out after 1 s".into()),
+        cause: None,
+        delay_ms: 0,
     };
     store.begin_attempt(&begin("r", "a", "tok-2", 2, ok)).unwrap();
     let row = step(store, "r", "a");
@@ -548,6 +557,39 @@ fn fail_attempt_fails_the_step_and_the_run_in_one_go(k: Kind) {
     // A terminal run is not finished again.
     let err = store.finish_run(&rid("r"), after.revision, RunStatus::Ready, &[], None, 5_000).unwrap_err();
     assert!(matches!(err, StoreError::StaleRevision { .. }), "{err:?}");
+}
+
+/// A full disk's cause is kept with the attempt's end: in the `step.retrying` event (with the
+/// retry's wait) and, once the step fails, in its row and its `step.failed` event; a retry clears
+/// the row's.
+fn a_failed_attempts_cause_is_recorded_with_its_end(k: Kind) {
+    use cairn_core::cause::{DiskSpace, cause_of};
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    created(store, "r");
+    let cause = cause_of(Outcome::Failed, "", &[DiskSpace { path: "/full".into(), free_bytes: 0, free_inodes: None }]);
+    store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    let retry = AttemptStart::Retry {
+        previous_token: "tok-1".into(),
+        outcome: Outcome::Failed,
+        error: Some("ENOSPC on /full".into()),
+        cause: cause.clone(),
+        delay_ms: 1_000,
+    };
+    store.begin_attempt(&begin("r", "a", "tok-2", 2, retry)).unwrap();
+    assert_eq!(step(store, "r", "a").cause, None, "the attempt running now has no cause yet");
+    store
+        .fail_attempt(&FinishAttempt { cause: cause.clone(), ..finish("r", "a", "tok-2", 2, Outcome::Failed) }, "x")
+        .unwrap();
+    assert_eq!(step(store, "r", "a").cause, cause);
+    let events = store.events(&rid("r"), 0).unwrap();
+    let data = |kind: &str| events.iter().find(|e| e.event.kind() == kind).map(|e| e.event.data()).unwrap();
+    let stored = json!({"kind": "NO_SPACE", "path": "/full", "free_bytes": 0, "disk_full": true, "in_stderr": false});
+    assert_eq!(
+        (data("step.retrying")["cause"].clone(), data("step.retrying")["delay_ms"].clone()),
+        (stored.clone(), json!(1_000))
+    );
+    assert_eq!(data("step.failed")["cause"], stored);
 }
 
 // ---------------------------------------------------------------- revisions
@@ -800,6 +842,7 @@ cairn_store::on_both!(
     commit_steps_completes_and_begins_in_one_transaction_or_writes_nothing,
     resume_interrupted_is_conditional_on_the_previous_token,
     fail_attempt_fails_the_step_and_the_run_in_one_go,
+    a_failed_attempts_cause_is_recorded_with_its_end,
     finish_run_with_a_stale_revision_is_refused,
     claim_run_bumps_the_revision,
     events_are_ordered_and_append_only,

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::artifact::OutputDecl;
 use crate::dag::{Dag, DagError};
-use crate::status::Outcome;
+use crate::status::{Outcome, RetryOn};
 use crate::template::{self, ReferenceView, RootView};
 use crate::validator::{Op, Rule};
 
@@ -290,18 +290,18 @@ impl<'a> Checker<'a> {
         n.clamp(1, MAX_MAX_ATTEMPTS as i64) as u32
     }
 
-    /// The outcomes the step is retried on, each once (a timeout when absent).
-    fn step_retry_on(&mut self, id: &str, retry_on: Option<Spanned<Vec<String>>>) -> Vec<Outcome> {
-        let Some(v) = retry_on else { return vec![Outcome::TimedOut] };
+    /// The outcome classes and causes the step is retried on, each once (a timeout when absent).
+    fn step_retry_on(&mut self, id: &str, retry_on: Option<Spanned<Vec<String>>>) -> Vec<RetryOn> {
+        let Some(v) = retry_on else { return vec![RetryOn::Outcome(Outcome::TimedOut)] };
         let v_at = v.span().start;
         let mut out = Vec::new();
         for name in v.into_inner() {
-            match name.parse::<Outcome>() {
+            match name.parse::<RetryOn>() {
                 Err(e) => self.report(v_at, Some(id), "retry_on", e.to_string()),
-                Ok(Outcome::Completed) => {
+                Ok(RetryOn::Outcome(Outcome::Completed)) => {
                     self.report(v_at, Some(id), "retry_on", "COMPLETED is not a failure and cannot be retried")
                 }
-                Ok(o) if !out.contains(&o) => out.push(o),
+                Ok(r) if !out.contains(&r) => out.push(r),
                 Ok(_) => {}
             }
         }

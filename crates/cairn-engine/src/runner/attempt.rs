@@ -95,6 +95,16 @@ impl Engine {
                         Some(token) => token,
                         None => self.begin(run, &step.id, &sig, &args, attempt, &start)?,
                     };
+                    // A retry after a full disk waits, its reason and wait recorded first
+                    // (`step.retrying`), so the disk has time to be freed. A stop ends the wait:
+                    // a cancel has finalised the step; after a shutdown the next owner resumes
+                    // this begun attempt, whose tool never started, as interrupted.
+                    if let AttemptStart::Retry { delay_ms, .. } = &start
+                        && *delay_ms > 0
+                        && !wait_unless_halted(Duration::from_millis(*delay_ms), &halted)
+                    {
+                        return Ok(None);
+                    }
                     // Only now that the new token owns the step may the abandoned process be
                     // stopped: its runner, if still alive, then finds its token stale and cannot
                     // write.
@@ -157,12 +167,7 @@ impl Engine {
                 }
                 AttemptWrite::Nothing => return Ok(None),
                 // The run stops here and waits for its target (the daemon tries it again).
-                AttemptWrite::AwaitTarget { why } => {
-                    return Err(EngineError::TargetUnreachable {
-                        target: run.placement.name().to_string(),
-                        message: why,
-                    });
-                }
+                AttemptWrite::AwaitTarget { why } => return Err(unreachable(run, why)),
             };
             return match written {
                 Ok(v) => Ok(v),
@@ -274,10 +279,32 @@ impl Engine {
     }
 }
 
+/// Waits `wait`, or less once a stop is requested: whether it waited all of it.
+fn wait_unless_halted(wait: Duration, halted: &dyn Fn() -> bool) -> bool {
+    // A stop is noticed within this; the wait itself is at most `NO_SPACE_MAX_DELAY_MS`.
+    const TICK: Duration = Duration::from_millis(50);
+    let until = std::time::Instant::now() + wait;
+    loop {
+        if halted() {
+            return false;
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(TICK));
+    }
+}
+
 /// How long an attempt's tool ran (zero for an attempt that did not run).
 fn ran_for(end: &AttemptEnd) -> Duration {
     match end {
         AttemptEnd::Ran { duration_us, .. } => Duration::from_micros(u64::try_from(*duration_us).unwrap_or(0)),
         _ => Duration::ZERO,
     }
+}
+
+/// The run's target did not answer (`why`): the error that holds the run waiting for it.
+fn unreachable(run: &RunCtx, why: String) -> EngineError {
+    EngineError::TargetUnreachable { target: run.placement.name().to_string(), message: why }
 }

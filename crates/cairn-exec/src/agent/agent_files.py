@@ -164,3 +164,33 @@ def tail(path, limit):
             return f.read().decode("utf-8", "replace"), size
     except OSError:
         return "", 0
+
+
+def disk_space(paths):
+    """The room left on the filesystems holding `paths` (a path not made yet counts as its nearest
+    existing folder), each once, as cairn_exec::space::disk_space reads it here: [{path: its mount
+    point, free_bytes, free_inodes (absent where the filesystem counts none)}]. A path nothing of
+    which can be read is left out."""
+    disks = []
+    for p in paths:
+        p = os.path.realpath(p)
+        while not os.path.exists(p) and os.path.dirname(p) != p:
+            p = os.path.dirname(p)
+        try:
+            st, dev = os.statvfs(p), os.stat(p).st_dev
+        except OSError:
+            continue
+        top = p
+        while os.path.dirname(top) != top:
+            try:
+                if os.stat(os.path.dirname(top)).st_dev != dev:
+                    break
+            except OSError:
+                break
+            top = os.path.dirname(top)
+        disk = {"path": top, "free_bytes": st.f_bavail * max(st.f_frsize, 1)}
+        if st.f_files > 0:
+            disk["free_inodes"] = st.f_favail
+        if all(d["path"] != top for d in disks):
+            disks.append(disk)
+    return disks

@@ -2,7 +2,7 @@
 # once its nonce matched: a later `wait` re-attaches after checking the nonce, and never guesses.
 import base64, os, shutil, signal, subprocess, time
 
-from agent_files import tail, write_atomic
+from agent_files import disk_space, tail, write_atomic
 from agent_proc import alive, exit_record, kill_group, read_record, wait_pid, write_record
 from agent_wire import LAUNCH, PROTOCOL, emit, mismatch, read_fields
 
@@ -83,6 +83,9 @@ def report(r, res):
             out = f.read()
     err, _ = tail(os.path.join(d, "stderr"), r["stderr_tail"])
     res = dict(res, stdout_b64=base64.b64encode(out).decode(), stdout_bytes=size, stderr_tail=err)
+    if res.get("exit_code") != 0:
+        # Read now, for a tool that did not succeed: Cairn names a full disk as its cause.
+        res["disks"] = disk_space([r["cwd"]])
     if r["controller"] == "snakemake":
         res["controller"] = controller_report(r)
     emit({"exit": res})

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use cairn_core::artifact::{Artifact, OutputDecl};
+use cairn_core::cause::DiskSpace;
 use cairn_core::pipeline::JobFile;
 use cairn_core::replay::Found;
 
@@ -492,6 +493,11 @@ pub struct StepExit {
     /// step's result, passed on as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<Value>,
+    /// The room left on the filesystem holding the tool's working directory, read by the agent as
+    /// it answers (so Cairn can name a full disk there). Added within protocol 1: an older agent
+    /// sends none, and an attempt file holds none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DiskSpace>,
 }
 
 impl StepExit {
@@ -515,6 +521,7 @@ impl StepExit {
             stdout: base64::engine::general_purpose::STANDARD.decode(&self.stdout_b64).unwrap_or_default(),
             stdout_bytes: self.stdout_bytes,
             stderr_tail: self.stderr_tail,
+            disks: self.disks,
         };
         if let Some(state) = r.slurm_state
             && end.exit_code.is_none()
@@ -637,6 +644,14 @@ mod tests {
         assert_eq!(exit.duration(), Some(Duration::from_millis(250)));
         let end = exit.recorded_end(false);
         assert_eq!((end.exit_code, end.stdout, end.stderr_tail), (Some(0), b"{}".to_vec(), "warn".to_string()));
+        assert!(end.disks.is_empty(), "an agent that reads no disk sends none");
+
+        let full = reply(json!({"protocol": 1, "exit": {"exit_code": 1, "signal": null, "timed_out": false,
+            "killed_after_grace": false, "stdout_b64": "", "stdout_bytes": 0, "stderr_tail": "",
+            "disks": [{"path": "/scratch", "free_bytes": 0, "free_inodes": 12}]}}));
+        let Reply::Exit(full) = full else { panic!("{full:?}") };
+        let disk = DiskSpace { path: "/scratch".into(), free_bytes: 0, free_inodes: Some(12) };
+        assert_eq!(full.recorded_end(false).disks, [disk]);
     }
 
     #[test]
@@ -647,6 +662,7 @@ mod tests {
             stdout_bytes: 0,
             stderr_tail: String::new(),
             controller: None,
+            disks: Vec::new(),
         };
         let error = exit.recorded_end(false).error.unwrap_or_default();
         assert!(error.contains("CANCELLED (the time limit)"), "{error}");

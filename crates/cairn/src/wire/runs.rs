@@ -1,6 +1,7 @@
 //! Runs, their steps, the run list, events, a step's explanation and its log.
 
 use cairn_core::artifact::ArtifactRecord;
+use cairn_core::cause::Cause;
 use cairn_core::event::RunEvent;
 use cairn_core::replay::DecisionRecord;
 use cairn_core::store::{EventRecord, RunRecord};
@@ -25,6 +26,10 @@ pub struct StepResult {
     pub outcome: Option<String>,
     pub duration_ms: Option<f64>,
     pub error: Option<String>,
+    /// What made its last attempt fail, when Cairn could tell (absent otherwise): its `kind` is
+    /// the name a step's `retry_on` can give it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<StepCause>,
     /// For a replay child: `reuse` or `replay` (the replay summary lists which replays were
     /// invalidations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,6 +56,41 @@ pub struct StepResult {
     /// lists the jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<JobsProgress>,
+}
+
+/// What made a FAILED attempt fail. `NO_SPACE`: its output disk was full (ENOSPC), seen on the
+/// disk (`disk_full`), in its stderr (`in_stderr`), or both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StepCause {
+    /// `NO_SPACE`.
+    pub kind: String,
+    /// The mount point of the full filesystem; when only the stderr said so, the one holding the
+    /// step directory (null when none could be read).
+    pub path: Option<String>,
+    /// Its free bytes when the attempt ended.
+    pub free_bytes: Option<u64>,
+    /// Its free inodes, where the filesystem counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_inodes: Option<u64>,
+    /// That filesystem had no block or no inode left.
+    pub disk_full: bool,
+    /// The tool's stderr said `No space left on device`.
+    pub in_stderr: bool,
+}
+
+impl StepCause {
+    pub fn from_core(c: &Cause) -> StepCause {
+        match c {
+            Cause::NoSpace(n) => StepCause {
+                kind: c.kind().to_string(),
+                path: n.path.clone(),
+                free_bytes: n.free_bytes,
+                free_inodes: n.free_inodes,
+                disk_full: n.disk_full,
+                in_stderr: n.in_stderr,
+            },
+        }
+    }
 }
 
 /// One file a step produced, as recorded when its attempt completed.
@@ -447,6 +487,7 @@ fn step_fields(decision: Option<&DecisionRecord>, s: &StepView, limit: usize) ->
         outcome: r.and_then(|r| r.outcome).map(|o| o.to_string()),
         duration_ms: r.and_then(|r| r.duration_us).map(|us| us as f64 / 1000.0),
         error: r.and_then(|r| r.error.clone()),
+        cause: r.and_then(|r| r.cause.as_ref()).map(StepCause::from_core),
         decision: decision.map(|d| d.decision.as_str().to_string()),
         reason: decision.map(|d| d.text.clone()),
         jobs: s.progress.as_ref().map(JobsProgress::from_core),

@@ -16,6 +16,7 @@ mod docs;
 mod doctor;
 mod evidence;
 mod faults;
+mod full_disk;
 mod jobs;
 mod jupyter;
 mod kernel;
