@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use arbitrary::{Result, Unstructured};
 use cairn_core::artifact::Artifact;
+use cairn_core::cause::DiskSpace;
 use cairn_core::pipeline::JobFile;
 use cairn_core::replay::Found;
 use cairn_exec::agent::protocol::{
@@ -131,6 +132,9 @@ fn reply(u: &mut Unstructured<'_>) -> Result<Reply> {
             stderr_tail: s(u)?,
             // A JSON null is no report: the agent writes none then.
             controller: opt(u, |u| json(u, &WORDS, 2))?.filter(|v| !v.is_null()),
+            disks: (0..u.int_in_range(0..=2)?)
+                .map(|_| Ok(DiskSpace { path: s(u)?, free_bytes: u.arbitrary()?, free_inodes: u.arbitrary()? }))
+                .collect::<Result<Vec<_>>>()?,
         })),
         5 => Reply::Mismatch(s(u)?),
         6 => Reply::Lost(s(u)?),

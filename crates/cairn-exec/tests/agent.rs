@@ -908,3 +908,31 @@ fn the_agent_hashes_job_files_and_seeds_a_working_copy_as_cairn_does_here() {
     assert!(!done.state && done.carried == 0 && done.left_out.len() == 2, "{done:?}");
     assert!(here.join("Snakefile").is_file() && !here.join("out/a.txt").exists());
 }
+
+/// A `wait` that comes between a launch's request and its pid file (its supervisor has just
+/// started the tool) waits for the pid file and follows the launch: answering it lost would start
+/// the step again beside its running tool.
+#[test]
+fn a_wait_between_the_launch_and_its_pid_file_follows_the_launch_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tool = std::process::Command::new("sleep").arg("1").process_group(0).spawn().unwrap();
+    let attempt = pre_version_attempt(dir.path(), "att_new", tool.id(), std::process::id());
+    let pid_file = attempt.join("pid.json");
+    let held = attempt.join("pid.json.held");
+    std::fs::rename(&pid_file, &held).unwrap();
+    let supervisor = {
+        let attempt = attempt.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(800));
+            std::fs::rename(&held, &pid_file).unwrap();
+            let status = tool.wait().unwrap();
+            let exit = serde_json::json!({"exit_code": status.code(), "signal": null,
+                "timed_out": false, "killed_after_grace": false, "duration_s": 1.0});
+            std::fs::write(attempt.join("exit.json"), exit.to_string()).unwrap();
+        })
+    };
+    let end = Agent::local().wait_step(wait(&attempt, "att_new"), &|| false).unwrap();
+    supervisor.join().unwrap();
+    let StepEnd::Ended(exit) = end else { panic!("the starting launch was answered {end:?}") };
+    assert_eq!(exit.record.exit_code, Some(0), "{exit:?}");
+}

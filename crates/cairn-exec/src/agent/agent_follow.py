@@ -99,6 +99,33 @@ def controller_report(r):
             "lock_released": not (os.path.isdir(locks) and os.listdir(locks))}
 
 
+# How long `wait` and `cancel` wait for the pid file of a launch whose request was just recorded:
+# its supervisor writes it the moment the tool has started, and a request that came in between
+# must not call a starting launch lost (its step would start again beside it).
+PID_FILE_GRACE_S = 10.0
+# A request older than this whose pid file is missing is not starting: its supervisor is gone.
+STARTING_FOR_S = 120.0
+
+
+def await_pid_file(d):
+    """The pid file of a launch still starting in d, once written; None when there is none to wait
+    for (the launch ended, or is not recent), or after the grace."""
+    request = os.path.join(d, "request.json")
+    deadline = time.time() + PID_FILE_GRACE_S
+    while time.time() < deadline:
+        try:
+            recent = time.time() - os.path.getmtime(request) < STARTING_FOR_S
+        except OSError:
+            return None
+        if not recent or read_record(d, "exit.json") is not None:
+            return read_record(d, "pid.json")
+        time.sleep(0.05)
+        ident = read_record(d, "pid.json")
+        if ident is not None:
+            return ident
+    return None
+
+
 def locate_launch(r):
     """Where `wait` and `cancel` start: the launch recorded in r's attempt directory, once it holds
     r's nonce. Returns (its request, its identity, None), or (its request or None, None, why) when no
@@ -125,6 +152,8 @@ def locate_launch(r):
             at = os.path.getmtime(job_sh) if os.path.exists(job_sh) else time.time()
             ident = {"protocol": PROTOCOL, "nonce": r["nonce"], "job_id": ids[0], "launched_at": at}
             write_record(d, "pid.json", ident)
+    if ident is None and not launch["slurm"]:
+        ident = await_pid_file(d)
     if ident is None:
         return launch, None, "no launch was recorded in %s" % d
     if ident.get("nonce") != r["nonce"]:
