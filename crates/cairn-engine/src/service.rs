@@ -478,7 +478,9 @@ impl Service {
             match self.continue_waiting(&run_id, stop) {
                 Ok(Some(work)) => self.pool.requeue(&run_id, work),
                 Ok(None) => self.pool.release(&run_id),
-                Err(e) if crate::is_environment_fault(&e) => self.engine.wait_longer(&run_id, &e),
+                Err(e) if crate::is_environment_fault(&e) => {
+                    self.engine.hold_waiting(&run_id, &e);
+                }
                 Err(e) => {
                     tracing::warn!("run {run_id} could not go on after waiting: {e}");
                     self.pool.release(&run_id);

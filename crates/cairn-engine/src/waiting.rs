@@ -43,7 +43,7 @@ impl Engine {
     }
 
     /// `run_id` could not go on for `e`, a fault of its environment: it waits (or, tried again and
-    /// failed again, waits longer), shown at once; its `run.waiting` is written if the registry
+    /// failed again, before or after it could continue, waits longer), shown at once; its `run.waiting` is written if the registry
     /// takes it now, else when the wait ends.
     pub(crate) fn hold_waiting(&self, run_id: &RunId, e: &EngineError) -> Waiting {
         let now = self.now_ms();
@@ -91,12 +91,6 @@ impl Engine {
         let now = self.now_ms();
         let waits = self.waits.lock();
         waits.iter().filter(|(_, h)| !h.retrying && h.waiting.is_due(now)).map(|(id, _)| id.clone()).collect()
-    }
-
-    /// A due try of `run_id` failed before it could continue (the registry still cannot be read
-    /// or written): it waits longer.
-    pub(crate) fn wait_longer(&self, run_id: &RunId, e: &EngineError) {
-        self.hold_waiting(run_id, e);
     }
 
     /// Ends `run_id`'s wait, if the registry takes it: its `run.waiting` (unless written already)

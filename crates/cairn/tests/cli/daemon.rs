@@ -21,7 +21,7 @@ use cairn_store::testing::Kind;
 /// Waits until a dead daemon is reaped by whoever inherited it (pid 1 here, which takes up to a
 /// second or so).
 #[track_caller]
-fn wait_reaped(pid: i32) {
+pub(crate) fn wait_reaped(pid: i32) {
     assert!(
         wait_until(Duration::from_secs(10), || proc_state(pid).is_none()),
         "process {pid} was never reaped: {:?}",

@@ -10,36 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::daemon::Reaper;
+use crate::daemon::{Reaper, wait_reaped};
 use crate::support::*;
-
-/// A tmpfs mounted over a directory for one test, unmounted (lazily: a daemon may still hold a
-/// file there) when dropped, even when the test fails.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` (as `mount -o size=` takes it) over `at`. Needs root: outside
-    /// CI, a test without it says so and skips; in CI it fails.
-    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
-            .arg(at)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            assert!(std::env::var_os("CI").is_none(), "cannot mount a tmpfs over {} (root is needed)", at.display());
-            eprintln!("skipped: cannot mount a tmpfs over {} (root is needed)", at.display());
-            return None;
-        }
-        Some(Tmpfs(at.to_path_buf()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 /// Fills the filesystem of `dir` to its last byte with a ballast file; returns its path.
 fn fill(dir: &Path) -> PathBuf {
@@ -131,6 +103,39 @@ fn a_full_disk_holds_a_daemon_s_run_waiting_and_it_continues_once_space_is_freed
     assert!(continued["data"]["waited_ms"].as_i64().unwrap() >= 3_000, "{continued}");
     let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "the log has no gap: {seqs:?}");
+}
+
+/// kill -9 of the daemon while it holds a run waiting on a full disk (its wait only in memory,
+/// nothing of it in the registry): once space is freed, the next daemon takes the run over like any
+/// run of a dead daemon and ends it READY; nothing completed ran again.
+#[test]
+fn a_daemon_killed_while_its_run_waits_leaves_it_for_the_next_daemon() {
+    let c = Cairn::new();
+    let Some(_disk) = Tmpfs::mount(&c.home(), "24m") else { return };
+    let reaper = Reaper::new(&c);
+    chain_workflow(&c, "chain");
+    let input = chain_input(&c, json!({"a": ["ok"], "b": ["wait", "ok"], "c": ["ok"]}));
+    let log = c.path("log");
+    let mut runner = reaper.spawn(&c, &c.run_args("chain", &input, &["--run-id", "R", "--json"]));
+    wait_for_tool(&log, "b", 1);
+    let first = reaper.daemon(c.daemon().pid);
+
+    let ballast = fill(&c.home());
+    std::fs::write(c.path("release"), "").unwrap();
+    show_until(&c, "R", Duration::from_secs(20), |r| r["waiting"].is_object());
+    kill9_pid(first);
+    let out = wait_exit(&mut runner, Duration::from_secs(15));
+    assert!(!out.timed_out, "`cairn run` hung after its daemon died: {out:?}");
+    wait_reaped(first);
+
+    std::fs::remove_file(&ballast).unwrap();
+    reaper.daemon(c.start_daemon().pid);
+    let run = c.wait_for_status("R", "READY", Duration::from_secs(30));
+    assert!(run.get("waiting").is_none(), "{run:#}");
+    let lines = log_lines(&log);
+    assert_eq!(count(&lines, "a:start:"), 1, "{lines:?}");
+    assert_eq!(count(&lines, "c:start:"), 1, "{lines:?}");
+    assert_eq!(step(&run, "b")["attempts"], 2, "{run:#}");
 }
 
 /// Without a daemon, a run on a full disk cannot wait for it: `cairn run --in-process --json`

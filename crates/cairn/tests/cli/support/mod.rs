@@ -14,6 +14,7 @@
 
 mod chain;
 mod cli;
+mod disk;
 mod http;
 mod marked;
 mod procs;
@@ -23,6 +24,7 @@ mod tool;
 
 pub use chain::*;
 pub use cli::*;
+pub use disk::*;
 pub use http::*;
 pub use marked::*;
 pub use procs::*;
