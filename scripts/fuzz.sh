@@ -25,7 +25,7 @@ die() { printf 'fuzz.sh: %s\n' "$*" >&2; exit 1; }
 SECONDS_EACH=${1:-60}
 [[ $SECONDS_EACH =~ ^[0-9]+$ && $SECONDS_EACH -gt 0 ]] || die "SECONDS must be a positive whole number, not \`$SECONDS_EACH\`"
 shift || true
-ALL=(workflow template canonical document notebook plan receipt agent_reply replay validator)
+ALL=(workflow template canonical document notebook plan receipt agent_reply replay validator access)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
 for t in "${TARGETS[@]}"; do

@@ -367,6 +367,8 @@ async function readyRun(page) {
   const done = allDone();
   await go(page, `#/runs/${EXPECT.ready}`, 'run');
   await waitText(page, '#run-status', 'READY');
+  // Who submitted it: the state root's owner (the CLI), as `cairn show` says.
+  await waitText(page, '#run-submitted-by', 'owner');
   await checkSteps(page, steps, done);
   for (const step of steps) {
     await waitText(page, `${stepRow(step)} td[data-col=attempts]`, '1');

@@ -44,6 +44,8 @@ fn main() {
         thread_id: None,
         plan_id: None,
         parallelism: 1,
+        submitted_by: None,
+        cancelled_by: None,
     };
     let steps: Vec<CrateStep> = (0..n)
         .map(|i| {
@@ -106,6 +108,7 @@ fn main() {
         })
         .collect();
     let c = CrateRun {
+        approval: None,
         run,
         spec,
         workflow_files: vec![file("workflow/workflow.toml")],

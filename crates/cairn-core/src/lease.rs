@@ -93,6 +93,8 @@ mod tests {
                 thread_id: None,
                 plan_id: None,
                 parallelism: 1,
+                submitted_by: None,
+                cancelled_by: None,
             },
             lease: lease.map(|(d, _)| Lease { daemon: d.into(), epoch: 1 }),
             expires_at: lease.map(|(_, at)| at),

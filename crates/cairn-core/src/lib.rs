@@ -7,6 +7,7 @@
 // No function over `too-many-lines-threshold` (clippy.toml): a reader finds a concept by its name.
 #![warn(clippy::too_many_lines)]
 
+pub mod access;
 pub mod artifact;
 pub mod attempt;
 pub mod audit;

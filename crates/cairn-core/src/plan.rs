@@ -291,6 +291,12 @@ pub struct Approval {
     pub channel: String,
     /// Milliseconds since the epoch.
     pub at: i64,
+    /// The principal that approved it; `None` before this was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// The principal that made the plan; `None` before this was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_by: Option<String>,
 }
 
 /// A single-use approval of one plan's execution request.

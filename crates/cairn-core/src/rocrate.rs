@@ -158,6 +158,8 @@ pub struct CrateRun {
     pub lineage: Vec<RunRecord>,
     /// Where it executed: `local` or a target's name.
     pub target: String,
+    /// How, when and by whom its plan was approved; `None` for a run submitted without a plan.
+    pub approval: Option<crate::plan::Approval>,
     pub cairn_version: String,
     /// When the crate is made (milliseconds since the epoch), as `datePublished`.
     pub published_ms: i64,
@@ -305,6 +307,7 @@ pub fn crate_metadata(c: &CrateRun) -> Value {
         control_ids.extend(step_entities(c, s, &mut g));
     }
     g.entities.push(run_entity(c, &run_action, &verdict, &results));
+    g.entities.extend(people(c));
     g.entities.push(organize_entity(&c.run, &run_action, &control_ids));
     let root = root_entity(c, &verdict, &g);
     g.entities.insert(1, root);
@@ -628,6 +631,25 @@ fn run_entity(c: &CrateRun, run_action: &str, verdict: &str, results: &[String])
     if let Some(e) = &run.error {
         run_entity["error"] = json!(e);
     }
+    // The person behind the run: who approved its plan, else who submitted it.
+    let approver = c.approval.as_ref().and_then(|a| a.by.as_deref());
+    let agent = approver.or(run.submitted_by.as_deref());
+    if let Some(agent) = agent {
+        run_entity["agent"] = id(&person_id(agent));
+    }
+    // The others who took part: its planner, who cancelled it.
+    let mut others: Vec<String> = Vec::new();
+    for who in
+        [c.approval.as_ref().and_then(|a| a.planned_by.as_deref()), run.cancelled_by.as_deref()].into_iter().flatten()
+    {
+        let pid = person_id(who);
+        if Some(who) != agent && !others.contains(&pid) {
+            others.push(pid);
+        }
+    }
+    if !others.is_empty() {
+        run_entity["participant"] = ids(others.iter().map(String::as_str));
+    }
     if let Some(source) = c.lineage.first() {
         run_entity["description"] = json!(format!(
             "{verdict}; executed on {}; a replay of run {} (lineage: {})",
@@ -637,6 +659,39 @@ fn run_entity(c: &CrateRun, run_action: &str, verdict: &str, results: &[String])
         ));
     }
     run_entity
+}
+
+fn person_id(principal: &str) -> String {
+    format!("#principal-{}", path_id(principal))
+}
+
+/// The principals behind the run (its planner, its approver or submitter, who cancelled it),
+/// each a `Person` saying what they did.
+fn people(c: &CrateRun) -> Vec<Value> {
+    let mut did: Vec<(String, Vec<String>)> = Vec::new();
+    let mut note = |who: Option<&str>, what: String| {
+        let Some(who) = who else { return };
+        match did.iter_mut().find(|(w, _)| w == who) {
+            Some((_, list)) => list.push(what),
+            None => did.push((who.to_string(), vec![what])),
+        }
+    };
+    match &c.approval {
+        Some(a) => {
+            note(a.planned_by.as_deref(), "made the run's plan".into());
+            note(a.by.as_deref(), format!("approved and executed the run's plan (through `{}`)", a.channel));
+        }
+        None => note(c.run.submitted_by.as_deref(), "submitted the run".into()),
+    }
+    note(c.run.cancelled_by.as_deref(), "cancelled the run".into());
+    did.into_iter()
+        .map(|(who, what)| {
+            json!({
+                "@id": person_id(&who), "@type": "Person", "name": who,
+                "description": format!("Cairn principal `{who}`: {}", what.join("; ")),
+            })
+        })
+        .collect()
 }
 
 /// Cairn orchestrating the run: its steps' control actions.

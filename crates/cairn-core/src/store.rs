@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::access::{Act, ActQuery, ActRecord, Grant, Policy, Principal, Role};
 use crate::artifact::{Artifact, ArtifactRecord};
 use crate::cause::Cause;
 use crate::event::RunEvent;
@@ -61,6 +62,10 @@ pub struct RunRecord {
     pub plan_id: Option<String>,
     /// How many steps may execute at once, as submitted; recovery continues with it.
     pub parallelism: u32,
+    /// The principal that submitted it (or executed its plan); `None` before this was recorded.
+    pub submitted_by: Option<String>,
+    /// The principal that cancelled it.
+    pub cancelled_by: Option<String>,
 }
 
 /// Which runs a list holds: newest first, at most `limit`, each filter applied when given.
@@ -98,6 +103,9 @@ pub struct NewRun {
     /// How many steps may execute at once (1: serial).
     pub parallelism: u32,
     pub at: i64,
+    /// Who submitted it (`run.submitted`), recorded with the run in its transaction; `None` for
+    /// a run made by Cairn itself (a test, a recovery).
+    pub act: Option<Act>,
 }
 
 /// The lease a run gets when a daemon creates it.
@@ -288,6 +296,10 @@ pub enum StoreError {
         "run `{run_id}` is driven by daemon `{daemon}` (its lease runs until {until} ms since the epoch); it continues there, or, if that daemon is gone, once its lease expires a daemon takes it over"
     )]
     RunLeased { run_id: String, daemon: String, until: i64 },
+    #[error("a principal named `{0}` exists already (names are never reused, revoked ones included); choose another")]
+    PrincipalExists(String),
+    #[error("a role named `{0}` exists already; remove it first with `cairn role remove {0}`")]
+    RoleExists(String),
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]
@@ -390,6 +402,8 @@ pub struct PlanRecord {
     pub target: String,
     pub run_dir: String,
     pub created_at: i64,
+    /// The principal that made it; `None` before this was recorded.
+    pub planned_by: Option<String>,
 }
 
 /// What consuming a receipt does, in one transaction: the receipt is marked consumed, the
@@ -401,6 +415,8 @@ pub struct ConsumeReceipt {
     pub target: String,
     /// How the person approved it, kept with the consumed receipt.
     pub channel: crate::plan::ApprovalChannel,
+    /// Who approved it (`plan.approved`); the run's own `act` says who submitted it.
+    pub act: Option<Act>,
     pub run: NewRun,
 }
 
@@ -592,8 +608,9 @@ pub trait Runs {
     /// Runs that are PENDING or RUNNING, oldest first.
     fn open_runs(&self) -> Result<Vec<RunRecord>, StoreError>;
     /// Moves a non-terminal run to CANCELLED and its RUNNING steps to FAILED with their tokens
-    /// cleared (so a late write by their attempts is rejected as stale), in one transaction.
-    fn cancel_run(&self, run_id: &RunId, reason: &str, at: i64) -> Result<RunRecord, StoreError>;
+    /// cleared (so a late write by their attempts is rejected as stale), in one transaction, with
+    /// who cancelled it (`act`, a `run.cancelled`) when a principal did.
+    fn cancel_run(&self, run_id: &RunId, reason: &str, at: i64, act: Option<&Act>) -> Result<RunRecord, StoreError>;
     /// Appends run-level events that change no state (a wait for the environment, its end) to an
     /// open run's log, in one transaction, fenced by the run's lease like every write of it.
     /// Returns false, writing nothing, when the run has finished meanwhile.
@@ -696,8 +713,14 @@ pub trait KernelJobs {
 /// Plans, the receipts that approve them, and the runs and reservations they made.
 pub trait Plans {
     /// Stores a plan's index row with its document (the JSON its checksum covers) and the state
-    /// root that made it (where its file is).
-    fn insert_plan(&self, plan: &PlanRecord, document: &str, made_in: &str) -> Result<(), StoreError>;
+    /// root that made it (where its file is), and its `plan.made` act.
+    fn insert_plan(
+        &self,
+        plan: &PlanRecord,
+        document: &str,
+        made_in: &str,
+        act: Option<&Act>,
+    ) -> Result<(), StoreError>;
     /// A stored plan's document as it was stored, and the state root that made it.
     fn plan_document(&self, plan_name: &str) -> Result<Option<(String, String)>, StoreError>;
     fn plan(&self, plan_name: &str) -> Result<Option<PlanRecord>, StoreError>;
@@ -781,6 +804,44 @@ pub trait Maintenance {
     fn backup_to(&self, dest: &std::path::Path) -> Result<u64, StoreError>;
 }
 
+/// A team's registry: principals, custom roles, grants, per-workflow policies and the audit.
+/// Every change writes its [`Act`](crate::access::Act) in the same transaction, so the audit
+/// never misses a change that happened nor shows one that did not.
+pub trait Team {
+    /// Adds a principal with its token's hash and a grant of its role everywhere.
+    /// `PrincipalExists` when the name is taken (by a revoked one too: names are never reused).
+    fn add_principal(&self, p: &Principal, token_sha256: &str, act: &Act) -> Result<(), StoreError>;
+    /// The live (not revoked) principal whose token hashes to `token_sha256`.
+    fn principal_by_token(&self, token_sha256: &str) -> Result<Option<Principal>, StoreError>;
+    fn principal(&self, name: &str) -> Result<Option<Principal>, StoreError>;
+    /// By name, the revoked ones too.
+    fn principals(&self) -> Result<Vec<Principal>, StoreError>;
+    /// Replaces a live principal's token hash; `false` when there is no such live principal.
+    fn rotate_principal(&self, name: &str, token_sha256: &str, act: &Act) -> Result<bool, StoreError>;
+    /// Revokes a principal (its token stops working; its name and acts stay); `false` when there
+    /// is no such live principal.
+    fn revoke_principal(&self, name: &str, act: &Act) -> Result<bool, StoreError>;
+    /// Adds a custom role; `RoleExists` when the name is taken.
+    fn add_role(&self, role: &Role, act: &Act) -> Result<(), StoreError>;
+    /// Removes a custom role (its grants then give nothing); whether it existed.
+    fn remove_role(&self, name: &str, act: &Act) -> Result<bool, StoreError>;
+    /// The custom roles, by name.
+    fn roles(&self) -> Result<Vec<Role>, StoreError>;
+    /// Whether the grant is new (an identical one changes nothing and records nothing).
+    fn add_grant(&self, g: &Grant, act: &Act) -> Result<bool, StoreError>;
+    /// Whether such a grant existed.
+    fn remove_grant(&self, g: &Grant, act: &Act) -> Result<bool, StoreError>;
+    /// A principal's grants, or everyone's.
+    fn grants(&self, principal: Option<&str>) -> Result<Vec<Grant>, StoreError>;
+    fn set_policy(&self, p: &Policy, act: &Act) -> Result<(), StoreError>;
+    fn policy(&self, workflow: &str) -> Result<Option<Policy>, StoreError>;
+    fn policies(&self) -> Result<Vec<Policy>, StoreError>;
+    /// Records an act of its own (one whose change is written elsewhere).
+    fn record_act(&self, act: &Act) -> Result<i64, StoreError>;
+    /// Newest first.
+    fn acts(&self, q: &ActQuery) -> Result<Vec<ActRecord>, StoreError>;
+}
+
 /// The registry of workflows, runs, step records and events: every role at once, what the
 /// engine holds (`dyn RunStore`). A use case that needs one or two roles may take those alone.
 pub trait RunStore:
@@ -795,6 +856,7 @@ pub trait RunStore:
     + Targets
     + Docs
     + Maintenance
+    + Team
 {
 }
 
@@ -810,7 +872,8 @@ impl<
         + Plans
         + Targets
         + Docs
-        + Maintenance,
+        + Maintenance
+        + Team,
 > RunStore for T
 {
 }
@@ -818,7 +881,7 @@ impl<
 /// The role traits, to bring their methods into scope: `use cairn_core::store::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        Artifacts, Attempts, Daemons, Docs, KernelJobs, Maintenance, Plans, RunStore, Runs, Targets, Verifications,
-        WorkflowRegistry,
+        Artifacts, Attempts, Daemons, Docs, KernelJobs, Maintenance, Plans, RunStore, Runs, Targets, Team,
+        Verifications, WorkflowRegistry,
     };
 }

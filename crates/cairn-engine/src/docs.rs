@@ -8,6 +8,7 @@
 //! row): a crash never leaves a version the index does not know, nor a search row of a version
 //! that is not stored.
 
+use cairn_core::access::{Caller, Permission, Scope};
 use cairn_core::canonical::sha256_hex;
 use cairn_core::docs::{self, DocName};
 use cairn_core::store::{
@@ -68,7 +69,8 @@ pub struct DocSearch {
 impl Engine {
     /// Stores a new version of a doc (or finds its newest version already holding this text).
     /// Bad input is refused before anything is written.
-    pub fn save_doc(&self, req: &SaveDoc) -> Result<SavedDoc, EngineError> {
+    pub fn save_doc(&self, caller: &Caller, req: &SaveDoc) -> Result<SavedDoc, EngineError> {
+        self.authorize(caller, Permission::Docs, &Scope::everywhere())?;
         let name = DocName::parse(&req.name)?;
         docs::check_text(&req.text)?;
         let notebook = match &req.verification_id {
@@ -103,6 +105,9 @@ impl Engine {
             Saved::Saved(v) => (v.version, true),
             Saved::Unchanged(v) => (v.version, false),
         };
+        if created {
+            self.record(caller, "doc.saved", name.as_str(), serde_json::json!({"version": version}));
+        }
         Ok(SavedDoc { view: self.read_doc(name.as_str(), Some(version))?, created })
     }
 
@@ -152,10 +157,14 @@ impl Engine {
 
     /// Tombstones a doc: it leaves the list and the search; its versions stay readable by number,
     /// and a later save makes the next version. Removing a removed doc changes nothing.
-    pub fn remove_doc(&self, name: &str) -> Result<DocRecord, EngineError> {
+    pub fn remove_doc(&self, caller: &Caller, name: &str) -> Result<DocRecord, EngineError> {
+        self.authorize(caller, Permission::Docs, &Scope::everywhere())?;
         let name = DocName::parse(name)?;
-        self.store
+        let removed = self
+            .store
             .remove_doc(name.as_str(), self.clock.now_ms())?
-            .ok_or_else(|| EngineError::DocNotFound { name: name.to_string() })
+            .ok_or_else(|| EngineError::DocNotFound { name: name.to_string() })?;
+        self.record(caller, "doc.removed", name.as_str(), serde_json::json!({}));
+        Ok(removed)
     }
 }

@@ -29,6 +29,9 @@ pub enum ErrorKind {
     Unavailable,
     /// Stopped by the person (Ctrl-C) or a cancel before it finished (exit 130, HTTP 409).
     Interrupted,
+    /// The caller may not do this: a grant is missing, or a workflow's two-person rule refuses
+    /// it (exit 2, HTTP 403). Nothing changed.
+    Forbidden,
 }
 
 macro_rules! error_codes {
@@ -133,6 +136,14 @@ error_codes! {
     BackupExists => "backup_exists", Conflict;
     InvalidBackupPath => "invalid_backup_path", Invalid;
     BackupUnsupported => "backup_unsupported", Invalid;
+    Forbidden => "forbidden", Forbidden;
+    TwoPersonRequired => "two_person_required", Forbidden;
+    PrincipalNotFound => "principal_not_found", NotFound;
+    RoleNotFound => "role_not_found", NotFound;
+    GrantNotFound => "grant_not_found", NotFound;
+    PrincipalExists => "principal_exists", Conflict;
+    RoleExists => "role_exists", Conflict;
+    InvalidName => "invalid_name", Invalid;
     Database => "database", Unavailable;
     Corrupt => "corrupt", Internal;
     Io => "io", Unavailable;
@@ -339,6 +350,21 @@ pub enum EngineError {
     #[error("{0}")]
     Store(#[from] StoreError),
 
+    // --- access
+    /// A caller's grants do not hold the permission on the resource.
+    #[error("{0}")]
+    Forbidden(#[from] cairn_core::access::Denied),
+    #[error("{0}")]
+    TwoPersonRequired(#[from] cairn_core::access::SamePerson),
+    #[error("there is no principal `{name}`; list them with `cairn user list`")]
+    PrincipalNotFound { name: String },
+    #[error("there is no role `{name}`; list them with `cairn role list`")]
+    RoleNotFound { name: String },
+    #[error("{principal} has no grant of role `{role}` {scope}; list its grants with `cairn user show {principal}`")]
+    GrantNotFound { principal: String, role: String, scope: String },
+    #[error("{0}")]
+    InvalidName(#[from] cairn_core::access::NameError),
+
     // --- internal
     #[error("{path}: {message}")]
     Io { path: String, message: String },
@@ -464,6 +490,12 @@ impl EngineError {
             E::InvalidBackupPath { .. } => ErrorCode::InvalidBackupPath,
             E::BackupUnsupported { .. } => ErrorCode::BackupUnsupported,
             E::Store(e) => store_code(e),
+            E::Forbidden(_) => ErrorCode::Forbidden,
+            E::TwoPersonRequired(_) => ErrorCode::TwoPersonRequired,
+            E::PrincipalNotFound { .. } => ErrorCode::PrincipalNotFound,
+            E::RoleNotFound { .. } => ErrorCode::RoleNotFound,
+            E::GrantNotFound { .. } => ErrorCode::GrantNotFound,
+            E::InvalidName(_) => ErrorCode::InvalidName,
             E::Io { .. } => ErrorCode::Io,
             E::Internal { .. } => ErrorCode::Internal,
             E::Interrupted { .. } => ErrorCode::Interrupted,
@@ -544,6 +576,8 @@ fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::LeaseLost { .. } => ErrorCode::LeaseLost,
         StoreError::RunBusy { .. } => ErrorCode::RunBusy,
         StoreError::RunLeased { .. } => ErrorCode::RunLeased,
+        StoreError::PrincipalExists(_) => ErrorCode::PrincipalExists,
+        StoreError::RoleExists(_) => ErrorCode::RoleExists,
         StoreError::Database(_) => ErrorCode::Database,
         StoreError::Corrupt(_) => ErrorCode::Corrupt,
     }

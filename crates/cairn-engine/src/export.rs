@@ -501,6 +501,7 @@ impl Engine {
             targets,
             lineage: view.lineage.clone(),
             target: view.target.clone(),
+            approval: view.approval.clone(),
             cairn_version: env!("CARGO_PKG_VERSION").to_string(),
             published_ms: self.clock.now_ms(),
         };

@@ -36,6 +36,7 @@ mod service;
 pub mod session;
 mod stop;
 pub mod target;
+pub mod team;
 pub mod verify;
 mod waiting;
 

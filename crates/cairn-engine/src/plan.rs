@@ -10,6 +10,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use cairn_core::access::{Caller, Permission, Scope};
 use cairn_core::canonical::sha256_hex;
 use cairn_core::controller::SlurmSubmit;
 use cairn_core::ids::{Owner, RunId};
@@ -136,7 +137,10 @@ impl Engine {
 
     /// Plans a run: checks everything, resolves every command, hashes every input file, lists
     /// every effect, and stores the plan. Creates nothing in or at `run_dir`.
-    pub fn make_plan(&self, req: &PlanRequest) -> Result<Plan, EngineError> {
+    pub fn make_plan(&self, caller: &Caller, req: &PlanRequest) -> Result<Plan, EngineError> {
+        // Who may plan is decided first, on the workflow named (a replay's: its source's).
+        let resource = Scope { workflow: self.workflow_planned(req)?, target: Some(req.target.clone()) };
+        self.authorize(caller, Permission::Plan, &resource)?;
         // One spelling per directory (`/a//b/` is `/a/b`), so a reservation cannot be dodged.
         let run_dir_path: PathBuf = req.run_dir.components().collect();
         let remote = req.target != LOCAL;
@@ -186,12 +190,24 @@ impl Engine {
             plan_checksum: String::new(),
         };
         plan.plan_checksum = plan.compute_checksum().map_err(|e| EngineError::input(format!("run input: {e}")))?;
-        self.store_plan(&plan)?;
+        self.store_plan(&plan, caller)?;
         Ok(plan)
     }
 
     /// The workflow and input a plan runs (checked), and for a replay plan the replay it makes
     /// (its source, steps and the planner's decisions).
+    /// The name of the workflow a request plans, as far as it can be told before it is checked:
+    /// the one it names, else its replay source's. `None` when it names none (refused later).
+    fn workflow_planned(&self, req: &PlanRequest) -> Result<Option<String>, EngineError> {
+        if let Some(reference) = &req.workflow {
+            return Ok(crate::registry::parse_reference(reference).ok().map(|(name, _)| name.to_string()));
+        }
+        match &req.replay {
+            Some((source, _)) => Ok(self.store.run(source)?.map(|r| r.workflow)),
+            None => Ok(None),
+        }
+    }
+
     fn planned_workflow_and_input(
         &self,
         req: &PlanRequest,
@@ -263,7 +279,7 @@ impl Engine {
     }
 
     /// Writes the plan file (its name claimed atomically) and then its index row.
-    fn store_plan(&self, plan: &Plan) -> Result<(), EngineError> {
+    fn store_plan(&self, plan: &Plan, caller: &Caller) -> Result<(), EngineError> {
         let dir = self.plans_dir();
         std::fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
         let path = self.plan_file(&plan.plan_name);
@@ -285,9 +301,16 @@ impl Engine {
             target: plan.target.clone(),
             run_dir: plan.run_dir.clone(),
             created_at: plan.created_at,
+            planned_by: Some(caller.name().to_string()),
         };
         let made_in = self.state.path().display().to_string();
-        if let Err(e) = self.store.insert_plan(&record, &String::from_utf8_lossy(&text), &made_in) {
+        let act = self.act(
+            caller,
+            "plan.made",
+            &plan.plan_name,
+            serde_json::json!({"workflow": plan.workflow, "version": plan.version, "target": plan.target}),
+        );
+        if let Err(e) = self.store.insert_plan(&record, &String::from_utf8_lossy(&text), &made_in, Some(&act)) {
             let _ = std::fs::remove_file(&path);
             return Err(e.into());
         }
@@ -329,8 +352,25 @@ impl Engine {
 
     /// The approval: reloads the plan, checks the id and checksum given by the approver,
     /// re-hashes every input file and re-checks readiness, then mints a receipt for its request.
-    pub fn approve_plan(&self, name: &str, plan_id: &str, checksum: &str) -> Result<(Plan, Receipt), EngineError> {
+    /// Refused unless `caller` may approve plans of its workflow on its target and, where the
+    /// workflow's policy needs two people, did not make the plan.
+    pub fn approve_plan(
+        &self,
+        caller: &Caller,
+        name: &str,
+        plan_id: &str,
+        checksum: &str,
+    ) -> Result<(Plan, Receipt), EngineError> {
         let plan = self.load_plan(name)?;
+        let resource = Scope { workflow: Some(plan.workflow.clone()), target: Some(plan.target.clone()) };
+        self.authorize(caller, Permission::Approve, &resource)?;
+        let planner = self.store.plan(name)?.and_then(|r| r.planned_by);
+        cairn_core::access::check_two_person(
+            self.policy(&plan.workflow)?.as_ref(),
+            name,
+            planner.as_deref(),
+            caller.name(),
+        )?;
         if plan.plan_id != plan_id {
             return Err(EngineError::PlanMismatch {
                 message: format!(
@@ -420,6 +460,7 @@ impl Engine {
     /// (FAILED, naming the effect, if one failed) and the workflow to execute it with.
     pub fn consume_receipt(
         &self,
+        caller: &Caller,
         plan: &Plan,
         receipt: &Receipt,
         channel: ApprovalChannel,
@@ -445,6 +486,7 @@ impl Engine {
                 thread_id,
                 parallelism: 1,
                 at: self.clock.now_ms(),
+                act: None,
             },
             Some(req) => {
                 // Re-planned now: the source is immutable, so the decisions are those approved.
@@ -452,7 +494,7 @@ impl Engine {
                 let req = ReplayRequest { workflow_dir: None, ..req };
                 let prepared = self.prepare_replay(&req)?;
                 let new = self.replay_run(&req, &prepared)?;
-                NewRun { run_dir: plan.run_dir.clone(), owner, thread_id, ..new }
+                NewRun { run_dir: plan.run_dir.clone(), owner, thread_id, act: None, ..new }
             }
         };
         // A run on an SSH or Slurm target is reached from any daemon; a local one from this host.
@@ -462,6 +504,12 @@ impl Engine {
             plan_id: plan.plan_id.clone(),
             target: plan.target.clone(),
             channel,
+            act: Some(self.act(
+                caller,
+                "plan.approved",
+                &plan.plan_name,
+                serde_json::json!({"run_id": run.run_id, "channel": channel.as_str(), "target": plan.target}),
+            )),
             run,
         })?;
         if let Err(why) = self.apply_effects(plan) {

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use cairn_core::access::{Caller, Permission, Scope};
 use cairn_core::canonical::sha256_hex;
 use cairn_core::dag::Dag;
 use cairn_core::signature::{ToolFile, folder_digest, step_tool_digest, tool_digest};
@@ -271,8 +272,12 @@ impl Engine {
     /// Registers a workflow folder (or its `workflow.toml`): validated, copied content-addressed
     /// into the state root, recorded. Re-adding the same content is a no-op; other content under
     /// a registered `name@version` is refused before anything is written.
-    pub fn add_workflow(&self, path: &Path) -> Result<Added, EngineError> {
+    ///
+    /// Refused, before anything is copied, unless `caller` may register this workflow.
+    pub fn add_workflow(&self, caller: &Caller, path: &Path) -> Result<Added, EngineError> {
         let InspectedFolder { spec, dir, files, digest } = inspect_folder(path)?;
+        let resource = Scope { workflow: Some(spec.name.clone()), target: None };
+        self.authorize(caller, Permission::Register, &resource)?;
         if let Some(existing) = self.store.workflow(&spec.name, Some(&spec.version))?
             && existing.digest != digest
         {
@@ -309,7 +314,11 @@ impl Engine {
             registered_at: self.clock.now_ms(),
         };
         match self.store.register_workflow(&record)? {
-            RegisterOutcome::Inserted => Ok(Added { record, newly_registered: true }),
+            RegisterOutcome::Inserted => {
+                let detail = serde_json::json!({"version": record.version, "digest": record.digest});
+                self.record(caller, "workflow.registered", &record.name, detail);
+                Ok(Added { record, newly_registered: true })
+            }
             RegisterOutcome::AlreadyRegistered => Ok(Added { record, newly_registered: false }),
             RegisterOutcome::Conflict { existing_digest } => {
                 Err(version_conflict(&record.name, &record.version, &existing_digest, &digest))

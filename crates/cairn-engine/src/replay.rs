@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use cairn_core::access::Caller;
 use cairn_core::artifact::{Artifact, output_path};
 use cairn_core::ids::{Owner, RunId};
 use cairn_core::plan::InputFile;
@@ -46,6 +47,8 @@ pub struct ReplayRequest {
     /// The target the child runs on (`local` when `None`): a step is reused only with artifacts
     /// there.
     pub target: Option<String>,
+    /// Who submitted it: recorded with the child run (`run.submitted`) when it is created.
+    pub by: Option<Caller>,
 }
 
 /// A request with every field unset, its source's id empty (a run no id names): a caller names
@@ -66,6 +69,7 @@ impl Default for ReplayRequest {
             stop: None,
             workflow_dir: None,
             target: None,
+            by: None,
         }
     }
 }
@@ -354,7 +358,15 @@ impl Engine {
             Some(prepared.source.run_id.clone()),
             Some(prepared.record()),
         )?;
+        let act = req.by.as_ref().map(|c| {
+            let detail = serde_json::json!({
+                "workflow": spec.name, "version": spec.version, "source_run_id": prepared.source.run_id,
+                "steps": req.step_ids,
+            });
+            c.act(new.at, "run.submitted", new.run_id.as_str(), detail)
+        });
         Ok(NewRun {
+            act,
             owner: req.owner,
             thread_id: req.thread_id.clone(),
             parallelism: crate::runner::parallelism_of(req.parallelism),

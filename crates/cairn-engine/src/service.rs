@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn_core::access::{Caller, Permission, Scope};
 use cairn_core::ids::RunId;
 use cairn_core::lease::{Takeover, takeover};
 use cairn_core::store::{DaemonRecord, LeasedRun, RunRecord, StepRecord, StoreError};
@@ -209,13 +210,20 @@ impl Service {
 
     /// Creates the run (or finds the one with the same identity) and queues it: the answer is
     /// the run as it is now, RUNNING while it executes, or already terminal.
-    pub fn submit_run(&self, req: SubmitRun) -> Result<Submitted, EngineError> {
+    /// Refused unless `caller` may run the workflow (for a replay, the source's).
+    pub fn submit_run(&self, caller: &Caller, req: SubmitRun) -> Result<Submitted, EngineError> {
         req.check()?;
+        let by = Some(caller.clone());
         let owner = Some(self.owner);
         let stop = Some(StopSignal::new());
         let thread_id = Some(req.thread_id.clone());
         let (run, created, work) = match req.replay {
             Some((source_run_id, step_ids)) => {
+                // A source that is not there is refused by the replay itself, saying so.
+                if let Some(source) = self.engine.store.run(&source_run_id)? {
+                    let resource = Scope { workflow: Some(source.workflow), target: None };
+                    self.engine.authorize(caller, Permission::Run, &resource)?;
+                }
                 let req = ReplayRequest {
                     source_run_id,
                     step_ids,
@@ -230,6 +238,7 @@ impl Service {
                     stop,
                     workflow_dir: None,
                     target: None,
+                    by,
                 };
                 let (run, created) = self.engine.submit_replay(&req)?;
                 // The worker continues exactly this run, not a new one.
@@ -246,6 +255,8 @@ impl Service {
                     None => workflow,
                 };
                 let wf = self.engine.load_workflow(&reference)?;
+                let resource = Scope { workflow: Some(wf.spec().name.clone()), target: None };
+                self.engine.authorize(caller, Permission::Run, &resource)?;
                 let req = RunRequest {
                     workflow: reference,
                     run_id: req.run_id,
@@ -255,6 +266,7 @@ impl Service {
                     owner,
                     thread_id,
                     stop,
+                    by,
                 };
                 let (run, created) = self.engine.submit_loaded(&wf, &req)?;
                 let req = RunRequest { run_id: Some(run.run_id.to_string()), ..req };
@@ -300,14 +312,15 @@ impl Service {
     /// person approved it, recorded with the run.
     pub fn execute_plan(
         &self,
+        caller: &Caller,
         name: &str,
         plan_id: &str,
         plan_checksum: &str,
         channel: cairn_core::plan::ApprovalChannel,
     ) -> Result<Submitted, EngineError> {
-        let (plan, receipt) = self.engine.approve_plan(name, plan_id, plan_checksum)?;
+        let (plan, receipt) = self.engine.approve_plan(caller, name, plan_id, plan_checksum)?;
         let thread = Some(format!("plan:{name}"));
-        let (run, wf) = self.engine.consume_receipt(&plan, &receipt, channel, Some(self.owner), thread)?;
+        let (run, wf) = self.engine.consume_receipt(caller, &plan, &receipt, channel, Some(self.owner), thread)?;
         if !run.status.is_terminal() {
             let owner = Some(self.owner);
             let work = match self.engine.replay_request(&plan, &run.run_id) {
@@ -329,7 +342,19 @@ impl Service {
     /// Cancels a run: it stops being scheduled, it is finalised CANCELLED with its RUNNING steps
     /// FAILED (their tokens cleared, so a late write is rejected), and their process groups and
     /// supervised launches are stopped. A run executing elsewhere is finalised the same way.
-    pub fn cancel_run(&self, run_id: &RunId) -> Result<RunView, EngineError> {
+    ///
+    /// Refused unless `caller` submitted it and may still run its workflow, or may cancel runs of
+    /// its workflow (on its target).
+    pub fn cancel_run(&self, caller: &Caller, run_id: &RunId) -> Result<RunView, EngineError> {
+        let run =
+            self.engine.store.run(run_id)?.ok_or_else(|| EngineError::RunNotFound { run_id: run_id.to_string() })?;
+        let target = self.engine.store.target_of_run(run_id)?;
+        let resource = Scope { workflow: Some(run.workflow.clone()), target };
+        let own =
+            run.submitted_by.as_deref() == Some(caller.name()) && caller.access.allows(Permission::Run, &resource);
+        if !own {
+            self.engine.authorize(caller, Permission::Cancel, &resource)?;
+        }
         let here = match self.pool.stop_signal(run_id) {
             Some(stop) => {
                 stop.request(StopKind::Cancel);
@@ -343,7 +368,10 @@ impl Service {
         let on_this_host = here
             || self.engine.store.leased_run(run_id)?.is_none_or(|l| l.holder.is_none_or(|h| h.host == self.me.host));
         let running = self.engine.running_steps(run_id)?;
-        self.engine.store.cancel_run(run_id, "cancelled by an operator", self.engine.now_ms())?;
+        let act =
+            self.engine.act(caller, "run.cancelled", run_id.as_str(), serde_json::json!({"workflow": run.workflow}));
+        let reason = format!("cancelled by {} ({})", caller.name(), caller.channel);
+        self.engine.store.cancel_run(run_id, &reason, self.engine.now_ms(), Some(&act))?;
         let (mut groups, mut launches) = (0, 0);
         for step in &running {
             match step.process.as_ref().map(|p| (p, &p.remote)) {
@@ -585,6 +613,8 @@ impl Service {
                 owner: Some(self.owner),
                 thread_id: run.thread_id.clone(),
                 stop: Some(StopSignal::new()),
+                // Created already: nothing new to record.
+                by: None,
             },
         }
     }

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cairn_core::access::{Caller, Permission, Scope};
 use cairn_core::store::StoreError;
 use cairn_core::target::{Executor, LOCAL, TargetSpec, parse_ssh};
 use cairn_exec::ssh::{SshTransport, probe_local};
@@ -74,7 +75,9 @@ fn local_file(path: &Path, what: &'static str) -> Result<String, EngineError> {
 
 impl Engine {
     /// Validates and registers a target. Nothing is contacted: `probe_target` does that.
-    pub fn add_target(&self, req: &AddTarget) -> Result<TargetSpec, EngineError> {
+    /// Refused unless `caller` may add this target.
+    pub fn add_target(&self, caller: &Caller, req: &AddTarget) -> Result<TargetSpec, EngineError> {
+        self.authorize(caller, Permission::Target, &Scope { workflow: None, target: Some(req.name.clone()) })?;
         let spec = TargetSpec {
             name: req.name.clone(),
             ssh: parse_ssh(&req.ssh)?,
@@ -87,12 +90,16 @@ impl Engine {
         };
         spec.validate()?;
         self.store.add_target(&spec, self.clock.now_ms())?;
+        let detail = serde_json::json!({"ssh": req.ssh, "executor": spec.executor});
+        self.record(caller, "target.added", &spec.name, detail);
         Ok(spec)
     }
 
     /// Removes a configured target; its runs and plans stay recorded.
-    pub fn remove_target(&self, name: &str) -> Result<(), EngineError> {
+    pub fn remove_target(&self, caller: &Caller, name: &str) -> Result<(), EngineError> {
+        self.authorize(caller, Permission::Target, &Scope { workflow: None, target: Some(name.to_string()) })?;
         if self.store.remove_target(name)? {
+            self.record(caller, "target.removed", name, serde_json::json!({}));
             Ok(())
         } else {
             Err(EngineError::TargetNotFound { name: name.to_string() })

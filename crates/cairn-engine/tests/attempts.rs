@@ -243,7 +243,7 @@ impl Fx {
         std::fs::create_dir_all(&wf).unwrap();
         std::fs::write(wf.join("workflow.toml"), WORKFLOW).unwrap();
         let fx = Fx { _tmp: tmp, root, clock: TestClock(Arc::new(AtomicI64::new(T))), db };
-        fx.engine(&Script::default()).add_workflow(&wf).unwrap();
+        fx.engine(&Script::default()).add_workflow(&cairn_core::access::Caller::owner("cli"), &wf).unwrap();
         Some(fx)
     }
 
@@ -273,6 +273,7 @@ fn request(resume: bool, stop: Option<StopSignal>) -> RunRequest {
         owner: None,
         thread_id: None,
         stop,
+        by: None,
     }
 }
 

@@ -16,7 +16,10 @@ fn engine(kind: Kind) -> Option<((TempDir, TestDatabase), Engine)> {
 }
 
 fn save(e: &Engine, name: &str, text: &str) -> Result<cairn_engine::docs::SavedDoc, EngineError> {
-    e.save_doc(&SaveDoc { name: name.into(), text: text.into(), verification_id: None })
+    e.save_doc(
+        &cairn_core::access::Caller::owner("cli"),
+        &SaveDoc { name: name.into(), text: text.into(), verification_id: None },
+    )
 }
 
 #[track_caller]
@@ -62,7 +65,10 @@ fn bad_input_is_refused_naming_the_field_and_changes_nothing(k: Kind) {
     refused(save(&e, "ok", &"x".repeat(MAX_DOC_BYTES + 1)), ErrorCode::InvalidDocText, &["1048577 bytes", "1 MiB"]);
     refused(save(&e, "ok", "bin\u{0}ary"), ErrorCode::InvalidDocText, &["U+0000", "line 1"]);
     let v = refused(
-        e.save_doc(&SaveDoc { name: "ok".into(), text: "# x\n".into(), verification_id: Some("ver_nope".into()) }),
+        e.save_doc(
+            &cairn_core::access::Caller::owner("cli"),
+            &SaveDoc { name: "ok".into(), text: "# x\n".into(), verification_id: Some("ver_nope".into()) },
+        ),
         ErrorCode::VerificationNotFound,
         &["verification_id `ver_nope`", "--from", "cairn verify"],
     );
@@ -97,10 +103,14 @@ fn a_removed_doc_leaves_the_list_and_the_search_and_keeps_its_versions(k: Kind) 
     let Some((_d, e)) = engine(k) else { return };
     save(&e, "gone", "# Gone\n\nflamingo\n").unwrap();
     save(&e, "kept", "# Kept\n\nflamingo too\n").unwrap();
-    let removed = e.remove_doc("gone").unwrap();
+    let removed = e.remove_doc(&cairn_core::access::Caller::owner("cli"), "gone").unwrap();
     assert!(removed.removed_at.is_some());
-    assert_eq!(e.remove_doc("gone").unwrap().removed_at, removed.removed_at, "removing again changes nothing");
-    refused(e.remove_doc("never"), ErrorCode::DocNotFound, &["`never`"]);
+    assert_eq!(
+        e.remove_doc(&cairn_core::access::Caller::owner("cli"), "gone").unwrap().removed_at,
+        removed.removed_at,
+        "removing again changes nothing"
+    );
+    refused(e.remove_doc(&cairn_core::access::Caller::owner("cli"), "never"), ErrorCode::DocNotFound, &["`never`"]);
 
     assert_eq!(e.docs(false).unwrap().iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["kept"]);
     assert_eq!(e.docs(true).unwrap().len(), 2);

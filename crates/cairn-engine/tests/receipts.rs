@@ -80,7 +80,7 @@ impl Fixture {
         std::fs::set_permissions(wf.join("tools/t.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
         let f = Fixture { _tmp: tmp, root, runs_parent, clock: TestClock(Arc::new(AtomicI64::new(T))), db };
         let e = f.engine();
-        e.add_workflow(&wf).unwrap();
+        e.add_workflow(&cairn_core::access::Caller::owner("cli"), &wf).unwrap();
         Some(f)
     }
 
@@ -100,19 +100,23 @@ impl Fixture {
 }
 
 fn plan(e: &Engine, run_dir: &Path) -> Plan {
-    e.make_plan(&PlanRequest {
-        workflow: Some("rcpt".into()),
-        input: json!({"x": 1}),
-        target: LOCAL_TARGET.into(),
-        run_dir: run_dir.to_path_buf(),
-        name: None,
-        replay: None,
-    })
+    e.make_plan(
+        &cairn_core::access::Caller::owner("cli"),
+        &PlanRequest {
+            workflow: Some("rcpt".into()),
+            input: json!({"x": 1}),
+            target: LOCAL_TARGET.into(),
+            run_dir: run_dir.to_path_buf(),
+            name: None,
+            replay: None,
+        },
+    )
     .unwrap()
 }
 
 fn approve(e: &Engine, p: &Plan) -> Receipt {
-    let (approved, receipt) = e.approve_plan(&p.plan_name, &p.plan_id, &p.plan_checksum).unwrap();
+    let (approved, receipt) =
+        e.approve_plan(&cairn_core::access::Caller::owner("cli"), &p.plan_name, &p.plan_id, &p.plan_checksum).unwrap();
     assert_eq!(&approved, p, "approval reloads the stored plan unchanged");
     receipt
 }
@@ -123,7 +127,7 @@ type Alteration<'a> = Box<dyn Fn(&mut Plan) + 'a>;
 type Consumed = Result<(RunRecord, LoadedWorkflow), EngineError>;
 
 fn consume(e: &Engine, p: &Plan, r: &Receipt) -> Consumed {
-    e.consume_receipt(p, r, ApprovalChannel::Cli, None, None)
+    e.consume_receipt(&cairn_core::access::Caller::owner("cli"), p, r, ApprovalChannel::Cli, None, None)
 }
 
 /// The run a consumption created; panics (with the error) if it was refused.
@@ -273,8 +277,15 @@ fn a_replayed_receipt_creates_nothing(k: Kind) {
     let events = e.events(&run.run_id, 0).unwrap();
     assert_eq!(events.first().map(|ev| ev.event.kind()), Some("run.created"));
     assert_eq!(events[0].event.data()["receipt_id"], r.receipt_id.as_str());
-    let approval = Some(Approval { channel: "cli".into(), at: run.created_at });
-    assert_eq!(e.show_run(&run.run_id).unwrap().approval, approval, "how it was approved is kept with the run");
+    // Who made and who approved the plan: the state root's owner, here.
+    let owner = Some("owner".to_string());
+    let approval = Some(Approval { channel: "cli".into(), at: run.created_at, by: owner.clone(), planned_by: owner });
+    assert_eq!(e.show_run(&run.run_id).unwrap().approval, approval, "how and by whom it was approved is kept");
+    assert_eq!(e.show_run(&run.run_id).unwrap().run.submitted_by.as_deref(), Some("owner"));
+    let acts =
+        e.audit(&cairn_core::access::ActQuery { object: Some(p.plan_name.clone()), limit: 10, ..Default::default() });
+    let actions: Vec<String> = acts.unwrap().into_iter().map(|a| a.act.action).collect();
+    assert_eq!(actions, ["plan.approved", "plan.made"], "the plan's acts, newest first");
     let before = std::fs::read_dir(&p.run_dir).unwrap().count();
 
     for _ in 0..3 {
@@ -376,7 +387,8 @@ fn a_receipt_survives_a_daemon_restart_and_is_consumed_once(k: Kind) {
     assert!(is_consumed_conflict(&err), "{err:?}");
     assert_eq!(runs(&third).len(), 1);
     // The plan executed: approving it again is refused too.
-    let again = third.approve_plan(&p.plan_name, &p.plan_id, &p.plan_checksum);
+    let again =
+        third.approve_plan(&cairn_core::access::Caller::owner("cli"), &p.plan_name, &p.plan_id, &p.plan_checksum);
     assert_eq!(again.map(|_| ()).unwrap_err().kind(), ErrorKind::Conflict);
 }
 
@@ -484,8 +496,21 @@ fn concurrent_approvals_and_consumptions_create_one_run(k: Kind) {
                 let (e, p, barrier) = (e.clone(), p.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     barrier.wait();
-                    let (approved, receipt) = e.approve_plan(&p.plan_name, &p.plan_id, &p.plan_checksum)?;
-                    e.consume_receipt(&approved, &receipt, ApprovalChannel::Cli, None, None).map(|(run, _)| run.run_id)
+                    let (approved, receipt) = e.approve_plan(
+                        &cairn_core::access::Caller::owner("cli"),
+                        &p.plan_name,
+                        &p.plan_id,
+                        &p.plan_checksum,
+                    )?;
+                    e.consume_receipt(
+                        &cairn_core::access::Caller::owner("cli"),
+                        &approved,
+                        &receipt,
+                        ApprovalChannel::Cli,
+                        None,
+                        None,
+                    )
+                    .map(|(run, _)| run.run_id)
                 })
             })
             .collect();
@@ -510,7 +535,15 @@ fn concurrent_consumptions_through_separate_connections_create_one_run(k: Kind) 
                 let (e, p, barrier) = (f.engine(), p.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     barrier.wait();
-                    e.consume_receipt(&p, &r, ApprovalChannel::Cli, None, None).map(|(run, _)| run.run_id)
+                    e.consume_receipt(
+                        &cairn_core::access::Caller::owner("cli"),
+                        &p,
+                        &r,
+                        ApprovalChannel::Cli,
+                        None,
+                        None,
+                    )
+                    .map(|(run, _)| run.run_id)
                 })
             })
             .collect();

@@ -3,6 +3,7 @@
 //! to an attempt is conditional on that attempt's token inside the same transaction, so a stale
 //! worker's write can never be applied.
 
+use cairn_core::access::Act;
 use cairn_core::artifact::{Artifact, ArtifactRecord};
 use cairn_core::event::{PlannedOrigin, RunEvent};
 use cairn_core::ids::{AttemptToken, Owner, RunId};
@@ -18,6 +19,7 @@ use std::sync::RwLock;
 use crate::sql::{Backend, Durability, Param, Reader, Row, Tx, params};
 
 mod maintenance;
+mod team;
 
 /// The registry over one database.
 pub struct Registry<B: Backend> {
@@ -195,8 +197,8 @@ fn insert_run(tx: &mut dyn Tx, n: &NewRun, plan_id: Option<&str>) -> Result<(), 
     tx.execute(
         "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
          run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id, parallelism, \
-         lease_owner, lease_epoch, lease_expires_at, home_host) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+         lease_owner, lease_epoch, lease_expires_at, home_host, submitted_by) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         params![
             n.run_id,
             n.workflow,
@@ -215,8 +217,12 @@ fn insert_run(tx: &mut dyn Tx, n: &NewRun, plan_id: Option<&str>) -> Result<(), 
             i64::from(lease.is_some()),
             lease.map(|l| l.until),
             lease.and_then(|l| l.home_host.as_deref()),
+            n.act.as_ref().map(|a| a.principal.as_str()),
         ],
     )?;
+    if let Some(act) = &n.act {
+        team::insert_act(tx, act)?;
+    }
     Ok(())
 }
 
@@ -365,7 +371,8 @@ fn complete_in(tx: &mut dyn Tx, f: &FinishAttempt) -> Result<(), StoreError> {
 }
 
 const RUN_COLUMNS: &str = "run_id, workflow, version, identity_hash, input_json, status, revision, run_dir, created_at, \
-     updated_at, finished_at, findings_json, error, source_run_id, replay_json, owner, thread_id, plan_id, parallelism";
+     updated_at, finished_at, findings_json, error, source_run_id, replay_json, owner, thread_id, plan_id, parallelism, \
+     submitted_by, cancelled_by";
 
 fn run_from_row(r: &Row) -> Result<RunRecord, StoreError> {
     Ok(RunRecord {
@@ -388,6 +395,8 @@ fn run_from_row(r: &Row) -> Result<RunRecord, StoreError> {
         thread_id: r.get(16)?,
         plan_id: r.get(17)?,
         parallelism: r.get(18)?,
+        submitted_by: r.get(19)?,
+        cancelled_by: r.get(20)?,
     })
 }
 
@@ -407,26 +416,27 @@ fn daemon_from_row(r: &Row, at: usize) -> Result<DaemonRecord, StoreError> {
     })
 }
 
-/// An open run with its lease row and its holder's daemon row: the run's columns (19), then
+/// An open run with its lease row and its holder's daemon row: the run's columns (21), then
 /// lease_owner, lease_epoch, lease_expires_at, home_host, then the daemon's (8).
 const LEASED_RUN_SELECT: &str = "SELECT e.run_id, e.workflow, e.version, e.identity_hash, e.input_json, e.status, \
      e.revision, e.run_dir, e.created_at, e.updated_at, e.finished_at, e.findings_json, e.error, e.source_run_id, \
-     e.replay_json, e.owner, e.thread_id, e.plan_id, e.parallelism, e.lease_owner, e.lease_epoch, e.lease_expires_at, \
-     e.home_host, d.id, d.host, d.pid, d.start_time, d.state_root, d.started_at, d.heartbeat_at, d.stopped_at \
+     e.replay_json, e.owner, e.thread_id, e.plan_id, e.parallelism, e.submitted_by, e.cancelled_by, e.lease_owner, \
+     e.lease_epoch, e.lease_expires_at, e.home_host, d.id, d.host, d.pid, d.start_time, d.state_root, d.started_at, d.heartbeat_at, d.stopped_at \
      FROM workflow_executions e LEFT JOIN daemons d ON d.id = e.lease_owner";
 
 fn leased_run_from_row(r: &Row) -> Result<LeasedRun, StoreError> {
-    let owner: Option<String> = r.get(19)?;
+    let owner: Option<String> = r.get(21)?;
     Ok(LeasedRun {
         run: run_from_row(r)?,
-        lease: owner.map(|daemon| Ok::<_, StoreError>(Lease { daemon, epoch: r.get(20)? })).transpose()?,
-        expires_at: r.get(21)?,
-        home_host: r.get(22)?,
-        holder: r.get::<Option<String>>(23)?.map(|_| daemon_from_row(r, 23)).transpose()?,
+        lease: owner.map(|daemon| Ok::<_, StoreError>(Lease { daemon, epoch: r.get(22)? })).transpose()?,
+        expires_at: r.get(23)?,
+        home_host: r.get(24)?,
+        holder: r.get::<Option<String>>(25)?.map(|_| daemon_from_row(r, 25)).transpose()?,
     })
 }
 
-const PLAN_COLUMNS: &str = "plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at";
+const PLAN_COLUMNS: &str =
+    "plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at, planned_by";
 
 fn plan_from_row(r: &Row) -> Result<PlanRecord, StoreError> {
     Ok(PlanRecord {
@@ -438,6 +448,7 @@ fn plan_from_row(r: &Row) -> Result<PlanRecord, StoreError> {
         target: r.get(5)?,
         run_dir: r.get(6)?,
         created_at: r.get(7)?,
+        planned_by: r.get(8)?,
     })
 }
 
@@ -907,7 +918,7 @@ impl<B: Backend> Runs for Registry<B> {
         rows(self.read(|tx| tx.query(&sql, &[]))?, run_from_row)
     }
 
-    fn cancel_run(&self, run_id: &RunId, reason: &str, at: i64) -> Result<RunRecord, StoreError> {
+    fn cancel_run(&self, run_id: &RunId, reason: &str, at: i64, act: Option<&Act>) -> Result<RunRecord, StoreError> {
         self.write(|tx| {
             tx.lock_run(run_id, false)?;
             let run = load_run(tx, run_id)?.ok_or_else(|| StoreError::RunNotFound(run_id.into()))?;
@@ -936,9 +947,12 @@ impl<B: Backend> Runs for Registry<B> {
             }
             tx.execute(
                 "UPDATE workflow_executions SET status = 'CANCELLED', error = ?2, finished_at = ?3, updated_at = ?3, \
-                 revision = revision + 1 WHERE run_id = ?1",
-                params![run_id, reason, at],
+                 revision = revision + 1, cancelled_by = ?4 WHERE run_id = ?1",
+                params![run_id, reason, at, act.map(|a| a.principal.as_str())],
             )?;
+            if let Some(act) = act {
+                team::insert_act(tx, act)?;
+            }
             insert_event(
                 tx,
                 run_id,
@@ -1315,14 +1329,14 @@ impl<B: Backend> KernelJobs for Registry<B> {
 }
 
 impl<B: Backend> Plans for Registry<B> {
-    fn insert_plan(&self, p: &PlanRecord, document: &str, made_in: &str) -> Result<(), StoreError> {
+    fn insert_plan(&self, p: &PlanRecord, document: &str, made_in: &str, act: Option<&Act>) -> Result<(), StoreError> {
         self.write(|tx| {
             if tx.query_opt("SELECT plan_id FROM plans WHERE plan_name = ?1", params![p.plan_name])?.is_some() {
                 return Err(StoreError::PlanExists(p.plan_name.clone()));
             }
             tx.execute(
                 "INSERT INTO plans (plan_name, plan_id, plan_checksum, workflow, version, target, run_dir, created_at, \
-                 plan_json, made_in) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 plan_json, made_in, planned_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 params![
                     p.plan_name,
                     p.plan_id,
@@ -1333,9 +1347,13 @@ impl<B: Backend> Plans for Registry<B> {
                     p.run_dir,
                     p.created_at,
                     document,
-                    made_in
+                    made_in,
+                    p.planned_by
                 ],
             )?;
+            if let Some(act) = act {
+                team::insert_act(tx, act)?;
+            }
             Ok(())
         })
     }
@@ -1381,9 +1399,25 @@ impl<B: Backend> Plans for Registry<B> {
             let n = &c.run;
             insert_run(tx, n, Some(&c.plan_id))?;
             tx.execute(
-                "INSERT INTO receipts (receipt_id, plan_id, run_id, consumed_at, channel) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![c.receipt_id, c.plan_id, n.run_id, n.at, c.channel.as_str()],
+                "INSERT INTO receipts (receipt_id, plan_id, run_id, consumed_at, channel, approved_by) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    c.receipt_id,
+                    c.plan_id,
+                    n.run_id,
+                    n.at,
+                    c.channel.as_str(),
+                    c.act.as_ref().map(|a| a.principal.as_str())
+                ],
             )?;
+            if let Some(act) = &c.act {
+                // The approval is the submission of a planned run: its approver submitted it.
+                tx.execute(
+                    "UPDATE workflow_executions SET submitted_by = ?2 WHERE run_id = ?1 AND submitted_by IS NULL",
+                    params![n.run_id, act.principal],
+                )?;
+                team::insert_act(tx, act)?;
+            }
             tx.execute(
                 "INSERT INTO reservations (target, run_dir, run_id, plan_id, reserved_at) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![c.target, n.run_dir, n.run_id, c.plan_id, n.at],
@@ -1414,12 +1448,19 @@ impl<B: Backend> Plans for Registry<B> {
     }
 
     fn approval_of_run(&self, run_id: &RunId) -> Result<Option<cairn_core::plan::Approval>, StoreError> {
-        let row = self
-            .read(|tx| tx.query_opt("SELECT channel, consumed_at FROM receipts WHERE run_id = ?1", params![run_id]))?;
+        let row = self.read(|tx| {
+            tx.query_opt(
+                "SELECT r.channel, r.consumed_at, r.approved_by, p.planned_by FROM receipts r \
+                     LEFT JOIN plans p ON p.plan_id = r.plan_id WHERE r.run_id = ?1",
+                params![run_id],
+            )
+        })?;
         row.map(|r| {
             Ok(cairn_core::plan::Approval {
                 channel: r.get::<Option<String>>(0)?.unwrap_or_else(|| "unrecorded".into()),
                 at: r.get(1)?,
+                by: r.get(2)?,
+                planned_by: r.get(3)?,
             })
         })
         .transpose()

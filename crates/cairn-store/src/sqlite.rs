@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0015_plan_documents.sql"),
     include_str!("../migrations/sqlite/0016_artifact_links.sql"),
     include_str!("../migrations/sqlite/0017_step_causes.sql"),
+    include_str!("../migrations/sqlite/0018_principals.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).

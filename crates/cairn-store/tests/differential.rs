@@ -97,6 +97,7 @@ fn new_run(run: &str, source: Option<&str>, at: i64) -> NewRun {
         thread_id: None,
         parallelism: 1,
         at,
+        act: None,
     }
 }
 
@@ -200,7 +201,7 @@ fn apply(store: &dyn RunStore, op: &Op, at: i64) -> String {
             answer(store.finish_run(&rid(RUNS[*run]), *revision, status, &[], None, at))
         }
         Op::Claim { run, revision } => answer(store.claim_run(&rid(RUNS[*run]), *revision, None, at)),
-        Op::Cancel { run } => answer(store.cancel_run(&rid(RUNS[*run]), "cancelled", at)),
+        Op::Cancel { run } => answer(store.cancel_run(&rid(RUNS[*run]), "cancelled", at, None)),
         Op::Reuse { child, source, steps } => {
             let wanted: Vec<&str> = steps.iter().map(|&s| STEPS[s]).collect();
             let records = match store.steps(&rid(RUNS[*source])) {
@@ -219,15 +220,18 @@ fn apply(store: &dyn RunStore, op: &Op, at: i64) -> String {
                 target: "local".into(),
                 run_dir: format!("/out/{plan}"),
                 created_at: at,
+                planned_by: None,
             },
             &format!("{{\"plan\": {plan}}}"),
             "/state",
+            None,
         )),
         Op::Consume { receipt, plan, run, dir } => answer(store.consume_receipt(&ConsumeReceipt {
             receipt_id: format!("rcpt_{receipt}"),
             plan_id: format!("plan_{plan}"),
             target: "local".into(),
             channel: ApprovalChannel::Cli,
+            act: None,
             run: NewRun { run_dir: format!("/out/{dir}"), ..new_run(RUNS[*run], None, at) },
         })),
     }

@@ -95,6 +95,7 @@ fn finished(store: &dyn RunStore, id: &str) {
         thread_id: None,
         parallelism: 1,
         at: 2_000,
+        act: None,
     };
     store.create_run(&new).unwrap();
     let signature = StepSignature { tool: "t".into(), tool_digest: "td".into(), args_hash: "ah".into() };

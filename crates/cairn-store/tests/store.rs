@@ -141,6 +141,7 @@ fn new_run(run_id: &str) -> NewRun {
         thread_id: None,
         parallelism: 1,
         at: 2_000,
+        act: None,
     }
 }
 
@@ -724,7 +725,7 @@ fn cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal(k: Kind) {
     store.complete_attempt(&finish("r", "a", "tok-a", 1, Outcome::Completed)).unwrap();
     store.begin_attempt(&begin("r", "b", "tok-b", 1, AttemptStart::First)).unwrap();
 
-    let run = store.cancel_run(&rid("r"), "cancelled by an operator", 5_000).unwrap();
+    let run = store.cancel_run(&rid("r"), "cancelled by an operator", 5_000, None).unwrap();
     assert_eq!(run.status, RunStatus::Cancelled);
     assert_eq!(run.error.as_deref(), Some("cancelled by an operator"));
     assert_eq!(step(store, "r", "a").status, StepStatus::Completed, "a completed step stays completed");
@@ -737,8 +738,8 @@ fn cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal(k: Kind) {
     assert!(kinds(store, "r").ends_with(&["step.cancelled".to_string(), "run.finished".to_string()]));
     assert!(store.open_runs().unwrap().is_empty());
     // A finished run cannot be cancelled again.
-    assert!(matches!(store.cancel_run(&rid("r"), "again", 6_000), Err(StoreError::RunFinished { .. })));
-    assert!(matches!(store.cancel_run(&rid("nope"), "x", 6_000), Err(StoreError::RunNotFound(_))));
+    assert!(matches!(store.cancel_run(&rid("r"), "again", 6_000, None), Err(StoreError::RunFinished { .. })));
+    assert!(matches!(store.cancel_run(&rid("nope"), "x", 6_000, None), Err(StoreError::RunNotFound(_))));
 }
 
 fn open_runs_lists_non_terminal_runs_with_their_owner(k: Kind) {

@@ -32,6 +32,15 @@ impl std::fmt::Debug for Tokens {
 }
 
 impl Tokens {
+    /// The access a state root's own token file gives: its owner's (every permission) for the
+    /// operator token, read for the viewer token; `None` for any other token.
+    pub fn access_of(&self, presented: &str) -> Option<cairn_core::access::Access> {
+        self.role_of(presented).map(|role| match role {
+            Role::Operator => cairn_core::access::Access::owner(),
+            Role::Viewer => cairn_core::access::Access::viewer(),
+        })
+    }
+
     /// The role a presented token grants, compared in constant time.
     pub fn role_of(&self, presented: &str) -> Option<Role> {
         if constant_time_eq(presented.as_bytes(), self.operator.as_bytes()) {

@@ -209,6 +209,49 @@ pub enum Command {
         #[command(subcommand)]
         command: TargetCommand,
     },
+    /// A team's principals: add one (its token printed once), list, show, rotate, revoke.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Roles: the five built-in ones and custom ones made of permissions.
+    Role {
+        #[command(subcommand)]
+        command: RoleCommand,
+    },
+    /// Grant a role to a principal, everywhere or only for a workflow and/or on a target.
+    Grant {
+        #[command(subcommand)]
+        command: GrantCommand,
+    },
+    /// Per-workflow policies: the two-person rule for approving plans.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Who did what: every recorded change, newest first.
+    Audit {
+        /// Only this principal's acts.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Only this action (`run.submitted`, `plan.approved`, `run.cancelled`, …).
+        #[arg(long)]
+        action: Option<String>,
+        /// Only acts on this object (a run id, a plan, a workflow, a principal).
+        #[arg(long)]
+        object: Option<String>,
+        /// At most N acts (1 to 10000).
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Who this command acts as (the state root's owner, or the principal of CAIRN_TOKEN) and
+    /// what it may do where.
+    Whoami {
+        #[arg(long)]
+        json: bool,
+    },
     /// The interactive session kernel: run code whose state carries from job to job.
     Kernel {
         #[command(subcommand)]
@@ -249,6 +292,117 @@ pub enum McpServer {
     Compute,
     /// Read-only views for a person (Viewer token only).
     App,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserCommand {
+    /// Add a principal with a role everywhere; prints its token once (the registry keeps only
+    /// its hash).
+    Add {
+        name: String,
+        /// viewer, launcher, approver, maintainer, admin, or a custom role.
+        #[arg(long)]
+        role: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every principal with its grants.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One principal with its grants.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A new token for a principal (printed once); the old one stops working at once.
+    Rotate {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a principal: its token stops working; its name and acts stay.
+    Revoke {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RoleCommand {
+    /// The built-in roles and the custom ones, with their permissions.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a custom role.
+    Add {
+        name: String,
+        /// Its permissions, comma-separated: read, plan, run, approve, cancel, register, target,
+        /// code, docs, admin.
+        #[arg(long, value_name = "PERMISSIONS")]
+        allow: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a custom role (its grants then allow nothing).
+    Remove {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A grant's principal, role and scope.
+#[derive(clap::Args, Debug)]
+pub struct GrantArgs {
+    pub principal: String,
+    pub role: String,
+    /// Only for this workflow (all its versions).
+    #[arg(long)]
+    pub workflow: Option<String>,
+    /// Only on this target.
+    #[arg(long)]
+    pub target: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GrantCommand {
+    /// Grant a role (`cairn grant add alice launcher --workflow rnaseq`).
+    Add(GrantArgs),
+    /// Remove a grant (the same role and scope).
+    Remove(GrantArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Every policy set.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a workflow's policy.
+    Set {
+        workflow: String,
+        /// A plan must be approved by someone other than its planner.
+        #[arg(long, value_name = "on|off", value_parser = on_off, action = clap::ArgAction::Set)]
+        two_person: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn on_off(given: &str) -> Result<bool, String> {
+    match given {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        other => Err(format!("`{other}`: say on or off")),
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -16,6 +16,30 @@ use crate::{Failure, auth};
 /// one that stays.
 pub const AUTO_IDLE_EXIT: Duration = Duration::from_secs(15 * 60);
 
+/// Every request says it comes from the CLI, so the audit records that channel.
+const CHANNEL: &str = crate::wire::CHANNEL_HEADER;
+
+/// `CAIRN_URL`: another daemon to talk to (a lab's shared one) instead of this state root's.
+fn daemon_url() -> Option<String> {
+    std::env::var("CAIRN_URL").ok().map(|u| u.trim().trim_end_matches('/').to_string()).filter(|u| !u.is_empty())
+}
+
+/// `CAIRN_TOKEN`, or the contents of the file `CAIRN_TOKEN_FILE` names: a principal's token to
+/// act as, instead of the state root's owner.
+pub fn principal_token() -> Result<Option<String>, Failure> {
+    if let Some(t) = std::env::var("CAIRN_TOKEN").ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()) {
+        return Ok(Some(t));
+    }
+    let Some(path) = std::env::var_os("CAIRN_TOKEN_FILE").filter(|p| !p.is_empty()) else { return Ok(None) };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Failure::usage(format!("CAIRN_TOKEN_FILE {}: cannot read it: {e}", Path::new(&path).display())))?;
+    let token = text.trim().to_string();
+    if token.is_empty() {
+        return Err(Failure::usage(format!("CAIRN_TOKEN_FILE {} is empty", Path::new(&path).display())));
+    }
+    Ok(Some(token))
+}
+
 /// The HTTP client of every caller of the daemon's API: statuses are answers, not errors.
 pub fn http_agent() -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -50,7 +74,9 @@ impl Answer {
 }
 
 impl Client {
-    /// Connects to the daemon of `root`, starting it (detached, with an idle exit) if none runs.
+    /// Connects to the daemon of `root` (starting it, detached with an idle exit, if none runs)
+    /// as its owner; or, with `CAIRN_URL` and/or `CAIRN_TOKEN` set, to that daemon as that
+    /// principal.
     pub fn connect(root: &Path) -> Result<Client, Failure> {
         let (base, token) = Client::endpoint(root, auth::Role::Operator)?;
         Ok(Client { base, token, agent: http_agent() })
@@ -58,13 +84,30 @@ impl Client {
 
     /// The daemon of `root` if one runs (none is started).
     pub fn if_running(root: &Path) -> Option<Client> {
+        if let Some(url) = daemon_url() {
+            let token = principal_token().ok()??;
+            return Some(Client { base: url, token, agent: http_agent() });
+        }
         let info = presence::running(root)?;
-        let token = auth::read_token(root, auth::Role::Operator).ok()??;
+        let token = match principal_token().ok()? {
+            Some(t) => t,
+            None => auth::read_token(root, auth::Role::Operator).ok()??,
+        };
         Some(Client { base: info.url, token, agent: http_agent() })
     }
 
-    /// The URL of the daemon of `root` (started if none runs) and the token of `role`.
+    /// The URL of the daemon of `root` (started if none runs) and the token of `role`; or, with
+    /// `CAIRN_URL` set, that daemon's, and with `CAIRN_TOKEN` set, that token.
     pub fn endpoint(root: &Path, role: auth::Role) -> Result<(String, String), Failure> {
+        let principal = principal_token()?;
+        if let Some(url) = daemon_url() {
+            let token = principal.ok_or_else(|| {
+                Failure::usage(
+                    "CAIRN_URL names another daemon: set CAIRN_TOKEN (or CAIRN_TOKEN_FILE) to the token its admin gave you with `cairn user add`",
+                )
+            })?;
+            return Ok((url, token));
+        }
         let info = match presence::running(root) {
             Some(info) => {
                 if !info.build.is_empty() && info.build != presence::build_id() {
@@ -85,6 +128,9 @@ impl Client {
                 info
             }
         };
+        if let Some(token) = principal {
+            return Ok((info.url, token));
+        }
         let token = auth::read_token(root, role)?.ok_or_else(|| {
             Failure::usage(format!(
                 "the daemon runs but {} is missing; stop it with `cairn daemon stop` and start it again",
@@ -98,11 +144,26 @@ impl Client {
         format!("Bearer {}", self.token)
     }
 
+    /// `method path` with an optional JSON body (for `PUT` and `DELETE`).
+    pub fn send(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Answer, Failure> {
+        let url = format!("{}{path}", self.base);
+        let sent = match (method, body) {
+            ("PUT", Some(b)) => {
+                self.agent.put(&url).header("Authorization", self.auth()).header(CHANNEL, "cli").send_json(b)
+            }
+            ("DELETE", _) => self.agent.delete(&url).header("Authorization", self.auth()).header(CHANNEL, "cli").call(),
+            ("GET", _) => return self.get(path),
+            (_, b) => return self.post(path, b.unwrap_or(&Value::Null)),
+        };
+        answer(sent.map_err(|e| unreachable_daemon(&self.base, e))?)
+    }
+
     pub fn post(&self, path: &str, body: &Value) -> Result<Answer, Failure> {
         let resp = self
             .agent
             .post(format!("{}{path}", self.base))
             .header("Authorization", self.auth())
+            .header(CHANNEL, "cli")
             .send_json(body)
             .map_err(|e| unreachable_daemon(&self.base, e))?;
         answer(resp)
@@ -115,6 +176,7 @@ impl Client {
             .agent
             .post(format!("{}{path}", self.base))
             .header("Authorization", self.auth())
+            .header(CHANNEL, "cli")
             .header("Accept", "application/x-ndjson")
             .send_json(body)
             .map_err(|e| unreachable_daemon(&self.base, e))?;
@@ -135,6 +197,7 @@ impl Client {
             .agent
             .get(format!("{}{path}", self.base))
             .header("Authorization", self.auth())
+            .header(CHANNEL, "cli")
             .call()
             .map_err(|e| unreachable_daemon(&self.base, e))?;
         answer(resp)
@@ -147,6 +210,7 @@ impl Client {
             .agent
             .get(format!("{}/runs/{run_id}/events?follow=true&after={after}", self.base))
             .header("Authorization", self.auth())
+            .header(CHANNEL, "cli")
             .header("Accept", "text/event-stream")
             .call()
             .map_err(|e| unreachable_daemon(&self.base, e))?;

@@ -176,6 +176,14 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Kernel { command } => crate::kernel::run(&state_root(cli.home)?, command),
         Command::Target { command } => target_command(&open_engine(cli.home)?, command),
+        Command::User { command } => crate::team::user(&state_root(cli.home)?, command),
+        Command::Role { command } => crate::team::role(&state_root(cli.home)?, command),
+        Command::Grant { command } => crate::team::grant(&state_root(cli.home)?, command),
+        Command::Policy { command } => crate::team::policy(&state_root(cli.home)?, command),
+        Command::Audit { principal, action, object, limit, json } => {
+            crate::team::audit(&state_root(cli.home)?, principal, action, object, limit, json)
+        }
+        Command::Whoami { json } => crate::team::whoami(&state_root(cli.home)?, json),
         Command::Doc { command } => crate::docs::run(&open_engine(cli.home)?, command),
     }
 }
@@ -195,6 +203,7 @@ fn run_command(home: Option<PathBuf>, args: RunArgs) -> Result<u8, Failure> {
             owner: Some(cairn_engine::process::this_process()),
             thread_id: Some("cli".into()),
             stop: None,
+            by: Some(crate::input::owner_caller()),
         };
         let mut observer = observer(json);
         let view = in_process_engine(&root)?.run(&req, observer.as_mut())?;
@@ -310,7 +319,7 @@ fn export_command(
 /// `cairn plan`: makes a plan (and its jobs' forecast), creating nothing else.
 fn plan_command(home: Option<PathBuf>, request: wire::PlanRun, json: bool) -> Result<u8, Failure> {
     let engine = open_engine(home)?;
-    let plan = engine.make_plan(&request.into_request()?)?;
+    let plan = engine.make_plan(&crate::input::owner_caller(), &request.into_request()?)?;
     // A replay plan also says what its pipeline steps would run (a forecast beside the
     // plan, as `POST /plans` answers it).
     let jobs = engine.predict_plan_jobs(&plan);
@@ -386,7 +395,7 @@ fn workflow_command(engine: &Engine, command: WorkflowCommand) -> Result<u8, Fai
         WorkflowCommand::Add { path, json } => {
             // A refused folder prints every problem on stderr, one a line (the API and MCP give
             // them as data).
-            let added = engine.add_workflow(&path)?;
+            let added = engine.add_workflow(&crate::input::owner_caller(), &path)?;
             if json {
                 print_wire(&wire::WorkflowAdded::from_added(&added));
             } else {
@@ -423,7 +432,7 @@ fn workflow_command(engine: &Engine, command: WorkflowCommand) -> Result<u8, Fai
 fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure> {
     match command {
         TargetCommand::Add { target, json } => {
-            let spec = engine.add_target(&target.into_request())?;
+            let spec = engine.add_target(&crate::input::owner_caller(), &target.into_request())?;
             if json {
                 print_json(&wire::to_value(&spec));
             } else {
@@ -490,7 +499,7 @@ fn target_command(engine: &Engine, command: TargetCommand) -> Result<u8, Failure
             Ok(0)
         }
         TargetCommand::Remove { name, json } => {
-            engine.remove_target(&name)?;
+            engine.remove_target(&crate::input::owner_caller(), &name)?;
             if json {
                 print_json(&json!({"removed": name}));
             } else {

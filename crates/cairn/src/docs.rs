@@ -19,7 +19,8 @@ pub fn run(engine: &Engine, command: DocCommand) -> Result<u8, Failure> {
     match command {
         DocCommand::Save { name, file, from, json } => {
             let text = read_doc_file(&file)?;
-            let saved = engine.save_doc(&SaveDoc { name, text, verification_id: from })?;
+            let saved =
+                engine.save_doc(&crate::input::owner_caller(), &SaveDoc { name, text, verification_id: from })?;
             let out = wire::DocSaved::from_saved(&saved);
             if json {
                 print_wire(&out);
@@ -105,7 +106,7 @@ pub fn run(engine: &Engine, command: DocCommand) -> Result<u8, Failure> {
             Ok(0)
         }
         DocCommand::Remove { name, json } => {
-            let removed = wire::DocSummary::from_record(&engine.remove_doc(&name)?);
+            let removed = wire::DocSummary::from_record(&engine.remove_doc(&crate::input::owner_caller(), &name)?);
             if json {
                 print_wire(&removed);
             } else {

@@ -48,6 +48,7 @@ impl Failure {
         let kind = match ErrorCode::parse(code) {
             Some(c) => c.kind(),
             None => match status {
+                403 => ErrorKind::Forbidden,
                 404 => ErrorKind::NotFound,
                 409 => ErrorKind::Conflict,
                 502..=504 => ErrorKind::Unavailable,
@@ -69,7 +70,7 @@ impl From<EngineError> for Failure {
 /// The CLI's exit code for a failure of this kind.
 pub fn exit_code(kind: ErrorKind) -> u8 {
     match kind {
-        ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Internal => 2,
+        ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Internal | ErrorKind::Forbidden => 2,
         ErrorKind::Conflict => 4,
         ErrorKind::Unavailable => 5,
         ErrorKind::Interrupted => 130,
@@ -84,6 +85,7 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         ErrorKind::Conflict | ErrorKind::Interrupted => StatusCode::CONFLICT,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
     }
 }
 

@@ -63,3 +63,9 @@ pub fn engine_options() -> Result<EngineOptions, Failure> {
     };
     Ok(EngineOptions { crash, ..EngineOptions::default() })
 }
+
+/// The caller of a command that works on the state root in-process: its owner, who can read
+/// and write every file there anyway.
+pub fn owner_caller() -> cairn_core::access::Caller {
+    cairn_core::access::Caller::owner("cli")
+}

@@ -116,7 +116,34 @@ pub fn print_run(answer: &RunAnswer, detail: bool) {
     if detail {
         println!("  created {}  finished {}", run.created_at, run.finished_at.as_deref().unwrap_or("-"));
         println!("  run dir {}", run.run_dir);
+        if let Some(who) = who_line(run) {
+            println!("{who}");
+        }
     }
+}
+
+/// Who planned, approved (or submitted) and cancelled a run, as far as it was recorded.
+pub fn who_line(run: &wire::RunResult) -> Option<String> {
+    let mut parts = Vec::new();
+    match &run.approval {
+        Some(a) => {
+            if let Some(p) = &a.planned_by {
+                parts.push(format!("planned by {p}"));
+            }
+            if let Some(b) = &a.by {
+                parts.push(format!("approved by {b}"));
+            }
+        }
+        None => {
+            if let Some(s) = &run.submitted_by {
+                parts.push(format!("submitted by {s}"));
+            }
+        }
+    }
+    if let Some(c) = &run.cancelled_by {
+        parts.push(format!("cancelled by {c}"));
+    }
+    (!parts.is_empty()).then(|| format!("  {}", parts.join("; ")))
 }
 
 /// What a run waiting for its environment shows: why, since when, and that it goes on by itself.

@@ -54,7 +54,7 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
     };
     say(format!("state root: {}", engine.state().path().display()));
     for version in VERSIONS {
-        let added = engine.add_workflow(&example.join(version))?;
+        let added = engine.add_workflow(&crate::input::owner_caller(), &example.join(version))?;
         say(format!(
             "{} release-validation@{version} ({} steps)",
             if added.newly_registered { "registered" } else { "already registered" },

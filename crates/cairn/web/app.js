@@ -392,7 +392,11 @@ async function runPage(runId) {
       ...(r.waiting ? [h('dt', {}, 'Waiting'), h('dd', { id: 'run-waiting', class: 'wrap' },
         `since ${time(r.waiting.since)} for its environment (${r.waiting.code}): ${r.waiting.reason}. `
         + `It continues by itself once this clears; tried ${r.waiting.tries} time(s), next at ${time(r.waiting.next_try_at)}.`)] : []),
-      ...(r.approval ? [h('dt', {}, 'Approved'), h('dd', {}, `${r.approval.channel}, ${time(r.approval.at)}`)] : []),
+      ...(r.approval && r.approval.planned_by ? [h('dt', {}, 'Planned by'), h('dd', { id: 'run-planned-by' }, r.approval.planned_by)] : []),
+      ...(r.approval ? [h('dt', {}, 'Approved'), h('dd', { id: 'run-approved' },
+        `${r.approval.by ? `by ${r.approval.by}, ` : ''}${r.approval.channel}, ${time(r.approval.at)}`)] : []),
+      ...(!r.approval && r.submitted_by ? [h('dt', {}, 'Submitted by'), h('dd', { id: 'run-submitted-by' }, r.submitted_by)] : []),
+      ...(r.cancelled_by ? [h('dt', {}, 'Cancelled by'), h('dd', { id: 'run-cancelled-by' }, r.cancelled_by)] : []),
       ...(r.error ? [h('dt', {}, 'Error'), h('dd', {}, r.error)] : []));
     const byStep = Object.fromEntries(r.steps.map((s) => [s.step_id, s]));
     dagBox.replaceChildren(drawDag(h, wf ? wf.steps : r.steps.map((s) => ({ id: s.step_id, needs: [] })), byStep,

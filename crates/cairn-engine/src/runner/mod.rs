@@ -21,6 +21,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use cairn_core::access::Caller;
 use cairn_core::artifact::{Artifact, output_argument, signed_output};
 use cairn_core::ids::{AttemptToken, Owner, RunId};
 use cairn_core::pipeline::JobEvent;
@@ -29,7 +30,7 @@ use cairn_core::status::{Outcome, RunStatus};
 use cairn_core::store::*;
 use cairn_core::template;
 use cairn_core::validator;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use self::events::{Job, Msg, Prepared, Progress, RunCtx};
 pub use self::input::check_input;
@@ -53,6 +54,8 @@ pub struct RunRequest {
     pub thread_id: Option<String>,
     /// Set by another thread to cancel the run or stop its daemon.
     pub stop: Option<StopSignal>,
+    /// Who submitted it: recorded with the run (`run.submitted`) when it is created.
+    pub by: Option<Caller>,
 }
 
 /// How a created run is executed: shared by runs and replays.
@@ -123,7 +126,11 @@ impl Engine {
         let identity = run_identity(&spec.name, &spec.version, &req.input, None)
             .map_err(|e| EngineError::input(format!("run input: {e}")))?;
         let new = self.new_run(req.run_id.as_deref(), spec, identity, &req.input, None, None)?;
+        let act = req.by.as_ref().map(|c| {
+            c.act(new.at, "run.submitted", new.run_id.as_str(), json!({"workflow": spec.name, "version": spec.version}))
+        });
         Ok(NewRun {
+            act,
             owner: req.owner,
             thread_id: req.thread_id.clone(),
             parallelism: parallelism_of(req.parallelism),
@@ -176,6 +183,7 @@ impl Engine {
             thread_id: None,
             parallelism: 1,
             at: self.clock.now_ms(),
+            act: None,
         })
     }
 

@@ -1,9 +1,11 @@
 //! The procedure-doc index: list, search and read docs (Viewer), save a new version or remove a
 //! doc (Operator). A doc is markdown that holds a proven procedure minus its dataset.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use cairn_core::access::Caller;
 use cairn_core::docs::{DocRef, parse_version};
 use cairn_engine::EngineError;
 use cairn_engine::docs::DocQuery;
@@ -47,10 +49,11 @@ pub(super) async fn list_docs(
     security(("bearer" = [])))]
 pub(super) async fn save_doc(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiJson(body): ApiJson<SaveDoc>,
 ) -> Result<(StatusCode, Json<DocSaved>), ApiError> {
     blocking(move || {
-        let saved = DocSaved::from_saved(&state.service.engine().save_doc(&body.into_request())?);
+        let saved = DocSaved::from_saved(&state.service.engine().save_doc(&caller, &body.into_request())?);
         Ok((if saved.created { StatusCode::CREATED } else { StatusCode::OK }, Json(saved)))
     })
     .await
@@ -160,7 +163,8 @@ pub(super) async fn get_doc(
     security(("bearer" = [])))]
 pub(super) async fn remove_doc(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<DocSummary>, ApiError> {
-    blocking(move || Ok(Json(DocSummary::from_record(&state.service.engine().remove_doc(&name)?)))).await
+    blocking(move || Ok(Json(DocSummary::from_record(&state.service.engine().remove_doc(&caller, &name)?)))).await
 }

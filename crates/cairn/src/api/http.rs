@@ -14,8 +14,10 @@ use cairn_engine::EngineError;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{AppRef, AppState, BODY_LIMIT};
-use crate::auth::{Role, host_is_loopback};
+use super::{AppRef, BODY_LIMIT};
+use cairn_core::access::{Caller, Permission};
+
+use crate::auth::host_is_loopback;
 
 pub use crate::wire::{ErrorBody, ErrorDetail};
 
@@ -146,44 +148,74 @@ pub(super) async fn check_host(State(state): State<AppRef>, req: Request, next: 
     next.run(req).await
 }
 
-/// A token is required; reads need a Viewer's, anything else an Operator's.
+/// A token is required: a state root's own (its owner's, or its viewer's), or a principal's.
 /// MCP over HTTP: any valid token may connect; each tool call is then made to this API with that
-/// same token, so what a Viewer may not do here, it may not do there either.
+/// same token, so what a caller may not do here, it may not do there either.
 pub(super) async fn require_any_token(State(state): State<AppRef>, req: Request, next: Next) -> Response {
-    match presented_role(&state, &req) {
+    match presented_caller(&state, req.headers()).await {
         Ok(_) => next.run(req).await,
         Err(refused) => refused,
     }
 }
 
-/// The role of the request's bearer token, or the 401 that refuses it.
-#[expect(clippy::result_large_err, reason = "the error is the response itself, returned once per request")]
-fn presented_role(state: &AppState, req: &Request) -> Result<Role, Response> {
-    let presented = crate::auth::bearer(req.headers());
-    presented.and_then(|t| state.tokens.role_of(t)).ok_or_else(|| {
-        let message = if presented.is_some() {
-            "the bearer token is not valid for this daemon; use the contents of <state>/auth/viewer.token or operator.token"
+use crate::wire::CHANNEL_HEADER;
+
+/// Who the request's bearer token is, or the response that refuses it: 401 for no token or one
+/// nobody holds (a revoked principal's included), 503 when the registry cannot be read.
+async fn presented_caller(state: &AppRef, headers: &axum::http::HeaderMap) -> Result<Caller, Response> {
+    let channel = cairn_core::access::channel(headers.get(CHANNEL_HEADER).and_then(|h| h.to_str().ok()));
+    let presented = crate::auth::bearer(headers).map(str::to_string);
+    let refused = |presented: bool| {
+        let message = if presented {
+            "the bearer token is not valid for this daemon (unknown, or its principal was revoked or rotated); use <state>/auth/viewer.token or operator.token, or a token of `cairn user add`"
         } else {
-            "send `Authorization: Bearer <token>`; the tokens are in <state>/auth/viewer.token (read) and operator.token (read and change)"
+            "send `Authorization: Bearer <token>`; the tokens are in <state>/auth/viewer.token (read) and operator.token (read and change), and `cairn user add` makes one per person"
         };
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response()
-    })
+    };
+    let Some(token) = presented else { return Err(refused(false)) };
+    if let Some(access) = state.tokens.access_of(&token) {
+        return Ok(Caller { access, channel });
+    }
+    let st = state.clone();
+    let found = blocking(move || Ok(st.service.engine().access_of_token(&token)?)).await;
+    match found {
+        Ok(Some(access)) => Ok(Caller { access, channel }),
+        Ok(None) => Err(refused(true)),
+        Err(e) => Err(e.into_response()),
+    }
 }
 
-pub(super) async fn require_token(State(state): State<AppRef>, req: Request, next: Next) -> Response {
-    let role = match presented_role(&state, &req) {
-        Ok(role) => role,
+/// A caller is needed for every endpoint behind it, and put in the request for its handler.
+/// Reads need `read`; a change needs a grant of some permission beyond it (each handler's use
+/// case then checks the one it needs, on what it touches) — so a Viewer never changes anything,
+/// and is refused before its body is read.
+pub(super) async fn require_token(State(state): State<AppRef>, mut req: Request, next: Next) -> Response {
+    let caller = match presented_caller(&state, req.headers()).await {
+        Ok(caller) => caller,
         Err(refused) => return refused,
     };
     let reads = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
-    if !reads && role < Role::Operator {
+    if reads && !caller.access.holds_anywhere(Permission::Read) {
+        let denied = cairn_core::access::Denied {
+            principal: caller.name().to_string(),
+            permission: Permission::Read,
+            resource: cairn_core::access::Scope::everywhere(),
+        };
+        return ApiError::from(EngineError::from(denied)).into_response();
+    }
+    if !reads && !caller.access.may_change_anything() {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            "a Viewer token may only read; changes (submitting, cancelling, approving, saving or removing a doc) need the Operator token",
+            format!(
+                "{} may only read, as a Viewer: changes (submitting, cancelling, approving, saving or removing a doc) need the Operator token or a principal granted a role that allows them",
+                caller.name()
+            ),
         )
         .into_response();
     }
+    req.extensions_mut().insert(caller);
     next.run(req).await
 }
 

@@ -1,5 +1,7 @@
 //! The session kernel: queue a job, list and read jobs, interrupt, restart, the audit notebook.
 
+use axum::Extension;
+use cairn_core::access::{Caller, Permission, Scope};
 use std::time::Duration;
 
 use axum::Json;
@@ -24,8 +26,10 @@ use crate::wire::{self, Interrupted, Job, JobList, Restarted, SubmitJob};
     security(("bearer" = [])))]
 pub(super) async fn submit_job(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiJson(body): ApiJson<SubmitJob>,
 ) -> Result<Response, ApiError> {
+    state.service.engine().authorize(&caller, Permission::Code, &Scope::everywhere())?;
     let timeout = body.timeout_secs.map(Duration::from_secs);
     blocking(move || {
         let job = state.service.session().submit(&body.code, timeout)?;
@@ -99,7 +103,11 @@ pub(super) async fn get_job(
 #[utoipa::path(post, path = "/kernel/interrupt", tag = "kernel",
     responses((status = 200, body = Interrupted), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
-pub(super) async fn interrupt_kernel(State(state): State<AppRef>) -> Result<Json<Interrupted>, ApiError> {
+pub(super) async fn interrupt_kernel(
+    State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Interrupted>, ApiError> {
+    state.service.engine().authorize(&caller, Permission::Code, &Scope::everywhere())?;
     blocking(move || {
         let verifications = state.service.engine().stop_verifications(StopHow::Interrupt);
         Ok(Json(Interrupted { interrupted: state.service.session().interrupt(), verifications }))
@@ -112,7 +120,11 @@ pub(super) async fn interrupt_kernel(State(state): State<AppRef>) -> Result<Json
 #[utoipa::path(post, path = "/kernel/restart", tag = "kernel",
     responses((status = 200, body = Restarted), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
-pub(super) async fn restart_kernel(State(state): State<AppRef>) -> Result<Json<Restarted>, ApiError> {
+pub(super) async fn restart_kernel(
+    State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Restarted>, ApiError> {
+    state.service.engine().authorize(&caller, Permission::Code, &Scope::everywhere())?;
     blocking(move || {
         let verifications = state.service.engine().stop_verifications(StopHow::Kill);
         let r = state.service.session().restart()?;

@@ -11,6 +11,7 @@ mod openapi;
 mod plans;
 mod runs;
 mod targets;
+mod team;
 mod verifications;
 mod web;
 mod workflows;
@@ -20,7 +21,7 @@ use std::sync::atomic::AtomicI64;
 use std::time::Instant;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Router, middleware};
 use cairn_engine::Service;
 
@@ -111,6 +112,17 @@ fn api_router(state: AppRef) -> Router {
         .route("/docs", get(docs::list_docs).post(docs::save_doc).layer(DefaultBodyLimit::max(docs::DOCS_BODY_LIMIT)))
         .route("/docs/search", get(docs::search_docs))
         .route("/docs/{name}", get(docs::get_doc).delete(docs::remove_doc))
+        .route("/principals", get(team::list_principals).post(team::add_principal))
+        .route("/principals/{name}", get(team::get_principal))
+        .route("/principals/{name}/rotate", post(team::rotate_principal))
+        .route("/principals/{name}/revoke", post(team::revoke_principal))
+        .route("/principals/{name}/grants", post(team::add_grant).delete(team::remove_grant))
+        .route("/roles", get(team::list_roles).post(team::add_role))
+        .route("/roles/{name}", axum::routing::delete(team::remove_role))
+        .route("/policies", get(team::list_policies))
+        .route("/policies/{workflow}", put(team::set_policy))
+        .route("/audit", get(team::list_audit))
+        .route("/whoami", get(team::whoami))
         .route_layer(middleware::from_fn_with_state(state.clone(), http::require_token));
     Router::new()
         .route("/health", get(http::health))

@@ -7,7 +7,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::http::{ErrorBody, ErrorDetail};
-use super::{docs, exports, http, kernel, plans, runs, targets, verifications, web, workflows};
+use super::{docs, exports, http, kernel, plans, runs, targets, team, verifications, web, workflows};
 use crate::wire;
 
 /// This document. Needs no token.
@@ -21,7 +21,8 @@ pub(super) async fn openapi_json() -> Response {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Cairn daemon", description = "Durable, approved, reproducible workflow runs. Loopback only; \
-        bearer tokens from <state>/auth/viewer.token (read) and operator.token (read and change)."),
+        bearer tokens from <state>/auth/viewer.token (read) and operator.token (read and change), or a principal's \
+        token of `cairn user add`, allowed what its grants allow."),
     paths(http::health, http::list_daemons, openapi_json, runs::submit_run, runs::list_runs, runs::get_run, runs::run_events,
         runs::step_log, runs::run_timeline, runs::explain_step, runs::step_jobs, runs::get_step, runs::run_artifacts, runs::trace_artifacts, runs::cancel_run, runs::read_artifact,
         exports::run_ro_crate, exports::export_run, exports::verification_ro_crate,
@@ -33,7 +34,10 @@ pub(super) async fn openapi_json() -> Response {
         verifications::create_verification, verifications::list_verifications, verifications::get_verification,
         verifications::verification_notebook, verifications::cancel_verification, verifications::spare_kernel,
         web::index, web::asset, web::login, web::notebook_export,
-        docs::list_docs, docs::save_doc, docs::search_docs, docs::get_doc, docs::remove_doc),
+        docs::list_docs, docs::save_doc, docs::search_docs, docs::get_doc, docs::remove_doc,
+        team::list_principals, team::add_principal, team::get_principal, team::rotate_principal, team::revoke_principal,
+        team::add_grant, team::remove_grant, team::list_roles, team::add_role, team::remove_role, team::list_policies,
+        team::set_policy, team::list_audit, team::whoami),
     components(schemas(ErrorBody, ErrorDetail, wire::SpareKernel, http::Health, wire::DaemonsBody, wire::DaemonBody, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
         wire::RunList, wire::EventList, wire::StepLog, wire::RunTimeline, wire::TimelineAttempt, wire::Explanation, wire::PipelineJobs, wire::StepDetail, wire::ArtifactList,
         wire::TraceResult, wire::ExportResult, wire::ArtifactSlice, wire::WorkflowList, wire::WorkflowDetail, wire::AddWorkflow, wire::WorkflowAdded, wire::WorkflowProblem,
@@ -41,7 +45,10 @@ pub(super) async fn openapi_json() -> Response {
         runs::SseRunsSchema, wire::PlanRun, wire::ExecutePlan, wire::requests::ApprovedVia, wire::PlanSummary, wire::PlanList, wire::AddTarget,
         wire::Verify, wire::VerificationRecord, wire::VerifyResult, web::UiLogin,
         wire::SaveDoc, wire::Doc, wire::DocSaved, wire::DocList, wire::DocSummary, wire::DocSearchResult, wire::DocHit,
-        wire::SnippetPart, wire::DocVerification, wire::DocVersionEntry)),
+        wire::SnippetPart, wire::DocVerification, wire::DocVersionEntry,
+        wire::AddPrincipal, wire::AddRole, wire::GrantRequest, wire::SetPolicy, wire::GrantBody, wire::PrincipalBody,
+        wire::PrincipalList, wire::IssuedTokenBody, wire::RoleBody, wire::RoleList, wire::PolicyBody, wire::PolicyList,
+        wire::ActBody, wire::AuditList, wire::AccessEntry, wire::Whoami)),
     modifiers(&BearerAuth, &CommonResponses, &Links),
 )]
 pub struct ApiDoc;

@@ -1,9 +1,11 @@
 //! Plans: make one (read-only), list them, read one, and the approval that executes one.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use cairn_core::access::Caller;
 use serde_json::Value;
 
 use super::AppRef;
@@ -22,11 +24,12 @@ use crate::wire::{ExecutePlan, PlanList, PlanRun, RunResult, to_value};
     security(("bearer" = [])))]
 pub(super) async fn create_plan(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiJson(body): ApiJson<PlanRun>,
 ) -> Result<Response, ApiError> {
     blocking(move || {
         let engine = state.service.engine();
-        let plan = engine.make_plan(&body.into_request()?)?;
+        let plan = engine.make_plan(&caller, &body.into_request()?)?;
         let mut answer = to_value(&plan);
         // A replay plan also says what its pipeline steps would run (a forecast, not in the plan).
         let jobs = engine.predict_plan_jobs(&plan);
@@ -71,10 +74,13 @@ pub(super) async fn get_plan(
     security(("bearer" = [])))]
 pub(super) async fn execute_plan(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<ExecutePlan>,
 ) -> Result<Response, ApiError> {
     let channel = body.approval.map(Into::into).unwrap_or(cairn_core::plan::ApprovalChannel::Api);
-    blocking(move || Ok(run_answer(&state.service.execute_plan(&name, &body.plan_id, &body.plan_checksum, channel)?)))
-        .await
+    blocking(move || {
+        Ok(run_answer(&state.service.execute_plan(&caller, &name, &body.plan_id, &body.plan_checksum, channel)?))
+    })
+    .await
 }

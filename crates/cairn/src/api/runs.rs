@@ -1,6 +1,8 @@
 //! Runs: submit one (or a replay), list them (or follow the list), read one, its events (or
 //! follow them), a step's log and explanation, and cancel one.
 
+use axum::Extension;
+use cairn_core::access::Caller;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -49,9 +51,10 @@ pub(super) fn run_answer(submitted: &Submitted) -> Response {
     security(("bearer" = [])))]
 pub(super) async fn submit_run(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiJson(body): ApiJson<SubmitRun>,
 ) -> Result<Response, ApiError> {
-    blocking(move || Ok(run_answer(&state.service.submit_run(body.into_request())?))).await
+    blocking(move || Ok(run_answer(&state.service.submit_run(&caller, body.into_request())?))).await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -458,9 +461,10 @@ pub(super) async fn trace_artifacts(
     security(("bearer" = [])))]
 pub(super) async fn cancel_run(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<RunResult>, ApiError> {
-    blocking(move || Ok(Json(RunResult::from_view(&state.service.cancel_run(&RunId::lookup(run_id))?)))).await
+    blocking(move || Ok(Json(RunResult::from_view(&state.service.cancel_run(&caller, &RunId::lookup(run_id))?)))).await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

@@ -3,9 +3,11 @@
 //! SSH) and change nothing there; a probe records what it observed (Operator), readiness only
 //! reads (Viewer too).
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use cairn_core::access::{Caller, Permission, Scope};
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::IntoParams;
@@ -30,10 +32,11 @@ pub(super) async fn list_targets(State(state): State<AppRef>) -> Result<Json<Val
     security(("bearer" = [])))]
 pub(super) async fn create_target(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiJson(body): ApiJson<AddTarget>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     blocking(move || {
-        let spec = state.service.engine().add_target(&body.into_request())?;
+        let spec = state.service.engine().add_target(&caller, &body.into_request())?;
         Ok((StatusCode::CREATED, Json(to_value(&spec))))
     })
     .await
@@ -47,9 +50,15 @@ pub(super) async fn create_target(
     security(("bearer" = [])))]
 pub(super) async fn probe_target(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    blocking(move || Ok(Json(to_value(&state.service.engine().probe_target(&name)?)))).await
+    blocking(move || {
+        let engine = state.service.engine();
+        engine.authorize(&caller, Permission::Plan, &Scope { workflow: None, target: Some(name.clone()) })?;
+        Ok(Json(to_value(&engine.probe_target(&name)?)))
+    })
+    .await
 }
 
 /// `GET /targets/{name}/readiness?run_dir=ABS`.

@@ -1,6 +1,8 @@
 //! Verifications: verify a document in a fresh scratch kernel (in the daemon, which owns
 //! kernels), list verifications, read one and its proven notebook.
 
+use axum::Extension;
+use cairn_core::access::{Caller, Permission, Scope};
 use std::path::PathBuf;
 
 use axum::Json;
@@ -41,9 +43,11 @@ use crate::wire::{SpareKernel, VERIFY_START_AT_LEAST, VerificationRecord, Verify
     security(("bearer" = [])))]
 pub(super) async fn create_verification(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<Verify>,
 ) -> Result<Response, ApiError> {
+    state.service.engine().authorize(&caller, Permission::Code, &Scope::everywhere())?;
     let lines = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -190,8 +194,10 @@ impl VerifyObserver for Lines {
     security(("bearer" = [])))]
 pub(super) async fn cancel_verification(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
+    state.service.engine().authorize(&caller, Permission::Code, &Scope::everywhere())?;
     blocking(move || {
         state.service.engine().cancel_verification(&id)?;
         Ok((StatusCode::ACCEPTED, Json(json!({"verification_id": id, "cancelled": true}))).into_response())

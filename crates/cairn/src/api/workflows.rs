@@ -1,8 +1,10 @@
 //! Registered workflows: the list, and one version in detail.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use cairn_core::access::Caller;
 use cairn_engine::EngineError;
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -33,6 +35,7 @@ pub(super) async fn list_workflows(State(state): State<AppRef>) -> Result<Json<W
     security(("bearer" = [])))]
 pub(super) async fn add_workflow(
     State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
     ApiJson(body): ApiJson<AddWorkflow>,
 ) -> Result<(StatusCode, Json<WorkflowAdded>), ApiError> {
     let path = std::path::PathBuf::from(&body.path);
@@ -47,7 +50,7 @@ pub(super) async fn add_workflow(
         .into());
     }
     blocking(move || {
-        let added = state.service.engine().add_workflow(&path)?;
+        let added = state.service.engine().add_workflow(&caller, &path)?;
         let status = if added.newly_registered { StatusCode::CREATED } else { StatusCode::OK };
         Ok((status, Json(WorkflowAdded::from_added(&added))))
     })

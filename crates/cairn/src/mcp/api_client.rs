@@ -7,6 +7,9 @@ use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
+/// Every call says it comes through MCP, so the audit records that channel.
+const CHANNEL: &str = crate::wire::CHANNEL_HEADER;
+
 use cairn_engine::EngineError;
 
 use crate::wire::Followed;
@@ -56,7 +59,10 @@ impl CallError {
         let hint = match (self.status, self.code.as_str()) {
             _ if !self.problems.is_empty() => " (fix every problem in `problems`, then call add_workflow again)",
             (401, _) => " (the MCP client must send the daemon's token as `Authorization: Bearer …`)",
-            (403, _) => " (the token this server calls the daemon with may only read; changes need the Operator token)",
+            (403, "forbidden") => {
+                " (the token this server calls the daemon with does not allow this; an admin can grant it with `cairn grant add`, or use a token that does)"
+            }
+            (403, "two_person_required") => " (ask another person who may approve this workflow's plans to execute it)",
             (_, "workflow_version_conflict") => {
                 " (raise `version` in the workflow.toml, then call add_workflow again; list_workflows shows what is registered)"
             }
@@ -185,15 +191,24 @@ impl ApiClient {
                     tokio::task::spawn_blocking(move || {
                         let auth = format!("Bearer {token}");
                         let sent = match (method, body) {
-                            ("GET", _) => {
-                                agent.get(&url).header("Authorization", &auth).header("Accept", accept).call()
-                            }
-                            (_, Some(b)) => {
-                                agent.post(&url).header("Authorization", &auth).header("Accept", accept).send_json(&b)
-                            }
-                            (_, None) => {
-                                agent.post(&url).header("Authorization", &auth).header("Accept", accept).send_empty()
-                            }
+                            ("GET", _) => agent
+                                .get(&url)
+                                .header("Authorization", &auth)
+                                .header(CHANNEL, "mcp")
+                                .header("Accept", accept)
+                                .call(),
+                            (_, Some(b)) => agent
+                                .post(&url)
+                                .header("Authorization", &auth)
+                                .header(CHANNEL, "mcp")
+                                .header("Accept", accept)
+                                .send_json(&b),
+                            (_, None) => agent
+                                .post(&url)
+                                .header("Authorization", &auth)
+                                .header(CHANNEL, "mcp")
+                                .header("Accept", accept)
+                                .send_empty(),
                         };
                         sent.map_err(|e| unreachable(&url, e))
                     })
@@ -272,9 +287,9 @@ async fn http_call(
     tokio::task::spawn_blocking(move || {
         let auth = format!("Bearer {token}");
         let sent = match (method, body) {
-            ("GET", _) => agent.get(&url).header("Authorization", &auth).call(),
-            (_, Some(b)) => agent.post(&url).header("Authorization", &auth).send_json(&b),
-            (_, None) => agent.post(&url).header("Authorization", &auth).send_empty(),
+            ("GET", _) => agent.get(&url).header("Authorization", &auth).header(CHANNEL, "mcp").call(),
+            (_, Some(b)) => agent.post(&url).header("Authorization", &auth).header(CHANNEL, "mcp").send_json(&b),
+            (_, None) => agent.post(&url).header("Authorization", &auth).header(CHANNEL, "mcp").send_empty(),
         };
         let mut resp = sent.map_err(|e| unreachable(&url, e))?;
         let status = resp.status().as_u16();
@@ -301,6 +316,7 @@ async fn route(
         .uri(path)
         .header(axum::http::header::HOST, "127.0.0.1")
         .header(axum::http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(CHANNEL, "mcp")
         .header(axum::http::header::ACCEPT, accept);
     let request = match body {
         Some(b) => request

@@ -6,6 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The header a client names its surface with (`cli`, `mcp`, `web`), recorded with each act of
+/// the audit; `api` when absent. It is the caller's own word: it says how, never who.
+pub const CHANNEL_HEADER: &str = "x-cairn-channel";
+
 mod docs;
 mod doctor;
 mod jobs;
@@ -14,6 +18,7 @@ mod plans;
 pub mod requests;
 mod runs;
 mod targets;
+mod team;
 mod verify;
 mod workflows;
 
@@ -35,6 +40,10 @@ pub use runs::{
     StepDetail, StepLog, StepResult, TimelineAttempt, TraceMatch, TraceResult, WaitingNotice,
 };
 pub use targets::targets_json;
+pub use team::{
+    AccessEntry, ActBody, AddPrincipal, AddRole, AuditList, AuditQuery, GrantBody, GrantRequest, IssuedTokenBody,
+    PolicyBody, PolicyList, PrincipalBody, PrincipalList, RoleBody, RoleList, SetPolicy, Whoami,
+};
 pub use verify::{
     SpareKernel, VerificationRecord, VerifyCell, VerifyCellError, VerifyCellStatus, VerifyKernelStart, VerifyResult,
     VerifySkipReason, VerifyStreamEvent, VerifyTimeout, VerifyTimeoutSource, VerifyVerdict,

@@ -350,6 +350,13 @@ pub struct RunResult {
     /// the fault clears. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<RunWaiting>,
+    /// The principal that submitted it (for a planned run, that executed its plan); absent
+    /// for a run submitted before principals were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
+    /// The principal that cancelled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
 }
 
 /// Why and since when a run waits for its environment.
@@ -404,6 +411,12 @@ pub struct ApprovalView {
     /// `api` (a direct API call); `unrecorded` for a run approved before Cairn kept it.
     pub channel: String,
     pub at: String,
+    /// The principal that approved (executed) the plan; absent before principals were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// The principal that made the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_by: Option<String>,
 }
 
 impl RunResult {
@@ -430,7 +443,14 @@ impl RunResult {
             parallel: run.parallelism,
             replay: run.replay.as_ref().map(super::to_value),
             lineage: view.lineage.iter().map(lineage_entry).collect(),
-            approval: view.approval.as_ref().map(|a| ApprovalView { channel: a.channel.clone(), at: time(a.at) }),
+            approval: view.approval.as_ref().map(|a| ApprovalView {
+                channel: a.channel.clone(),
+                at: time(a.at),
+                by: a.by.clone(),
+                planned_by: a.planned_by.clone(),
+            }),
+            submitted_by: run.submitted_by.clone(),
+            cancelled_by: run.cancelled_by.clone(),
             lease: view.lease.as_ref().map(|l| RunLease {
                 daemon: l.daemon.clone(),
                 host: l.host.clone(),

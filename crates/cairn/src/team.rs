@@ -1,0 +1,236 @@
+//! `cairn user|role|grant|policy|audit|whoami`: a team's commands. Each one asks the daemon (as
+//! the state root's owner, or as the principal of `CAIRN_TOKEN`), so the same permissions and
+//! the same audit apply as over the API.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::cli::{GrantArgs, GrantCommand, PolicyCommand, RoleCommand, UserCommand};
+use crate::client::{Answer, Client};
+use crate::{Failure, wire};
+
+fn print_json<T: serde::Serialize>(value: &T) {
+    crate::output::print_wire(value);
+}
+
+fn call(client: &Client, method: &str, path: &str, body: Option<Value>) -> Result<Answer, Failure> {
+    client.send(method, path, body.as_ref())
+}
+
+/// A path segment: names are checked by the daemon, so only what would break the path is escaped.
+fn seg(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn print_principal(p: &wire::PrincipalBody) {
+    let state = if p.revoked { " (revoked)" } else { "" };
+    println!("{}{state}: role {}, added by {} at {}", p.name, p.role, p.created_by, p.created_at);
+    for g in &p.grants {
+        println!("  grant {} {}", g.role, scope_text(g.workflow.as_deref(), g.target.as_deref()));
+    }
+}
+
+fn scope_text(workflow: Option<&str>, target: Option<&str>) -> String {
+    match (workflow, target) {
+        (None, None) => "everywhere".into(),
+        (Some(w), None) => format!("for workflow {w}"),
+        (None, Some(t)) => format!("on target {t}"),
+        (Some(w), Some(t)) => format!("for workflow {w} on target {t}"),
+    }
+}
+
+fn print_issued(t: &wire::IssuedTokenBody, what: &str) {
+    println!("{what} {} (role {})", t.principal.name, t.principal.role);
+    println!("token: {}", t.token);
+    eprintln!(
+        "this token is shown once (the registry keeps only its hash): give it to {} to keep in a file of mode 0600, \
+         and use it with CAIRN_TOKEN_FILE=FILE (and CAIRN_URL=<this daemon's URL> from another account)",
+        t.principal.name
+    );
+}
+
+pub fn user(root: &Path, command: UserCommand) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    match command {
+        UserCommand::Add { name, role, json } => {
+            let t: wire::IssuedTokenBody =
+                call(&client, "POST", "/principals", Some(json!({"name": name, "role": role})))?
+                    .decode(201, "POST /principals")?;
+            if json { print_json(&t) } else { print_issued(&t, "added") }
+        }
+        UserCommand::List { json } => {
+            let list: wire::PrincipalList = client.get("/principals")?.decode(200, "GET /principals")?;
+            if json {
+                print_json(&list);
+            } else if list.principals.is_empty() {
+                println!("no principals yet: add one with `cairn user add NAME --role ROLE`");
+            } else {
+                list.principals.iter().for_each(print_principal);
+            }
+        }
+        UserCommand::Show { name, json } => {
+            let p: wire::PrincipalBody =
+                client.get(&format!("/principals/{}", seg(&name)))?.decode(200, "GET /principals/{name}")?;
+            if json { print_json(&p) } else { print_principal(&p) }
+        }
+        UserCommand::Rotate { name, json } => {
+            let t: wire::IssuedTokenBody = call(&client, "POST", &format!("/principals/{}/rotate", seg(&name)), None)?
+                .decode(200, "POST /principals/{name}/rotate")?;
+            if json { print_json(&t) } else { print_issued(&t, "rotated the token of") }
+        }
+        UserCommand::Revoke { name, json } => {
+            let p: wire::PrincipalBody = call(&client, "POST", &format!("/principals/{}/revoke", seg(&name)), None)?
+                .decode(200, "POST /principals/{name}/revoke")?;
+            if json { print_json(&p) } else { println!("revoked {}: its token no longer works", p.name) }
+        }
+    }
+    Ok(0)
+}
+
+fn print_role(r: &wire::RoleBody) {
+    let kind = if r.builtin { "built-in" } else { "custom" };
+    println!("{:<12} {kind:<8} {}", r.name, r.permissions.join(","));
+}
+
+pub fn role(root: &Path, command: RoleCommand) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    match command {
+        RoleCommand::List { json } => {
+            let list: wire::RoleList = client.get("/roles")?.decode(200, "GET /roles")?;
+            if json { print_json(&list) } else { list.roles.iter().for_each(print_role) }
+        }
+        RoleCommand::Add { name, allow, json } => {
+            let permissions: Vec<&str> = allow.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+            let r: wire::RoleBody =
+                call(&client, "POST", "/roles", Some(json!({"name": name, "permissions": permissions})))?
+                    .decode(201, "POST /roles")?;
+            if json { print_json(&r) } else { print_role(&r) }
+        }
+        RoleCommand::Remove { name, json } => {
+            let list: wire::RoleList = call(&client, "DELETE", &format!("/roles/{}", seg(&name)), None)?
+                .decode(200, "DELETE /roles/{name}")?;
+            if json { print_json(&list) } else { println!("removed role {name}: its grants allow nothing now") }
+        }
+    }
+    Ok(0)
+}
+
+pub fn grant(root: &Path, command: GrantCommand) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    match command {
+        GrantCommand::Add(GrantArgs { principal, role, workflow, target, json }) => {
+            let body = wire::GrantRequest { role, workflow, target };
+            let a =
+                call(&client, "POST", &format!("/principals/{}/grants", seg(&principal)), Some(wire::to_value(&body)))?;
+            let new = a.status == 201;
+            let g: wire::GrantBody = a.decode(if new { 201 } else { 200 }, "POST /principals/{name}/grants")?;
+            if json {
+                print_json(&g);
+            } else {
+                let scope = scope_text(g.workflow.as_deref(), g.target.as_deref());
+                let how = if new { "granted" } else { "already holds" };
+                println!("{} {how} {} {scope}", g.principal, g.role);
+            }
+        }
+        GrantCommand::Remove(GrantArgs { principal, role, workflow, target, json }) => {
+            let mut query = format!("role={}", seg(&role));
+            if let Some(w) = &workflow {
+                query.push_str(&format!("&workflow={}", seg(w)));
+            }
+            if let Some(t) = &target {
+                query.push_str(&format!("&target={}", seg(t)));
+            }
+            let p: wire::PrincipalBody =
+                call(&client, "DELETE", &format!("/principals/{}/grants?{query}", seg(&principal)), None)?
+                    .decode(200, "DELETE /principals/{name}/grants")?;
+            if json { print_json(&p) } else { print_principal(&p) }
+        }
+    }
+    Ok(0)
+}
+
+pub fn policy(root: &Path, command: PolicyCommand) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    let print = |p: &wire::PolicyBody| {
+        println!("{}: two-person approval {}", p.workflow, if p.two_person { "on" } else { "off" });
+    };
+    match command {
+        PolicyCommand::List { json } => {
+            let list: wire::PolicyList = client.get("/policies")?.decode(200, "GET /policies")?;
+            if json {
+                print_json(&list);
+            } else if list.policies.is_empty() {
+                println!("no policies set");
+            } else {
+                list.policies.iter().for_each(print);
+            }
+        }
+        PolicyCommand::Set { workflow, two_person, json } => {
+            let p: wire::PolicyBody = call(
+                &client,
+                "PUT",
+                &format!("/policies/{}", seg(&workflow)),
+                Some(json!({"two_person": two_person})),
+            )?
+            .decode(200, "PUT /policies/{workflow}")?;
+            if json { print_json(&p) } else { print(&p) }
+        }
+    }
+    Ok(0)
+}
+
+pub fn audit(
+    root: &Path,
+    principal: Option<String>,
+    action: Option<String>,
+    object: Option<String>,
+    limit: usize,
+    json: bool,
+) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    let mut query = format!("limit={limit}");
+    for (key, value) in [("principal", &principal), ("action", &action), ("object", &object)] {
+        if let Some(v) = value {
+            query.push_str(&format!("&{key}={}", seg(v)));
+        }
+    }
+    let list: wire::AuditList = client.get(&format!("/audit?{query}"))?.decode(200, "GET /audit")?;
+    if json {
+        print_json(&list);
+    } else if list.acts.is_empty() {
+        println!("no recorded acts match");
+    } else {
+        for a in &list.acts {
+            let detail = if a.detail.as_object().is_some_and(|o| o.is_empty()) {
+                String::new()
+            } else {
+                format!(" {}", a.detail)
+            };
+            println!(
+                "{:>6} {} {:<10} {:<4} {:<20} {}{detail}",
+                a.seq, a.at, a.principal, a.channel, a.action, a.object
+            );
+        }
+    }
+    Ok(0)
+}
+
+pub fn whoami(root: &Path, json: bool) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    let me: wire::Whoami = client.get("/whoami")?.decode(200, "GET /whoami")?;
+    if json {
+        print_json(&me);
+    } else {
+        println!("{}", me.principal);
+        for a in &me.access {
+            println!("  {} {}", a.permissions.join(","), scope_text(a.workflow.as_deref(), a.target.as_deref()));
+        }
+    }
+    Ok(0)
+}
