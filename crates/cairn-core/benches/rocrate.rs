@@ -46,6 +46,7 @@ fn main() {
         parallelism: 1,
         submitted_by: None,
         cancelled_by: None,
+        held_since: None,
     };
     let steps: Vec<CrateStep> = (0..n)
         .map(|i| {

@@ -382,6 +382,8 @@ pub const ACTIONS: &[&str] = &[
     "grant.added",
     "grant.removed",
     "policy.changed",
+    "quota.set",
+    "quota.removed",
 ];
 
 /// A recorded action with its place in the audit.

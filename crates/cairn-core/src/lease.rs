@@ -95,6 +95,7 @@ mod tests {
                 parallelism: 1,
                 submitted_by: None,
                 cancelled_by: None,
+                held_since: None,
             },
             lease: lease.map(|(d, _)| Lease { daemon: d.into(), epoch: 1 }),
             expires_at: lease.map(|(_, at)| at),

@@ -26,6 +26,7 @@ pub mod parameters;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;
+pub mod quota;
 pub mod replay;
 pub mod rocrate;
 pub mod signature;

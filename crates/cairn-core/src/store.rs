@@ -66,6 +66,8 @@ pub struct RunRecord {
     pub submitted_by: Option<String>,
     /// The principal that cancelled it.
     pub cancelled_by: Option<String>,
+    /// Since when it is held queued by a quota (it has not started); `None` once admitted.
+    pub held_since: Option<i64>,
 }
 
 /// Which runs a list holds: newest first, at most `limit`, each filter applied when given.
@@ -106,6 +108,8 @@ pub struct NewRun {
     /// Who submitted it (`run.submitted`), recorded with the run in its transaction; `None` for
     /// a run made by Cairn itself (a test, a recovery).
     pub act: Option<Act>,
+    /// The quotas the transaction that creates it checks (refused over one, or created held).
+    pub admission: crate::quota::Admission,
 }
 
 /// The lease a run gets when a daemon creates it.
@@ -300,6 +304,9 @@ pub enum StoreError {
     PrincipalExists(String),
     #[error("a role named `{0}` exists already; remove it first with `cairn role remove {0}`")]
     RoleExists(String),
+    /// A run over quota `quota` (its index in the submission's admission) was not created.
+    #[error("over quota {quota}: {used} in use")]
+    QuotaExceeded { quota: usize, used: u64 },
     #[error("the registry database failed: {0}")]
     Database(String),
     #[error("the registry holds a record this version of cairn cannot read: {0}")]
@@ -842,6 +849,37 @@ pub trait Team {
     fn acts(&self, q: &ActQuery) -> Result<Vec<ActRecord>, StoreError>;
 }
 
+/// Quotas and the use they limit.
+pub trait Quotas {
+    /// Sets (or replaces) the quota of its subject and measure, with its act.
+    fn set_quota(&self, q: &crate::quota::Quota, act: &Act) -> Result<(), StoreError>;
+    /// Whether it existed.
+    fn remove_quota(
+        &self,
+        subject: &crate::quota::Subject,
+        measure: crate::quota::Measure,
+        act: &Act,
+    ) -> Result<bool, StoreError>;
+    /// By subject, then measure.
+    fn quotas(&self) -> Result<Vec<crate::quota::Quota>, StoreError>;
+    /// What `subject` uses of `measure` now: open runs, queued runs, or steps started since
+    /// `since` (with the start of the oldest one counted).
+    fn quota_use(
+        &self,
+        subject: &crate::quota::Subject,
+        measure: crate::quota::Measure,
+        since: i64,
+    ) -> Result<(u64, Option<i64>), StoreError>;
+    /// Admits a held run if its limits allow it now (one transaction): `Ok(None)` admitted (or
+    /// not held, or finished), `Ok(Some((quota, used)))` still held by that limit.
+    fn admit_held(
+        &self,
+        run_id: &RunId,
+        admission: &crate::quota::Admission,
+        at: i64,
+    ) -> Result<Option<(usize, u64)>, StoreError>;
+}
+
 /// The registry of workflows, runs, step records and events: every role at once, what the
 /// engine holds (`dyn RunStore`). A use case that needs one or two roles may take those alone.
 pub trait RunStore:
@@ -857,6 +895,7 @@ pub trait RunStore:
     + Docs
     + Maintenance
     + Team
+    + Quotas
 {
 }
 
@@ -873,7 +912,8 @@ impl<
         + Targets
         + Docs
         + Maintenance
-        + Team,
+        + Team
+        + Quotas,
 > RunStore for T
 {
 }
@@ -881,7 +921,7 @@ impl<
 /// The role traits, to bring their methods into scope: `use cairn_core::store::prelude::*;`.
 pub mod prelude {
     pub use super::{
-        Artifacts, Attempts, Daemons, Docs, KernelJobs, Maintenance, Plans, RunStore, Runs, Targets, Team,
+        Artifacts, Attempts, Daemons, Docs, KernelJobs, Maintenance, Plans, Quotas, RunStore, Runs, Targets, Team,
         Verifications, WorkflowRegistry,
     };
 }

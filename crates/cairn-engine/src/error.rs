@@ -32,6 +32,9 @@ pub enum ErrorKind {
     /// The caller may not do this: a grant is missing, or a workflow's two-person rule refuses
     /// it (exit 2, HTTP 403). Nothing changed.
     Forbidden,
+    /// Over a quota: refused now, it may be asked again once the use frees (exit 4, HTTP 429).
+    /// Nothing changed.
+    OverQuota,
 }
 
 macro_rules! error_codes {
@@ -144,6 +147,9 @@ error_codes! {
     PrincipalExists => "principal_exists", Conflict;
     RoleExists => "role_exists", Conflict;
     InvalidName => "invalid_name", Invalid;
+    QuotaExceeded => "quota_exceeded", OverQuota;
+    QuotaQueued => "quota_queued", OverQuota;
+    QuotaNotFound => "quota_not_found", NotFound;
     Database => "database", Unavailable;
     Corrupt => "corrupt", Internal;
     Io => "io", Unavailable;
@@ -364,6 +370,14 @@ pub enum EngineError {
     GrantNotFound { principal: String, role: String, scope: String },
     #[error("{0}")]
     InvalidName(#[from] cairn_core::access::NameError),
+    /// A submission over a quota: nothing was created.
+    #[error("{0}")]
+    QuotaExceeded(#[from] cairn_core::quota::Exceeded),
+    /// A created run held queued by a quota: the reason its wait shows.
+    #[error("{reason}")]
+    QuotaQueued { reason: String },
+    #[error("there is no quota of {measure} on {subject}; list them with `cairn quota`")]
+    QuotaNotFound { subject: String, measure: String },
 
     // --- internal
     #[error("{path}: {message}")]
@@ -496,6 +510,9 @@ impl EngineError {
             E::RoleNotFound { .. } => ErrorCode::RoleNotFound,
             E::GrantNotFound { .. } => ErrorCode::GrantNotFound,
             E::InvalidName(_) => ErrorCode::InvalidName,
+            E::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
+            E::QuotaQueued { .. } => ErrorCode::QuotaQueued,
+            E::QuotaNotFound { .. } => ErrorCode::QuotaNotFound,
             E::Io { .. } => ErrorCode::Io,
             E::Internal { .. } => ErrorCode::Internal,
             E::Interrupted { .. } => ErrorCode::Interrupted,
@@ -578,6 +595,7 @@ fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::RunLeased { .. } => ErrorCode::RunLeased,
         StoreError::PrincipalExists(_) => ErrorCode::PrincipalExists,
         StoreError::RoleExists(_) => ErrorCode::RoleExists,
+        StoreError::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
         StoreError::Database(_) => ErrorCode::Database,
         StoreError::Corrupt(_) => ErrorCode::Corrupt,
     }

@@ -27,6 +27,7 @@ pub mod placement;
 pub mod plan;
 mod pool;
 pub mod process;
+pub mod quotas;
 mod read_artifact;
 pub mod registry;
 pub mod replay;

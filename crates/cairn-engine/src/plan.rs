@@ -94,6 +94,24 @@ pub(crate) fn check_run_dir(run_dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Who approves a plan's execution and how: what consuming its receipt records with the run.
+pub struct Approving<'a> {
+    pub caller: &'a Caller,
+    pub channel: ApprovalChannel,
+    /// The quotas the run's creation must pass.
+    pub admission: cairn_core::quota::Admission,
+    /// The process that executes the run.
+    pub owner: Option<Owner>,
+    pub thread_id: Option<String>,
+}
+
+impl<'a> Approving<'a> {
+    /// `caller` approving through `channel`, with no quota, owner or thread.
+    pub fn by(caller: &'a Caller, channel: ApprovalChannel) -> Approving<'a> {
+        Approving { caller, channel, admission: Default::default(), owner: None, thread_id: None }
+    }
+}
+
 impl Engine {
     pub(crate) fn plans_dir(&self) -> PathBuf {
         self.state.path().join("plans")
@@ -460,13 +478,12 @@ impl Engine {
     /// (FAILED, naming the effect, if one failed) and the workflow to execute it with.
     pub fn consume_receipt(
         &self,
-        caller: &Caller,
         plan: &Plan,
         receipt: &Receipt,
-        channel: ApprovalChannel,
-        owner: Option<Owner>,
-        thread_id: Option<String>,
+        how: Approving<'_>,
     ) -> Result<(RunRecord, LoadedWorkflow), EngineError> {
+        let Approving { caller, channel, admission, owner, thread_id } = how;
+        let admission = &admission;
         verify_receipt(&self.receipt_key()?, receipt, plan, self.clock.now_ms())
             .map_err(|e| EngineError::ReceiptRefused { message: e.to_string() })?;
         let run_id = RunId::generated(&self.ids.run_suffix());
@@ -487,6 +504,7 @@ impl Engine {
                 parallelism: 1,
                 at: self.clock.now_ms(),
                 act: None,
+                admission: admission.clone(),
             },
             Some(req) => {
                 // Re-planned now: the source is immutable, so the decisions are those approved.
@@ -494,7 +512,14 @@ impl Engine {
                 let req = ReplayRequest { workflow_dir: None, ..req };
                 let prepared = self.prepare_replay(&req)?;
                 let new = self.replay_run(&req, &prepared)?;
-                NewRun { run_dir: plan.run_dir.clone(), owner, thread_id, act: None, ..new }
+                NewRun {
+                    run_dir: plan.run_dir.clone(),
+                    owner,
+                    thread_id,
+                    act: None,
+                    admission: admission.clone(),
+                    ..new
+                }
             }
         };
         // A run on an SSH or Slurm target is reached from any daemon; a local one from this host.
@@ -511,7 +536,8 @@ impl Engine {
                 serde_json::json!({"run_id": run.run_id, "channel": channel.as_str(), "target": plan.target}),
             )),
             run,
-        })?;
+        });
+        let run = run.map_err(|e| Engine::over_quota(e.into(), admission))?;
         if let Err(why) = self.apply_effects(plan) {
             let failed = self.store.finish_run(
                 &run.run_id,

@@ -23,7 +23,7 @@ pub(crate) enum Work {
 }
 
 impl Work {
-    fn stop(&self) -> Option<&StopSignal> {
+    pub(crate) fn stop(&self) -> Option<&StopSignal> {
         match self {
             Work::Run { req, .. } => req.stop.as_ref(),
             Work::Replay { req } => req.stop.as_ref(),
@@ -92,6 +92,12 @@ impl Pool {
         true
     }
 
+    /// Keeps a created run here without queueing it: it waits (for a quota), and the heartbeat
+    /// queues it once it may go on.
+    pub(crate) fn hold(&self, run_id: &RunId, stop: StopSignal) {
+        lock(&self.active).insert(run_id.clone(), stop);
+    }
+
     pub(crate) fn is_active(&self, run_id: &RunId) -> bool {
         lock(&self.active).contains_key(run_id)
     }
@@ -131,6 +137,8 @@ impl Pool {
             };
             if ended == Ended::Done {
                 self.release(&run_id);
+                // A place a quota counted may be free now: runs it holds are tried at once.
+                self.engine.wake_quota_waits();
             }
         }
     }
@@ -157,6 +165,15 @@ impl Pool {
     }
 
     fn execute(&self, run_id: &RunId, work: Work) -> Ended {
+        // A run a quota holds queued does not start until it is admitted (after a crash too).
+        match self.engine.admit_held(run_id) {
+            Ok(()) => {}
+            Err(e) if matches!(e, EngineError::QuotaQueued { .. }) || crate::is_environment_fault(&e) => {
+                self.engine.hold_waiting(run_id, &e);
+                return Ended::Waiting;
+            }
+            Err(e) => tracing::warn!("run {run_id}: its quota could not be checked: {e}"),
+        }
         let started = Instant::now();
         let outcome = match work {
             Work::Run { wf, req } => self.engine.run_loaded(&wf, &req, &mut NoProgress).map(|r| r.run.status),

@@ -49,6 +49,8 @@ pub struct ReplayRequest {
     pub target: Option<String>,
     /// Who submitted it: recorded with the child run (`run.submitted`) when it is created.
     pub by: Option<Caller>,
+    /// The quotas its creation must pass.
+    pub admission: cairn_core::quota::Admission,
 }
 
 /// A request with every field unset, its source's id empty (a run no id names): a caller names
@@ -70,6 +72,7 @@ impl Default for ReplayRequest {
             workflow_dir: None,
             target: None,
             by: None,
+            admission: cairn_core::quota::Admission::default(),
         }
     }
 }
@@ -367,6 +370,7 @@ impl Engine {
         });
         Ok(NewRun {
             act,
+            admission: req.admission.clone(),
             owner: req.owner,
             thread_id: req.thread_id.clone(),
             parallelism: crate::runner::parallelism_of(req.parallelism),

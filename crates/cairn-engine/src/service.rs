@@ -220,9 +220,11 @@ impl Service {
         let (run, created, work) = match req.replay {
             Some((source_run_id, step_ids)) => {
                 // A source that is not there is refused by the replay itself, saying so.
+                let mut admission = cairn_core::quota::Admission::default();
                 if let Some(source) = self.engine.store.run(&source_run_id)? {
-                    let resource = Scope { workflow: Some(source.workflow), target: None };
+                    let resource = Scope { workflow: Some(source.workflow.clone()), target: None };
                     self.engine.authorize(caller, Permission::Run, &resource)?;
+                    admission = self.engine.admission(caller, &source.workflow)?;
                 }
                 let req = ReplayRequest {
                     source_run_id,
@@ -239,8 +241,10 @@ impl Service {
                     workflow_dir: None,
                     target: None,
                     by,
+                    admission,
                 };
-                let (run, created) = self.engine.submit_replay(&req)?;
+                let (run, created) =
+                    self.engine.submit_replay(&req).map_err(|e| Engine::over_quota(e, &req.admission))?;
                 // The worker continues exactly this run, not a new one.
                 let req = ReplayRequest { run_id: Some(run.run_id.to_string()), ..req };
                 (run, created, Work::Replay { req })
@@ -257,6 +261,7 @@ impl Service {
                 let wf = self.engine.load_workflow(&reference)?;
                 let resource = Scope { workflow: Some(wf.spec().name.clone()), target: None };
                 self.engine.authorize(caller, Permission::Run, &resource)?;
+                let admission = self.engine.admission(caller, &wf.spec().name)?;
                 let req = RunRequest {
                     workflow: reference,
                     run_id: req.run_id,
@@ -267,8 +272,10 @@ impl Service {
                     thread_id,
                     stop,
                     by,
+                    admission,
                 };
-                let (run, created) = self.engine.submit_loaded(&wf, &req)?;
+                let (run, created) =
+                    self.engine.submit_loaded(&wf, &req).map_err(|e| Engine::over_quota(e, &req.admission))?;
                 let req = RunRequest { run_id: Some(run.run_id.to_string()), ..req };
                 (run, created, Work::Run { wf: Box::new(wf), req })
             }
@@ -277,7 +284,7 @@ impl Service {
             // A run this daemon created is queued by the request that created it (a duplicate
             // request may get here first, before that one has queued it).
             if created {
-                self.pool.submit(&run.run_id, work);
+                self.start_created(&run.run_id, work);
             } else if let Some(leased) = self.engine.store.leased_run(&run.run_id)? {
                 // An existing open run not executing here: taken over only if its holder is gone.
                 match self.decide(&leased) {
@@ -320,7 +327,12 @@ impl Service {
     ) -> Result<Submitted, EngineError> {
         let (plan, receipt) = self.engine.approve_plan(caller, name, plan_id, plan_checksum)?;
         let thread = Some(format!("plan:{name}"));
-        let (run, wf) = self.engine.consume_receipt(caller, &plan, &receipt, channel, Some(self.owner), thread)?;
+        let admission = self.engine.admission(caller, &plan.workflow)?;
+        let (run, wf) = self.engine.consume_receipt(
+            &plan,
+            &receipt,
+            crate::plan::Approving { caller, channel, admission, owner: Some(self.owner), thread_id: thread },
+        )?;
         if !run.status.is_terminal() {
             let owner = Some(self.owner);
             let work = match self.engine.replay_request(&plan, &run.run_id) {
@@ -334,9 +346,24 @@ impl Service {
                 },
                 None => self.continue_run(&run, wf, false),
             };
-            self.pool.submit(&run.run_id, work);
+            self.start_created(&run.run_id, work);
         }
         Ok(Submitted { view: self.engine.show_run(&run.run_id)?, finished: run.status.is_terminal() })
+    }
+
+    /// Queues a run this daemon created, or, when a quota holds it queued, keeps it here waiting
+    /// (shown on the run) until a place frees.
+    fn start_created(&self, run_id: &RunId, work: Work) {
+        match self.engine.admit_held(run_id) {
+            Err(e @ EngineError::QuotaQueued { .. }) => {
+                self.pool.hold(run_id, work.stop().cloned().unwrap_or_default());
+                self.engine.hold_waiting(run_id, &e);
+            }
+            // Admitted, or an error the worker meets again and handles.
+            _ => {
+                self.pool.submit(run_id, work);
+            }
+        }
     }
 
     /// Cancels a run: it stops being scheduled, it is finalised CANCELLED with its RUNNING steps
@@ -503,6 +530,17 @@ impl Service {
                 self.pool.release(&run_id);
                 continue;
             }
+            // Held by a quota: it goes on only once admitted; until then it waits on, quietly
+            // (its `run.waiting` is written once).
+            if self.engine.waits_for_quota(&run_id) {
+                match self.engine.admit_held(&run_id) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        self.engine.hold_waiting(&run_id, &e);
+                        continue;
+                    }
+                }
+            }
             match self.continue_waiting(&run_id, stop) {
                 Ok(Some(work)) => self.pool.requeue(&run_id, work),
                 Ok(None) => self.pool.release(&run_id),
@@ -613,8 +651,9 @@ impl Service {
                 owner: Some(self.owner),
                 thread_id: run.thread_id.clone(),
                 stop: Some(StopSignal::new()),
-                // Created already: nothing new to record.
+                // Created already: nothing new to record, no quota to pass again.
                 by: None,
+                admission: cairn_core::quota::Admission::default(),
             },
         }
     }

@@ -67,11 +67,15 @@ impl Engine {
                 self.mark_waiting_recorded(run_id);
             }
         }
-        tracing::warn!(
-            "run {run_id} waits for its environment (try {}; next in {} ms): {reason}",
-            waiting.tries,
-            waiting.next_try_at - now
-        );
+        if code == crate::ErrorCode::QuotaQueued.as_str() {
+            tracing::debug!("run {run_id} stays queued (try {}): {reason}", waiting.tries);
+        } else {
+            tracing::warn!(
+                "run {run_id} waits for its environment (try {}; next in {} ms): {reason}",
+                waiting.tries,
+                waiting.next_try_at - now
+            );
+        }
         self.commits.bump();
         waiting
     }
@@ -122,6 +126,25 @@ impl Engine {
         tracing::info!("run {run_id} continues after waiting {} ms for its environment", now - waiting.since);
         self.commits.bump();
         Ok(open)
+    }
+
+    /// Runs held by a quota are tried at their next heartbeat, not after their backoff: a run
+    /// ended, so a place may be free.
+    pub(crate) fn wake_quota_waits(&self) {
+        let now = self.now_ms();
+        for hold in self.waits.lock().values_mut() {
+            if hold.waiting.code == crate::ErrorCode::QuotaQueued.as_str() && !hold.retrying {
+                hold.waiting.next_try_at = hold.waiting.next_try_at.min(now);
+            }
+        }
+    }
+
+    /// Whether `run_id` waits for a quota (not its environment).
+    pub(crate) fn waits_for_quota(&self, run_id: &RunId) -> bool {
+        self.waits
+            .lock()
+            .get(run_id)
+            .is_some_and(|h| !h.retrying && h.waiting.code == crate::ErrorCode::QuotaQueued.as_str())
     }
 
     /// `run_id` no longer waits: it ended, was stopped, or went on without a fault.

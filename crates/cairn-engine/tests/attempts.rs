@@ -274,6 +274,7 @@ fn request(resume: bool, stop: Option<StopSignal>) -> RunRequest {
         thread_id: None,
         stop,
         by: None,
+        admission: Default::default(),
     }
 }
 

@@ -2,10 +2,15 @@
 //! request-altered approval creates nothing (no run row, no reservation, no run_dir); a valid one
 //! creates exactly one run, across a daemon restart and under concurrent consumption.
 
+use cairn_engine::plan::Approving;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Barrier};
+
+/// The state root's owner, who makes and approves every plan here.
+static OWNER: std::sync::LazyLock<cairn_core::access::Caller> =
+    std::sync::LazyLock::new(|| cairn_core::access::Caller::owner("cli"));
 
 use cairn_core::event::RunEvent;
 use cairn_core::ids::RunId;
@@ -80,7 +85,7 @@ impl Fixture {
         std::fs::set_permissions(wf.join("tools/t.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
         let f = Fixture { _tmp: tmp, root, runs_parent, clock: TestClock(Arc::new(AtomicI64::new(T))), db };
         let e = f.engine();
-        e.add_workflow(&cairn_core::access::Caller::owner("cli"), &wf).unwrap();
+        e.add_workflow(&OWNER, &wf).unwrap();
         Some(f)
     }
 
@@ -101,7 +106,7 @@ impl Fixture {
 
 fn plan(e: &Engine, run_dir: &Path) -> Plan {
     e.make_plan(
-        &cairn_core::access::Caller::owner("cli"),
+        &OWNER,
         &PlanRequest {
             workflow: Some("rcpt".into()),
             input: json!({"x": 1}),
@@ -115,8 +120,7 @@ fn plan(e: &Engine, run_dir: &Path) -> Plan {
 }
 
 fn approve(e: &Engine, p: &Plan) -> Receipt {
-    let (approved, receipt) =
-        e.approve_plan(&cairn_core::access::Caller::owner("cli"), &p.plan_name, &p.plan_id, &p.plan_checksum).unwrap();
+    let (approved, receipt) = e.approve_plan(&OWNER, &p.plan_name, &p.plan_id, &p.plan_checksum).unwrap();
     assert_eq!(&approved, p, "approval reloads the stored plan unchanged");
     receipt
 }
@@ -127,7 +131,7 @@ type Alteration<'a> = Box<dyn Fn(&mut Plan) + 'a>;
 type Consumed = Result<(RunRecord, LoadedWorkflow), EngineError>;
 
 fn consume(e: &Engine, p: &Plan, r: &Receipt) -> Consumed {
-    e.consume_receipt(&cairn_core::access::Caller::owner("cli"), p, r, ApprovalChannel::Cli, None, None)
+    e.consume_receipt(p, r, Approving::by(&OWNER, ApprovalChannel::Cli))
 }
 
 /// The run a consumption created; panics (with the error) if it was refused.
@@ -387,8 +391,7 @@ fn a_receipt_survives_a_daemon_restart_and_is_consumed_once(k: Kind) {
     assert!(is_consumed_conflict(&err), "{err:?}");
     assert_eq!(runs(&third).len(), 1);
     // The plan executed: approving it again is refused too.
-    let again =
-        third.approve_plan(&cairn_core::access::Caller::owner("cli"), &p.plan_name, &p.plan_id, &p.plan_checksum);
+    let again = third.approve_plan(&OWNER, &p.plan_name, &p.plan_id, &p.plan_checksum);
     assert_eq!(again.map(|_| ()).unwrap_err().kind(), ErrorKind::Conflict);
 }
 
@@ -496,21 +499,9 @@ fn concurrent_approvals_and_consumptions_create_one_run(k: Kind) {
                 let (e, p, barrier) = (e.clone(), p.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     barrier.wait();
-                    let (approved, receipt) = e.approve_plan(
-                        &cairn_core::access::Caller::owner("cli"),
-                        &p.plan_name,
-                        &p.plan_id,
-                        &p.plan_checksum,
-                    )?;
-                    e.consume_receipt(
-                        &cairn_core::access::Caller::owner("cli"),
-                        &approved,
-                        &receipt,
-                        ApprovalChannel::Cli,
-                        None,
-                        None,
-                    )
-                    .map(|(run, _)| run.run_id)
+                    let (approved, receipt) = e.approve_plan(&OWNER, &p.plan_name, &p.plan_id, &p.plan_checksum)?;
+                    e.consume_receipt(&approved, &receipt, Approving::by(&OWNER, ApprovalChannel::Cli))
+                        .map(|(run, _)| run.run_id)
                 })
             })
             .collect();
@@ -535,15 +526,7 @@ fn concurrent_consumptions_through_separate_connections_create_one_run(k: Kind) 
                 let (e, p, barrier) = (f.engine(), p.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     barrier.wait();
-                    e.consume_receipt(
-                        &cairn_core::access::Caller::owner("cli"),
-                        &p,
-                        &r,
-                        ApprovalChannel::Cli,
-                        None,
-                        None,
-                    )
-                    .map(|(run, _)| run.run_id)
+                    e.consume_receipt(&p, &r, Approving::by(&OWNER, ApprovalChannel::Cli)).map(|(run, _)| run.run_id)
                 })
             })
             .collect();

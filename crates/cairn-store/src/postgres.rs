@@ -48,6 +48,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0016_artifact_links.sql"),
     include_str!("../migrations/postgres/0017_step_causes.sql"),
     include_str!("../migrations/postgres/0018_principals.sql"),
+    include_str!("../migrations/postgres/0019_quotas.sql"),
 ];
 
 /// Taken (for its transaction) by whoever migrates, so daemons starting together migrate once.

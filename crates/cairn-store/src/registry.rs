@@ -19,6 +19,7 @@ use std::sync::RwLock;
 use crate::sql::{Backend, Durability, Param, Reader, Row, Tx, params};
 
 mod maintenance;
+mod quotas;
 mod team;
 
 /// The registry over one database.
@@ -194,11 +195,13 @@ impl<B: Backend> Registry<B> {
 /// Inserts a new run, RUNNING at revision 1 (its `run.created` event is the caller's).
 fn insert_run(tx: &mut dyn Tx, n: &NewRun, plan_id: Option<&str>) -> Result<(), StoreError> {
     let lease = n.lease.as_ref();
+    // Its quotas are checked here, in the transaction that creates it.
+    let held_since = quotas::admit_new(tx, &n.admission, n.at)?;
     tx.execute(
         "INSERT INTO workflow_executions (run_id, workflow, version, identity_hash, input_json, status, revision, \
          run_dir, created_at, updated_at, source_run_id, replay_json, owner, thread_id, plan_id, parallelism, \
-         lease_owner, lease_epoch, lease_expires_at, home_host, submitted_by) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+         lease_owner, lease_epoch, lease_expires_at, home_host, submitted_by, held_since) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', 1, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
         params![
             n.run_id,
             n.workflow,
@@ -218,6 +221,7 @@ fn insert_run(tx: &mut dyn Tx, n: &NewRun, plan_id: Option<&str>) -> Result<(), 
             lease.map(|l| l.until),
             lease.and_then(|l| l.home_host.as_deref()),
             n.act.as_ref().map(|a| a.principal.as_str()),
+            held_since,
         ],
     )?;
     if let Some(act) = &n.act {
@@ -372,7 +376,7 @@ fn complete_in(tx: &mut dyn Tx, f: &FinishAttempt) -> Result<(), StoreError> {
 
 const RUN_COLUMNS: &str = "run_id, workflow, version, identity_hash, input_json, status, revision, run_dir, created_at, \
      updated_at, finished_at, findings_json, error, source_run_id, replay_json, owner, thread_id, plan_id, parallelism, \
-     submitted_by, cancelled_by";
+     submitted_by, cancelled_by, held_since";
 
 fn run_from_row(r: &Row) -> Result<RunRecord, StoreError> {
     Ok(RunRecord {
@@ -397,6 +401,7 @@ fn run_from_row(r: &Row) -> Result<RunRecord, StoreError> {
         parallelism: r.get(18)?,
         submitted_by: r.get(19)?,
         cancelled_by: r.get(20)?,
+        held_since: r.get(21)?,
     })
 }
 
@@ -416,22 +421,22 @@ fn daemon_from_row(r: &Row, at: usize) -> Result<DaemonRecord, StoreError> {
     })
 }
 
-/// An open run with its lease row and its holder's daemon row: the run's columns (21), then
+/// An open run with its lease row and its holder's daemon row: the run's columns (22), then
 /// lease_owner, lease_epoch, lease_expires_at, home_host, then the daemon's (8).
 const LEASED_RUN_SELECT: &str = "SELECT e.run_id, e.workflow, e.version, e.identity_hash, e.input_json, e.status, \
      e.revision, e.run_dir, e.created_at, e.updated_at, e.finished_at, e.findings_json, e.error, e.source_run_id, \
-     e.replay_json, e.owner, e.thread_id, e.plan_id, e.parallelism, e.submitted_by, e.cancelled_by, e.lease_owner, \
-     e.lease_epoch, e.lease_expires_at, e.home_host, d.id, d.host, d.pid, d.start_time, d.state_root, d.started_at, d.heartbeat_at, d.stopped_at \
+     e.replay_json, e.owner, e.thread_id, e.plan_id, e.parallelism, e.submitted_by, e.cancelled_by, e.held_since, \
+     e.lease_owner, e.lease_epoch, e.lease_expires_at, e.home_host, d.id, d.host, d.pid, d.start_time, d.state_root, d.started_at, d.heartbeat_at, d.stopped_at \
      FROM workflow_executions e LEFT JOIN daemons d ON d.id = e.lease_owner";
 
 fn leased_run_from_row(r: &Row) -> Result<LeasedRun, StoreError> {
-    let owner: Option<String> = r.get(21)?;
+    let owner: Option<String> = r.get(22)?;
     Ok(LeasedRun {
         run: run_from_row(r)?,
-        lease: owner.map(|daemon| Ok::<_, StoreError>(Lease { daemon, epoch: r.get(22)? })).transpose()?,
-        expires_at: r.get(23)?,
-        home_host: r.get(24)?,
-        holder: r.get::<Option<String>>(25)?.map(|_| daemon_from_row(r, 25)).transpose()?,
+        lease: owner.map(|daemon| Ok::<_, StoreError>(Lease { daemon, epoch: r.get(23)? })).transpose()?,
+        expires_at: r.get(24)?,
+        home_host: r.get(25)?,
+        holder: r.get::<Option<String>>(26)?.map(|_| daemon_from_row(r, 26)).transpose()?,
     })
 }
 

@@ -98,6 +98,7 @@ fn new_run(run: &str, source: Option<&str>, at: i64) -> NewRun {
         parallelism: 1,
         at,
         act: None,
+        admission: Default::default(),
     }
 }
 

@@ -96,6 +96,7 @@ fn finished(store: &dyn RunStore, id: &str) {
         parallelism: 1,
         at: 2_000,
         act: None,
+        admission: Default::default(),
     };
     store.create_run(&new).unwrap();
     let signature = StepSignature { tool: "t".into(), tool_digest: "td".into(), args_hash: "ah".into() };

@@ -142,6 +142,7 @@ fn new_run(run_id: &str) -> NewRun {
         parallelism: 1,
         at: 2_000,
         act: None,
+        admission: Default::default(),
     }
 }
 

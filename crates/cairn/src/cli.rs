@@ -229,6 +229,14 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Quotas on a principal or a workflow, with their use: open runs, queued runs, steps a day.
+    Quota {
+        #[command(subcommand)]
+        command: Option<QuotaCommand>,
+        /// With no subcommand: the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Who did what: every recorded change, newest first.
     Audit {
         /// Only this principal's acts.
@@ -377,6 +385,49 @@ pub enum GrantCommand {
     Add(GrantArgs),
     /// Remove a grant (the same role and scope).
     Remove(GrantArgs),
+}
+
+/// Whom a quota is on: a principal or a workflow.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct QuotaSubject {
+    #[arg(long)]
+    pub principal: Option<String>,
+    #[arg(long)]
+    pub workflow: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QuotaCommand {
+    /// Every quota with its use now (the default).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set (or replace) a quota.
+    Set {
+        #[command(flatten)]
+        subject: QuotaSubject,
+        /// runs (open at once), queued_runs (held queued at once), steps_per_day (started in 24 h).
+        #[arg(long)]
+        measure: String,
+        #[arg(long)]
+        limit: u64,
+        /// For `runs`: hold a submission over it queued until a run ends, instead of refusing it.
+        #[arg(long)]
+        queue: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a quota.
+    Remove {
+        #[command(flatten)]
+        subject: QuotaSubject,
+        #[arg(long)]
+        measure: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -184,6 +184,9 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             crate::team::audit(&state_root(cli.home)?, principal, action, object, limit, json)
         }
         Command::Whoami { json } => crate::team::whoami(&state_root(cli.home)?, json),
+        Command::Quota { command, json } => {
+            crate::team::quota(&state_root(cli.home)?, command.unwrap_or(crate::cli::QuotaCommand::List { json }))
+        }
         Command::Doc { command } => crate::docs::run(&open_engine(cli.home)?, command),
     }
 }
@@ -204,6 +207,8 @@ fn run_command(home: Option<PathBuf>, args: RunArgs) -> Result<u8, Failure> {
             thread_id: Some("cli".into()),
             stop: None,
             by: Some(crate::input::owner_caller()),
+            // The owner's own run in this process: quotas bind what is submitted to the daemon.
+            admission: Default::default(),
         };
         let mut observer = observer(json);
         let view = in_process_engine(&root)?.run(&req, observer.as_mut())?;

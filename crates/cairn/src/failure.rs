@@ -51,6 +51,7 @@ impl Failure {
                 403 => ErrorKind::Forbidden,
                 404 => ErrorKind::NotFound,
                 409 => ErrorKind::Conflict,
+                429 => ErrorKind::OverQuota,
                 502..=504 => ErrorKind::Unavailable,
                 500..=599 => ErrorKind::Internal,
                 _ => ErrorKind::Invalid,
@@ -71,7 +72,7 @@ impl From<EngineError> for Failure {
 pub fn exit_code(kind: ErrorKind) -> u8 {
     match kind {
         ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Internal | ErrorKind::Forbidden => 2,
-        ErrorKind::Conflict => 4,
+        ErrorKind::Conflict | ErrorKind::OverQuota => 4,
         ErrorKind::Unavailable => 5,
         ErrorKind::Interrupted => 130,
     }
@@ -86,6 +87,7 @@ pub fn http_status(kind: ErrorKind) -> StatusCode {
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::OverQuota => StatusCode::TOO_MANY_REQUESTS,
     }
 }
 

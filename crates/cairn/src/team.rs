@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::cli::{GrantArgs, GrantCommand, PolicyCommand, RoleCommand, UserCommand};
+use crate::cli::{GrantArgs, GrantCommand, PolicyCommand, QuotaCommand, RoleCommand, UserCommand};
 use crate::client::{Answer, Client};
 use crate::{Failure, wire};
 
@@ -230,6 +230,56 @@ pub fn whoami(root: &Path, json: bool) -> Result<u8, Failure> {
         println!("{}", me.principal);
         for a in &me.access {
             println!("  {} {}", a.permissions.join(","), scope_text(a.workflow.as_deref(), a.target.as_deref()));
+        }
+    }
+    Ok(0)
+}
+
+fn print_quota(q: &wire::QuotaBody) {
+    let on = match (&q.principal, &q.workflow) {
+        (Some(p), _) => format!("principal {p}"),
+        (_, Some(w)) => format!("workflow {w}"),
+        _ => "?".into(),
+    };
+    let mode = if q.queue { " (queues over it)" } else { "" };
+    let frees = q.frees_at.as_deref().map(|t| format!("; frees at {t}")).unwrap_or_default();
+    println!("{on:<28} {:<14} {:>6} of {:<6}{mode}{frees}", q.measure, q.used, q.limit);
+}
+
+pub fn quota(root: &Path, command: QuotaCommand) -> Result<u8, Failure> {
+    let client = Client::connect(root)?;
+    let subject_query = |s: &crate::cli::QuotaSubject| match (&s.principal, &s.workflow) {
+        (Some(p), _) => format!("principal={}", seg(p)),
+        (_, Some(w)) => format!("workflow={}", seg(w)),
+        _ => String::new(),
+    };
+    match command {
+        QuotaCommand::List { json } => {
+            let list: wire::QuotaList = client.get("/quotas")?.decode(200, "GET /quotas")?;
+            if json {
+                print_json(&list);
+            } else if list.quotas.is_empty() {
+                println!("no quotas set: add one with `cairn quota set --principal NAME --measure runs --limit N`");
+            } else {
+                list.quotas.iter().for_each(print_quota);
+            }
+        }
+        QuotaCommand::Set { subject, measure, limit, queue, json } => {
+            let body = wire::SetQuota {
+                principal: subject.principal.clone(),
+                workflow: subject.workflow.clone(),
+                measure,
+                limit,
+                queue,
+            };
+            let q: wire::QuotaBody =
+                call(&client, "PUT", "/quotas", Some(wire::to_value(&body)))?.decode(200, "PUT /quotas")?;
+            if json { print_json(&q) } else { print_quota(&q) }
+        }
+        QuotaCommand::Remove { subject, measure, json } => {
+            let path = format!("/quotas?{}&measure={}", subject_query(&subject), seg(&measure));
+            let list: wire::QuotaList = call(&client, "DELETE", &path, None)?.decode(200, "DELETE /quotas")?;
+            if json { print_json(&list) } else { println!("removed the quota; {} left", list.quotas.len()) }
         }
     }
     Ok(0)

@@ -56,6 +56,8 @@ pub struct RunRequest {
     pub stop: Option<StopSignal>,
     /// Who submitted it: recorded with the run (`run.submitted`) when it is created.
     pub by: Option<Caller>,
+    /// The quotas its creation must pass (none for a run the owner runs in-process).
+    pub admission: cairn_core::quota::Admission,
 }
 
 /// How a created run is executed: shared by runs and replays.
@@ -131,6 +133,7 @@ impl Engine {
         });
         Ok(NewRun {
             act,
+            admission: req.admission.clone(),
             owner: req.owner,
             thread_id: req.thread_id.clone(),
             parallelism: parallelism_of(req.parallelism),
@@ -184,6 +187,7 @@ impl Engine {
             parallelism: 1,
             at: self.clock.now_ms(),
             act: None,
+            admission: cairn_core::quota::Admission::default(),
         })
     }
 

@@ -122,6 +122,7 @@ fn api_router(state: AppRef) -> Router {
         .route("/policies", get(team::list_policies))
         .route("/policies/{workflow}", put(team::set_policy))
         .route("/audit", get(team::list_audit))
+        .route("/quotas", get(team::list_quotas).put(team::set_quota).delete(team::remove_quota))
         .route("/whoami", get(team::whoami))
         .route_layer(middleware::from_fn_with_state(state.clone(), http::require_token));
     Router::new()

@@ -37,7 +37,7 @@ pub(super) async fn openapi_json() -> Response {
         docs::list_docs, docs::save_doc, docs::search_docs, docs::get_doc, docs::remove_doc,
         team::list_principals, team::add_principal, team::get_principal, team::rotate_principal, team::revoke_principal,
         team::add_grant, team::remove_grant, team::list_roles, team::add_role, team::remove_role, team::list_policies,
-        team::set_policy, team::list_audit, team::whoami),
+        team::set_policy, team::list_audit, team::whoami, team::list_quotas, team::set_quota, team::remove_quota),
     components(schemas(ErrorBody, ErrorDetail, wire::SpareKernel, http::Health, wire::DaemonsBody, wire::DaemonBody, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
         wire::RunList, wire::EventList, wire::StepLog, wire::RunTimeline, wire::TimelineAttempt, wire::Explanation, wire::PipelineJobs, wire::StepDetail, wire::ArtifactList,
         wire::TraceResult, wire::ExportResult, wire::ArtifactSlice, wire::WorkflowList, wire::WorkflowDetail, wire::AddWorkflow, wire::WorkflowAdded, wire::WorkflowProblem,
@@ -48,7 +48,7 @@ pub(super) async fn openapi_json() -> Response {
         wire::SnippetPart, wire::DocVerification, wire::DocVersionEntry,
         wire::AddPrincipal, wire::AddRole, wire::GrantRequest, wire::SetPolicy, wire::GrantBody, wire::PrincipalBody,
         wire::PrincipalList, wire::IssuedTokenBody, wire::RoleBody, wire::RoleList, wire::PolicyBody, wire::PolicyList,
-        wire::ActBody, wire::AuditList, wire::AccessEntry, wire::Whoami)),
+        wire::ActBody, wire::AuditList, wire::AccessEntry, wire::Whoami, wire::SetQuota, wire::QuotaBody, wire::QuotaList)),
     modifiers(&BearerAuth, &CommonResponses, &Links),
 )]
 pub struct ApiDoc;

@@ -12,7 +12,8 @@ use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
 use crate::wire::{
     AddPrincipal, AddRole, AuditList, AuditQuery, GrantBody, GrantRequest, IssuedTokenBody, PolicyBody, PolicyList,
-    PrincipalBody, PrincipalList, RoleBody, RoleList, SetPolicy, Whoami,
+    PrincipalBody, PrincipalList, QuotaBody, QuotaKey, QuotaList, RoleBody, RoleList, SetPolicy, SetQuota, Whoami,
+    quota_measure, quota_subject,
 };
 
 /// Every principal with its grants, by name (the revoked ones too).
@@ -242,4 +243,58 @@ pub(super) async fn list_audit(
     responses((status = 200, body = Whoami), (status = 401, body = ErrorBody)), security(("bearer" = [])))]
 pub(super) async fn whoami(Extension(caller): Extension<Caller>) -> Json<Whoami> {
     Json(Whoami::of(&caller))
+}
+
+/// Every quota with what its subject uses of it now.
+#[utoipa::path(get, path = "/quotas", tag = "team",
+    responses((status = 200, body = QuotaList), (status = 401, body = ErrorBody)), security(("bearer" = [])))]
+pub(super) async fn list_quotas(State(state): State<AppRef>) -> Result<Json<QuotaList>, ApiError> {
+    blocking(move || {
+        let all = state.service.engine().quotas()?;
+        Ok(Json(QuotaList { quotas: all.iter().map(|u| QuotaBody::of(&u.quota, u.used, u.frees_at)).collect() }))
+    })
+    .await
+}
+
+/// Sets (or replaces) a quota on a principal or a workflow. Needs `admin`.
+#[utoipa::path(put, path = "/quotas", tag = "team", request_body = SetQuota,
+    responses((status = 200, body = QuotaBody), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn set_quota(
+    State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(body): ApiJson<SetQuota>,
+) -> Result<Json<QuotaBody>, ApiError> {
+    blocking(move || {
+        let engine = state.service.engine();
+        engine.authorize(&caller, cairn_core::access::Permission::Admin, &cairn_core::access::Scope::everywhere())?;
+        let subject = quota_subject(&body.principal, &body.workflow)?;
+        let measure = quota_measure(&body.measure)?;
+        let q = engine.set_quota(&caller, subject, measure, body.limit, body.queue)?;
+        let used = engine.quotas()?.into_iter().find(|u| u.quota.subject == q.subject && u.quota.measure == q.measure);
+        Ok(Json(QuotaBody::of(&q, used.as_ref().map_or(0, |u| u.used), used.and_then(|u| u.frees_at))))
+    })
+    .await
+}
+
+/// Removes a quota. Needs `admin`.
+#[utoipa::path(delete, path = "/quotas", tag = "team", params(QuotaKey),
+    responses((status = 200, body = QuotaList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn remove_quota(
+    State(state): State<AppRef>,
+    Extension(caller): Extension<Caller>,
+    ApiQuery(q): ApiQuery<QuotaKey>,
+) -> Result<Json<QuotaList>, ApiError> {
+    blocking(move || {
+        let engine = state.service.engine();
+        engine.authorize(&caller, cairn_core::access::Permission::Admin, &cairn_core::access::Scope::everywhere())?;
+        engine.remove_quota(&caller, &quota_subject(&q.principal, &q.workflow)?, quota_measure(&q.measure)?)?;
+        let all = engine.quotas()?;
+        Ok(Json(QuotaList { quotas: all.iter().map(|u| QuotaBody::of(&u.quota, u.used, u.frees_at)).collect() }))
+    })
+    .await
 }

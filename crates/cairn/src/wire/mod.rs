@@ -42,7 +42,8 @@ pub use runs::{
 pub use targets::targets_json;
 pub use team::{
     AccessEntry, ActBody, AddPrincipal, AddRole, AuditList, AuditQuery, GrantBody, GrantRequest, IssuedTokenBody,
-    PolicyBody, PolicyList, PrincipalBody, PrincipalList, RoleBody, RoleList, SetPolicy, Whoami,
+    PolicyBody, PolicyList, PrincipalBody, PrincipalList, QuotaBody, QuotaKey, QuotaList, RoleBody, RoleList,
+    SetPolicy, SetQuota, Whoami, quota_measure, quota_subject,
 };
 pub use verify::{
     SpareKernel, VerificationRecord, VerifyCell, VerifyCellError, VerifyCellStatus, VerifyKernelStart, VerifyResult,

@@ -272,3 +272,103 @@ impl Whoami {
         }
     }
 }
+
+// ------------------------------------------------------------------------------------ quotas
+
+/// A quota to set: `PUT /quotas` (`cairn quota set`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetQuota {
+    /// The principal it is on (or give `workflow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The workflow it is on (all its versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// `runs` (open at once), `queued_runs` (held queued at once) or `steps_per_day` (started in
+    /// the last 24 hours).
+    pub measure: String,
+    pub limit: u64,
+    /// For `runs`: hold a submission over it queued until a run ends, instead of refusing it.
+    #[serde(default)]
+    pub queue: bool,
+}
+
+/// Which quota to remove: `DELETE /quotas?principal=|workflow=&measure=`.
+#[derive(Debug, Clone, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaKey {
+    pub principal: Option<String>,
+    pub workflow: Option<String>,
+    pub measure: String,
+}
+
+/// The subject a request names: exactly one of a principal or a workflow.
+pub fn quota_subject(
+    principal: &Option<String>,
+    workflow: &Option<String>,
+) -> Result<cairn_core::quota::Subject, cairn_engine::EngineError> {
+    use cairn_core::quota::Subject;
+    match (principal, workflow) {
+        (Some(p), None) => Ok(Subject::Principal(p.clone())),
+        (None, Some(w)) => Ok(Subject::Workflow(w.clone())),
+        _ => Err(cairn_engine::EngineError::invalid_field(
+            "principal",
+            "name exactly one of `principal` or `workflow`: the quota is on one of them",
+        )),
+    }
+}
+
+/// A measure a request names.
+pub fn quota_measure(measure: &str) -> Result<cairn_core::quota::Measure, cairn_engine::EngineError> {
+    cairn_core::quota::Measure::parse(measure).ok_or_else(|| {
+        cairn_engine::EngineError::invalid_field(
+            "measure",
+            format!("`{measure}` is not a measure; they are runs, queued_runs and steps_per_day"),
+        )
+    })
+}
+
+/// A quota with its use now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QuotaBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    pub measure: String,
+    pub limit: u64,
+    pub queue: bool,
+    /// What its subject uses of it now.
+    pub used: u64,
+    /// For `steps_per_day`: when the oldest step counted leaves the 24-hour window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frees_at: Option<String>,
+    pub updated_at: String,
+}
+
+impl QuotaBody {
+    pub fn of(q: &cairn_core::quota::Quota, used: u64, frees_at: Option<i64>) -> QuotaBody {
+        use cairn_core::quota::Subject;
+        let (principal, workflow) = match &q.subject {
+            Subject::Principal(p) => (Some(p.clone()), None),
+            Subject::Workflow(w) => (None, Some(w.clone())),
+        };
+        QuotaBody {
+            principal,
+            workflow,
+            measure: q.measure.as_str().to_string(),
+            limit: q.limit,
+            queue: q.queue,
+            used,
+            frees_at: frees_at.map(time),
+            updated_at: time(q.updated_at),
+        }
+    }
+}
+
+/// Every quota with its use: `GET /quotas` (`cairn quota`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QuotaList {
+    pub quotas: Vec<QuotaBody>,
+}

@@ -17,12 +17,12 @@ use crate::support::*;
 /// `approver` on target `local` only (each of the last two is a `viewer` everywhere else).
 const WHO: [&str; 8] = ["vera", "lena", "abe", "max", "ada", "rob", "dana", "tom"];
 
-struct Team {
-    c: Cairn,
-    url: String,
-    tokens: BTreeMap<&'static str, String>,
+pub(crate) struct Team {
+    pub(crate) c: Cairn,
+    pub(crate) url: String,
+    pub(crate) tokens: BTreeMap<&'static str, String>,
     /// The runs `D1` (of `demo`) and `O1` (of `other`), finished, with their inputs.
-    inputs: BTreeMap<&'static str, Value>,
+    pub(crate) inputs: BTreeMap<&'static str, Value>,
 }
 
 impl Drop for Team {
@@ -31,12 +31,12 @@ impl Drop for Team {
     }
 }
 
-fn token_of(out: &Out) -> String {
+pub(crate) fn token_of(out: &Out) -> String {
     out.json["token"].as_str().unwrap_or_else(|| panic!("no token: {}", out.json)).to_string()
 }
 
 impl Team {
-    fn on(kind: Kind) -> Option<Team> {
+    pub(crate) fn on(kind: Kind) -> Option<Team> {
         let c = Cairn::on(kind)?;
         chain_workflow(&c, "demo");
         chain_workflow(&c, "other");
@@ -58,7 +58,7 @@ impl Team {
         Some(Team { c, url: d.url, tokens, inputs })
     }
 
-    fn call(&self, method: &str, path: &str, who: &str, body: Option<&Value>) -> Http {
+    pub(crate) fn call(&self, method: &str, path: &str, who: &str, body: Option<&Value>) -> Http {
         let body = body.map(Value::to_string);
         http(method, &format!("{}{path}", self.url), Some(&self.tokens[who]), body.as_deref(), &[])
     }
@@ -183,6 +183,16 @@ fn permission_matrix(kind: Kind) {
         ),
         row("DELETE", "/roles/nope", None, "admin", "----+---", (404, Some("role_not_found"))),
         row("PUT", "/policies/demo", Some(json!({"two_person": false})), "admin", "----+---", (200, None)),
+        row(
+            "PUT",
+            "/quotas",
+            Some(json!({"principal": "x", "measure": "fly", "limit": 1})),
+            "admin",
+            "----+---",
+            (422, Some("invalid_field")),
+        ),
+        row("DELETE", "/quotas?principal=x&measure=runs", None, "admin", "----+---", (404, Some("quota_not_found"))),
+        row("GET", "/quotas", None, "read", "++++++++", (200, None)),
         // Reads: everyone's roles hold `read`.
         row("GET", "/runs", None, "read", "++++++++", (200, None)),
         row("GET", "/principals", None, "read", "++++++++", (200, None)),

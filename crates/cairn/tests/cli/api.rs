@@ -619,6 +619,15 @@ fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
         protected("GET", "/audit", None, OK, OK),
         protected("GET", "/audit?limit=0", None, refused("invalid_field"), refused("invalid_field")),
         protected("GET", "/whoami", None, OK, OK),
+        protected("GET", "/quotas", None, OK, OK),
+        protected(
+            "PUT",
+            "/quotas",
+            Some(json!({"principal": "x", "measure": "fly", "limit": 1})),
+            FORBIDDEN,
+            refused("invalid_field"),
+        ),
+        protected("DELETE", "/quotas?principal=x&measure=runs", None, FORBIDDEN, missing("quota_not_found")),
         // Not an endpoint: 404 for everyone, as JSON.
         public("GET", "/nope", NOT_FOUND),
         public("DELETE", "/runs/R1", (405, Some("method_not_allowed"))),

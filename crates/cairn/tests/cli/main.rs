@@ -29,6 +29,7 @@ mod outcomes;
 mod pipelines;
 mod plans;
 mod postgres;
+mod quotas;
 mod recovery;
 mod registry;
 mod remote;

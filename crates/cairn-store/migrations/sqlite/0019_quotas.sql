@@ -1,0 +1,16 @@
+-- Quotas on a principal or a workflow (runs open at once, runs queued at once, steps a day), and a
+-- run held queued by one (`held_since`, cleared when it is admitted). Open runs are counted by
+-- whom they were submitted by and by workflow, so both are indexed with the status.
+CREATE TABLE quotas (
+    subject_kind TEXT NOT NULL CHECK (subject_kind IN ('principal', 'workflow')),
+    subject      TEXT NOT NULL,
+    measure      TEXT NOT NULL,
+    quota_limit  INTEGER NOT NULL CHECK (quota_limit >= 0),
+    queue        INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL,
+    PRIMARY KEY (subject_kind, subject, measure)
+) STRICT;
+
+ALTER TABLE workflow_executions ADD COLUMN held_since INTEGER;
+CREATE INDEX workflow_executions_submitter ON workflow_executions (submitted_by, status);
+CREATE INDEX workflow_executions_workflow ON workflow_executions (workflow, status);

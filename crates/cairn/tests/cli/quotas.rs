@@ -1,0 +1,168 @@
+//! Quotas from the outside: a principal's open runs refused over its limit and freed when one
+//! ends; a workflow's runs held queued over a queue-mode limit (shown on the run, started when a
+//! place frees, a full queue refused), across a kill -9 of the daemon; a day's steps refused; the
+//! use on `GET /quotas` and `cairn quota`; and one limit shared by two daemons on PostgreSQL.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use cairn_store::testing::Kind;
+
+use crate::access::Team;
+use crate::support::*;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// A `demo` run whose step `a` sleeps `secs` (the chain's other steps are quick).
+fn slow(t: &Team, run_id: &str, secs: u32) -> Value {
+    let input = chain_input(&t.c, json!({"a": [format!("sleep:{secs}")], "b": ["ok"], "c": ["ok"]}));
+    json!({"thread_id": "q", "workflow": "demo", "input": input, "run_id": run_id})
+}
+
+fn quota_use(t: &Team) -> Vec<(Value, Value, Value, Value)> {
+    let list = t.c.json(&["quota", "list"]).expect(0).json;
+    list["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["principal"].clone(), q["workflow"].clone(), q["measure"].clone(), q["used"].clone()))
+        .collect()
+}
+
+/// Over a principal's `runs` limit a submission is refused with 429, naming the quota and its
+/// use, and creates nothing; cancelling one of its runs frees the place.
+fn a_principals_open_runs(kind: Kind) {
+    let Some(t) = Team::on(kind) else { return };
+    t.c.json(&["quota", "set", "--principal", "lena", "--measure", "runs", "--limit", "1"]).expect(0);
+    let first = t.call("POST", "/runs", "lena", Some(&slow(&t, "L1", 30)));
+    assert_eq!(first.status, 202, "{}", first.text);
+    let over = t.call("POST", "/runs", "lena", Some(&slow(&t, "L2", 1)));
+    assert_eq!((over.status, over.body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{}", over.text);
+    let message = over.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("principal `lena`: at most 1 open run(s)") && message.contains("1 open run(s) in use"),
+        "{message}"
+    );
+    assert!(message.contains("cairn cancel"), "it says how the place frees: {message}");
+    assert_eq!(t.call("GET", "/runs/L2", "vera", None).status, 404, "a refused submission creates nothing");
+    // Another principal is not limited by lena's quota; the CLI exits 4 with the same code.
+    assert_eq!(t.call("POST", "/runs", "abe", Some(&slow(&t, "A1", 1))).status, 202);
+    assert!(quota_use(&t).contains(&(json!("lena"), Value::Null, json!("runs"), json!(1))), "{:?}", quota_use(&t));
+    let refused =
+        t.c.std_command(&["run", "demo", "--input", t.c.input(&slow(&t, "x", 1)["input"]).to_str().unwrap(), "--json"])
+            .env("CAIRN_TOKEN", &t.tokens["lena"])
+            .output()
+            .unwrap();
+    assert_eq!(refused.status.code(), Some(4), "{}", String::from_utf8_lossy(&refused.stdout));
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("\"quota_exceeded\""));
+    // lena cancels her run: the place is free.
+    assert_eq!(t.call("POST", "/runs/L1/cancel", "lena", None).status, 200);
+    let again = t.call("POST", "/runs", "lena", Some(&slow(&t, "L3", 0)));
+    assert_eq!(again.status, 202, "{}", again.text);
+    t.c.wait_for_status("L3", "READY", LONG);
+    t.c.wait_for_status("A1", "READY", LONG);
+}
+
+#[test]
+fn a_principals_open_runs_sqlite() {
+    a_principals_open_runs(Kind::Sqlite);
+}
+
+#[test]
+fn a_principals_open_runs_postgres() {
+    a_principals_open_runs(Kind::Postgres);
+}
+
+/// Over a workflow's queue-mode `runs` limit a submission is created held: its wait says why,
+/// it starts once the run ahead ends, and a full queue refuses the next; a kill -9 of the daemon
+/// while one is held keeps it held, and the next daemon starts it when its place frees.
+fn a_workflows_queue(kind: Kind) {
+    let Some(t) = Team::on(kind) else { return };
+    t.c.json(&["quota", "set", "--workflow", "demo", "--measure", "runs", "--limit", "1", "--queue"]).expect(0);
+    t.c.json(&["quota", "set", "--workflow", "demo", "--measure", "queued_runs", "--limit", "1"]).expect(0);
+    assert_eq!(t.call("POST", "/runs", "lena", Some(&slow(&t, "Q1", 4))).status, 202);
+    let held = t.call("POST", "/runs", "abe", Some(&slow(&t, "Q2", 0)));
+    assert_eq!(held.status, 202, "{}", held.text);
+    assert_eq!(held.body["status"], "RUNNING");
+    assert_eq!(held.body["waiting"]["code"], "quota_queued", "the answer says it is queued: {}", held.text);
+    let reason = held.body["waiting"]["reason"].as_str().unwrap();
+    assert!(reason.contains("workflow `demo`: at most 1 open run(s), queued over it"), "{reason}");
+    let full = t.call("POST", "/runs", "max", Some(&slow(&t, "Q3", 0)));
+    assert_eq!((full.status, full.body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{}", full.text);
+    assert!(full.text.contains("queued_runs") || full.text.contains("queued run(s)"), "{}", full.text);
+    let shown = t.c.raw(&["show", "Q2"]).expect(0).stdout;
+    assert!(shown.contains("quota_queued"), "cairn show says why it waits: {shown}");
+    assert!(quota_use(&t).contains(&(Value::Null, json!("demo"), json!("queued_runs"), json!(1))));
+
+    // kill -9 of the daemon while Q2 is held: the next daemon keeps it held until Q1 ends.
+    let pid = t.c.daemon().pid;
+    kill9_pid(pid);
+    assert!(wait_until(Duration::from_secs(10), || !alive(pid)), "the daemon was killed");
+    t.c.start_daemon();
+    let q1 = t.c.wait_for_status("Q1", "READY", LONG);
+    let q2 = t.c.wait_for_status("Q2", "READY", LONG);
+    let events = t.c.events("Q2");
+    let waits: Vec<&Value> = events_of(&events, "run.waiting", None);
+    assert!(!waits.is_empty() && waits.iter().all(|e| e["data"]["code"] == "quota_queued"), "{events:#?}");
+    assert!(!events_of(&events, "run.continued", None).is_empty(), "{events:#?}");
+    // Q2's step started only after Q1 had finished.
+    let q2_first_step = events_of(&events, "step.started", None)[0]["at"].clone();
+    assert!(q2_first_step.as_str() >= q1["finished_at"].as_str(), "{q2_first_step} before {}", q1["finished_at"]);
+    assert_eq!(q2["submitted_by"], "abe");
+}
+
+#[test]
+fn a_workflows_queue_sqlite() {
+    a_workflows_queue(Kind::Sqlite);
+}
+
+#[test]
+fn a_workflows_queue_postgres() {
+    a_workflows_queue(Kind::Postgres);
+}
+
+/// A day's steps: a principal's runs start steps until the limit, then a submission is refused
+/// naming when the oldest step leaves the window.
+#[test]
+fn steps_per_day() {
+    let Some(t) = Team::on(Kind::Sqlite) else { return };
+    t.c.json(&["quota", "set", "--principal", "rob", "--measure", "steps_per_day", "--limit", "3"]).expect(0);
+    let first = t.call("POST", "/runs", "rob", Some(&slow(&t, "S1", 0)));
+    assert_eq!(first.status, 202, "{}", first.text);
+    t.c.wait_for_status("S1", "READY", LONG);
+    let over = t.call("POST", "/runs", "rob", Some(&slow(&t, "S2", 0)));
+    assert_eq!((over.status, over.body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{}", over.text);
+    assert!(
+        over.text.contains("3 step(s) started in the last 24 hours in use") && over.text.contains("24-hour window"),
+        "{}",
+        over.text
+    );
+    let listed = t.c.json(&["quota"]).expect(0).json;
+    assert_eq!(listed["quotas"][0]["used"], 3, "{listed:#}");
+    assert!(listed["quotas"][0]["frees_at"].is_string(), "{listed:#}");
+    // Only an admin sets quotas, and the audit says who did.
+    let refused = t.call("PUT", "/quotas", "max", Some(&json!({"principal": "rob", "measure": "runs", "limit": 9})));
+    assert_eq!(refused.status, 403);
+    let acts = t.c.json(&["audit", "--action", "quota.set"]).expect(0).json;
+    assert_eq!(acts["acts"][0]["principal"], "owner");
+    assert_eq!(acts["acts"][0]["detail"], json!({"measure": "steps_per_day", "limit": 3, "queue": false}));
+}
+
+/// One limit for two daemons of one registry: a principal's open run on one counts on the other.
+#[test]
+fn a_quota_binds_every_daemon_of_the_registry() {
+    let Some(t) = Team::on(Kind::Postgres) else { return };
+    t.c.json(&["quota", "set", "--principal", "lena", "--measure", "runs", "--limit", "1"]).expect(0);
+    let b = Cairn::new();
+    let url = t.c.database().expect("a PostgreSQL registry").url.clone();
+    b.raw(&["daemon", "start", "--database", url.as_str()]).expect(0);
+    chain_workflow(&b, "demo");
+    let on_b = b.daemon().url;
+    assert_eq!(t.call("POST", "/runs", "lena", Some(&slow(&t, "P1", 20))).status, 202);
+    let body = slow(&t, "P2", 0).to_string();
+    let r = http("POST", &format!("{on_b}/runs"), Some(&t.tokens["lena"]), Some(&body), &[]);
+    assert_eq!((r.status, r.body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{}", r.text);
+    assert_eq!(t.call("POST", "/runs/P1/cancel", "lena", None).status, 200);
+    let _ = b.cmd(&["daemon", "stop"]);
+}
