@@ -26,6 +26,12 @@ if ! command -v bwa >/dev/null || ! command -v samtools >/dev/null || ! command 
   apt-get update -q && apt-get install -y -q --no-install-recommends bwa samtools bcftools
 fi
 
+# The secrets test keeps one secret in a real external manager: Debian's `pass`, over GnuPG.
+if ! command -v pass >/dev/null || ! command -v gpg >/dev/null; then
+  log "installing pass and gnupg (the external secret manager the secrets test uses)"
+  apt-get update -q && apt-get install -y -q --no-install-recommends pass gnupg
+fi
+
 # A local venv DIR for Python packages tests use; created once, reused after, reinstalled when
 # the requirements file REQS changed since the last install (a copy of it in DIR/.installed).
 venv() {

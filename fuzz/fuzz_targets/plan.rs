@@ -48,7 +48,13 @@ fn file(u: &mut Unstructured<'_>) -> Result<InputFile> {
 fn plan(u: &mut Unstructured<'_>) -> Result<Plan> {
     let mut commands = Vec::new();
     for _ in 0..u.int_in_range(0..=3)? {
-        commands.push(PlannedCommand { step_id: s(u)?, tool: s(u)?, argv: vec![s(u)?, s(u)?], cwd: s(u)? });
+        commands.push(PlannedCommand {
+            step_id: s(u)?,
+            tool: s(u)?,
+            argv: vec![s(u)?, s(u)?],
+            cwd: s(u)?,
+            secrets: vec![],
+        });
     }
     let mut effects = Vec::new();
     for _ in 0..u.int_in_range(0..=3)? {

@@ -42,6 +42,7 @@ fn tool(name: &str) -> ToolDef {
         timeout_secs: 30,
         version: None,
         env: vec![],
+        secrets: vec![],
         outputs: BTreeMap::new(),
     }
 }

@@ -384,6 +384,9 @@ pub const ACTIONS: &[&str] = &[
     "policy.changed",
     "quota.set",
     "quota.removed",
+    "secret.set",
+    "secret.removed",
+    "secret.provider",
 ];
 
 /// A recorded action with its place in the audit.

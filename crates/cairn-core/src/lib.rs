@@ -29,6 +29,7 @@ pub mod progress;
 pub mod quota;
 pub mod replay;
 pub mod rocrate;
+pub mod secret;
 pub mod signature;
 pub mod status;
 pub mod store;

@@ -26,6 +26,10 @@ pub struct PlannedCommand {
     pub argv: Vec<String>,
     /// The step's working directory.
     pub cwd: String,
+    /// The secrets its tool receives in its environment, by name (their values are never in a
+    /// plan).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// An input file the plan relies on: a string of the run input naming an existing absolute file.
@@ -546,6 +550,7 @@ mod tests {
                 tool: "t".into(),
                 argv: vec!["/runs/r1/workflow/t.sh".into()],
                 cwd: "/runs/r1/steps/a".into(),
+                secrets: vec![],
             }],
             inputs: vec![InputFile { path: "/data/a.csv".into(), sha256: "0".repeat(64) }],
             effects: vec![Effect::CreateRunDir],

@@ -27,8 +27,8 @@ pub struct ToolFile {
     pub sha256: String,
 }
 
-/// `sha256` of the tool definition: command, declared version, timeout, environment allowlist and
-/// the content hashes of the files its command names.
+/// `sha256` of the tool definition: command, declared version, timeout, environment allowlist,
+/// the names of its secrets and the content hashes of the files its command names.
 pub fn tool_digest(tool: &ToolDef, files: &[ToolFile]) -> Result<String, CanonicalError> {
     let mut files: Vec<&ToolFile> = files.iter().collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -43,6 +43,11 @@ pub fn tool_digest(tool: &ToolDef, files: &[ToolFile]) -> Result<String, Canonic
     // Only a controller names its kind, so every digest recorded before kinds existed still holds.
     if !tool.kind.is_process() {
         doc["kind"] = json!(tool.kind);
+    }
+    // A secret's name is part of what the tool is (its value never is); a tool without secrets
+    // keeps the digest it had before they existed.
+    if !tool.secrets.is_empty() {
+        doc["secrets"] = json!(tool.secrets);
     }
     hash_json(&doc)
 }
@@ -228,6 +233,7 @@ mod tests {
             timeout_secs: 60,
             version: None,
             env: vec![],
+            secrets: vec![],
             outputs: Default::default(),
         };
         let files = vec![ToolFile { path: "t.py".into(), sha256: "aa".into() }];
@@ -237,6 +243,7 @@ mod tests {
             ToolDef { kind: crate::workflow::ToolKind::Snakemake, ..tool.clone() },
             ToolDef { version: Some("2".into()), ..tool.clone() },
             ToolDef { env: vec!["LANG".into()], ..tool.clone() },
+            ToolDef { secrets: vec!["DB_PASSWORD".into()], ..tool.clone() },
             ToolDef { command: vec!["python3".into(), "-u".into(), "t.py".into()], ..tool.clone() },
         ];
         for v in &variants {

@@ -42,6 +42,10 @@ pub struct ToolDef {
     /// Extra environment variables passed through; the rest is scrubbed.
     #[serde(default)]
     pub env: Vec<String>,
+    /// The secrets it receives in its environment at launch, by name; their values come from a
+    /// secret provider and are never recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
     /// The files it produces, by name: a path relative to the step's directory (`plots/`, with a
     /// trailing `/`, a folder).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -59,6 +63,7 @@ impl ToolDef {
             timeout_secs: DEFAULT_TIMEOUT_SECS,
             version: None,
             env: Vec::new(),
+            secrets: Vec::new(),
             outputs: BTreeMap::new(),
         }
     }
@@ -181,6 +186,8 @@ struct RawTool {
     version: Option<String>,
     #[serde(default)]
     env: Vec<String>,
+    #[serde(default)]
+    secrets: Vec<String>,
     #[serde(default)]
     outputs: BTreeMap<String, String>,
 }

@@ -150,6 +150,9 @@ error_codes! {
     QuotaExceeded => "quota_exceeded", OverQuota;
     QuotaQueued => "quota_queued", OverQuota;
     QuotaNotFound => "quota_not_found", NotFound;
+    SecretMissing => "secret_missing", Invalid;
+    SecretProvider => "secret_provider_failed", Invalid;
+    InvalidSecret => "invalid_secret", Invalid;
     Database => "database", Unavailable;
     Corrupt => "corrupt", Internal;
     Io => "io", Unavailable;
@@ -379,6 +382,16 @@ pub enum EngineError {
     #[error("there is no quota of {measure} on {subject}; list them with `cairn quota`")]
     QuotaNotFound { subject: String, measure: String },
 
+    // --- secrets
+    #[error(
+        "secret `{name}` has no value: {how}; set it with `cairn secret set {name}` (the value on stdin), or name an external manager with `cairn secret provider -- COMMAND…`"
+    )]
+    SecretMissing { name: String, how: String },
+    #[error("the secret provider could not give `{name}`: {message}")]
+    SecretProvider { name: String, message: String },
+    #[error("{0}")]
+    InvalidSecret(#[from] cairn_core::secret::SecretError),
+
     // --- internal
     #[error("{path}: {message}")]
     Io { path: String, message: String },
@@ -513,6 +526,9 @@ impl EngineError {
             E::QuotaExceeded(_) => ErrorCode::QuotaExceeded,
             E::QuotaQueued { .. } => ErrorCode::QuotaQueued,
             E::QuotaNotFound { .. } => ErrorCode::QuotaNotFound,
+            E::SecretMissing { .. } => ErrorCode::SecretMissing,
+            E::SecretProvider { .. } => ErrorCode::SecretProvider,
+            E::InvalidSecret(_) => ErrorCode::InvalidSecret,
             E::Io { .. } => ErrorCode::Io,
             E::Internal { .. } => ErrorCode::Internal,
             E::Interrupted { .. } => ErrorCode::Interrupted,

@@ -99,6 +99,11 @@ impl LaunchContext<'_> {
         self.engine.launch_with_agent(placement, launch, record, halted)
     }
 
+    /// The values of a tool's secrets for the attempt about to launch, or why there are none.
+    pub(crate) fn secrets(&self, names: &[String]) -> Result<Vec<(String, String)>, String> {
+        self.engine.resolve_secrets(names).map_err(|e| e.to_string())
+    }
+
     /// Re-attaches to a launch the step agent supervises and follows it to its end.
     pub(crate) fn reattach(
         &self,
@@ -233,7 +238,124 @@ pub type JobSink<'a> = dyn Fn(Vec<JobEvent>) + Sync + 'a;
 /// The real launcher: real processes, here or through the step agent.
 pub struct Processes;
 
+/// One attempt, here or through the step agent, with its secrets' values (none, or a local
+/// process tool's) in its environment.
+fn launch_attempt(
+    ctx: &LaunchContext<'_>,
+    a: &AttemptLaunch<'_>,
+    secrets: &[(String, String)],
+    record: &mut dyn FnMut(&ProcessInfo),
+    jobs: &JobSink<'_>,
+    halted: &dyn Fn() -> bool,
+) -> AttemptEnd {
+    let tool_def = a.tool_def();
+    let extra = [
+        ("CAIRN_RUN_ID".to_string(), a.run_id.to_string()),
+        ("CAIRN_STEP_ID".into(), a.step.id.clone()),
+        ("CAIRN_ATTEMPT".into(), a.attempt.to_string()),
+        ("CAIRN_RUN_DIR".into(), a.run_dir.to_string()),
+        // An agent launch carries its launch record's nonce instead (set where it is made).
+        (cairn_exec::NONCE_VAR.into(), a.nonce.clone()),
+    ];
+    if !a.placement.is_remote() {
+        let dir = a.step_dir();
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return AttemptEnd::Refused { error: format!("its directory {} cannot be created: {e}", dir.display()) };
+        }
+    }
+    // The files the tool's digest was computed from must still be those bytes: a tool changed
+    // on disk since the run loaded it is never run under the old signature.
+    if let Some(error) = changed_tool_file(a.workflow, a.tool()) {
+        return AttemptEnd::Refused { error };
+    }
+    if !a.placement.is_remote() && tool_def.kind.is_process() {
+        let mut env = sandbox_env(&tool_def.env, &extra);
+        // Given to this process only, after the allowlist: a secret is never read from the
+        // daemon's own environment.
+        env.extend(secrets.iter().cloned());
+        let cmd = tool_command(ctx, a, env);
+        let mut run = run_tool(&cmd, &mut |p: &ProcessIdentity| {
+            crate::crash_at(
+                &ctx.options().crash,
+                &CrashPoint::ToolSpawned { step: a.step.id.clone(), attempt: a.attempt },
+            );
+            record(&ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time, remote: None });
+            // A stop that came between the attempt's start and its process being recorded
+            // found no process to stop: stop it here.
+            if halted() {
+                cairn_exec::kill_own_group(p.pgid);
+            }
+        });
+        if run.outcome == Outcome::Failed {
+            // The sandbox read the step directory's disk; a declared output may lie on
+            // another (a folder that is a mount point), which its tool filled as well.
+            let outputs: Vec<PathBuf> = a.outputs.iter().map(|o| a.step_dir().join(&o.path)).collect();
+            for disk in cairn_exec::disk_space(&outputs) {
+                if !run.disks.iter().any(|d| d.path == disk.path) {
+                    run.disks.push(disk);
+                }
+            }
+        }
+        return with_outputs(ctx, a, ran(run, false), &[], None);
+    }
+    let source = step_source(a);
+    let mut inputs = Vec::new();
+    let mut seeded = None;
+    if !tool_def.kind.is_process() {
+        // What the pipeline reads from outside its folder, hashed before it starts.
+        match ctx.bound_inputs(a.placement, a.run_dir, a.args) {
+            Ok(files) => inputs = files,
+            Err(error) => return AttemptEnd::Refused { error },
+        }
+        // A bad `config` is reported by the controller's argv, below.
+        let config = cairn_core::controller::run_config(a.args).ok().flatten();
+        match ctx.prepare_working_copy(a.placement, a.run_dir, &a.step.id, &source, &a.tool().files, config, a.seed) {
+            Ok(s) => seeded = s,
+            Err(error) => return AttemptEnd::Refused { error },
+        }
+    }
+    let cmd = tool_command(ctx, a, Vec::new());
+    let launch = AgentLaunch {
+        tool_def,
+        argv: a.tool().argv.iter().map(|arg| rebase(arg, &a.workflow.record.path, &source)).collect(),
+        args: a.args,
+        run_dir: a.run_dir,
+        step_id: &a.step.id,
+        attempt: a.attempt,
+        env: extra.to_vec(),
+        check_files: a.tool().files.iter().map(|f| (format!("{source}/{}", f.path), f.sha256.clone())).collect(),
+        cmd: &cmd,
+    };
+    let (end, summary) = watching(ctx, a, jobs, || {
+        followed(ctx.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
+    });
+    with_outputs(ctx, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
+}
+
+/// The attempt's end with every secret value replaced by its name.
+fn redacted(end: AttemptEnd, r: &cairn_core::secret::Redactor) -> AttemptEnd {
+    match end {
+        AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts, resumable, cause } => {
+            AttemptEnd::Ran {
+                outcome,
+                result: result.map(|v| r.redact_json(&v)),
+                error: error.map(|e| r.redact(&e)),
+                log_tail: r.redact(&log_tail),
+                duration_us,
+                artifacts,
+                resumable,
+                cause,
+            }
+        }
+        AttemptEnd::Refused { error } => AttemptEnd::Refused { error: r.redact(&error) },
+        other => other,
+    }
+}
+
 impl Launcher for Processes {
+    /// A tool's secrets are read from their provider for this attempt, given to its process only,
+    /// and replaced by their names in everything the attempt's end carries (its result, error
+    /// and log tail), so no record holds a value.
     fn launch(
         &self,
         ctx: &LaunchContext<'_>,
@@ -242,87 +364,24 @@ impl Launcher for Processes {
         jobs: &JobSink<'_>,
         halted: &dyn Fn() -> bool,
     ) -> AttemptEnd {
-        let tool_def = a.tool_def();
-        let extra = [
-            ("CAIRN_RUN_ID".to_string(), a.run_id.to_string()),
-            ("CAIRN_STEP_ID".into(), a.step.id.clone()),
-            ("CAIRN_ATTEMPT".into(), a.attempt.to_string()),
-            ("CAIRN_RUN_DIR".into(), a.run_dir.to_string()),
-            // An agent launch carries its launch record's nonce instead (set where it is made).
-            (cairn_exec::NONCE_VAR.into(), a.nonce.clone()),
-        ];
-        if !a.placement.is_remote() {
-            let dir = a.step_dir();
-            if let Err(e) = std::fs::create_dir_all(&dir) {
-                return AttemptEnd::Refused {
-                    error: format!("its directory {} cannot be created: {e}", dir.display()),
-                };
-            }
+        let names = &a.tool_def().secrets;
+        if names.is_empty() {
+            return launch_attempt(ctx, a, &[], record, jobs, halted);
         }
-        // The files the tool's digest was computed from must still be those bytes: a tool changed
-        // on disk since the run loaded it is never run under the old signature.
-        if let Some(error) = changed_tool_file(a.workflow, a.tool()) {
-            return AttemptEnd::Refused { error };
+        if a.placement.is_remote() || !a.tool_def().kind.is_process() {
+            return AttemptEnd::Refused {
+                error: format!(
+                    "tool `{}` declares secrets, and this version of Cairn gives secrets only to a process tool on the local target (the step agent does not carry them to SSH and Slurm targets yet)",
+                    a.step.tool
+                ),
+            };
         }
-        if !a.placement.is_remote() && tool_def.kind.is_process() {
-            let cmd = tool_command(ctx, a, sandbox_env(&tool_def.env, &extra));
-            let mut run = run_tool(&cmd, &mut |p: &ProcessIdentity| {
-                crate::crash_at(
-                    &ctx.options().crash,
-                    &CrashPoint::ToolSpawned { step: a.step.id.clone(), attempt: a.attempt },
-                );
-                record(&ProcessInfo { pid: p.pid, pgid: p.pgid, start_time: p.start_time, remote: None });
-                // A stop that came between the attempt's start and its process being recorded
-                // found no process to stop: stop it here.
-                if halted() {
-                    cairn_exec::kill_own_group(p.pgid);
-                }
-            });
-            if run.outcome == Outcome::Failed {
-                // The sandbox read the step directory's disk; a declared output may lie on
-                // another (a folder that is a mount point), which its tool filled as well.
-                let outputs: Vec<PathBuf> = a.outputs.iter().map(|o| a.step_dir().join(&o.path)).collect();
-                for disk in cairn_exec::disk_space(&outputs) {
-                    if !run.disks.iter().any(|d| d.path == disk.path) {
-                        run.disks.push(disk);
-                    }
-                }
-            }
-            return with_outputs(ctx, a, ran(run, false), &[], None);
-        }
-        let source = step_source(a);
-        let mut inputs = Vec::new();
-        let mut seeded = None;
-        if !tool_def.kind.is_process() {
-            // What the pipeline reads from outside its folder, hashed before it starts.
-            match ctx.bound_inputs(a.placement, a.run_dir, a.args) {
-                Ok(files) => inputs = files,
-                Err(error) => return AttemptEnd::Refused { error },
-            }
-            // A bad `config` is reported by the controller's argv, below.
-            let config = cairn_core::controller::run_config(a.args).ok().flatten();
-            match ctx.prepare_working_copy(a.placement, a.run_dir, &a.step.id, &source, &a.tool().files, config, a.seed)
-            {
-                Ok(s) => seeded = s,
-                Err(error) => return AttemptEnd::Refused { error },
-            }
-        }
-        let cmd = tool_command(ctx, a, Vec::new());
-        let launch = AgentLaunch {
-            tool_def,
-            argv: a.tool().argv.iter().map(|arg| rebase(arg, &a.workflow.record.path, &source)).collect(),
-            args: a.args,
-            run_dir: a.run_dir,
-            step_id: &a.step.id,
-            attempt: a.attempt,
-            env: extra.to_vec(),
-            check_files: a.tool().files.iter().map(|f| (format!("{source}/{}", f.path), f.sha256.clone())).collect(),
-            cmd: &cmd,
+        let secrets = match ctx.secrets(names) {
+            Ok(s) => s,
+            Err(error) => return AttemptEnd::Refused { error },
         };
-        let (end, summary) = watching(ctx, a, jobs, || {
-            followed(ctx.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
-        });
-        with_outputs(ctx, a, with_pipeline_summary(a, end, summary), &inputs, seeded.as_ref())
+        let redactor = cairn_core::secret::Redactor::new(&secrets);
+        redacted(launch_attempt(ctx, a, &secrets, record, jobs, halted), &redactor)
     }
 
     fn reattach(

@@ -33,6 +33,7 @@ pub mod registry;
 pub mod replay;
 pub mod runner;
 mod runs;
+pub mod secrets;
 mod service;
 pub mod session;
 mod stop;

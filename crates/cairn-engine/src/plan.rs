@@ -679,6 +679,7 @@ fn planned_commands(
                 tool: step.tool.clone(),
                 argv,
                 cwd: run_dir_path.join("steps").join(&step.id).display().to_string(),
+                secrets: wf.spec().tools[&step.tool].secrets.clone(),
             })
         })
         .collect()

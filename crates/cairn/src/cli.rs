@@ -237,6 +237,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Secrets tools declare: their values in the state root's store (read from stdin), or from
+    /// an external manager's command.
+    Secret {
+        #[command(subcommand)]
+        command: SecretCommand,
+    },
     /// Who did what: every recorded change, newest first.
     Audit {
         /// Only this principal's acts.
@@ -425,6 +431,40 @@ pub enum QuotaCommand {
         subject: QuotaSubject,
         #[arg(long)]
         measure: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SecretCommand {
+    /// Store a secret's value, read from stdin (never from an argument), in a file of mode 0600.
+    Set {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The names in the store and the external provider (never a value).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a secret from the store.
+    Remove {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The external manager asked for a secret not in the store: its command (the secret's name
+    /// is appended; the first line it prints is the value), after `--`:
+    /// `cairn secret provider -- pass show`.
+    Provider {
+        /// The command and its arguments, after `--`; none with --none.
+        #[arg(last = true)]
+        command: Vec<String>,
+        /// Remove the provider.
+        #[arg(long, conflicts_with = "command")]
+        none: bool,
         #[arg(long)]
         json: bool,
     },

@@ -184,6 +184,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             crate::team::audit(&state_root(cli.home)?, principal, action, object, limit, json)
         }
         Command::Whoami { json } => crate::team::whoami(&state_root(cli.home)?, json),
+        Command::Secret { command } => crate::team::secret(&open_engine(cli.home)?, command),
         Command::Quota { command, json } => {
             crate::team::quota(&state_root(cli.home)?, command.unwrap_or(crate::cli::QuotaCommand::List { json }))
         }
@@ -547,6 +548,9 @@ fn print_plan(plan: &cairn_core::plan::Plan, json: bool) {
     println!("  commands");
     for c in &plan.commands {
         println!("    {:<24} {}", c.step_id, c.argv.join(" "));
+        if !c.secrets.is_empty() {
+            println!("    {:<24} receives secrets {}", "", c.secrets.join(", "));
+        }
     }
     println!("  input files");
     if plan.inputs.is_empty() {

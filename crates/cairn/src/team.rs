@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::cli::{GrantArgs, GrantCommand, PolicyCommand, QuotaCommand, RoleCommand, UserCommand};
+use crate::cli::{GrantArgs, GrantCommand, PolicyCommand, QuotaCommand, RoleCommand, SecretCommand, UserCommand};
 use crate::client::{Answer, Client};
 use crate::{Failure, wire};
 
@@ -280,6 +280,69 @@ pub fn quota(root: &Path, command: QuotaCommand) -> Result<u8, Failure> {
             let path = format!("/quotas?{}&measure={}", subject_query(&subject), seg(&measure));
             let list: wire::QuotaList = call(&client, "DELETE", &path, None)?.decode(200, "DELETE /quotas")?;
             if json { print_json(&list) } else { println!("removed the quota; {} left", list.quotas.len()) }
+        }
+    }
+    Ok(0)
+}
+
+/// `cairn secret …`: the state root's own secret store and provider, as its owner (it works on
+/// the state root's files, as the daemon that reads them at launch does).
+pub fn secret(engine: &cairn_engine::Engine, command: SecretCommand) -> Result<u8, Failure> {
+    let owner = crate::input::owner_caller();
+    match command {
+        SecretCommand::Set { name, json } => {
+            let mut value = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut value)
+                .map_err(|e| Failure::usage(format!("cannot read the secret's value from stdin: {e}")))?;
+            // One line, as `echo` or a here-string gives it.
+            let value = value.strip_suffix('\n').map(|v| v.strip_suffix('\r').unwrap_or(v)).unwrap_or(&value);
+            engine.set_secret(&owner, &name, value)?;
+            if json {
+                print_json(&json!({"name": name, "stored": true}));
+            } else {
+                println!("stored secret {name} (mode 0600, outside the registry)");
+            }
+        }
+        SecretCommand::Remove { name, json } => {
+            engine.remove_secret(&owner, &name)?;
+            if json { print_json(&json!({"name": name, "removed": true})) } else { println!("removed secret {name}") }
+        }
+        SecretCommand::List { json } => {
+            let view = engine.secrets()?;
+            let provider = view.provider.as_ref().map(|p| p.command.clone());
+            if json {
+                print_json(&json!({"stored": view.stored, "provider": provider}));
+            } else {
+                for name in &view.stored {
+                    println!("{name}  (store)");
+                }
+                match provider {
+                    Some(c) => println!("any other: `{} NAME`", c.join(" ")),
+                    None if view.stored.is_empty() => {
+                        println!(
+                            "no secrets: `cairn secret set NAME` (value on stdin) or `cairn secret provider -- COMMAND…`"
+                        )
+                    }
+                    None => {}
+                }
+            }
+        }
+        SecretCommand::Provider { command, none, json } => {
+            if !none && command.is_empty() {
+                return Err(Failure::usage(
+                    "name the provider's command (e.g. `cairn secret provider -- pass show`), or --none",
+                ));
+            }
+            let command = (!none).then_some(command);
+            engine.set_secret_provider(&owner, command.clone())?;
+            if json {
+                print_json(&json!({"provider": command}));
+            } else {
+                match command {
+                    Some(c) => println!("secrets not in the store come from `{} NAME`", c.join(" ")),
+                    None => println!("no provider: secrets come from the store only"),
+                }
+            }
         }
     }
     Ok(0)

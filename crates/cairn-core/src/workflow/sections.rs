@@ -84,8 +84,9 @@ impl<'a> Checker<'a> {
         let command = self.tool_command(&name, at, kind, t.command);
         let timeout_secs = self.tool_timeout(&name, t.timeout_secs.as_ref());
         self.check_tool_env(&name, at, &t.env);
+        self.check_tool_secrets(&name, at, &t.secrets, &t.env);
         let outputs = self.tool_outputs(&name, at, kind, t.outputs);
-        ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env, outputs }
+        ToolDef { name, kind, command, timeout_secs, version: t.version, env: t.env, secrets: t.secrets, outputs }
     }
 
     /// The tool's kind (`process` when absent); `None` for a kind there is not.
@@ -167,6 +168,25 @@ impl<'a> Checker<'a> {
                     None,
                     &format!("tools.{name}.env"),
                     format!("`{var}` is not an environment variable name"),
+                );
+            }
+        }
+    }
+
+    /// Its secrets: each a valid name, once, and not also passed through from the environment.
+    fn check_tool_secrets(&mut self, name: &str, at: usize, secrets: &[String], env: &[String]) {
+        let field = format!("tools.{name}.secrets");
+        for (i, secret) in secrets.iter().enumerate() {
+            if let Err(e) = crate::secret::check_name(secret) {
+                self.report(at, None, &field, e.to_string());
+            } else if secrets[..i].contains(secret) {
+                self.report(at, None, &field, format!("secret `{secret}` is named twice"));
+            } else if env.contains(secret) {
+                self.report(
+                    at,
+                    None,
+                    &field,
+                    format!("`{secret}` is both a secret and in `env`: a secret's value comes from the secret provider, not the daemon's environment; remove it from `env`"),
                 );
             }
         }

@@ -37,6 +37,7 @@ mod replay;
 mod rocrate;
 mod scheduling;
 mod schemathesis;
+mod secrets;
 mod snapshots;
 mod targets;
 mod team;

@@ -473,6 +473,15 @@ impl Client {
         Session { client: self, id, what, init }
     }
 
+    /// A session with `server` over HTTP with `token` (a principal's).
+    #[track_caller]
+    fn http_as(&self, server: &str, who: &str, token: &str) -> Session<'_> {
+        let (id, answer) = self.connect_with(Over::Http, server, Some(token), json!({}));
+        let what = format!("{server} over HTTP as {who}");
+        let init = answer.get("ok").unwrap_or_else(|| panic!("{what}: cannot connect: {answer:#}")).clone();
+        Session { client: self, id, what, init }
+    }
+
     #[track_caller]
     fn stdio(&self, server: &str) -> Session<'_> {
         self.session(Over::Stdio, server, "")
@@ -1128,6 +1137,38 @@ fn initialize_body() -> String {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cairn-tests", "version": "1"}}})
     .to_string()
+}
+
+/// An MCP server acts as the principal whose token it holds: a launcher plans (the plan says she
+/// made it) and is refused what her role does not allow — approving, running code — naming the
+/// permission and the grant to ask for; the audit says it came through MCP.
+#[test]
+fn an_mcp_session_acts_as_its_principal() {
+    let Some(fx) = Fx::with_example() else { return };
+    let (code, lena, out) = fx.json(&["user", "add", "lena", "--role", "launcher"]);
+    assert_eq!(code, 0, "{out}");
+    let token = lena["token"].as_str().unwrap().to_string();
+    let client = fx.client();
+    let wb = client.http_as("workbench", "lena", &token);
+    let run_dir = fx.p("lena-run");
+    let plan = wb.call_ok(
+        "plan_run",
+        json!({"workflow": "release-validation", "input": ready_input(), "target": "local", "run_dir": run_dir}),
+    );
+    let e = wb.call_err(
+        "execute_plan",
+        json!({"plan_name": plan["plan_name"], "plan_id": plan["plan_id"], "plan_checksum": plan["plan_checksum"]}),
+    );
+    assert_eq!((e["status"].as_u64(), e["code"].as_str()), (Some(403), Some("forbidden")), "{e:#}");
+    assert!(e["message"].as_str().unwrap().contains("lena may not approve"), "{e:#}");
+    let e = wb.call_err("execute_code", json!({"code": "1"}));
+    assert_eq!((e["status"].as_u64(), e["code"].as_str()), (Some(403), Some("forbidden")), "{e:#}");
+    let message = e["message"].as_str().unwrap();
+    assert!(message.contains("lena may not code") && message.contains("cairn grant add"), "{message}");
+    assert!(!run_dir.exists() && fx.runs().is_empty(), "nothing refused ran");
+    let (_, acts, _) = fx.json(&["audit", "--principal", "lena"]);
+    assert_eq!(acts["acts"][0]["action"], "plan.made", "{acts:#}");
+    assert_eq!(acts["acts"][0]["channel"], "mcp", "the audit says it came through MCP: {acts:#}");
 }
 
 /// A Viewer token on /mcp/workbench and /mcp/compute reads, and every change comes back `isError`
