@@ -99,6 +99,10 @@ pub enum RunEvent {
     /// The run was cancelled while this step ran: the step is FAILED and its token cleared.
     #[serde(rename = "step.cancelled")]
     StepCancelled { reason: String },
+    /// The attempt (begun) waits to launch: its target's `steps` quota is full. It launches once a
+    /// place frees; `reason` says which quota and its use.
+    #[serde(rename = "step.queued")]
+    StepQueued { target: String, reason: String },
     /// A pipeline step's controller started one of its jobs (read from its log); `offset` is
     /// where in the attempt's log it was read, so each is recorded once.
     #[serde(rename = "pipeline.job_started")]
@@ -176,6 +180,7 @@ impl RunEvent {
             RunEvent::StepStaleWriteRejected { .. } => "step.stale_write_rejected",
             RunEvent::StepReplayReused { .. } => "step.replay_reused",
             RunEvent::StepCancelled { .. } => "step.cancelled",
+            RunEvent::StepQueued { .. } => "step.queued",
             RunEvent::PipelineJobStarted { .. } => "pipeline.job_started",
             RunEvent::PipelineJobFinished { .. } => "pipeline.job_finished",
             RunEvent::PipelineJobFailed { .. } => "pipeline.job_failed",
@@ -295,6 +300,7 @@ mod tests {
             RunEvent::StepStaleWriteRejected { token: "att_2".into() },
             RunEvent::StepReplayReused { source_run_id: "a".into(), origin_run_id: "b".into(), args_hash: "h".into() },
             RunEvent::StepCancelled { reason: "r".into() },
+            RunEvent::StepQueued { target: "hpc".into(), reason: "r".into() },
             RunEvent::RunWaiting { code: "database".into(), reason: "disk is full".into(), since: 1 },
             RunEvent::RunContinued { since: 1, waited_ms: 5, tries: 2 },
             RunEvent::PipelineJobStarted {

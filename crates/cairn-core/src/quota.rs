@@ -15,17 +15,25 @@ pub enum Measure {
     QueuedRuns,
     /// Steps started (executed, not reused) in the last 24 hours.
     StepsPerDay,
+    /// A target's steps running at once (launched there, not yet ended).
+    Steps,
 }
 
 impl Measure {
-    pub const ALL: [Measure; 3] = [Measure::Runs, Measure::QueuedRuns, Measure::StepsPerDay];
+    pub const ALL: [Measure; 4] = [Measure::Runs, Measure::QueuedRuns, Measure::StepsPerDay, Measure::Steps];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Measure::Runs => "runs",
             Measure::QueuedRuns => "queued_runs",
             Measure::StepsPerDay => "steps_per_day",
+            Measure::Steps => "steps",
         }
+    }
+
+    /// Whether it can limit `subject`: `steps` a target only, the others a principal or a workflow.
+    pub fn fits(self, subject: &Subject) -> bool {
+        matches!(subject, Subject::Target(_)) == (self == Measure::Steps)
     }
 
     pub fn parse(s: &str) -> Option<Measure> {
@@ -37,6 +45,7 @@ impl Measure {
             Measure::Runs => format!("{n} open run(s)"),
             Measure::QueuedRuns => format!("{n} queued run(s)"),
             Measure::StepsPerDay => format!("{n} step(s) started in the last 24 hours"),
+            Measure::Steps => format!("{n} step(s) running at once"),
         }
     }
 }
@@ -47,6 +56,7 @@ impl Measure {
 pub enum Subject {
     Principal(String),
     Workflow(String),
+    Target(String),
 }
 
 impl Subject {
@@ -54,12 +64,13 @@ impl Subject {
         match self {
             Subject::Principal(_) => "principal",
             Subject::Workflow(_) => "workflow",
+            Subject::Target(_) => "target",
         }
     }
 
     pub fn name(&self) -> &str {
         match self {
-            Subject::Principal(n) | Subject::Workflow(n) => n,
+            Subject::Principal(n) | Subject::Workflow(n) | Subject::Target(n) => n,
         }
     }
 
@@ -67,6 +78,7 @@ impl Subject {
         match kind {
             "principal" => Some(Subject::Principal(name.to_string())),
             "workflow" => Some(Subject::Workflow(name.to_string())),
+            "target" => Some(Subject::Target(name.to_string())),
             _ => None,
         }
     }
@@ -106,6 +118,8 @@ pub fn binding<'a>(quotas: &'a [Quota], principal: &str, workflow: &str) -> Vec<
         .filter(|(_, q)| match &q.subject {
             Subject::Principal(p) => p == principal,
             Subject::Workflow(w) => w == workflow,
+            // A target's limit binds its steps as they launch, not a submission.
+            Subject::Target(_) => false,
         })
         .collect()
 }
@@ -174,6 +188,7 @@ fn frees_words(q: &Quota, frees_at: Option<i64>) -> String {
             let whose = match &q.subject {
                 Subject::Principal(p) => format!("{p}'s open runs"),
                 Subject::Workflow(w) => format!("the open runs of workflow `{w}`"),
+                Subject::Target(t) => format!("the steps running on target `{t}`"),
             };
             format!(
                 "it frees when one of {whose} ends (cancel one with `cairn cancel`), or an admin can raise it with `cairn quota set`"
@@ -185,6 +200,11 @@ fn frees_words(q: &Quota, frees_at: Option<i64>) -> String {
 /// Why a created run waits: the `runs` quota in queue mode that holds it.
 pub fn held_reason(q: &Quota, used: u64) -> String {
     format!("queued behind {used} open run(s), at the quota of {}; it starts when one of them ends", q.describe())
+}
+
+/// Why a step waits before it launches on a target: the target's `steps` quota is full.
+pub fn slot_reason(q: &Quota, used: u64) -> String {
+    format!("waits for a place on {}: {used} step(s) run there, at its quota of {}", q.subject, q.limit)
 }
 
 /// The rolling window of `steps_per_day`.
@@ -214,6 +234,7 @@ mod tests {
             q(Subject::Principal("bob".into()), Measure::Runs, 1, false),
             q(Subject::Workflow("rnaseq".into()), Measure::StepsPerDay, 100, false),
             q(Subject::Workflow("rnaseq".into()), Measure::Runs, 3, true),
+            q(Subject::Target("hpc".into()), Measure::Steps, 4, false),
         ];
         let b = binding(&all, "alice", "rnaseq");
         assert_eq!(b.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 2, 3]);
@@ -236,6 +257,10 @@ mod tests {
         assert!(e.to_string().contains("24-hour window"), "{e}");
         assert_eq!(Measure::parse("queued_runs"), Some(Measure::QueuedRuns));
         assert_eq!(Subject::of("workflow", "w"), Some(Subject::Workflow("w".into())));
-        assert_eq!(Subject::of("target", "t"), None);
+        assert_eq!(Subject::of("target", "t"), Some(Subject::Target("t".into())));
+        assert_eq!(Subject::of("host", "t"), None);
+        assert!(Measure::Steps.fits(&Subject::Target("t".into())));
+        assert!(!Measure::Steps.fits(&Subject::Principal("p".into())));
+        assert!(!Measure::Runs.fits(&Subject::Target("t".into())));
     }
 }

@@ -878,6 +878,17 @@ pub trait Quotas {
         admission: &crate::quota::Admission,
         at: i64,
     ) -> Result<Option<(usize, u64)>, StoreError>;
+    /// Takes one of `target`'s `limit` places for the step's attempt (one transaction, under its
+    /// token): `Ok(None)` taken (or held already), `Ok(Some(used))` all taken by other running
+    /// steps. The place is the step's while it runs.
+    fn take_target_slot(
+        &self,
+        run_id: &RunId,
+        step_id: &str,
+        token: &AttemptToken,
+        target: &str,
+        limit: u64,
+    ) -> Result<Option<u64>, StoreError>;
 }
 
 /// The registry of workflows, runs, step records and events: every role at once, what the

@@ -325,6 +325,7 @@ fn launch_attempt(
         env: extra.to_vec(),
         check_files: a.tool().files.iter().map(|f| (format!("{source}/{}", f.path), f.sha256.clone())).collect(),
         cmd: &cmd,
+        secrets,
     };
     let (end, summary) = watching(ctx, a, jobs, || {
         followed(ctx.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
@@ -368,10 +369,11 @@ impl Launcher for Processes {
         if names.is_empty() {
             return launch_attempt(ctx, a, &[], record, jobs, halted);
         }
-        if a.placement.is_remote() || !a.tool_def().kind.is_process() {
+        if !a.tool_def().kind.is_process() {
+            // A controller writes its own logs and job scripts, which Cairn cannot keep a value out of.
             return AttemptEnd::Refused {
                 error: format!(
-                    "tool `{}` declares secrets, and this version of Cairn gives secrets only to a process tool on the local target (the step agent does not carry them to SSH and Slurm targets yet)",
+                    "tool `{}` is a pipeline controller and declares secrets: Cairn gives secrets to process tools only, as it cannot keep them out of a controller's own logs; give them to the pipeline's jobs another way",
                     a.step.tool
                 ),
             };

@@ -61,6 +61,8 @@ pub(crate) struct AgentLaunch<'a> {
     /// The tool files as deployed, with the SHA-256 the step's signature was computed from.
     pub check_files: Vec<(String, String)>,
     pub cmd: &'a ToolCommand,
+    /// Its secrets' values, for its process only.
+    pub secrets: &'a [(String, String)],
 }
 
 /// What following a launch gave.
@@ -190,6 +192,7 @@ impl Engine {
                 .iter()
                 .map(|(path, sha256)| CheckFile { path: path.clone(), sha256: sha256.clone() })
                 .collect(),
+            secrets: cairn_exec::agent::protocol::Secrets(launch.secrets.iter().cloned().collect()),
         };
         let mut on_identity = |id: &Identity| {
             (remote.pid, remote.start_time, remote.job_id) = match &id.launch {

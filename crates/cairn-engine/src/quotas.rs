@@ -33,6 +33,12 @@ impl Engine {
         if subject.name().trim().is_empty() {
             return Err(EngineError::invalid_field("subject", "name the principal or the workflow the quota is on"));
         }
+        if !measure.fits(&subject) {
+            return Err(EngineError::invalid_field(
+                "measure",
+                "a target's quota is on `steps` (its steps running at once); a principal's or a workflow's on `runs`, `queued_runs` or `steps_per_day`",
+            ));
+        }
         if queue && measure != Measure::Runs {
             return Err(EngineError::invalid_field(
                 "queue",

@@ -38,6 +38,7 @@ fn run_request(dir: &Path, nonce: &str, script: &str, timeout: f64) -> RunReques
         controller: None,
         slurm: None,
         check_files: vec![],
+        secrets: Default::default(),
     }
 }
 

@@ -36,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0017_step_causes.sql"),
     include_str!("../migrations/sqlite/0018_principals.sql"),
     include_str!("../migrations/sqlite/0019_quotas.sql"),
+    include_str!("../migrations/sqlite/0020_target_quotas.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).

@@ -229,7 +229,8 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
-    /// Quotas on a principal or a workflow, with their use: open runs, queued runs, steps a day.
+    /// Quotas with their use: a principal's or a workflow's open runs, queued runs and steps a day;
+    /// a target's steps running at once.
     Quota {
         #[command(subcommand)]
         command: Option<QuotaCommand>,
@@ -393,7 +394,7 @@ pub enum GrantCommand {
     Remove(GrantArgs),
 }
 
-/// Whom a quota is on: a principal or a workflow.
+/// Whom a quota is on: a principal, a workflow or a target.
 #[derive(clap::Args, Debug)]
 #[group(required = true, multiple = false)]
 pub struct QuotaSubject {
@@ -401,6 +402,9 @@ pub struct QuotaSubject {
     pub principal: Option<String>,
     #[arg(long)]
     pub workflow: Option<String>,
+    /// A target (`local` included): its quota is on `steps`, its steps running at once.
+    #[arg(long)]
+    pub target: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -414,7 +418,8 @@ pub enum QuotaCommand {
     Set {
         #[command(flatten)]
         subject: QuotaSubject,
-        /// runs (open at once), queued_runs (held queued at once), steps_per_day (started in 24 h).
+        /// runs (open at once), queued_runs (held queued at once), steps_per_day (started in 24 h);
+        /// for a target, steps (running at once).
         #[arg(long)]
         measure: String,
         #[arg(long)]

@@ -236,9 +236,10 @@ pub fn whoami(root: &Path, json: bool) -> Result<u8, Failure> {
 }
 
 fn print_quota(q: &wire::QuotaBody) {
-    let on = match (&q.principal, &q.workflow) {
-        (Some(p), _) => format!("principal {p}"),
-        (_, Some(w)) => format!("workflow {w}"),
+    let on = match (&q.principal, &q.workflow, &q.target) {
+        (Some(p), _, _) => format!("principal {p}"),
+        (_, Some(w), _) => format!("workflow {w}"),
+        (_, _, Some(t)) => format!("target {t}"),
         _ => "?".into(),
     };
     let mode = if q.queue { " (queues over it)" } else { "" };
@@ -248,9 +249,10 @@ fn print_quota(q: &wire::QuotaBody) {
 
 pub fn quota(root: &Path, command: QuotaCommand) -> Result<u8, Failure> {
     let client = Client::connect(root)?;
-    let subject_query = |s: &crate::cli::QuotaSubject| match (&s.principal, &s.workflow) {
-        (Some(p), _) => format!("principal={}", seg(p)),
-        (_, Some(w)) => format!("workflow={}", seg(w)),
+    let subject_query = |s: &crate::cli::QuotaSubject| match (&s.principal, &s.workflow, &s.target) {
+        (Some(p), _, _) => format!("principal={}", seg(p)),
+        (_, Some(w), _) => format!("workflow={}", seg(w)),
+        (_, _, Some(t)) => format!("target={}", seg(t)),
         _ => String::new(),
     };
     match command {
@@ -268,6 +270,7 @@ pub fn quota(root: &Path, command: QuotaCommand) -> Result<u8, Failure> {
             let body = wire::SetQuota {
                 principal: subject.principal.clone(),
                 workflow: subject.workflow.clone(),
+                target: subject.target.clone(),
                 measure,
                 limit,
                 queue,

@@ -111,6 +111,11 @@ impl Engine {
                     if let Some(left) = orphan.take() {
                         self.launcher.stop_orphan(&self.launch_context(), &left);
                     }
+                    // On a target with a `steps` quota it launches once it holds one of the
+                    // target's places; a stop ends the wait as it ends a retry's.
+                    if !self.take_target_place(run, &step.id, &token, attempt, &halted)? {
+                        return Ok(None);
+                    }
                     progress(Progress::Started { step_id: step.id.clone(), attempt });
                     launched_nonce.set(None);
                     let mut record = |info: &ProcessInfo| {
@@ -280,6 +285,46 @@ impl Engine {
 }
 
 /// Waits `wait`, or less once a stop is requested: whether it waited all of it.
+impl Engine {
+    /// Holds the step's attempt (begun, not launched) until it takes one of its target's places,
+    /// when the target has a `steps` quota: the first wait is recorded (`step.queued`, with the
+    /// quota and its use), and the quota is read again at each try (an admin may raise it).
+    /// `Ok(false)`: stopped while waiting.
+    fn take_target_place(
+        &self,
+        run: &RunCtx,
+        step_id: &str,
+        token: &AttemptToken,
+        attempt: u32,
+        halted: &dyn Fn() -> bool,
+    ) -> Result<bool, EngineError> {
+        use cairn_core::quota::{Measure, Subject};
+        let target = Subject::Target(run.placement.name().to_string());
+        let mut told = false;
+        loop {
+            let quotas = self.store.quotas()?;
+            let Some(q) = quotas.iter().find(|q| q.measure == Measure::Steps && q.subject == target) else {
+                return Ok(true);
+            };
+            let Some(used) = self.store.take_target_slot(&run.run_id, step_id, token, target.name(), q.limit)? else {
+                return Ok(true);
+            };
+            if !told {
+                let event = RunEvent::StepQueued {
+                    target: target.name().to_string(),
+                    reason: cairn_core::quota::slot_reason(q, used),
+                };
+                self.store.append_step_events(&run.run_id, step_id, token, attempt, &[event], self.now_ms())?;
+                self.commits.bump();
+                told = true;
+            }
+            if !wait_unless_halted(Duration::from_millis(500), halted) {
+                return Ok(false);
+            }
+        }
+    }
+}
+
 fn wait_unless_halted(wait: Duration, halted: &dyn Fn() -> bool) -> bool {
     // A stop is noticed within this; the wait itself is at most `NO_SPACE_MAX_DELAY_MS`.
     const TICK: Duration = Duration::from_millis(50);

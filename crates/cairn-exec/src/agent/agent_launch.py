@@ -69,7 +69,28 @@ def wait_tool(r, child, began):
     return result
 
 
-def supervise(r, env, started, record_pid=True):
+def redact_outputs(d, secrets):
+    """Replaces every secret's value in the tool's stdout and stderr by `[secret NAME]` (longest
+    value first), before exit.json says they are final: no file left on the target holds one."""
+    if not secrets:
+        return
+    pairs = sorted(((v.encode(), ("[secret %s]" % n).encode()) for n, v in secrets.items() if v),
+                   key=lambda p: -len(p[0]))
+    for name in ("stdout", "stderr"):
+        path = os.path.join(d, name)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        clean = data
+        for value, mark in pairs:
+            clean = clean.replace(value, mark)
+        if clean != data:
+            write_atomic(path, clean)
+
+
+def supervise(r, env, started, record_pid=True, secrets=None):
     """The one supervisor: starts the tool, records who it is in pid.json (unless a Slurm job's id
     is the launch's record) and passes the identity to `started`, waits with the timeout, and
     writes exit.json last, a could-not-start record included. Returns that record. Runs in the
@@ -89,11 +110,12 @@ def supervise(r, env, started, record_pid=True):
     else:
         started(ident)
         res = wait_tool(r, child, began)
+    redact_outputs(d, secrets)
     write_record(d, "exit.json", res)
     return res
 
 
-def supervise_detached(r, env, report_fd):
+def supervise_detached(r, env, report_fd, secrets=None):
     """The one-shot supervisor: its own session, no connection to the caller. Tells the caller (if
     it still listens) who the tool is, or why it could not start, and that exit.json is written."""
     os.setsid()
@@ -114,7 +136,7 @@ def supervise_detached(r, env, report_fd):
         told.append(ident)
         say({"identity": ident})
 
-    res = supervise(r, env, started)
+    res = supervise(r, env, started, secrets=secrets)
     if not told:
         say({"error": res["error"]})
     say({"done": True})
@@ -173,7 +195,7 @@ def shell_word(s):
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
-def launch_process(r, env):
+def launch_process(r, env, secrets=None):
     """Starts a one-shot supervisor; returns (identity, error, pipe): the pipe says `done` when
     exit.json is written (or closes if the supervisor died)."""
     rfd, wfd = os.pipe()
@@ -183,7 +205,7 @@ def launch_process(r, env):
         try:
             # A second fork: the supervisor is nobody's child here, so the caller may exit at once.
             if os.fork() == 0:
-                supervise_detached(r, env, wfd)
+                supervise_detached(r, env, wfd, secrets)
         finally:
             os._exit(0)
     os.close(wfd)
@@ -199,21 +221,25 @@ def launch_process(r, env):
     return msg["identity"], None, pipe
 
 
-def launch_slurm(r, env):
+def launch_slurm(r, env, secrets=None):
     """Submits a job that runs this agent's own supervisor: a copy of this agent's files and its
     request (supervise.json) in the attempt directory. job.sh is fixed text, nothing variable in it
     but the controller's Python, quoted: the node's python3 when the node has no such file."""
+    secrets = secrets or {}
     d = r["attempt_dir"]
     s = r["slurm"]
     for name, text in sorted(own_files().items()):
         write_atomic(os.path.join(d, name), text.encode())
     run = read_fields(r, RUN, "the run request", strict=False)
-    write_record(d, "supervise.json", {"op": "supervise", "run": run, "env": env})
+    run["secrets"] = {}
+    write_record(d, "supervise.json", {"op": "supervise", "run": run, "env": env, "secret_names": sorted(secrets)})
     script = "#!/bin/sh\np=%s\n[ -x \"$p\" ] || p=python3\nexec \"$p\" -I agent.py supervise.json\n" % (
         shell_word(sys.executable))
     write_atomic(os.path.join(d, "job.sh"), script.encode())
     argv = ["sbatch", "--parsable", "--chdir", d, "--job-name", "cairn-" + r["nonce"],
-            "--output", os.path.join(d, "slurm.out"), "--time", str(s["time_minutes"]), "--export", "NONE"]
+            "--output", os.path.join(d, "slurm.out"), "--time", str(s["time_minutes"]),
+            # The secrets' names only: their values travel in sbatch's own environment.
+            "--export", ",".join(sorted(secrets)) if secrets else "NONE"]
     if s.get("partition"):
         argv += ["--partition", s["partition"]]
     if s.get("account"):
@@ -221,7 +247,8 @@ def launch_slurm(r, env):
     argv.append(os.path.join(d, "job.sh"))
     if not shutil.which("sbatch"):
         return None, "sbatch is not on the target's PATH"
-    out = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    out = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                         env=dict(os.environ, **secrets) if secrets else None)
     if out.returncode != 0:
         return None, "sbatch refused the job: %s" % (out.stderr.strip() or out.stdout.strip())
     job_id = out.stdout.strip().split(";")[0]
@@ -231,23 +258,30 @@ def launch_slurm(r, env):
 
 
 def op_supervise(r):
-    """The Slurm job: the supervisor, whose launch record is the job (pid.json holds its id)."""
-    supervise(r["run"], r["env"], lambda ident: None, record_pid=False)
+    """The Slurm job: the supervisor, whose launch record is the job (pid.json holds its id). Its
+    secrets are in its environment, exported by name."""
+    secrets = {n: os.environ[n] for n in r["secret_names"] if n in os.environ}
+    env = dict(r["env"], **secrets)
+    supervise(r["run"], env, lambda ident: None, record_pid=False, secrets=secrets)
 
 
 def op_run(r, here=False):
     """Launches the attempt and follows it to its end: as a Slurm job; `here`, on this thread (a
     serving agent is the supervisor of its steps); else under a forked supervisor that outlives
     this agent."""
+    # Kept in memory for the tool's process only: never in request.json or any other file.
+    secrets = r.pop("secrets", None) or {}
+    r["secrets"] = {}
     prepare_attempt(r)
     env = step_env(r)
     pipe = None
     if r["slurm"]:
-        ident, err = launch_slurm(r, env)
+        ident, err = launch_slurm(r, env, secrets)
     elif here:
-        return report(r, supervise(r, env, lambda ident: emit({"identity": ident})))
+        env = dict(env, **secrets)
+        return report(r, supervise(r, env, lambda ident: emit({"identity": ident}), secrets=secrets))
     else:
-        ident, err, pipe = launch_process(r, env)
+        ident, err, pipe = launch_process(r, dict(env, **secrets), secrets)
     if err is not None:
         return report(r, exit_record(error=err))
     emit({"identity": ident})

@@ -87,6 +87,7 @@ RUN = {
     "controller": Maybe(str),
     "slurm": Maybe({"partition": Maybe(str), "account": Maybe(str), "time_minutes": int}),
     "check_files": [{"path": str, "sha256": str}],
+    "secrets": dict,
 }
 
 
@@ -112,7 +113,7 @@ REQUESTS = {
              "files": [{"path": str, "sha256": str}], "state": Maybe({"dir": str, "sha256": str}),
              "write": [{"path": str, "b64": str, "sha256": str, "mode": int}], "once": str},
     # This agent's own: the request file of a Slurm job (Cairn never sends it).
-    "supervise": {"run": RUN, "env": dict},
+    "supervise": {"run": RUN, "env": dict, "secret_names": [str]},
 }
 
 

@@ -188,6 +188,23 @@ pub struct RunRequest {
     pub slurm: Option<SlurmJob>,
     /// Tool files the agent re-hashes before the launch: a changed one is refused.
     pub check_files: Vec<CheckFile>,
+    /// The tool's secrets, added to its environment only: the agent keeps them out of
+    /// `request.json` and of every file it writes, and replaces them by `[secret NAME]` in the
+    /// tool's stdout and stderr once it has exited. A Slurm job gets them from `sbatch`'s own
+    /// environment (`--export` names them), never from a file or its command line.
+    #[serde(default)]
+    pub secrets: Secrets,
+}
+
+/// Secret values by name. Its `Debug` shows the names only, so no log of a request holds a value.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secrets(pub BTreeMap<String, String>);
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 /// The signal a stop sends the tool's process group first.

@@ -3,20 +3,33 @@
 //! submissions at once cannot both pass the last free place.
 
 use cairn_core::access::Act;
-use cairn_core::ids::RunId;
+use cairn_core::ids::{AttemptToken, RunId};
 use cairn_core::quota::{Admission, Measure, Quota, RunLimit, Subject};
 use cairn_core::store::{Quotas, StoreError};
 
 use super::team::insert_act;
-use super::{Registry, load_run, rows};
+use super::{Registry, check_token, load_run, rows};
 use crate::sql::{Backend, Row, Tx, params};
 
 /// The column of `workflow_executions` a subject is counted by.
 fn column(subject: &Subject) -> &'static str {
     match subject {
         Subject::Principal(_) => "submitted_by",
-        Subject::Workflow(_) => "workflow",
+        // A target's runs are not counted: its steps are ([`running_on`]).
+        Subject::Workflow(_) | Subject::Target(_) => "workflow",
     }
+}
+
+/// The steps holding a place of `target` now, but the one given.
+fn running_on(tx: &mut dyn Tx, target: &str, but: (&str, &str)) -> Result<u64, StoreError> {
+    let n: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM tool_calls WHERE slot_target = ?1 AND status = 'RUNNING' \
+             AND NOT (run_id = ?2 AND step_id = ?3)",
+            params![target, but.0, but.1],
+        )?
+        .get(0)?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// Open runs of `subject`: the held ones, or the others.
@@ -123,6 +136,7 @@ impl<B: Backend> Quotas for Registry<B> {
 
     fn quota_use(&self, subject: &Subject, measure: Measure, since: i64) -> Result<(u64, Option<i64>), StoreError> {
         self.read(|tx| match measure {
+            Measure::Steps => Ok((running_on(tx, subject.name(), ("", ""))?, None)),
             Measure::Runs => Ok((open_runs(tx, subject, false)?, None)),
             Measure::QueuedRuns => Ok((open_runs(tx, subject, true)?, None)),
             Measure::StepsPerDay => {
@@ -135,6 +149,28 @@ impl<B: Backend> Quotas for Registry<B> {
                 let row = tx.query_one(&sql, params![subject.name(), since])?;
                 Ok((u64::try_from(row.get::<i64>(0)?).unwrap_or(0), row.get(1)?))
             }
+        })
+    }
+
+    fn take_target_slot(
+        &self,
+        run_id: &RunId,
+        step_id: &str,
+        token: &AttemptToken,
+        target: &str,
+        limit: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        self.write(|tx| {
+            check_token(tx, run_id, step_id, token)?;
+            let used = running_on(tx, target, (run_id.as_str(), step_id))?;
+            if used >= limit {
+                return Ok(Some(used));
+            }
+            tx.execute(
+                "UPDATE tool_calls SET slot_target = ?3 WHERE run_id = ?1 AND step_id = ?2",
+                params![run_id, step_id, target],
+            )?;
+            Ok(None)
         })
     }
 

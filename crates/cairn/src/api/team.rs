@@ -256,7 +256,7 @@ pub(super) async fn list_quotas(State(state): State<AppRef>) -> Result<Json<Quot
     .await
 }
 
-/// Sets (or replaces) a quota on a principal or a workflow. Needs `admin`.
+/// Sets (or replaces) a quota on a principal, a workflow or a target. Needs `admin`.
 #[utoipa::path(put, path = "/quotas", tag = "team", request_body = SetQuota,
     responses((status = 200, body = QuotaBody), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
@@ -270,7 +270,7 @@ pub(super) async fn set_quota(
     blocking(move || {
         let engine = state.service.engine();
         engine.authorize(&caller, cairn_core::access::Permission::Admin, &cairn_core::access::Scope::everywhere())?;
-        let subject = quota_subject(&body.principal, &body.workflow)?;
+        let subject = quota_subject(&body.principal, &body.workflow, &body.target)?;
         let measure = quota_measure(&body.measure)?;
         let q = engine.set_quota(&caller, subject, measure, body.limit, body.queue)?;
         let used = engine.quotas()?.into_iter().find(|u| u.quota.subject == q.subject && u.quota.measure == q.measure);
@@ -292,7 +292,11 @@ pub(super) async fn remove_quota(
     blocking(move || {
         let engine = state.service.engine();
         engine.authorize(&caller, cairn_core::access::Permission::Admin, &cairn_core::access::Scope::everywhere())?;
-        engine.remove_quota(&caller, &quota_subject(&q.principal, &q.workflow)?, quota_measure(&q.measure)?)?;
+        engine.remove_quota(
+            &caller,
+            &quota_subject(&q.principal, &q.workflow, &q.target)?,
+            quota_measure(&q.measure)?,
+        )?;
         let all = engine.quotas()?;
         Ok(Json(QuotaList { quotas: all.iter().map(|u| QuotaBody::of(&u.quota, u.used, u.frees_at)).collect() }))
     })

@@ -285,8 +285,11 @@ pub struct SetQuota {
     /// The workflow it is on (all its versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
+    /// The target it is on (`local` included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// `runs` (open at once), `queued_runs` (held queued at once) or `steps_per_day` (started in
-    /// the last 24 hours).
+    /// the last 24 hours) for a principal or a workflow; `steps` (running at once) for a target.
     pub measure: String,
     pub limit: u64,
     /// For `runs`: hold a submission over it queued until a run ends, instead of refusing it.
@@ -300,21 +303,24 @@ pub struct SetQuota {
 pub struct QuotaKey {
     pub principal: Option<String>,
     pub workflow: Option<String>,
+    pub target: Option<String>,
     pub measure: String,
 }
 
-/// The subject a request names: exactly one of a principal or a workflow.
+/// The subject a request names: exactly one of a principal, a workflow or a target.
 pub fn quota_subject(
     principal: &Option<String>,
     workflow: &Option<String>,
+    target: &Option<String>,
 ) -> Result<cairn_core::quota::Subject, cairn_engine::EngineError> {
     use cairn_core::quota::Subject;
-    match (principal, workflow) {
-        (Some(p), None) => Ok(Subject::Principal(p.clone())),
-        (None, Some(w)) => Ok(Subject::Workflow(w.clone())),
+    match (principal, workflow, target) {
+        (Some(p), None, None) => Ok(Subject::Principal(p.clone())),
+        (None, Some(w), None) => Ok(Subject::Workflow(w.clone())),
+        (None, None, Some(t)) => Ok(Subject::Target(t.clone())),
         _ => Err(cairn_engine::EngineError::invalid_field(
             "principal",
-            "name exactly one of `principal` or `workflow`: the quota is on one of them",
+            "name exactly one of `principal`, `workflow` or `target`: the quota is on one of them",
         )),
     }
 }
@@ -324,7 +330,7 @@ pub fn quota_measure(measure: &str) -> Result<cairn_core::quota::Measure, cairn_
     cairn_core::quota::Measure::parse(measure).ok_or_else(|| {
         cairn_engine::EngineError::invalid_field(
             "measure",
-            format!("`{measure}` is not a measure; they are runs, queued_runs and steps_per_day"),
+            format!("`{measure}` is not a measure; they are runs, queued_runs, steps_per_day and steps"),
         )
     })
 }
@@ -336,6 +342,8 @@ pub struct QuotaBody {
     pub principal: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     pub measure: String,
     pub limit: u64,
     pub queue: bool,
@@ -350,13 +358,16 @@ pub struct QuotaBody {
 impl QuotaBody {
     pub fn of(q: &cairn_core::quota::Quota, used: u64, frees_at: Option<i64>) -> QuotaBody {
         use cairn_core::quota::Subject;
-        let (principal, workflow) = match &q.subject {
-            Subject::Principal(p) => (Some(p.clone()), None),
-            Subject::Workflow(w) => (None, Some(w.clone())),
-        };
+        let (mut principal, mut workflow, mut target) = (None, None, None);
+        match &q.subject {
+            Subject::Principal(p) => principal = Some(p.clone()),
+            Subject::Workflow(w) => workflow = Some(w.clone()),
+            Subject::Target(t) => target = Some(t.clone()),
+        }
         QuotaBody {
             principal,
             workflow,
+            target,
             measure: q.measure.as_str().to_string(),
             limit: q.limit,
             queue: q.queue,

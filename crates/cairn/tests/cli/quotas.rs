@@ -166,3 +166,90 @@ fn a_quota_binds_every_daemon_of_the_registry() {
     assert_eq!(t.call("POST", "/runs/P1/cancel", "lena", None).status, 200);
     let _ = b.cmd(&["daemon", "stop"]);
 }
+
+/// A tool that fails (exit 3) when another step holds its marker file: two of its steps that
+/// overlap cannot both succeed.
+const EXCLUSIVE_PY: &str = r#"
+import json, os, sys, time
+args = json.load(sys.stdin)
+try:
+    fd = os.open(args["marker"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+except FileExistsError:
+    print("another step holds " + args["marker"], file=sys.stderr)
+    sys.exit(3)
+time.sleep(float(args["sleep"]))
+os.close(fd)
+os.unlink(args["marker"])
+print(json.dumps({"ok": True}))
+"#;
+
+const EXCLUSIVE: &str = r#"
+[workflow]
+name = "exclusive"
+version = "1.0.0"
+
+[tools.excl]
+command = ["python3", "tools/excl.py"]
+
+[[steps]]
+id = "hold"
+tool = "excl"
+args = { marker = "${input.marker}", sleep = "${input.sleep}" }
+"#;
+
+/// Two runs submitted at once, each one step holding the marker for 2 s; their statuses.
+fn two_at_once(c: &Cairn, ids: [&str; 2]) -> Vec<Value> {
+    let url = c.daemon().url;
+    let token = c.token("operator");
+    for id in ids {
+        let body = json!({"thread_id": "t", "workflow": "exclusive", "run_id": id,
+            "input": {"marker": c.path_str("marker"), "sleep": "2"}});
+        let r = http("POST", &format!("{url}/runs"), Some(&token), Some(&body.to_string()), &[]);
+        assert_eq!(r.status, 202, "{}", r.text);
+    }
+    ids.iter()
+        .map(|id| {
+            wait_until(LONG, || !matches!(c.show(id)["status"].as_str(), Some("RUNNING")));
+            c.show(id)
+        })
+        .collect()
+}
+
+/// A target's `steps` quota: without it two runs' steps overlap on the local target (one fails
+/// on the other's marker, proving they ran at once); with a limit of 1 both succeed, the second
+/// having waited for the first's place (`step.queued`, naming the quota).
+fn a_targets_steps(kind: Kind) {
+    let Some(c) = Cairn::on(kind) else { return };
+    c.add(&write_workflow(&c.path("exclusive"), EXCLUSIVE, &[("tools/excl.py", EXCLUSIVE_PY)]));
+    c.start_daemon();
+    let free = two_at_once(&c, ["F1", "F2"]);
+    let statuses: Vec<&str> = free.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert!(statuses.contains(&"FAILED") && statuses.contains(&"READY"), "without a quota they overlap: {free:#?}");
+
+    c.json(&["quota", "set", "--target", "local", "--measure", "steps", "--limit", "1"]).expect(0);
+    let limited = two_at_once(&c, ["L1", "L2"]);
+    for r in &limited {
+        assert_eq!(r["status"], "READY", "with a place each they do not overlap: {r:#}");
+    }
+    let queued: Vec<Value> =
+        ["L1", "L2"].iter().flat_map(|id| c.events(id)).filter(|e| e["kind"] == "step.queued").collect();
+    assert_eq!(queued.len(), 1, "one of them waited for the other's place: {queued:#?}");
+    let reason = queued[0]["data"]["reason"].as_str().unwrap();
+    assert!(reason.contains("target `local`") && reason.contains("at its quota of 1"), "{reason}");
+    let listed = c.json(&["quota"]).expect(0).json;
+    assert_eq!(listed["quotas"][0]["target"], "local", "{listed:#}");
+    assert_eq!(listed["quotas"][0]["used"], 0, "no step runs now: {listed:#}");
+    // A target's quota is on its steps only.
+    let wrong = c.json(&["quota", "set", "--target", "local", "--measure", "runs", "--limit", "1"]);
+    assert_eq!((wrong.code, wrong.json["error"]["code"].clone()), (2, json!("invalid_field")));
+}
+
+#[test]
+fn a_targets_steps_sqlite() {
+    a_targets_steps(Kind::Sqlite);
+}
+
+#[test]
+fn a_targets_steps_postgres() {
+    a_targets_steps(Kind::Postgres);
+}

@@ -1252,3 +1252,57 @@ fn an_unreachable_target_holds_the_run_waiting_and_it_follows_the_same_launch_on
     assert_eq!(events_of(&events, "run.waiting", None).len(), 1, "{events:#?}");
     assert!(!events_of(&events, "step.reattached", Some("s")).is_empty(), "the same launch, adopted: {events:#?}");
 }
+
+// ------------------------------------------------------------------------------------ secrets
+
+/// A tool's secrets on a target: through the step agent's stdin to a process over SSH, and to a
+/// Slurm job in `sbatch`'s own environment (exported by name). The tool gets both values; the
+/// run's directory on the target (its request, its stdout and stderr, a job's script and
+/// supervise.json), the state root and the registry hold neither: the tool's output there says
+/// `[secret NAME]`.
+fn secrets_on_a_target(executor: &str) {
+    use crate::secrets::{PASSWORD, TOKEN, files_holding, sha256};
+    let Some(d) = sshd() else { return };
+    if executor == "slurm" && !slurm() {
+        return;
+    }
+    let rt = Rt::new(d, "box", executor);
+    let files = [("tools/uses.py", crate::secrets::USES_PY), ("tools/plain.py", crate::secrets::PLAIN_PY)];
+    rt.c.add(&write_workflow(&rt.c.path("vault"), crate::secrets::WORKFLOW, &files));
+    for (name, value) in [("DB_PASSWORD", PASSWORD), ("PORTAL_TOKEN", TOKEN)] {
+        rt.c.command(&["secret", "set", name]).write_stdin(value).assert().success();
+    }
+    let run_dir = rt.p("vault-run");
+    rt.c.plan("vault", &rt.c.input(&json!({})), "box", &run_dir, "vault").expect(0);
+    let out = rt.execute(&rt.approval("vault"));
+    assert_eq!(out.code, 0, "{}\n{}\ndaemon log:\n{}", out.stdout, out.stderr, rt.c.daemon_log());
+    let result = &step(&out.json, "connect")["result"];
+    assert_eq!(result["password_sha256"], sha256(PASSWORD), "{:#}", out.json);
+    assert_eq!(result["token_sha256"], sha256(TOKEN), "{:#}", out.json);
+    assert_eq!(result["echo"], "the token is [secret PORTAL_TOKEN]");
+    let stderr = std::fs::read_to_string(attempt_dir(&run_dir, "connect", 1).join("stderr")).unwrap();
+    assert!(stderr.contains("password=[secret DB_PASSWORD]"), "the tool's stderr on the target: {stderr}");
+    if executor == "slurm" {
+        let job = read_json(&attempt_dir(&run_dir, "connect", 1).join("pid.json"))["job_id"].clone();
+        assert!(job.is_string(), "it ran as a job");
+    }
+    let dump = rt.c.sql(&[], ".dump").expect("sqlite3");
+    rt.stop();
+    let store = rt.c.home().join("secrets");
+    for value in [PASSWORD, TOKEN] {
+        let mut found = files_holding(&run_dir, value.as_bytes());
+        found.extend(files_holding(&rt.c.home(), value.as_bytes()).into_iter().filter(|p| !p.starts_with(&store)));
+        assert!(found.is_empty(), "`{value}` is in {found:?}");
+        assert!(!dump.contains(value), "`{value}` is in the registry");
+    }
+}
+
+#[test]
+fn secrets_reach_a_tool_over_ssh_and_no_file_on_the_target() {
+    secrets_on_a_target("process");
+}
+
+#[test]
+fn secrets_reach_a_slurm_job_and_no_file_on_the_target() {
+    secrets_on_a_target("slurm");
+}

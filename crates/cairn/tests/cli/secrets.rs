@@ -15,13 +15,13 @@ use sha2::{Digest, Sha256};
 
 use crate::support::*;
 
-const PASSWORD: &str = "hunter2-correct-horse-battery";
-const TOKEN: &str = "tok_7f3a9c1e5b2d4f60a8b9c0d1e2f3a4b5";
+pub(crate) const PASSWORD: &str = "hunter2-correct-horse-battery";
+pub(crate) const TOKEN: &str = "tok_7f3a9c1e5b2d4f60a8b9c0d1e2f3a4b5";
 const ROTATED: &str = "a-new-password-after-rotation";
 
 /// A tool that proves it got its secrets (their SHA-256 in its result) and then prints them
 /// everywhere it can: its result, its stderr, and an error-looking line.
-const USES_PY: &str = r#"
+pub(crate) const USES_PY: &str = r#"
 import hashlib, json, os, sys
 password, token = os.environ["DB_PASSWORD"], os.environ["PORTAL_TOKEN"]
 print(f"connecting with password={password} and token {token}", file=sys.stderr)
@@ -33,12 +33,12 @@ print(json.dumps({
 }))
 "#;
 
-const PLAIN_PY: &str = r#"
+pub(crate) const PLAIN_PY: &str = r#"
 import json
 print(json.dumps({"ok": True}))
 "#;
 
-const WORKFLOW: &str = r#"
+pub(crate) const WORKFLOW: &str = r#"
 [workflow]
 name = "vault"
 version = "1.0.0"
@@ -60,7 +60,7 @@ tool = "plain"
 needs = ["connect"]
 "#;
 
-fn sha256(s: &str) -> String {
+pub(crate) fn sha256(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
 
@@ -92,7 +92,7 @@ fn pass_store(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// Every file under `root` whose bytes hold `needle`.
-fn files_holding(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+pub(crate) fn files_holding(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
