@@ -76,6 +76,11 @@ fn wants_json(m: &clap::ArgMatches) -> bool {
 /// the CLI and the HTTP API alike.
 fn error_body(f: &Failure) -> wire::ErrorBody {
     wire::ErrorBody {
-        error: wire::ErrorDetail { code: f.error.clone(), message: f.message.clone(), problems: Vec::new() },
+        error: wire::ErrorDetail {
+            code: f.error.clone(),
+            message: f.message.clone(),
+            problems: Vec::new(),
+            missing: None,
+        },
     }
 }

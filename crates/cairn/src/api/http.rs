@@ -27,18 +27,24 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     problems: Vec<crate::wire::WorkflowProblem>,
+    missing: Option<Box<crate::wire::MissingGrant>>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into(), problems: Vec::new() }
+        ApiError { status, code, message: message.into(), problems: Vec::new(), missing: None }
     }
 }
 
 impl ApiError {
     /// The status and the body it answers with: what a streamed answer sends as its last line.
     pub(crate) fn parts(self) -> (StatusCode, ErrorBody) {
-        let error = ErrorDetail { code: self.code.to_string(), message: self.message, problems: self.problems };
+        let error = ErrorDetail {
+            code: self.code.to_string(),
+            message: self.message,
+            problems: self.problems,
+            missing: self.missing.map(|m| *m),
+        };
         (self.status, ErrorBody { error })
     }
 }
@@ -61,6 +67,10 @@ impl From<EngineError> for ApiError {
             code: e.code().as_str(),
             message: e.to_string(),
             problems: e.problems().iter().map(crate::wire::WorkflowProblem::from).collect(),
+            missing: match &e {
+                EngineError::Forbidden(denied) => Some(Box::new(crate::wire::MissingGrant::of(denied))),
+                _ => None,
+            },
         }
     }
 }

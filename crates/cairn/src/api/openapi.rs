@@ -38,7 +38,7 @@ pub(super) async fn openapi_json() -> Response {
         team::list_principals, team::add_principal, team::get_principal, team::rotate_principal, team::revoke_principal,
         team::add_grant, team::remove_grant, team::list_roles, team::add_role, team::remove_role, team::list_policies,
         team::set_policy, team::list_audit, team::whoami, team::list_quotas, team::set_quota, team::remove_quota),
-    components(schemas(ErrorBody, ErrorDetail, wire::SpareKernel, http::Health, wire::DaemonsBody, wire::DaemonBody, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
+    components(schemas(ErrorBody, ErrorDetail, wire::MissingGrant, wire::SpareKernel, http::Health, wire::DaemonsBody, wire::DaemonBody, wire::SubmitRun, wire::ReplayDirective, wire::RunResult,
         wire::RunList, wire::EventList, wire::StepLog, wire::RunTimeline, wire::TimelineAttempt, wire::Explanation, wire::PipelineJobs, wire::StepDetail, wire::ArtifactList,
         wire::TraceResult, wire::ExportResult, wire::ArtifactSlice, wire::WorkflowList, wire::WorkflowDetail, wire::AddWorkflow, wire::WorkflowAdded, wire::WorkflowProblem,
         wire::SubmitJob, wire::Job, wire::JobList, wire::Interrupted, wire::Restarted, runs::SseEventSchema, wire::WaitingNotice,

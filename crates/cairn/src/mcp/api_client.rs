@@ -22,11 +22,13 @@ pub struct CallError {
     pub message: String,
     /// A rejected workflow's problems, `[{file, line, step, field, message}]`, as the API gave them.
     pub problems: Vec<Value>,
+    /// A `forbidden` refusal's missing grant, `{permission, workflow?, target?}`, as the API gave it.
+    pub missing: Option<Box<Value>>,
 }
 
 impl CallError {
     pub(crate) fn new(status: u16, code: &str, message: impl Into<String>) -> CallError {
-        CallError { status, code: code.into(), message: message.into(), problems: Vec::new() }
+        CallError { status, code: code.into(), message: message.into(), problems: Vec::new(), missing: None }
     }
 
     /// The failure an engine error is, as the API would answer with it.
@@ -42,6 +44,7 @@ impl CallError {
             code: e.code,
             message: e.message,
             problems: e.problems.iter().filter_map(|p| serde_json::to_value(p).ok()).collect(),
+            missing: e.missing.as_ref().and_then(|m| serde_json::to_value(m).ok()).map(Box::new),
         }
     }
 
@@ -71,6 +74,9 @@ impl CallError {
         let mut error = json!({"status": self.status, "code": self.code, "message": format!("{}{hint}", self.message)});
         if !self.problems.is_empty() {
             error["problems"] = Value::Array(self.problems.clone());
+        }
+        if let Some(m) = &self.missing {
+            error["missing"] = (**m).clone();
         }
         CallToolResult::structured_error(json!({ "error": error }))
     }

@@ -127,4 +127,29 @@ pub struct ErrorDetail {
     /// each located, so all can be fixed at once. Absent for any other error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<WorkflowProblem>,
+    /// A refusal for a missing grant (`forbidden`): the permission and the scope it was needed
+    /// in. Absent for any other error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<MissingGrant>,
+}
+
+/// What a caller lacked: a permission, in the scope of a workflow and/or a target (both absent:
+/// everywhere).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MissingGrant {
+    pub permission: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+impl MissingGrant {
+    pub fn of(d: &cairn_core::access::Denied) -> MissingGrant {
+        MissingGrant {
+            permission: d.permission.as_str().to_string(),
+            workflow: d.resource.workflow.clone(),
+            target: d.resource.target.clone(),
+        }
+    }
 }

@@ -396,7 +396,12 @@ mod tests {
             line(VerifyStreamEvent::CellFinished { index: 2, status: VerifyCellStatus::TimedOut, duration_ms: 7 }),
             r#"{"event":"cell_finished","index":2,"status":"timed_out","duration_ms":7}"#
         );
-        let error = super::super::ErrorDetail { code: "not_found".into(), message: "m".into(), problems: Vec::new() };
+        let error = super::super::ErrorDetail {
+            code: "not_found".into(),
+            message: "m".into(),
+            problems: Vec::new(),
+            missing: None,
+        };
         assert_eq!(
             line(VerifyStreamEvent::Error { status: 404, error }),
             r#"{"event":"error","status":404,"error":{"code":"not_found","message":"m"}}"#

@@ -214,6 +214,8 @@ fn permission_matrix(kind: Kind) {
                 if *who != "vera" {
                     let lacks = format!("may not {}", r.permission);
                     assert!(message.contains(&lacks), "{what}: the refusal names `{}`: {message}", r.permission);
+                    let missing = &got.body["error"]["missing"];
+                    assert_eq!(missing["permission"], r.permission, "{what}: `missing` names it too: {}", got.text);
                 }
             }
         }
@@ -250,6 +252,57 @@ fn permission_matrix_postgres() {
     permission_matrix(Kind::Postgres);
 }
 
+/// The CLI's commands that ask the daemon, run with each principal's token (`CAIRN_TOKEN`),
+/// from one table: an allowed caller gets past the check (exit 0, or the refusal its arguments
+/// lead to), a refused one exits 2 with the error `forbidden`.
+fn cli_matrix(kind: Kind) {
+    let Some(t) = Team::on(kind) else { return };
+    let pd = t.owner_plan("demo", "pd");
+    let input = t.c.input(&t.inputs["D1"]);
+    let input = input.to_str().unwrap();
+    let plan_id = pd["plan_id"].as_str().unwrap();
+    let zeros = "0".repeat(64);
+    let rows: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", "demo", "--input", input, "--run-id", "D1"], "-++++++-"),
+        (vec!["execute-plan", "pd", "--id", plan_id, "--checksum", &zeros], "--+++--+"),
+        (vec!["cancel", "D1"], "---++---"),
+        (vec!["user", "add", "Bad Name", "--role", "viewer"], "----+---"),
+        (vec!["grant", "add", "nope", "viewer"], "----+---"),
+        (vec!["role", "add", "r", "--allow", "fly"], "----+---"),
+        (vec!["policy", "set", "demo", "--two-person", "off"], "----+---"),
+        (vec!["quota", "set", "--principal", "x", "--measure", "fly", "--limit", "1"], "----+---"),
+        (vec!["audit"], "++++++++"),
+        (vec!["quota"], "++++++++"),
+        (vec!["whoami"], "++++++++"),
+    ];
+    for (args, allowed) in &rows {
+        for (who, allowed) in WHO.iter().zip(allowed.chars()) {
+            let mut argv = args.clone();
+            argv.push("--json");
+            let out = t.c.std_command(&argv).env("CAIRN_TOKEN", &t.tokens[who]).output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+            let answer: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+            let what = format!("cairn {} as {who}", args.join(" "));
+            let code = answer["error"]["code"].as_str();
+            if allowed == '+' {
+                assert_ne!(code, Some("forbidden"), "{what}: it may: {stdout}");
+            } else {
+                assert_eq!((out.status.code(), code), (Some(2), Some("forbidden")), "{what}: {stdout}");
+            }
+        }
+    }
+}
+
+#[test]
+fn cli_matrix_sqlite() {
+    cli_matrix(Kind::Sqlite);
+}
+
+#[test]
+fn cli_matrix_postgres() {
+    cli_matrix(Kind::Postgres);
+}
+
 /// A workflow needing two people: its planner may not execute the plan even with `approve`;
 /// another approver may, and the run says who planned and who approved, on every surface.
 fn two_person_approval(kind: Kind) {
@@ -277,6 +330,16 @@ fn two_person_approval(kind: Kind) {
     assert_eq!((api["approval"]["by"].clone(), api["approval"]["planned_by"].clone()), (json!("abe"), json!("dana")));
     let shown = t.c.raw(&["show", &run_id]).expect(0).stdout;
     assert!(shown.contains("planned by dana") && shown.contains("approved by abe"), "{shown}");
+    // The RO-Crate names the person behind the approval as the run's agent, the planner beside.
+    let dir = t.c.path("crate");
+    t.c.json(&["export", &run_id, "--ro-crate", dir.to_str().unwrap(), "--no-data"]).expect(0);
+    let rocrate: Value = serde_json::from_slice(&std::fs::read(dir.join("ro-crate-metadata.json")).unwrap()).unwrap();
+    let graph = rocrate["@graph"].as_array().unwrap();
+    let action = graph.iter().find(|e| e["@type"] == "CreateAction" && e["identifier"] == run_id.as_str()).unwrap();
+    assert_eq!(action["agent"], json!({"@id": "#principal-abe"}), "{action:#}");
+    assert_eq!(action["participant"], json!([{"@id": "#principal-dana"}]), "{action:#}");
+    let abe = graph.iter().find(|e| e["@id"] == "#principal-abe").unwrap();
+    assert_eq!((abe["@type"].as_str(), abe["name"].as_str()), (Some("Person"), Some("abe")), "{abe:#}");
     let acts = t.c.json(&["audit", "--object", "p2"]).expect(0).json;
     let said: Vec<(Value, Value, Value)> = acts["acts"]
         .as_array()

@@ -1171,6 +1171,122 @@ fn an_mcp_session_acts_as_its_principal() {
     assert_eq!(acts["acts"][0]["channel"], "mcp", "the audit says it came through MCP: {acts:#}");
 }
 
+/// Every mutating MCP tool against principals of every built-in role, a custom one, and grants
+/// scoped to the workflow and to the target (one table, as the API's in `access.rs`): an allowed
+/// caller gets past the permission check to the refusal or the no-op its arguments lead to; a
+/// refused one gets 403 `forbidden` naming itself and the permission. Nothing is created.
+#[test]
+fn every_mutating_tool_against_every_kind_of_principal() {
+    const WHO: [&str; 8] = ["vera", "lena", "abe", "max", "ada", "rob", "dana", "tom"];
+    let Some(fx) = Fx::with_example() else { return };
+    let (code, _, out) = fx.json(&["role", "add", "runner", "--allow", "read,run"]);
+    assert_eq!(code, 0, "{out}");
+    let roles = ["viewer", "launcher", "approver", "maintainer", "admin", "runner", "viewer", "viewer"];
+    let mut tokens = Vec::new();
+    for (who, role) in WHO.iter().zip(roles) {
+        let (code, added, out) = fx.json(&["user", "add", who, "--role", role]);
+        assert_eq!(code, 0, "{out}");
+        tokens.push(added["token"].as_str().unwrap().to_string());
+    }
+    for grant in [["dana", "launcher", "--workflow", "release-validation"], ["tom", "approver", "--target", "local"]] {
+        let mut args = vec!["grant", "add"];
+        args.extend(grant);
+        assert_eq!(fx.json(&args).0, 0);
+    }
+    // A plan the owner made, executed with a wrong checksum: past the check it is a mismatch.
+    let input = fx.p("ready.json");
+    std::fs::write(&input, ready_input().to_string()).unwrap();
+    let run_dir = fx.p("planned");
+    let (code, plan, out) = fx.json(&[
+        "plan",
+        "release-validation",
+        "--input",
+        input.to_str().unwrap(),
+        "--target",
+        "local",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+        "--name",
+        "p1",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let (code, run, out) =
+        fx.json(&["run", "release-validation", "--input", input.to_str().unwrap(), "--run-id", "R1"]);
+    assert_eq!((code, run["status"].as_str()), (0, Some("READY")), "{out}");
+    let example = example("1.2.0");
+    let rows: Vec<(&str, &str, Value, &str, &str)> = vec![
+        ("workbench", "add_workflow", json!({"path": example}), "register", "---++---"),
+        (
+            "workbench",
+            "plan_run",
+            json!({"workflow": "release-validation", "input": ready_input(), "target": "local", "run_dir": "relative"}),
+            "plan",
+            "-++++-++",
+        ),
+        (
+            "workbench",
+            "plan_replay",
+            json!({"source_run_id": "R1", "step_ids": ["load_manifest"], "run_dir": "relative"}),
+            "plan",
+            "-++++-++",
+        ),
+        (
+            "workbench",
+            "execute_plan",
+            json!({"plan_name": "p1", "plan_id": plan["plan_id"], "plan_checksum": "0".repeat(64)}),
+            "approve",
+            "--+++--+",
+        ),
+        ("workbench", "cancel_run", json!({"run_id": "R1"}), "cancel", "---++---"),
+        ("workbench", "verify_workflow", json!({}), "code", "---++---"),
+        ("workbench", "execute_code", json!({"code": "  "}), "code", "---++---"),
+        ("workbench", "interrupt_kernel", json!({}), "code", "---++---"),
+        ("workbench", "restart_kernel", json!({}), "code", "---++---"),
+        ("workbench", "save_doc", json!({"name": "a/b", "text": "# M\n"}), "docs", "-++++---"),
+        (
+            "compute",
+            "add_target",
+            json!({"name": "t", "ssh": "me@host", "workspace_root": "relative"}),
+            "target",
+            "---++---",
+        ),
+        ("compute", "probe_target", json!({"name": "nope"}), "plan", "-++++---"),
+    ];
+    let tools: Vec<&str> = rows.iter().map(|r| r.1).collect();
+    assert_eq!(tools.iter().copied().collect::<std::collections::BTreeSet<_>>(), MUTATING.into_iter().collect());
+    let client = fx.client();
+    for (i, who) in WHO.iter().enumerate() {
+        let wb = client.http_as("workbench", who, &tokens[i]);
+        let compute = client.http_as("compute", who, &tokens[i]);
+        for (server, tool, args, permission, allowed) in &rows {
+            let session = if *server == "workbench" { &wb } else { &compute };
+            let r = session.call(tool, args.clone());
+            let error = &r["structuredContent"]["error"];
+            let what = format!("{tool} as {who}");
+            if allowed.as_bytes()[i] == b'+' {
+                assert_ne!(error["code"], "forbidden", "{what}: it may: {r:#}");
+            } else {
+                assert_eq!(
+                    (error["status"].as_u64(), error["code"].as_str()),
+                    (Some(403), Some("forbidden")),
+                    "{what}: {r:#}"
+                );
+                let message = error["message"].as_str().unwrap_or_default();
+                assert!(message.contains(who), "{what}: the refusal names who: {message}");
+                if *who != "vera" {
+                    assert!(
+                        message.contains(&format!("may not {permission}")),
+                        "{what}: names `{permission}`: {message}"
+                    );
+                    assert_eq!(error["missing"]["permission"], *permission, "{what}: as data too: {r:#}");
+                }
+            }
+        }
+    }
+    assert_eq!(fx.runs().len(), 1, "no call created a run: {:#?}", fx.runs());
+    assert!(!run_dir.exists(), "no call executed the plan");
+}
+
 /// A Viewer token on /mcp/workbench and /mcp/compute reads, and every change comes back `isError`
 /// 403 and changes nothing; /mcp/app works with either token; no token is a 401, a foreign
 /// `Host` a 403 (DNS rebinding), a foreign browser `Origin` a 403.
