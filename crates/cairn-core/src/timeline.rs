@@ -3,6 +3,8 @@
 //! attempt all read the same way). `cairn show --timeline`, `GET /runs/{id}/timeline` and the web
 //! app's Gantt draw these spans.
 
+use std::collections::HashMap;
+
 use crate::event::RunEvent;
 use crate::store::EventRecord;
 
@@ -77,6 +79,10 @@ pub fn timeline(events: &[EventRecord]) -> Timeline {
         .map(|e| e.at)
         .unwrap_or(0);
     let mut spans: Vec<AttemptSpan> = Vec::new();
+    // Indexes into `spans`, so a run of any size is read in one pass: every attempt's span by
+    // (step, attempt), and each step's open spans, newest last.
+    let mut known: HashMap<(&str, u32), usize> = HashMap::new();
+    let mut open: HashMap<&str, Vec<usize>> = HashMap::new();
     let mut finished_ms = None;
     for e in events {
         let at = e.at - origin_ms;
@@ -88,7 +94,9 @@ pub fn timeline(events: &[EventRecord]) -> Timeline {
         };
         let (end, duration_us) = match &e.event {
             RunEvent::StepStarted { .. } => {
-                if !spans.iter().any(|s| s.step_id == step && s.attempt == attempt) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = known.entry((step, attempt)) {
+                    slot.insert(spans.len());
+                    open.entry(step).or_default().push(spans.len());
                     spans.push(AttemptSpan {
                         step_id: step.to_string(),
                         attempt,
@@ -119,11 +127,9 @@ pub fn timeline(events: &[EventRecord]) -> Timeline {
             _ => continue,
         };
         // The open span of that attempt (a cancel names the step's current attempt).
-        if let Some(span) = spans
-            .iter_mut()
-            .rev()
-            .find(|s| s.step_id == step && s.end == SpanEnd::Running && (s.attempt == attempt || attempt == 0))
-        {
+        let Some(open) = open.get_mut(step) else { continue };
+        if let Some(k) = open.iter().rposition(|&i| spans[i].attempt == attempt || attempt == 0) {
+            let span = &mut spans[open.remove(k)];
             span.end_ms = Some(at);
             span.end = end;
             span.duration_us = duration_us;
