@@ -427,12 +427,20 @@ impl RunResult {
 
     pub fn from_view(view: &RunView) -> RunResult {
         let run = &view.run;
+        // A replay child's decisions by step, looked up once each (a 100,000-step child would
+        // otherwise scan them all for every step).
+        let decisions: std::collections::HashMap<&str, &DecisionRecord> =
+            run.replay.iter().flat_map(|r| r.decisions.iter().map(|d| (d.step_id.as_str(), d))).collect();
         RunResult {
             run_id: run.run_id.to_string(),
             workflow: run.workflow.clone(),
             version: run.version.clone(),
             status: run.status.to_string(),
-            steps: view.steps.iter().map(|s| step_result(view, s)).collect(),
+            steps: view
+                .steps
+                .iter()
+                .map(|s| step_fields(decisions.get(s.step_id.as_str()).copied(), s, RESULT_PREVIEW_BYTES))
+                .collect(),
             findings: run.findings.iter().map(super::to_value).collect(),
             error: run.error.clone(),
             run_dir: run.run_dir.clone(),
@@ -471,10 +479,6 @@ fn lineage_entry(r: &RunRecord) -> LineageEntry {
         version: r.version.clone(),
         status: r.status.to_string(),
     }
-}
-
-fn step_result(view: &RunView, s: &StepView) -> StepResult {
-    step_fields(view.decision_of(&s.step_id), s, RESULT_PREVIEW_BYTES)
 }
 
 fn step_fields(decision: Option<&DecisionRecord>, s: &StepView, limit: usize) -> StepResult {

@@ -221,7 +221,8 @@ fn two_at_once(c: &Cairn, ids: [&str; 2]) -> Vec<Value> {
 fn a_targets_steps(kind: Kind) {
     let Some(c) = Cairn::on(kind) else { return };
     c.add(&write_workflow(&c.path("exclusive"), EXCLUSIVE, &[("tools/excl.py", EXCLUSIVE_PY)]));
-    c.start_daemon();
+    // Two workers whatever the machine's CPUs: the two runs execute at once.
+    c.json(&["daemon", "start", "--workers", "2"]).expect(0);
     let free = two_at_once(&c, ["F1", "F2"]);
     let statuses: Vec<&str> = free.iter().map(|r| r["status"].as_str().unwrap()).collect();
     assert!(statuses.contains(&"FAILED") && statuses.contains(&"READY"), "without a quota they overlap: {free:#?}");
