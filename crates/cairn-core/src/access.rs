@@ -67,20 +67,6 @@ impl Permission {
     pub fn parse(s: &str) -> Option<Permission> {
         Permission::ALL.into_iter().find(|p| p.as_str() == s)
     }
-
-    /// Whether the permission can be scoped to a workflow or a target. The others (code, docs,
-    /// admin, read) are about the daemon as a whole, so a grant of them is only ever global.
-    pub fn scopable(self) -> bool {
-        matches!(
-            self,
-            Permission::Plan
-                | Permission::Run
-                | Permission::Approve
-                | Permission::Cancel
-                | Permission::Register
-                | Permission::Target
-        )
-    }
 }
 
 impl std::fmt::Display for Permission {

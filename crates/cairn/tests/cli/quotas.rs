@@ -254,3 +254,32 @@ fn a_targets_steps_sqlite() {
 fn a_targets_steps_postgres() {
     a_targets_steps(Kind::Postgres);
 }
+
+/// kill -9 of the daemon while a step waits for a place of its target (begun, not launched, the
+/// place held by the other run's step): the next daemon resumes both runs, the waiting step takes
+/// the place once it frees, and the two never overlap — both READY.
+#[test]
+fn a_step_waiting_for_its_targets_place_survives_a_kill_9() {
+    let c = Cairn::new();
+    c.add(&write_workflow(&c.path("exclusive"), EXCLUSIVE, &[("tools/excl.py", EXCLUSIVE_PY)]));
+    c.json(&["daemon", "start", "--workers", "2"]).expect(0);
+    c.json(&["quota", "set", "--target", "local", "--measure", "steps", "--limit", "1"]).expect(0);
+    let url = c.daemon().url;
+    let token = c.token("operator");
+    for id in ["K1", "K2"] {
+        let body = json!({"thread_id": "t", "workflow": "exclusive", "run_id": id,
+            "input": {"marker": c.path_str("marker"), "sleep": "3"}});
+        let r = http("POST", &format!("{url}/runs"), Some(&token), Some(&body.to_string()), &[]);
+        assert_eq!(r.status, 202, "{}", r.text);
+    }
+    let queued = || ["K1", "K2"].iter().any(|id| c.events(id).iter().any(|e| e["kind"] == "step.queued"));
+    assert!(wait_until(Duration::from_secs(20), queued), "one step waits for the place");
+    let pid = c.daemon().pid;
+    kill9_pid(pid);
+    assert!(wait_until(Duration::from_secs(10), || !alive(pid)), "the daemon was killed");
+    c.json(&["daemon", "start", "--workers", "2"]).expect(0);
+    for id in ["K1", "K2"] {
+        let run = c.wait_for_status(id, "READY", LONG);
+        assert_eq!(step(&run, "hold")["status"], "COMPLETED", "{run:#}");
+    }
+}
