@@ -487,6 +487,44 @@ async function failedRun(page) {
   await finishPage(page, 'run', 'run-failed');
 }
 
+/** A run of more steps than a page holds: its counts, its graph by layers, a table that holds only
+ *  the rows in view and reads the rest as it scrolls, filtered by status or by layer, and a step's
+ *  details on demand. */
+async function largeRun(page) {
+  const l = EXPECT.large;
+  await go(page, `#/runs/${l.run}`, 'run');
+  await waitText(page, '#run-status', 'READY');
+  check((await page.getAttribute('main', 'data-large')) === 'true', 'a large run\'s page must say so (main[data-large])');
+  await waitText(page, '#step-counts', `${l.steps} steps: ${l.steps} completed, 0 failed, 0 running, 0 pending`);
+  await waitText(page, '#dag-layers li[data-layer="0"]', (t) => t.includes(`${l.fan} steps`));
+  check((await page.getAttribute('#dag-layers li[data-layer="0"]', 'data-completed')) === String(l.fan), 'layer 0: every step completed');
+  await waitText(page, '#dag-layers li[data-layer="1"]', (t) => t.includes('1 step') && t.includes('join'));
+  await mustExist(page, stepRow('s0'), 'the first step\'s row');
+  const rows = await count(page, 'table#steps-table tbody tr[data-step]');
+  check(rows > 5 && rows < 60, `the table must hold only the rows in view, holds ${rows}`);
+  // Scrolled to its end, it reads and shows the last rows.
+  await page.$eval('#steps-virtual', (el) => { el.scrollTop = el.scrollHeight; });
+  await mustExist(page, stepRow('join'), 'the last step\'s row, read on scrolling');
+  check(!(await page.$(stepRow('s0'))), 'the first row left the table when scrolled away');
+  // By status: none failed.
+  await page.selectOption('select#steps-filter', 'FAILED');
+  await waitText(page, '#steps-matched', 'No step matches.');
+  await page.selectOption('select#steps-filter', '');
+  await mustExist(page, stepRow('s0'), 'every step back, from the first');
+  // A layer's steps.
+  await page.click('#dag-layers li[data-layer="1"] button');
+  await mustExist(page, stepRow('join'), 'the join, the one step of layer 1');
+  await waitText(page, '#steps-matched', (t) => t.startsWith('Steps 1–1 of 1'));
+  await page.click('#steps-all-layers');
+  await mustExist(page, stepRow('s0'), 'every layer back');
+  // A step's details: its result and log.
+  await page.click(`${stepRow('s0')} button`);
+  await waitText(page, '#step-detail-log', (t) => t.includes(l.log_text));
+  await mustExist(page, 'svg#gantt', 'the attempts of the first steps on a time axis');
+  await mustExist(page, '#events li[data-kind="run.finished"]', 'the newest events, the run\'s end among them');
+  await finishPage(page, 'run', 'run-large');
+}
+
 async function workflowsList(page) {
   await go(page, '#/workflows', 'workflows');
   for (const wf of [EXPECT.workflow, EXPECT.live_workflow]) {
@@ -836,6 +874,7 @@ async function main() {
     ['pipeline run', pipelineRun],
     ['BLOCKED run', blockedRun],
     ['FAILED run', failedRun],
+    ['large run', largeRun],
     ['workflows', workflowsList],
     ['workflow', workflowPage],
     ['compute', computePage],

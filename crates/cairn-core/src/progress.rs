@@ -2,20 +2,26 @@
 //! running pipeline step its jobs done of total. What an MCP client is told as progress while it
 //! waits on a run.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::event::RunEvent;
 
-/// A run's progress, fed its events in order.
+/// A run's progress, fed its events in order. It holds the steps running now, not every step
+/// seen: following a 100,000-step run costs what following a small one does.
 #[derive(Debug, Clone, Default)]
 pub struct RunProgress {
-    /// The run's steps, in its order.
-    steps: Vec<String>,
-    running: BTreeSet<String>,
-    ended: BTreeSet<String>,
-    /// Per pipeline step: its jobs done and total, from its newest `pipeline.job_finished`.
+    /// How many steps the run has.
+    total: usize,
+    /// How many have ended (completed, failed or reused): a step ends once in a run.
+    ended: usize,
+    /// The steps running now, in the order they started.
+    running: Vec<String>,
+    /// Per running pipeline step: its jobs done and total, from its newest `pipeline.job_finished`.
     jobs: BTreeMap<String, (u64, u64)>,
 }
+
+/// The most running steps a progress message names.
+const RUNNING_NAMED: usize = 5;
 
 /// What to report: `done` of `total` (steps; a running pipeline step adds the fraction of its
 /// jobs done), and the sentence to show a person.
@@ -27,22 +33,24 @@ pub struct Fraction {
 }
 
 impl RunProgress {
-    /// The progress of a run with these steps, before any event.
-    pub fn new(steps: Vec<String>) -> RunProgress {
-        RunProgress { steps, ..RunProgress::default() }
+    /// The progress of a run of `total` steps, before any event.
+    pub fn new(total: usize) -> RunProgress {
+        RunProgress { total, ..RunProgress::default() }
     }
 
     /// Takes in one event of step `step` (`None` for the run's own events).
     pub fn feed(&mut self, step: Option<&str>, event: &RunEvent) {
         let Some(step) = step else { return };
         match event {
-            RunEvent::StepStarted { .. } | RunEvent::StepRetrying { .. } | RunEvent::StepInterrupted { .. } => {
-                self.ended.remove(step);
-                self.running.insert(step.to_string());
+            RunEvent::StepStarted { .. } | RunEvent::StepRetrying { .. } | RunEvent::StepInterrupted { .. }
+                if !self.running.iter().any(|s| s == step) =>
+            {
+                self.running.push(step.to_string());
             }
             RunEvent::StepCompleted { .. } | RunEvent::StepFailed { .. } | RunEvent::StepReplayReused { .. } => {
-                self.running.remove(step);
-                self.ended.insert(step.to_string());
+                self.running.retain(|s| s != step);
+                self.jobs.remove(step);
+                self.ended += 1;
             }
             RunEvent::PipelineJobFinished { done: Some(done), total: Some(total), .. } => {
                 self.jobs.insert(step.to_string(), (*done, *total));
@@ -54,19 +62,28 @@ impl RunProgress {
     /// Steps ended plus the fraction of the pipeline jobs of those running, of the steps; and
     /// what to tell the person.
     pub fn fraction(&self) -> Fraction {
-        let ended = self.steps.iter().filter(|s| self.ended.contains(*s)).count();
-        let mut done = ended as f64;
-        let mut message = format!("{ended} of {} steps done", self.steps.len());
-        for id in self.steps.iter().filter(|s| self.running.contains(*s)) {
+        let total = self.total.max(self.ended);
+        let mut done = self.ended as f64;
+        let mut message = format!("{} of {total} steps done", self.ended);
+        for id in &self.running {
+            if let Some(&(jobs_done, jobs)) = self.jobs.get(id)
+                && jobs > 0
+            {
+                done += (jobs_done.min(jobs) as f64) / (jobs as f64) * 0.99;
+            }
+        }
+        for id in self.running.iter().take(RUNNING_NAMED) {
             match self.jobs.get(id) {
-                Some(&(jobs_done, total)) if total > 0 => {
-                    done += (jobs_done.min(total) as f64) / (total as f64) * 0.99;
-                    message.push_str(&format!("; {id}: {jobs_done} of {total} pipeline jobs done"));
+                Some(&(jobs_done, jobs)) if jobs > 0 => {
+                    message.push_str(&format!("; {id}: {jobs_done} of {jobs} pipeline jobs done"))
                 }
                 _ => message.push_str(&format!("; {id} running")),
             }
         }
-        Fraction { done, total: self.steps.len() as f64, message }
+        if self.running.len() > RUNNING_NAMED {
+            message.push_str(&format!("; {} more running", self.running.len() - RUNNING_NAMED));
+        }
+        Fraction { done, total: total as f64, message }
     }
 }
 
@@ -92,7 +109,7 @@ mod tests {
 
     #[test]
     fn steps_ended_and_a_running_pipeline_s_jobs_make_the_fraction() {
-        let mut p = RunProgress::new(vec!["a".into(), "calling".into(), "c".into()]);
+        let mut p = RunProgress::new(3);
         assert_eq!(p.fraction().message, "0 of 3 steps done");
         p.feed(Some("a"), &started());
         p.feed(Some("a"), &RunEvent::StepCompleted { duration_us: 1 });
@@ -107,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_retried_step_runs_again_and_a_failed_or_reused_one_has_ended() {
-        let mut p = RunProgress::new(vec!["a".into(), "b".into()]);
+        let mut p = RunProgress::new(2);
         p.feed(Some("a"), &started());
         p.feed(
             Some("a"),
@@ -131,5 +148,18 @@ mod tests {
         assert_eq!(p.fraction().message, "2 of 2 steps done");
         p.feed(None, &RunEvent::StepCompleted { duration_us: 1 });
         assert_eq!(p.fraction().done, 2.0);
+    }
+
+    #[test]
+    fn many_running_steps_are_named_five_at_a_time() {
+        let mut p = RunProgress::new(100_000);
+        for i in 0..8 {
+            p.feed(Some(&format!("s{i}")), &started());
+        }
+        p.feed(Some("s0"), &RunEvent::StepCompleted { duration_us: 1 });
+        assert_eq!(
+            p.fraction().message,
+            "1 of 100000 steps done; s1 running; s2 running; s3 running; s4 running; s5 running; 2 more running"
+        );
     }
 }

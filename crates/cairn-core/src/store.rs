@@ -155,6 +155,84 @@ pub struct RemoteProcess {
     pub job_id: Option<String>,
 }
 
+/// Which of a run's steps to read: a page of them in the DAG's order, of some statuses only,
+/// failed and running first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepQuery {
+    pub offset: usize,
+    /// At most this many; `None`: every one from `offset`.
+    pub limit: Option<usize>,
+    /// Only steps in these statuses ([`STEP_STATUSES`]); empty: all.
+    pub statuses: Vec<&'static str>,
+    /// FAILED steps first, then RUNNING, then the rest, each in the DAG's order.
+    pub attention_first: bool,
+    /// Only these steps; empty: all.
+    pub ids: Vec<String>,
+    /// Only the steps of this layer of the DAG ([`LayerCounts`]).
+    pub layer: Option<usize>,
+}
+
+impl StepQuery {
+    /// Every step, in the DAG's order.
+    pub fn every() -> StepQuery {
+        StepQuery::default()
+    }
+
+    /// Whether it asks for every step.
+    pub fn is_every(&self) -> bool {
+        self.offset == 0
+            && self.limit.is_none()
+            && self.statuses.is_empty()
+            && self.ids.is_empty()
+            && self.layer.is_none()
+    }
+}
+
+/// One layer of a run's DAG (its steps that need none, or whose deepest need is in the layer
+/// before) with its steps' counts by status: how a graph of a huge run is drawn.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerCounts {
+    pub layer: usize,
+    pub counts: StepCounts,
+    /// Its first few steps, in the DAG's order.
+    pub first: Vec<String>,
+}
+
+/// A step with no attempt yet, as a page shows its status.
+pub const PENDING: &str = "PENDING";
+
+/// The statuses a step is shown in: [`PENDING`] (no attempt yet), then a record's.
+pub const STEP_STATUSES: [&str; 4] = [PENDING, "RUNNING", "COMPLETED", "FAILED"];
+
+/// How many of a run's steps are in each status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    pub total: usize,
+    pub pending: usize,
+    pub running: usize,
+    pub completed: usize,
+    pub failed: usize,
+}
+
+/// The steps a [`StepQuery`] chose, with how many matched it and the run's counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepPage {
+    pub counts: StepCounts,
+    /// How many steps matched the query's filters (every step without one).
+    pub matched: usize,
+    pub steps: Vec<PagedStep>,
+}
+
+/// One step of a page, in the DAG's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PagedStep {
+    pub step_id: String,
+    /// Its tool is a pipeline controller (its jobs are folded from its events).
+    pub pipeline: bool,
+    /// `None` while it has no attempt (PENDING).
+    pub record: Option<StepRecord>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub run_id: RunId,
@@ -627,7 +705,28 @@ pub trait Runs {
 /// A run's steps, their attempts (each write fenced by its token) and the run's append-only event log.
 pub trait Attempts {
     fn steps(&self, run_id: &RunId) -> Result<Vec<StepRecord>, StoreError>;
+    /// The steps of a run `query` asks for, in its workflow's DAG order, with their rows and
+    /// its counts by status: a page of a huge run without reading the rest (or its definition).
+    fn step_page(&self, run_id: &RunId, query: &StepQuery) -> Result<StepPage, StoreError>;
+    /// The layers `offset..offset+limit` of a run's DAG with their counts, and how many layers
+    /// it has.
+    fn layer_counts(
+        &self,
+        run_id: &RunId,
+        offset: usize,
+        limit: usize,
+    ) -> Result<(Vec<LayerCounts>, usize), StoreError>;
+    /// The ids of a run's steps that have a row (started, completed or failed, or reused).
+    fn step_ids(&self, run_id: &RunId) -> Result<Vec<String>, StoreError>;
     fn events(&self, run_id: &RunId, after_seq: i64) -> Result<Vec<EventRecord>, StoreError>;
+    /// The newest `n` of a run's events, in order: where a view of a huge run's log starts.
+    fn last_events(&self, run_id: &RunId, n: usize) -> Result<Vec<EventRecord>, StoreError>;
+    /// A run's own events (those of no step) and those of these steps, in order: a page of a
+    /// huge run's timeline without reading every step's.
+    fn events_of_steps(&self, run_id: &RunId, step_ids: &[&str]) -> Result<Vec<EventRecord>, StoreError>;
+    /// At most `limit` of a run's events after `after_seq`, in order: what a follower reads at
+    /// a time, so following a huge run from its start holds one batch, not its whole log.
+    fn events_page(&self, run_id: &RunId, after_seq: i64, limit: usize) -> Result<Vec<EventRecord>, StoreError>;
     /// Starts an attempt with its token and a `step.started` event (plus `step.retrying` or
     /// `step.interrupted`); a retry or resume is conditional on `previous_token`.
     fn begin_attempt(&self, begin: &BeginAttempt) -> Result<(), StoreError>;
@@ -694,6 +793,8 @@ pub trait Attempts {
 pub trait Artifacts {
     /// A run's artifacts, by step then path.
     fn artifacts(&self, run_id: &RunId) -> Result<Vec<ArtifactRecord>, StoreError>;
+    /// The artifacts of these steps of a run, by step then path.
+    fn artifacts_of_steps(&self, run_id: &RunId, step_ids: &[&str]) -> Result<Vec<ArtifactRecord>, StoreError>;
     /// Every recorded artifact with these bytes, oldest first.
     fn artifacts_with_sha256(&self, sha256: &str) -> Result<Vec<ArtifactRecord>, StoreError>;
 }

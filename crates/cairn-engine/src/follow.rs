@@ -124,6 +124,9 @@ impl RunFollower {
             if let Some(end) = events.iter().position(|e| e.event.ends_run()) {
                 events.truncate(end + 1);
                 self.ended = true;
+            } else if batch.full {
+                // More is there already: the next call reads it without waiting for a commit.
+                self.first = true;
             }
             let Some(last) = events.last() else {
                 self.ended = batch.finished;

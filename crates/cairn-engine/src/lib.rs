@@ -48,6 +48,7 @@ use std::time::Duration;
 
 pub use artifacts::{RunArtifacts, Trace, TraceMatch, TraceQuery};
 pub use backup::{BackedUp, BackupReport};
+pub use cairn_core::store::{LayerCounts, StepCounts, StepQuery};
 /// The variable holding an attempt's nonce in its tool's environment (and what the tool starts).
 pub use cairn_exec::NONCE_VAR;
 /// A registry URL as messages show it: without its password or options.
@@ -61,7 +62,9 @@ pub use export::{ExportOut, ExportRequest, ExportResult, ExportSubject};
 pub use follow::{CommitWatch, Followed, OTHER_WRITERS_EVERY, RunFollower};
 pub use read_artifact::{ARTIFACT_SLICE_MAX, ArtifactSlice, ReadArtifact};
 pub use runs::{
-    EventBatch, JobFilter, LeaseView, RunListing, RunView, StepDetail, StepExplanation, StepJobs, StepLog, StepView,
+    EventBatch, JobFilter, LAYERS_LIMIT_MAX, LeaseView, RunLayers, RunListing, RunView, STEPS_LIMIT_MAX,
+    STEPS_PAGE_DEFAULT, StepDetail, StepExplanation, StepJobs, StepLog, StepView, StepsShown, first_steps,
+    requested_steps, step_statuses,
 };
 pub use service::{DEFAULT_LEASE, Service, ServiceConfig, SubmitRun, Submitted};
 pub use stop::{StopHook, StopKind, StopSignal};

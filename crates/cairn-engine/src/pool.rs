@@ -176,8 +176,8 @@ impl Pool {
         }
         let started = Instant::now();
         let outcome = match work {
-            Work::Run { wf, req } => self.engine.run_loaded(&wf, &req, &mut NoProgress).map(|r| r.run.status),
-            Work::Replay { req } => self.engine.replay(&req, &mut NoProgress).map(|(r, _)| r.run.status),
+            Work::Run { wf, req } => self.engine.run_loaded(&wf, &req, &mut NoProgress).map(|r| r.status),
+            Work::Replay { req } => self.engine.replay_executed(&req, &mut NoProgress).map(|(r, _)| r.status),
         };
         match outcome {
             Ok(status) => tracing::info!("run {run_id} {status} after {} ms", started.elapsed().as_millis()),

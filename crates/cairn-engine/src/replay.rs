@@ -393,15 +393,27 @@ impl Engine {
         req: &ReplayRequest,
         obs: &mut dyn Observer,
     ) -> Result<(RunView, PreparedReplay), EngineError> {
+        let (run, prepared) = self.replay_executed(req, obs)?;
+        Ok((self.show_run(&run.run_id)?, prepared))
+    }
+
+    /// [`Engine::replay`], answering with the child's record alone (what the daemon's worker
+    /// needs: a view of a huge child is not built for nobody).
+    pub(crate) fn replay_executed(
+        &self,
+        req: &ReplayRequest,
+        obs: &mut dyn Observer,
+    ) -> Result<(RunRecord, PreparedReplay), EngineError> {
         let prepared = self.prepare_replay(req)?;
         let new = self.replay_run(req, &prepared)?;
+        let reusing: std::collections::HashSet<&String> = prepared.summary.reused.iter().collect();
         let reused: Vec<StepRecord> =
-            prepared.source_steps.iter().filter(|s| prepared.summary.reused.contains(&s.step_id)).cloned().collect();
+            prepared.source_steps.iter().filter(|s| reusing.contains(&s.step_id)).cloned().collect();
         let source_id = prepared.source.run_id.clone();
         let mut copy = |run: &RunRecord| -> Result<(), EngineError> {
             // The bytes first, then the records: a child never records an artifact it does not
             // hold, and a restarted replay finds the files there and copies only the records.
-            let copied: Vec<String> = self.store.steps(&run.run_id)?.into_iter().map(|s| s.step_id).collect();
+            let copied: std::collections::HashSet<String> = self.store.step_ids(&run.run_id)?.into_iter().collect();
             let pending: Vec<&StepRecord> = reused.iter().filter(|s| !copied.contains(&s.step_id)).collect();
             if let Err(message) = self.materialize_reused(&prepared, run, &pending) {
                 // Nothing was reused, so nothing ran: the child fails naming the file.
@@ -424,8 +436,8 @@ impl Engine {
             owner: req.owner.as_ref(),
             stop: req.stop.as_ref(),
         };
-        let report = self.create_and_execute(&prepared.workflow, &new, opts, &mut copy, obs)?;
-        Ok((report, prepared))
+        let run = self.create_and_execute(&prepared.workflow, &new, opts, &mut copy, obs)?;
+        Ok((run, prepared))
     }
 
     /// Materialises the artifacts of the reused steps into the child's run directory, where it

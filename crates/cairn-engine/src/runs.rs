@@ -11,7 +11,9 @@ use cairn_core::ids::RunId;
 use cairn_core::replay::DecisionRecord;
 use cairn_core::signature::StepSignature;
 use cairn_core::status::{Outcome, RunStatus, StepStatus};
-use cairn_core::store::{EventRecord, LeasedRun, RunQuery, RunRecord, StepRecord};
+use cairn_core::store::{
+    EventRecord, LeasedRun, RunQuery, RunRecord, STEP_STATUSES, StepCounts, StepQuery, StepRecord,
+};
 use serde_json::{Value, json};
 
 use crate::{Engine, EngineError};
@@ -21,7 +23,13 @@ use crate::{Engine, EngineError};
 #[derive(Debug, Clone)]
 pub struct RunView {
     pub run: RunRecord,
+    /// The steps asked for ([`StepPage`]), in the DAG's order (failed and running first, if
+    /// asked): every step unless a page was asked for.
     pub steps: Vec<StepView>,
+    /// How many of all its steps are in each status.
+    pub counts: StepCounts,
+    /// Which of its steps `steps` holds.
+    pub shown: StepsShown,
     /// Where it executes: `local`, or the target its plan named.
     pub target: String,
     /// The source runs above it, nearest first (empty unless it is a replay child).
@@ -33,6 +41,121 @@ pub struct RunView {
     /// While its daemon holds it waiting for its environment: why, since when, the next try.
     pub waiting: Option<cairn_core::waiting::Waiting>,
 }
+
+/// The page a surface shows when none is asked for: a run up to this size shows every step,
+/// as it always did; a larger one its first page, saying so.
+pub const STEPS_PAGE_DEFAULT: usize = 1000;
+
+/// The most steps one answer holds (`steps_limit`).
+pub const STEPS_LIMIT_MAX: usize = 10_000;
+
+/// The first [`STEPS_PAGE_DEFAULT`] steps: what a surface shows unless asked otherwise.
+pub fn first_steps() -> StepQuery {
+    StepQuery { limit: Some(STEPS_PAGE_DEFAULT), ..StepQuery::default() }
+}
+
+/// A page as a request gives it (`steps_offset`, `steps_limit`, `steps_status`, `steps_order`),
+/// checked alike on every surface: the first [`STEPS_PAGE_DEFAULT`] steps unless asked otherwise.
+pub fn requested_steps(
+    offset: Option<usize>,
+    limit: Option<usize>,
+    status: Option<&str>,
+    order: Option<&str>,
+    layer: Option<usize>,
+) -> Result<StepQuery, EngineError> {
+    let limit = EngineError::in_range("steps_limit", limit.unwrap_or(STEPS_PAGE_DEFAULT), 1..=STEPS_LIMIT_MAX, "")?;
+    let attention_first = match order.map(str::trim) {
+        None | Some("" | "dag") => false,
+        Some("attention") => true,
+        Some(other) => {
+            return Err(EngineError::invalid_field(
+                "steps_order",
+                format!(
+                    "steps_order `{other}` is not known; use `dag` (the DAG's order) or `attention` (failed, then running, first)"
+                ),
+            ));
+        }
+    };
+    Ok(StepQuery {
+        offset: offset.unwrap_or(0),
+        limit: Some(limit),
+        statuses: status.map(step_statuses).transpose()?.unwrap_or_default(),
+        attention_first,
+        ids: Vec::new(),
+        layer,
+    })
+}
+
+/// The most events one answer holds when a limit is asked for (`GET /runs/{id}/events?limit=`).
+pub const EVENTS_LIMIT_MAX: usize = 10_000;
+
+/// The most layers one answer holds (`GET /runs/{id}/layers?limit=`).
+pub const LAYERS_LIMIT_MAX: usize = 10_000;
+
+/// A run's DAG by layers, each with its steps' counts by status: a page of its layers.
+#[derive(Debug, Clone)]
+pub struct RunLayers {
+    pub run_id: RunId,
+    pub layers: Vec<cairn_core::store::LayerCounts>,
+    /// How many layers the DAG has.
+    pub total: usize,
+    pub offset: usize,
+}
+
+/// `FAILED,RUNNING` (any case, comma-separated) as statuses to filter by.
+pub fn step_statuses(text: &str) -> Result<Vec<&'static str>, EngineError> {
+    let mut statuses = Vec::new();
+    for given in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let status = STEP_STATUSES.iter().find(|s| s.eq_ignore_ascii_case(given)).ok_or_else(|| {
+            EngineError::invalid_field(
+                "steps_status",
+                format!(
+                    "steps_status `{given}` is not a step status; use one or more of {}, separated by commas",
+                    STEP_STATUSES.join(", ")
+                ),
+            )
+        })?;
+        if !statuses.contains(status) {
+            statuses.push(*status);
+        }
+    }
+    Ok(statuses)
+}
+
+/// Which of a run's steps a view holds: the page asked for, and how many steps matched it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepsShown {
+    pub offset: usize,
+    pub limit: Option<usize>,
+    pub statuses: Vec<&'static str>,
+    pub attention_first: bool,
+    /// How many steps matched the page's filter (all of them without one).
+    pub matched: usize,
+    /// How many steps the page holds.
+    pub returned: usize,
+}
+
+impl StepsShown {
+    fn of(query: &StepQuery, matched: usize, returned: usize) -> StepsShown {
+        StepsShown {
+            offset: query.offset,
+            limit: query.limit,
+            statuses: query.statuses.clone(),
+            attention_first: query.attention_first,
+            matched,
+            returned,
+        }
+    }
+
+    /// Where the next page starts, if the page left matching steps out after it.
+    pub fn next_offset(&self) -> Option<usize> {
+        let next = self.offset + self.returned;
+        (next < self.matched).then_some(next)
+    }
+}
+
+/// The most step ids a "no such step" error lists.
+const STEPS_NAMED_MAX: usize = 20;
 
 /// An open run's lease: which daemon drives it, on which host, until when; or, its lease expired
 /// with its files on a host no daemon of which has taken it, that it waits for one there.
@@ -82,10 +205,13 @@ impl RunView {
     }
 
     pub fn step(&self, step_id: &str) -> Result<&StepView, EngineError> {
-        self.steps.iter().find(|s| s.step_id == step_id).ok_or_else(|| EngineError::StepNotFound {
-            run_id: self.run.run_id.to_string(),
-            step_id: step_id.to_string(),
-            steps: self.steps.iter().map(|s| s.step_id.clone()).collect(),
+        self.steps.iter().find(|s| s.step_id == step_id).ok_or_else(|| {
+            let mut steps: Vec<String> = self.steps.iter().take(STEPS_NAMED_MAX).map(|s| s.step_id.clone()).collect();
+            if self.counts.total > STEPS_NAMED_MAX {
+                let more = self.counts.total - STEPS_NAMED_MAX;
+                steps.push(format!("… and {more} more (`cairn show {} --all`)", self.run.run_id));
+            }
+            EngineError::StepNotFound { run_id: self.run.run_id.to_string(), step_id: step_id.to_string(), steps }
         })
     }
 }
@@ -138,7 +264,13 @@ pub struct RunListing {
 pub struct EventBatch {
     pub finished: bool,
     pub events: Vec<EventRecord>,
+    /// It holds as many events as a batch may: more may follow at once.
+    pub full: bool,
 }
+
+/// The most events a follower is given at once: following a 100,000-step run from its start
+/// holds a batch, not the run's whole log.
+const EVENT_BATCH: usize = 2000;
 
 /// Why a step of a run was executed, reused or invalidated.
 #[derive(Debug, Clone)]
@@ -181,51 +313,49 @@ impl Engine {
         self.store.run(run_id)?.ok_or_else(|| EngineError::RunNotFound { run_id: run_id.to_string() })
     }
 
-    /// One run: its steps in the DAG's order of the version it ran, where it executes, and its
+    /// One run: every step in the DAG's order of the version it ran, where it executes, and its
     /// lineage.
     pub fn show_run(&self, run_id: &RunId) -> Result<RunView, EngineError> {
+        self.show_run_page(run_id, &StepQuery::every())
+    }
+
+    /// One run with the steps `query` asks for; its counts by status cover every step. Only
+    /// the page's steps are read, so a 100,000-step run is shown as fast as a small one.
+    pub fn show_run_page(&self, run_id: &RunId, query: &StepQuery) -> Result<RunView, EngineError> {
         // The run with its lease row, in one read.
         let leased =
             self.store.leased_run(run_id)?.ok_or_else(|| EngineError::RunNotFound { run_id: run_id.to_string() })?;
         let lease = if leased.run.status.is_terminal() { None } else { self.lease_view(&leased) };
         let run = leased.run;
-        let record = self.store.workflow(&run.workflow, Some(&run.version))?.ok_or_else(|| {
-            EngineError::WorkflowNotFound { name: run.workflow.clone(), version: Some(run.version.clone()) }
-        })?;
-        let dag = record.spec.dag().map_err(|e| EngineError::internal(format!("{}: {e}", record.spec.reference())))?;
-        let mut rows: HashMap<String, StepRecord> =
-            self.store.steps(run_id)?.into_iter().map(|s| (s.step_id.clone(), s)).collect();
+        let page = self.store.step_page(run_id, query)?;
         let mut artifacts: HashMap<String, Vec<ArtifactRecord>> = HashMap::new();
-        for a in self.store.artifacts(run_id)? {
+        let found = if query.is_every() {
+            self.store.artifacts(run_id)?
+        } else {
+            let ids: Vec<&str> = page.steps.iter().filter(|s| s.record.is_some()).map(|s| s.step_id.as_str()).collect();
+            self.store.artifacts_of_steps(run_id, &ids)?
+        };
+        for a in found {
             artifacts.entry(a.step_id.clone()).or_default().push(a);
         }
         let mut events = RunEvents::new(self);
-        let mut steps = Vec::with_capacity(dag.len());
-        for &i in dag.order() {
-            let id = dag.id(i).to_string();
-            let record_row = rows.remove(&id);
-            let pipeline = record
-                .spec
-                .steps
-                .get(i)
-                .filter(|s| s.id == id)
-                .and_then(|s| record.spec.tools.get(&s.tool))
-                .is_some_and(|t| !t.kind.is_process());
-            let (jobs, progress) = match &record_row {
-                Some(r) if pipeline => {
+        let mut steps = Vec::with_capacity(page.steps.len());
+        for s in page.steps {
+            let (jobs, progress) = match &s.record {
+                Some(r) if s.pipeline => {
                     let live = (r.status == StepStatus::Running).then_some(r.attempt_count);
                     let ran_in = r.reused_from.as_ref().unwrap_or(run_id);
-                    let jobs = events.step_jobs(ran_in, &id, live, r.result.as_ref())?;
-                    let progress =
-                        (!jobs.is_empty()).then(|| cairn_core::job::progress(&jobs, events.of_step(ran_in, &id)));
+                    let jobs = events.step_jobs(ran_in, &s.step_id, live, r.result.as_ref())?;
+                    let progress = (!jobs.is_empty())
+                        .then(|| cairn_core::job::progress(&jobs, events.of_step(ran_in, &s.step_id)));
                     (jobs, progress)
                 }
                 _ => (Vec::new(), None),
             };
             steps.push(StepView {
-                record: record_row,
-                artifacts: artifacts.remove(&id).unwrap_or_default(),
-                step_id: id,
+                artifacts: artifacts.remove(&s.step_id).unwrap_or_default(),
+                record: s.record,
+                step_id: s.step_id,
                 jobs,
                 progress,
             });
@@ -234,7 +364,24 @@ impl Engine {
         let lineage = self.lineage_of(&run)?;
         let approval = self.store.approval_of_run(run_id)?;
         let waiting = self.waiting(run_id);
-        Ok(RunView { run, steps, target, lineage, approval, lease, waiting })
+        let shown = StepsShown::of(query, page.matched, steps.len());
+        Ok(RunView { run, steps, counts: page.counts, shown, target, lineage, approval, lease, waiting })
+    }
+
+    /// One step of a run as [`Engine::show_run`] shows it, without reading the others; refused,
+    /// naming some of its steps, for a step the run does not have.
+    fn show_one_step(&self, run_id: &RunId, step_id: &str) -> Result<RunView, EngineError> {
+        let view = self.show_run_page(run_id, &StepQuery { ids: vec![step_id.to_string()], ..StepQuery::every() })?;
+        if view.steps.is_empty() {
+            let first =
+                self.show_run_page(run_id, &StepQuery { limit: Some(STEPS_NAMED_MAX), ..StepQuery::every() })?;
+            return Err(first.step(step_id).err().unwrap_or_else(|| EngineError::StepNotFound {
+                run_id: run_id.to_string(),
+                step_id: step_id.to_string(),
+                steps: Vec::new(),
+            }));
+        }
+        Ok(view)
     }
 
     /// The run's jobs of one step, read from a run's events (each run's read once).
@@ -327,13 +474,58 @@ impl Engine {
         Ok(self.store.events(run_id, after)?)
     }
 
+    /// A run's events after `after`, at most `limit` of them: the first ones, or with `newest`
+    /// the newest ones (a huge run's log is read from where it ends).
+    pub fn events_limited(
+        &self,
+        run_id: &RunId,
+        after: i64,
+        limit: Option<usize>,
+        newest: bool,
+    ) -> Result<Vec<EventRecord>, EngineError> {
+        let Some(limit) = limit else { return self.events(run_id, after) };
+        EngineError::in_range("limit", limit, 1..=EVENTS_LIMIT_MAX, "")?;
+        self.run_record(run_id)?;
+        if newest {
+            let mut last = self.store.last_events(run_id, limit)?;
+            last.retain(|e| e.seq > after);
+            return Ok(last);
+        }
+        Ok(self.store.events_page(run_id, after, limit)?)
+    }
+
+    /// Layers `offset..offset+limit` of a run's DAG, each with its steps' counts by status.
+    pub fn run_layers(&self, run_id: &RunId, offset: usize, limit: usize) -> Result<RunLayers, EngineError> {
+        EngineError::in_range("limit", limit, 1..=LAYERS_LIMIT_MAX, "")?;
+        let (layers, total) = self.store.layer_counts(run_id, offset, limit)?;
+        Ok(RunLayers { run_id: run_id.clone(), layers, total, offset })
+    }
+
     /// Every attempt of a run on its time axis, from its event log (`cairn show --timeline`,
     /// `GET /runs/{id}/timeline`, the web app's Gantt).
     pub fn timeline(&self, run_id: &RunId) -> Result<cairn_core::timeline::Timeline, EngineError> {
-        if self.store.run_status(run_id)?.is_none() {
-            return Err(EngineError::RunNotFound { run_id: run_id.to_string() });
+        Ok(self.timeline_page(run_id, &StepQuery::every())?.0)
+    }
+
+    /// The attempts of the steps `query` asks for on the run's time axis, with the run's counts
+    /// and which steps they are: only those steps' events are read.
+    pub fn timeline_page(
+        &self,
+        run_id: &RunId,
+        query: &StepQuery,
+    ) -> Result<(cairn_core::timeline::Timeline, StepCounts, StepsShown), EngineError> {
+        if query.is_every() {
+            if self.store.run_status(run_id)?.is_none() {
+                return Err(EngineError::RunNotFound { run_id: run_id.to_string() });
+            }
+            let timeline = cairn_core::timeline::timeline(&self.store.events(run_id, 0)?);
+            let counts = self.store.step_page(run_id, &StepQuery { limit: Some(0), ..StepQuery::every() })?.counts;
+            return Ok((timeline, counts, StepsShown::of(query, counts.total, counts.total)));
         }
-        Ok(cairn_core::timeline::timeline(&self.store.events(run_id, 0)?))
+        let page = self.store.step_page(run_id, query)?;
+        let ids: Vec<&str> = page.steps.iter().map(|s| s.step_id.as_str()).collect();
+        let timeline = cairn_core::timeline::timeline(&self.store.events_of_steps(run_id, &ids)?);
+        Ok((timeline, page.counts, StepsShown::of(query, page.matched, ids.len())))
     }
 
     /// For a follower: the run's events after `after`, and whether the run had finished. The
@@ -341,12 +533,13 @@ impl Engine {
     /// `run.finished` in this batch.
     pub fn event_batch(&self, run_id: &RunId, after: i64) -> Result<EventBatch, EngineError> {
         let finished = self.store.run_status(run_id)?.is_none_or(|s| s.is_terminal());
-        Ok(EventBatch { finished, events: self.store.events(run_id, after)? })
+        let events = self.store.events_page(run_id, after, EVENT_BATCH)?;
+        Ok(EventBatch { finished, full: events.len() == EVENT_BATCH, events })
     }
 
     /// One step of a run, with its whole result and its artifacts.
     pub fn show_step(&self, run_id: &RunId, step_id: &str) -> Result<StepDetail, EngineError> {
-        let view = self.show_run(run_id)?;
+        let view = self.show_one_step(run_id, step_id)?;
         let step = view.step(step_id)?.clone();
         let decision = view.decision_of(step_id).cloned();
         Ok(StepDetail { run_id: view.run.run_id, step, decision })
@@ -364,7 +557,7 @@ impl Engine {
                 EngineError::input(format!("status `{s}` is not a job status; use one of {}", names.join(", ")))
             })?),
         };
-        let view = self.show_run(run_id)?;
+        let view = self.show_one_step(run_id, step_id)?;
         let step = view.step(step_id)?;
         let from_run = step.record.as_ref().and_then(|r| r.reused_from.clone());
         let jobs = step.jobs.clone();
@@ -389,7 +582,7 @@ impl Engine {
 
     /// Why a step of a run was executed, reused or invalidated.
     pub fn explain_step(&self, run_id: &RunId, step_id: &str) -> Result<StepExplanation, EngineError> {
-        let view = self.show_run(run_id)?;
+        let view = self.show_one_step(run_id, step_id)?;
         let step = view.step(step_id)?;
         let r = step.record.as_ref();
         let (decision, reason, text) = match view.decision_of(step_id) {
@@ -423,7 +616,7 @@ impl Engine {
     /// where it runs: a bounded tail over SSH.
     pub fn step_log(&self, run_id: &RunId, step_id: &str, lines: usize) -> Result<StepLog, EngineError> {
         EngineError::in_range("lines", lines, 1..=crate::error::LOG_LINES_MAX, "")?;
-        let view = self.show_run(run_id)?;
+        let view = self.show_one_step(run_id, step_id)?;
         let step = view.step(step_id)?;
         let record = step.record.as_ref();
         let live = record.and_then(|r| self.live_tail(r, LIVE_TAIL_BYTES));

@@ -310,7 +310,10 @@ impl Service {
                 }
             }
         }
-        Ok(Submitted { view: self.engine.show_run(&run.run_id)?, finished: run.status.is_terminal() })
+        Ok(Submitted {
+            view: self.engine.show_run_page(&run.run_id, &crate::first_steps())?,
+            finished: run.status.is_terminal(),
+        })
     }
 
     /// The only way a plan executes: approves exactly the plan shown (its id and checksum),
@@ -348,7 +351,10 @@ impl Service {
             };
             self.start_created(&run.run_id, work);
         }
-        Ok(Submitted { view: self.engine.show_run(&run.run_id)?, finished: run.status.is_terminal() })
+        Ok(Submitted {
+            view: self.engine.show_run_page(&run.run_id, &crate::first_steps())?,
+            finished: run.status.is_terminal(),
+        })
     }
 
     /// Queues a run this daemon created, or, when a quota holds it queued, keeps it here waiting
@@ -426,7 +432,7 @@ impl Service {
         tracing::info!(
             "run {run_id} cancelled; {groups} process group(s) and {launches} supervised launch(es) stopped"
         );
-        self.engine.show_run(run_id)
+        self.engine.show_run_page(run_id, &crate::first_steps())
     }
 
     /// The daemon's startup recovery: takes over every open run whose holder is gone (a crashed

@@ -16,7 +16,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use crate::sql::{Backend, Durability, Param, Reader, Row, Tx, params};
+use crate::sql::{Backend, Durability, Param, Reader, Row, ToParam, Tx, params};
 
 mod maintenance;
 mod quotas;
@@ -556,6 +556,207 @@ fn workflow_from_row(r: &Row) -> Result<WorkflowRecord, StoreError> {
     })
 }
 
+impl<B: Backend> Registry<B> {
+    /// The workflow and version of a run, their steps' DAG order recorded (for a workflow
+    /// registered before the registry kept it, now).
+    fn ordered_workflow_of(&self, run_id: &RunId) -> Result<(String, String), StoreError> {
+        let row = self.read(|tx| {
+            tx.query_opt("SELECT workflow, version FROM workflow_executions WHERE run_id = ?1", params![run_id])
+        })?;
+        let row = row.ok_or_else(|| StoreError::RunNotFound(run_id.to_string()))?;
+        let (workflow, version): (String, String) = (row.get(0)?, row.get(1)?);
+        let sql = "SELECT count(*) FROM workflow_steps WHERE workflow = ?1 AND version = ?2";
+        if self.read(|tx| count(tx, sql, params![workflow, version]))? == 0 {
+            self.record_step_order(&workflow, &version)?;
+        }
+        Ok((workflow, version))
+    }
+
+    /// Records the DAG order of a workflow version registered before the registry kept it.
+    fn record_step_order(&self, workflow: &str, version: &str) -> Result<(), StoreError> {
+        let Some(record) = self.workflow(workflow, Some(version))? else { return Ok(()) };
+        self.write(|tx| insert_step_order(tx, workflow, version, &record.spec))
+    }
+}
+
+/// The steps of a workflow version in its DAG's order, as a run's pages are read
+/// (`workflow_steps`). A definition whose DAG cannot be built (none registered is) has none.
+fn insert_step_order(
+    tx: &mut dyn Tx,
+    workflow: &str,
+    version: &str,
+    spec: &cairn_core::workflow::WorkflowSpec,
+) -> Result<(), StoreError> {
+    let Ok(dag) = spec.dag() else { return Ok(()) };
+    // A step's layer is one more than its deepest need's: the order has every need first.
+    let mut layer = vec![0i64; dag.len()];
+    for &i in dag.order() {
+        layer[i] = dag.needs(i).iter().map(|&n| layer[n] + 1).max().unwrap_or(0);
+    }
+    let order: Vec<(i64, &str, i64, i64)> = dag
+        .order()
+        .iter()
+        .enumerate()
+        .map(|(position, &i)| {
+            let pipeline =
+                spec.steps.get(i).and_then(|s| spec.tools.get(&s.tool)).is_some_and(|t| !t.kind.is_process());
+            (position as i64, dag.id(i), i64::from(pipeline), layer[i])
+        })
+        .collect();
+    // Many rows a statement: a 100,000-step definition is 800 statements, not 100,000 round trips.
+    for chunk in order.chunks(IN_LIST_MAX / 4) {
+        let values: Vec<String> = (0..chunk.len())
+            .map(|k| format!("(?1, ?2, ?{}, ?{}, ?{}, ?{})", 3 + 4 * k, 4 + 4 * k, 5 + 4 * k, 6 + 4 * k))
+            .collect();
+        let sql = format!(
+            "INSERT INTO workflow_steps (workflow, version, position, step_id, pipeline, layer) VALUES {} \
+             ON CONFLICT DO NOTHING",
+            values.join(", ")
+        );
+        let mut params: Vec<Param<'_>> = vec![Param::Text(workflow), Param::Text(version)];
+        for (position, id, pipeline, layer) in chunk {
+            params.extend([Param::Int(*position), Param::Text(id), Param::Int(*pipeline), Param::Int(*layer)]);
+        }
+        tx.execute(&sql, &params)?;
+    }
+    Ok(())
+}
+
+/// The status a page sees a step in: its row's, or PENDING without one.
+const PAGE_STATUS: &str = "COALESCE(c.status, 'PENDING')";
+
+/// A page of a run's steps (see [`Attempts::step_page`]), read in one transaction.
+fn step_page_in(
+    tx: &mut dyn Tx,
+    run_id: &RunId,
+    workflow: &str,
+    version: &str,
+    q: &StepQuery,
+) -> Result<StepPage, StoreError> {
+    let mut counts = StepCounts {
+        total: count(
+            tx,
+            "SELECT count(*) FROM workflow_steps WHERE workflow = ?1 AND version = ?2",
+            params![workflow, version],
+        )?,
+        ..StepCounts::default()
+    };
+    for r in tx.query("SELECT status, count(*) FROM tool_calls WHERE run_id = ?1 GROUP BY status", params![run_id])? {
+        let (status, n): (String, i64) = (r.get(0)?, r.get(1)?);
+        let n = usize::try_from(n).unwrap_or(0);
+        match status.as_str() {
+            "RUNNING" => counts.running = n,
+            "COMPLETED" => counts.completed = n,
+            "FAILED" => counts.failed = n,
+            _ => {}
+        }
+    }
+    counts.pending = counts.total.saturating_sub(counts.running + counts.completed + counts.failed);
+    // ?1 run, ?2 workflow, ?3 version, then the filters' values.
+    let mut params: Vec<Param<'_>> = vec![run_id.to_param(), Param::Text(workflow), Param::Text(version)];
+    let mut filter = String::new();
+    if !q.statuses.is_empty() {
+        let first = params.len() + 1;
+        params.extend(q.statuses.iter().map(|s| Param::Text(s)));
+        let status = if q.statuses.contains(&PENDING) { PAGE_STATUS } else { "c.status" };
+        filter.push_str(&format!(" AND {status} IN ({})", in_list(first, q.statuses.len())));
+    }
+    if !q.ids.is_empty() {
+        let first = params.len() + 1;
+        params.extend(q.ids.iter().map(|s| Param::Text(s)));
+        filter.push_str(&format!(" AND w.step_id IN ({})", in_list(first, q.ids.len())));
+    }
+    if let Some(layer) = q.layer {
+        params.push(Param::Int(i64::try_from(layer).unwrap_or(i64::MAX)));
+        filter.push_str(&format!(" AND w.layer = ?{}", params.len()));
+    }
+    // Steps of some statuses that all have a row (not PENDING) are found from the run's rows by
+    // the index on (run_id, status), not by walking every step of the workflow.
+    let rows_only = !q.statuses.is_empty() && !q.statuses.contains(&PENDING);
+    let from = if rows_only {
+        // CROSS JOIN: SQLite then reads the run's rows first, as written (PostgreSQL plans it alike).
+        "FROM tool_calls c CROSS JOIN workflow_steps w \
+         WHERE c.run_id = ?1 AND w.workflow = ?2 AND w.version = ?3 AND w.step_id = c.step_id"
+    } else {
+        "FROM workflow_steps w LEFT JOIN tool_calls c ON c.run_id = ?1 AND c.step_id = w.step_id \
+         WHERE w.workflow = ?2 AND w.version = ?3"
+    };
+    let matched =
+        if filter.is_empty() { counts.total } else { count(tx, &format!("SELECT count(*) {from}{filter}"), &params)? };
+    let order = if q.attention_first {
+        format!("CASE {PAGE_STATUS} WHEN 'FAILED' THEN 0 WHEN 'RUNNING' THEN 1 ELSE 2 END, w.position")
+    } else {
+        "w.position".to_string()
+    };
+    let limit = q.limit.map_or(i64::MAX, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
+    let (at_limit, at_offset) = (params.len() + 1, params.len() + 2);
+    params.extend([Param::Int(limit), Param::Int(offset)]);
+    let sql = format!(
+        "SELECT w.step_id, w.pipeline, CASE WHEN c.step_id IS NULL THEN 0 ELSE 1 END {from}{filter} ORDER BY {order} LIMIT ?{at_limit} OFFSET ?{at_offset}"
+    );
+    let chosen =
+        rows(tx.query(&sql, &params)?, |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)? != 0, r.get::<i64>(2)? != 0)))?;
+    // The rows of the page's steps that have one.
+    let with_rows: Vec<&str> = chosen.iter().filter(|(_, _, has)| *has).map(|(id, _, _)| id.as_str()).collect();
+    let mut records: HashMap<String, StepRecord> = HashMap::with_capacity(with_rows.len());
+    if with_rows.len() == chosen.len() && q.is_every() {
+        for r in rows(
+            tx.query(&format!("SELECT {STEP_COLUMNS} FROM tool_calls WHERE run_id = ?1"), params![run_id])?,
+            step_from_row,
+        )? {
+            records.insert(r.step_id.clone(), r);
+        }
+    } else {
+        for chunk in with_rows.chunks(IN_LIST_MAX) {
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM tool_calls WHERE run_id = ?1 AND step_id IN ({})",
+                in_list(2, chunk.len())
+            );
+            for r in rows(tx.query(&sql, &with_ids(run_id, chunk))?, step_from_row)? {
+                records.insert(r.step_id.clone(), r);
+            }
+        }
+    }
+    let steps = chosen
+        .into_iter()
+        .map(|(step_id, pipeline, _)| {
+            let record = records.remove(&step_id);
+            PagedStep { step_id, pipeline, record }
+        })
+        .collect();
+    Ok(StepPage { counts, matched, steps })
+}
+
+/// `count(*)` of a statement, as a size.
+fn count(tx: &mut dyn Tx, sql: &str, params: &[Param<'_>]) -> Result<usize, StoreError> {
+    let n: i64 = tx.query_one(sql, params)?.get(0)?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+const EVENT_COLUMNS: &str = "seq, run_id, kind, step_id, attempt, at, data_json";
+
+fn event_from_row(r: &Row) -> Result<EventRecord, StoreError> {
+    let (seq, run_id, kind): (i64, RunId, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+    let event = RunEvent::from_parts(&kind, parse_json(&r.get::<String>(6)?, "event data")?)
+        .map_err(|e| StoreError::Corrupt(format!("run `{run_id}`, event {seq}: {e}")))?;
+    Ok(EventRecord { seq, run_id, step_id: r.get(3)?, attempt: r.get(4)?, at: r.get(5)?, event })
+}
+
+/// The most ids bound in one `IN (…)` list: far under SQLite's and PostgreSQL's limits on a
+/// statement's parameters.
+const IN_LIST_MAX: usize = 500;
+
+/// `?FROM, ?FROM+1, …`: the placeholders of an `IN` list of `n` values.
+fn in_list(from: usize, n: usize) -> String {
+    (from..from + n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// A run id then ids, as one statement's parameters.
+fn with_ids<'a>(run_id: &'a RunId, ids: &[&'a str]) -> Vec<Param<'a>> {
+    std::iter::once(run_id.to_param()).chain(ids.iter().map(|id| Param::Text(id))).collect()
+}
+
 fn rows<T>(rows: Vec<Row>, f: impl Fn(&Row) -> Result<T, StoreError>) -> Result<Vec<T>, StoreError> {
     rows.iter().map(f).collect()
 }
@@ -754,6 +955,7 @@ impl<B: Backend> WorkflowRegistry for Registry<B> {
                         "INSERT INTO workflows (name, version, digest, path, spec_json, registered_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                         params![rec.name, rec.version, rec.digest, rec.path, to_json(&rec.spec), rec.registered_at],
                     )?;
+                    insert_step_order(tx, &rec.name, &rec.version, &rec.spec)?;
                     Ok(RegisterOutcome::Inserted)
                 }
             }
@@ -761,13 +963,22 @@ impl<B: Backend> WorkflowRegistry for Registry<B> {
     }
 
     fn workflow(&self, name: &str, version: Option<&str>) -> Result<Option<WorkflowRecord>, StoreError> {
-        let sql = "SELECT name, version, digest, path, spec_json, registered_at FROM workflows WHERE name = ?1";
-        let all = rows(self.read(|tx| tx.query(sql, params![name]))?, workflow_from_row)?;
-        Ok(match version {
-            Some(v) => all.into_iter().find(|w| w.version == v),
-            // The highest semantic version, not the newest registration.
-            None => all.into_iter().max_by(|a, b| semver_key(&a.version).cmp(&semver_key(&b.version))),
-        })
+        // The versions first, then the one definition asked for: a definition may be megabytes.
+        let version = match version {
+            Some(v) => v.to_string(),
+            None => {
+                let versions =
+                    self.read(|tx| tx.query("SELECT version FROM workflows WHERE name = ?1", params![name]))?;
+                let versions = rows(versions, |r| r.get::<String>(0))?;
+                // The highest semantic version, not the newest registration.
+                match versions.into_iter().max_by(|a, b| semver_key(a).cmp(&semver_key(b))) {
+                    Some(v) => v,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let sql = "SELECT name, version, digest, path, spec_json, registered_at FROM workflows WHERE name = ?1 AND version = ?2";
+        self.read(|tx| tx.query_opt(sql, params![name, version]))?.map(|r| workflow_from_row(&r)).transpose()
     }
 
     fn workflows(&self) -> Result<Vec<WorkflowRecord>, StoreError> {
@@ -991,19 +1202,102 @@ impl<B: Backend> Attempts for Registry<B> {
         rows(self.read(|tx| tx.query(&sql, params![run_id]))?, step_from_row)
     }
 
+    fn step_page(&self, run_id: &RunId, query: &StepQuery) -> Result<StepPage, StoreError> {
+        let (workflow, version) = self.ordered_workflow_of(run_id)?;
+        self.read(|tx| step_page_in(tx, run_id, &workflow, &version, query))
+    }
+
+    fn layer_counts(
+        &self,
+        run_id: &RunId,
+        offset: usize,
+        limit: usize,
+    ) -> Result<(Vec<LayerCounts>, usize), StoreError> {
+        let (workflow, version) = self.ordered_workflow_of(run_id)?;
+        let (offset, limit) = (i64::try_from(offset).unwrap_or(i64::MAX), i64::try_from(limit).unwrap_or(i64::MAX));
+        self.read(|tx| {
+            let layers = count(
+                tx,
+                "SELECT count(DISTINCT layer) FROM workflow_steps WHERE workflow = ?1 AND version = ?2",
+                params![workflow, version],
+            )?;
+            // Layers are numbered from 0 with none missing: the page is a range of numbers.
+            let (from, to) = (offset, offset.saturating_add(limit));
+            let found = tx.query(
+                &format!(
+                    "SELECT w.layer, {PAGE_STATUS}, count(*) FROM workflow_steps w \
+                     LEFT JOIN tool_calls c ON c.run_id = ?1 AND c.step_id = w.step_id \
+                     WHERE w.workflow = ?2 AND w.version = ?3 AND w.layer >= ?4 AND w.layer < ?5 GROUP BY w.layer, {PAGE_STATUS}"
+                ),
+                params![run_id, workflow, version, from, to],
+            )?;
+            let mut by_layer: std::collections::BTreeMap<i64, LayerCounts> = std::collections::BTreeMap::new();
+            for r in found {
+                let (layer, status, n): (i64, String, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                let entry = by_layer.entry(layer).or_insert_with(|| LayerCounts {
+                    layer: usize::try_from(layer).unwrap_or(0),
+                    ..LayerCounts::default()
+                });
+                let n = usize::try_from(n).unwrap_or(0);
+                entry.counts.total += n;
+                match status.as_str() {
+                    "RUNNING" => entry.counts.running += n,
+                    "COMPLETED" => entry.counts.completed += n,
+                    "FAILED" => entry.counts.failed += n,
+                    _ => entry.counts.pending += n,
+                }
+            }
+            for (layer, entry) in by_layer.iter_mut() {
+                let first = tx.query(
+                    "SELECT step_id FROM workflow_steps WHERE workflow = ?1 AND version = ?2 AND layer = ?3 ORDER BY position LIMIT 3",
+                    params![workflow, version, *layer],
+                )?;
+                entry.first = rows(first, |r| r.get(0))?;
+            }
+            Ok((by_layer.into_values().collect(), layers))
+        })
+    }
+
+    fn step_ids(&self, run_id: &RunId) -> Result<Vec<String>, StoreError> {
+        let found = self.read(|tx| tx.query("SELECT step_id FROM tool_calls WHERE run_id = ?1", params![run_id]))?;
+        rows(found, |r| r.get(0))
+    }
+
     fn events(&self, run_id: &RunId, after_seq: i64) -> Result<Vec<EventRecord>, StoreError> {
+        self.events_page(run_id, after_seq, usize::MAX)
+    }
+
+    fn events_page(&self, run_id: &RunId, after_seq: i64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let found = self.follow(|tx| {
             tx.query(
-                "SELECT seq, run_id, kind, step_id, attempt, at, data_json FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq",
-                params![run_id, after_seq],
+                &format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"),
+                params![run_id, after_seq, limit],
             )
         })?;
-        rows(found, |r| {
-            let (seq, run_id, kind): (i64, RunId, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
-            let event = RunEvent::from_parts(&kind, parse_json(&r.get::<String>(6)?, "event data")?)
-                .map_err(|e| StoreError::Corrupt(format!("run `{run_id}`, event {seq}: {e}")))?;
-            Ok(EventRecord { seq, run_id, step_id: r.get(3)?, attempt: r.get(4)?, at: r.get(5)?, event })
-        })
+        rows(found, event_from_row)
+    }
+
+    fn last_events(&self, run_id: &RunId, n: usize) -> Result<Vec<EventRecord>, StoreError> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 ORDER BY seq DESC LIMIT ?2");
+        let mut found = rows(self.read(|tx| tx.query(&sql, params![run_id, n]))?, event_from_row)?;
+        found.reverse();
+        Ok(found)
+    }
+
+    fn events_of_steps(&self, run_id: &RunId, step_ids: &[&str]) -> Result<Vec<EventRecord>, StoreError> {
+        let own = format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 AND step_id IS NULL ORDER BY seq");
+        let mut found = rows(self.read(|tx| tx.query(&own, params![run_id]))?, event_from_row)?;
+        for chunk in step_ids.chunks(IN_LIST_MAX) {
+            let sql = format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 AND step_id IN ({}) ORDER BY seq",
+                in_list(2, chunk.len())
+            );
+            found.extend(rows(self.read(|tx| tx.query(&sql, &with_ids(run_id, chunk)))?, event_from_row)?);
+        }
+        found.sort_by_key(|e| e.seq);
+        Ok(found)
     }
 
     fn begin_attempt(&self, b: &BeginAttempt) -> Result<(), StoreError> {
@@ -1238,6 +1532,20 @@ impl<B: Backend> Artifacts for Registry<B> {
     fn artifacts(&self, run_id: &RunId) -> Result<Vec<ArtifactRecord>, StoreError> {
         let sql = format!("SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = ?1 ORDER BY step_id, path");
         rows(self.read(|tx| tx.query(&sql, params![run_id]))?, artifact_from_row)
+    }
+
+    fn artifacts_of_steps(&self, run_id: &RunId, step_ids: &[&str]) -> Result<Vec<ArtifactRecord>, StoreError> {
+        let mut found = Vec::new();
+        for chunk in step_ids.chunks(IN_LIST_MAX) {
+            let sql = format!(
+                "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = ?1 AND step_id IN ({}) ORDER BY step_id, path",
+                in_list(2, chunk.len())
+            );
+            let params = with_ids(run_id, chunk);
+            found.extend(rows(self.read(|tx| tx.query(&sql, &params))?, artifact_from_row)?);
+        }
+        found.sort_by(|a, b| (&a.step_id, &a.artifact.path).cmp(&(&b.step_id, &b.artifact.path)));
+        Ok(found)
     }
 
     fn artifacts_with_sha256(&self, sha256: &str) -> Result<Vec<ArtifactRecord>, StoreError> {

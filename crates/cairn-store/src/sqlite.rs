@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0018_principals.sql"),
     include_str!("../migrations/sqlite/0019_quotas.sql"),
     include_str!("../migrations/sqlite/0020_target_quotas.sql"),
+    include_str!("../migrations/sqlite/0021_step_order.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).

@@ -706,6 +706,71 @@ fn workflow_without_a_version_is_the_highest_semver(k: Kind) {
     assert_eq!(listed, ["1.2.0", "1.9.0", "1.10.0"]);
 }
 
+/// A run's steps are read a page at a time in its workflow's DAG order (not the order they
+/// were declared or started in), with counts over every step, filtered by status, failed and
+/// running first, or by id; a workflow registered before the registry kept its order gets it the
+/// first time one of its runs is shown.
+fn a_runs_steps_are_paged_in_the_dags_order(k: Kind) {
+    let Some(d) = empty_db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    // 1,200 steps (more than one statement's worth of ids); s0 needs the last, so it comes last.
+    let mut toml = String::from(
+        "[workflow]\nname = \"wf\"\nversion = \"1.0.0\"\n\n[tools.t]\ncommand = [\"/bin/echo\", \"{}\"]\n\n",
+    );
+    toml.push_str("[[steps]]\nid = \"s0\"\ntool = \"t\"\nneeds = [\"s1199\"]\n\n");
+    for i in 1..1200 {
+        toml.push_str(&format!("[[steps]]\nid = \"s{i}\"\ntool = \"t\"\n\n"));
+    }
+    let wf = WorkflowRecord { spec: parse_workflow(&toml, "workflow.toml").unwrap(), ..record("1.0.0", "d1") };
+    assert_eq!(store.register_workflow(&wf).unwrap(), RegisterOutcome::Inserted);
+    created(store, "r");
+    for (step, token) in [("s5", "t5"), ("s7", "t7"), ("s9", "t9")] {
+        store.begin_attempt(&begin("r", step, token, 1, AttemptStart::First)).unwrap();
+    }
+    store.complete_attempt(&finish("r", "s7", "t7", 1, Outcome::Completed)).unwrap();
+    store.fail_attempt(&finish("r", "s9", "t9", 1, Outcome::Failed), "s9 failed").unwrap();
+    let page = |q: StepQuery| store.step_page(&rid("r"), &q).unwrap();
+    let ids = |p: &StepPage| p.steps.iter().map(|s| s.step_id.clone()).collect::<Vec<_>>();
+
+    let every = page(StepQuery::every());
+    assert_eq!(every.counts, StepCounts { total: 1200, pending: 1197, running: 1, completed: 1, failed: 1 });
+    assert_eq!((every.matched, every.steps.len()), (1200, 1200));
+    assert_eq!((ids(&every)[0].as_str(), ids(&every)[1199].as_str()), ("s1", "s0"), "the DAG's order");
+    let s7 = every.steps.iter().find(|s| s.step_id == "s7").unwrap();
+    assert_eq!(s7.record.as_ref().map(|r| r.status), Some(StepStatus::Completed));
+    assert!(!s7.pipeline);
+    assert!(every.steps.iter().find(|s| s.step_id == "s8").unwrap().record.is_none(), "pending: no row");
+
+    let p = page(StepQuery { offset: 10, limit: Some(5), ..StepQuery::every() });
+    assert_eq!(ids(&p), ["s11", "s12", "s13", "s14", "s15"]);
+    assert_eq!((p.matched, p.counts.total), (1200, 1200));
+    let last = page(StepQuery { offset: 1198, limit: Some(5), ..StepQuery::every() });
+    assert_eq!(ids(&last), ["s1199", "s0"]);
+    assert!(page(StepQuery { offset: 5000, limit: Some(5), ..StepQuery::every() }).steps.is_empty());
+
+    let attention = StepQuery { statuses: vec!["FAILED", "RUNNING"], ..StepQuery::every() };
+    let p = page(attention.clone());
+    assert_eq!((ids(&p), p.matched), (vec!["s5".to_string(), "s9".to_string()], 2));
+    assert_eq!(p.steps[0].record.as_ref().map(|r| r.status), Some(StepStatus::Running));
+    let p = page(StepQuery { attention_first: true, ..attention });
+    assert_eq!(ids(&p), ["s9", "s5"], "failed first");
+    let p = page(StepQuery { attention_first: true, limit: Some(4), ..StepQuery::every() });
+    assert_eq!(ids(&p), ["s9", "s5", "s1", "s2"], "then the rest in the DAG's order");
+    let p = page(StepQuery { statuses: vec!["PENDING"], offset: 3, limit: Some(3), ..StepQuery::every() });
+    assert_eq!((ids(&p), p.matched), (vec!["s4".to_string(), "s6".to_string(), "s8".to_string()], 1197));
+    let p = page(StepQuery { ids: vec!["s0".into(), "s7".into(), "nope".into()], ..StepQuery::every() });
+    assert_eq!(ids(&p), ["s7", "s0"]);
+    assert!(matches!(store.step_page(&rid("nope"), &StepQuery::every()), Err(StoreError::RunNotFound(_))));
+
+    // As a registry from before the order was kept: it is recorded when first needed.
+    d.raw_execute("DELETE FROM workflow_steps").unwrap();
+    assert_eq!(ids(&page(StepQuery { limit: Some(2), ..StepQuery::every() })), ["s1", "s2"]);
+    assert_eq!(d.raw_count("SELECT count(*) FROM workflow_steps"), 1200);
+    let mut started = store.step_ids(&rid("r")).unwrap();
+    started.sort();
+    assert_eq!(started, ["s5", "s7", "s9"]);
+}
+
 fn registering_again_is_idempotent_and_other_content_conflicts(k: Kind) {
     let Some(d) = db(k) else { return };
     let store: &dyn RunStore = &*d.store;
@@ -849,6 +914,7 @@ cairn_store::on_both!(
     claim_run_bumps_the_revision,
     events_are_ordered_and_append_only,
     workflow_without_a_version_is_the_highest_semver,
+    a_runs_steps_are_paged_in_the_dags_order,
     registering_again_is_idempotent_and_other_content_conflicts,
     cancel_run_fails_running_steps_clears_their_tokens_and_is_terminal,
     open_runs_lists_non_terminal_runs_with_their_owner,

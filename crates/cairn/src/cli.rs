@@ -63,16 +63,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show one run: its steps, findings and error.
-    Show {
-        #[arg(value_parser = run_to_look_up)]
-        run_id: RunId,
-        /// Every attempt on the run's time axis instead: what overlapped, where the time went.
-        #[arg(long)]
-        timeline: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    /// Show one run: its steps' counts by status, its steps (every one up to 1,000; beyond, those
+    /// that failed or run now, or the page asked for), findings and error.
+    Show(ShowArgs),
     /// One step of a run whole: its result (never cut) and its artifacts.
     Result {
         #[arg(value_parser = run_to_look_up)]
@@ -774,6 +767,33 @@ pub struct RunArgs {
     /// the run for `--resume-interrupted` or for the daemon's recovery.
     #[arg(long)]
     pub in_process: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+// The arguments of `cairn show` (the variant's doc is its help).
+#[derive(clap::Args, Debug)]
+pub struct ShowArgs {
+    #[arg(value_parser = run_to_look_up)]
+    pub run_id: RunId,
+    /// Every attempt on the run's time axis instead: what overlapped, where the time went.
+    #[arg(long)]
+    pub timeline: bool,
+    /// Every step, however many.
+    #[arg(long, conflicts_with_all = ["steps_offset", "steps_limit", "steps_status", "steps_order"])]
+    pub all: bool,
+    /// Skip this many of the matching steps.
+    #[arg(long, value_name = "N")]
+    pub steps_offset: Option<usize>,
+    /// At most this many steps (1 to 10,000; default 1,000).
+    #[arg(long, value_name = "N")]
+    pub steps_limit: Option<usize>,
+    /// Only steps in these statuses: PENDING, RUNNING, COMPLETED, FAILED (comma-separated).
+    #[arg(long, value_name = "STATUSES")]
+    pub steps_status: Option<String>,
+    /// `attention`: failed, then running steps first; `dag` (default): the DAG's order.
+    #[arg(long, value_name = "ORDER")]
+    pub steps_order: Option<String>,
     #[arg(long)]
     pub json: bool,
 }

@@ -46,12 +46,68 @@ fn runs_command(root: &Path, limit: usize, json: bool) -> Result<u8, Failure> {
     print_either(json, &list, output::print_runs)
 }
 
+/// `cairn show`: the run, or with `--timeline` its attempts, with the steps asked for.
+fn show_dispatch(home: Option<PathBuf>, args: crate::cli::ShowArgs) -> Result<u8, Failure> {
+    let crate::cli::ShowArgs { run_id, timeline, all, steps_offset, steps_limit, steps_status, steps_order, json } =
+        args;
+    let asked = steps_offset.is_some() || steps_limit.is_some() || steps_status.is_some() || steps_order.is_some();
+    let shown = match (all, asked) {
+        (true, _) => ShowSteps::Every,
+        (false, true) => ShowSteps::Page(cairn_engine::requested_steps(
+            steps_offset,
+            steps_limit,
+            steps_status.as_deref(),
+            steps_order.as_deref(),
+            None,
+        )?),
+        (false, false) => ShowSteps::Default,
+    };
+    if timeline {
+        let query = match shown {
+            ShowSteps::Every => cairn_engine::StepQuery::every(),
+            ShowSteps::Page(query) => query,
+            ShowSteps::Default => cairn_engine::first_steps(),
+        };
+        let t = wire::RunTimeline::from_engine(&run_id, &open_engine(home)?.timeline_page(&run_id, &query)?);
+        return print_either(json, &t, output::print_timeline);
+    }
+    show_command(&state_root(home)?, &run_id, &shown, json)
+}
+
+/// Which steps `cairn show` shows.
+enum ShowSteps {
+    /// Every step.
+    Every,
+    /// The page asked for.
+    Page(cairn_engine::StepQuery),
+    /// Every step of a run up to [`cairn_engine::STEPS_PAGE_DEFAULT`]; of a larger one, the JSON
+    /// its first page (as the API answers), the text the steps that failed or run now.
+    Default,
+}
+
 /// `cairn show RUN`: the run from the registry, with the wait its daemon holds it in.
-fn show_command(root: &Path, run_id: &RunId, json: bool) -> Result<u8, Failure> {
-    let view = Engine::open(root)?.show_run(run_id)?;
+fn show_command(root: &Path, run_id: &RunId, shown: &ShowSteps, json: bool) -> Result<u8, Failure> {
+    let engine = Engine::open(root)?;
+    let view = match shown {
+        ShowSteps::Every => engine.show_run(run_id)?,
+        ShowSteps::Page(query) => engine.show_run_page(run_id, query)?,
+        ShowSteps::Default => {
+            let first = engine.show_run_page(run_id, &cairn_engine::first_steps())?;
+            if json || first.counts.total <= cairn_engine::STEPS_PAGE_DEFAULT {
+                first
+            } else {
+                let attention = cairn_engine::StepQuery {
+                    statuses: vec!["FAILED", "RUNNING"],
+                    attention_first: true,
+                    ..cairn_engine::first_steps()
+                };
+                engine.show_run_page(run_id, &attention)?
+            }
+        }
+    };
     let mut answer = output::RunAnswer::of_view(&view);
     if !view.run.status.is_terminal() {
-        let path = format!("/runs/{}", wire::seg(run_id));
+        let path = format!("/runs/{}?steps_limit=1", wire::seg(run_id));
         answer.run.waiting = daemon_waits(root, &path, |r: wire::RunResult| r.waiting);
     }
     if json {
@@ -89,11 +145,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Verify { request, json } => crate::verify::run(&open_engine(cli.home)?, request, json),
         Command::Runs { limit, json } => runs_command(&state_root(cli.home)?, limit, json),
-        Command::Show { run_id, timeline: true, json } => {
-            let t = wire::RunTimeline::from_engine(&run_id, &open_engine(cli.home)?.timeline(&run_id)?);
-            print_either(json, &t, output::print_timeline)
-        }
-        Command::Show { run_id, json, .. } => show_command(&state_root(cli.home)?, &run_id, json),
+        Command::Show(args) => show_dispatch(cli.home, args),
         Command::Result { run_id, step_id, json } => {
             let detail = wire::StepDetail::from_engine(&open_engine(cli.home)?.show_step(&run_id, &step_id)?);
             print_either(json, &detail, output::print_step_result)

@@ -40,13 +40,13 @@ pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Res
         .map_err(|e| Failure::usage(format!("the daemon's answer is not a run ({e}): {}", answer.body)))?;
     let run_id = RunId::lookup(run.run_id);
     if answer.status == 202 {
-        follow(&client, &run_id, run.steps.len(), json)?;
+        follow(&client, &run_id, run.step_counts.total.max(run.steps.len()), json)?;
     }
     // The daemon's answer; once it has gone (killed, or stopped while this followed), the
     // registry's, as it was left: the one time this process reads the registry itself.
-    let answer = match answer_of(&client, &run_id) {
+    let answer = match answer_of(&client, &run_id, json) {
         Ok(answer) => answer,
-        Err(_) => RunAnswer::of_view(&Engine::open(root)?.show_run(&run_id)?),
+        Err(_) => RunAnswer::of_view(&Engine::open(root)?.show_run_page(&run_id, &cairn_engine::first_steps())?),
     };
     if !answer.run.has_ended() {
         eprintln!(
@@ -58,10 +58,15 @@ pub fn post_and_follow(root: &Path, path: &str, body: &Value, json: bool) -> Res
     Ok(answer)
 }
 
-/// The run as the daemon answers for it now, with each pipeline step's stopped jobs.
-fn answer_of(client: &Client, run_id: &str) -> Result<RunAnswer, Failure> {
+/// The run as the daemon answers for it now (its first page of steps; for text, of a run over a
+/// page, the steps that failed or run still), with each pipeline step's stopped jobs.
+fn answer_of(client: &Client, run_id: &str, json: bool) -> Result<RunAnswer, Failure> {
     let id = crate::wire::seg(run_id);
-    let run: RunResult = client.get(&format!("/runs/{id}"))?.decode(200, "GET /runs/{id}")?;
+    let mut run: RunResult = client.get(&format!("/runs/{id}"))?.decode(200, "GET /runs/{id}")?;
+    if !json && run.steps_page.next_offset.is_some() {
+        let path = format!("/runs/{id}?steps_status=FAILED,RUNNING&steps_order=attention");
+        run = client.get(&path)?.decode(200, "GET /runs/{id}")?;
+    }
     let mut pipelines = BTreeMap::new();
     for s in run.steps.iter().filter(|s| s.jobs.is_some()) {
         let mut section = PipelineSection::default();

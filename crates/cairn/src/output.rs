@@ -94,6 +94,9 @@ pub fn print_run(answer: &RunAnswer, detail: bool) {
     for s in &run.steps {
         print_step(answer, s, detail);
     }
+    if let Some(note) = steps_note(run) {
+        println!("{note}");
+    }
     let findings: Vec<cairn_core::validator::Finding> =
         run.findings.iter().filter_map(|f| serde_json::from_value(f.clone()).ok()).collect();
     match run.status.as_str() {
@@ -120,6 +123,35 @@ pub fn print_run(answer: &RunAnswer, detail: bool) {
             println!("{who}");
         }
     }
+}
+
+/// What the rows above left out of a run's steps, with its counts and how to see the rest; none
+/// when they are every step.
+fn steps_note(run: &wire::RunResult) -> Option<String> {
+    let (c, p) = (&run.step_counts, &run.steps_page);
+    if p.returned >= c.total {
+        return None;
+    }
+    let shown = match (p.status.is_empty(), p.returned) {
+        (_, 0) => format!("no step of {} shown", c.total),
+        (true, n) => format!("steps {}-{} of {} shown", p.offset + 1, p.offset + n, c.total),
+        (false, n) => format!("{n} of {} steps shown, the {} ones", c.total, p.status.join("/")),
+    };
+    let mut line = format!(
+        "  {shown}: {} completed, {} failed, {} running, {} pending\n  every step: `cairn show {} --all`",
+        c.completed, c.failed, c.running, c.pending, run.run_id
+    );
+    if let Some(next) = p.next_offset {
+        let mut page = format!("--steps-offset {next}");
+        if !p.status.is_empty() {
+            page.push_str(&format!(" --steps-status {}", p.status.join(",")));
+        }
+        if p.attention_first {
+            page.push_str(" --steps-order attention");
+        }
+        line.push_str(&format!("; the next page: `cairn show {} {page}`", run.run_id));
+    }
+    Some(line)
 }
 
 /// Who planned, approved (or submitted) and cancelled a run, as far as it was recorded.
@@ -604,6 +636,19 @@ pub fn print_timeline(t: &wire::RunTimeline) {
             took,
             bar.into_iter().collect::<String>()
         );
+    }
+    let p = &t.steps_page;
+    if p.returned < t.step_counts.total {
+        let mut line = format!(
+            "the attempts of {} of the run's {} steps (from step {})",
+            p.returned,
+            t.step_counts.total,
+            p.offset + 1
+        );
+        if let Some(next) = p.next_offset {
+            line.push_str(&format!("; the next page: `cairn show {} --timeline --steps-offset {next}`", t.run_id));
+        }
+        println!("{line}");
     }
 }
 

@@ -75,6 +75,7 @@ function page(name, title, ...body) {
   main.replaceChildren(h('h1', {}, title), ...body.flat().filter((c) => c !== null && c !== undefined && c !== false));
   main.dataset.page = name;
   delete main.dataset.loaded;
+  delete main.dataset.large;
   document.title = `${title} · Cairn`;
   for (const a of document.querySelectorAll('nav a[data-section]')) {
     if (a.dataset.section === section(name)) a.setAttribute('aria-current', 'page');
@@ -317,6 +318,9 @@ async function runPage(runId) {
   const life = pageLife;
   const enc = encodeURIComponent(runId);
   const run = await api(`/runs/${enc}`);
+  // A run over one page of steps is shown a page at a time: its graph by layers, its table
+  // virtualized.
+  if (run.step_counts && run.step_counts.total > run.steps.length) return largeRunPage(runId, run);
   // The graph needs the workflow's edges; a run whose workflow cannot be read still shows its steps.
   const [wf, firstEvents, replays, firstTimeline] = await Promise.all([
     api(`/workflows/${encodeURIComponent(run.workflow)}?version=${encodeURIComponent(run.version)}`).catch(() => null),
@@ -380,24 +384,7 @@ async function runPage(runId) {
   const render = (r, tl) => {
     status.textContent = r.status;
     status.className = `badge s-${r.status}`;
-    meta.replaceChildren(
-      h('dt', {}, 'Workflow'), h('dd', {}, h('a', { href: `#/workflows/${encodeURIComponent(r.workflow)}/${encodeURIComponent(r.version)}` }, `${r.workflow}@${r.version}`)),
-      h('dt', {}, 'Target'), h('dd', {}, r.target || 'local'),
-      h('dt', {}, 'Run directory'), h('dd', { class: 'mono wrap' }, r.run_dir),
-      h('dt', {}, 'Started'), h('dd', {}, time(r.created_at)),
-      h('dt', {}, 'Finished'), h('dd', {}, r.finished_at ? time(r.finished_at) : 'not yet'),
-      h('dt', {}, 'Duration'), h('dd', {}, ms(span(r.created_at, r.finished_at))),
-      ...(r.thread_id ? [h('dt', {}, 'Thread'), h('dd', {}, r.thread_id)] : []),
-      ...(r.lease ? [h('dt', {}, 'Driven by'), h('dd', { id: 'run-lease' }, leaseText(r.lease))] : []),
-      ...(r.waiting ? [h('dt', {}, 'Waiting'), h('dd', { id: 'run-waiting', class: 'wrap' },
-        `since ${time(r.waiting.since)} for its environment (${r.waiting.code}): ${r.waiting.reason}. `
-        + `It continues by itself once this clears; tried ${r.waiting.tries} time(s), next at ${time(r.waiting.next_try_at)}.`)] : []),
-      ...(r.approval && r.approval.planned_by ? [h('dt', {}, 'Planned by'), h('dd', { id: 'run-planned-by' }, r.approval.planned_by)] : []),
-      ...(r.approval ? [h('dt', {}, 'Approved'), h('dd', { id: 'run-approved' },
-        `${r.approval.by ? `by ${r.approval.by}, ` : ''}${r.approval.channel}, ${time(r.approval.at)}`)] : []),
-      ...(!r.approval && r.submitted_by ? [h('dt', {}, 'Submitted by'), h('dd', { id: 'run-submitted-by' }, r.submitted_by)] : []),
-      ...(r.cancelled_by ? [h('dt', {}, 'Cancelled by'), h('dd', { id: 'run-cancelled-by' }, r.cancelled_by)] : []),
-      ...(r.error ? [h('dt', {}, 'Error'), h('dd', {}, r.error)] : []));
+    renderMeta(meta, r);
     const byStep = Object.fromEntries(r.steps.map((s) => [s.step_id, s]));
     dagBox.replaceChildren(drawDag(h, wf ? wf.steps : r.steps.map((s) => ({ id: s.step_id, needs: [] })), byStep,
       `Steps of run ${r.run_id} and what each needs, coloured by status`));
@@ -499,6 +486,259 @@ async function runPage(runId) {
           : 'Live: its environment is back; the run goes on.';
       } else {
         events.push(JSON.parse(ev.data));
+      }
+      refresh();
+    }, life.signal);
+  } catch (e) {
+    if (!life.signal.aborted) liveNote.textContent = `Stopped following: ${e.message}`;
+  }
+  refresh();
+}
+
+/** A run's facts: its workflow, target, directory, times, lease, wait, approval, error. */
+function renderMeta(meta, r) {
+  meta.replaceChildren(
+    h('dt', {}, 'Workflow'), h('dd', {}, h('a', { href: `#/workflows/${encodeURIComponent(r.workflow)}/${encodeURIComponent(r.version)}` }, `${r.workflow}@${r.version}`)),
+    h('dt', {}, 'Target'), h('dd', {}, r.target || 'local'),
+    h('dt', {}, 'Run directory'), h('dd', { class: 'mono wrap' }, r.run_dir),
+    h('dt', {}, 'Started'), h('dd', {}, time(r.created_at)),
+    h('dt', {}, 'Finished'), h('dd', {}, r.finished_at ? time(r.finished_at) : 'not yet'),
+    h('dt', {}, 'Duration'), h('dd', {}, ms(span(r.created_at, r.finished_at))),
+    ...(r.thread_id ? [h('dt', {}, 'Thread'), h('dd', {}, r.thread_id)] : []),
+    ...(r.lease ? [h('dt', {}, 'Driven by'), h('dd', { id: 'run-lease' }, leaseText(r.lease))] : []),
+    ...(r.waiting ? [h('dt', {}, 'Waiting'), h('dd', { id: 'run-waiting', class: 'wrap' },
+      `since ${time(r.waiting.since)} for its environment (${r.waiting.code}): ${r.waiting.reason}. `
+      + `It continues by itself once this clears; tried ${r.waiting.tries} time(s), next at ${time(r.waiting.next_try_at)}.`)] : []),
+    ...(r.approval && r.approval.planned_by ? [h('dt', {}, 'Planned by'), h('dd', { id: 'run-planned-by' }, r.approval.planned_by)] : []),
+    ...(r.approval ? [h('dt', {}, 'Approved'), h('dd', { id: 'run-approved' },
+      `${r.approval.by ? `by ${r.approval.by}, ` : ''}${r.approval.channel}, ${time(r.approval.at)}`)] : []),
+    ...(!r.approval && r.submitted_by ? [h('dt', {}, 'Submitted by'), h('dd', { id: 'run-submitted-by' }, r.submitted_by)] : []),
+    ...(r.cancelled_by ? [h('dt', {}, 'Cancelled by'), h('dd', { id: 'run-cancelled-by' }, r.cancelled_by)] : []),
+    ...(r.error ? [h('dt', {}, 'Error'), h('dd', {}, r.error)] : []));
+}
+
+// ------------------------------------------------------------------------- a large run
+
+/** Rows of the virtualized step table: a row's height, and how many rows one read fetches. */
+const ROW_PX = 34;
+const ROWS_READ = 200;
+/** How many layers of a large run's graph are drawn at first (and at each "more"). */
+const LAYERS_SHOWN = 100;
+/** How many steps' attempts a large run's time axis draws. */
+const GANTT_STEPS = 50;
+
+function countsLine(c) {
+  return `${c.total} steps: ${c.completed} completed, ${c.failed} failed, ${c.running} running, ${c.pending} pending`;
+}
+
+/** One layer of a large run's graph: its size, a bar of its steps by status, its first steps, and
+ *  a button that shows its steps in the table. */
+function layerItem(l, show) {
+  const c = l.step_counts;
+  // Sizes are set through the element's style object: the page's policy refuses style attributes.
+  const part = (n, status) => {
+    if (!n) return null;
+    const seg = h('span', { class: `seg s-${status}`, title: `${n} ${status}` });
+    seg.style.flexGrow = String(n);
+    return seg;
+  };
+  return h('li', { 'data-layer': l.layer, 'data-total': c.total, 'data-completed': c.completed, 'data-failed': c.failed },
+    h('span', { class: 'layer-name' }, `Layer ${l.layer}`),
+    h('span', { class: 'num' }, `${c.total} step${c.total === 1 ? '' : 's'}`),
+    h('span', { class: 'bar', 'aria-hidden': 'true' }, part(c.completed, 'COMPLETED'), part(c.failed, 'FAILED'), part(c.running, 'RUNNING'), part(c.pending, 'PENDING')),
+    h('span', { class: 'small' }, `${c.completed} completed, ${c.failed} failed, ${c.running} running, ${c.pending} pending`),
+    h('span', { class: 'small muted mono' }, l.first.join(', ') + (c.total > l.first.length ? ', …' : '')),
+    h('button', { type: 'button', class: 'small-button', onclick: () => show(l.layer) }, `Show its steps`));
+}
+
+/** A run of more steps than one page: counts, the graph by layers, a virtualized table of every
+ *  step (read a page at a time as it scrolls, filtered by status or layer), the attempts of its
+ *  first steps on a time axis, findings, its newest events; followed live while it runs. */
+async function largeRunPage(runId, run) {
+  const life = pageLife;
+  const enc = encodeURIComponent(runId);
+  const status = badge(run.status, { id: 'run-status' });
+  const meta = h('dl', { class: 'meta' });
+  const counts = h('p', { id: 'step-counts' });
+  const layersBox = h('ol', { id: 'dag-layers', class: 'layers', 'aria-label': 'The graph by layers' });
+  const moreLayers = h('div');
+  const filterStatus = h('select', { id: 'steps-filter' },
+    h('option', { value: '' }, 'every status'), ['FAILED', 'RUNNING', 'COMPLETED', 'PENDING'].map((x) => h('option', { value: x }, x)));
+  const attention = h('input', { type: 'checkbox', id: 'steps-attention' });
+  const layerNote = h('span', { id: 'steps-layer', class: 'small' });
+  const matchedNote = h('p', { id: 'steps-matched', class: 'small muted', role: 'status' });
+  const tbody = h('tbody');
+  const scroller = h('div', { id: 'steps-virtual', class: 'virtual', role: 'region', 'aria-label': 'Steps, scroll for more', tabindex: 0 },
+    h('table', { id: 'steps-table' },
+      h('thead', {}, h('tr', {}, ['Step', 'Status', 'Attempts', 'Outcome', 'Duration', ''].map((t) => h('th', { scope: 'col', class: t === 'Attempts' || t === 'Duration' ? 'num' : null }, t)))),
+      tbody));
+  const detail = h('div', { id: 'step-detail' });
+  const ganttBox = h('div', { class: 'dag-wrap', role: 'region', 'aria-label': 'Attempts on a time axis', tabindex: 0 });
+  const ganttNote = h('p', { class: 'muted small' });
+  const findingsBox = h('div');
+  const eventsBox = h('ol', { id: 'events', class: 'timeline', 'aria-label': 'The newest events, oldest first', tabindex: 0 });
+  const liveNote = h('p', { class: 'live', role: 'status' });
+  page('run', 'Run', liveNote);
+  main.querySelector('h1').replaceChildren(`Run ${runId} `, status);
+  main.dataset.large = 'true';
+  main.append(meta, counts,
+    h('section', { 'aria-labelledby': 'h-dag' }, h('h2', { id: 'h-dag' }, 'Steps as a graph, by layers'),
+      h('p', { class: 'muted small' }, 'A step\'s layer is one more than that of the deepest step it needs; each layer shows how many of its steps are in each status.'),
+      layersBox, moreLayers),
+    h('section', { 'aria-labelledby': 'h-steps' }, h('h2', { id: 'h-steps' }, 'Steps'),
+      h('div', { class: 'filters' },
+        h('label', { for: 'steps-filter' }, 'Status', filterStatus),
+        h('label', { class: 'inline' }, attention, ' failed and running first'),
+        layerNote),
+      matchedNote, scroller, detail),
+    h('section', { 'aria-labelledby': 'h-gantt' }, h('h2', { id: 'h-gantt' }, 'Where the time went'), ganttNote, ganttBox),
+    h('section', { 'aria-labelledby': 'h-findings' }, h('h2', { id: 'h-findings' }, 'Findings'), findingsBox),
+    h('section', { 'aria-labelledby': 'h-events' }, h('h2', { id: 'h-events' }, 'Newest events'), eventsBox));
+
+  // The table's query, and the pages read for it (by offset), dropped when the query changes.
+  const query = { status: '', attention: false, layer: null };
+  let pages = new Map();
+  let matched = run.step_counts.total;
+  const queryString = (offset) => {
+    const q = [`steps_offset=${offset}`, `steps_limit=${ROWS_READ}`];
+    if (query.status) q.push(`steps_status=${query.status}`);
+    if (query.attention) q.push('steps_order=attention');
+    if (query.layer !== null) q.push(`steps_layer=${query.layer}`);
+    return q.join('&');
+  };
+  const readPage = async (offset) => {
+    if (!pages.has(offset)) {
+      const q = queryString(offset);
+      pages.set(offset, api(`/runs/${enc}?${q}`, life.signal).then((r) => {
+        matched = r.steps_page.matched;
+        return r.steps;
+      }));
+    }
+    return pages.get(offset);
+  };
+  const row = (s) => h('tr', { 'data-step': s.step_id, class: 'row' },
+    h('th', { scope: 'row', 'data-col': 'step' }, s.step_id),
+    h('td', { 'data-col': 'status' }, badge(s.status), s.reused ? h('span', { class: 'muted small' }, ' reused') : null),
+    h('td', { 'data-col': 'attempts', class: 'num' }, s.attempts),
+    h('td', { 'data-col': 'outcome', class: 'small' }, s.outcome || '—', s.error ? ` · ${s.error.slice(0, 80)}` : ''),
+    h('td', { 'data-col': 'duration', class: 'num' }, ms(s.duration_ms)),
+    h('td', {}, h('button', { type: 'button', class: 'small-button', onclick: () => showStep(s.step_id) }, 'Details')));
+  const spacer = (n, id) => {
+    const cell = h('td', { colspan: 6 });
+    cell.style.height = `${n * ROW_PX}px`;
+    return h('tr', { 'aria-hidden': 'true', class: 'spacer', 'data-spacer': id }, cell);
+  };
+  let drawing = 0;
+  const draw = async () => {
+    const mine = ++drawing;
+    const first = Math.floor(scroller.scrollTop / ROW_PX);
+    const visible = Math.ceil(scroller.clientHeight / ROW_PX) + 1;
+    const from = Math.floor(first / ROWS_READ) * ROWS_READ;
+    const to = first + visible;
+    const read = [];
+    for (let o = from; o < Math.min(to, Math.max(matched, 1)); o += ROWS_READ) read.push(readPage(o));
+    const steps = (await Promise.all(read)).flat();
+    if (mine !== drawing) return;
+    const start = Math.min(first, Math.max(0, from + steps.length - 1));
+    const shown = steps.slice(start - from, start - from + visible);
+    tbody.replaceChildren(spacer(start, 'top'), ...shown.map(row), spacer(Math.max(0, matched - start - shown.length), 'bottom'));
+    matchedNote.textContent = matched
+      ? `Steps ${start + 1}–${start + shown.length} of ${matched}${query.status || query.layer !== null ? ' matching' : ''}; scroll for more.`
+      : 'No step matches.';
+  };
+  let scheduled = false;
+  scroller.addEventListener('scroll', () => {
+    if (scheduled) return;
+    scheduled = true;
+    requestAnimationFrame(() => { scheduled = false; draw().catch((e) => { if (!life.signal.aborted) matchedNote.textContent = e.message; }); });
+  });
+  const requery = async () => {
+    pages = new Map();
+    layerNote.replaceChildren(...(query.layer !== null ? [`Layer ${query.layer} only `,
+      h('button', { type: 'button', class: 'small-button', id: 'steps-all-layers', onclick: () => { query.layer = null; requery(); } }, 'every layer')] : []));
+    await readPage(0);
+    scroller.scrollTop = 0;
+    await draw();
+  };
+  filterStatus.addEventListener('change', () => { query.status = filterStatus.value; requery(); });
+  attention.addEventListener('change', () => { query.attention = attention.checked; requery(); });
+  const showLayer = (layer) => { query.layer = layer; requery(); scroller.focus(); };
+
+  const showStep = async (stepId) => {
+    const s = encodeURIComponent(stepId);
+    const [step, log] = await Promise.all([api(`/runs/${enc}/steps/${s}`, life.signal), api(`/runs/${enc}/steps/${s}/log?lines=200`, life.signal)]);
+    detail.replaceChildren(h('h3', { id: 'step-detail-title' }, `Step ${stepId} `, badge(step.status)),
+      h('dl', { class: 'meta' },
+        h('dt', {}, 'Attempts'), h('dd', {}, step.attempts),
+        h('dt', {}, 'Outcome'), h('dd', {}, step.outcome || '—'),
+        h('dt', {}, 'Duration'), h('dd', {}, ms(step.duration_ms)),
+        ...(step.error ? [h('dt', {}, 'Error'), h('dd', { class: 'wrap' }, step.error)] : []),
+        h('dt', {}, 'Artifacts'), h('dd', {}, (step.artifacts || []).length
+          ? (step.artifacts || []).map((a) => h('div', { class: 'mono small wrap' }, `${a.name}: ${a.path} (${a.bytes} bytes, sha256 ${a.sha256})`)) : 'none')),
+      h('pre', { id: 'step-detail-result' }, JSON.stringify(step.result, null, 2) ?? 'no result'),
+      h('pre', { id: 'step-detail-log' }, (log.truncated ? '[… earlier lines left out]\n' : '') + (log.lines.join('\n') || '(no output)')));
+  };
+
+  let layersShown = LAYERS_SHOWN;
+  const renderLayers = async () => {
+    const l = await api(`/runs/${enc}/layers?limit=${layersShown}`, life.signal);
+    layersBox.replaceChildren(...l.layers.map((x) => layerItem(x, showLayer)));
+    moreLayers.replaceChildren(...(l.total > l.layers.length ? [h('p', { class: 'small' }, `${l.total - l.layers.length} more layers `,
+      h('button', { type: 'button', class: 'small-button', id: 'more-layers', onclick: () => { layersShown += LAYERS_SHOWN; renderLayers(); } }, 'show more'))] : []));
+  };
+  const renderRun = (r) => {
+    status.textContent = r.status;
+    status.className = `badge s-${r.status}`;
+    renderMeta(meta, r);
+    counts.textContent = countsLine(r.step_counts);
+    findingsBox.replaceChildren(r.findings.length
+      ? h('ul', { id: 'findings', class: 'findings' }, r.findings.map((f) => h('li', {}, h('strong', {}, f.rule), `: ${f.finding} (step ${f.step}, ${f.pointer})`)))
+      : h('p', { id: 'findings', class: 'muted' }, r.status === 'READY' ? 'None: every validator rule held.' : 'None.'));
+  };
+  const renderGantt = async () => {
+    const tl = await api(`/runs/${enc}/timeline?steps_limit=${GANTT_STEPS}${query.attention ? '&steps_order=attention' : ''}`, life.signal);
+    ganttNote.textContent = `The attempts of the first ${tl.steps_page.returned} of ${tl.step_counts.total} steps, from each start to its end on the run's time axis.`;
+    ganttBox.replaceChildren(tl.attempts.length
+      ? drawGantt(h, tl, `Attempts of the first steps of run ${runId} on its time axis`)
+      : h('p', { class: 'muted' }, 'No step has started yet.'));
+  };
+  let events = (await api(`/runs/${enc}/events?limit=200&newest=true`, life.signal)).events;
+  const renderEvents = () => eventsBox.replaceChildren(...events.slice(-200).map((e) => h('li', { 'data-kind': e.kind },
+    h('span', { class: 'muted' }, `#${e.seq}`), time(e.at), h('span', {}, e.kind),
+    h('span', { class: 'data' }, [e.step_id, e.attempt ? `attempt ${e.attempt}` : null].filter(Boolean).join(' · ')))));
+
+  renderRun(run);
+  await Promise.all([renderLayers(), requery(), renderGantt()]);
+  renderEvents();
+  loaded();
+  if (FINISHED.includes(run.status)) return;
+
+  // Live: the event stream from where the log ends; each burst re-reads the counts, the layers
+  // and the rows in view (at most once a second).
+  liveNote.textContent = 'Live: this run is active; the page follows it.';
+  let pending = null;
+  const refresh = () => {
+    if (pending) return;
+    pending = setTimeout(async () => {
+      pending = null;
+      try {
+        const r = await api(`/runs/${enc}?steps_limit=1`, life.signal);
+        renderRun(r);
+        pages = new Map();
+        await Promise.all([renderLayers(), draw(), renderGantt()]);
+        renderEvents();
+        if (FINISHED.includes(r.status)) liveNote.textContent = `Finished: ${r.status}.`;
+      } catch (e) {
+        if (!life.signal.aborted) liveNote.textContent = e.message;
+      }
+    }, 1000);
+  };
+  const after = events.length ? events[events.length - 1].seq : 0;
+  try {
+    await stream(`/runs/${enc}/events?follow=true&after=${after}`, (ev) => {
+      if (ev.event !== 'waiting') {
+        events.push(JSON.parse(ev.data));
+        if (events.length > 400) events = events.slice(-200);
       }
       refresh();
     }, life.signal);

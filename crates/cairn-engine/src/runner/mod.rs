@@ -88,17 +88,18 @@ impl Engine {
     /// Runs (or continues, or returns) a run of a registered workflow in this process.
     pub fn run(&self, req: &RunRequest, obs: &mut dyn Observer) -> Result<RunView, EngineError> {
         let wf = self.load_workflow(&req.workflow)?;
-        self.run_loaded(&wf, req, obs)
+        let run = self.run_loaded(&wf, req, obs)?;
+        self.show_run(&run.run_id)
     }
 
     /// [`Engine::run`] with the workflow loaded already (the daemon loads it when it accepts the
-    /// run, and its worker executes it later).
+    /// run, and its worker executes it later), answering with the run's record.
     pub(crate) fn run_loaded(
         &self,
         wf: &LoadedWorkflow,
         req: &RunRequest,
         obs: &mut dyn Observer,
-    ) -> Result<RunView, EngineError> {
+    ) -> Result<RunRecord, EngineError> {
         let new = self.requested_run(wf, req)?;
         let opts = ExecOptions {
             resume: req.resume_interrupted,
@@ -200,7 +201,7 @@ impl Engine {
         opts: ExecOptions<'_>,
         prepare: &mut dyn FnMut(&RunRecord) -> Result<(), EngineError>,
         obs: &mut dyn Observer,
-    ) -> Result<RunView, EngineError> {
+    ) -> Result<RunRecord, EngineError> {
         let (mut run, _) = self.create_checked(new)?;
         if !run.status.is_terminal() {
             if opts.resume {
@@ -209,7 +210,7 @@ impl Engine {
             prepare(&run)?;
             self.execute(wf, &mut run, &new.input, opts, obs)?;
         }
-        self.show_run(&run.run_id)
+        Ok(run)
     }
 
     fn execute(

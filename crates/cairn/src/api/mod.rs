@@ -80,6 +80,7 @@ fn api_router(state: AppRef) -> Router {
         .route("/runs/{run_id}/artifacts", get(runs::run_artifacts))
         .route("/runs/{run_id}/steps/{step_id}", get(runs::get_step))
         .route("/runs/{run_id}/timeline", get(runs::run_timeline))
+        .route("/runs/{run_id}/layers", get(runs::run_layers))
         .route("/runs/{run_id}/steps/{step_id}/log", get(runs::step_log))
         .route("/runs/{run_id}/steps/{step_id}/explain", get(runs::explain_step))
         .route("/runs/{run_id}/steps/{step_id}/jobs", get(runs::step_jobs))

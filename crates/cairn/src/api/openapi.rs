@@ -24,7 +24,7 @@ pub(super) async fn openapi_json() -> Response {
         bearer tokens from <state>/auth/viewer.token (read) and operator.token (read and change), or a principal's \
         token of `cairn user add`, allowed what its grants allow."),
     paths(http::health, http::list_daemons, openapi_json, runs::submit_run, runs::list_runs, runs::get_run, runs::run_events,
-        runs::step_log, runs::run_timeline, runs::explain_step, runs::step_jobs, runs::get_step, runs::run_artifacts, runs::trace_artifacts, runs::cancel_run, runs::read_artifact,
+        runs::step_log, runs::run_timeline, runs::run_layers, runs::explain_step, runs::step_jobs, runs::get_step, runs::run_artifacts, runs::trace_artifacts, runs::cancel_run, runs::read_artifact,
         exports::run_ro_crate, exports::export_run, exports::verification_ro_crate,
         workflows::list_workflows, workflows::add_workflow, workflows::get_workflow,
         plans::create_plan, plans::list_plans, plans::get_plan, plans::execute_plan,
@@ -139,6 +139,7 @@ macro_rules! run_links {
             ("GetRun", "get_run", &[("run_id", $run)] as &[(&str, &str)]),
             ("RunEvents", "run_events", &[("run_id", $run)]),
             ("RunTimeline", "run_timeline", &[("run_id", $run)]),
+            ("RunLayers", "run_layers", &[("run_id", $run)]),
             ("RunArtifacts", "run_artifacts", &[("run_id", $run)]),
             ("CancelRun", "cancel_run", &[("run_id", $run)]),
             ("GetStep", "get_step", &[("run_id", $run), ("step_id", $step)]),

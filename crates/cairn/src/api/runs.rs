@@ -21,8 +21,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppRef;
 use super::http::{ApiError, ApiJson, ApiPath, ApiQuery, ErrorBody, blocking};
 use crate::wire::{
-    ArtifactList, ArtifactSlice, Event, EventList, Explanation, PipelineJobs, RunList, RunResult, RunTimeline,
-    StepDetail, StepLog, SubmitRun, TraceResult, WaitingNotice,
+    ArtifactList, ArtifactSlice, Event, EventList, Explanation, PipelineJobs, RunLayers, RunList, RunResult,
+    RunTimeline, StepDetail, StepLog, SubmitRun, TraceResult, WaitingNotice,
 };
 
 /// An accepted run as an answer: 200 when it had finished already, else 202 with where to find it.
@@ -204,16 +204,82 @@ async fn follow_runs(state: AppRef, filter: RunFilter, tx: tokio::sync::mpsc::Se
     }
 }
 
-/// One run: status, steps in execution order, findings, replay summary, lineage.
-#[utoipa::path(get, path = "/runs/{run_id}", tag = "runs", params(("run_id" = String, Path)),
+/// Which of a run's steps to answer with.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StepsQuery {
+    /// Skip this many of the matching steps (default 0).
+    pub steps_offset: Option<usize>,
+    /// At most this many steps (1 to 10,000; default 1,000: a run up to that size answers with
+    /// every step).
+    pub steps_limit: Option<usize>,
+    /// Only steps in these statuses, comma-separated: PENDING, RUNNING, COMPLETED, FAILED.
+    pub steps_status: Option<String>,
+    /// `dag` (default: the DAG's order) or `attention` (failed, then running steps first).
+    pub steps_order: Option<String>,
+    /// Only the steps of this layer of the DAG (`GET /runs/{id}/layers`).
+    pub steps_layer: Option<usize>,
+}
+
+impl StepsQuery {
+    pub fn page(&self) -> Result<cairn_engine::StepQuery, EngineError> {
+        cairn_engine::requested_steps(
+            self.steps_offset,
+            self.steps_limit,
+            self.steps_status.as_deref(),
+            self.steps_order.as_deref(),
+            self.steps_layer,
+        )
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LayersQuery {
+    /// The first layer (default 0).
+    pub offset: Option<usize>,
+    /// At most this many layers (1 to 10,000; default 1,000).
+    pub limit: Option<usize>,
+}
+
+/// A run's DAG by layers (a step's layer is one more than its deepest need's), each with its
+/// steps' counts by status and its first steps: how a graph of a huge run is drawn.
+#[utoipa::path(get, path = "/runs/{run_id}/layers", tag = "runs", params(("run_id" = String, Path), LayersQuery),
+    responses((status = 200, body = RunLayers), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(super) async fn run_layers(
+    State(state): State<AppRef>,
+    ApiPath(run_id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<LayersQuery>,
+) -> Result<Json<RunLayers>, ApiError> {
+    blocking(move || {
+        let layers = state.service.engine().run_layers(
+            &RunId::lookup(run_id),
+            q.offset.unwrap_or(0),
+            q.limit.unwrap_or(cairn_engine::STEPS_PAGE_DEFAULT),
+        )?;
+        Ok(Json(RunLayers::from_engine(&layers)))
+    })
+    .await
+}
+
+/// One run: status, its steps' counts by status and a page of its steps in execution order
+/// (every step of a run up to 1,000 steps), findings, replay summary, lineage.
+#[utoipa::path(get, path = "/runs/{run_id}", tag = "runs", params(("run_id" = String, Path), StepsQuery),
     responses((status = 200, body = RunResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody)),
+        (status = 404, body = ErrorBody), (status = 422, description = "A page parameter out of range", body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn get_run(
     State(state): State<AppRef>,
     ApiPath(run_id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<StepsQuery>,
 ) -> Result<Json<RunResult>, ApiError> {
-    blocking(move || Ok(Json(RunResult::from_view(&state.service.engine().show_run(&RunId::lookup(run_id))?)))).await
+    blocking(move || {
+        let view = state.service.engine().show_run_page(&RunId::lookup(run_id), &q.page()?)?;
+        Ok(Json(RunResult::from_view(&view)))
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -223,6 +289,10 @@ pub struct EventsQuery {
     pub after: Option<i64>,
     /// Stream events as Server-Sent Events until the run finishes.
     pub follow: Option<bool>,
+    /// At most this many events (1 to 10,000; default: all of them), the first ones after `after`.
+    pub limit: Option<usize>,
+    /// With `limit`: the newest events instead (still oldest first), where a huge run's log ends.
+    pub newest: Option<bool>,
 }
 
 /// The run's ordered event log; with `follow=true`, a Server-Sent Events stream (`id` is the
@@ -232,7 +302,8 @@ pub struct EventsQuery {
         (status = 200, description = "The events (or, with follow=true, an event stream)", content(
             (EventList = "application/json"),
             (SseEventSchema = "text/event-stream"))),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, description = "`limit` out of range", body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn run_events(
     State(state): State<AppRef>,
@@ -243,7 +314,8 @@ pub(super) async fn run_events(
     let run_id = RunId::lookup(run_id);
     if !q.follow.unwrap_or(false) {
         let (st, id) = (state.clone(), run_id.clone());
-        let events = blocking(move || Ok(st.service.engine().events(&id, after)?)).await?;
+        let (limit, newest) = (q.limit, q.newest.unwrap_or(false));
+        let events = blocking(move || Ok(st.service.engine().events_limited(&id, after, limit, newest)?)).await?;
         return Ok(Json(EventList::from_records(&run_id, &events)).into_response());
     }
     let engine = state.service.engine().clone();
@@ -328,18 +400,25 @@ pub(super) async fn step_log(
     .await
 }
 
-/// Every attempt of a run on its time axis: where its time went, what overlapped.
+/// Every attempt of a run on its time axis: where its time went, what overlapped. A run over
+/// 1,000 steps answers with its first 1,000 steps' attempts, paged as `GET /runs/{id}` is.
 #[utoipa::path(get, path = "/runs/{run_id}/timeline", tag = "runs",
-    params(("run_id" = String, Path)),
+    params(("run_id" = String, Path), StepsQuery),
     responses((status = 200, description = "The run's attempts on its time axis", body = RunTimeline),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, description = "A page parameter out of range", body = ErrorBody)),
     security(("bearer" = [])))]
 pub(super) async fn run_timeline(
     State(state): State<AppRef>,
     ApiPath(run_id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<StepsQuery>,
 ) -> Result<Json<RunTimeline>, ApiError> {
     let run_id = RunId::lookup(run_id);
-    blocking(move || Ok(Json(RunTimeline::from_engine(&run_id, &state.service.engine().timeline(&run_id)?)))).await
+    blocking(move || {
+        let page = state.service.engine().timeline_page(&run_id, &q.page()?)?;
+        Ok(Json(RunTimeline::from_engine(&run_id, &page)))
+    })
+    .await
 }
 
 /// Why a step of a run was reused, run or invalidated, with its signature and attempts.

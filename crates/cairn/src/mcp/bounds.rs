@@ -45,7 +45,8 @@ pub fn checked(tool: &str, r: CallToolResult) -> CallToolResult {
     }
     let instead = match tool {
         "read_artifact" => "ask for a shorter `length` (text with many escaped characters grows in JSON)",
-        "get_run" | "run_detail" => "read cairn://runs/RUN_ID, or get_step_result for one step",
+        "get_run" => "ask for fewer steps (`steps_limit`), or get_step_result for one step",
+        "run_detail" => "read cairn://runs/RUN_ID, or get_step_result for one step",
         "list_runs" | "runs_overview" => "ask for fewer (`limit`) or filter by `status`",
         _ => "ask for less, or read the matching resource (resources/templates/list)",
     };

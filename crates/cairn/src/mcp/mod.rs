@@ -40,6 +40,43 @@ pub struct RunRef {
     pub run_id: String,
 }
 
+/// `get_run`'s arguments: the run, and which of its steps.
+#[derive(Debug, Default, serde::Deserialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RunPage {
+    pub run_id: String,
+    /// Skip this many of the matching steps (default 0).
+    pub steps_offset: Option<usize>,
+    /// At most this many steps (1 to 10000). Default: up to 1000, fewer when the answer would
+    /// be over 256 KiB; `steps_page.next_offset` says where the next page starts.
+    pub steps_limit: Option<usize>,
+    /// Only steps in these statuses, comma-separated: PENDING, RUNNING, COMPLETED, FAILED.
+    pub steps_status: Option<String>,
+    /// `attention`: failed, then running steps first; `dag` (default): the DAG's order.
+    pub steps_order: Option<String>,
+}
+
+impl RunPage {
+    /// `GET /runs/{id}` with this page, `limit` steps at most (`None`: the daemon's default).
+    pub fn path(&self, limit: Option<usize>) -> String {
+        let mut query = Vec::new();
+        if let Some(n) = self.steps_offset {
+            query.push(format!("steps_offset={n}"));
+        }
+        if let Some(n) = limit {
+            query.push(format!("steps_limit={n}"));
+        }
+        if let Some(s) = &self.steps_status {
+            query.push(format!("steps_status={}", api_client::seg(s)));
+        }
+        if let Some(o) = &self.steps_order {
+            query.push(format!("steps_order={}", api_client::seg(o)));
+        }
+        let path = format!("/runs/{}", api_client::seg(&self.run_id));
+        if query.is_empty() { path } else { format!("{path}?{}", query.join("&")) }
+    }
+}
+
 /// `export_run`'s arguments (the workbench's and the app's).
 #[derive(Debug, serde::Deserialize, rmcp::schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]

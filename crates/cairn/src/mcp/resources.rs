@@ -127,7 +127,9 @@ fn run_of(uri: &str) -> Option<&str> {
 fn state_of(run: &RunResult) -> Value {
     let steps: Vec<Value> = run.steps.iter().map(|s| json!([s.step_id, s.status, s.attempts])).collect();
     let waiting = run.waiting.as_ref().map(|w| json!([w.code, w.since]));
-    json!({"status": run.status, "steps": steps, "findings": run.findings, "error": run.error, "waiting": waiting})
+    let c = &run.step_counts;
+    let counts = json!([c.pending, c.running, c.completed, c.failed]);
+    json!({"status": run.status, "counts": counts, "steps": steps, "findings": run.findings, "error": run.error, "waiting": waiting})
 }
 
 /// Checks that `uri` can be subscribed to: a run that exists (its state now, to watch from), or

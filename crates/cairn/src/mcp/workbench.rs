@@ -22,7 +22,7 @@ use super::logging::LogLevel;
 
 use super::progress::{self, Progress};
 use super::resources::{Subscriptions, server_handler};
-use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunRef};
+use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunPage, RunRef};
 use crate::wire::requests::ApprovedVia;
 use crate::wire::{
     AddWorkflow, Followed, Job, PlanReplay, PlanRun, ReadDoc, RunResult, SaveDoc, SearchDocs, VERIFY_START_AT_LEAST,
@@ -177,6 +177,23 @@ impl Workbench {
         }
     }
 
+    /// The run with the page of steps `p` asks for; without a `steps_limit`, as many as fit in a
+    /// tool result (halved until the answer is under its bound, which `steps_page` then shows).
+    async fn run_page(&self, ctx: &RequestContext<RoleServer>, p: &RunPage) -> CallToolResult {
+        let mut limit = p.steps_limit;
+        loop {
+            let run = match self.daemon.call(ctx, "GET", p.path(limit), None).await {
+                Ok(run) => run,
+                Err(e) => return e.tool_result(),
+            };
+            let returned = run["steps_page"]["returned"].as_u64().unwrap_or(0) as usize;
+            if p.steps_limit.is_some() || returned <= 1 || run.to_string().len() <= super::bounds::RESULT_MAX {
+                return structured(run);
+            }
+            limit = Some(returned / 2);
+        }
+    }
+
     /// `POST /plans/{name}/execute`, recording how it was approved, then waits for the run's end.
     async fn execute(&self, ctx: &RequestContext<RoleServer>, p: &ExecutePlan, channel: ApprovedVia) -> CallToolResult {
         let body = to_value(&crate::wire::requests::ExecutePlan {
@@ -200,7 +217,7 @@ impl Workbench {
             _ => return structured(run),
         };
         let id = queued.run_id;
-        let mut seen = RunProgress::new(queued.steps.into_iter().map(|s| s.step_id).collect());
+        let mut seen = RunProgress::new(queued.step_counts.total.max(queued.steps.len()));
         let mut progress = Progress::of(ctx);
         if let Some(progress) = progress.as_mut() {
             let f = seen.fraction();
@@ -241,7 +258,7 @@ impl Workbench {
                 _ = &mut deadline => break,
             }
         }
-        self.daemon.tool(ctx, "GET", format!("/runs/{}", seg(&id)), None).await
+        self.run_page(ctx, &RunPage { run_id: id, ..RunPage::default() }).await
     }
 
     /// The verification streamed (`POST /verifications` as JSON lines, the stream `cairn verify`
@@ -499,11 +516,11 @@ impl Workbench {
     }
 
     #[tool(
-        description = "One run: status, steps with attempts, outcomes and timings, validator findings, and for a replay child its decisions with reasons. READY means the steps completed and the validator's rules held, not that the science is right. Read-only.",
+        description = "One run: status, its steps' counts by status (step_counts), its steps with attempts, outcomes and timings (every step of a small run; of a large one a page, steps_page saying which and where the next starts: page with steps_offset and steps_limit, or ask for steps_status=FAILED,RUNNING or steps_order=attention), validator findings, and for a replay child its decisions with reasons. READY means the steps completed and the validator's rules held, not that the science is right. Read-only.",
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn get_run(&self, Parameters(p): Parameters<RunRef>, ctx: RequestContext<RoleServer>) -> CallToolResult {
-        self.daemon.tool(&ctx, "GET", format!("/runs/{}", seg(&p.run_id)), None).await
+    async fn get_run(&self, Parameters(p): Parameters<RunPage>, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        self.run_page(&ctx, &p).await
     }
 
     #[tool(

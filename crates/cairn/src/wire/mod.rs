@@ -36,8 +36,8 @@ pub use requests::{
 };
 pub use runs::{
     ArtifactEntry, ArtifactList, ArtifactSlice, Event, EventList, Explanation, ExportResult, Followed, LineageEntry,
-    NoticeKind, ReplayPreview, RunLease, RunList, RunResult, RunSummary, RunTimeline, RunWaiting, StepCause,
-    StepDetail, StepLog, StepResult, TimelineAttempt, TraceMatch, TraceResult, WaitingNotice,
+    NoticeKind, ReplayPreview, RunLayer, RunLayers, RunLease, RunList, RunResult, RunSummary, RunTimeline, RunWaiting,
+    StepCause, StepDetail, StepLog, StepResult, TimelineAttempt, TraceMatch, TraceResult, WaitingNotice,
 };
 pub use targets::targets_json;
 pub use team::{

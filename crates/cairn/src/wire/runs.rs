@@ -314,7 +314,15 @@ pub struct RunResult {
     pub version: String,
     /// PENDING, RUNNING, READY, BLOCKED, FAILED or CANCELLED.
     pub status: String,
+    /// Its steps in execution order: every one for a run of up to 1,000 steps (or with
+    /// `steps_limit` large enough), else the page `steps_page` describes.
     pub steps: Vec<StepResult>,
+    /// How many of all its steps are in each status, whatever page `steps` holds.
+    #[serde(default)]
+    pub step_counts: StepCounts,
+    /// Which of its steps `steps` holds, and where the next page starts.
+    #[serde(default)]
+    pub steps_page: StepsPage,
     #[schema(value_type = Vec<Object>)]
     pub findings: Vec<Value>,
     pub error: Option<String>,
@@ -357,6 +365,95 @@ pub struct RunResult {
     /// The principal that cancelled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<String>,
+}
+
+/// How many of a run's steps are in each status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StepCounts {
+    pub total: usize,
+    /// Not started yet.
+    pub pending: usize,
+    pub running: usize,
+    pub completed: usize,
+    pub failed: usize,
+}
+
+impl StepCounts {
+    pub fn from_engine(c: &cairn_engine::StepCounts) -> StepCounts {
+        StepCounts { total: c.total, pending: c.pending, running: c.running, completed: c.completed, failed: c.failed }
+    }
+}
+
+impl StepsPage {
+    pub fn from_engine(shown: &cairn_engine::StepsShown) -> StepsPage {
+        StepsPage {
+            offset: shown.offset,
+            limit: shown.limit,
+            matched: shown.matched,
+            returned: shown.returned,
+            next_offset: shown.next_offset(),
+            status: shown.statuses.iter().map(|s| s.to_string()).collect(),
+            attention_first: shown.attention_first,
+        }
+    }
+}
+
+/// A run's DAG by layers, each with its steps' counts by status.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunLayers {
+    pub run_id: String,
+    /// How many layers the DAG has.
+    pub total: usize,
+    pub offset: usize,
+    pub layers: Vec<RunLayer>,
+}
+
+/// One layer of a run's DAG: the steps that need none (layer 0), or whose deepest need is in
+/// the layer before.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunLayer {
+    pub layer: usize,
+    pub step_counts: StepCounts,
+    /// Its first steps (at most 3), in the DAG's order; `?steps_layer=` pages all of them.
+    pub first: Vec<String>,
+}
+
+impl RunLayers {
+    pub fn from_engine(l: &cairn_engine::RunLayers) -> RunLayers {
+        RunLayers {
+            run_id: l.run_id.to_string(),
+            total: l.total,
+            offset: l.offset,
+            layers: l
+                .layers
+                .iter()
+                .map(|x| RunLayer {
+                    layer: x.layer,
+                    step_counts: StepCounts::from_engine(&x.counts),
+                    first: x.first.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Which of a run's steps an answer holds: `returned` of the `matched` steps (every step, or
+/// those of the statuses asked for), from `offset`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StepsPage {
+    pub offset: usize,
+    /// The most asked for; null: every one.
+    pub limit: Option<usize>,
+    pub matched: usize,
+    pub returned: usize,
+    /// Where the next page starts (`steps_offset`), or null when this is the last.
+    pub next_offset: Option<usize>,
+    /// The statuses asked for (`steps_status`); empty: every status.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub status: Vec<String>,
+    /// Whether failed and running steps come first (`steps_order=attention`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attention_first: bool,
 }
 
 /// Why and since when a run waits for its environment.
@@ -441,6 +538,8 @@ impl RunResult {
                 .iter()
                 .map(|s| step_fields(decisions.get(s.step_id.as_str()).copied(), s, RESULT_PREVIEW_BYTES))
                 .collect(),
+            step_counts: StepCounts::from_engine(&view.counts),
+            steps_page: StepsPage::from_engine(&view.shown),
             findings: run.findings.iter().map(super::to_value).collect(),
             error: run.error.clone(),
             run_dir: run.run_dir.clone(),
@@ -594,8 +693,15 @@ pub struct RunTimeline {
     pub length_ms: i64,
     /// `null` while the run is not finished.
     pub finished_ms: Option<i64>,
-    /// The attempts in the order they started.
+    /// The attempts in the order they started (of the steps of `steps_page`).
     pub attempts: Vec<TimelineAttempt>,
+    /// How many of all the run's steps are in each status.
+    #[serde(default)]
+    pub step_counts: StepCounts,
+    /// Whose attempts `attempts` holds: every step's for a run of up to 1,000 steps, else a page
+    /// of its steps (`?steps_offset=&steps_limit=`, as `GET /runs/{id}` pages them).
+    #[serde(default)]
+    pub steps_page: StepsPage,
 }
 
 /// One attempt of a step, or a step a replay reused (attempt 0, a point).
@@ -614,8 +720,13 @@ pub struct TimelineAttempt {
 }
 
 impl RunTimeline {
-    pub fn from_engine(run_id: &str, t: &cairn_core::timeline::Timeline) -> RunTimeline {
+    pub fn from_engine(
+        run_id: &str,
+        (t, counts, shown): &(cairn_core::timeline::Timeline, cairn_engine::StepCounts, cairn_engine::StepsShown),
+    ) -> RunTimeline {
         RunTimeline {
+            step_counts: StepCounts::from_engine(counts),
+            steps_page: StepsPage::from_engine(shown),
             run_id: run_id.to_string(),
             started_at: time(t.origin_ms),
             length_ms: t.length_ms(),

@@ -487,6 +487,12 @@ fn auth_matrix_covers_every_endpoint_and_caller(k: cairn_store::testing::Kind) {
         ),
         protected("GET", "/runs/R1/timeline", None, OK, OK),
         protected("GET", "/runs/nope/timeline", None, missing("run_not_found"), missing("run_not_found")),
+        protected("GET", "/runs/R1/timeline?steps_limit=0", None, refused("invalid_field"), refused("invalid_field")),
+        protected("GET", "/runs/R1/layers", None, OK, OK),
+        protected("GET", "/runs/R1/layers?limit=0", None, refused("invalid_field"), refused("invalid_field")),
+        protected("GET", "/runs/nope/layers", None, missing("run_not_found"), missing("run_not_found")),
+        protected("GET", "/runs/R1?steps_status=nope", None, refused("invalid_field"), refused("invalid_field")),
+        protected("GET", "/runs/R1/events?limit=0", None, refused("invalid_field"), refused("invalid_field")),
         protected("GET", "/runs/R1/steps/b/explain", None, OK, OK),
         protected("GET", "/runs/R1/steps/zz/explain", None, missing("step_not_found"), missing("step_not_found")),
         // A step's pipeline jobs (none: it is not a pipeline), and a bad filter.

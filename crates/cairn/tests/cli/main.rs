@@ -35,6 +35,7 @@ mod registry;
 mod remote;
 mod replay;
 mod rocrate;
+mod scale;
 mod scheduling;
 mod schemathesis;
 mod secrets;

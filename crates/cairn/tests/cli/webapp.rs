@@ -57,6 +57,9 @@ sys.stdout.write(json.dumps(result))
 "#;
 
 const DEMO: &str = "webapp-demo";
+/// A workflow of more steps than a page of a run holds.
+const LARGE: &str = "webapp-large";
+const LARGE_FAN: usize = 1500;
 const LIVE: &str = "webapp-live";
 const VERSION: &str = "1.0.0";
 const STEPS: [&str; 3] = ["prepare", "analyse", "report"];
@@ -382,6 +385,22 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background, Held) {
     let live_id = id(&live, "run_id");
     assert_eq!(step(&c.show(&live_id), "hold")["status"], "RUNNING");
 
+    // A run of more steps than one page (a fan of 1,500 and a join): the page shows it by
+    // layers and a virtualized table.
+    let mut large_toml = format!(
+        "[workflow]\nname = \"{LARGE}\"\nversion = \"{VERSION}\"\n\n[tools.step]\ncommand = [\"tools/step.sh\"]\n\n"
+    );
+    for i in 0..LARGE_FAN {
+        large_toml.push_str(&format!("[[steps]]\nid = \"s{i}\"\ntool = \"step\"\n\n"));
+    }
+    let needs: Vec<String> = (0..LARGE_FAN).map(|i| format!("\"s{i}\"")).collect();
+    large_toml.push_str(&format!("[[steps]]\nid = \"join\"\ntool = \"step\"\nneeds = [{}]\n", needs.join(", ")));
+    let step_sh = "#!/bin/sh\ncat >/dev/null\necho \"webapp-e2e: large step $CAIRN_STEP_ID\" >&2\necho '{}'\n";
+    c.add(&write_workflow(&c.path(LARGE), &large_toml, &[("tools/step.sh", step_sh)]));
+    let large = c.run(LARGE, &json!({}), &["--parallel", "2"]).expect(0).json;
+    assert_eq!(large["status"], "READY", "{}", large["error"]);
+    assert_eq!(large["step_counts"]["total"], LARGE_FAN + 1);
+
     // The evidence as the API gives it: what the page must show, field for field.
     let shown = c.show(&ready_id);
     assert!(shown["steps"].as_array().unwrap().iter().all(|s| s.get("jobs").is_none()), "no pipeline step: {shown:#}");
@@ -407,6 +426,8 @@ fn fill(e: &Env, gate: &Path) -> (Value, Background, Held) {
             "cut_result": report["result"],
         },
         "ready": ready_id,
+        "large": {"run": id(&large, "run_id"), "steps": LARGE_FAN + 1, "fan": LARGE_FAN,
+            "log_text": "webapp-e2e: large step s0"},
         "blocked": id(&blocked, "run_id"),
         "failed": id(&failed, "run_id"),
         "failed_step": "analyse",

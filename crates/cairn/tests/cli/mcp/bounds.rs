@@ -84,3 +84,64 @@ fn output_schemas_are_the_api_s_own() {
         }
     }
 }
+
+/// A run of 1,200 steps, each with a result of 400 characters: its first 1,000 steps would be
+/// about 700 KiB of JSON.
+fn wide(fx: &Fx) {
+    let dir = fx.p("wide");
+    std::fs::create_dir_all(dir.join("tools")).unwrap();
+    let tool = dir.join("tools/step.sh");
+    let note = "n".repeat(400);
+    std::fs::write(&tool, format!("#!/bin/sh\ncat >/dev/null\necho '{{\"note\":\"{note}\"}}'\n")).unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut toml = String::from(
+        "[workflow]\nname = \"wide\"\nversion = \"1.0.0\"\n\n[tools.step]\ncommand = [\"tools/step.sh\"]\n\n",
+    );
+    for i in 0..1200 {
+        toml.push_str(&format!("[[steps]]\nid = \"s{i}\"\ntool = \"step\"\n\n"));
+    }
+    std::fs::write(dir.join("workflow.toml"), toml).unwrap();
+    let (code, _, out) = fx.json(&["workflow", "add", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// `get_run` of a large run answers with a page that fits (its counts cover every step, and
+/// `steps_page` says where the next starts), and any page asked for.
+#[test]
+fn get_run_of_a_large_run_answers_a_page_that_fits() {
+    let Some(fx) = Fx::new() else { return };
+    wide(&fx);
+    fx.start_daemon();
+    let run = fx.c.run("wide", &json!({}), &["--run-id", "W1", "--parallel", "2"]).expect(0).json;
+    assert_eq!(run["status"], "READY");
+    let client = fx.client();
+    let wb = client.stdio("workbench");
+
+    let first = wb.call_ok("get_run", json!({"run_id": "W1"}));
+    assert!(first.to_string().len() <= 256 << 10, "{} bytes", first.to_string().len());
+    assert_eq!(
+        first["step_counts"],
+        json!({"total": 1200, "pending": 0, "running": 0, "completed": 1200, "failed": 0})
+    );
+    let page = &first["steps_page"];
+    let returned = page["returned"].as_u64().unwrap();
+    assert!((100..1000).contains(&returned), "as many as fit: {page}");
+    assert_eq!((page["limit"].as_u64(), page["next_offset"].as_u64()), (Some(returned), Some(returned)), "{page}");
+    assert_eq!(first["steps"][0]["step_id"], "s0");
+
+    let next = wb.call_ok("get_run", json!({"run_id": "W1", "steps_offset": 1195, "steps_limit": 10}));
+    let ids: Vec<&str> = next["steps"].as_array().unwrap().iter().map(|s| str_of(&s["step_id"])).collect();
+    assert_eq!(ids, ["s1195", "s1196", "s1197", "s1198", "s1199"]);
+    assert_eq!(next["steps_page"]["next_offset"], Value::Null);
+    let failed = wb.call_ok("get_run", json!({"run_id": "W1", "steps_status": "FAILED"}));
+    assert_eq!((failed["steps"].as_array().map(Vec::len), &failed["steps_page"]["matched"]), (Some(0), &json!(0)));
+
+    // A page asked for that is too large is refused, saying what to ask for.
+    let r = wb.call("get_run", json!({"run_id": "W1", "steps_limit": 1000}));
+    assert_eq!(r["isError"], true);
+    let e = &r["structuredContent"]["error"];
+    assert_eq!(e["code"], "result_too_large", "{e:#}");
+    assert!(str_of(&e["message"]).contains("steps_limit"), "{e:#}");
+    let bad = wb.call("get_run", json!({"run_id": "W1", "steps_status": "done"}));
+    assert_eq!(bad["structuredContent"]["error"]["code"], "invalid_field", "{bad:#}");
+}
