@@ -101,21 +101,31 @@ pub enum CrashPoint {
     /// `session-kernel-started`: the session kernel has been started, and its pid is not
     /// recorded yet.
     SessionKernelStarted,
+    /// `group-commit:N`: the Nth group of several writes is in the SQLite registry's open
+    /// transaction, and not committed yet (`group-commit` is the first).
+    GroupCommit { nth: u64 },
 }
 
 impl std::str::FromStr for CrashPoint {
     type Err = String;
 
     fn from_str(text: &str) -> Result<CrashPoint, String> {
-        if text == "session-kernel-started" {
-            return Ok(CrashPoint::SessionKernelStarted);
+        match text {
+            "session-kernel-started" => return Ok(CrashPoint::SessionKernelStarted),
+            "group-commit" => return Ok(CrashPoint::GroupCommit { nth: 1 }),
+            _ => {}
+        }
+        if let Some(nth) = text.strip_prefix("group-commit:").and_then(|n| n.parse().ok()).filter(|&n| n > 0) {
+            return Ok(CrashPoint::GroupCommit { nth });
         }
         let tool = text.strip_prefix("tool-spawned:").and_then(|rest| {
             let (step, attempt) = rest.rsplit_once(':')?;
             Some(CrashPoint::ToolSpawned { step: step.to_string(), attempt: attempt.parse().ok()? })
         });
         tool.ok_or_else(|| {
-            format!("`{text}` is not a crash point: write tool-spawned:STEP:ATTEMPT or session-kernel-started")
+            format!(
+                "`{text}` is not a crash point: write tool-spawned:STEP:ATTEMPT, session-kernel-started or group-commit[:N]"
+            )
         })
     }
 }
@@ -226,7 +236,13 @@ impl EngineBuilder {
         };
         let commits = follow::Commits::new();
         let store: Box<dyn RunStore + Send + Sync> = match url {
-            None => Box::new(cairn_store::SqliteStore::open(&state.db())?.on_commit(commits.hook())),
+            None => {
+                let store = cairn_store::SqliteStore::open(&state.db())?.on_commit(commits.hook());
+                match self.options.crash {
+                    Some(CrashPoint::GroupCommit { nth }) => Box::new(store.crash_before_group_commit(nth)),
+                    _ => Box::new(store),
+                }
+            }
             Some(url) => {
                 let store = cairn_store::PostgresStore::connect(&url)?.on_commit(commits.hook());
                 // Recorded once it is known to work (reached, its schema current).

@@ -35,6 +35,15 @@ impl Registry<Sqlite> {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         Ok(Registry::new(Sqlite::open(path)?))
     }
+
+    /// For the crash tests only (`CAIRN_TEST_CRASH_AT=group-commit:N`): the process kills itself
+    /// (SIGKILL) before committing its `nth` group of more than one write, as a kill -9 there
+    /// would.
+    #[doc(hidden)]
+    pub fn crash_before_group_commit(self, nth: u64) -> SqliteStore {
+        self.backend().crash_before_group_commit(nth);
+        self
+    }
 }
 
 impl Registry<Postgres> {

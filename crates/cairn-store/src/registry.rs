@@ -115,6 +115,10 @@ impl<B: Backend> Registry<B> {
         Registry { db, on_commit: None, leases: RwLock::new(HashMap::new()) }
     }
 
+    pub(crate) fn backend(&self) -> &B {
+        &self.db
+    }
+
     /// Sets the function called after every committed write (after the connection is released).
     pub fn on_commit(mut self, hook: impl Fn() + Send + Sync + 'static) -> Registry<B> {
         self.on_commit = Some(Box::new(hook));

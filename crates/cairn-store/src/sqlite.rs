@@ -3,9 +3,16 @@
 //! (every write an IMMEDIATE transaction, so writers never interleave), a second, read-only one
 //! serves the reads event followers repeat after every commit: in WAL mode it reads the last
 //! commit without waiting for the writer's lock.
+//!
+//! **Group commit.** Writes that arrive while another is being written share its transaction and
+//! its one fsync ([`Writer`]): each is a savepoint of the group's transaction (one that fails is
+//! rolled back alone), and none is acknowledged before the group's COMMIT has returned. The writer
+//! that finds no other waiting commits the group; a crash before that COMMIT loses the whole
+//! group, none of which was acknowledged.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cairn_core::doctor::Integrity;
@@ -47,11 +54,42 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 const STATEMENT_CACHE: usize = 128;
 
 pub struct Sqlite {
-    conn: Mutex<Connection>,
+    conn: Mutex<Writer>,
+    /// Writes waiting for the writing connection: while one waits, a write leaves its group's
+    /// transaction open for it.
+    queued: AtomicUsize,
+    /// How the groups left open ended, for the writes waiting on them.
+    ended: Mutex<Ended>,
+    ended_cv: Condvar,
     reader: Mutex<Connection>,
     /// The database file, whose disk a failed write looks at.
     path: std::path::PathBuf,
+    /// For the crash tests only (`CAIRN_TEST_CRASH_AT=group-commit:N`): how many groups of more
+    /// than one write are left to commit before the process kills itself (SIGKILL) instead of
+    /// committing one; 0: never.
+    crash_before_group_commit: AtomicU64,
 }
+
+/// The writing connection, and the group of writes its open transaction holds, if any.
+struct Writer {
+    conn: Connection,
+    /// The open group's number; `None` when no transaction is open.
+    open: Option<u64>,
+    /// How many writes the open group holds.
+    parts: usize,
+    /// The number of the next group.
+    next: u64,
+}
+
+/// The end of the groups of writes: the last committed, and the last that failed with why.
+#[derive(Default)]
+struct Ended {
+    committed: u64,
+    failed: Option<(u64, StoreError)>,
+}
+
+/// The most writes one group holds: a burst longer than this is committed in several.
+const GROUP_MAX: usize = 256;
 
 /// Below this many bytes free, a failed write says its disk is full: SQLite often reports a full
 /// disk as `disk I/O error` (a failed append to its write-ahead log), which names nothing.
@@ -99,13 +137,149 @@ impl Sqlite {
                 .map_err(|e| StoreError::Database(format!("cannot open {} to read: {e}", path.display())))?;
         reader.busy_timeout(Duration::from_secs(10)).map_err(db)?;
         reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        Ok(Sqlite { conn: Mutex::new(conn), reader: Mutex::new(reader), path: path.to_path_buf() })
+        Ok(Sqlite {
+            conn: Mutex::new(Writer { conn, open: None, parts: 0, next: 1 }),
+            queued: AtomicUsize::new(0),
+            ended: Mutex::new(Ended::default()),
+            ended_cv: Condvar::new(),
+            reader: Mutex::new(reader),
+            path: path.to_path_buf(),
+            crash_before_group_commit: AtomicU64::new(0),
+        })
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    /// The writing connection with no group open (one left open is committed first), for a
+    /// read that must see every acknowledged write, or a write of its own kind.
+    fn conn(&self) -> Result<MutexGuard<'_, Writer>, StoreError> {
+        let mut w = self.lock_writer();
+        self.commit_group(&mut w)?;
+        Ok(w)
+    }
+
+    /// For the crash tests only: the process kills itself (SIGKILL) before committing its `nth`
+    /// group of more than one write.
+    pub(crate) fn crash_before_group_commit(&self, nth: u64) {
+        self.crash_before_group_commit.store(nth, Ordering::SeqCst);
+    }
+
+    fn lock_writer(&self) -> MutexGuard<'_, Writer> {
         // A panic while holding the lock leaves SQLite consistent (the transaction rolls back).
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Commits the open group, if any, and tells its waiting writes how it ended.
+    fn commit_group(&self, w: &mut Writer) -> Result<(), StoreError> {
+        let Some(group) = w.open.take() else { return Ok(()) };
+        if w.parts > 1
+            && self.crash_before_group_commit.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                == Ok(1)
+        {
+            // As a kill -9 at this very moment: the group's writes are in its transaction, none
+            // acknowledged.
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
+        w.parts = 0;
+        let done = w.conn.execute_batch("COMMIT").map_err(db).map_err(|e| on_disk(&self.path, e));
+        if done.is_err() {
+            // A failed COMMIT may leave the transaction open: nothing of the group stays.
+            let _ = w.conn.execute_batch("ROLLBACK");
+        }
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        match &done {
+            Ok(()) => ended.committed = group,
+            Err(e) => ended.failed = Some((group, e.clone())),
+        }
+        drop(ended);
+        self.ended_cv.notify_all();
+        done
+    }
+
+    /// Waits until `group` has ended: committed, or failed with why.
+    fn wait_for(&self, group: u64) -> Result<(), StoreError> {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some((failed, e)) = &ended.failed
+                && *failed == group
+            {
+                return Err(e.clone());
+            }
+            if ended.committed >= group {
+                return Ok(());
+            }
+            ended = self.ended_cv.wait(ended).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// One write as a part of the open group (opening one if none is), in a savepoint of its
+    /// own; then the group is committed unless another write waits to join it. Returns once the
+    /// write is durable (or has failed, changing nothing).
+    fn write_in_group<T>(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let mut w = self.lock_writer();
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        let group = match w.open {
+            Some(group) => group,
+            None => {
+                w.conn.execute_batch("BEGIN IMMEDIATE").map_err(db).map_err(|e| on_disk(&self.path, e))?;
+                let group = w.next;
+                w.next += 1;
+                w.open = Some(group);
+                group
+            }
+        };
+        let out = match Self::part(&w.conn, f) {
+            Ok(v) => Ok(v),
+            Err(PartError::Own(e)) => Err(on_disk(&self.path, e)),
+            Err(PartError::Group(e)) => {
+                // The group's transaction itself failed: none of its writes stays.
+                let e = on_disk(&self.path, e);
+                w.parts = 0;
+                w.open = None;
+                let _ = w.conn.execute_batch("ROLLBACK");
+                let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+                ended.failed = Some((group, e.clone()));
+                drop(ended);
+                self.ended_cv.notify_all();
+                return Err(e);
+            }
+        };
+        w.parts += 1;
+        if self.queued.load(Ordering::SeqCst) == 0 || w.parts >= GROUP_MAX {
+            self.commit_group(&mut w)?;
+            drop(w);
+        } else {
+            // Another write waits for the connection: it joins this group, and the last of
+            // them commits it.
+            drop(w);
+            if out.is_ok() {
+                self.wait_for(group)?;
+            }
+        }
+        out
+    }
+
+    /// Runs one write in a savepoint: its own failure rolls back its savepoint alone.
+    fn part<T>(conn: &Connection, f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>) -> Result<T, PartError> {
+        let group = |e: rusqlite::Error| PartError::Group(db(e));
+        conn.execute_batch("SAVEPOINT part").map_err(group)?;
+        match f(&mut SqliteTx { conn }) {
+            Ok(v) => {
+                conn.execute_batch("RELEASE part").map_err(group)?;
+                Ok(v)
+            }
+            Err(e) => {
+                conn.execute_batch("ROLLBACK TO part; RELEASE part").map_err(group)?;
+                Err(PartError::Own(e))
+            }
+        }
+    }
+}
+
+/// How one write of a group failed: by itself (its savepoint rolled back, the group goes on), or
+/// with the group's transaction.
+enum PartError {
+    Own(StoreError),
+    Group(StoreError),
 }
 
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
@@ -130,22 +304,22 @@ impl Backend for Sqlite {
         durability: Durability,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.conn();
+        if durability == Durability::Full {
+            return self.write_in_group(f);
+        }
+        // A relaxed write commits alone, after the group left open (if any).
+        let mut w = self.conn()?;
+        let conn = &mut w.conn;
         // `synchronous` is the connection's: relaxed for this one commit, under the same lock, so
         // no other commit is relaxed by it.
-        let relaxed = durability == Durability::Relaxed;
-        if relaxed {
-            conn.prepare_cached("PRAGMA synchronous = NORMAL").and_then(|mut s| s.execute([])).map_err(db)?;
-        }
+        conn.prepare_cached("PRAGMA synchronous = NORMAL").and_then(|mut s| s.execute([])).map_err(db)?;
         let out = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&mut SqliteTx { conn: &tx })?;
             tx.commit().map_err(db)?;
             Ok(out)
         })();
-        if relaxed {
-            conn.prepare_cached("PRAGMA synchronous = FULL").and_then(|mut s| s.execute([])).map_err(db)?;
-        }
+        conn.prepare_cached("PRAGMA synchronous = FULL").and_then(|mut s| s.execute([])).map_err(db)?;
         out.map_err(|e| on_disk(&self.path, e))
     }
 
@@ -154,11 +328,16 @@ impl Backend for Sqlite {
         reader: Reader,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let conn = match reader {
-            Reader::Main => self.conn(),
-            Reader::Follower => self.reader.lock().unwrap_or_else(|p| p.into_inner()),
-        };
-        f(&mut SqliteTx { conn: &conn }).map_err(|e| on_disk(&self.path, e))
+        match reader {
+            Reader::Main => {
+                let w = self.conn()?;
+                f(&mut SqliteTx { conn: &w.conn }).map_err(|e| on_disk(&self.path, e))
+            }
+            Reader::Follower => {
+                let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+                f(&mut SqliteTx { conn: &conn }).map_err(|e| on_disk(&self.path, e))
+            }
+        }
     }
 
     fn integrity(&self) -> Result<Integrity, StoreError> {

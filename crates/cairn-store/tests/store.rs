@@ -234,6 +234,37 @@ fn the_database_is_in_wal_mode() {
     assert_eq!(mode.to_lowercase(), "wal");
 }
 
+/// Writes from many threads at once share transactions (a group commit): every one that
+/// succeeded is there, and one that failed (a run of a workflow never registered) left nothing,
+/// whatever group it was in.
+#[test]
+fn concurrent_writes_grouped_together_each_stand_or_fail_alone() {
+    let (_dir, path, store) = sqlite_db();
+    let store = std::sync::Arc::new(store);
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for k in 0..50 {
+                    let id = format!("g-{t}-{k}");
+                    assert!(matches!(store.create_run(&new_run(&id)).unwrap(), CreateRun::Created(_)));
+                    let orphan = NewRun { workflow: "never-registered".into(), ..new_run(&format!("x-{t}-{k}")) };
+                    assert!(store.create_run(&orphan).is_err(), "a run of an unregistered workflow was created");
+                    store.begin_attempt(&begin(&id, "a", &format!("tok-{t}-{k}"), 1, AttemptStart::First)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let count = |sql: &str| -> i64 { Connection::open(&path).unwrap().query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(count("SELECT count(*) FROM workflow_executions WHERE run_id LIKE 'g-%'"), 400);
+    assert_eq!(count("SELECT count(*) FROM workflow_executions WHERE run_id LIKE 'x-%'"), 0);
+    assert_eq!(count("SELECT count(*) FROM tool_calls WHERE status = 'RUNNING'"), 400);
+    assert_eq!(store.runs(&RunQuery::newest(1000)).unwrap().len(), 400, "what the writers were told is what is read");
+}
+
 #[test]
 fn a_database_from_a_newer_cairn_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();

@@ -286,6 +286,78 @@ fn a_daemon_killed_before_recording_a_tools_pid_leaves_no_second_execution(k: Ki
     stop_daemon_checked(&c, &reaper);
 }
 
+/// kill -9 of the daemon at a group commit (the crash point `group-commit`: several runs' writes
+/// in one SQLite transaction, before the COMMIT that makes them durable): none of them was
+/// acknowledged, so the next daemon finds each run as its last acknowledged write left it, and
+/// every run ends READY with nothing completed run twice.
+#[test]
+fn a_daemon_killed_at_a_group_commit_loses_nothing_acknowledged_and_runs_nothing_twice() {
+    // The first group (runs being created, as often as not) and a later one (steps of runs under way).
+    for nth in [1, 40] {
+        killed_at_a_group_commit(nth);
+    }
+}
+
+fn killed_at_a_group_commit(nth: u32) {
+    let c = Cairn::new();
+    let reaper = Reaper::new(&c);
+    // Quick shell steps, many runs at once: writes of several runs meet at the registry.
+    let tool = "#!/bin/sh\necho \"$CAIRN_STEP_ID:start:$CAIRN_ATTEMPT:$$\" >> \"$CAIRN_RUN_DIR/starts.log\"\ncat >/dev/null\necho '{}'\n";
+    let mut chain = String::from(
+        "[workflow]\nname = \"grouped\"\nversion = \"1.0.0\"\n\n[tools.t]\ncommand = [\"tools/log.sh\"]\n\n",
+    );
+    for i in 0..30 {
+        let needs = if i > 0 { format!("needs = [\"s{}\"]\n", i - 1) } else { String::new() };
+        chain += &format!("[[steps]]\nid = \"s{i}\"\ntool = \"t\"\n{needs}\n");
+    }
+    c.add(&write_workflow(&c.path("grouped"), &chain, &[("tools/log.sh", tool)]));
+    let started = c
+        .std_command(&["daemon", "start", "--workers", "8", "--json"])
+        .env("CAIRN_TEST_CRASH_AT", format!("group-commit:{nth}"))
+        .output();
+    let started = Out::of_json(started.unwrap(), "daemon start", Duration::ZERO).expect(0);
+    let first = reaper.daemon(started.json["pid"].as_i64().unwrap() as i32);
+    let runs: Vec<(String, PathBuf)> =
+        (0..8).map(|i| (format!("G{i}"), c.home().join(format!("runs/G{i}/starts.log")))).collect();
+    let mut runners = Vec::new();
+    for (run_id, _) in &runs {
+        runners.push(reaper.spawn(&c, &c.run_args("grouped", &json!({}), &["--run-id", run_id, "--json"])));
+    }
+    assert!(wait_until(Duration::from_secs(60), || !alive(first)), "the daemon never committed a group of writes");
+    let mut codes = Vec::new();
+    for runner in &mut runners {
+        let out = wait_exit(runner, Duration::from_secs(10));
+        assert!(!out.timed_out, "`cairn run` hung after its daemon was killed");
+        codes.push((out.code, out.stdout, out.stderr));
+    }
+    wait_reaped(first);
+
+    // A run whose creation was in the lost group was never acknowledged: it does not exist, and its
+    // `cairn run` failed without a run to show. Every other run goes on from its last
+    // acknowledged write.
+    let listed = c.runs();
+    let ids: Vec<String> = listed.iter().map(|r| str_of(&r["run_id"]).to_string()).collect();
+    if nth > 1 {
+        assert!(listed.iter().any(|r| r["status"] == "RUNNING"), "the crash was not in a run under way: {listed:#?}");
+    }
+    reaper.daemon(c.start_daemon().pid);
+    let mut created = 0;
+    for ((run_id, log), (code, stdout, stderr)) in runs.iter().zip(&codes) {
+        if !ids.contains(run_id) {
+            let answer: Value = serde_json::from_str(stdout).unwrap_or(Value::Null);
+            assert!(
+                *code != Some(0) && answer.get("run_id").is_none(),
+                "run {run_id} does not exist, yet its `cairn run` got an answer: {code:?} {stdout} {stderr}"
+            );
+            continue;
+        }
+        created += 1;
+        assert_whole_after_kill(&c, run_id, log, 1);
+    }
+    assert!(created > 0, "no run was created before the crash");
+    stop_daemon_checked(&c, &reaper);
+}
+
 /// A daemon killed by SIGKILL stays a zombie while its parent has not reaped it (a supervisor
 /// that never waits, a container whose pid 1 does not reap, or, as here, a parent that has not got
 /// round to it yet). A zombie runs nothing and holds no lock: the next daemon must treat it as a

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# A thousand concurrent runs through the daemon, as an agent running sweeps makes them: N ten-step
+# chains of `/bin/echo` POSTed at once to `POST /runs`, then waited for. Reports the steps per
+# second from the first POST to the last run's end, each run's latency (created to finished,
+# p50/p99), the daemon's peak memory, and, measured in the same run, the ceiling: the same number of
+# `/bin/echo` spawned and waited for alone (`xargs -P`, as many at once as the daemon's workers).
+# See BENCHMARKS.md §18.
+#
+#   scripts/bench-load.sh                  # 1,000 runs of 10 steps
+#
+# Settings (environment):
+#   BENCH_RUNS=1000       runs submitted
+#   BENCH_STEPS=10        steps of each run (a chain)
+#   BENCH_CLIENTS=20      clients POSTing at once
+#   BENCH_WORKERS=        --workers of the daemon (default: its own)
+#   BENCH_TMP=/tmp        where the state root is made
+#   BENCH_OUT=bench-out/load-<time>   where raw outputs are kept
+#   BENCH_CAIRN=PATH      the cairn binary (default: this checkout's release build, built first)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+RUNS=${BENCH_RUNS:-1000}
+STEPS=${BENCH_STEPS:-10}
+CLIENTS=${BENCH_CLIENTS:-20}
+WORKERS=${BENCH_WORKERS:-}
+TMPBASE=${BENCH_TMP:-/tmp}
+OUT=${BENCH_OUT:-$ROOT/bench-out/load-$(date +%Y%m%dT%H%M%S)}
+CAIRN=${BENCH_CAIRN:-}
+
+log() { printf '==> %s\n' "$*" >&2; }
+for tool in jq curl python3; do
+  command -v "$tool" > /dev/null || { echo "bench-load needs $tool" >&2; exit 2; }
+done
+
+mkdir -p "$OUT"
+log "raw outputs in $OUT"
+if [ -z "$CAIRN" ]; then
+  log "cargo build --release"
+  cargo build --release -q
+  CAIRN=$ROOT/target/release/cairn
+fi
+
+WORK=$(mktemp -d -p "$TMPBASE" cairn-load.XXXXXX)
+export CAIRN_HOME=$WORK/state
+SAMPLER=
+cleanup() {
+  [ -z "$SAMPLER" ] || kill "$SAMPLER" 2> /dev/null || true
+  "$CAIRN" daemon stop > /dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+mkdir -p "$WORK/wf"
+{
+  printf '[workflow]\nname = "load"\nversion = "1.0.0"\n\n[tools.echo]\ncommand = ["/bin/echo", "{}"]\n\n'
+  printf '[[steps]]\nid = "s0"\ntool = "echo"\nargs = { n = "${input.n}" }\n\n'
+  for ((i = 1; i < STEPS; i++)); do
+    printf '[[steps]]\nid = "s%d"\ntool = "echo"\nneeds = ["s%d"]\nargs = {}\n\n' "$i" "$((i - 1))"
+  done
+} > "$WORK/wf/workflow.toml"
+"$CAIRN" workflow add "$WORK/wf" --json > /dev/null
+if [ -n "$WORKERS" ]; then
+  "$CAIRN" daemon start --workers "$WORKERS" > "$OUT/daemon.txt"
+else
+  "$CAIRN" daemon start > "$OUT/daemon.txt"
+fi
+DAEMON_PID=$(jq -r .pid "$CAIRN_HOME/daemon.json")
+URL=$(jq -r .url "$CAIRN_HOME/daemon.json")
+TOKEN=$(cat "$CAIRN_HOME/auth/operator.token")
+log "daemon $DAEMON_PID at $URL ($(cat "$OUT/daemon.txt"))"
+PAR=$(grep -o 'workers [0-9]*' "$CAIRN_HOME/daemon.log" 2> /dev/null | head -1 | awk '{print $2}' || true)
+PAR=${PAR:-${WORKERS:-$(nproc)}}
+
+log "submitting $RUNS runs of $STEPS steps ($CLIENTS clients at once)"
+python3 - "$URL" "$TOKEN" "$RUNS" "$CLIENTS" "$OUT" << 'EOF'
+import json, sys, threading, time, urllib.request
+url, token, runs, clients, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+ids, lock, nxt = [], threading.Lock(), [0]
+def client():
+    while True:
+        with lock:
+            n = nxt[0]; nxt[0] += 1
+        if n >= runs:
+            return
+        body = json.dumps({"workflow": "load", "thread_id": "bench-load", "input": {"n": n}, "run_id": f"load-{n:05d}"}).encode()
+        req = urllib.request.Request(url + "/runs", data=body, method="POST",
+                                     headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+        with urllib.request.urlopen(req) as r:
+            assert r.status in (200, 202), r.status
+            with lock:
+                ids.append(json.load(r)["run_id"])
+t0 = time.time()
+ts = [threading.Thread(target=client) for _ in range(clients)]
+for t in ts: t.start()
+for t in ts: t.join()
+t1 = time.time()
+json.dump({"submitted_at": t0, "posted_s": t1 - t0, "ids": ids}, open(out + "/submitted.json", "w"))
+# Wait for every run to end, then read each run's times.
+def get(path):
+    req = urllib.request.Request(url + path, headers={"Authorization": "Bearer " + token})
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+while True:
+    open_runs = get("/runs?status=RUNNING&limit=1")["runs"] + get("/runs?status=PENDING&limit=1")["runs"]
+    if not open_runs:
+        break
+    time.sleep(0.05)
+t2 = time.time()
+rows = get(f"/runs?limit={min(runs, 1000)}")["runs"]
+json.dump({"done_at": t2, "runs": rows}, open(out + "/done.json", "w"))
+EOF
+DAEMON_HWM=$(awk '/VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
+
+log "the ceiling: $((RUNS * STEPS)) /bin/echo spawned and waited for, $PAR at once"
+T0=$EPOCHREALTIME
+seq "$((RUNS * STEPS))" | xargs -P "$PAR" -n 1 /bin/echo > /dev/null
+T1=$EPOCHREALTIME
+
+python3 - "$OUT" "$RUNS" "$STEPS" "$T0" "$T1" "$DAEMON_HWM" "$PAR" << 'EOF' | tee "$OUT/summary.txt"
+import json, sys
+from datetime import datetime
+out, runs, steps, t0, t1, hwm, par = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+sub, done = json.load(open(out + "/submitted.json")), json.load(open(out + "/done.json"))
+rows = done["runs"]
+statuses = {}
+for r in rows:
+    statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+ts = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+lat = sorted(ts(r["finished_at"]) - ts(r["created_at"]) for r in rows if r.get("finished_at"))
+last_end = max(ts(r["finished_at"]) for r in rows if r.get("finished_at"))
+wall = last_end - sub["submitted_at"]
+pct = lambda p: lat[min(len(lat) - 1, round((len(lat) - 1) * p))]
+total = runs * steps
+ceiling = total / (t1 - t0)
+print(f"runs: {runs} of {steps} steps ({total} steps), statuses {statuses}")
+print(f"posted in {sub['posted_s']:.2f} s; the last run ended {wall:.2f} s after the first POST")
+print(f"throughput: {total / wall:.0f} steps/s")
+print(f"run latency (created to finished): p50 {pct(0.5):.2f} s, p99 {pct(0.99):.2f} s")
+print(f"the ceiling, {total} /bin/echo with {par} at once: {t1 - t0:.2f} s, {ceiling:.0f} spawns/s; Cairn reaches {100 * total / wall / ceiling:.0f} % of it")
+print(f"daemon peak RSS: {hwm} KiB")
+EOF
