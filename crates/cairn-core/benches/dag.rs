@@ -48,6 +48,9 @@ enum Shape {
     /// A chain whose templates reference the grandparent (an ancestor that is not in `needs`),
     /// which takes `Dag::is_ancestor`'s search path rather than its direct-needs shortcut.
     ChainGrandparentRefs,
+    /// Independent steps and one join that needs every one of them (a sweep's summary): one step
+    /// with as many needs as the DAG has steps.
+    FanIn,
 }
 
 const LAYER_WIDTH: usize = 100;
@@ -58,6 +61,7 @@ impl Shape {
             Shape::Chain => "chain",
             Shape::Layered => "layered",
             Shape::ChainGrandparentRefs => "chain, refs to grandparent",
+            Shape::FanIn => "fan-in",
         }
     }
 }
@@ -72,6 +76,13 @@ fn generate(shape: Shape, n: usize) -> Vec<Vec<usize>> {
                     vec![]
                 } else {
                     vec![i - 1]
+                }
+            }
+            Shape::FanIn => {
+                if i + 1 == n {
+                    (0..i).collect()
+                } else {
+                    vec![]
                 }
             }
             Shape::Layered => {
@@ -112,6 +123,8 @@ fn workflow_text(shape: Shape, needs: &[Vec<usize>], names: &[String]) -> String
         }
         let refs: Vec<usize> = match shape {
             Shape::ChainGrandparentRefs if i >= 2 => vec![i - 2],
+            // The join's arguments name no result: a 100,000-field table is not what is measured.
+            Shape::FanIn => vec![],
             _ => deps.clone(),
         };
         if refs.is_empty() {
@@ -209,7 +222,7 @@ fn main() {
             continue;
         }
         let target = if n == 10_000 { Duration::from_millis(100) } else { Duration::from_secs(1) };
-        for shape in [Shape::Chain, Shape::Layered, Shape::ChainGrandparentRefs] {
+        for shape in [Shape::Chain, Shape::Layered, Shape::FanIn, Shape::ChainGrandparentRefs] {
             // The grandparent variant is a diagnostic; at 100,000 steps it costs ~10 more CPU
             // minutes, so it runs there only when asked for by name.
             if shape == Shape::ChainGrandparentRefs && n > 10_000 && !words.iter().any(|w| w.contains("grandparent")) {

@@ -63,6 +63,9 @@ impl Dag {
         let n = ids.len();
         let mut needs = Vec::with_capacity(n);
         let mut children = vec![Vec::new(); n];
+        // `needed_by[d] == i` once step `i` has named `d`: a duplicate need is found in one step,
+        // however many needs a step has (a join of a million steps is a million of them).
+        let mut needed_by = vec![usize::MAX; n];
         let mut start = 0;
         for (i, &end) in needs_end.iter().enumerate() {
             let step_needs = &raw_needs[start..end];
@@ -75,9 +78,10 @@ impl Dag {
                 if d == i {
                     return Err(DagError::SelfDependency { step: ids[i].clone() });
                 }
-                if seen.contains(&d) {
+                if needed_by[d] == i {
                     return Err(DagError::DuplicateDependency { step: ids[i].clone(), dependency: dep.to_string() });
                 }
+                needed_by[d] = i;
                 seen.push(d);
                 children[d].push(i);
             }
