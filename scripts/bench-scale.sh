@@ -120,7 +120,7 @@ surface_cli() { # label args...
 log "each surface's answer for the finished run (median of $REPS)"
 {
   surface_get "GET /runs/{id}" "/runs/$RUN_ID"
-  surface_get "GET /runs/{id}?steps_offset=50000&steps_limit=100" "/runs/$RUN_ID?steps_offset=$((STEPS / 2))&steps_limit=100"
+  surface_get "GET /runs/{id}?steps_offset=$((STEPS / 2))&steps_limit=100" "/runs/$RUN_ID?steps_offset=$((STEPS / 2))&steps_limit=100"
   surface_get "GET /runs/{id}?steps_status=FAILED,RUNNING" "/runs/$RUN_ID?steps_status=FAILED,RUNNING"
   surface_get "GET /runs/{id}/timeline" "/runs/$RUN_ID/timeline"
   surface_get "GET /runs/{id}/layers" "/runs/$RUN_ID/layers"
