@@ -696,8 +696,16 @@ fn step_page_in(
     let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
     let (at_limit, at_offset) = (params.len() + 1, params.len() + 2);
     params.extend([Param::Int(limit), Param::Int(offset)]);
+    // Every step in the DAG's order: the offset is a position (they are 0, 1, 2, … with none
+    // missing), found in the index rather than walked to.
+    let (keyset, skip) = if filter.is_empty() && !q.attention_first {
+        (format!(" AND w.position >= ?{at_offset}"), String::new())
+    } else {
+        (String::new(), format!(" OFFSET ?{at_offset}"))
+    };
     let sql = format!(
-        "SELECT w.step_id, w.pipeline, CASE WHEN c.step_id IS NULL THEN 0 ELSE 1 END {from}{filter} ORDER BY {order} LIMIT ?{at_limit} OFFSET ?{at_offset}"
+        "SELECT w.step_id, w.pipeline, CASE WHEN c.step_id IS NULL THEN 0 ELSE 1 END {from}{filter}{keyset} \
+         ORDER BY {order} LIMIT ?{at_limit}{skip}"
     );
     let chosen =
         rows(tx.query(&sql, &params)?, |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)? != 0, r.get::<i64>(2)? != 0)))?;
