@@ -23,7 +23,7 @@ use crate::{Engine, EngineError};
 #[derive(Debug, Clone)]
 pub struct RunView {
     pub run: RunRecord,
-    /// The steps asked for ([`StepPage`]), in the DAG's order (failed and running first, if
+    /// The steps asked for ([`StepQuery`]), in the DAG's order (failed and running first, if
     /// asked): every step unless a page was asked for.
     pub steps: Vec<StepView>,
     /// How many of all its steps are in each status.

@@ -429,10 +429,7 @@ async function runPage(runId) {
         h('strong', {}, f.rule), `: ${f.finding} (step ${f.step}, ${f.pointer}`,
         'observed' in f ? `, observed ${JSON.stringify(f.observed)}` : ', nothing observed', ')')))
       : h('p', { id: 'findings', class: 'muted' }, r.status === 'READY' ? 'None: every validator rule held.' : 'None.'));
-    eventsBox.replaceChildren(...events.map((e) => h('li', { 'data-kind': e.kind },
-      h('span', { class: 'muted' }, `#${e.seq}`), time(e.at), h('span', {}, e.kind),
-      h('span', { class: 'data' }, [e.step_id, e.attempt ? `attempt ${e.attempt}` : null].filter(Boolean).join(' · '),
-        Object.keys(e.data || {}).length ? ` ${JSON.stringify(e.data)}` : ''))));
+    eventsBox.replaceChildren(...events.map((e) => eventItem(e, true)));
   };
 
   // The jobs of the pipeline steps (those the run says have jobs), read again as the run goes on.
@@ -493,6 +490,15 @@ async function runPage(runId) {
     if (!life.signal.aborted) liveNote.textContent = `Stopped following: ${e.message}`;
   }
   refresh();
+}
+
+/** One event of a run's log as a list item: its number, time, kind, step and attempt, and its
+ *  data when `withData`. */
+function eventItem(e, withData) {
+  return h('li', { 'data-kind': e.kind },
+    h('span', { class: 'muted' }, `#${e.seq}`), time(e.at), h('span', {}, e.kind),
+    h('span', { class: 'data' }, [e.step_id, e.attempt ? `attempt ${e.attempt}` : null].filter(Boolean).join(' · '),
+      withData && Object.keys(e.data || {}).length ? ` ${JSON.stringify(e.data)}` : ''));
 }
 
 /** A run's facts: its workflow, target, directory, times, lease, wait, approval, error. */
@@ -703,9 +709,7 @@ async function largeRunPage(runId, run) {
       : h('p', { class: 'muted' }, 'No step has started yet.'));
   };
   let events = (await api(`/runs/${enc}/events?limit=200&newest=true`, life.signal)).events;
-  const renderEvents = () => eventsBox.replaceChildren(...events.slice(-200).map((e) => h('li', { 'data-kind': e.kind },
-    h('span', { class: 'muted' }, `#${e.seq}`), time(e.at), h('span', {}, e.kind),
-    h('span', { class: 'data' }, [e.step_id, e.attempt ? `attempt ${e.attempt}` : null].filter(Boolean).join(' · ')))));
+  const renderEvents = () => eventsBox.replaceChildren(...events.slice(-200).map((e) => eventItem(e, false)));
 
   renderRun(run);
   await Promise.all([renderLayers(), requery(), renderGantt()]);
