@@ -36,6 +36,7 @@ mod runs;
 pub mod secrets;
 mod service;
 pub mod session;
+mod slots;
 mod stop;
 pub mod target;
 pub mod team;
@@ -161,6 +162,8 @@ pub struct Engine {
     spare: std::sync::OnceLock<Arc<verify::SpareKernel>>,
     /// The daemon this engine serves, once it is one: the runs it creates are leased to it.
     daemon: std::sync::OnceLock<Lessee>,
+    /// The daemon's step slots, once it is one: a run executed in-process has none.
+    slots: std::sync::OnceLock<slots::StepSlots>,
     /// Verifications running in this process, by id: what a cancel reaches.
     verifying: std::sync::Mutex<std::collections::HashMap<String, StopSignal>>,
     /// Bumped after each committed write: what followers wait on.
@@ -262,6 +265,7 @@ impl EngineBuilder {
             launcher: self.launcher,
             spare: std::sync::OnceLock::new(),
             daemon: std::sync::OnceLock::new(),
+            slots: std::sync::OnceLock::new(),
             verifying: Default::default(),
             commits,
             waits: Default::default(),

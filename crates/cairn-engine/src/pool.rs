@@ -1,6 +1,8 @@
-//! The daemon's bounded worker pool: runs queued in submission order, at most `workers`
-//! executing at once (steps within a run keep the engine's order), each with a stop signal for
-//! cancel and shutdown. It decides nothing: [`crate::Service`] says what to queue and when to stop.
+//! The daemon's bounded worker pool: runs queued in submission order, at most
+//! [`runs_in_flight`] executing at once (steps within a run keep the engine's order), each with a
+//! stop signal for cancel and shutdown. Their local steps share the daemon's step slots
+//! ([`crate::slots`]): many runs in flight keep the slots full while others commit. It decides
+//! nothing: [`crate::Service`] says what to queue and when to stop.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +17,15 @@ use crate::registry::LoadedWorkflow;
 use crate::replay::ReplayRequest;
 use crate::runner::{NoProgress, RunRequest};
 use crate::{Engine, EngineError, StopKind, StopSignal};
+
+/// How many runs execute at once for `slots` step slots: enough that while some commit a step's
+/// end (an fsync, milliseconds on a loaded disk) others' tools fill the slots, and their commits
+/// meet in one group; a run waiting for a slot costs a parked thread.
+pub(crate) fn runs_in_flight(slots: usize) -> usize {
+    (slots * RUNS_PER_SLOT).clamp(RUNS_PER_SLOT, 1024)
+}
+
+const RUNS_PER_SLOT: usize = 8;
 
 /// One unit of work: a run or a replay child, created already, to execute (or continue).
 pub(crate) enum Work {

@@ -35,7 +35,8 @@ use crate::{Engine, EngineError, RunView, StopKind, StopSignal};
 
 /// How a [`Service`] runs.
 pub struct ServiceConfig {
-    /// Runs executing at once.
+    /// Local steps executing at once, across runs: the step slots ([`crate::slots`]). The pool
+    /// keeps more runs than that in flight.
     pub workers: usize,
     pub session: SessionConfig,
     /// Keep a spare scratch kernel booted for the next verification (with the session's
@@ -140,7 +141,9 @@ impl Service {
         engine.store.register_daemon(&me)?;
         // Set once: an engine serves one daemon.
         let _ = engine.daemon.set(crate::Lessee { record: me.clone(), lease_ms });
-        let pool = Pool::new(engine.clone(), config.workers);
+        // Set once: an engine serves one daemon.
+        let _ = engine.slots.set(crate::slots::StepSlots::new(config.workers));
+        let pool = Pool::new(engine.clone(), crate::pool::runs_in_flight(config.workers));
         // A predecessor killed with its spare booted left that kernel running.
         engine.reap_orphan_spares();
         if config.spare_kernel {

@@ -592,7 +592,9 @@ pub enum DaemonCommand {
         /// Listen on this loopback port (default: one the system chooses).
         #[arg(long)]
         port: Option<u16>,
-        /// Runs executing at once (default: the number of CPUs).
+        /// Local steps executing at once across all runs (default: the number of CPUs). Eight
+        /// times as many runs are in flight, served in turn; a run's `--parallel` bounds its own
+        /// share, and steps on SSH or Slurm targets take no local slot.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
         workers: Option<u16>,
         /// Keep no spare kernel booted: every verification starts its own kernel (slower; a
@@ -641,6 +643,7 @@ pub enum DaemonCommand {
         /// Exit after SECS with nothing running and no request.
         #[arg(long, value_name = "SECS")]
         idle_exit: Option<u64>,
+        /// Local steps executing at once across all runs (default: the number of CPUs).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
         workers: Option<u16>,
         /// Keep no spare kernel booted: every verification starts its own kernel (slower; a
@@ -779,8 +782,12 @@ pub struct ShowArgs {
     /// Every attempt on the run's time axis instead: what overlapped, where the time went.
     #[arg(long)]
     pub timeline: bool,
+    /// The run's DAG by layers instead, each with its steps' counts by status (page with
+    /// `--steps-offset`/`--steps-limit`, counted in layers); `--steps-layer N` lists a layer's steps.
+    #[arg(long, conflicts_with_all = ["timeline", "all", "steps_status", "steps_order", "steps_layer"])]
+    pub layers: bool,
     /// Every step, however many.
-    #[arg(long, conflicts_with_all = ["steps_offset", "steps_limit", "steps_status", "steps_order"])]
+    #[arg(long, conflicts_with_all = ["steps_offset", "steps_limit", "steps_status", "steps_order", "steps_layer"])]
     pub all: bool,
     /// Skip this many of the matching steps.
     #[arg(long, value_name = "N")]
@@ -794,6 +801,9 @@ pub struct ShowArgs {
     /// `attention`: failed, then running steps first; `dag` (default): the DAG's order.
     #[arg(long, value_name = "ORDER")]
     pub steps_order: Option<String>,
+    /// Only the steps of this layer of the DAG (layer 0 needs nothing; see `--layers`).
+    #[arg(long, value_name = "N")]
+    pub steps_layer: Option<usize>,
     #[arg(long)]
     pub json: bool,
 }

@@ -48,9 +48,29 @@ fn runs_command(root: &Path, limit: usize, json: bool) -> Result<u8, Failure> {
 
 /// `cairn show`: the run, or with `--timeline` its attempts, with the steps asked for.
 fn show_dispatch(home: Option<PathBuf>, args: crate::cli::ShowArgs) -> Result<u8, Failure> {
-    let crate::cli::ShowArgs { run_id, timeline, all, steps_offset, steps_limit, steps_status, steps_order, json } =
-        args;
-    let asked = steps_offset.is_some() || steps_limit.is_some() || steps_status.is_some() || steps_order.is_some();
+    let crate::cli::ShowArgs {
+        run_id,
+        timeline,
+        layers,
+        all,
+        steps_offset,
+        steps_limit,
+        steps_status,
+        steps_order,
+        steps_layer,
+        json,
+    } = args;
+    if layers {
+        let limit = steps_limit.unwrap_or(cairn_engine::STEPS_PAGE_DEFAULT);
+        let l =
+            wire::RunLayers::from_engine(&open_engine(home)?.run_layers(&run_id, steps_offset.unwrap_or(0), limit)?);
+        return print_either(json, &l, output::print_layers);
+    }
+    let asked = steps_offset.is_some()
+        || steps_limit.is_some()
+        || steps_status.is_some()
+        || steps_order.is_some()
+        || steps_layer.is_some();
     let shown = match (all, asked) {
         (true, _) => ShowSteps::Every,
         (false, true) => ShowSteps::Page(cairn_engine::requested_steps(
@@ -58,7 +78,7 @@ fn show_dispatch(home: Option<PathBuf>, args: crate::cli::ShowArgs) -> Result<u8
             steps_limit,
             steps_status.as_deref(),
             steps_order.as_deref(),
-            None,
+            steps_layer,
         )?),
         (false, false) => ShowSteps::Default,
     };

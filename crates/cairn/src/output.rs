@@ -581,6 +581,39 @@ const TIMELINE_WIDTH: usize = 48;
 
 /// `cairn show --timeline`: one line per attempt, a bar where it ran on the run's time axis, so
 /// what overlapped and what was slow stand out; a reused step is a point (◆).
+/// `cairn show RUN --layers`: the run's DAG by layers, each with its steps' counts by status.
+pub fn print_layers(l: &wire::RunLayers) {
+    let last = l.offset + l.layers.len();
+    if l.layers.is_empty() {
+        println!("run {}: {} layer{}, none from {}", l.run_id, l.total, if l.total == 1 { "" } else { "s" }, l.offset);
+        return;
+    }
+    let s = if l.total == 1 { "" } else { "s" };
+    println!("run {}: {} layer{s} (layers {}–{} shown)", l.run_id, l.total, l.offset, last - 1);
+    println!(
+        "{:>6}  {:>7}  {:>7}  {:>7}  {:>9}  {:>6}  first steps",
+        "layer", "steps", "pending", "running", "completed", "failed"
+    );
+    for x in &l.layers {
+        let c = &x.step_counts;
+        let more = if c.total > x.first.len() { ", …" } else { "" };
+        println!(
+            "{:>6}  {:>7}  {:>7}  {:>7}  {:>9}  {:>6}  {}{more}",
+            x.layer,
+            c.total,
+            c.pending,
+            c.running,
+            c.completed,
+            c.failed,
+            x.first.join(", ")
+        );
+    }
+    if last < l.total {
+        println!("next: cairn show {} --layers --steps-offset {last}", l.run_id);
+    }
+    println!("a layer's steps: cairn show {} --steps-layer N", l.run_id);
+}
+
 pub fn print_timeline(t: &wire::RunTimeline) {
     let len = t.length_ms.max(1);
     let state = if t.finished_ms.is_some() { "finished" } else { "still running" };

@@ -116,6 +116,14 @@ impl Engine {
                     if !self.take_target_place(run, &step.id, &token, attempt, &halted)? {
                         return Ok(None);
                     }
+                    // A local tool waits for one of the daemon's step slots, held until it ends.
+                    let slot = match self.slots.get().filter(|_| !run.placement.is_remote()) {
+                        Some(slots) => match slots.acquire(&run.run_id, &halted) {
+                            Some(slot) => Some(slot),
+                            None => return Ok(None),
+                        },
+                        None => None,
+                    };
                     progress(Progress::Started { step_id: step.id.clone(), attempt });
                     launched_nonce.set(None);
                     let mut record = |info: &ProcessInfo| {
@@ -132,6 +140,7 @@ impl Engine {
                         let a = launch(attempt, token.nonce());
                         self.launcher.launch(&self.launch_context(), &a, &mut record, &jobs, &halted)
                     };
+                    drop(slot);
                     (token, attempt, end)
                 }
             };

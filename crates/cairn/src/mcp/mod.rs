@@ -54,6 +54,9 @@ pub struct RunPage {
     pub steps_status: Option<String>,
     /// `attention`: failed, then running steps first; `dag` (default): the DAG's order.
     pub steps_order: Option<String>,
+    /// Only the steps of this layer of the DAG (layer 0: the steps that need none; a step's
+    /// layer is one more than its deepest need's).
+    pub steps_layer: Option<usize>,
 }
 
 impl RunPage {
@@ -71,6 +74,9 @@ impl RunPage {
         }
         if let Some(o) = &self.steps_order {
             query.push(format!("steps_order={}", api_client::seg(o)));
+        }
+        if let Some(n) = self.steps_layer {
+            query.push(format!("steps_layer={n}"));
         }
         let path = format!("/runs/{}", api_client::seg(&self.run_id));
         if query.is_empty() { path } else { format!("{path}?{}", query.join("&")) }

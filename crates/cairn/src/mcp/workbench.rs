@@ -516,7 +516,7 @@ impl Workbench {
     }
 
     #[tool(
-        description = "One run: status, its steps' counts by status (step_counts), its steps with attempts, outcomes and timings (every step of a small run; of a large one a page, steps_page saying which and where the next starts: page with steps_offset and steps_limit, or ask for steps_status=FAILED,RUNNING or steps_order=attention), validator findings, and for a replay child its decisions with reasons. READY means the steps completed and the validator's rules held, not that the science is right. Read-only.",
+        description = "One run: status, its steps' counts by status (step_counts), its steps with attempts, outcomes and timings (every step of a small run; of a large one a page, steps_page saying which and where the next starts: page with steps_offset and steps_limit, or ask for steps_status=FAILED,RUNNING, steps_order=attention or the steps of one layer of the DAG with steps_layer), validator findings, and for a replay child its decisions with reasons. READY means the steps completed and the validator's rules held, not that the science is right. Read-only.",
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn get_run(&self, Parameters(p): Parameters<RunPage>, ctx: RequestContext<RoleServer>) -> CallToolResult {

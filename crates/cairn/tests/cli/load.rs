@@ -259,3 +259,53 @@ fn twenty_clients_submit_500_runs_and_every_run_is_accounted_for() {
     c.stop_daemon();
     eprintln!("whole test {:.2} s", t0.elapsed().as_secs_f64());
 }
+
+/// The daemon's step slots (`--workers`) bound its local tools across runs, and are shared
+/// fairly: with one slot, a 24-step fan-out run at `--parallel 4` never has two tools running at
+/// once, and a one-step run submitted after it started is served at the big run's next step,
+/// not after its last (before, a run held its worker until it ended).
+#[test]
+fn one_slot_runs_one_tool_at_a_time_and_a_small_run_is_served_beside_a_big_one() {
+    let c = Cairn::new();
+    let log = c.path_str("tools.log");
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\necho \"$CAIRN_RUN_ID $CAIRN_STEP_ID start\" >> '{log}'\nsleep 0.1\necho \"$CAIRN_RUN_ID $CAIRN_STEP_ID end\" >> '{log}'\necho '{{}}'\n"
+    );
+    let mut big =
+        String::from("[workflow]\nname = \"big\"\nversion = \"1.0.0\"\n\n[tools.t]\ncommand = [\"tools/t.sh\"]\n\n");
+    for i in 0..24 {
+        big += &format!("[[steps]]\nid = \"b{i:02}\"\ntool = \"t\"\n\n");
+    }
+    c.add(&write_workflow(&c.path("big"), &big, &[("tools/t.sh", &script)]));
+    let small = "[workflow]\nname = \"small\"\nversion = \"1.0.0\"\n\n[tools.t]\ncommand = [\"tools/t.sh\"]\n\n[[steps]]\nid = \"only\"\ntool = \"t\"\n";
+    c.add(&write_workflow(&c.path("small"), small, &[("tools/t.sh", &script)]));
+    c.json(&["daemon", "start", "--workers", "1"]).expect(0);
+    let (url, token) = (c.daemon().url, c.token("operator"));
+    let post = |body: Value| {
+        let r = http("POST", &format!("{url}/runs"), Some(&token), Some(&body.to_string()), &[]);
+        assert_eq!(r.status, 202, "{}", r.text);
+    };
+    post(json!({"thread_id": "t", "workflow": "big", "run_id": "BIG", "input": {}, "parallel": 4}));
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(wait_until(Duration::from_secs(30), || lines().contains("BIG b00 end")), "the big run started");
+    post(json!({"thread_id": "t", "workflow": "small", "run_id": "SMALL", "input": {}}));
+    c.wait_for_status("SMALL", "READY", Duration::from_secs(60));
+    c.wait_for_status("BIG", "READY", Duration::from_secs(60));
+
+    let lines: Vec<String> = lines().lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 2 * 25, "{lines:#?}");
+    // Strictly start, end, start, end: one tool at a time, whatever the run's parallelism.
+    for pair in lines.chunks(2) {
+        let run_step = |l: &str| l.rsplit_once(' ').map(|(rs, _)| rs.to_string());
+        assert!(
+            pair[0].ends_with(" start") && pair[1].ends_with(" end") && run_step(&pair[0]) == run_step(&pair[1]),
+            "two tools overlapped on one slot: {lines:#?}"
+        );
+    }
+    // Served at the big run's next free slot or the one after: far from its end.
+    let small_at = lines.iter().position(|l| l == "SMALL only start").expect("the small run's tool ran");
+    let big_before = lines[..small_at].iter().filter(|l| l.ends_with(" start")).count();
+    let submitted_after = lines.iter().position(|l| l == "BIG b00 end").unwrap();
+    assert!(small_at > submitted_after, "{lines:#?}");
+    assert!(big_before <= 6, "the small run waited behind {big_before} of the big run's 24 steps: {lines:#?}");
+}

@@ -57,7 +57,7 @@ const WORKBENCH: Tools = &[
     ("plan_replay", &["source_run_id", "step_ids", "run_dir"], &["input", "target"]),
     ("execute_plan", &["plan_name", "plan_id", "plan_checksum"], &[]),
     ("list_runs", &[], &["status", "limit"]),
-    ("get_run", &["run_id"], &["steps_offset", "steps_limit", "steps_status", "steps_order"]),
+    ("get_run", &["run_id"], &["steps_offset", "steps_limit", "steps_status", "steps_order", "steps_layer"]),
     ("explain_step", &["run_id", "step_id"], &[]),
     ("get_pipeline_jobs", &["run_id", "step_id"], &["rule", "status", "offset", "limit"]),
     ("trace_artifact", &["sha256"], &[]),

@@ -135,6 +135,16 @@ fn a_large_run_is_counted_whole_and_shown_a_page_at_a_time_on_every_surface() {
     assert_eq!(paged["steps"], page["steps"]);
     let by_status = c.json(&["show", "W1", "--steps-status", "failed"]).expect(0).json;
     assert_eq!(ids(&by_status), ["s1500"]);
+    let layer = c.json(&["show", "W1", "--steps-layer", "0", "--steps-limit", "2"]).expect(0).json;
+    assert_eq!(ids(&layer), ["s0", "s1"]);
+    assert_eq!(c.json(&["show", "W1", "--layers"]).expect(0).json, layers, "the CLI's layers are the API's");
+    let text = c.raw(&["show", "W1", "--layers"]).expect(0).stdout;
+    assert!(text.contains("run W1: 1 layer (layers 0–0 shown)"), "{text}");
+    assert!(
+        text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()[..6] == ["0", "2500", "999", "0", "1500", "1"]),
+        "{text}"
+    );
+    assert!(text.contains("cairn show W1 --steps-layer N"), "{text}");
     let every = c.json(&["show", "W1", "--all"]).expect(0).json;
     assert_eq!((ids(&every), &every["steps_page"]["next_offset"]), (names(0..STEPS), &Value::Null));
     let bad = c.json(&["show", "W1", "--steps-status", "done"]).expect(2);

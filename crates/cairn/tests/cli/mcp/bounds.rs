@@ -133,6 +133,9 @@ fn get_run_of_a_large_run_answers_a_page_that_fits() {
     let ids: Vec<&str> = next["steps"].as_array().unwrap().iter().map(|s| str_of(&s["step_id"])).collect();
     assert_eq!(ids, ["s1195", "s1196", "s1197", "s1198", "s1199"]);
     assert_eq!(next["steps_page"]["next_offset"], Value::Null);
+    let layer = wb.call_ok("get_run", json!({"run_id": "W1", "steps_layer": 0, "steps_limit": 2}));
+    let ids: Vec<&str> = layer["steps"].as_array().unwrap().iter().map(|s| str_of(&s["step_id"])).collect();
+    assert_eq!((ids, &layer["steps_page"]["matched"]), (vec!["s0", "s1"], &json!(1200)), "{layer:#}");
     let failed = wb.call_ok("get_run", json!({"run_id": "W1", "steps_status": "FAILED"}));
     assert_eq!((failed["steps"].as_array().map(Vec::len), &failed["steps_page"]["matched"]), (Some(0), &json!(0)));
 

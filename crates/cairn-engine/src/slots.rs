@@ -1,0 +1,220 @@
+//! The daemon's step slots: how many local tools execute at once across all its runs.
+//!
+//! The pool keeps many runs in flight (more than the slots), so while one run's step commits
+//! its end (an fsync) another's tool runs, and commits that meet share one group (group commit).
+//! A run's own `parallel` still bounds how many of its steps run at once; the slots bound the
+//! sum. A free slot goes to the waiting run served least recently — round robin by run, not by
+//! step — so a run with a thousand ready steps takes its turn like a serial one and none starves
+//! behind it. Steps on a remote target (SSH, Slurm) hold no slot: they run elsewhere.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use cairn_core::ids::RunId;
+
+/// How often a step waiting for a slot looks at its stop signal.
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Past this many remembered runs, those not waiting are forgotten (they are then served first,
+/// once: a bounded memory over a daemon's lifetime is worth that small unfairness).
+const SERVED_MAX: usize = 4096;
+
+pub(crate) struct StepSlots {
+    capacity: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    used: usize,
+    /// In arrival order.
+    waiting: Vec<Waiter>,
+    /// The grant number each run was last given a slot at.
+    served: HashMap<RunId, u64>,
+    grants: u64,
+}
+
+struct Waiter {
+    run: RunId,
+    grant: Arc<Grant>,
+}
+
+/// Set by the releasing thread when it hands its slot to this waiter.
+#[derive(Default)]
+struct Grant {
+    given: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// A slot held: released when dropped.
+pub(crate) struct Slot<'a> {
+    slots: &'a StepSlots,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.slots.release();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl StepSlots {
+    pub(crate) fn new(capacity: usize) -> StepSlots {
+        StepSlots { capacity: capacity.max(1), state: Mutex::new(State::default()) }
+    }
+
+    /// Waits for a slot for a step of `run`; `None` when `halted` says the step is to stop
+    /// meanwhile (a cancel or a shutdown), holding nothing.
+    pub(crate) fn acquire(&self, run: &RunId, halted: &dyn Fn() -> bool) -> Option<Slot<'_>> {
+        let grant = {
+            let mut state = lock(&self.state);
+            if state.used < self.capacity && state.waiting.is_empty() {
+                state.used += 1;
+                state.serve(run);
+                return Some(Slot { slots: self });
+            }
+            let grant = Arc::new(Grant::default());
+            state.waiting.push(Waiter { run: run.clone(), grant: grant.clone() });
+            grant
+        };
+        let mut given = lock(&grant.given);
+        loop {
+            if *given {
+                return Some(Slot { slots: self });
+            }
+            if halted() {
+                drop(given);
+                let mut state = lock(&self.state);
+                if let Some(i) = state.waiting.iter().position(|w| Arc::ptr_eq(&w.grant, &grant)) {
+                    state.waiting.remove(i);
+                    return None;
+                }
+                // Handed over between the look and the lock: passed on to the next in line.
+                drop(state);
+                drop(Slot { slots: self });
+                return None;
+            }
+            given = grant.wake.wait_timeout(given, STOP_POLL).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+
+    /// Hands the slot to the waiting run served least recently (the first to arrive among
+    /// equals), or frees it.
+    fn release(&self) {
+        let mut state = lock(&self.state);
+        let next = (0..state.waiting.len())
+            .min_by_key(|&i| (state.served.get(&state.waiting[i].run).copied().unwrap_or(0), i));
+        match next {
+            Some(i) => {
+                let waiter = state.waiting.remove(i);
+                state.serve(&waiter.run);
+                *lock(&waiter.grant.given) = true;
+                waiter.grant.wake.notify_one();
+            }
+            None => state.used = state.used.saturating_sub(1),
+        }
+    }
+
+    /// Slots in use and steps waiting for one.
+    #[cfg(test)]
+    fn load(&self) -> (usize, usize) {
+        let state = lock(&self.state);
+        (state.used, state.waiting.len())
+    }
+}
+
+impl State {
+    fn serve(&mut self, run: &RunId) {
+        self.grants += 1;
+        if self.served.len() >= SERVED_MAX && !self.served.contains_key(run) {
+            let waiting: std::collections::HashSet<&RunId> = self.waiting.iter().map(|w| &w.run).collect();
+            self.served.retain(|r, _| waiting.contains(r));
+        }
+        self.served.insert(run.clone(), self.grants);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    fn run(id: &str) -> RunId {
+        RunId::parse(id).unwrap()
+    }
+
+    #[test]
+    fn no_more_than_the_capacity_hold_a_slot_at_once() {
+        let slots = StepSlots::new(2);
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let (slots, now, most) = (&slots, &now, &most);
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        let _slot = slots.acquire(&run(&format!("r{t}")), &|| false).unwrap();
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(n, Ordering::SeqCst);
+                        std::thread::yield_now();
+                        now.fetch_sub(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        assert_eq!(most.load(Ordering::SeqCst), 2);
+        assert_eq!(slots.load(), (0, 0));
+    }
+
+    /// A run with many steps waiting does not take every free slot: a run that waits with one
+    /// step is served next, as it was served less recently.
+    #[test]
+    fn a_free_slot_goes_to_the_run_served_least_recently() {
+        let slots = StepSlots::new(1);
+        let held = slots.acquire(&run("big"), &|| false).unwrap();
+        let order = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            let (slots, order) = (&slots, &order);
+            for _ in 0..3 {
+                s.spawn(move || {
+                    let _slot = slots.acquire(&run("big"), &|| false).unwrap();
+                    lock(order).push("big");
+                });
+            }
+            while slots.load().1 < 3 {
+                std::thread::yield_now();
+            }
+            s.spawn(move || {
+                let _slot = slots.acquire(&run("small"), &|| false).unwrap();
+                lock(order).push("small");
+            });
+            while slots.load().1 < 4 {
+                std::thread::yield_now();
+            }
+            drop(held);
+        });
+        assert_eq!(lock(&order)[0], "small", "{:?}", lock(&order));
+        assert_eq!(slots.load(), (0, 0));
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait_holding_nothing() {
+        let slots = StepSlots::new(1);
+        let held = slots.acquire(&run("a"), &|| false).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| slots.acquire(&run("b"), &|| stop.load(Ordering::SeqCst)).is_none());
+            while slots.load().1 < 1 {
+                std::thread::yield_now();
+            }
+            stop.store(true, Ordering::SeqCst);
+            assert!(waiter.join().unwrap(), "the stopped step got no slot");
+        });
+        assert_eq!(slots.load(), (1, 0));
+        drop(held);
+        assert_eq!(slots.load(), (0, 0));
+    }
+}
