@@ -29,7 +29,8 @@
 //!     run here (one that installs, or that stands for a reader's own values).
 //!
 //! Each chapter is its own test (`guide::first_run`, …), and `every_chapter_is_tested` fails for a
-//! page of the guide without one.
+//! page of the guide without one. The README's examples run the same way (`guide::readme_tour`),
+//! after the quickstart its set-up runs.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -337,9 +338,14 @@ fn missing_line<'a>(expected: &'a str, output: &str) -> Option<&'a str> {
 
 /// Runs every example of `docs/src/guide/<name>.md` in order, in one fresh state root.
 fn chapter(name: &str) {
-    let file = format!("{name}.md");
-    let markdown = std::fs::read_to_string(guide_dir().join(&file)).unwrap();
-    let blocks = blocks(&file, &markdown);
+    page(&guide_dir().join(format!("{name}.md")), &format!("{name}.md"), None);
+}
+
+/// Runs every example of the page at `path` (named `file` in messages) in order, in one fresh
+/// state root, after `preamble` if any (a command the page says the reader ran before).
+fn page(path: &Path, file: &str, preamble: Option<&str>) {
+    let markdown = std::fs::read_to_string(path).unwrap();
+    let blocks = blocks(file, &markdown);
     let examples = blocks.iter().filter(|b| b.lang == "sh" && b.directive.skip.is_none()).count();
     assert!(examples > 0, "{file}: the chapter has no example to run");
     let mut needs: Vec<Need> = Vec::new();
@@ -352,6 +358,10 @@ fn chapter(name: &str) {
         eprintln!("SKIPPED: {file} needs a service this machine does not run");
         return;
     };
+    if let Some(command) = preamble {
+        let (code, output) = reader.run(command, None);
+        assert_eq!(code, 0, "{file}: `{command}`, which the page says was run first, exited {code}:\n{output}");
+    }
     let mut last: Option<(usize, String)> = None;
     for b in &blocks {
         let at = format!("{file}:{}", b.line);
@@ -406,6 +416,12 @@ chapters! {
     agents_mcp => "agents-mcp",
     team_postgres => "team-postgres",
     recovery => "recovery",
+}
+
+/// The README's tour, after its set-up (the quickstart, run here with the binary under test).
+#[test]
+fn readme_tour() {
+    page(&repo().join("README.md"), "README.md", Some("cairn quickstart"));
 }
 
 #[test]
