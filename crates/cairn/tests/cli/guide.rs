@@ -93,7 +93,9 @@ impl Directive {
         for word in text.split_whitespace() {
             match word.split_once('=') {
                 Some(("file", path)) => d.file = Some(path.to_string()),
-                Some(("exit", n)) => d.exit = Some(n.parse().unwrap_or_else(|_| panic!("{at}: exit={n} is not a number"))),
+                Some(("exit", n)) => {
+                    d.exit = Some(n.parse().unwrap_or_else(|_| panic!("{at}: exit={n} is not a number")))
+                }
                 Some(("needs", list)) => d.needs.extend(list.split(',').map(|w| Need::parse(w, at))),
                 None if word == "output" => d.output = true,
                 _ => panic!("{at}: unknown guide-test directive `{word}` (file=, output, exit=, needs=, skip: WHY)"),
@@ -375,7 +377,8 @@ fn page(path: &Path, file: &str, preamble: Option<&str>) {
             std::fs::write(&path, &b.text).unwrap();
         }
         if b.directive.output {
-            let (line, output) = last.as_ref().unwrap_or_else(|| panic!("{at}: an `output` block with no example before it"));
+            let (line, output) =
+                last.as_ref().unwrap_or_else(|| panic!("{at}: an `output` block with no example before it"));
             if let Some(want) = missing_line(&b.text, output) {
                 panic!("{at}: the example at line {line} did not print `{want}`; it printed:\n{output}");
             }
