@@ -73,7 +73,7 @@ impl Engine {
                 message: format!(
                     "this state root's registry is the PostgreSQL database {url}, which `cairn backup` does not copy: \
                      back it up with pg_dump (`pg_dump --format=custom --file=cairn.dump URL`), and the state root {} \
-                     with your file backup (README, \"Backup and integrity\")",
+                     with your file backup (docs/src/guide/recovery.md, \"Backup and integrity\")",
                     self.state.path().display()
                 ),
             });

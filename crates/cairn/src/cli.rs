@@ -1,4 +1,4 @@
-//! The command line, as the CLI contract in DESIGN.md fixes it.
+//! The command line, as the CLI contract in docs/src/design.md fixes it.
 
 use std::path::PathBuf;
 

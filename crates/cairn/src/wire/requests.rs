@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 /// Keeps only `keep` of an MCP tool's argument schema and marks `required` as required: the
-/// tool's contract (DESIGN.md) names its arguments exactly.
+/// tool's contract (docs/src/design.md) names its arguments exactly.
 fn mcp_arguments(schema: &mut Schema, keep: &[&str], required: &[&str]) {
     if let Some(obj) = schema.as_object_mut() {
         if let Some(Value::Object(props)) = obj.get_mut("properties") {

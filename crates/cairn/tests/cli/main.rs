@@ -18,6 +18,7 @@ mod doctor;
 mod evidence;
 mod faults;
 mod full_disk;
+mod guide;
 mod jobs;
 mod jupyter;
 mod kernel;

@@ -1,4 +1,4 @@
-//! Boundary tests of the MCP servers (DESIGN.md, "MCP contract"): `cairn --home H mcp
+//! Boundary tests of the MCP servers (docs/src/design.md, "The MCP contract"): `cairn --home H mcp
 //! workbench|compute|app` over stdio, and the daemon's streamable HTTP endpoints `/mcp/workbench`,
 //! `/mcp/compute` and `/mcp/app`, each driven by a real MCP client — the official Python SDK from
 //! the test venv (`mcp`, pinned in scripts/requirements-test.txt; `$CAIRN_TEST_VENV`, else
@@ -46,7 +46,7 @@ mod subscribe;
 // ------------------------------------------------------------------------------------------------
 // the contract
 
-/// Each tool of a server with its required and optional arguments (DESIGN.md, "MCP contract").
+/// Each tool of a server with its required and optional arguments (docs/src/design.md, "The MCP contract").
 type Tools = &'static [(&'static str, &'static [&'static str], &'static [&'static str])];
 
 const WORKBENCH: Tools = &[

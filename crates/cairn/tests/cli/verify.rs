@@ -1,7 +1,7 @@
 //! Boundary tests of `cairn verify`: the real binary, a real ipykernel (the test venv that
 //! `scripts/test.sh` creates, found through `CAIRN_TEST_VENV`), one private `CAIRN_HOME` per test.
 //!
-//! The contract under test (DESIGN.md, "Verification semantics" and the CLI contract):
+//! The contract under test (docs/src/design.md, "Verification" and "The CLI contract"):
 //! `--json` prints one object `{verdict, cells:[{index, status, duration_ms}], notebook?, draft?,
 //! error, verification_id, title}`; exit 0 `passed`, 1 `failed`/`died`/`timed_out`/`interrupted`,
 //! 2 an input error (nothing created), 4 the kernel slot is taken under `--no-wait`. A pass is kept
