@@ -516,15 +516,24 @@ pub fn print_lineage(view: &RunView) {
         println!("  replay of {}: requested [{}]", r.source_run_id, r.requested.join(", "));
         println!(
             "    replayed [{}]  reused [{}]  invalidated [{}]",
-            r.replayed.join(", "),
-            r.reused.join(", "),
-            r.invalidated.join(", ")
+            some_ids(&r.replayed),
+            some_ids(&r.reused),
+            some_ids(&r.invalidated)
         );
     }
     if !chain.is_empty() {
         let ids: Vec<String> = chain.iter().map(|r| format!("{} ({})", r.run_id, r.status)).collect();
         println!("  lineage: {} <- {}", run.run_id, ids.join(" <- "));
     }
+}
+
+/// Step ids for a line of text: the first few of a long list, and how many there are.
+fn some_ids(ids: &[String]) -> String {
+    const SHOWN: usize = 12;
+    if ids.len() <= SHOWN {
+        return ids.join(", ");
+    }
+    format!("{}, … ({} in all)", ids[..SHOWN].join(", "), ids.len())
 }
 
 pub fn print_dry_run(p: &PreparedReplay, jobs: &[cairn_engine::JobPrediction]) {

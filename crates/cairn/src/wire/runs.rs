@@ -297,6 +297,33 @@ fn bounded(result: &Value, limit: usize) -> (Value, bool, usize) {
     (Value::String(cairn_core::canonical::prefix_within(&text, limit).to_string()), true, bytes)
 }
 
+/// A replay child's record as a run's answer gives it: whole when every step is shown; of a page
+/// of a larger child, its lists and decisions restricted to the page's steps (a 100,000-step
+/// child's would otherwise fill the answer), with each list's full length.
+fn replay_shown(r: &cairn_core::replay::ReplayRecord, view: &RunView) -> Value {
+    if view.shown.returned >= view.counts.total {
+        return super::to_value(r);
+    }
+    let on_page: std::collections::HashSet<&str> = view.steps.iter().map(|s| s.step_id.as_str()).collect();
+    let keep = |ids: &[String]| ids.iter().filter(|id| on_page.contains(id.as_str())).cloned().collect::<Vec<_>>();
+    let decisions: Vec<&DecisionRecord> = r.decisions.iter().filter(|d| on_page.contains(d.step_id.as_str())).collect();
+    let summary = &r.summary;
+    serde_json::json!({
+        "source_run_id": summary.source_run_id,
+        "requested": summary.requested,
+        "replayed": keep(&summary.replayed),
+        "reused": keep(&summary.reused),
+        "invalidated": keep(&summary.invalidated),
+        "decisions": decisions,
+        "paged": true,
+        "counts": {
+            "replayed": summary.replayed.len(),
+            "reused": summary.reused.len(),
+            "invalidated": summary.invalidated.len(),
+        },
+    })
+}
+
 /// One run of a replay child's lineage.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LineageEntry {
@@ -338,7 +365,9 @@ pub struct RunResult {
     #[serde(default = "serial")]
     pub parallel: u32,
     /// For a replay child: the source run, the requested, replayed, reused and invalidated steps
-    /// and every decision with its reason.
+    /// and every decision with its reason. When `steps` is a page of a larger run, the lists and
+    /// decisions hold that page's steps only (`paged: true`), and `counts` has each list's length
+    /// over every step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub replay: Option<Value>,
@@ -548,7 +577,7 @@ impl RunResult {
             thread_id: run.thread_id.clone(),
             target: view.target.clone(),
             parallel: run.parallelism,
-            replay: run.replay.as_ref().map(super::to_value),
+            replay: run.replay.as_ref().map(|r| replay_shown(r, view)),
             lineage: view.lineage.iter().map(lineage_entry).collect(),
             approval: view.approval.as_ref().map(|a| ApprovalView {
                 channel: a.channel.clone(),

@@ -412,6 +412,19 @@ fn another_version_invalidates_what_changed_with_its_descendants() {
     assert_eq!(strs(&out["replay"]["replayed"]), ["b", "c", "d", "e", "x"]);
     assert_eq!(strs(&out["replay"]["reused"]), ["a"]);
     assert_eq!(strs(&out["replay"]["invalidated"]), ["d", "e", "x"]);
+    assert_eq!(out["replay"]["decisions"].as_array().map(Vec::len), Some(6));
+    // A page of the child's steps carries the decisions of that page only, and each list's length.
+    let page = env.json(&["show", "V", "--steps-offset", "3", "--steps-limit", "2"]).expect(0).json;
+    let ids: Vec<&str> = page["steps"].as_array().unwrap().iter().map(|s| str_of(&s["step_id"])).collect();
+    assert_eq!(ids, ["d", "e"], "{page:#}");
+    let r = &page["replay"];
+    assert_eq!(
+        (strs(&r["replayed"]), strs(&r["reused"]), strs(&r["invalidated"])),
+        (owned(&["d", "e"]), vec![], owned(&["d", "e"]))
+    );
+    assert_eq!((&r["paged"], &r["counts"]), (&json!(true), &json!({"replayed": 5, "reused": 1, "invalidated": 3})));
+    let decided: Vec<&str> = r["decisions"].as_array().unwrap().iter().map(|d| str_of(&d["step_id"])).collect();
+    assert_eq!((decided, &r["requested"], &r["source_run_id"]), (vec!["d", "e"], &json!(["b"]), &json!("src")));
     for (id, text) in [
         ("a", "reused from run src (signature equal)"),
         ("b", "requested"),
