@@ -309,3 +309,52 @@ fn one_slot_runs_one_tool_at_a_time_and_a_small_run_is_served_beside_a_big_one()
     assert!(small_at > submitted_after, "{lines:#?}");
     assert!(big_before <= 6, "the small run waited behind {big_before} of the big run's 24 steps: {lines:#?}");
 }
+
+/// kill -9 of the daemon while steps wait for its one step slot (begun, their tools not started)
+/// and another's tool holds it: the next daemon resumes every run, and each step's tool ran to
+/// completion exactly once — none lost, none twice.
+#[test]
+fn steps_waiting_for_a_slot_survive_a_kill_9() {
+    let c = Cairn::new();
+    let log = c.path_str("tools.log");
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\necho \"$CAIRN_RUN_ID $CAIRN_STEP_ID start\" >> '{log}'\nsleep 0.3\necho \"$CAIRN_RUN_ID $CAIRN_STEP_ID end\" >> '{log}'\necho '{{}}'\n"
+    );
+    let toml = "[workflow]\nname = \"pair\"\nversion = \"1.0.0\"\n\n[tools.t]\ncommand = [\"tools/t.sh\"]\n\n[[steps]]\nid = \"a\"\ntool = \"t\"\n\n[[steps]]\nid = \"b\"\ntool = \"t\"\nneeds = [\"a\"]\n";
+    c.add(&write_workflow(&c.path("pair"), toml, &[("tools/t.sh", &script)]));
+    c.json(&["daemon", "start", "--workers", "1"]).expect(0);
+    let (url, token) = (c.daemon().url, c.token("operator"));
+    let runs = ["K1", "K2", "K3"];
+    for id in runs {
+        let body = json!({"thread_id": "t", "workflow": "pair", "run_id": id, "input": {}});
+        let r = http("POST", &format!("{url}/runs"), Some(&token), Some(&body.to_string()), &[]);
+        assert_eq!(r.status, 202, "{}", r.text);
+    }
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default();
+    // One tool runs; the other runs' first steps are begun and wait for the slot.
+    let waiting = || {
+        let running = runs.iter().filter(|id| c.show(id)["steps"][0]["status"] == "RUNNING").count();
+        running >= 2 && lines().lines().count() % 2 == 1
+    };
+    assert!(wait_until(Duration::from_secs(30), waiting), "steps wait for the slot: {}", lines());
+    let pid = c.daemon().pid;
+    kill9_pid(pid);
+    assert!(wait_until(Duration::from_secs(10), || !alive(pid)), "the daemon was killed");
+    let before = lines();
+    c.json(&["daemon", "start", "--workers", "1"]).expect(0);
+    for id in runs {
+        c.wait_for_status(id, "READY", Duration::from_secs(60));
+    }
+    let text = lines();
+    let count = |text: &str, line: String| text.lines().filter(|l| *l == line).count();
+    for id in runs {
+        for s in ["a", "b"] {
+            assert!(count(&text, format!("{id} {s} end")) >= 1, "{id} {s} ran to its end: {text}");
+            // A step that waited for the slot at the kill (begun, its tool not started) starts
+            // once, under the next daemon; the one whose tool was running may run again.
+            if count(&before, format!("{id} {s} start")) == 0 {
+                assert_eq!(count(&text, format!("{id} {s} start")), 1, "{id} {s} started once: {text}");
+            }
+        }
+    }
+}
