@@ -188,8 +188,9 @@ fn rule() -> Vec<Key> {
 /// What `retry_on` takes: every outcome class but COMPLETED, and every cause of a FAILED attempt.
 fn retry_on() -> String {
     let outcomes = Outcome::ALL.iter().filter(|o| **o != Outcome::Completed).map(|o| format!("`{}`", o.as_str()));
-    let causes = CauseKind::ALL.iter().map(|c| format!("`{}` (a FAILED attempt of that cause)", c.as_str()));
-    outcomes.chain(causes).collect::<Vec<_>>().join(", ")
+    let outcomes: Vec<String> = outcomes.collect();
+    let causes: Vec<String> = CauseKind::ALL.iter().map(|c| format!("`{}`", c.as_str())).collect();
+    format!("the outcome classes {}; or the cause of a FAILED attempt: {}", outcomes.join(", "), causes.join(", "))
 }
 
 /// The validator's ops, as the parser reads them.

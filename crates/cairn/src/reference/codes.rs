@@ -86,11 +86,14 @@ pub(super) fn page() -> String {
          - [Codes of the binary's edge](#edge-codes)\n\n## Exit codes {#exit-codes}\n\n",
     );
     out.push_str("A command that runs or shows a run exits by the run's status:\n\n");
-    let rows: Vec<Vec<String>> = RunStatus::ALL
+    let mut statuses = RunStatus::ALL.to_vec();
+    statuses.sort_by_key(|s| crate::commands::exit_code(*s));
+    let rows: Vec<Vec<String>> = statuses
         .iter()
         .map(|s| vec![crate::commands::exit_code(*s).to_string(), code(s.as_str()), run_meaning(*s).to_string()])
         .collect();
     out.push_str(&table(&["Exit", "Run status", "Meaning"], &rows));
+    out.push_str(&exit_one_elsewhere());
     out.push_str("\nA command that fails exits by the kind of its error (below), `usage` errors of the command line included:\n\n");
     let rows: Vec<Vec<String>> = kinds()
         .into_iter()
@@ -138,10 +141,11 @@ pub(super) fn page() -> String {
                 format!("[{}](#kind-{})", kind_name(c.kind()), kind_name(c.kind())),
                 exit_code(c.kind()).to_string(),
                 http_status(c.kind()).as_u16().to_string(),
+                cell(code_meaning(*c)),
             ]
         })
         .collect();
-    out.push_str(&table(&["Code", "Kind", "Exit", "HTTP"], &rows));
+    out.push_str(&table(&["Code", "Kind", "Exit", "HTTP", "Meaning"], &rows));
     out.push_str("\n### Codes of the binary's edge {#edge-codes}\n\nThe API, the CLI and the MCP servers give these themselves, before or around the engine.\n\n");
     let mut edge = EDGE_CODES.to_vec();
     edge.sort_by_key(|c| c.0);
@@ -153,6 +157,30 @@ pub(super) fn page() -> String {
         .collect();
     out.push_str(&table(&["Code", "Given by", "HTTP", "Meaning"], &rows));
     out
+}
+
+/// The commands whose help says they exit 1 for something other than a BLOCKED run (`doctor`
+/// with findings, `trace` of a file no run made), found in the CLI's own help texts.
+fn exit_one_elsewhere() -> String {
+    fn walk(cmd: &clap::Command, found: &mut Vec<String>) {
+        for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set() && c.get_name() != "help") {
+            let about =
+                sub.get_long_about().or(sub.get_about()).map(|s| s.to_string().to_lowercase()).unwrap_or_default();
+            if about.contains("exit 1") || (about.contains("exit 0") && about.contains(" 1 when")) {
+                let name = sub.get_bin_name().unwrap_or(sub.get_name()).to_string();
+                found.push(format!("[`{name}`](cli.md#{})", super::slug(&name)));
+            }
+            walk(sub, found);
+        }
+    }
+    let mut root = <crate::cli::Cli as clap::CommandFactory>::command();
+    root.build();
+    let mut found = Vec::new();
+    walk(&root, &mut found);
+    if found.is_empty() {
+        return String::new();
+    }
+    format!("\nThese also exit 1 when what they check is not so, as their help says: {}.\n", found.join(", "))
 }
 
 /// Every kind some code has, in the order of their exit codes.
@@ -208,5 +236,123 @@ fn run_meaning(s: RunStatus) -> &'static str {
         RunStatus::Pending | RunStatus::Running => {
             "The command returned while the run was still going (left to its daemon)."
         }
+    }
+}
+
+/// What each code means, for the page. Exhaustive, so a new code does not build until it is
+/// described here.
+fn code_meaning(c: ErrorCode) -> &'static str {
+    use ErrorCode as C;
+    match c {
+        C::RunNotFound => "No run has this id.",
+        C::SourceRunNotFound => "The run a replay names as its source does not exist.",
+        C::WorkflowNotFound => "No registered workflow (or version) has this name.",
+        C::StepNotFound => "The run's workflow has no step of this id; the message lists its steps.",
+        C::PlanNotFound => "No stored plan has this name.",
+        C::TargetNotFound => "No target of this name is configured (`local` is built in).",
+        C::JobNotFound => "No retained kernel job has this id.",
+        C::VerificationNotFound => "No recorded verification has this id.",
+        C::DraftNotFound => "No draft is kept for this title; give the document to verify.",
+        C::NothingVerified => "No verification has passed yet, so there is no verified notebook.",
+        C::NotebookUnreadable => "A verification's notebook cannot be read.",
+        C::NoNotebook => "The verification proved no notebook (it failed, or has no verdict yet).",
+        C::DocNotFound => "No procedure doc has this name.",
+        C::DocVersionNotFound => "The doc has no such version; the message gives its range.",
+        C::DocRemoved => "The doc was removed; its versions stay readable by number.",
+        C::InvalidWorkflow => "The workflow file has problems; each is listed with its line, step and field.",
+        C::InvalidWorkflowFolder => {
+            "The workflow folder cannot be registered (a file missing or unreadable, a path outside it)."
+        }
+        C::InvalidReference => "Not a workflow reference: write NAME or NAME@VERSION.",
+        C::InvalidRunId => "Not a valid run id: `[A-Za-z0-9._-]{1,128}`.",
+        C::InvalidPlanName => "Not a valid plan name (the rules of a run id).",
+        C::InvalidInput => "The run input (or what a step derives from it) is not what the workflow needs.",
+        C::InvalidField => "A field of the request is out of its range or empty.",
+        C::InvalidRunDir => "The run directory given cannot be used.",
+        C::InvalidTarget => "The target's definition is invalid, or one of its files cannot be read.",
+        C::TargetNotReady => "The target cannot take the run now; the message lists its problems.",
+        C::TargetUnreachable => "The target could not be reached or checked; ask again once it is back.",
+        C::TargetRefused => {
+            "The target's host refused the connection (a host key not the pinned one, or a failed login): fix it, waiting will not."
+        }
+        C::ReplayOfItself => "A replay's run id is its source's: a replay makes a new child run.",
+        C::ReplaySourceNotFinished => "The replay's source run has not finished as READY or BLOCKED.",
+        C::ReplayOtherWorkflow => "The replay names a workflow other than its source's.",
+        C::ReplayNoSteps => "A replay names no step to re-execute.",
+        C::ReplayUnknownSteps => "A replay names steps the workflow does not have.",
+        C::InvalidDocument => "The document to verify cannot be read as markdown with python cells or a notebook.",
+        C::NoDocument => "No document was given, and no --title to re-verify a draft.",
+        C::EmptyJob => "A kernel job without code.",
+        C::KernelUnavailable => "No Python with ipykernel, or the kernel would not start.",
+        C::TraceFileUnreadable => "The file to trace cannot be read.",
+        C::InvalidDocName => "Not a valid doc name.",
+        C::InvalidDocVersion => "Not a valid doc version.",
+        C::InvalidDocText => "The doc's text cannot be saved (empty, too large, or with a control character).",
+        C::InvalidDocQuery => "Not a valid full-text search (SQLite FTS5 syntax).",
+        C::VerificationNotPassed => "A procedure doc may link only a verification that passed.",
+        C::InvalidExportPath => "An export path lies outside its root or cannot be used.",
+        C::InvalidRegistry => "The registry named cannot be used here (a state root keeps one registry).",
+        C::ExecutionInputMismatch => {
+            "The run id exists with another workflow, version or input; reuse an id only with the same ones."
+        }
+        C::StepRunning => {
+            "A step is RUNNING and may be alive, so it is not restarted; after a crash use --resume-interrupted."
+        }
+        C::RunOwnedElsewhere => "The run executes in another live process.",
+        C::WorkflowVersionConflict => "This name@version is registered with other content; bump the version.",
+        C::SnapshotChanged => {
+            "The registered snapshot of a workflow was changed on disk; register it again under a new version."
+        }
+        C::PlanAltered => "The stored plan's file was altered since it was stored.",
+        C::PlanMismatch => "The plan id or checksum given is not the stored plan's.",
+        C::PlanExecuted => "The plan was executed already: a plan executes once.",
+        C::PlanStale => "Something the plan bound (an input file, readiness, the workflow) changed since planning.",
+        C::ReceiptRefused => "The approval's receipt does not match the plan it is for.",
+        C::KernelSlotTaken => {
+            "The kernel slot is taken by another verification or session job, and the request asked not to wait."
+        }
+        C::DaemonStopping => "The daemon is stopping and takes nothing new.",
+        C::StopRefused => "A step on a remote target could not be stopped; the message says why.",
+        C::ArtifactChanged => "A reused step's artifact changed between a replay's plan and its copy.",
+        C::ArtifactNotFound => "The step has no artifact of this name (or path).",
+        C::ArtifactUnreadable => "The artifact's file cannot be read where it lies.",
+        C::StaleToken => "Another attempt owns the step now, so this attempt's write was rejected.",
+        C::LeaseLost => "This daemon no longer holds the run's lease; another took it over.",
+        C::RunBusy => "Another daemon is writing the run at this moment; its claim is tried again later.",
+        C::RunLeased => "Another live daemon drives the run; it continues there.",
+        C::StaleRevision => "The run was changed by another writer since it was read.",
+        C::RunFinished => "The run has finished and takes no new attempts (nor a cancel).",
+        C::StepExists => "The step already has a record in this run.",
+        C::PlanExists => "A plan of this name exists; plans are immutable, so choose another name.",
+        C::ReceiptConsumed => "The receipt was used already: it approves one execution, once.",
+        C::RunDirReserved => "Another run holds this run directory on this target.",
+        C::TargetExists => "A target of this name exists already.",
+        C::ExportExists => "The export's destination exists already.",
+        C::ExportArtifactMismatch => {
+            "An artifact's bytes no longer match the run's record; export with --no-data to reference it by hash."
+        }
+        C::BackupExists => "The backup's destination exists already; a backup is written only to a new path.",
+        C::InvalidBackupPath => "The backup's destination cannot be used (inside the state root, say).",
+        C::BackupUnsupported => "This registry is not one `cairn backup` copies (PostgreSQL: use pg_dump).",
+        C::Forbidden => "The caller's grants do not allow this here; the error names the missing grant.",
+        C::TwoPersonRequired => "The workflow's two-person rule refuses an approval by the plan's own author.",
+        C::PrincipalNotFound => "No principal has this name.",
+        C::RoleNotFound => "No role has this name.",
+        C::GrantNotFound => "The principal has no such grant.",
+        C::PrincipalExists => "A principal of this name exists (names are never reused, revoked ones included).",
+        C::RoleExists => "A role of this name exists already.",
+        C::InvalidName => "Not a valid principal or role name.",
+        C::QuotaExceeded => "Over a quota: nothing was created.",
+        C::QuotaQueued => "Over a quota with --queue: the run was created held, and waits for the use to free.",
+        C::QuotaNotFound => "No such quota is set.",
+        C::SecretMissing => "A secret a tool declares has no value in the store or the provider.",
+        C::SecretProvider => "The external secret manager could not give a secret.",
+        C::InvalidSecret => "Not a valid secret name or value.",
+        C::Database => "The registry's database failed or cannot be reached.",
+        C::Corrupt => "The registry holds a record this version of cairn cannot read.",
+        C::Io => "A file of the state root could not be read or written (a full or failing disk).",
+        C::Internal => "A bug: the message has the cause.",
+        C::Interrupted => "Interrupted (Ctrl-C) before it finished.",
+        C::Stopped => "The run was stopped (cancelled, or its daemon stopping) before it finished.",
     }
 }

@@ -14,11 +14,11 @@ pub(super) fn page() -> String {
     ));
     out.push_str("\n\n## Contents\n\n");
     for t in TABLES {
-        out.push_str(&format!("- [{}](#{})\n", code(t), slug(t)));
+        out.push_str(&format!("- [{}](#{})\n", title(t), slug(t)));
     }
     let all = keys();
     for t in TABLES {
-        out.push_str(&format!("\n## `{t}` {{#{}}}\n\n", slug(t)));
+        out.push_str(&format!("\n## {} {{#{}}}\n\n", title(t), slug(t)));
         let rows: Vec<Vec<String>> = all
             .iter()
             .filter(|k| k.table == t)
@@ -34,6 +34,11 @@ pub(super) fn page() -> String {
     }
     out.push_str(&format!("\n## An example {{#{}}}\n\n```toml\n{EXAMPLE}```\n", slug("an example")));
     out
+}
+
+/// A table's name as a heading: in code, but for the top level, which has none.
+fn title(table: &str) -> String {
+    if table.starts_with('(') { "The top level".to_string() } else { code(table) }
 }
 
 /// A small workflow using most keys; the `reference` test parses it, so it stays valid.
