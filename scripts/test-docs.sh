@@ -12,16 +12,18 @@ ROOT=$(pwd)
 log() { printf '\n==> %s\n' "$*" >&2; }
 
 # mdBook is not in Debian 12: built from crates.io into a local root, once, and again only when
-# this pin changes. Without its default features (the `serve` and `watch` of a writer's machine,
-# and the search index, which the checked book does not need) it builds in about 2.5 minutes on
-# two busy cores.
+# this pin changes. Without its default features (a writer's `serve` and `watch`, and the search
+# index, which the checked book does not need; the HTML renderer stays) and unoptimised, it builds
+# in about 80 s on two busy cores (an optimised build takes 140 s) and builds this book in 0.4 s.
 MDBOOK_VERSION=0.5.4
+MDBOOK_FLAGS=(--locked --no-default-features --debug)
 TOOLS=${CAIRN_TOOLS_DIR:-$ROOT/.tools}/mdbook
 MDBOOK=$TOOLS/bin/mdbook
-if [ ! -x "$MDBOOK" ] || [ "$(cat "$TOOLS/.installed" 2>/dev/null)" != "$MDBOOK_VERSION" ]; then
-  log "installing mdBook $MDBOOK_VERSION into ${TOOLS#"$ROOT"/}"
-  cargo install mdbook --locked --no-default-features --version "$MDBOOK_VERSION" --root "$TOOLS" --force
-  echo "$MDBOOK_VERSION" >"$TOOLS/.installed"
+PIN="mdbook $MDBOOK_VERSION ${MDBOOK_FLAGS[*]}"
+if [ ! -x "$MDBOOK" ] || [ "$(cat "$TOOLS/.installed" 2>/dev/null)" != "$PIN" ]; then
+  log "installing $PIN into ${TOOLS#"$ROOT"/}"
+  cargo install mdbook --version "$MDBOOK_VERSION" "${MDBOOK_FLAGS[@]}" --root "$TOOLS" --force
+  echo "$PIN" >"$TOOLS/.installed"
 fi
 
 # The checker must refuse a dead link and a dead anchor, or its passing the book says nothing.
