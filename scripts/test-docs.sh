@@ -4,7 +4,9 @@
 # mini-book with a dead link and a dead anchor must be refused. `scripts/test.sh` runs this.
 #
 # Whether the generated reference (docs/src/reference/) is current is a test of the `cli` test
-# binary (crates/cairn/tests/cli/reference.rs), run with the rest of the tests.
+# binary (crates/cairn/tests/cli/reference.rs), run with the rest of the tests; after changing the
+# CLI, the API, an MCP tool, the workflow file's keys or an error code, regenerate the pages with
+#   CAIRN_BLESS=1 cargo test -p cairn --test cli reference::
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

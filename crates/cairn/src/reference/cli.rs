@@ -6,7 +6,11 @@ use clap::{Arg, Command, CommandFactory};
 use super::{cell, code, first_sentence, header, sentence, slug, table, text};
 
 pub(super) fn page() -> String {
-    let mut root = crate::cli::Cli::command();
+    page_of(crate::cli::Cli::command())
+}
+
+/// The page of the command line `root`.
+fn page_of(mut root: Command) -> String {
     root.build();
     let globals: Vec<String> =
         root.get_arguments().filter(|a| a.is_global_set()).map(|a| a.get_id().to_string()).collect();
@@ -149,4 +153,30 @@ fn meaning(a: &Arg) -> String {
         m = format!("{m} One of: {}.", values.join("; ")).trim().to_string();
     }
     cell(&m)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Arg, ArgAction, Command};
+
+    use super::page_of;
+
+    #[test]
+    fn hidden_commands_and_arguments_stay_hidden() {
+        let root = Command::new("cairn")
+            .about("Runs.")
+            .arg(Arg::new("home").long("home").global(true).help("The state root."))
+            .subcommand(
+                Command::new("shown")
+                    .about("Shown.")
+                    .arg(Arg::new("seen").long("seen").help("A flag one sees.").action(ArgAction::SetTrue))
+                    .arg(Arg::new("unseen").long("unseen").hide(true).action(ArgAction::SetTrue)),
+            )
+            .subcommand(Command::new("secret").about("Not for users.").hide(true));
+        let page = page_of(root);
+        assert!(page.contains("`cairn shown`") && page.contains("`--seen`"), "{page}");
+        assert!(!page.contains("secret") && !page.contains("--unseen"), "{page}");
+        // A global option is listed once, not again under each command.
+        assert_eq!(page.matches("`--home <HOME>`").count(), 1, "{page}");
+    }
 }
