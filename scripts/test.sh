@@ -137,6 +137,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 log "fuzz smoke: scripts/fuzz.sh 10"
 CAIRN_FUZZ_PROFILE=dev CAIRN_FUZZ_JOBS=2 scripts/fuzz.sh 10
 
+scripts/test-docs.sh
+
 # The insta snapshots of the human output (crates/cairn/tests/cli/snapshots.rs) are compared,
 # never written: a mismatch fails (CI=true alone does that; this says it whatever the environment).
 export INSTA_UPDATE=no INSTA_FORCE_PASS=0

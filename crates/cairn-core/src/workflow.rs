@@ -15,6 +15,7 @@ use crate::status::RetryOn;
 
 use crate::validator::Rule;
 
+pub mod keys;
 mod sections;
 mod streamed;
 

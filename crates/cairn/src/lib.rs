@@ -29,6 +29,7 @@ pub mod output;
 pub mod presence;
 pub mod progress;
 pub mod quickstart;
+pub mod reference;
 pub mod team;
 pub mod verify;
 pub mod wire;

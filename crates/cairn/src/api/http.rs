@@ -196,6 +196,12 @@ async fn presented_caller(state: &AppRef, headers: &axum::http::HeaderMap) -> Re
     }
 }
 
+/// Whether a request of this method only reads (a Viewer may make it); any other is a change.
+/// The book's HTTP reference says which each operation is from this.
+pub fn is_read(method: &str) -> bool {
+    method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD")
+}
+
 /// A caller is needed for every endpoint behind it, and put in the request for its handler.
 /// Reads need `read`; a change needs a grant of some permission beyond it (each handler's use
 /// case then checks the one it needs, on what it touches) — so a Viewer never changes anything,
@@ -205,7 +211,7 @@ pub(super) async fn require_token(State(state): State<AppRef>, mut req: Request,
         Ok(caller) => caller,
         Err(refused) => return refused,
     };
-    let reads = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    let reads = is_read(req.method().as_str());
     if reads && !caller.access.holds_anywhere(Permission::Read) {
         let denied = cairn_core::access::Denied {
             principal: caller.name().to_string(),

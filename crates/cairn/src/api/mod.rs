@@ -26,7 +26,7 @@ use axum::{Router, middleware};
 use cairn_engine::Service;
 
 pub use docs::DOCS_BODY_LIMIT;
-pub use http::{ApiError, ErrorBody, ErrorDetail};
+pub use http::{ApiError, ErrorBody, ErrorDetail, is_read};
 pub use openapi::ApiDoc;
 pub use web::UsedLogins;
 

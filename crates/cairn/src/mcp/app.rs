@@ -42,7 +42,7 @@ fn bounded(v: Value) -> Value {
     }
 }
 
-#[tool_router]
+#[tool_router(vis = "pub(super)")]
 impl App {
     pub fn new(daemon: ApiClient) -> App {
         App {

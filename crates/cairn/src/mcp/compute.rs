@@ -33,7 +33,7 @@ pub struct Readiness {
     pub run_dir: String,
 }
 
-#[tool_router]
+#[tool_router(vis = "pub(super)")]
 impl Compute {
     pub fn new(daemon: ApiClient) -> Compute {
         Compute {

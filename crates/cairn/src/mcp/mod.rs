@@ -148,6 +148,16 @@ pub enum Kind {
     App,
 }
 
+/// Every tool of a server as `tools/list` answers it, output schemas included (the book's
+/// reference page of the tools is generated from this).
+pub fn tools(kind: Kind) -> Vec<rmcp::model::Tool> {
+    match kind {
+        Kind::Workbench => schemas::attach(kind, Workbench::tool_router()).list_all(),
+        Kind::Compute => schemas::attach(kind, Compute::tool_router()).list_all(),
+        Kind::App => schemas::attach(kind, App::tool_router()).list_all(),
+    }
+}
+
 /// Serves one server over stdio until its client closes stdin. Logs go to stderr only.
 pub fn serve_stdio(kind: Kind, daemon: ApiClient) -> Result<u8, Failure> {
     let rt = tokio::runtime::Builder::new_multi_thread()

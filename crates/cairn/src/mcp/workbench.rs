@@ -347,7 +347,7 @@ impl Workbench {
     }
 }
 
-#[tool_router]
+#[tool_router(vis = "pub(super)")]
 impl Workbench {
     /// `approvals` is shared by every session of this process, so a sealed approval request is
     /// accepted once whichever session brings it back.

@@ -32,6 +32,7 @@ mod plans;
 mod postgres;
 mod quotas;
 mod recovery;
+mod reference;
 mod registry;
 mod remote;
 mod replay;
