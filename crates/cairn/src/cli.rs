@@ -289,6 +289,19 @@ pub enum Command {
         #[command(subcommand)]
         command: DocCommand,
     },
+    /// Print the shell completion script for SHELL to stdout
+    /// (`cairn completions bash > ~/.local/share/bash-completion/completions/cairn`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page of `cairn` (roff) to stdout (`cairn man | man -l -`), or with --out write
+    /// it and one page for each subcommand (cairn-run.1, cairn-workflow-add.1, …) into DIR.
+    Man {
+        /// The folder to write the pages into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 /// The MCP servers.

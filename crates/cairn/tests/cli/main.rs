@@ -18,6 +18,7 @@ mod doctor;
 mod evidence;
 mod faults;
 mod full_disk;
+mod install;
 mod jobs;
 mod jupyter;
 mod kernel;
