@@ -192,7 +192,7 @@ mod tests {
 
         // Another `cairn` first on the PATH (an older install) is named.
         let old = binary(&root.join("old"));
-        let hint = path_hint(&exe, Some(&path_of(&[&old.parent().unwrap(), exe.parent().unwrap()]))).unwrap();
+        let hint = path_hint(&exe, Some(&path_of(&[old.parent().unwrap(), exe.parent().unwrap()]))).unwrap();
         assert!(hint.starts_with(&format!("the `cairn` on your PATH is {}", old.display())), "{hint}");
 
         // On the PATH, directly or through a symlink: nothing to say.
