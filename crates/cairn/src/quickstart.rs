@@ -110,7 +110,9 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         eprintln!("  cairn workflow show release-validation@{RUNS}");
         eprintln!("  cairn ui                        # the same runs in the read-only web app");
         let exe = std::env::current_exe().and_then(|e| e.canonicalize());
-        if let Some(hint) = exe.ok().and_then(|exe| path_hint(&exe, std::env::var_os("PATH").as_deref())) {
+        if let Some(hint) =
+            exe.ok().and_then(|exe| path_hint(&exe, std::env::var_os("PATH").as_deref(), checkout().as_deref()))
+        {
             eprintln!("\n{hint}");
         }
     }
@@ -119,8 +121,9 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
 
 /// How to put `cairn` on the PATH, when the binary running is not the `cairn` the PATH finds: the
 /// hints above all say `cairn …`, which a checkout's `cargo run -- quickstart` leaves unresolved.
-/// `None` when the PATH's `cairn` is this binary. `exe` is canonical.
-fn path_hint(exe: &Path, path: Option<&OsStr>) -> Option<String> {
+/// `None` when the PATH's `cairn` is this binary. `exe` is canonical; `checkout` is the source
+/// checkout a cargo build was built from, if known.
+fn path_hint(exe: &Path, path: Option<&OsStr>, checkout: Option<&Path>) -> Option<String> {
     let found = path.and_then(|p| std::env::split_paths(p).map(|d| d.join("cairn")).find(|c| c.is_file()));
     let found = found.map(|f| f.canonicalize().unwrap_or(f));
     if found.as_deref() == Some(exe) {
@@ -130,28 +133,25 @@ fn path_hint(exe: &Path, path: Option<&OsStr>) -> Option<String> {
         Some(other) => format!("the `cairn` on your PATH is {}, not this one ({})", other.display(), exe.display()),
         None => format!("`cairn` is not on your PATH (this one is {})", exe.display()),
     };
-    Some(match cargo_build_of(exe) {
-        Some(checkout) => {
-            let checkout = checkout.map_or("your checkout of Cairn".to_string(), |c| c.display().to_string());
-            format!(
-                "{not_there}. To put it there, in {checkout}:\n  cargo install --locked --path crates/cairn\n\
-                 or scripts/install.sh, which adds the shell completions and man pages (docs/src/install.md)."
-            )
-        }
-        None => {
-            let dir = exe.parent().unwrap_or(exe).display().to_string();
-            format!("{not_there}. To put it there:\n  export PATH=\"{dir}:$PATH\"")
-        }
+    // A cargo build's folder (target/debug, target/<triple>/release, whatever the target
+    // folder's name) holds cargo's fingerprints.
+    let cargo_build = exe.parent().is_some_and(|d| d.join(".fingerprint").is_dir());
+    Some(if cargo_build {
+        let checkout = checkout.map_or("your checkout of Cairn".to_string(), |c| c.display().to_string());
+        format!(
+            "{not_there}. To put it there, in {checkout}:\n  cargo install --locked --path crates/cairn\n\
+             or scripts/install.sh, which adds the shell completions and man pages (docs/src/install.md)."
+        )
+    } else {
+        let dir = exe.parent().unwrap_or(exe).display().to_string();
+        format!("{not_there}. To put it there:\n  export PATH=\"{dir}:$PATH\"")
     })
 }
 
-/// Whether `exe` is a cargo build (in a `target` folder), and then the source checkout it was
-/// built in: the folder holding that `target`, when it holds this crate (a `CARGO_TARGET_DIR`
-/// elsewhere names no checkout).
-fn cargo_build_of(exe: &Path) -> Option<Option<PathBuf>> {
-    let target = exe.ancestors().skip(1).find(|a| a.file_name().is_some_and(|n| n == "target"))?;
-    let root = target.parent().filter(|r| r.join("crates/cairn/Cargo.toml").is_file());
-    Some(root.map(Path::to_path_buf))
+/// The source checkout this binary was built from, while it is still there.
+fn checkout() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.parent()?;
+    root.join("crates/cairn/Cargo.toml").is_file().then(|| root.to_path_buf())
 }
 
 #[cfg(test)]
@@ -168,50 +168,50 @@ mod tests {
         dir.join("cairn").canonicalize().unwrap()
     }
 
+    /// The same, in a cargo build's folder.
+    fn build(dir: &Path) -> PathBuf {
+        std::fs::create_dir_all(dir.join(".fingerprint")).unwrap();
+        binary(dir)
+    }
+
     fn path_of(dirs: &[&Path]) -> OsString {
         std::env::join_paths(dirs).unwrap()
     }
 
     #[test]
-    fn a_build_of_a_checkout_not_on_the_path_is_told_the_cargo_install_of_its_checkout() {
+    fn a_cargo_build_not_on_the_path_is_told_the_cargo_install_of_its_checkout() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().canonicalize().unwrap();
-        std::fs::create_dir_all(root.join("crates/cairn")).unwrap();
-        std::fs::write(root.join("crates/cairn/Cargo.toml"), b"").unwrap();
-        let exe = binary(&root.join("target/release"));
+        let checkout = root.join("cairn");
+        let exe = build(&root.join("shared-target/x86_64-unknown-linux-gnu/release"));
         let elsewhere = root.join("bin");
         std::fs::create_dir_all(&elsewhere).unwrap();
 
-        let hint = path_hint(&exe, Some(&path_of(&[&elsewhere]))).expect("a hint");
-        assert!(hint.starts_with("`cairn` is not on your PATH"), "{hint}");
-        assert!(
-            hint.contains(&format!("in {}:\n  cargo install --locked --path crates/cairn\n", root.display())),
-            "{hint}"
-        );
+        let hint = path_hint(&exe, Some(&path_of(&[&elsewhere])), Some(&checkout)).expect("a hint");
+        assert!(hint.starts_with(&format!("`cairn` is not on your PATH (this one is {})", exe.display())), "{hint}");
+        let install = format!("in {}:\n  cargo install --locked --path crates/cairn\n", checkout.display());
+        assert!(hint.contains(&install), "{hint}");
         assert!(hint.contains("scripts/install.sh"), "{hint}");
+        let hint = path_hint(&exe, None, None).unwrap();
+        assert!(hint.contains("in your checkout of Cairn:\n  cargo install --locked --path crates/cairn"), "{hint}");
 
         // Another `cairn` first on the PATH (an older install) is named.
         let old = binary(&root.join("old"));
-        let hint = path_hint(&exe, Some(&path_of(&[old.parent().unwrap(), exe.parent().unwrap()]))).unwrap();
+        let hint = path_hint(&exe, Some(&path_of(&[old.parent().unwrap(), exe.parent().unwrap()])), None).unwrap();
         assert!(hint.starts_with(&format!("the `cairn` on your PATH is {}", old.display())), "{hint}");
 
         // On the PATH, directly or through a symlink: nothing to say.
-        assert_eq!(path_hint(&exe, Some(&path_of(&[&elsewhere, exe.parent().unwrap()]))), None);
+        assert_eq!(path_hint(&exe, Some(&path_of(&[&elsewhere, exe.parent().unwrap()])), None), None);
         std::os::unix::fs::symlink(&exe, elsewhere.join("cairn")).unwrap();
-        assert_eq!(path_hint(&exe, Some(&path_of(&[&elsewhere]))), None);
+        assert_eq!(path_hint(&exe, Some(&path_of(&[&elsewhere])), Some(&checkout)), None);
     }
 
     #[test]
     fn a_binary_outside_a_build_is_told_to_add_its_folder_to_the_path() {
         let tmp = tempfile::tempdir().unwrap();
         let exe = binary(&tmp.path().join("opt/cairn/bin"));
-        let hint = path_hint(&exe, None).expect("a hint");
+        let hint = path_hint(&exe, None, None).expect("a hint");
         let dir = exe.parent().unwrap().display().to_string();
         assert!(hint.ends_with(&format!("export PATH=\"{dir}:$PATH\"")), "{hint}");
-
-        // A cargo build whose target folder is not in a checkout (CARGO_TARGET_DIR elsewhere).
-        let exe = binary(&tmp.path().join("shared/target/debug"));
-        let hint = path_hint(&exe, None).unwrap();
-        assert!(hint.contains("in your checkout of Cairn:\n  cargo install --locked --path crates/cairn"), "{hint}");
     }
 }

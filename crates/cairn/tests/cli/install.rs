@@ -245,7 +245,10 @@ fn quickstart_from_a_checkout_ends_saying_how_to_put_cairn_on_the_path() {
         "{}",
         out.stderr
     );
-    assert!(hint.contains("\n  cargo install --locked --path crates/cairn\n"), "{hint}");
+    // The checkout named is the one this build came from.
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().parent().unwrap().canonicalize().unwrap();
+    let install = format!(" in {}:\n  cargo install --locked --path crates/cairn\n", checkout.display());
+    assert!(hint.contains(&install), "{hint}");
     assert!(hint.contains("scripts/install.sh"), "{hint}");
     // The rest stays: the runs, then what to try next.
     assert!(out.stderr.contains("release-validation@1.2.0"), "{}", out.stderr);
