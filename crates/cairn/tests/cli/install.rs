@@ -163,7 +163,7 @@ fn the_man_page_renders_with_every_command() {
     // In ASCII, the help's other characters escaped, so plain groff (no preconv) reads them.
     assert!(out.stdout.is_ascii(), "{}", out.stdout);
     let text = render(&page);
-    assert!(text.contains("cairn-workflow-add.1, \u{2026})"), "{text}");
+    assert!(text.contains("(workflow snapshots, plans, \u{2026})"), "{text}");
     assert!(text.contains("cairn - Durable, approved, reproducible workflow runs"), "{text}");
     let commands: Vec<String> =
         cairn::cli::Cli::command().get_subcommands().map(|s| format!("cairn-{}(1)", s.get_name())).collect();
@@ -211,6 +211,8 @@ fn man_out_writes_a_page_for_each_command_at_any_depth() {
     let run = render(&out_dir.join("cairn-run.1"));
     assert!(run.contains("cairn-run - Run a registered workflow"), "{run}");
     assert!(run.contains("--resume-interrupted"), "{run}");
+    let man = render(&out_dir.join("cairn-man.1"));
+    assert!(man.contains("(cairn-run.1, cairn-workflow-add.1, \u{2026}) into DIR"), "{man}");
     let add = render(&out_dir.join("cairn-workflow-add.1"));
     assert!(add.contains("The folder holding workflow.toml"), "{add}");
 
