@@ -137,7 +137,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 log "fuzz smoke: scripts/fuzz.sh 10"
 CAIRN_FUZZ_PROFILE=dev CAIRN_FUZZ_JOBS=2 scripts/fuzz.sh 10
 
+# The book: built with a pinned mdBook, every link and anchor in it checked.
 scripts/test-docs.sh
+
+# Installs `cairn` each way a user does and runs the quickstart from each PATH; before the tests,
+# whose completion tests use the shells it installs.
+scripts/test-install.sh
 
 # The insta snapshots of the human output (crates/cairn/tests/cli/snapshots.rs) are compared,
 # never written: a mismatch fails (CI=true alone does that; this says it whatever the environment).

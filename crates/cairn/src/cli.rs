@@ -289,6 +289,23 @@ pub enum Command {
         #[command(subcommand)]
         command: DocCommand,
     },
+    /// Print the shell completion script for SHELL: bash, zsh or fish (or elvish, powershell).
+    ///
+    /// `cairn completions bash > ~/.local/share/bash-completion/completions/cairn`, say;
+    /// scripts/install.sh puts the bash, zsh and fish ones in place.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page of `cairn` (roff), or write one page a command into a folder.
+    ///
+    /// `cairn man | man -l -` reads it; `cairn man --out DIR` writes it and one page for each
+    /// subcommand at any depth (cairn-run.1, cairn-workflow-add.1, …) into DIR, and lists them.
+    Man {
+        /// The folder to write the pages into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 /// The MCP servers.

@@ -261,6 +261,8 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             crate::team::quota(&state_root(cli.home)?, command.unwrap_or(crate::cli::QuotaCommand::List { json }))
         }
         Command::Doc { command } => crate::docs::run(&open_engine(cli.home)?, command),
+        Command::Completions { shell } => crate::completions::completions(shell),
+        Command::Man { out } => crate::completions::man(out.as_deref()),
     }
 }
 

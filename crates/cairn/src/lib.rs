@@ -17,6 +17,7 @@ pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod commands;
+pub mod completions;
 pub mod daemon;
 pub mod docs;
 pub mod failure;

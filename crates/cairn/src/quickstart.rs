@@ -2,7 +2,8 @@
 //! and runs 1.2.0 twice, once READY and once BLOCKED, so a new user sees the whole loop: what
 //! the steps found, the evidence report they wrote (an artifact, with its SHA-256), the verdict.
 
-use std::path::Path;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
 use cairn_engine::Engine;
 use rust_embed::RustEmbed;
@@ -108,6 +109,109 @@ pub fn run(root: &Path, json: bool) -> Result<u8, Failure> {
         eprintln!("  cairn events {ready} # the durable event log");
         eprintln!("  cairn workflow show release-validation@{RUNS}");
         eprintln!("  cairn ui                        # the same runs in the read-only web app");
+        let exe = std::env::current_exe().and_then(|e| e.canonicalize());
+        if let Some(hint) =
+            exe.ok().and_then(|exe| path_hint(&exe, std::env::var_os("PATH").as_deref(), checkout().as_deref()))
+        {
+            eprintln!("\n{hint}");
+        }
     }
     Ok(if as_expected { 0 } else { 3 })
+}
+
+/// How to put `cairn` on the PATH, when the binary running is not the `cairn` the PATH finds: the
+/// hints above all say `cairn …`, which a checkout's `cargo run -- quickstart` leaves unresolved.
+/// `None` when the PATH's `cairn` is this binary. `exe` is canonical; `checkout` is the source
+/// checkout a cargo build was built from, if known.
+fn path_hint(exe: &Path, path: Option<&OsStr>, checkout: Option<&Path>) -> Option<String> {
+    let found = path.and_then(|p| std::env::split_paths(p).map(|d| d.join("cairn")).find(|c| c.is_file()));
+    let found = found.map(|f| f.canonicalize().unwrap_or(f));
+    if found.as_deref() == Some(exe) {
+        return None;
+    }
+    let not_there = match &found {
+        Some(other) => format!("the `cairn` on your PATH is {}, not this one ({})", other.display(), exe.display()),
+        None => format!("`cairn` is not on your PATH (this one is {})", exe.display()),
+    };
+    // A cargo build's folder (target/debug, target/<triple>/release, whatever the target
+    // folder's name) holds cargo's fingerprints.
+    let cargo_build = exe.parent().is_some_and(|d| d.join(".fingerprint").is_dir());
+    Some(if cargo_build {
+        let checkout = checkout.map_or("your checkout of Cairn".to_string(), |c| c.display().to_string());
+        format!(
+            "{not_there}. To put it there, in {checkout}:\n  cargo install --locked --path crates/cairn\n\
+             or scripts/install.sh, which adds the shell completions and man pages (docs/src/install.md)."
+        )
+    } else {
+        let dir = exe.parent().unwrap_or(exe).display().to_string();
+        format!("{not_there}. To put it there:\n  export PATH=\"{dir}:$PATH\"")
+    })
+}
+
+/// The source checkout this binary was built from, while it is still there.
+fn checkout() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.parent()?;
+    root.join("crates/cairn/Cargo.toml").is_file().then(|| root.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::path::{Path, PathBuf};
+
+    use super::path_hint;
+
+    /// An executable file named `cairn` at `dir/cairn`, canonical.
+    fn binary(dir: &Path) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("cairn"), b"").unwrap();
+        dir.join("cairn").canonicalize().unwrap()
+    }
+
+    /// The same, in a cargo build's folder.
+    fn build(dir: &Path) -> PathBuf {
+        std::fs::create_dir_all(dir.join(".fingerprint")).unwrap();
+        binary(dir)
+    }
+
+    fn path_of(dirs: &[&Path]) -> OsString {
+        std::env::join_paths(dirs).unwrap()
+    }
+
+    #[test]
+    fn a_cargo_build_not_on_the_path_is_told_the_cargo_install_of_its_checkout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let checkout = root.join("cairn");
+        let exe = build(&root.join("shared-target/x86_64-unknown-linux-gnu/release"));
+        let elsewhere = root.join("bin");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+
+        let hint = path_hint(&exe, Some(&path_of(&[&elsewhere])), Some(&checkout)).expect("a hint");
+        assert!(hint.starts_with(&format!("`cairn` is not on your PATH (this one is {})", exe.display())), "{hint}");
+        let install = format!("in {}:\n  cargo install --locked --path crates/cairn\n", checkout.display());
+        assert!(hint.contains(&install), "{hint}");
+        assert!(hint.contains("scripts/install.sh"), "{hint}");
+        let hint = path_hint(&exe, None, None).unwrap();
+        assert!(hint.contains("in your checkout of Cairn:\n  cargo install --locked --path crates/cairn"), "{hint}");
+
+        // Another `cairn` first on the PATH (an older install) is named.
+        let old = binary(&root.join("old"));
+        let hint = path_hint(&exe, Some(&path_of(&[old.parent().unwrap(), exe.parent().unwrap()])), None).unwrap();
+        assert!(hint.starts_with(&format!("the `cairn` on your PATH is {}", old.display())), "{hint}");
+
+        // On the PATH, directly or through a symlink: nothing to say.
+        assert_eq!(path_hint(&exe, Some(&path_of(&[&elsewhere, exe.parent().unwrap()])), None), None);
+        std::os::unix::fs::symlink(&exe, elsewhere.join("cairn")).unwrap();
+        assert_eq!(path_hint(&exe, Some(&path_of(&[&elsewhere])), Some(&checkout)), None);
+    }
+
+    #[test]
+    fn a_binary_outside_a_build_is_told_to_add_its_folder_to_the_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let exe = binary(&tmp.path().join("opt/cairn/bin"));
+        let hint = path_hint(&exe, None, None).expect("a hint");
+        let dir = exe.parent().unwrap().display().to_string();
+        assert!(hint.ends_with(&format!("export PATH=\"{dir}:$PATH\"")), "{hint}");
+    }
 }

@@ -19,6 +19,7 @@ mod evidence;
 mod faults;
 mod full_disk;
 mod guide;
+mod install;
 mod jobs;
 mod jupyter;
 mod kernel;
