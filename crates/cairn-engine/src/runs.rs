@@ -125,10 +125,7 @@ pub fn step_statuses(text: &str) -> Result<Vec<&'static str>, EngineError> {
 /// Which of a run's steps a view holds: the page asked for, and how many steps matched it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepsShown {
-    pub offset: usize,
-    pub limit: Option<usize>,
-    pub statuses: Vec<&'static str>,
-    pub attention_first: bool,
+    pub query: StepQuery,
     /// How many steps matched the page's filter (all of them without one).
     pub matched: usize,
     /// How many steps the page holds.
@@ -137,19 +134,12 @@ pub struct StepsShown {
 
 impl StepsShown {
     fn of(query: &StepQuery, matched: usize, returned: usize) -> StepsShown {
-        StepsShown {
-            offset: query.offset,
-            limit: query.limit,
-            statuses: query.statuses.clone(),
-            attention_first: query.attention_first,
-            matched,
-            returned,
-        }
+        StepsShown { query: query.clone(), matched, returned }
     }
 
     /// Where the next page starts, if the page left matching steps out after it.
     pub fn next_offset(&self) -> Option<usize> {
-        let next = self.offset + self.returned;
+        let next = self.query.offset + self.returned;
         (next < self.matched).then_some(next)
     }
 }

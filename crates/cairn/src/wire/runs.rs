@@ -416,13 +416,13 @@ impl StepCounts {
 impl StepsPage {
     pub fn from_engine(shown: &cairn_engine::StepsShown) -> StepsPage {
         StepsPage {
-            offset: shown.offset,
-            limit: shown.limit,
+            offset: shown.query.offset,
+            limit: shown.query.limit,
             matched: shown.matched,
             returned: shown.returned,
             next_offset: shown.next_offset(),
-            status: shown.statuses.iter().map(|s| s.to_string()).collect(),
-            attention_first: shown.attention_first,
+            status: shown.query.statuses.iter().map(|s| s.to_string()).collect(),
+            attention_first: shown.query.attention_first,
         }
     }
 }
