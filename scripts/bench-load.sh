@@ -140,3 +140,45 @@ print(f"run latency (created to finished): p50 {pct(0.5):.2f} s, p99 {pct(0.99):
 print(f"the ceiling, {total} /bin/echo with {par} at once: {t1 - t0:.2f} s, {ceiling:.0f} spawns/s; Cairn reaches {100 * total / wall / ceiling:.0f} % of it")
 print(f"daemon peak RSS: {hwm} KiB")
 EOF
+
+# The key figures as rows for BENCHMARKS.md's summary table:
+#   scripts/bench-table.py --record "$OUT/results.json" && scripts/bench-table.py --write
+python3 - "$OUT" "$RUNS" "$STEPS" "$CLIENTS" "$T0" "$T1" "$DAEMON_HWM" "$PAR" "$WORKERS" << 'EOF_RESULTS'
+import json, os, platform, subprocess, sys, time
+from datetime import datetime
+out, runs, steps, clients, t0, t1, hwm, par, workers = sys.argv[1:]
+runs, steps, t0, t1, hwm = int(runs), int(steps), float(t0), float(t1), int(hwm)
+sub, done = json.load(open(out + "/submitted.json")), json.load(open(out + "/done.json"))
+ts = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+ended = [r for r in done["runs"] if r.get("finished_at")]
+lat = sorted(ts(r["finished_at"]) - ts(r["created_at"]) for r in ended)
+pct = lambda p: lat[min(len(lat) - 1, round((len(lat) - 1) * p))]
+wall = max(ts(r["finished_at"]) for r in ended) - sub["submitted_at"]
+total = runs * steps
+rate, ceiling = total / wall, total / (t1 - t0)
+cpu = {k.strip(): v.strip() for k, v in (l.split(":", 1) for l in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in l)}
+machine = f"{os.cpu_count()} vCPUs, {cpu['model name']} family {cpu['cpu family']} model {cpu['model']}, kernel {platform.release()}"
+suffix = f"_w{workers}" if workers else ""
+load = f"{runs:,} concurrent {steps}-step runs of `/bin/echo`, {clients} clients, {par} workers"
+fig = lambda value, unit: {"value": value, "unit": unit}
+rows = [
+    {"id": f"load.throughput{suffix}", "benchmark": f"{load}: steps/s; the ceiling (the same spawns alone, {par} at once); the share of it",
+     "target": "1,500 steps/s or 80 % of the ceiling",
+     "measured": "{steps_per_s:,.0f} steps/s; {ceiling_per_s:,.0f} spawns/s; {share_pct:.0f} %",
+     "figures": {"steps_per_s": fig(round(rate, 1), "steps/s"), "ceiling_per_s": fig(round(ceiling, 1), "spawns/s"),
+                 "share_pct": fig(round(100 * rate / ceiling, 1), "%")},
+     "met": rate >= 1500 or rate / ceiling >= 0.8},
+    {"id": f"load.latency{suffix}", "benchmark": f"{load}: a run's latency, created → finished, p50 / p99", "target": None,
+     "measured": "{p50_s:.2f} s / {p99_s:.2f} s", "figures": {"p50_s": fig(round(pct(0.5), 3), "s"), "p99_s": fig(round(pct(0.99), 3), "s")},
+     "met": None},
+    {"id": f"load.memory{suffix}", "benchmark": f"{load}: the daemon's peak RSS", "target": None,
+     "measured": "{daemon_peak_mib:.1f} MiB", "figures": {"daemon_peak_mib": fig(round(hwm / 1024, 2), "MiB")}, "met": None},
+]
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+settings = f"BENCH_RUNS={runs} BENCH_STEPS={steps} BENCH_CLIENTS={clients}" + (f" BENCH_WORKERS={workers}" if workers else "")
+json.dump({"format": 1, "family": "load", "order": 18, "section": "18. A thousand concurrent runs (issue 35)",
+           "command": f"scripts/bench-load.sh  # {settings}, at {commit}",
+           "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine, "rows": rows},
+          open(f"{out}/results.json", "w"), indent=2, ensure_ascii=False)
+EOF_RESULTS
+log "results for BENCHMARKS.md: scripts/bench-table.py --record $OUT/results.json && scripts/bench-table.py --write"

@@ -320,3 +320,64 @@ EOF
     fi
   } | tee -a "$OUT/summary.txt"
 fi
+
+# The key figures as rows for BENCHMARKS.md's summary table:
+#   scripts/bench-table.py --record "$OUT/results.json" && scripts/bench-table.py --write
+python3 - "$OUT" "$STEPS" "$PAR" "$REPS" "$RUN_S" "$RUN_KIB" "$DAEMON_RUN_PEAK" "$DAEMON_HWM" "$BROWSER" "$SNAKE" \
+  "${LO:-0}" "${BUDGET:-}" << 'EOF_RESULTS'
+import json, os, platform, statistics, subprocess, sys, time
+out, steps, par, reps, run_s, run_kib, peak_kib, hwm_kib, browser, snake, lo, budget = sys.argv[1:]
+steps, lo, run_s = int(steps), int(lo), float(run_s)
+cpu = {k.strip(): v.strip() for k, v in (l.split(":", 1) for l in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in l)}
+machine = (f"{os.cpu_count()} vCPUs, {cpu['model name']} family {cpu['cpu family']} "
+           f"model {cpu['model']}, kernel {platform.release()}")
+size = f"{steps // 10**6}m" if steps % 10**6 == 0 else f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
+shape = f"a {steps:,}-step fan-out + join of `/bin/echo` through the daemon, `cairn run --parallel {par}`"
+fig = lambda value, unit: {"value": value, "unit": unit}
+rows = [
+    {"id": f"scale.run_{size}", "benchmark": f"{shape}: the run", "target": None,
+     "measured": "{run_s:g} s ({step_ms:.2f} ms a step)",
+     "figures": {"run_s": fig(run_s, "s"), "step_ms": fig(round(run_s * 1000 / (steps + 1), 3), "ms")}, "met": None},
+    {"id": f"scale.memory_{size}", "benchmark": f"{shape}: the daemon's / the follower's (`cairn run`) peak RSS",
+     "target": "< 1 GiB (the daemon)" if steps >= 10**6 else None,
+     "measured": "{daemon_peak_mib:.1f} / {follower_peak_mib:.1f} MiB (the daemon's VmHWM after every surface {daemon_hwm_mib:.1f} MiB)",
+     "figures": {"daemon_peak_mib": fig(int(peak_kib) / 1024, "MiB"), "follower_peak_mib": fig(int(run_kib) / 1024, "MiB"),
+                 "daemon_hwm_mib": fig(int(hwm_kib) / 1024, "MiB")},
+     "met": int(peak_kib) < 1024 * 1024 if steps >= 10**6 else None},
+]
+names = {"GET /runs/{id}": "get_run", "GET /runs/{id}?steps_offset=": "get_run_page",
+         "GET /runs/{id}?steps_status=": "get_run_failed_running", "GET /runs/{id}/timeline": "timeline",
+         "GET /runs/{id}/layers": "layers", "GET /runs/{id}/events": "events_newest",
+         "cairn show --json": "show_json", "cairn show": "show"}
+surfaces, parts = {}, []
+for line in open(f"{out}/surfaces.txt"):
+    label, rest = line.rsplit(": ", 1)
+    key = next(names[k] for k in sorted(names, key=len, reverse=True) if label.startswith(k))
+    surfaces[f"{key}_ms"] = fig(round(float(rest.split(" s,")[0]) * 1000, 1), "ms")
+    parts.append(f"`{label.replace('{', '{{').replace('}', '}}')}` {{{key}_ms:g}} ms")
+rows.append({"id": f"scale.surfaces_{size}", "benchmark": f"{shape}: each surface's answer for the finished run (median of {reps})",
+             "target": None, "measured": "; ".join(parts), "figures": surfaces, "met": None})
+if browser == "1":
+    samples = json.load(open(f"{out}/browser-large-run.json"))["samples"]
+    rows.append({"id": f"scale.browser_{size}", "benchmark": f"{shape}: the web app's page of the run in chromium (headless), "
+                 f"navigation start → usable, median of {reps}", "target": None, "measured": "{usable_ms:.0f} ms",
+                 "figures": {"usable_ms": fig(statistics.median_low(s["usable_ms"] for s in samples), "ms")}, "met": None})
+if snake == "1":
+    row = {"id": f"scale.snakemake_{size}", "benchmark": f"Snakemake `--cores {par}` on the same shape: the largest N it runs in the time Cairn's "
+           f"{steps:,}-step run took", "target": None, "met": None}
+    if lo > 0:
+        lo_s = next(float(l.split()[2]) for l in open(f"{out}/snakemake-tries.txt") if l.split()[:2] == [str(lo), "ok"])
+        row["measured"] = "{snakemake_jobs:,} jobs in {snakemake_s:g} s; Cairn {cairn_steps:,} steps in {cairn_s:g} s, {times:.1f}× as many"
+        row["figures"] = {"snakemake_jobs": fig(lo + 1, "jobs"), "snakemake_s": fig(lo_s, "s"),
+                          "cairn_steps": fig(steps + 1, "steps"), "cairn_s": fig(run_s, "s"), "times": fig((steps + 1) / (lo + 1), "×")}
+    else:
+        row["measured"] = "none finished within {budget_s:g} s"
+        row["figures"] = {"budget_s": fig(float(budget), "s")}
+    rows.append(row)
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+json.dump({"format": 1, "family": "scale", "order": 17, "section": "17. A 100,000-step run on every surface (issue 35)",
+           "command": f"scripts/bench-scale.sh  # BENCH_STEPS={steps} BENCH_PARALLEL={par} BENCH_REPS={reps}, at {commit}",
+           "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine, "rows": rows},
+          open(f"{out}/results.json", "w"), indent=2, ensure_ascii=False)
+EOF_RESULTS
+log "results for BENCHMARKS.md: scripts/bench-table.py --record $OUT/results.json && scripts/bench-table.py --write"

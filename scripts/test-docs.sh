@@ -13,6 +13,10 @@ ROOT=$(pwd)
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 
+# BENCHMARKS.md's summary table is generated from bench-results/ (scripts/bench-table.py --write).
+log "BENCHMARKS.md's summary table against bench-results/"
+python3 scripts/bench-table.py --check
+
 # mdBook is not in Debian 12: built from crates.io into a local root, once, and again only when
 # this pin changes. Without its default features (a writer's `serve` and `watch`, and the search
 # index, which the checked book does not need; the HTML renderer stays) and unoptimised, it builds
