@@ -323,7 +323,17 @@ fn killed_at_a_group_commit(nth: u32) {
     for (run_id, _) in &runs {
         runners.push(reaper.spawn(&c, &c.run_args("grouped", &json!({}), &["--run-id", run_id, "--json"])));
     }
-    assert!(wait_until(Duration::from_secs(60), || !alive(first)), "the daemon never committed a group of writes");
+    if !wait_until(Duration::from_secs(60), || !alive(first)) {
+        let runs: Vec<String> = c
+            .runs()
+            .iter()
+            .map(|r| format!("{} {} {}", str_of(&r["run_id"]), str_of(&r["status"]), r["step_counts"]))
+            .collect();
+        panic!(
+            "the daemon never committed its group {nth} of several writes; runs: {runs:#?}\ndaemon log:\n{}",
+            c.daemon_log()
+        );
+    }
     let mut codes = Vec::new();
     for runner in &mut runners {
         let out = wait_exit(runner, Duration::from_secs(10));
