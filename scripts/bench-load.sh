@@ -159,7 +159,7 @@ rate, ceiling = total / wall, total / (t1 - t0)
 cpu = {k.strip(): v.strip() for k, v in (l.split(":", 1) for l in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in l)}
 machine = f"{os.cpu_count()} vCPUs, {cpu['model name']} family {cpu['cpu family']} model {cpu['model']}, kernel {platform.release()}"
 suffix = f"_w{workers}" if workers else ""
-load = f"{runs:,} concurrent {steps}-step runs of `/bin/echo`, {clients} clients, {par} workers"
+load = f"{runs:,} concurrent {steps}-step runs of `/bin/echo`, {clients} clients, {par} step slots (`--workers`)"
 fig = lambda value, unit: {"value": value, "unit": unit}
 rows = [
     {"id": f"load.throughput{suffix}", "benchmark": f"{load}: steps/s; the ceiling (the same spawns alone, {par} at once); the share of it",
