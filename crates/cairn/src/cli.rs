@@ -42,6 +42,7 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Why a step of a run was executed, reused or invalidated.
     Explain {
+        /// The run (its id, as `cairn runs` lists it).
         #[arg(value_parser = run_to_look_up)]
         run_id: RunId,
         step_id: String,
@@ -68,6 +69,7 @@ pub enum Command {
     Show(ShowArgs),
     /// One step of a run whole: its result (never cut) and its artifacts.
     Result {
+        /// The run (its id, as `cairn runs` lists it).
         #[arg(value_parser = run_to_look_up)]
         run_id: RunId,
         step_id: String,
@@ -77,6 +79,7 @@ pub enum Command {
     /// A pipeline step's jobs: each job its controller ran (rule, wildcards, Snakemake's reason,
     /// inputs with the job that wrote each, outputs with their SHA-256), failed ones first.
     Jobs {
+        /// The run (its id, as `cairn runs` lists it).
         #[arg(value_parser = run_to_look_up)]
         run_id: RunId,
         step_id: String,
@@ -85,6 +88,7 @@ pub enum Command {
     },
     /// The files a run's steps produced: path, size and SHA-256 of each.
     Artifacts {
+        /// The run (its id, as `cairn runs` lists it).
         #[arg(value_parser = run_to_look_up)]
         run_id: RunId,
         #[arg(long)]
@@ -94,6 +98,7 @@ pub enum Command {
     /// target over SSH (nothing copied back). The bytes go to stdout; --json gives them as text or
     /// base64 with the recorded size and SHA-256.
     ReadArtifact {
+        /// The run (its id, as `cairn runs` lists it).
         #[arg(value_parser = run_to_look_up)]
         run_id: RunId,
         step_id: String,
@@ -155,6 +160,7 @@ pub enum Command {
     },
     /// The ordered event log of a run.
     Events {
+        /// The run (its id, as `cairn runs` lists it).
         #[arg(value_parser = run_to_look_up)]
         run_id: RunId,
         /// Keep printing new events until the run finishes.
@@ -192,6 +198,7 @@ pub enum Command {
     },
     /// Cancel a run: stop its process groups (SIGTERM, grace, SIGKILL); it ends CANCELLED.
     Cancel {
+        /// The run (its id, as `cairn runs` lists it).
         #[arg(value_parser = run_to_look_up)]
         run_id: RunId,
         #[arg(long)]
@@ -655,6 +662,7 @@ pub enum DaemonCommand {
     },
     /// Run the daemon in the foreground (what `start` launches).
     Run {
+        /// Listen on this loopback port (0: one the system chooses).
         #[arg(long, default_value_t = 0)]
         port: u16,
         /// Exit after SECS with nothing running and no request.
@@ -794,6 +802,7 @@ pub struct RunArgs {
 // The arguments of `cairn show` (the variant's doc is its help).
 #[derive(clap::Args, Debug)]
 pub struct ShowArgs {
+    /// The run (its id, as `cairn runs` lists it).
     #[arg(value_parser = run_to_look_up)]
     pub run_id: RunId,
     /// Every attempt on the run's time axis instead: what overlapped, where the time went.

@@ -74,13 +74,13 @@ fn render(page: &clap_mangen::Man) -> Result<Vec<u8>, Failure> {
     Ok(ascii.into_bytes())
 }
 
-/// Writes `bytes` to stdout. A reader that closed the pipe early (`cairn man | head`) had what it
-/// wanted, so that is no failure.
+/// Writes `bytes` to stdout. A reader that closed the pipe early (`cairn man | head`) ends the
+/// command as it ends every other: status 141, SIGPIPE's, and no message.
 fn to_stdout(bytes: &[u8]) -> Result<u8, Failure> {
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Ok(()) => Ok(0),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(141),
         Err(e) => Err(Failure::usage(format!("stdout: {e}"))),
     }
 }

@@ -42,6 +42,7 @@ pub use failure::Failure;
 /// besides its sentence on stderr.
 pub fn main() -> std::process::ExitCode {
     use clap::{CommandFactory, FromArgMatches};
+    end_quietly_on_a_closed_stdout();
     let json_asked = std::env::args_os().skip(1).any(|a| a == "--json");
     let parsed = cli::Cli::command().try_get_matches().and_then(|m| Ok((cli::Cli::from_arg_matches(&m)?, m)));
     let (cli, matches) = match parsed {
@@ -66,6 +67,26 @@ pub fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(f.code)
         }
     }
+}
+
+/// `cairn events RUN | head`: when the reader closes the pipe, the command ends as any Unix tool
+/// does (status 141, SIGPIPE's), not with a panic's message. SIGPIPE itself stays ignored (Rust's
+/// default), so a daemon or a client writing to a closed socket gets an error it handles rather
+/// than dying; only `println!`'s panic on a broken stdout is turned into this exit.
+fn end_quietly_on_a_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }
 
 /// Whether the command given (a subcommand at any depth) has `--json` set.

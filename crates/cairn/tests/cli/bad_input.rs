@@ -332,3 +332,27 @@ fn a_failure_under_json_is_one_error_object_and_the_environment_has_its_own_exit
     assert_eq!(out.json["error"]["code"], "target_unreachable", "{}", out.stdout);
     assert!(out.stderr.contains("cannot reach"), "{}", out.stderr);
 }
+
+/// A reader that closes the pipe early (`cairn runs | head -0`, `cairn events RUN | head`): the
+/// command ends as a Unix tool does, status 141 (SIGPIPE's), without a panic's message.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let c = Cairn::new();
+    c.add(&example("1.1.0"));
+    c.run("release-validation", &read_json(&example("inputs/ready.json")), &["--run-id", "P", "--in-process"])
+        .expect(0);
+    for args in [&["runs"][..], &["events", "P"], &["man"]] {
+        let mut child = c
+            .std_command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The read end closes before the command prints anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "cairn {args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "cairn {args:?}: {stderr}");
+    }
+}
