@@ -1,5 +1,5 @@
 //! The daemon's bounded worker pool: runs queued in submission order, at most
-//! [`runs_in_flight`] executing at once (steps within a run keep the engine's order), each with a
+//! [`runs_in_flight`] executing at once (a worker thread started as runs queue up, never more) (steps within a run keep the engine's order), each with a
 //! stop signal for cancel and shutdown. Their local steps share the daemon's step slots
 //! ([`crate::slots`]): many runs in flight keep the slots full while others commit. It decides
 //! nothing: [`crate::Service`] says what to queue and when to stop.
@@ -53,12 +53,24 @@ enum Ended {
 
 pub(crate) struct Pool {
     engine: Arc<Engine>,
-    queue: Mutex<VecDeque<(RunId, Work)>>,
+    queue: Mutex<Queue>,
+    /// The most worker threads: started as runs queue up, not all at start-up.
+    max_workers: usize,
+    /// Itself, for the workers it starts.
+    me: std::sync::Weak<Pool>,
     wake: Condvar,
     /// Runs queued or executing here, with their stop signals.
     active: Mutex<HashMap<RunId, StopSignal>>,
     closing: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The runs waiting for a worker, and how many workers exist and wait.
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<(RunId, Work)>,
+    workers: usize,
+    idle: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -67,22 +79,39 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Pool {
     pub(crate) fn new(engine: Arc<Engine>, workers: usize) -> Arc<Pool> {
-        let pool = Arc::new(Pool {
+        Arc::new_cyclic(|me| Pool {
             engine,
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
+            max_workers: workers.max(1),
+            me: me.clone(),
             wake: Condvar::new(),
             active: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
-        });
-        for i in 0..workers.max(1) {
-            let p = pool.clone();
-            match std::thread::Builder::new().name(format!("cairn-worker-{i}")).spawn(move || p.work()) {
-                Ok(t) => lock(&pool.threads).push(t),
-                Err(e) => tracing::warn!("could not start worker {i}: {e}"),
+        })
+    }
+
+    /// Queues `work`, starting a worker for it when every one is busy and there may be more.
+    fn enqueue(&self, run_id: &RunId, work: Work) {
+        let start = {
+            let mut q = lock(&self.queue);
+            q.items.push_back((run_id.clone(), work));
+            let start = q.items.len() > q.idle && q.workers < self.max_workers;
+            if start {
+                q.workers += 1;
+            }
+            start.then_some(q.workers - 1)
+        };
+        self.wake.notify_one();
+        let Some(i) = start else { return };
+        let Some(pool) = self.me.upgrade() else { return };
+        match std::thread::Builder::new().name(format!("cairn-worker-{i}")).spawn(move || pool.work()) {
+            Ok(t) => lock(&self.threads).push(t),
+            Err(e) => {
+                lock(&self.queue).workers -= 1;
+                tracing::warn!("could not start worker {i}: {e}");
             }
         }
-        pool
     }
 
     /// Queues a created run unless it is already queued or executing here. Returns whether it
@@ -98,8 +127,7 @@ impl Pool {
             }
             active.insert(run_id.clone(), work.stop().cloned().unwrap_or_default());
         }
-        lock(&self.queue).push_back((run_id.clone(), work));
-        self.wake.notify_one();
+        self.enqueue(run_id, work);
         true
     }
 
@@ -135,10 +163,12 @@ impl Pool {
                     if self.closing.load(Ordering::SeqCst) {
                         return;
                     }
-                    if let Some(item) = q.pop_front() {
+                    if let Some(item) = q.items.pop_front() {
                         break item;
                     }
+                    q.idle += 1;
                     q = self.wake.wait(q).unwrap_or_else(PoisonError::into_inner);
+                    q.idle -= 1;
                 }
             };
             let (run_id, work) = next;
@@ -171,8 +201,7 @@ impl Pool {
         if let Some(stop) = work.stop() {
             lock(&self.active).insert(run_id.clone(), stop.clone());
         }
-        lock(&self.queue).push_back((run_id.clone(), work));
-        self.wake.notify_one();
+        self.enqueue(run_id, work);
     }
 
     fn execute(&self, run_id: &RunId, work: Work) -> Ended {
