@@ -111,16 +111,21 @@ rows = get(f"/runs?limit={min(runs, 1000)}")["runs"]
 json.dump({"done_at": t2, "runs": rows}, open(out + "/done.json", "w"))
 EOF
 DAEMON_HWM=$(awk '/VmHWM/ {print $2}' "/proc/$DAEMON_PID/status")
+# The daemon's own CPU time over its life (user + system, in clock ticks), and its reaped
+# children's (the tools'): what a step costs the machine beside the tool itself.
+read -r DAEMON_CPU TOOLS_CPU < <(sed 's/.*) //' "/proc/$DAEMON_PID/stat" | awk '{print $12 + $13, $14 + $15}')
+TICK=$(getconf CLK_TCK)
 
 log "the ceiling: $((RUNS * STEPS)) /bin/echo spawned and waited for, $PAR at once"
 T0=$EPOCHREALTIME
 seq "$((RUNS * STEPS))" | xargs -P "$PAR" -n 1 /bin/echo > /dev/null
 T1=$EPOCHREALTIME
 
-python3 - "$OUT" "$RUNS" "$STEPS" "$T0" "$T1" "$DAEMON_HWM" "$PAR" << 'EOF' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$RUNS" "$STEPS" "$T0" "$T1" "$DAEMON_HWM" "$PAR" "$DAEMON_CPU" "$TOOLS_CPU" "$TICK" << 'EOF' | tee "$OUT/summary.txt"
 import json, sys
 from datetime import datetime
 out, runs, steps, t0, t1, hwm, par = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+daemon_cpu, tools_cpu, tick = int(sys.argv[8]), int(sys.argv[9]), int(sys.argv[10])
 sub, done = json.load(open(out + "/submitted.json")), json.load(open(out + "/done.json"))
 rows = done["runs"]
 statuses = {}
@@ -139,6 +144,7 @@ print(f"throughput: {total / wall:.0f} steps/s")
 print(f"run latency (created to finished): p50 {pct(0.5):.2f} s, p99 {pct(0.99):.2f} s")
 print(f"the ceiling, {total} /bin/echo with {par} at once: {t1 - t0:.2f} s, {ceiling:.0f} spawns/s; Cairn reaches {100 * total / wall / ceiling:.0f} % of it")
 print(f"daemon peak RSS: {hwm} KiB")
+print(f"CPU a step: the daemon's {1000 * daemon_cpu / tick / total:.3f} ms, the tool's {1000 * tools_cpu / tick / total:.3f} ms (the daemon's whole life, start-up and submissions included)")
 EOF
 
 # The key figures as rows for BENCHMARKS.md's summary table:

@@ -515,6 +515,12 @@ fn with_pipeline_summary(a: &AttemptLaunch<'_>, end: AttemptEnd, summary: Option
     AttemptEnd::Ran { outcome, result, error, log_tail, duration_us, artifacts, resumable, cause }
 }
 
+/// How long a local tool runs before its pid is recorded. A tool that ends sooner (most steps of
+/// a sweep) is never recorded: its end is, and one write per step is saved. Until then a cancel
+/// or a successor finds it by its attempt's nonce, recorded before the spawn, as it finds a tool
+/// whose runner was killed before recording it.
+const REPORT_AFTER: Duration = Duration::from_millis(10);
+
 /// One attempt's complete process request, with the engine's limits.
 fn tool_command(ctx: &LaunchContext<'_>, a: &AttemptLaunch<'_>, env: Vec<(String, String)>) -> ToolCommand {
     let options = ctx.options();
@@ -527,6 +533,7 @@ fn tool_command(ctx: &LaunchContext<'_>, a: &AttemptLaunch<'_>, env: Vec<(String
         grace: options.kill_grace,
         max_stdout: options.max_stdout,
         stderr_tail: options.stderr_tail,
+        report_after: REPORT_AFTER,
     }
 }
 

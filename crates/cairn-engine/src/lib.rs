@@ -168,6 +168,9 @@ pub struct Engine {
     verifying: std::sync::Mutex<std::collections::HashMap<String, StopSignal>>,
     /// Bumped after each committed write: what followers wait on.
     commits: follow::Commits,
+    /// Set by the step slots while steps queue for one: the registry's commits then wait a
+    /// moment for company (SQLite's group commit).
+    backlog: cairn_store::Backlog,
     /// Runs this process's daemon holds waiting for their environment.
     waits: waiting::Waits,
 }
@@ -238,9 +241,12 @@ impl EngineBuilder {
             Some(url) => RegistryPlace::Postgres { url: cairn_store::redacted(url) },
         };
         let commits = follow::Commits::new();
+        let backlog = cairn_store::Backlog::default();
         let store: Box<dyn RunStore + Send + Sync> = match url {
             None => {
-                let store = cairn_store::SqliteStore::open(&state.db())?.on_commit(commits.hook());
+                let store = cairn_store::SqliteStore::open(&state.db())?
+                    .on_commit(commits.hook())
+                    .with_backlog(backlog.clone());
                 match self.options.crash {
                     Some(CrashPoint::GroupCommit { nth }) => Box::new(store.crash_before_group_commit(nth)),
                     _ => Box::new(store),
@@ -268,6 +274,7 @@ impl EngineBuilder {
             slots: std::sync::OnceLock::new(),
             verifying: Default::default(),
             commits,
+            backlog,
             waits: Default::default(),
         })
     }

@@ -142,7 +142,7 @@ impl Service {
         // Set once: an engine serves one daemon.
         let _ = engine.daemon.set(crate::Lessee { record: me.clone(), lease_ms });
         // Set once: an engine serves one daemon.
-        let _ = engine.slots.set(crate::slots::StepSlots::new(config.workers));
+        let _ = engine.slots.set(crate::slots::StepSlots::new(config.workers, engine.backlog.clone()));
         let pool = Pool::new(engine.clone(), crate::pool::runs_in_flight(config.workers));
         // A predecessor killed with its spare booted left that kernel running.
         engine.reap_orphan_spares();

@@ -23,6 +23,8 @@ const SERVED_MAX: usize = 4096;
 pub(crate) struct StepSlots {
     capacity: usize,
     state: Mutex<State>,
+    /// Set while steps of several runs wait for a slot (for the registry's group commit).
+    backlog: cairn_store::Backlog,
 }
 
 #[derive(Default)]
@@ -63,8 +65,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl StepSlots {
-    pub(crate) fn new(capacity: usize) -> StepSlots {
-        StepSlots { capacity: capacity.max(1), state: Mutex::new(State::default()) }
+    pub(crate) fn new(capacity: usize, backlog: cairn_store::Backlog) -> StepSlots {
+        StepSlots { capacity: capacity.max(1), state: Mutex::new(State::default()), backlog }
     }
 
     /// Waits for a slot for a step of `run`; `None` when `halted` says the step is to stop
@@ -79,6 +81,7 @@ impl StepSlots {
             }
             let grant = Arc::new(Grant::default());
             state.waiting.push(Waiter { run: run.clone(), grant: grant.clone() });
+            self.backlog.set(state.runs_waiting());
             grant
         };
         let mut given = lock(&grant.given);
@@ -91,6 +94,7 @@ impl StepSlots {
                 let mut state = lock(&self.state);
                 if let Some(i) = state.waiting.iter().position(|w| Arc::ptr_eq(&w.grant, &grant)) {
                     state.waiting.remove(i);
+                    self.backlog.set(state.runs_waiting());
                     return None;
                 }
                 // Handed over between the look and the lock: passed on to the next in line.
@@ -111,6 +115,7 @@ impl StepSlots {
         match next {
             Some(i) => {
                 let waiter = state.waiting.remove(i);
+                self.backlog.set(state.runs_waiting());
                 state.serve(&waiter.run);
                 *lock(&waiter.grant.given) = true;
                 waiter.grant.wake.notify_one();
@@ -128,6 +133,12 @@ impl StepSlots {
 }
 
 impl State {
+    /// Steps of more than one run wait: their runs' commits can share a group (one run's
+    /// steps are committed by its one scheduler, one after the other).
+    fn runs_waiting(&self) -> bool {
+        self.waiting.first().is_some_and(|first| self.waiting.iter().any(|w| w.run != first.run))
+    }
+
     fn serve(&mut self, run: &RunId) {
         self.grants += 1;
         if self.served.len() >= SERVED_MAX && !self.served.contains_key(run) {
@@ -149,7 +160,7 @@ mod tests {
 
     #[test]
     fn no_more_than_the_capacity_hold_a_slot_at_once() {
-        let slots = StepSlots::new(2);
+        let slots = StepSlots::new(2, cairn_store::Backlog::default());
         let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
         std::thread::scope(|s| {
             for t in 0..8 {
@@ -173,7 +184,7 @@ mod tests {
     /// step is served next, as it was served less recently.
     #[test]
     fn a_free_slot_goes_to_the_run_served_least_recently() {
-        let slots = StepSlots::new(1);
+        let slots = StepSlots::new(1, cairn_store::Backlog::default());
         let held = slots.acquire(&run("big"), &|| false).unwrap();
         let order = Mutex::new(Vec::new());
         std::thread::scope(|s| {
@@ -202,7 +213,7 @@ mod tests {
 
     #[test]
     fn a_stop_ends_the_wait_holding_nothing() {
-        let slots = StepSlots::new(1);
+        let slots = StepSlots::new(1, cairn_store::Backlog::default());
         let held = slots.acquire(&run("a"), &|| false).unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -216,5 +227,30 @@ mod tests {
         assert_eq!(slots.load(), (1, 0));
         drop(held);
         assert_eq!(slots.load(), (0, 0));
+    }
+
+    /// The registry's commits wait for company only while steps of several runs queue (one run's
+    /// steps are committed one after the other by its scheduler: a wait would only delay it).
+    #[test]
+    fn the_backlog_is_set_while_steps_of_several_runs_wait() {
+        let backlog = cairn_store::Backlog::default();
+        let slots = StepSlots::new(1, backlog.clone());
+        let held = slots.acquire(&run("a"), &|| false).unwrap();
+        std::thread::scope(|s| {
+            let slots = &slots;
+            s.spawn(move || drop(slots.acquire(&run("a"), &|| false)));
+            while slots.load().1 < 1 {
+                std::thread::yield_now();
+            }
+            assert!(!backlog.is_set(), "one run's steps alone wait");
+            s.spawn(move || drop(slots.acquire(&run("b"), &|| false)));
+            while slots.load().1 < 2 {
+                std::thread::yield_now();
+            }
+            assert!(backlog.is_set(), "steps of two runs wait");
+            drop(held);
+        });
+        assert_eq!(slots.load(), (0, 0));
+        assert!(!backlog.is_set(), "nothing waits");
     }
 }

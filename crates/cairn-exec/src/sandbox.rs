@@ -61,6 +61,9 @@ pub struct ToolCommand {
     pub max_stdout: usize,
     /// Keep only the last N bytes of stderr.
     pub stderr_tail: usize,
+    /// How long the tool runs before [`run_tool`] reports its identity: one that ends sooner is
+    /// never reported (its end is). Zero: at once, right after the spawn.
+    pub report_after: Duration,
 }
 
 /// Who the attempt's process is, so a later process can tell whether it is still the same one.
@@ -151,7 +154,10 @@ enum AttemptError {
 }
 
 /// Runs one attempt. Never panics on any process behaviour; a spawn failure is a FAILED ToolRun.
-/// `on_start` is called right after spawn, before waiting, so the caller can record the identity durably.
+/// `on_start` is called with the process's identity once it has run `cmd.report_after` (at once
+/// for zero), so the caller can record it; a tool that ends sooner is never reported. Whoever
+/// must find the process before then finds it by its nonce ([`NONCE_VAR`]), which its caller
+/// recorded before the spawn: recording a short tool's pid would only cost a write per step.
 ///
 /// One thread supervises the whole attempt: it polls the two output pipes and a pidfd of the
 /// child (the process's exit as a readable file descriptor), so an attempt costs no helper thread
@@ -193,8 +199,6 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
     };
 
     let pid = child.id();
-    // Read the start time before the child can be reaped and its /proc entry freed.
-    let identity = ProcessIdentity { pid, pgid: pid, start_time: process_start_time(pid) };
     let pgid = Pid::from_raw(pid as i32);
     // The child is ours and not yet waited for, so its pid cannot be reused before this opens.
     // Without pidfds (Linux before 5.3, or a seccomp filter) its exit is polled instead.
@@ -220,7 +224,16 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
         }
     }
 
-    on_start(&identity);
+    let mut report = || {
+        // Read now, while the child is ours and not yet reaped (a zombie still has its entry).
+        on_start(&ProcessIdentity { pid, pgid: pid, start_time: process_start_time(pid) });
+    };
+    let report_at = if cmd.report_after.is_zero() {
+        report();
+        None
+    } else {
+        started.checked_add(cmd.report_after)
+    };
 
     let mut watch = Watch {
         stdout: child.stdout.take().map(OwnedFd::from),
@@ -230,11 +243,18 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
         max_stdout: cmd.max_stdout,
         err_tail: VecDeque::with_capacity(cmd.stderr_tail.min(CHUNK)),
         tail: cmd.stderr_tail,
-        chunk: vec![0u8; CHUNK],
+        // Never zeroed: each read fills what it returns (64 KiB of memset a step otherwise).
+        chunk: Vec::with_capacity(CHUNK),
         overflow: false,
         read_error: None,
     };
-    let ended = watch.for_exit(&mut child, pgid, cmd.timeout, cmd.grace);
+    let ended = watch.for_exit(
+        &mut child,
+        pgid,
+        cmd.timeout,
+        cmd.grace,
+        report_at.map(|at| (at, &mut report as &mut dyn FnMut())),
+    );
 
     // The direct child is gone: kill whatever else is left of its group, so no grandchild survives
     // holding the pipes.
@@ -337,8 +357,16 @@ const EXIT_POLL: Duration = Duration::from_millis(2);
 
 impl Watch {
     /// Reads the output as it comes until the direct child exits, enforcing the timeout (SIGTERM to
-    /// the group, then SIGKILL after the grace) and the stdout bound (SIGKILL at once).
-    fn for_exit(&mut self, child: &mut Child, pgid: Pid, timeout: Duration, grace: Duration) -> Ended {
+    /// the group, then SIGKILL after the grace) and the stdout bound (SIGKILL at once); `report`
+    /// is called at its time if the child is still running then.
+    fn for_exit(
+        &mut self,
+        child: &mut Child,
+        pgid: Pid,
+        timeout: Duration,
+        grace: Duration,
+        mut report: Option<(Instant, &mut dyn FnMut())>,
+    ) -> Ended {
         let mut ended =
             Ended { status: Err(AttemptError::NoStatus), timed_out: false, killed_after_grace: false, overflow: false };
         // None: no limit (after SIGKILL, or a timeout too large to represent).
@@ -373,7 +401,19 @@ impl Watch {
                 }
                 continue;
             }
+            if let Some((at, _)) = &report
+                && now >= *at
+            {
+                if let Some((_, report)) = report.take() {
+                    report();
+                }
+                continue;
+            }
             let mut wait = deadline.map(|at| at.saturating_duration_since(now));
+            if let Some((at, _)) = &report {
+                let left = at.saturating_duration_since(now);
+                wait = Some(wait.map_or(left, |w| w.min(left)));
+            }
             if self.exit_fd.is_none() {
                 wait = Some(wait.map_or(EXIT_POLL, |w| w.min(EXIT_POLL)));
             }
@@ -461,13 +501,14 @@ impl Watch {
     /// One read of stdout. Past `max_stdout` it stops reading (the caller kills the group).
     fn read_stdout(&mut self) {
         let Some(fd) = &self.stdout else { return };
-        match rustix::io::read(fd, &mut self.chunk[..]) {
+        self.chunk.clear();
+        match rustix::io::read(fd, rustix::buffer::spare_capacity(&mut self.chunk)) {
             Ok(0) => self.stdout = None,
             Ok(n) if self.out.len() + n > self.max_stdout => {
                 self.overflow = true;
                 self.stdout = None;
             }
-            Ok(n) => self.out.extend_from_slice(&self.chunk[..n]),
+            Ok(_) => self.out.extend_from_slice(&self.chunk),
             Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
             Err(e) => {
                 self.read_error.get_or_insert(AttemptError::ReadStdout(e.into()));
@@ -479,7 +520,8 @@ impl Watch {
     /// One read of stderr, keeping only the last `tail` bytes.
     fn read_stderr(&mut self) {
         let Some(fd) = &self.stderr else { return };
-        match rustix::io::read(fd, &mut self.chunk[..]) {
+        self.chunk.clear();
+        match rustix::io::read(fd, rustix::buffer::spare_capacity(&mut self.chunk)) {
             Ok(0) => self.stderr = None,
             Ok(n) => {
                 let fresh = &self.chunk[n.saturating_sub(self.tail)..n];
@@ -680,6 +722,7 @@ mod tests {
             grace: Duration::from_millis(100),
             max_stdout: 1024,
             stderr_tail: 8,
+            report_after: Duration::ZERO,
         }
     }
 

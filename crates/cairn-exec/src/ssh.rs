@@ -140,6 +140,7 @@ fn run_probe(argv: Vec<String>, workspace_root: &str) -> Result<Value, String> {
         grace: Duration::from_secs(2),
         max_stdout: 1 << 20,
         stderr_tail: 16 << 10,
+        report_after: Duration::ZERO,
     };
     let run = run_tool(&cmd, &mut |_| {});
     match run.result {

@@ -38,6 +38,7 @@ fn command(dir: &Path, argv: &[&str]) -> ToolCommand {
         grace: Duration::from_millis(200),
         max_stdout: 16 * 1024 * 1024,
         stderr_tail: 4096,
+        report_after: Duration::ZERO,
     }
 }
 
@@ -327,6 +328,30 @@ fn on_start_reports_the_process_identity() {
     // The process is gone now.
     assert_eq!(process_start_time(id.pid), None);
     assert!(process_start_time(std::process::id()).is_some());
+}
+
+#[test]
+fn a_tool_is_reported_once_it_has_run_its_report_delay_and_a_shorter_one_never() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quick = sh(dir.path(), "echo 1");
+    quick.report_after = Duration::from_secs(2);
+    let mut reported = 0;
+    let run = run_tool(&quick, &mut |_| reported += 1);
+    assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
+    assert_eq!(reported, 0, "a tool that ended before its report delay is never reported");
+    assert!(run.duration < Duration::from_secs(2), "its end was not held back by the delay: {run:?}");
+
+    let mut slow = sh(dir.path(), "sleep 0.5; echo \"$$\"");
+    slow.report_after = Duration::from_millis(100);
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    let run = run_tool(&slow, &mut |id| seen.push((t0.elapsed(), id.clone(), process_start_time(id.pid))));
+    assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
+    let [(at, id, alive_start)] = &seen[..] else { panic!("reported once: {seen:?}") };
+    assert!(*at >= Duration::from_millis(100) && *at < Duration::from_millis(450), "reported at {at:?}");
+    assert_eq!(run.result, Some(json!(id.pid)));
+    assert!(id.start_time.is_some(), "its start time was read while it ran");
+    assert_eq!(&id.start_time, alive_start);
 }
 
 #[test]

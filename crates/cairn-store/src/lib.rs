@@ -24,6 +24,23 @@ pub use postgres::{Postgres, is_postgres_url, redacted};
 pub use registry::Registry;
 pub use sqlite::{SCHEMA_VERSION, Sqlite};
 
+/// Whether the daemon's steps are queueing for its step slots, set by the daemon: while they are,
+/// its throughput is bound by the slots, not by any one run's latency, so a SQLite commit waits a
+/// moment ([`COMMIT_WAIT`](sqlite::COMMIT_WAIT)) for other writes to share its fsync. Otherwise
+/// every write commits at once.
+#[derive(Clone, Debug, Default)]
+pub struct Backlog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Backlog {
+    pub fn set(&self, queued: bool) {
+        self.0.store(queued, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// The registry in one SQLite file.
 pub type SqliteStore = Registry<Sqlite>;
 
@@ -34,6 +51,18 @@ impl Registry<Sqlite> {
     /// Opens (creating if needed) the registry at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         Ok(Registry::new(Sqlite::open(path)?))
+    }
+
+    /// Lets a commit wait for company while `backlog` is set.
+    pub fn with_backlog(self, backlog: Backlog) -> SqliteStore {
+        self.backend().set_backlog(backlog);
+        self
+    }
+
+    /// How many groups of writes were committed so far (for the tests of group commit).
+    #[doc(hidden)]
+    pub fn groups_committed(&self) -> u64 {
+        self.backend().groups_committed()
     }
 
     /// For the crash tests only (`CAIRN_TEST_CRASH_AT=group-commit:N`): the process kills itself

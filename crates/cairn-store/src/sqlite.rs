@@ -8,12 +8,13 @@
 //! its one fsync ([`Writer`]): each is a savepoint of the group's transaction (one that fails is
 //! rolled back alone), and none is acknowledged before the group's COMMIT has returned. The writer
 //! that finds no other waiting commits the group; a crash before that COMMIT loses the whole
-//! group, none of which was acknowledged.
+//! group, none of which was acknowledged. While the daemon's steps queue for its slots
+//! ([`crate::Backlog`]), a group stays open up to [`COMMIT_WAIT`] for more writes to join it.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use cairn_core::doctor::Integrity;
 use cairn_core::store::StoreError;
@@ -68,6 +69,8 @@ pub struct Sqlite {
     /// than one write are left to commit before the process kills itself (SIGKILL) instead of
     /// committing one; 0: never.
     crash_before_group_commit: AtomicU64,
+    /// Set while the daemon's steps queue for a slot: a group then waits for company.
+    backlog: OnceLock<crate::Backlog>,
 }
 
 /// The writing connection, and the group of writes its open transaction holds, if any.
@@ -79,6 +82,8 @@ struct Writer {
     parts: usize,
     /// The number of the next group.
     next: u64,
+    /// When the open group began.
+    opened: Instant,
 }
 
 /// The end of the groups of writes: the last committed, and the last that failed with why.
@@ -90,6 +95,11 @@ struct Ended {
 
 /// The most writes one group holds: a burst longer than this is committed in several.
 const GROUP_MAX: usize = 256;
+
+/// How long a group stays open for more writes while the daemon's steps queue for its slots:
+/// its writers wait this much more, but their runs' next steps would have waited for a slot
+/// anyway, and one fsync and one WAL write of the shared pages serve them all.
+pub const COMMIT_WAIT: Duration = Duration::from_millis(2);
 
 /// Below this many bytes free, a failed write says its disk is full: SQLite often reports a full
 /// disk as `disk I/O error` (a failed append to its write-ahead log), which names nothing.
@@ -138,13 +148,14 @@ impl Sqlite {
         reader.busy_timeout(Duration::from_secs(10)).map_err(db)?;
         reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Sqlite {
-            conn: Mutex::new(Writer { conn, open: None, parts: 0, next: 1 }),
+            conn: Mutex::new(Writer { conn, open: None, parts: 0, next: 1, opened: Instant::now() }),
             queued: AtomicUsize::new(0),
             ended: Mutex::new(Ended::default()),
             ended_cv: Condvar::new(),
             reader: Mutex::new(reader),
             path: path.to_path_buf(),
             crash_before_group_commit: AtomicU64::new(0),
+            backlog: OnceLock::new(),
         })
     }
 
@@ -154,6 +165,17 @@ impl Sqlite {
         let mut w = self.lock_writer();
         self.commit_group(&mut w)?;
         Ok(w)
+    }
+
+    /// How many groups were committed so far: the groups are numbered from 1 in order, and
+    /// each ends before the next begins.
+    pub(crate) fn groups_committed(&self) -> u64 {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).committed
+    }
+
+    /// Lets a group wait for company while `backlog` is set.
+    pub(crate) fn set_backlog(&self, backlog: crate::Backlog) {
+        let _ = self.backlog.set(backlog);
     }
 
     /// For the crash tests only: the process kills itself (SIGKILL) before committing its `nth`
@@ -179,7 +201,7 @@ impl Sqlite {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
         w.parts = 0;
-        let done = w.conn.execute_batch("COMMIT").map_err(db).map_err(|e| on_disk(&self.path, e));
+        let done = exec(&w.conn, "COMMIT").map_err(db).map_err(|e| on_disk(&self.path, e));
         if done.is_err() {
             // A failed COMMIT may leave the transaction open: nothing of the group stays.
             let _ = w.conn.execute_batch("ROLLBACK");
@@ -220,10 +242,11 @@ impl Sqlite {
         let group = match w.open {
             Some(group) => group,
             None => {
-                w.conn.execute_batch("BEGIN IMMEDIATE").map_err(db).map_err(|e| on_disk(&self.path, e))?;
+                exec(&w.conn, "BEGIN IMMEDIATE").map_err(db).map_err(|e| on_disk(&self.path, e))?;
                 let group = w.next;
                 w.next += 1;
                 w.open = Some(group);
+                w.opened = Instant::now();
                 group
             }
         };
@@ -244,13 +267,30 @@ impl Sqlite {
             }
         };
         w.parts += 1;
-        if self.queued.load(Ordering::SeqCst) == 0 || w.parts >= GROUP_MAX {
+        let alone = self.queued.load(Ordering::SeqCst) == 0;
+        if w.parts >= GROUP_MAX || (alone && !self.backlog.get().is_some_and(crate::Backlog::is_set)) {
             self.commit_group(&mut w)?;
             drop(w);
-        } else {
+        } else if !alone {
             // Another write waits for the connection: it joins this group, and the last of
             // them commits it.
             drop(w);
+            if out.is_ok() {
+                self.wait_for(group)?;
+            }
+        } else {
+            // Steps queue for the slots: the group stays open a moment for more writes, and
+            // whichever of its writers wakes first after that commits it.
+            let until = w.opened + COMMIT_WAIT;
+            drop(w);
+            if !self.wait_until(group, until) {
+                let mut w = self.lock_writer();
+                if w.open == Some(group) {
+                    let committed = self.commit_group(&mut w);
+                    drop(w);
+                    committed?;
+                }
+            }
             if out.is_ok() {
                 self.wait_for(group)?;
             }
@@ -258,13 +298,28 @@ impl Sqlite {
         out
     }
 
+    /// Waits until `group` has ended (true), or `until` has passed (false).
+    fn wait_until(&self, group: u64, until: Instant) -> bool {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if ended.committed >= group || ended.failed.as_ref().is_some_and(|(failed, _)| *failed == group) {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            ended = self.ended_cv.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
     /// Runs one write in a savepoint: its own failure rolls back its savepoint alone.
     fn part<T>(conn: &Connection, f: &mut dyn FnMut(&mut dyn Tx) -> Result<T, StoreError>) -> Result<T, PartError> {
         let group = |e: rusqlite::Error| PartError::Group(db(e));
-        conn.execute_batch("SAVEPOINT part").map_err(group)?;
+        exec(conn, "SAVEPOINT part").map_err(group)?;
         match f(&mut SqliteTx { conn }) {
             Ok(v) => {
-                conn.execute_batch("RELEASE part").map_err(group)?;
+                exec(conn, "RELEASE part").map_err(group)?;
                 Ok(v)
             }
             Err(e) => {
@@ -273,6 +328,12 @@ impl Sqlite {
             }
         }
     }
+}
+
+/// One statement without parameters or rows, compiled once per connection (the statements that
+/// open, part and end every transaction run several times a step).
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 /// How one write of a group failed: by itself (its savepoint rolled back, the group goes on), or
@@ -314,10 +375,12 @@ impl Backend for Sqlite {
         // no other commit is relaxed by it.
         conn.prepare_cached("PRAGMA synchronous = NORMAL").and_then(|mut s| s.execute([])).map_err(db)?;
         let out = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
-            let out = f(&mut SqliteTx { conn: &tx })?;
-            tx.commit().map_err(db)?;
-            Ok(out)
+            exec(conn, "BEGIN IMMEDIATE").map_err(db)?;
+            let out = f(&mut SqliteTx { conn }).and_then(|out| exec(conn, "COMMIT").map(|()| out).map_err(db));
+            if out.is_err() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            out
         })();
         conn.prepare_cached("PRAGMA synchronous = FULL").and_then(|mut s| s.execute([])).map_err(db)?;
         out.map_err(|e| on_disk(&self.path, e))

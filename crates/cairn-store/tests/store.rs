@@ -240,7 +240,40 @@ fn the_database_is_in_wal_mode() {
 #[test]
 fn concurrent_writes_grouped_together_each_stand_or_fail_alone() {
     let (_dir, path, store) = sqlite_db();
+    let groups = eight_writers(&path, store);
+    assert!(groups <= WRITES, "{groups} groups for {WRITES} writes");
+}
+
+/// While the daemon's steps queue for its slots (its backlog), a group waits a moment for company:
+/// the same writes then share far fewer commits, each still standing or failing alone.
+#[test]
+fn under_a_backlog_writes_wait_for_company_and_share_fewer_commits() {
+    let (_dir, path, store) = sqlite_db();
+    let backlog = cairn_store::Backlog::default();
+    let store = store.with_backlog(backlog.clone());
+    backlog.set(true);
+    let groups = eight_writers(&path, store);
+    // Eight writers each waiting up to 2 ms after its write: groups of several.
+    assert!(groups * 2 <= WRITES, "{groups} groups for {WRITES} writes");
+
+    // One writer alone, no backlog: each of its writes commits by itself, at once.
+    let (_dir, _path, store) = sqlite_db();
+    let before = store.groups_committed();
+    for k in 0..20 {
+        assert!(matches!(store.create_run(&new_run(&format!("alone-{k}"))).unwrap(), CreateRun::Created(_)));
+    }
+    assert_eq!(store.groups_committed() - before, 20);
+}
+
+/// Writes that succeed or fail in `eight_writers`.
+const WRITES: u64 = 8 * 50 * 3;
+
+/// Eight threads, each creating 50 runs, failing to create 50 of a workflow never registered and
+/// beginning an attempt of each run it created; checks every write stood or failed alone.
+/// Returns how many groups were committed.
+fn eight_writers(path: &Path, store: SqliteStore) -> u64 {
     let store = std::sync::Arc::new(store);
+    let before = store.groups_committed();
     let threads: Vec<_> = (0..8)
         .map(|t| {
             let store = store.clone();
@@ -258,11 +291,12 @@ fn concurrent_writes_grouped_together_each_stand_or_fail_alone() {
     for t in threads {
         t.join().unwrap();
     }
-    let count = |sql: &str| -> i64 { Connection::open(&path).unwrap().query_row(sql, [], |r| r.get(0)).unwrap() };
+    let count = |sql: &str| -> i64 { Connection::open(path).unwrap().query_row(sql, [], |r| r.get(0)).unwrap() };
     assert_eq!(count("SELECT count(*) FROM workflow_executions WHERE run_id LIKE 'g-%'"), 400);
     assert_eq!(count("SELECT count(*) FROM workflow_executions WHERE run_id LIKE 'x-%'"), 0);
     assert_eq!(count("SELECT count(*) FROM tool_calls WHERE status = 'RUNNING'"), 400);
     assert_eq!(store.runs(&RunQuery::newest(1000)).unwrap().len(), 400, "what the writers were told is what is read");
+    store.groups_committed() - before
 }
 
 #[test]

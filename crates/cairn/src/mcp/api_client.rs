@@ -398,7 +398,9 @@ fn next_call(tool: &str, code: &str, missing: bool) -> Option<&'static str> {
         }
         (true, _, "execute_plan") => "plan_run makes a plan; use the plan_name it returns",
         (true, _, "read_artifact") => "get_step_result lists the step's artifacts by name",
-        (true, _, "get_run" | "cancel_run" | "export_run" | "plan_replay" | "run_detail") => "list_runs shows the runs",
+        (true, _, "get_run" | "get_run_layers" | "cancel_run" | "export_run" | "plan_replay" | "run_detail") => {
+            "list_runs shows the runs"
+        }
         (true, _, "explain_step" | "get_step_result" | "get_pipeline_jobs" | "tail_log") => {
             "get_run(run_id) lists the run's steps"
         }

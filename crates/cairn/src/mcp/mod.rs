@@ -83,6 +83,28 @@ impl RunPage {
     }
 }
 
+/// `get_run_layers`' arguments: the run, and which of its DAG's layers.
+#[derive(Debug, serde::Deserialize, rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct LayersPage {
+    pub run_id: String,
+    /// The first layer (default 0).
+    pub offset: Option<usize>,
+    /// At most this many layers (1 to 10000; default 1000).
+    pub limit: Option<usize>,
+}
+
+impl LayersPage {
+    /// `GET /runs/{id}/layers` with this page.
+    fn path(&self) -> String {
+        let mut path = format!("/runs/{}/layers?offset={}", api_client::seg(&self.run_id), self.offset.unwrap_or(0));
+        if let Some(n) = self.limit {
+            path.push_str(&format!("&limit={n}"));
+        }
+        path
+    }
+}
+
 /// `export_run`'s arguments (the workbench's and the app's).
 #[derive(Debug, serde::Deserialize, rmcp::schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]

@@ -28,6 +28,7 @@ fn components() -> &'static BTreeMap<String, Value> {
         add::<wire::WorkflowAdded>(&mut all);
         add::<wire::WorkflowDetail>(&mut all);
         add::<wire::RunResult>(&mut all);
+        add::<wire::RunLayers>(&mut all);
         add::<wire::RunList>(&mut all);
         add::<wire::Explanation>(&mut all);
         add::<wire::PipelineJobs>(&mut all);
@@ -127,6 +128,7 @@ fn table(server: super::Kind) -> Vec<(&'static str, Arc<JsonObject>)> {
             ("execute_plan", api("RunResult")),
             ("list_runs", api("RunList")),
             ("get_run", api("RunResult")),
+            ("get_run_layers", api("RunLayers")),
             ("explain_step", api("Explanation")),
             ("get_pipeline_jobs", api("PipelineJobs")),
             ("trace_artifact", api("TraceResult")),
@@ -218,4 +220,36 @@ pub fn attach<S>(server: super::Kind, mut router: ToolRouter<S>) -> ToolRouter<S
         }
     }
     router
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `$ref` of every tool's output schema resolves within its own `$defs`: a component
+    /// the table names but the schema list leaves out would be a schema no client can read.
+    #[test]
+    fn every_output_schema_reference_resolves() {
+        fn refs<'v>(v: &'v Value, out: &mut Vec<&'v str>) {
+            match v {
+                Value::Object(m) => {
+                    out.extend(m.get("$ref").and_then(Value::as_str));
+                    m.values().for_each(|x| refs(x, out));
+                }
+                Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+                _ => {}
+            }
+        }
+        for kind in [super::super::Kind::Workbench, super::super::Kind::Compute, super::super::Kind::App] {
+            for (tool, schema) in table(kind) {
+                let schema = Value::Object((*schema).clone());
+                let mut found = Vec::new();
+                refs(&schema, &mut found);
+                for r in found {
+                    let name = r.strip_prefix("#/$defs/").unwrap_or(r);
+                    assert!(schema["$defs"].get(name).is_some(), "{tool}: {r} is not in its $defs");
+                }
+            }
+        }
+    }
 }

@@ -22,7 +22,7 @@ use super::logging::LogLevel;
 
 use super::progress::{self, Progress};
 use super::resources::{Subscriptions, server_handler};
-use super::{EXPORT_RUN, ExportRun, READ_ARTIFACT, ReadArtifact, RunPage, RunRef};
+use super::{EXPORT_RUN, ExportRun, LayersPage, READ_ARTIFACT, ReadArtifact, RunPage, RunRef};
 use crate::wire::requests::ApprovedVia;
 use crate::wire::{
     AddWorkflow, Followed, Job, PlanReplay, PlanRun, ReadDoc, RunResult, SaveDoc, SearchDocs, VERIFY_START_AT_LEAST,
@@ -521,6 +521,18 @@ impl Workbench {
     )]
     async fn get_run(&self, Parameters(p): Parameters<RunPage>, ctx: RequestContext<RoleServer>) -> CallToolResult {
         self.run_page(&ctx, &p).await
+    }
+
+    #[tool(
+        description = "One run's DAG by layers (layer 0: the steps that need none; a step's layer is one more than its deepest need's), each layer with its steps' counts by status and its first steps: how a huge run's graph is read. get_run with steps_layer pages a layer's steps. Paged: offset, limit (default 1000 layers). Read-only.",
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn get_run_layers(
+        &self,
+        Parameters(p): Parameters<LayersPage>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        self.daemon.tool(&ctx, "GET", p.path(), None).await
     }
 
     #[tool(

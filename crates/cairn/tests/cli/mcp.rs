@@ -58,6 +58,7 @@ const WORKBENCH: Tools = &[
     ("execute_plan", &["plan_name", "plan_id", "plan_checksum"], &[]),
     ("list_runs", &[], &["status", "limit"]),
     ("get_run", &["run_id"], &["steps_offset", "steps_limit", "steps_status", "steps_order", "steps_layer"]),
+    ("get_run_layers", &["run_id"], &["offset", "limit"]),
     ("explain_step", &["run_id", "step_id"], &[]),
     ("get_pipeline_jobs", &["run_id", "step_id"], &["rule", "status", "offset", "limit"]),
     ("trace_artifact", &["sha256"], &[]),
@@ -118,11 +119,12 @@ const MUTATING: [&str; 12] = [
 ];
 
 /// Tools that only read: annotated read-only.
-const READ_ONLY: [&str; 23] = [
+const READ_ONLY: [&str; 24] = [
     "list_workflows",
     "describe_workflow",
     "list_runs",
     "get_run",
+    "get_run_layers",
     "explain_step",
     "get_pipeline_jobs",
     "trace_artifact",

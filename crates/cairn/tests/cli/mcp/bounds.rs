@@ -136,6 +136,17 @@ fn get_run_of_a_large_run_answers_a_page_that_fits() {
     let layer = wb.call_ok("get_run", json!({"run_id": "W1", "steps_layer": 0, "steps_limit": 2}));
     let ids: Vec<&str> = layer["steps"].as_array().unwrap().iter().map(|s| str_of(&s["step_id"])).collect();
     assert_eq!((ids, &layer["steps_page"]["matched"]), (vec!["s0", "s1"], &json!(1200)), "{layer:#}");
+    // The layers, as the API gives them.
+    let layers = wb.call_ok("get_run_layers", json!({"run_id": "W1"}));
+    let api = http("GET", &format!("{}/runs/W1/layers", fx.url()), Some(&fx.c.token("viewer")), None, &[]);
+    assert_eq!((api.status, &layers), (200, &api.body), "the MCP layers are the API's");
+    assert_eq!(layers["layers"][0]["step_counts"]["completed"], 1200, "{layers:#}");
+    let none = wb.call_ok("get_run_layers", json!({"run_id": "W1", "offset": 1}));
+    assert_eq!((&none["total"], none["layers"].as_array().map(Vec::len)), (&json!(1), Some(0)), "{none:#}");
+    let bad = wb.call("get_run_layers", json!({"run_id": "W1", "limit": 0}));
+    assert_eq!(bad["structuredContent"]["error"]["code"], "invalid_field", "{bad:#}");
+    let missing = wb.call("get_run_layers", json!({"run_id": "nope"}));
+    assert_eq!(missing["isError"], true, "{missing:#}");
     let failed = wb.call_ok("get_run", json!({"run_id": "W1", "steps_status": "FAILED"}));
     assert_eq!((failed["steps"].as_array().map(Vec::len), &failed["steps_page"]["matched"]), (Some(0), &json!(0)));
 
