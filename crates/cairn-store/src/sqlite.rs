@@ -1,8 +1,8 @@
 //! The registry in one SQLite file: WAL, `synchronous=FULL`, foreign keys on, the numbered
 //! migrations of `migrations/sqlite/` applied through `PRAGMA user_version`. One connection writes
 //! (every write an IMMEDIATE transaction, so writers never interleave), a second, read-only one
-//! serves the reads event followers repeat after every commit: in WAL mode it reads the last
-//! commit without waiting for the writer's lock.
+//! serves the reads event followers repeat after every commit, and any read while the writer is
+//! busy: in WAL mode it reads the last commit without waiting for the writer's lock.
 //!
 //! **Group commit.** Writes that arrive while another is being written share its transaction and
 //! its one fsync ([`Writer`]): each is a savepoint of the group's transaction (one that fails is
@@ -160,7 +160,7 @@ impl Sqlite {
     }
 
     /// The writing connection with no group open (one left open is committed first), for a
-    /// read that must see every acknowledged write, or a write of its own kind.
+    /// write of its own kind (a relaxed one).
     fn conn(&self) -> Result<MutexGuard<'_, Writer>, StoreError> {
         let mut w = self.lock_writer();
         self.commit_group(&mut w)?;
@@ -393,8 +393,17 @@ impl Backend for Sqlite {
     ) -> Result<T, StoreError> {
         match reader {
             Reader::Main => {
-                let w = self.conn()?;
-                f(&mut SqliteTx { conn: &w.conn }).map_err(|e| on_disk(&self.path, e))
+                // The writing connection while it is free and holds no group; otherwise the
+                // read-only one, which sees every acknowledged write as well (a write is
+                // acknowledged once its group has committed), so a read neither waits for the
+                // writer nor commits early the group it keeps open for company.
+                if let Ok(w) = self.conn.try_lock()
+                    && w.open.is_none()
+                {
+                    return f(&mut SqliteTx { conn: &w.conn }).map_err(|e| on_disk(&self.path, e));
+                }
+                let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+                f(&mut SqliteTx { conn: &conn }).map_err(|e| on_disk(&self.path, e))
             }
             Reader::Follower => {
                 let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
