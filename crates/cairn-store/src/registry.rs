@@ -889,8 +889,11 @@ impl<B: Backend> Daemons for Registry<B> {
         until: i64,
         at: i64,
     ) -> Result<Lease, StoreError> {
-        // A lease this process held before is not the one it takes now.
-        self.drop_lease(run_id);
+        // The lease this process holds (if any) is replaced only once the new one is taken: a
+        // take that fails (another pass of this daemon took it first) leaves the run driven
+        // under the lease it has. Dropped before, such a failed take stranded a run this daemon
+        // had just taken: its driver, no longer holding the lease, was refused the run, while
+        // the heartbeat (which renews by owner) kept it leased to this daemon for good.
         let lease = self.write(|tx| {
             // A row another daemon is claiming or writing right now is skipped, not waited for:
             // its writer is alive, and a claim of a dead holder's run is tried again shortly.

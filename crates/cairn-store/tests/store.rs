@@ -986,6 +986,7 @@ cairn_store::on_both!(
     kernel_jobs_are_saved_updated_and_listed_in_order,
     artifacts_are_recorded_with_the_completion_copied_on_reuse_and_never_changed,
     a_lease_taken_over_fences_its_old_holder,
+    a_failed_take_leaves_the_lease_taken_before,
     a_daemon_that_stops_ends_its_leases,
 );
 
@@ -1012,6 +1013,37 @@ fn second(d: &Db) -> Box<dyn RunStore> {
     }
 }
 
+/// Daemons `dmn_a` (writing through `d`'s store) and `dmn_b` (through a second store on the same
+/// database, returned with its record), and run `r` created leased to `dmn_a` until 5,000.
+fn leased_to_a(d: &Db) -> (Box<dyn RunStore>, DaemonRecord, RunRecord) {
+    let a: &dyn RunStore = &*d.store;
+    let b = second(d);
+    let (da, db_) = (daemon("dmn_a", "h1", 1_000), daemon("dmn_b", "h2", 1_000));
+    a.register_daemon(&da).unwrap();
+    b.register_daemon(&db_).unwrap();
+    let lease = NewLease { daemon: "dmn_a".into(), until: 5_000, home_host: None };
+    match a.create_run(&NewRun { lease: Some(lease), ..new_run("r") }).unwrap() {
+        CreateRun::Created(run) => (b, db_, run),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Two passes of one daemon take over the same run: the first takes it, the second (which saw it
+/// before) fails. The run is still driven under the first's lease: its driver claims it, and the
+/// fence lets its writes through.
+fn a_failed_take_leaves_the_lease_taken_before(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let (b, db_, _) = leased_to_a(&d);
+    let seen = b.open_leases("dmn_b").unwrap().remove(0);
+    let rev = seen.run.revision;
+    assert_eq!(b.take_lease(&rid("r"), &db_, 1, rev, 20_000, 7_000).unwrap().epoch, 2);
+    // The second pass, with what it saw before the first took the run.
+    assert!(matches!(b.take_lease(&rid("r"), &db_, 1, rev, 20_000, 7_001), Err(StoreError::StaleRevision { .. })));
+    assert_eq!(b.claim_run(&rid("r"), rev + 1, None, 7_100).unwrap(), rev + 2, "its driver claims it");
+    b.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
+    assert_eq!(b.steps(&rid("r")).unwrap().len(), 1);
+}
+
 /// A run leased to daemon `a` (through store `a`), taken over by daemon `b` (through store `b`)
 /// once the lease expired: a new epoch, a `run.leased` event, and from then on every write of the
 /// run through `a` is refused inside its transaction and changes nothing; `a`'s heartbeat no
@@ -1019,15 +1051,7 @@ fn second(d: &Db) -> Box<dyn RunStore> {
 fn a_lease_taken_over_fences_its_old_holder(k: Kind) {
     let Some(d) = db(k) else { return };
     let a: &dyn RunStore = &*d.store;
-    let b = second(&d);
-    let (da, db_) = (daemon("dmn_a", "h1", 1_000), daemon("dmn_b", "h2", 1_000));
-    a.register_daemon(&da).unwrap();
-    b.register_daemon(&db_).unwrap();
-    let lease = NewLease { daemon: "dmn_a".into(), until: 5_000, home_host: None };
-    let run = match a.create_run(&NewRun { lease: Some(lease), ..new_run("r") }).unwrap() {
-        CreateRun::Created(r) => r,
-        other => panic!("{other:?}"),
-    };
+    let (b, db_, run) = leased_to_a(&d);
     a.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap();
     let held = a.heartbeat("dmn_a", 2_500, 6_000).unwrap();
     assert_eq!(held, vec![(rid("r"), Lease { daemon: "dmn_a".into(), epoch: 1 })]);
