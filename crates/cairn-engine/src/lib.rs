@@ -105,6 +105,10 @@ pub enum CrashPoint {
     /// `group-commit:N`: the Nth group of several writes is in the SQLite registry's open
     /// transaction, and not committed yet (`group-commit` is the first).
     GroupCommit { nth: u64 },
+    /// `give-up:RUN`: not a kill. The daemon's pool gives up on run RUN the first time it would
+    /// drive it, as on an unexpected error: the run is released here while the registry still
+    /// leases it to this daemon (how the test of a lease left without a driver makes one).
+    GiveUp { run: String },
 }
 
 impl std::str::FromStr for CrashPoint {
@@ -116,6 +120,9 @@ impl std::str::FromStr for CrashPoint {
             "group-commit" => return Ok(CrashPoint::GroupCommit { nth: 1 }),
             _ => {}
         }
+        if let Some(run) = text.strip_prefix("give-up:").filter(|r| !r.is_empty()) {
+            return Ok(CrashPoint::GiveUp { run: run.to_string() });
+        }
         if let Some(nth) = text.strip_prefix("group-commit:").and_then(|n| n.parse().ok()).filter(|&n| n > 0) {
             return Ok(CrashPoint::GroupCommit { nth });
         }
@@ -125,7 +132,7 @@ impl std::str::FromStr for CrashPoint {
         });
         tool.ok_or_else(|| {
             format!(
-                "`{text}` is not a crash point: write tool-spawned:STEP:ATTEMPT, session-kernel-started or group-commit[:N]"
+                "`{text}` is not a crash point: write tool-spawned:STEP:ATTEMPT, session-kernel-started, group-commit[:N] or give-up:RUN"
             )
         })
     }

@@ -63,6 +63,8 @@ pub(crate) struct Pool {
     active: Mutex<HashMap<RunId, StopSignal>>,
     closing: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The test fault point `give-up:RUN` was reached (it gives up once).
+    gave_up: AtomicBool,
 }
 
 /// The runs waiting for a worker, and how many workers exist and wait.
@@ -87,6 +89,7 @@ impl Pool {
             wake: Condvar::new(),
             active: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
+            gave_up: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
         })
     }
@@ -205,6 +208,13 @@ impl Pool {
     }
 
     fn execute(&self, run_id: &RunId, work: Work) -> Ended {
+        if let Some(crate::CrashPoint::GiveUp { run }) = &self.engine.options().crash
+            && run == run_id.as_str()
+            && !self.gave_up.swap(true, Ordering::SeqCst)
+        {
+            tracing::warn!("run {run_id} could not go on: given up at the test's fault point");
+            return Ended::Done;
+        }
         // A run a quota holds queued does not start until it is admitted (after a crash too).
         match self.engine.admit_held(run_id) {
             Ok(()) => {}

@@ -115,6 +115,8 @@ pub struct Service {
     heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Runs this daemon said it leaves to another host, so it says so once.
     waiting: Mutex<HashSet<RunId>>,
+    /// The runs leased to this daemon that its pool did not drive at the last heartbeat.
+    strays: Mutex<HashSet<RunId>>,
 }
 
 impl Service {
@@ -160,6 +162,7 @@ impl Service {
             closing: Arc::new(AtomicBool::new(false)),
             heartbeat: Mutex::new(None),
             waiting: Mutex::new(HashSet::new()),
+            strays: Mutex::new(HashSet::new()),
         });
         // A weak reference: the thread ends when the service goes, or when it is closed.
         let weak = Arc::downgrade(&service);
@@ -517,10 +520,11 @@ impl Service {
         let lease = self.engine.store.take_lease(&run.run_id, &self.me, seen, run.revision, until, now)?;
         if self.pool.submit(&run.run_id, work) {
             let was = match &leased.lease {
-                Some(l) => format!("daemon {}", l.daemon),
-                None => run.owner.map(|o| format!("process {o}")).unwrap_or_else(|| "no owner".into()),
+                Some(l) if l.daemon == self.me.id => "it was not driven here".to_string(),
+                Some(l) => format!("daemon {} is gone", l.daemon),
+                None => run.owner.map(|o| format!("process {o} is gone")).unwrap_or_else(|| "no owner is gone".into()),
             };
-            tracing::info!("taking run {} over (lease epoch {}; {was} is gone)", run.run_id, lease.epoch);
+            tracing::info!("taking run {} over (lease epoch {}; {was})", run.run_id, lease.epoch);
         }
         Ok(())
     }
@@ -600,7 +604,9 @@ impl Service {
                 return;
             }
         };
-        for run_id in self.pool.active_ids() {
+        let active: HashSet<RunId> = self.pool.active_ids().into_iter().collect();
+        self.drive_strays(&held, &active);
+        for run_id in active {
             if held.contains(&run_id) {
                 continue;
             }
@@ -617,6 +623,25 @@ impl Service {
                 stop.request(StopKind::Cancel);
                 self.stop_local(self.engine.store.steps(&run_id).unwrap_or_default());
                 tracing::info!("run {run_id} was {} through another daemon; stopped here", leased.run.status);
+            }
+        }
+    }
+
+    /// A run leased to this daemon that its pool does not drive (its driver gave up on an
+    /// unexpected error) would stay leased here for good, the heartbeat renewing its lease by
+    /// owner, and no daemon would take it over: one found so at two heartbeats running (not one
+    /// just leased and about to be queued) is taken over again here, under a new epoch.
+    fn drive_strays(&self, held: &HashSet<RunId>, active: &HashSet<RunId>) {
+        let now: HashSet<RunId> = held.difference(active).cloned().collect();
+        let before = std::mem::replace(&mut *self.strays.lock().unwrap_or_else(|p| p.into_inner()), now.clone());
+        for run_id in now.intersection(&before) {
+            let Ok(Some(leased)) = self.engine.store.leased_run(run_id) else { continue };
+            if self.pool.stop_signal(run_id).is_some() || leased.run.status.is_terminal() {
+                continue;
+            }
+            tracing::warn!("run {run_id} is leased to this daemon but not driven here; taking it over again");
+            if let Err(e) = self.take_over(&leased) {
+                tracing::warn!("cannot take run {run_id} over again: {e}");
             }
         }
     }

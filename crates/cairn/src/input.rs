@@ -53,7 +53,8 @@ fn read_json_file(path: &Path) -> Result<Value, String> {
 /// The engine's options of a process that executes (an `--in-process` run or replay, the
 /// daemon): the defaults, and, for the crash tests only, the crash point `CAIRN_TEST_CRASH_AT`
 /// names, where the process then kills itself (`tool-spawned:STEP:ATTEMPT`,
-/// `session-kernel-started`). Nothing but a test sets it.
+/// `session-kernel-started`, `group-commit[:N]`), or where its pool gives up on a run
+/// (`give-up:RUN`). Nothing but a test sets it.
 pub fn engine_options() -> Result<EngineOptions, Failure> {
     let crash = match std::env::var("CAIRN_TEST_CRASH_AT") {
         Ok(point) if !point.is_empty() => {

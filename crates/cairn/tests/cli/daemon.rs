@@ -286,6 +286,38 @@ fn a_daemon_killed_before_recording_a_tools_pid_leaves_no_second_execution(k: Ki
     stop_daemon_checked(&c, &reaper);
 }
 
+/// A run leased to a daemon whose pool gave up on it (the test fault point `give-up:RUN`, as an
+/// unexpected error would) is not left leased there for good, its lease renewed by the heartbeat
+/// and taken over by no one: at its second heartbeat without a driver the daemon takes it over
+/// again, under a new epoch, and it ends READY with its step run once.
+#[test]
+fn a_run_leased_here_but_no_longer_driven_is_taken_over_again() {
+    let c = Cairn::new();
+    marked_workflow(&c, "marked");
+    let (marks, mut input) = marked_input(&c);
+    input["sleep"] = json!("0");
+    // Leases of 3 s: a heartbeat each second.
+    let started = c
+        .std_command(&["daemon", "start", "--json", "--lease-secs", "3"])
+        .env("CAIRN_TEST_CRASH_AT", "give-up:G1")
+        .output();
+    Out::of_json(started.unwrap(), "daemon start", Duration::ZERO).expect(0);
+    let run = c.run("marked", &input, &["--run-id", "G1"]).expect(0).json;
+    assert_eq!(run["status"], "READY", "{run:#}");
+    assert_eq!(step(&run, "s")["attempts"], 1, "{run:#}");
+    assert!(marks.join("attempt-1.done").exists() && !marks.join("attempt-2.json").exists());
+    let log = c.daemon_log();
+    assert!(log.contains("run G1 could not go on: given up at the test's fault point"), "{log}");
+    assert!(log.contains("run G1 is leased to this daemon but not driven here; taking it over again"), "{log}");
+    let me = c.json(&["daemon", "list"]).expect(0).json;
+    let id = me["daemons"][0]["id"].as_str().unwrap().to_string();
+    let events = c.events("G1");
+    let leased = events_of(&events, "run.leased", None);
+    assert_eq!(leased.len(), 1, "{:?}", kinds(&events));
+    assert_eq!((&leased[0]["data"]["previous"], &leased[0]["data"]["epoch"]), (&json!(id), &json!(2)), "{leased:?}");
+    c.stop_daemon();
+}
+
 /// kill -9 of the daemon at a group commit (the crash point `group-commit`: several runs' writes
 /// in one SQLite transaction, before the COMMIT that makes them durable): none of them was
 /// acknowledged, so the next daemon finds each run as its last acknowledged write left it, and
