@@ -92,8 +92,9 @@ impl Default for EngineOptions {
 }
 
 /// A point where the engine's process kills itself with SIGKILL, as a kill -9 from outside would
-/// at that very moment: how the crash tests reach a window too narrow to hit by timing (the
-/// binary reads it from `CAIRN_TEST_CRASH_AT`, which only tests set).
+/// at that very moment (or, `give-up`, where its pool drops a run as an error would): how the
+/// crash tests reach a window too narrow to hit by timing (the binary reads it from
+/// `CAIRN_TEST_CRASH_AT`, which only tests set).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CrashPoint {
     /// `tool-spawned:STEP:ATTEMPT`: the local tool of that attempt has been spawned, and its pid

@@ -1,8 +1,9 @@
 //! The daemon's bounded worker pool: runs queued in submission order, at most
-//! [`runs_in_flight`] executing at once (a worker thread started as runs queue up, never more) (steps within a run keep the engine's order), each with a
-//! stop signal for cancel and shutdown. Their local steps share the daemon's step slots
-//! ([`crate::slots`]): many runs in flight keep the slots full while others commit. It decides
-//! nothing: [`crate::Service`] says what to queue and when to stop.
+//! [`runs_in_flight`] executing at once (their worker threads started as runs queue up; steps
+//! within a run keep the engine's order), each with a stop signal for cancel and shutdown. Their
+//! local steps share the daemon's step slots ([`crate::slots`]): many runs in flight keep the
+//! slots full while others commit. It decides nothing: [`crate::Service`] says what to queue and
+//! when to stop.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -522,7 +522,7 @@ impl Service {
             let was = match &leased.lease {
                 Some(l) if l.daemon == self.me.id => "it was not driven here".to_string(),
                 Some(l) => format!("daemon {} is gone", l.daemon),
-                None => run.owner.map(|o| format!("process {o} is gone")).unwrap_or_else(|| "no owner is gone".into()),
+                None => run.owner.map(|o| format!("process {o} is gone")).unwrap_or_else(|| "it had no owner".into()),
             };
             tracing::info!("taking run {} over (lease epoch {}; {was})", run.run_id, lease.epoch);
         }

@@ -218,17 +218,32 @@ impl Sqlite {
 
     /// Waits until `group` has ended: committed, or failed with why.
     fn wait_for(&self, group: u64) -> Result<(), StoreError> {
+        // No deadline: only the group's end returns.
+        self.wait_until(group, None).unwrap_or(Ok(()))
+    }
+
+    /// Waits until `group` has ended (how), or `until` has passed (`None`).
+    fn wait_until(&self, group: u64, until: Option<Instant>) -> Option<Result<(), StoreError>> {
         let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some((failed, e)) = &ended.failed
                 && *failed == group
             {
-                return Err(e.clone());
+                return Some(Err(e.clone()));
             }
             if ended.committed >= group {
-                return Ok(());
+                return Some(Ok(()));
             }
-            ended = self.ended_cv.wait(ended).unwrap_or_else(|p| p.into_inner());
+            ended = match until {
+                None => self.ended_cv.wait(ended).unwrap_or_else(|p| p.into_inner()),
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.ended_cv.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0
+                }
+            };
         }
     }
 
@@ -283,7 +298,7 @@ impl Sqlite {
             // whichever of its writers wakes first after that commits it.
             let until = w.opened + COMMIT_WAIT;
             drop(w);
-            if !self.wait_until(group, until) {
+            if self.wait_until(group, Some(until)).is_none() {
                 let mut w = self.lock_writer();
                 if w.open == Some(group) {
                     let committed = self.commit_group(&mut w);
@@ -296,21 +311,6 @@ impl Sqlite {
             }
         }
         out
-    }
-
-    /// Waits until `group` has ended (true), or `until` has passed (false).
-    fn wait_until(&self, group: u64, until: Instant) -> bool {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if ended.committed >= group || ended.failed.as_ref().is_some_and(|(failed, _)| *failed == group) {
-                return true;
-            }
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            ended = self.ended_cv.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0;
-        }
     }
 
     /// Runs one write in a savepoint: its own failure rolls back its savepoint alone.
