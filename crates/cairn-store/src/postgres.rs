@@ -51,6 +51,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0019_quotas.sql"),
     include_str!("../migrations/postgres/0020_target_quotas.sql"),
     include_str!("../migrations/postgres/0021_step_order.sql"),
+    include_str!("../migrations/postgres/0022_runs_by_status.sql"),
 ];
 
 /// Taken (for its transaction) by whoever migrates, so daemons starting together migrate once.

@@ -46,6 +46,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0019_quotas.sql"),
     include_str!("../migrations/sqlite/0020_target_quotas.sql"),
     include_str!("../migrations/sqlite/0021_step_order.sql"),
+    include_str!("../migrations/sqlite/0022_runs_by_status.sql"),
 ];
 
 /// The schema version a current database has (`PRAGMA user_version`).
