@@ -346,10 +346,12 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
 
 /// Completes an attempt inside the caller's transaction, if its token owns the step.
 fn complete_in(tx: &mut dyn Tx, f: &FinishAttempt) -> Result<(), StoreError> {
-    check_token(tx, &f.run_id, &f.step_id, &f.token)?;
-    tx.execute(
+    // The run first, as `guard_token` takes it; the token is then compared by the update itself
+    // (one statement a step fewer than reading it first), which changes no row if it is stale.
+    tx.lock_run(&f.run_id, false)?;
+    let changed = tx.execute(
         "UPDATE tool_calls SET status = 'COMPLETED', outcome = ?3, result_json = ?4, error = NULL, cause_json = NULL, \
-         log_tail = ?5, finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2",
+         log_tail = ?5, finished_at = ?6, duration_us = ?7 WHERE run_id = ?1 AND step_id = ?2 AND attempt_token = ?8",
         params![
             f.run_id,
             f.step_id,
@@ -357,9 +359,13 @@ fn complete_in(tx: &mut dyn Tx, f: &FinishAttempt) -> Result<(), StoreError> {
             f.result.as_ref().map(to_json),
             f.log_tail,
             f.at,
-            f.duration_us
+            f.duration_us,
+            f.token
         ],
     )?;
+    if changed == 0 {
+        return Err(StoreError::StaleToken { run_id: f.run_id.to_string(), step_id: f.step_id.clone() });
+    }
     for a in &f.artifacts {
         let bytes = i64::try_from(a.bytes).unwrap_or(i64::MAX);
         tx.execute(
