@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -248,7 +249,7 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
         overflow: false,
         read_error: None,
     };
-    let ended = watch.for_exit(
+    let mut ended = watch.for_exit(
         &mut child,
         pgid,
         cmd.timeout,
@@ -260,6 +261,8 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
     // holding the pipes.
     kill_group(pgid, Signal::SIGKILL);
     let all_closed = watch.for_pipes(PIPE_CLOSE_WAIT);
+    // Output read after the exit counts against the bound as well.
+    ended.overflow |= watch.overflow;
 
     let mut problem = None;
     if !all_closed {
@@ -289,12 +292,18 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
 /// The scrubbed environment: the `BASE_ENV` variables taken from this process's environment when
 /// set, then every variable named in `allow` when set, then every `ENV_PREFIX` variable of this
 /// process, then `extra` (which wins). Sorted by name, no duplicates.
+///
+/// This process's environment is read once, at the first call: Cairn never changes its own, and
+/// a daemon starting a thousand tools a second would otherwise copy all of it for each.
 pub fn sandbox_env(allow: &[String], extra: &[(String, String)]) -> Vec<(String, String)> {
-    // Variables that are not valid UTF-8 cannot be represented here and are left out.
-    let here: BTreeMap<String, String> = std::env::vars_os()
-        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-        .collect();
-    env_by_rule(&here, allow, extra)
+    static HERE: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+    let here = HERE.get_or_init(|| {
+        // Variables that are not valid UTF-8 cannot be represented here and are left out.
+        std::env::vars_os()
+            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+            .collect()
+    });
+    env_by_rule(here, allow, extra)
 }
 
 /// `sandbox_env`'s rule over the environment `from`. The step agent's `step_env` applies it to its
@@ -355,6 +364,9 @@ struct Watch {
 /// How often the child's exit is checked when there is no pidfd to poll.
 const EXIT_POLL: Duration = Duration::from_millis(2);
 
+/// How long a tool's exit is waited for alone before its output is read as it comes.
+const QUICK_EXIT: Duration = Duration::from_millis(2);
+
 impl Watch {
     /// Reads the output as it comes until the direct child exits, enforcing the timeout (SIGTERM to
     /// the group, then SIGKILL after the grace) and the stdout bound (SIGKILL at once); `report`
@@ -371,6 +383,10 @@ impl Watch {
             Ended { status: Err(AttemptError::NoStatus), timed_out: false, killed_after_grace: false, overflow: false };
         // None: no limit (after SIGKILL, or a timeout too large to represent).
         let mut deadline = Instant::now().checked_add(timeout);
+        if let Some(status) = self.quick_exit(child, timeout, report.as_ref().map(|(at, _)| *at)) {
+            ended.status = status;
+            return ended;
+        }
         loop {
             // Without a pidfd, the exit is checked on every wake and at least every EXIT_POLL.
             if self.exit_fd.is_none() {
@@ -451,6 +467,35 @@ impl Watch {
             }
         }
         true
+    }
+
+    /// The exit of a tool that ends within [`QUICK_EXIT`] (and before its timeout and its report),
+    /// waited for alone: most steps' tools are that short, and they then wake this thread once,
+    /// rather than once for each write and each pipe closed. What they wrote waits in the pipes,
+    /// read once the exit is known ([`Watch::for_pipes`]); a tool that writes more than a pipe
+    /// holds meanwhile waits at most this long for it to be read. `None`: still running (or no
+    /// pidfd), to be watched as it goes.
+    fn quick_exit(
+        &mut self,
+        child: &mut Child,
+        timeout: Duration,
+        report_at: Option<Instant>,
+    ) -> Option<Result<ExitStatus, AttemptError>> {
+        let exit_fd = self.exit_fd.as_ref()?;
+        let mut wait = QUICK_EXIT.min(timeout);
+        if let Some(at) = report_at {
+            wait = wait.min(at.saturating_duration_since(Instant::now()));
+        }
+        let timeout = Timespec { tv_sec: 0, tv_nsec: i64::from(wait.subsec_nanos()) };
+        let mut fds = [PollFd::new(exit_fd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(n) if n > 0 => {
+                // The pidfd says it has exited: this wait does not block.
+                self.exit_fd = None;
+                Some(child.wait().map_err(AttemptError::Wait))
+            }
+            _ => None,
+        }
     }
 
     /// One poll over the open pipes (and the exit, when `exit` is asked for), reading what is

@@ -236,6 +236,12 @@ fn too_much_stdout_fails_even_after_exit_0() {
     let run = run(&cmd);
     assert_failed(&run, "wrote more than 100 bytes to stdout");
 
+    // A tool that ends at once has its output read only after its exit: the bound holds there too.
+    let long = format!("\"{}\"", "x".repeat(2000));
+    let mut cmd = command(dir.path(), &["/bin/echo", &long]);
+    cmd.max_stdout = 100;
+    assert_failed(&run_tool(&cmd, &mut |_| {}), "wrote more than 100 bytes to stdout");
+
     // Exactly the bound is fine.
     let mut cmd = sh(dir.path(), "printf '{\"a\":1}'");
     cmd.max_stdout = 7;
