@@ -189,6 +189,7 @@ rows = [
 ]
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 settings = f"BENCH_RUNS={runs} BENCH_STEPS={steps} BENCH_CLIENTS={clients}" + (f" BENCH_WORKERS={workers}" if workers else "")
+settings += " BENCH_KEEP=1" if os.environ.get("BENCH_KEEP") else ""
 json.dump({"format": 1, "family": "load", "order": 18, "section": "18. A thousand concurrent runs (issue 35)",
            "command": f"scripts/bench-load.sh  # {settings}, at {commit}",
            "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine, "rows": rows},
