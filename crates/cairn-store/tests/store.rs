@@ -208,6 +208,28 @@ fn schema(path: &Path) -> Vec<(String, String)> {
 // ---------------------------------------------------------------- migrations
 
 #[test]
+fn the_newest_runs_of_one_status_are_searched_by_index_not_sorted() {
+    let (_dir, path, store) = sqlite_db();
+    created(&store, "run-1");
+    // The statement `Runs::runs` makes for a status filter, as a run-list follower polls it.
+    let conn = Connection::open(&path).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT run_id FROM workflow_executions WHERE status = ?1 \
+             ORDER BY created_at DESC, rowid DESC LIMIT ?2",
+        )
+        .unwrap()
+        .query_map(["RUNNING", "1"], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(plan.iter().any(|p| p.contains("USING INDEX workflow_executions_status_created")), "{plan:?}");
+    assert!(!plan.iter().any(|p| p.starts_with("SCAN")), "{plan:?}");
+    let running = store.runs(&RunQuery { status: Some(RunStatus::Running), ..RunQuery::newest(1) }).unwrap();
+    assert_eq!(running.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["run-1"]);
+}
+
+#[test]
 fn migrations_run_once_and_reopen_is_a_no_op() {
     let (_dir, path, store) = sqlite_db();
     created(&store, "run-1");
