@@ -486,7 +486,7 @@ impl Watch {
         if let Some(at) = report_at {
             wait = wait.min(at.saturating_duration_since(Instant::now()));
         }
-        let timeout = Timespec { tv_sec: 0, tv_nsec: i64::from(wait.subsec_nanos()) };
+        let timeout = Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) };
         let mut fds = [PollFd::new(exit_fd, PollFlags::IN)];
         match rustix::event::poll(&mut fds, Some(&timeout)) {
             Ok(n) if n > 0 => {
