@@ -65,7 +65,7 @@ pub use read_artifact::{ARTIFACT_SLICE_MAX, ArtifactSlice, ReadArtifact};
 pub use runs::{
     EventBatch, JobFilter, LAYERS_LIMIT_MAX, LeaseView, RunLayers, RunListing, RunView, STEPS_LIMIT_MAX,
     STEPS_PAGE_DEFAULT, StepDetail, StepExplanation, StepJobs, StepLog, StepView, StepsShown, first_steps,
-    requested_steps, step_statuses,
+    requested_steps, run_status_filter, step_statuses,
 };
 pub use service::{DEFAULT_LEASE, Service, ServiceConfig, SubmitRun, Submitted};
 pub use stop::{StopHook, StopKind, StopSignal};

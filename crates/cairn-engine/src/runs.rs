@@ -86,6 +86,12 @@ pub fn requested_steps(
     })
 }
 
+/// A run status to list runs by (`GET /runs?status=`, MCP `list_runs`, `cairn runs --status`),
+/// checked alike on every surface.
+pub fn run_status_filter(text: &str) -> Result<RunStatus, EngineError> {
+    text.parse().map_err(|e| EngineError::invalid_field("status", format!("status: {e}")))
+}
+
 /// The most events one answer holds when a limit is asked for (`GET /runs/{id}/events?limit=`).
 pub const EVENTS_LIMIT_MAX: usize = 10_000;
 

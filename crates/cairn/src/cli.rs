@@ -61,6 +61,9 @@ pub enum Command {
         /// At most N runs (1 to 1000, as `GET /runs`).
         #[arg(long, value_name = "N", default_value_t = 50)]
         limit: usize,
+        /// Only runs with this status: PENDING, RUNNING, READY, BLOCKED, FAILED or CANCELLED.
+        #[arg(long, value_name = "STATUS")]
+        status: Option<String>,
         #[arg(long)]
         json: bool,
     },

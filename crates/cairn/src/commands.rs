@@ -32,11 +32,14 @@ pub fn open_engine(home: Option<PathBuf>) -> Result<Engine, Failure> {
 }
 
 /// `cairn runs`: the registry's list, with the waits the daemon holds its open runs in.
-fn runs_command(root: &Path, limit: usize, json: bool) -> Result<u8, Failure> {
-    let mut list = wire::RunList::from_listings(&Engine::open(root)?.list_runs(&RunQuery::newest(limit))?);
+fn runs_command(root: &Path, limit: usize, status: Option<&str>, json: bool) -> Result<u8, Failure> {
+    let status = status.map(cairn_engine::run_status_filter).transpose()?;
+    let query = RunQuery { status, ..RunQuery::newest(limit) };
+    let mut list = wire::RunList::from_listings(&Engine::open(root)?.list_runs(&query)?);
     if list.runs.iter().any(|r| r.finished_at.is_none()) {
+        let filter = status.map(|s| format!("&status={}", s.as_str())).unwrap_or_default();
         let waits: std::collections::BTreeMap<String, wire::RunWaiting> =
-            daemon_waits(root, &format!("/runs?limit={limit}"), |l: wire::RunList| {
+            daemon_waits(root, &format!("/runs?limit={limit}{filter}"), |l: wire::RunList| {
                 l.runs.into_iter().filter_map(|r| Some((r.run_id, r.waiting?))).collect()
             });
         for r in &mut list.runs {
@@ -164,7 +167,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, Failure> {
             print_either(json, &explained, output::print_explain)
         }
         Command::Verify { request, json } => crate::verify::run(&open_engine(cli.home)?, request, json),
-        Command::Runs { limit, json } => runs_command(&state_root(cli.home)?, limit, json),
+        Command::Runs { limit, status, json } => runs_command(&state_root(cli.home)?, limit, status.as_deref(), json),
         Command::Show(args) => show_dispatch(cli.home, args),
         Command::Result { run_id, step_id, json } => {
             let detail = wire::StepDetail::from_engine(&open_engine(cli.home)?.show_step(&run_id, &step_id)?);

@@ -88,12 +88,7 @@ struct RunFilter {
 
 impl RunFilter {
     fn of(q: ListRunsQuery) -> Result<RunFilter, ApiError> {
-        let status = match q.status.as_deref() {
-            Some(s) => {
-                Some(s.parse::<RunStatus>().map_err(|e| EngineError::invalid_field("status", format!("status: {e}")))?)
-            }
-            None => None,
-        };
+        let status = q.status.as_deref().map(cairn_engine::run_status_filter).transpose()?;
         let filter = RunFilter {
             limit: q.limit.unwrap_or(50),
             status,

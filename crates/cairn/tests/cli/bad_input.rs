@@ -300,6 +300,34 @@ fn a_list_limit_out_of_range_is_refused_by_the_cli_as_by_the_api() {
     assert_eq!(out.json["runs"], json!([]), "{}", out.stdout);
 }
 
+/// `cairn runs --status` lists by status as `GET /runs?status=` does, and refuses a status that
+/// does not exist with the engine's words (exit 2, `invalid_field` there).
+#[test]
+fn runs_are_listed_by_status_on_the_cli_as_by_the_api() {
+    let c = Cairn::new();
+    let toml = steps_toml("[[steps]]\nid = \"a\"\ntool = \"t\"\nargs = { log = \"${input.log}\" }\n")
+        .replace("name = \"bad\"", "name = \"fine\"");
+    c.add(&write_workflow(&c.path("fine"), &toml, &tool_files()));
+    c.run("fine", &json!({"log": c.path_str("log")}), &["--run-id", "done"]).expect(0);
+    let ids = |status: &str| {
+        let out = c.json(&["runs", "--status", status]).expect(0);
+        out.json["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids("READY"), ["done"]);
+    assert!(ids("RUNNING").is_empty());
+    let out = c.json(&["runs", "--status", "DONE"]);
+    refused(
+        "cairn runs --status DONE",
+        out,
+        &["status: `DONE` is not a RunStatus; expected one of: PENDING, RUNNING, READY"],
+    );
+}
+
 /// `--json` holds on every path: a failure is the one object on stdout, the API's error body with
 /// the engine's code (a refusal of the command line too), beside its sentence on stderr; an
 /// environment that failed exits 5, apart from a usage error.
