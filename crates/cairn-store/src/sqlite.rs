@@ -140,6 +140,7 @@ impl Sqlite {
             Connection::open(path).map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        stable_plans(&conn)?;
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .map_err(db)?;
         migrate(&mut conn)?;
@@ -148,6 +149,7 @@ impl Sqlite {
                 .map_err(|e| StoreError::Database(format!("cannot open {} to read: {e}", path.display())))?;
         reader.busy_timeout(Duration::from_secs(10)).map_err(db)?;
         reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        stable_plans(&reader)?;
         Ok(Sqlite {
             conn: Mutex::new(Writer { conn, open: None, parts: 0, next: 1, opened: Instant::now() }),
             queued: AtomicUsize::new(0),
@@ -329,6 +331,16 @@ impl Sqlite {
             }
         }
     }
+}
+
+/// Plans that do not depend on the values bound to them (the query planner stability guarantee).
+/// Without it, SQLite marks a cached statement whose plan looked at a bound value (an `ORDER BY`
+/// sorted by a temporary B-tree does, as every run's steps and artifacts are read) as expired
+/// whenever a new value is bound, and compiles it again at each use: 4 % of the daemon's CPU
+/// under the load bench (BENCHMARKS §18). Cairn keeps no statistics (`ANALYZE`) that a
+/// value-dependent plan could use.
+fn stable_plans(conn: &Connection) -> Result<(), StoreError> {
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map(|_| ()).map_err(db)
 }
 
 /// One statement without parameters or rows, compiled once per connection (the statements that
@@ -576,5 +588,28 @@ impl Tx for SqliteTx<'_> {
             other => db(other),
         })?;
         rows.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's steps are read (sorted) at each run's start: the statement is compiled once per
+    /// connection, not again for each run it is bound to.
+    #[test]
+    fn a_cached_statement_is_not_compiled_again_for_each_value_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Sqlite::open(&dir.path().join("cairn.db")).unwrap();
+        let sql = "SELECT step_id FROM tool_calls WHERE run_id = ?1 ORDER BY started_at, rowid";
+        let writer = store.lock_writer();
+        let reader = store.reader.lock().unwrap();
+        for conn in [&writer.conn, &*reader] {
+            for run in ["run-1", "run-2", "run-3"] {
+                let mut stmt = conn.prepare_cached(sql).unwrap();
+                assert_eq!(stmt.query_map([run], |_| Ok(())).unwrap().count(), 0);
+                assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "bound to {run}");
+            }
+        }
     }
 }
