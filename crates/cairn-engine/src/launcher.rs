@@ -12,13 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cairn_core::artifact::{Artifact, OutputDecl};
 use cairn_core::attempt::AttemptEnd;
+use cairn_core::ids::RunId;
 use cairn_core::pipeline::{JobEvent, SnakemakeLog, Summary};
 use cairn_core::plan::InputFile;
 use cairn_core::signature::ToolFile;
 use cairn_core::status::Outcome;
 use cairn_core::store::{ProcessInfo, RemoteProcess};
 use cairn_core::workflow::{StepDef, ToolDef, ToolKind};
-use cairn_exec::{ProcessIdentity, ToolCommand, ToolRun, run_tool, sandbox_env};
+use cairn_exec::{ProcessIdentity, ToolCommand, ToolRun, run_admitted, sandbox_env};
 use serde_json::{Value, json};
 
 use crate::pipeline::{PipelineSeed, SEEDED_KEY, STATE_KEY, Seeded};
@@ -28,7 +29,7 @@ use crate::{CrashPoint, Engine, EngineOptions};
 
 /// One attempt to launch: where, what, and with which arguments.
 pub struct AttemptLaunch<'a> {
-    pub run_id: &'a str,
+    pub run_id: &'a RunId,
     pub run_dir: &'a str,
     pub placement: &'a Placement,
     pub workflow: &'a LoadedWorkflow,
@@ -86,6 +87,22 @@ impl LaunchContext<'_> {
     /// The limits a tool runs under (its stop's grace period, its output's bounds).
     pub(crate) fn options(&self) -> &EngineOptions {
         self.engine.options()
+    }
+
+    /// One of the daemon's step slots for the attempt's tool, to hold while it runs: none
+    /// in-process or on a remote target; `Err` when a stop ended the wait. Taken as late as the
+    /// tool starts and given back as soon as it ends, so the slots bound the tools running and
+    /// the daemon's work around each (a directory made, output read, the commit) runs beside
+    /// them rather than leave a CPU idle.
+    pub(crate) fn step_slot(
+        &self,
+        a: &AttemptLaunch<'_>,
+        halted: &dyn Fn() -> bool,
+    ) -> Result<Option<crate::slots::Slot<'_>>, ()> {
+        match self.engine.slots.get().filter(|_| !a.placement.is_remote()) {
+            Some(slots) => slots.acquire(a.run_id, halted).map(Some).ok_or(()),
+            None => Ok(None),
+        }
     }
 
     /// Launches one attempt through the step agent and follows it to its end.
@@ -274,7 +291,8 @@ fn launch_attempt(
         // daemon's own environment.
         env.extend(secrets.iter().cloned());
         let cmd = tool_command(ctx, a, env);
-        let mut run = run_tool(&cmd, &mut |p: &ProcessIdentity| {
+        let admit = || ctx.step_slot(a, halted);
+        let run = run_admitted(&cmd, admit, &mut |p: &ProcessIdentity| {
             crate::crash_at(
                 &ctx.options().crash,
                 &CrashPoint::ToolSpawned { step: a.step.id.clone(), attempt: a.attempt },
@@ -286,6 +304,8 @@ fn launch_attempt(
                 cairn_exec::kill_own_group(p.pgid);
             }
         });
+        // A stop came while it waited for a slot: it never started.
+        let Ok(mut run) = run else { return AttemptEnd::Halted };
         if run.outcome == Outcome::Failed {
             // The sandbox read the step directory's disk; a declared output may lie on
             // another (a folder that is a mount point), which its tool filled as well.
@@ -327,6 +347,8 @@ fn launch_attempt(
         cmd: &cmd,
         secrets,
     };
+    // Here, the agent's launch holds a step slot until it ends (none on a target).
+    let Ok(_slot) = ctx.step_slot(a, halted) else { return AttemptEnd::Halted };
     let (end, summary) = watching(ctx, a, jobs, || {
         followed(ctx.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
     });

@@ -164,14 +164,31 @@ enum AttemptError {
 /// child (the process's exit as a readable file descriptor), so an attempt costs no helper thread
 /// (only input larger than a pipe's atomic write gets one, to write it).
 pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -> ToolRun {
-    supervise(cmd, on_start, true)
+    let Ok(run) = run_admitted(cmd, || Ok::<(), std::convert::Infallible>(()), on_start);
+    run
 }
 
-/// [`run_tool`]; `use_pidfd: false` watches the exit as a kernel without pidfds makes it.
-fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_pidfd: bool) -> ToolRun {
-    let started = Instant::now();
+/// [`run_tool`], once `admit` lets the tool start (the daemon's step slots): what it gives is
+/// held from just before the spawn until the tool's group is gone, and dropped then, so what it
+/// bounds is the tools running, not the work before a spawn and after an exit (a directory made,
+/// output read). `admit`'s error: the tool was not started.
+pub fn run_admitted<H, E>(
+    cmd: &ToolCommand,
+    admit: impl FnOnce() -> Result<H, E>,
+    on_start: &mut dyn FnMut(&ProcessIdentity),
+) -> Result<ToolRun, E> {
+    supervise(cmd, admit, on_start, true)
+}
+
+/// [`run_admitted`]; `use_pidfd: false` watches the exit as a kernel without pidfds makes it.
+fn supervise<H, E>(
+    cmd: &ToolCommand,
+    admit: impl FnOnce() -> Result<H, E>,
+    on_start: &mut dyn FnMut(&ProcessIdentity),
+    use_pidfd: bool,
+) -> Result<ToolRun, E> {
     let Some(program) = cmd.argv.first() else {
-        return not_started(AttemptError::NoProgram, Duration::ZERO, started);
+        return Ok(not_started(AttemptError::NoProgram, Duration::ZERO, Instant::now()));
     };
 
     let mut command = Command::new(resolve_program(program, &cmd.env, &cmd.cwd));
@@ -189,13 +206,16 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
         // process, however large).
         .process_group(0);
 
+    let admitted = admit()?;
+    // The tool's own time starts here, after any wait for admission.
+    let started = Instant::now();
     let spawned = command.spawn();
     let spawn = started.elapsed();
     let mut child = match spawned {
         Ok(child) => child,
         Err(source) => {
             let err = AttemptError::Spawn { program: program.clone(), source };
-            return not_started(err, spawn, started);
+            return Ok(not_started(err, spawn, started));
         }
     };
 
@@ -260,6 +280,7 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
     // The direct child is gone: kill whatever else is left of its group, so no grandchild survives
     // holding the pipes.
     kill_group(pgid, Signal::SIGKILL);
+    drop(admitted);
     let all_closed = watch.for_pipes(PIPE_CLOSE_WAIT);
     // Output read after the exit counts against the bound as well.
     ended.overflow |= watch.overflow;
@@ -286,7 +307,7 @@ fn supervise(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_
     }
     run.spawn = spawn;
     run.duration = started.elapsed();
-    run
+    Ok(run)
 }
 
 /// The scrubbed environment: the `BASE_ENV` variables taken from this process's environment when
@@ -771,22 +792,27 @@ mod tests {
         }
     }
 
+    fn supervised(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_pidfd: bool) -> ToolRun {
+        let Ok(run) = supervise(cmd, || Ok::<(), std::convert::Infallible>(()), on_start, use_pidfd);
+        run
+    }
+
     /// Without a pidfd the exit is polled: the same outcomes, output and limits.
     #[test]
     fn without_pidfds_the_exit_is_polled_with_the_same_outcomes() {
-        let run = supervise(&sh("cat; echo err-tail-kept >&2", Duration::from_secs(5)), &mut |_| {}, false);
+        let run = supervised(&sh("cat; echo err-tail-kept >&2", Duration::from_secs(5)), &mut |_| {}, false);
         assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
         assert_eq!(run.result, Some(serde_json::json!({})));
         assert_eq!(run.stderr_tail, "il-kept\n");
 
-        let run = supervise(&sh("exit 3", Duration::from_secs(5)), &mut |_| {}, false);
+        let run = supervised(&sh("exit 3", Duration::from_secs(5)), &mut |_| {}, false);
         assert_eq!((run.exit_code, run.error.as_deref()), (Some(3), Some("exited with code 3")));
 
-        let run = supervise(&sh("sleep 5", Duration::from_millis(100)), &mut |_| {}, false);
+        let run = supervised(&sh("sleep 5", Duration::from_millis(100)), &mut |_| {}, false);
         assert_eq!(run.error.as_deref(), Some("exceeded its timeout of 100 ms and was terminated"));
         assert!(run.duration < Duration::from_secs(2), "{run:?}");
 
-        let run = supervise(&sh("head -c 5000 /dev/zero; sleep 5", Duration::from_secs(5)), &mut |_| {}, false);
+        let run = supervised(&sh("head -c 5000 /dev/zero; sleep 5", Duration::from_secs(5)), &mut |_| {}, false);
         assert_eq!(run.error.as_deref(), Some("wrote more than 1024 bytes to stdout"));
         assert!(run.duration < Duration::from_secs(2), "{run:?}");
     }

@@ -90,6 +90,41 @@ fn cat_echoes_its_json_arguments_as_the_result() {
     assert!(run.spawn <= run.duration);
 }
 
+/// What admits a tool (a daemon's step slot) is held from its spawn to its exit, not while it
+/// waits to be admitted nor after: its time is its own, and a refusal starts nothing.
+#[test]
+fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    struct Held<'a>(&'a AtomicBool);
+    impl Drop for Held<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::SeqCst);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let held = AtomicBool::new(false);
+    let cmd = sh(dir.path(), "cat; sleep 0.2");
+    let mut seen_running = None;
+    let admit = || {
+        // A slot long in coming: its wait is not the tool's time.
+        std::thread::sleep(Duration::from_millis(500));
+        held.store(true, Ordering::SeqCst);
+        Ok::<_, ()>(Held(&held))
+    };
+    let run = cairn_exec::run_admitted(&cmd, admit, &mut |_| seen_running = Some(held.load(Ordering::SeqCst))).unwrap();
+    assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
+    assert_eq!(seen_running, Some(true), "held when the tool started");
+    assert!(!held.load(Ordering::SeqCst), "given back once it ended");
+    assert!(run.duration >= Duration::from_millis(200) && run.duration < Duration::from_millis(500), "{run:?}");
+
+    // Refused: nothing starts.
+    let marker = dir.path().join("started");
+    let cmd = command(dir.path(), &["/usr/bin/touch", marker.to_str().unwrap()]);
+    let refused = cairn_exec::run_admitted(&cmd, || Err::<(), _>("stopped"), &mut |_| panic!("started"));
+    assert_eq!(refused.err(), Some("stopped"));
+    assert!(!marker.exists());
+}
+
 #[test]
 fn a_bare_program_name_is_found_on_the_tools_own_path() {
     let dir = tempfile::tempdir().unwrap();

@@ -126,8 +126,8 @@ impl Engine {
                         let _ = self.store.record_process(&run.run_id, &step.id, &token, info);
                     };
                     let end = {
-                        // A local tool holds one of the daemon's step slots until it ends.
-                        let Ok(_slot) = self.step_slot(run, &halted) else { return Ok(None) };
+                        // A local tool waits for one of the daemon's step slots in its launcher,
+                        // which holds it while the tool runs (`LaunchContext::step_slot`).
                         progress(Progress::Started { step_id: step.id.clone(), attempt });
                         // A new attempt number: nothing can be recorded of it yet.
                         let jobs = self.job_sink(run, &step.id, &token, attempt, false, progress);
@@ -180,15 +180,6 @@ impl Engine {
                 Ok(v) => Ok(v),
                 Err(e) => Err(self.rejected(e, &run.run_id, &token)),
             };
-        }
-    }
-
-    /// One of the daemon's step slots for a local tool, held until it ends: none in-process or
-    /// on a remote target; `Err` when a stop ended the wait.
-    fn step_slot(&self, run: &RunCtx, halted: &dyn Fn() -> bool) -> Result<Option<crate::slots::Slot<'_>>, ()> {
-        match self.slots.get().filter(|_| !run.placement.is_remote()) {
-            Some(slots) => slots.acquire(&run.run_id, halted).map(Some).ok_or(()),
-            None => Ok(None),
         }
     }
 
