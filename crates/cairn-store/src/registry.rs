@@ -256,20 +256,14 @@ fn insert_event(
 /// Begins an attempt inside the caller's transaction (`begin_attempt`, `commit_steps`).
 fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
     let sig = &b.signature;
-    let status: Option<String> = tx
-        .query_opt("SELECT status FROM workflow_executions WHERE run_id = ?1", params![b.run_id])?
-        .map(|r| r.get(0))
-        .transpose()?;
-    match status.as_deref() {
-        None => return Err(StoreError::RunNotFound(b.run_id.to_string())),
-        Some("PENDING") | Some("RUNNING") => {}
-        Some(other) => return Err(StoreError::RunFinished { run_id: b.run_id.to_string(), status: other.into() }),
-    }
     match &b.start {
         AttemptStart::First => {
+            // Inserted only into an open run, checked by the insert itself (one statement a step
+            // fewer than reading the run's status first); why nothing was inserted is read after.
             let inserted = tx.execute(
                 "INSERT INTO tool_calls (run_id, step_id, status, tool, tool_digest, args_hash, args_json, \
-                 attempt_count, attempt_token, started_at) VALUES (?1, ?2, 'RUNNING', ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                 attempt_count, attempt_token, started_at) SELECT ?1, ?2, 'RUNNING', ?3, ?4, ?5, ?6, ?7, ?8, ?9 \
+                 FROM workflow_executions WHERE run_id = ?1 AND status IN ('PENDING', 'RUNNING') \
                  ON CONFLICT DO NOTHING",
                 params![
                     b.run_id,
@@ -284,10 +278,12 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
                 ],
             )?;
             if inserted == 0 {
+                check_open(tx, &b.run_id)?;
                 return Err(StoreError::StepExists { run_id: b.run_id.to_string(), step_id: b.step_id.clone() });
             }
         }
         AttemptStart::Retry { previous_token, outcome, error, cause, delay_ms } => {
+            check_open(tx, &b.run_id)?;
             check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
             tx.execute(
                 "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, outcome = NULL, error = NULL, cause_json = NULL, \
@@ -310,6 +306,7 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
             )?;
         }
         AttemptStart::ResumeInterrupted { previous_token, why } => {
+            check_open(tx, &b.run_id)?;
             check_running_token(tx, &b.run_id, &b.step_id, previous_token)?;
             tx.execute(
                 "UPDATE tool_calls SET attempt_token = ?3, attempt_count = ?4, interrupted_count = interrupted_count + 1, \
@@ -342,6 +339,19 @@ fn begin_in(tx: &mut dyn Tx, b: &BeginAttempt) -> Result<(), StoreError> {
             args_hash: sig.args_hash.clone(),
         },
     )
+}
+
+/// The run exists and is open (PENDING or RUNNING): a step may begin in it.
+fn check_open(tx: &mut dyn Tx, run_id: &RunId) -> Result<(), StoreError> {
+    let status: Option<String> = tx
+        .query_opt("SELECT status FROM workflow_executions WHERE run_id = ?1", params![run_id])?
+        .map(|r| r.get(0))
+        .transpose()?;
+    match status.as_deref() {
+        None => Err(StoreError::RunNotFound(run_id.to_string())),
+        Some("PENDING") | Some("RUNNING") => Ok(()),
+        Some(other) => Err(StoreError::RunFinished { run_id: run_id.to_string(), status: other.into() }),
+    }
 }
 
 /// Completes an attempt inside the caller's transaction, if its token owns the step.

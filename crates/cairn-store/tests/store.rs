@@ -415,6 +415,25 @@ fn begin_attempt_first_twice_is_step_exists(k: Kind) {
     assert_eq!(kinds(store, "r"), ["run.created", "step.started"]);
 }
 
+/// A first attempt begins only in an open run: a finished run's refusal and a missing run's name
+/// why, and write nothing.
+fn begin_attempt_outside_an_open_run_is_refused_and_writes_nothing(k: Kind) {
+    let Some(d) = db(k) else { return };
+    let store: &dyn RunStore = &*d.store;
+    let err = store.begin_attempt(&begin("nope", "a", "tok-1", 1, AttemptStart::First)).unwrap_err();
+    assert_eq!(err, StoreError::RunNotFound("nope".into()));
+
+    let run = created(store, "r");
+    store.finish_run(&rid("r"), run.revision, RunStatus::Ready, &[], None, 5_000).unwrap();
+    let before = kinds(store, "r");
+    let err = store.begin_attempt(&begin("r", "a", "tok-1", 1, AttemptStart::First)).unwrap_err();
+    assert_eq!(err, StoreError::RunFinished { run_id: "r".into(), status: "READY".into() });
+    let err = store.commit_steps(&[], &[begin("r", "a", "tok-1", 1, AttemptStart::First)]).unwrap_err();
+    assert_eq!(err, StoreError::RunFinished { run_id: "r".into(), status: "READY".into() });
+    assert!(store.steps(&rid("r")).unwrap().is_empty());
+    assert_eq!(kinds(store, "r"), before);
+}
+
 fn complete_attempt_with_a_wrong_token_is_stale_and_changes_nothing(k: Kind) {
     let Some(d) = db(k) else { return };
     let store: &dyn RunStore = &*d.store;
@@ -989,6 +1008,7 @@ cairn_store::on_both!(
     runs_filter_and_replays_are_found,
     a_run_of_an_unregistered_workflow_is_refused_by_the_foreign_key,
     begin_attempt_first_twice_is_step_exists,
+    begin_attempt_outside_an_open_run_is_refused_and_writes_nothing,
     complete_attempt_with_a_wrong_token_is_stale_and_changes_nothing,
     record_process_is_fenced_by_the_token,
     a_launch_record_is_kept_before_and_after_its_identity_and_adopted_only_with_the_token,
