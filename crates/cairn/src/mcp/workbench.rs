@@ -64,7 +64,7 @@ pub struct ExecutePlan {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListRuns {
-    /// Only runs with this status: RUNNING, READY, BLOCKED, FAILED or CANCELLED.
+    /// Only runs with this status: PENDING, RUNNING, READY, BLOCKED, FAILED or CANCELLED.
     pub status: Option<String>,
     /// At most this many, newest first (default 50).
     pub limit: Option<u32>,
