@@ -13,6 +13,11 @@ use std::time::Duration;
 
 use cairn_core::ids::RunId;
 
+/// How many steps a slot waiting keep the registry's commits waiting for company: fewer, and the
+/// slots can run dry while a held group waits (under the load bench, BENCHMARKS §18, two a slot
+/// did no better than three).
+const BACKLOG_DEPTH: usize = 3;
+
 /// How often a step waiting for a slot looks at its stop signal.
 const STOP_POLL: Duration = Duration::from_millis(100);
 
@@ -81,7 +86,7 @@ impl StepSlots {
             }
             let grant = Arc::new(Grant::default());
             state.waiting.push(Waiter { run: run.clone(), grant: grant.clone() });
-            self.backlog.set(state.runs_waiting());
+            self.backlog.set(state.backlogged(self.capacity));
             grant
         };
         let mut given = lock(&grant.given);
@@ -94,7 +99,7 @@ impl StepSlots {
                 let mut state = lock(&self.state);
                 if let Some(i) = state.waiting.iter().position(|w| Arc::ptr_eq(&w.grant, &grant)) {
                     state.waiting.remove(i);
-                    self.backlog.set(state.runs_waiting());
+                    self.backlog.set(state.backlogged(self.capacity));
                     return None;
                 }
                 // Handed over between the look and the lock: passed on to the next in line.
@@ -115,7 +120,7 @@ impl StepSlots {
         match next {
             Some(i) => {
                 let waiter = state.waiting.remove(i);
-                self.backlog.set(state.runs_waiting());
+                self.backlog.set(state.backlogged(self.capacity));
                 state.serve(&waiter.run);
                 *lock(&waiter.grant.given) = true;
                 waiter.grant.wake.notify_one();
@@ -133,10 +138,13 @@ impl StepSlots {
 }
 
 impl State {
-    /// Steps of more than one run wait: their runs' commits can share a group (one run's
-    /// steps are committed by its one scheduler, one after the other).
-    fn runs_waiting(&self) -> bool {
-        self.waiting.first().is_some_and(|first| self.waiting.iter().any(|w| w.run != first.run))
+    /// Enough steps of more than one run wait that every slot can be given again
+    /// [`BACKLOG_DEPTH`] times before the commits held for company release more: while they do,
+    /// those commits (one run's steps are committed one after the other by its scheduler) can
+    /// share a group at no cost to the slots. Once fewer wait, the held group commits at once.
+    fn backlogged(&self, capacity: usize) -> bool {
+        self.waiting.len() >= capacity * BACKLOG_DEPTH
+            && self.waiting.first().is_some_and(|first| self.waiting.iter().any(|w| w.run != first.run))
     }
 
     fn serve(&mut self, run: &RunId) {
@@ -229,28 +237,46 @@ mod tests {
         assert_eq!(slots.load(), (0, 0));
     }
 
-    /// The registry's commits wait for company only while steps of several runs queue (one run's
-    /// steps are committed one after the other by its scheduler: a wait would only delay it).
+    /// The registry's commits wait for company only while enough steps of several runs queue
+    /// that every slot can be refilled `BACKLOG_DEPTH` times (one run's steps are committed one
+    /// after the other by its scheduler: a wait would only delay it), and the wait ends as soon
+    /// as fewer do.
     #[test]
-    fn the_backlog_is_set_while_steps_of_several_runs_wait() {
+    fn the_backlog_is_set_while_enough_steps_of_several_runs_wait() {
         let backlog = cairn_store::Backlog::default();
         let slots = StepSlots::new(1, backlog.clone());
         let held = slots.acquire(&run("a"), &|| false).unwrap();
         std::thread::scope(|s| {
             let slots = &slots;
-            s.spawn(move || drop(slots.acquire(&run("a"), &|| false)));
-            while slots.load().1 < 1 {
-                std::thread::yield_now();
+            let queue = |id: &'static str, waiting: usize| {
+                s.spawn(move || drop(slots.acquire(&run(id), &|| false)));
+                while slots.load().1 < waiting {
+                    std::thread::yield_now();
+                }
+            };
+            for n in 1..=BACKLOG_DEPTH {
+                queue("a", n);
             }
             assert!(!backlog.is_set(), "one run's steps alone wait");
-            s.spawn(move || drop(slots.acquire(&run("b"), &|| false)));
-            while slots.load().1 < 2 {
-                std::thread::yield_now();
-            }
-            assert!(backlog.is_set(), "steps of two runs wait");
+            queue("b", BACKLOG_DEPTH + 1);
+            assert!(backlog.is_set(), "enough steps of two runs wait");
             drop(held);
         });
         assert_eq!(slots.load(), (0, 0));
         assert!(!backlog.is_set(), "nothing waits");
+
+        // Two runs, but fewer steps waiting than the depth: every commit goes at once.
+        let slots = StepSlots::new(1, backlog.clone());
+        let held = slots.acquire(&run("a"), &|| false).unwrap();
+        std::thread::scope(|s| {
+            let slots = &slots;
+            s.spawn(move || drop(slots.acquire(&run("a"), &|| false)));
+            s.spawn(move || drop(slots.acquire(&run("b"), &|| false)));
+            while slots.load().1 < 2 {
+                std::thread::yield_now();
+            }
+            assert!(!backlog.is_set(), "two steps wait, fewer than {BACKLOG_DEPTH}");
+            drop(held);
+        });
     }
 }

@@ -25,19 +25,43 @@ pub use registry::Registry;
 pub use sqlite::{SCHEMA_VERSION, Sqlite};
 
 /// Whether the daemon's steps are queueing for its step slots, set by the daemon: while they are,
-/// its throughput is bound by the slots, not by any one run's latency, so a SQLite commit waits a
-/// moment ([`COMMIT_WAIT`](sqlite::COMMIT_WAIT)) for other writes to share its fsync. Otherwise
-/// every write commits at once.
-#[derive(Clone, Debug, Default)]
-pub struct Backlog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+/// its throughput is bound by the slots, not by any one run's latency, so a SQLite commit waits
+/// for other writes to share its fsync — until the queue runs short (set to false), or at most
+/// [`COMMIT_WAIT`](sqlite::COMMIT_WAIT). Otherwise every write commits at once.
+#[derive(Clone, Default)]
+pub struct Backlog(std::sync::Arc<BacklogState>);
+
+#[derive(Default)]
+struct BacklogState {
+    queued: std::sync::atomic::AtomicBool,
+    /// Called when the backlog ends: the writes waiting for company commit at once.
+    on_end: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Backlog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Backlog").field(&self.is_set()).finish()
+    }
+}
 
 impl Backlog {
     pub fn set(&self, queued: bool) {
-        self.0.store(queued, std::sync::atomic::Ordering::Relaxed);
+        let was = self.0.queued.swap(queued, std::sync::atomic::Ordering::SeqCst);
+        if was
+            && !queued
+            && let Some(wake) = self.0.on_end.get()
+        {
+            wake();
+        }
     }
 
     pub fn is_set(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
+        self.0.queued.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// What the backlog's end wakes (the store's writes waiting for company); set once.
+    pub(crate) fn on_end(&self, wake: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.0.on_end.set(wake);
     }
 }
 
@@ -57,6 +81,12 @@ impl Registry<Sqlite> {
     pub fn with_backlog(self, backlog: Backlog) -> SqliteStore {
         self.backend().set_backlog(backlog);
         self
+    }
+
+    /// For the tests of the backlog only: the longest a group waits for company.
+    #[doc(hidden)]
+    pub fn set_commit_wait(&self, wait: std::time::Duration) {
+        self.backend().set_commit_wait(wait);
     }
 
     /// How many groups of writes were committed so far (for the tests of group commit).

@@ -9,11 +9,12 @@
 //! rolled back alone), and none is acknowledged before the group's COMMIT has returned. The writer
 //! that finds no other waiting commits the group; a crash before that COMMIT loses the whole
 //! group, none of which was acknowledged. While the daemon's steps queue for its slots
-//! ([`crate::Backlog`]), a group stays open up to [`COMMIT_WAIT`] for more writes to join it.
+//! ([`crate::Backlog`]), a group stays open for more writes to join it, until they no longer do
+//! or at most [`COMMIT_WAIT`].
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use cairn_core::doctor::Integrity;
@@ -61,8 +62,7 @@ pub struct Sqlite {
     /// transaction open for it.
     queued: AtomicUsize,
     /// How the groups left open ended, for the writes waiting on them.
-    ended: Mutex<Ended>,
-    ended_cv: Condvar,
+    ended: Arc<Ends>,
     reader: Mutex<Connection>,
     /// The database file, whose disk a failed write looks at.
     path: std::path::PathBuf,
@@ -72,6 +72,8 @@ pub struct Sqlite {
     crash_before_group_commit: AtomicU64,
     /// Set while the daemon's steps queue for a slot: a group then waits for company.
     backlog: OnceLock<crate::Backlog>,
+    /// [`COMMIT_WAIT`], in microseconds; the tests of the backlog's end make it long.
+    commit_wait_us: AtomicU64,
 }
 
 /// The writing connection, and the group of writes its open transaction holds, if any.
@@ -87,6 +89,14 @@ struct Writer {
     opened: Instant,
 }
 
+/// The end of the groups of writes, and what their writes wait on.
+#[derive(Default)]
+struct Ends {
+    state: Mutex<Ended>,
+    /// Notified when a group ends, and when the daemon's backlog does.
+    cv: Condvar,
+}
+
 /// The end of the groups of writes: the last committed, and the last that failed with why.
 #[derive(Default)]
 struct Ended {
@@ -97,10 +107,11 @@ struct Ended {
 /// The most writes one group holds: a burst longer than this is committed in several.
 const GROUP_MAX: usize = 256;
 
-/// How long a group stays open for more writes while the daemon's steps queue for its slots:
-/// its writers wait this much more, but their runs' next steps would have waited for a slot
-/// anyway, and one fsync and one WAL write of the shared pages serve them all.
-pub const COMMIT_WAIT: Duration = Duration::from_millis(2);
+/// The longest a group stays open for more writes while the daemon's steps queue for its slots
+/// (it commits as soon as they no longer do): its writers wait this much more, but their runs'
+/// next steps would have waited for a slot anyway, and one fsync and one WAL write of the shared
+/// pages serve them all.
+pub const COMMIT_WAIT: Duration = Duration::from_millis(10);
 
 /// Below this many bytes free, a failed write says its disk is full: SQLite often reports a full
 /// disk as `disk I/O error` (a failed append to its write-ahead log), which names nothing.
@@ -153,12 +164,12 @@ impl Sqlite {
         Ok(Sqlite {
             conn: Mutex::new(Writer { conn, open: None, parts: 0, next: 1, opened: Instant::now() }),
             queued: AtomicUsize::new(0),
-            ended: Mutex::new(Ended::default()),
-            ended_cv: Condvar::new(),
+            ended: Arc::default(),
             reader: Mutex::new(reader),
             path: path.to_path_buf(),
             crash_before_group_commit: AtomicU64::new(0),
             backlog: OnceLock::new(),
+            commit_wait_us: AtomicU64::new(COMMIT_WAIT.as_micros() as u64),
         })
     }
 
@@ -173,12 +184,28 @@ impl Sqlite {
     /// How many groups were committed so far: the groups are numbered from 1 in order, and
     /// each ends before the next begins.
     pub(crate) fn groups_committed(&self) -> u64 {
-        self.ended.lock().unwrap_or_else(|p| p.into_inner()).committed
+        self.ended.state.lock().unwrap_or_else(|p| p.into_inner()).committed
     }
 
     /// Lets a group wait for company while `backlog` is set.
     pub(crate) fn set_backlog(&self, backlog: crate::Backlog) {
+        let ends = self.ended.clone();
+        backlog.on_end(Box::new(move || {
+            // Under the lock a waiter checks the backlog in: its wake-up cannot be missed.
+            let _held = ends.state.lock().unwrap_or_else(|p| p.into_inner());
+            ends.cv.notify_all();
+        }));
         let _ = self.backlog.set(backlog);
+    }
+
+    /// The longest a group waits for company.
+    fn commit_wait(&self) -> Duration {
+        Duration::from_micros(self.commit_wait_us.load(Ordering::Relaxed))
+    }
+
+    /// For the tests of the backlog only: how long a group may wait for company.
+    pub(crate) fn set_commit_wait(&self, wait: Duration) {
+        self.commit_wait_us.store(wait.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// For the crash tests only: the process kills itself (SIGKILL) before committing its `nth`
@@ -209,13 +236,13 @@ impl Sqlite {
             // A failed COMMIT may leave the transaction open: nothing of the group stays.
             let _ = w.conn.execute_batch("ROLLBACK");
         }
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ended = self.ended.state.lock().unwrap_or_else(|p| p.into_inner());
         match &done {
             Ok(()) => ended.committed = group,
             Err(e) => ended.failed = Some((group, e.clone())),
         }
         drop(ended);
-        self.ended_cv.notify_all();
+        self.ended.cv.notify_all();
         done
     }
 
@@ -225,9 +252,10 @@ impl Sqlite {
         self.wait_until(group, None).unwrap_or(Ok(()))
     }
 
-    /// Waits until `group` has ended (how), or `until` has passed (`None`).
+    /// Waits until `group` has ended (how), or (`None`) `until` has passed or the backlog has
+    /// ended.
     fn wait_until(&self, group: u64, until: Option<Instant>) -> Option<Result<(), StoreError>> {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ended = self.ended.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some((failed, e)) = &ended.failed
                 && *failed == group
@@ -238,13 +266,13 @@ impl Sqlite {
                 return Some(Ok(()));
             }
             ended = match until {
-                None => self.ended_cv.wait(ended).unwrap_or_else(|p| p.into_inner()),
+                None => self.ended.cv.wait(ended).unwrap_or_else(|p| p.into_inner()),
                 Some(at) => {
                     let left = at.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
+                    if left.is_zero() || !self.backlog.get().is_some_and(crate::Backlog::is_set) {
                         return None;
                     }
-                    self.ended_cv.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0
+                    self.ended.cv.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0
                 }
             };
         }
@@ -277,10 +305,10 @@ impl Sqlite {
                 w.parts = 0;
                 w.open = None;
                 let _ = w.conn.execute_batch("ROLLBACK");
-                let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+                let mut ended = self.ended.state.lock().unwrap_or_else(|p| p.into_inner());
                 ended.failed = Some((group, e.clone()));
                 drop(ended);
-                self.ended_cv.notify_all();
+                self.ended.cv.notify_all();
                 return Err(e);
             }
         };
@@ -297,9 +325,10 @@ impl Sqlite {
                 self.wait_for(group)?;
             }
         } else {
-            // Steps queue for the slots: the group stays open a moment for more writes, and
-            // whichever of its writers wakes first after that commits it.
-            let until = w.opened + COMMIT_WAIT;
+            // Steps queue for the slots: the group stays open for more writes until they no
+            // longer queue (or at most COMMIT_WAIT), and whichever of its writers wakes first
+            // then commits it.
+            let until = w.opened + self.commit_wait();
             drop(w);
             if self.wait_until(group, Some(until)).is_none() {
                 let mut w = self.lock_writer();

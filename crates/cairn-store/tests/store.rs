@@ -3,6 +3,7 @@
 //! append-only event log and the workflow registry.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use cairn_core::artifact::Artifact;
 use cairn_core::ids::RunId;
@@ -275,7 +276,7 @@ fn under_a_backlog_writes_wait_for_company_and_share_fewer_commits() {
     let store = store.with_backlog(backlog.clone());
     backlog.set(true);
     let groups = eight_writers(&path, store);
-    // Eight writers each waiting up to 2 ms after its write: groups of several.
+    // Eight writers each waiting up to COMMIT_WAIT after its write: groups of several.
     assert!(groups * 2 <= WRITES, "{groups} groups for {WRITES} writes");
 
     // One writer alone, no backlog: each of its writes commits by itself, at once.
@@ -285,6 +286,41 @@ fn under_a_backlog_writes_wait_for_company_and_share_fewer_commits() {
         assert!(matches!(store.create_run(&new_run(&format!("alone-{k}"))).unwrap(), CreateRun::Created(_)));
     }
     assert_eq!(store.groups_committed() - before, 20);
+}
+
+/// A group held for company commits as soon as the daemon's steps stop queueing (the backlog
+/// ends), not when its longest wait is over: its writes are acknowledged then, and not before.
+#[test]
+fn a_group_held_for_company_commits_as_soon_as_the_backlog_ends() {
+    let (_dir, path, store) = sqlite_db();
+    let backlog = cairn_store::Backlog::default();
+    let store = std::sync::Arc::new(store.with_backlog(backlog.clone()));
+    // So long that only the backlog's end can release the write within this test.
+    store.set_commit_wait(Duration::from_secs(3600));
+    backlog.set(true);
+    let before = store.groups_committed();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || tx.send(store.create_run(&new_run("held")).is_ok()).unwrap())
+    };
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the write was acknowledged while its group waited for company"
+    );
+    assert_eq!(store.groups_committed(), before, "the held group was committed");
+    let count = || -> i64 {
+        Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM workflow_executions WHERE run_id = 'held'", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(count(), 0, "another connection saw the held write");
+    backlog.set(false);
+    assert!(rx.recv_timeout(Duration::from_secs(30)).expect("the backlog's end released the held write"));
+    writer.join().unwrap();
+    assert_eq!(store.groups_committed(), before + 1);
+    assert_eq!(count(), 1);
 }
 
 /// Writes that succeed or fail in `eight_writers`.

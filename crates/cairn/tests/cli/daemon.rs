@@ -343,8 +343,9 @@ fn killed_at_a_group_commit(nth: u32) {
         chain += &format!("[[steps]]\nid = \"s{i}\"\ntool = \"t\"\n{needs}\n");
     }
     c.add(&write_workflow(&c.path("grouped"), &chain, &[("tools/log.sh", tool)]));
-    // Two step slots for eight runs: steps of several runs queue for them, so commits wait for
-    // company (the backlog) and groups of several writes form as under load, not by chance.
+    // Two step slots for twelve runs: steps of several runs queue for them (six and more, the
+    // backlog), so commits wait for company and groups of several writes form as under load, not
+    // by chance.
     let started = c
         .std_command(&["daemon", "start", "--workers", "2", "--json"])
         .env("CAIRN_TEST_CRASH_AT", format!("group-commit:{nth}"))
@@ -352,7 +353,7 @@ fn killed_at_a_group_commit(nth: u32) {
     let started = Out::of_json(started.unwrap(), "daemon start", Duration::ZERO).expect(0);
     let first = reaper.daemon(started.json["pid"].as_i64().unwrap() as i32);
     let runs: Vec<(String, PathBuf)> =
-        (0..8).map(|i| (format!("G{i}"), c.home().join(format!("runs/G{i}/starts.log")))).collect();
+        (0..12).map(|i| (format!("G{i}"), c.home().join(format!("runs/G{i}/starts.log")))).collect();
     let mut runners = Vec::new();
     for (run_id, _) in &runs {
         runners.push(reaper.spawn(&c, &c.run_args("grouped", &json!({}), &["--run-id", run_id, "--json"])));
