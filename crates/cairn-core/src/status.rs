@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 macro_rules! text_enum {
-    ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+    ($(#[$m:meta])* $name:ident ($noun:literal) { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum $name { $($variant),+ }
@@ -37,7 +37,7 @@ macro_rules! text_enum {
                 match s {
                     $($text => Ok($name::$variant),)+
                     _ => Err(UnknownName {
-                        kind: stringify!($name),
+                        kind: $noun,
                         given: s.to_string(),
                         expected: vec![$($text),+].join(", "),
                     }),
@@ -48,8 +48,9 @@ macro_rules! text_enum {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{given}` is not a {kind}; expected one of: {expected}")]
+#[error("`{given}` is not {kind}; expected one of: {expected}")]
 pub struct UnknownName {
+    /// What was expected, with its article (`a run status`).
     pub kind: &'static str,
     pub given: String,
     pub expected: String,
@@ -57,7 +58,7 @@ pub struct UnknownName {
 
 text_enum!(
     /// The one outcome class of a tool attempt.
-    Outcome {
+    Outcome ("an outcome") {
         Completed => "COMPLETED",
         TimedOut => "TIMED_OUT",
         Failed => "FAILED",
@@ -69,7 +70,7 @@ text_enum!(
 text_enum!(
     /// What made a FAILED attempt fail, when Cairn could tell from what it saw where the attempt
     /// ran ([`crate::cause`]): a failure a step's `retry_on` can name beside the outcome classes.
-    CauseKind {
+    CauseKind ("a cause") {
         NoSpace => "NO_SPACE",
     }
 );
@@ -149,7 +150,7 @@ impl<'de> serde::Deserialize<'de> for RetryOn {
 
 text_enum!(
     /// The status of a step record.
-    StepStatus {
+    StepStatus ("a step status") {
         Running => "RUNNING",
         Completed => "COMPLETED",
         Failed => "FAILED",
@@ -158,7 +159,7 @@ text_enum!(
 
 text_enum!(
     /// The status of a run.
-    RunStatus {
+    RunStatus ("a run status") {
         Pending => "PENDING",
         Running => "RUNNING",
         Ready => "READY",

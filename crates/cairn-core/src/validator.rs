@@ -40,7 +40,7 @@ impl Op {
             "falsy" => Op::Falsy,
             _ => {
                 return Err(UnknownName {
-                    kind: "validator op",
+                    kind: "a validator op",
                     given: s.into(),
                     expected: Self::NAMES.replace(' ', ", "),
                 });

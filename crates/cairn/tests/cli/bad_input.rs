@@ -324,7 +324,7 @@ fn runs_are_listed_by_status_on_the_cli_as_by_the_api() {
     refused(
         "cairn runs --status DONE",
         out,
-        &["status: `DONE` is not a RunStatus; expected one of: PENDING, RUNNING, READY"],
+        &["status: `DONE` is not a run status; expected one of: PENDING, RUNNING, READY"],
     );
 }
 
