@@ -619,7 +619,7 @@ pub enum DaemonCommand {
         /// Listen on this loopback port (default: one the system chooses).
         #[arg(long)]
         port: Option<u16>,
-        /// Local steps executing at once across all runs (default: the number of CPUs). Eight
+        /// Local steps executing at once across all runs (default: the number of CPUs). Sixteen
         /// times as many runs are in flight, served in turn; a run's `--parallel` bounds its own
         /// share, and steps on SSH or Slurm targets take no local slot.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
