@@ -27,8 +27,8 @@ pub(crate) fn runs_in_flight(slots: usize) -> usize {
 }
 
 /// Sixteen: with eight, the runs held in a commit group for company (crate::slots) left the
-/// slots' queue short more often; under the load bench sixteen did 2–4 % more steps a second for
-/// 5–8 % less of the daemon's CPU a step, and thirty-two no better (BENCHMARKS §18).
+/// slots' queue short more often; under the load bench sixteen did 1–7 % more steps a second for
+/// 4–16 % less of the daemon's CPU a step, and thirty-two no better (BENCHMARKS §18).
 const RUNS_PER_SLOT: usize = 16;
 
 /// One unit of work: a run or a replay child, created already, to execute (or continue).
