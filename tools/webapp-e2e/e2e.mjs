@@ -276,6 +276,11 @@ async function statusFilter(page) {
     ['RUNNING', ['live']],
   ]) {
     await page.selectOption('select#filter-status', status);
+    // Asked of the daemon, so the filter reaches runs older than the newest the page lists.
+    await poll(
+      () => `the ${status} filter to follow the daemon's list of ${status} runs (GET /runs?follow=true&…&status=${status})`,
+      async () => network.some((r) => r.method === 'GET' && r.url.includes('/runs?follow=true') && new URL(r.url).searchParams.get('status') === status),
+    );
     const want = keys.map((k) => EXPECT[k]).sort();
     let got;
     await poll(

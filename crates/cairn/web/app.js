@@ -274,32 +274,47 @@ async function runsPage() {
       h('td', { 'data-col': 'source' }, r.source_run_id ? h('a', { href: `#/runs/${encodeURIComponent(r.source_run_id)}` }, r.source_run_id) : '—'))));
     empty.hidden = shown.length > 0;
     capped.hidden = runs.length < RUNS_SHOWN;
+    const which = runFilters.status ? `${runFilters.status} runs` : 'runs';
+    capped.textContent = `Showing the newest ${RUNS_SHOWN} ${which}; cairn runs --limit N lists more.`;
   };
-  statusSel.addEventListener('change', () => { runFilters.status = statusSel.value; render(); });
+  // A chosen status is asked of the daemon (`status=`), so it finds runs older than the newest
+  // RUNS_SHOWN; the rows already shown are filtered at once meanwhile. The workflow is chosen
+  // among the runs listed.
+  statusSel.addEventListener('change', () => { runFilters.status = statusSel.value; render(); follow(); });
   wfSel.addEventListener('change', () => { runFilters.workflow = wfSel.value; render(); });
+  // The list's stream, ended when the page changes or another status is chosen.
+  let listing = null;
   // The stream sends the list now and on every change, and ends when no run is active; then
   // the page looks again every 2 s, so a new run shows up without a reload.
   const follow = async () => {
-    while (!life.signal.aborted) {
+    listing?.abort();
+    const mine = new AbortController();
+    listing = mine;
+    life.signal.addEventListener('abort', () => mine.abort(), { once: true });
+    const status = runFilters.status;
+    const path = `/runs?follow=true&limit=${RUNS_SHOWN}${status ? `&status=${encodeURIComponent(status)}` : ''}`;
+    shownData = null;
+    while (!mine.signal.aborted) {
       try {
         live.textContent = 'Live: updates as runs change.';
-        await stream(`/runs?follow=true&limit=${RUNS_SHOWN}`, (ev) => {
+        await stream(path, (ev) => {
           // Each new stream begins with the whole list: an unchanged one is not drawn again (an
-          // open filter menu would close).
-          if (ev.event !== 'runs' || ev.data === shownData) return;
+          // open filter menu would close). A list of the status chosen before is dropped.
+          if (mine.signal.aborted || ev.event !== 'runs' || ev.data === shownData) return;
           shownData = ev.data;
           runs = JSON.parse(ev.data).runs;
           problem.replaceChildren();
           render();
           loaded();
-        }, life.signal);
+        }, mine.signal);
+        if (mine.signal.aborted) return;
         live.textContent = 'Live: no run is active; checking every 2 s.';
       } catch (e) {
-        if (life.signal.aborted) return;
+        if (mine.signal.aborted) return;
         problem.textContent = `Cannot follow the runs: ${e.message}. Retrying.`;
         loaded();
       }
-      await sleep(2000, life.signal);
+      await sleep(2000, mine.signal);
     }
   };
   follow();
