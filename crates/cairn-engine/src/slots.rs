@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use cairn_core::ids::RunId;
 
-/// How many steps a slot waiting keep the registry's commits waiting for company: fewer, and the
-/// slots can run dry while a held group waits (under the load bench, BENCHMARKS §18, two a slot
-/// did no better than three).
+/// The steps waiting for a slot, per slot, that keep the registry's commits waiting for company:
+/// with fewer, a held group could leave the slots nothing to start. Under the load bench
+/// (BENCHMARKS §18) one or two a slot did no better than three.
 const BACKLOG_DEPTH: usize = 3;
 
 /// How often a step waiting for a slot looks at its stop signal.
