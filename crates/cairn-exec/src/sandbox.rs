@@ -164,8 +164,7 @@ enum AttemptError {
 /// child (the process's exit as a readable file descriptor), so an attempt costs no helper thread
 /// (only input larger than a pipe's atomic write gets one, to write it).
 pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -> ToolRun {
-    let Ok(run) = run_admitted(cmd, || Ok::<(), std::convert::Infallible>(()), on_start);
-    run
+    supervise_unadmitted(cmd, on_start, true)
 }
 
 /// [`run_tool`], once `admit` lets the tool start (the daemon's step slots): what it gives is
@@ -178,6 +177,12 @@ pub fn run_admitted<H, E>(
     on_start: &mut dyn FnMut(&ProcessIdentity),
 ) -> Result<ToolRun, E> {
     supervise(cmd, admit, on_start, true)
+}
+
+/// [`supervise`] with nothing to wait for before the spawn.
+fn supervise_unadmitted(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_pidfd: bool) -> ToolRun {
+    let Ok(run) = supervise(cmd, || Ok::<(), std::convert::Infallible>(()), on_start, use_pidfd);
+    run
 }
 
 /// [`run_admitted`]; `use_pidfd: false` watches the exit as a kernel without pidfds makes it.
@@ -792,27 +797,23 @@ mod tests {
         }
     }
 
-    fn supervised(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_pidfd: bool) -> ToolRun {
-        let Ok(run) = supervise(cmd, || Ok::<(), std::convert::Infallible>(()), on_start, use_pidfd);
-        run
-    }
-
     /// Without a pidfd the exit is polled: the same outcomes, output and limits.
     #[test]
     fn without_pidfds_the_exit_is_polled_with_the_same_outcomes() {
-        let run = supervised(&sh("cat; echo err-tail-kept >&2", Duration::from_secs(5)), &mut |_| {}, false);
+        let run = supervise_unadmitted(&sh("cat; echo err-tail-kept >&2", Duration::from_secs(5)), &mut |_| {}, false);
         assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
         assert_eq!(run.result, Some(serde_json::json!({})));
         assert_eq!(run.stderr_tail, "il-kept\n");
 
-        let run = supervised(&sh("exit 3", Duration::from_secs(5)), &mut |_| {}, false);
+        let run = supervise_unadmitted(&sh("exit 3", Duration::from_secs(5)), &mut |_| {}, false);
         assert_eq!((run.exit_code, run.error.as_deref()), (Some(3), Some("exited with code 3")));
 
-        let run = supervised(&sh("sleep 5", Duration::from_millis(100)), &mut |_| {}, false);
+        let run = supervise_unadmitted(&sh("sleep 5", Duration::from_millis(100)), &mut |_| {}, false);
         assert_eq!(run.error.as_deref(), Some("exceeded its timeout of 100 ms and was terminated"));
         assert!(run.duration < Duration::from_secs(2), "{run:?}");
 
-        let run = supervised(&sh("head -c 5000 /dev/zero; sleep 5", Duration::from_secs(5)), &mut |_| {}, false);
+        let run =
+            supervise_unadmitted(&sh("head -c 5000 /dev/zero; sleep 5", Duration::from_secs(5)), &mut |_| {}, false);
         assert_eq!(run.error.as_deref(), Some("wrote more than 1024 bytes to stdout"));
         assert!(run.duration < Duration::from_secs(2), "{run:?}");
     }

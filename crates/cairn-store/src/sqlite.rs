@@ -97,6 +97,13 @@ struct Ends {
     cv: Condvar,
 }
 
+impl Ends {
+    fn lock(&self) -> MutexGuard<'_, Ended> {
+        // A panic while holding it leaves the numbers as they were: still true.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The end of the groups of writes: the last committed, and the last that failed with why.
 #[derive(Default)]
 struct Ended {
@@ -184,7 +191,7 @@ impl Sqlite {
     /// How many groups were committed so far: the groups are numbered from 1 in order, and
     /// each ends before the next begins.
     pub(crate) fn groups_committed(&self) -> u64 {
-        self.ended.state.lock().unwrap_or_else(|p| p.into_inner()).committed
+        self.ended.lock().committed
     }
 
     /// Lets a group wait for company while `backlog` is set.
@@ -192,10 +199,15 @@ impl Sqlite {
         let ends = self.ended.clone();
         backlog.on_end(Box::new(move || {
             // Under the lock a waiter checks the backlog in: its wake-up cannot be missed.
-            let _held = ends.state.lock().unwrap_or_else(|p| p.into_inner());
+            let _held = ends.lock();
             ends.cv.notify_all();
         }));
         let _ = self.backlog.set(backlog);
+    }
+
+    /// Whether the daemon's steps queue for its slots: a group then waits for company.
+    fn backlogged(&self) -> bool {
+        self.backlog.get().is_some_and(crate::Backlog::is_set)
     }
 
     /// The longest a group waits for company.
@@ -236,7 +248,7 @@ impl Sqlite {
             // A failed COMMIT may leave the transaction open: nothing of the group stays.
             let _ = w.conn.execute_batch("ROLLBACK");
         }
-        let mut ended = self.ended.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ended = self.ended.lock();
         match &done {
             Ok(()) => ended.committed = group,
             Err(e) => ended.failed = Some((group, e.clone())),
@@ -255,7 +267,7 @@ impl Sqlite {
     /// Waits until `group` has ended (how), or (`None`) `until` has passed or the backlog has
     /// ended.
     fn wait_until(&self, group: u64, until: Option<Instant>) -> Option<Result<(), StoreError>> {
-        let mut ended = self.ended.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ended = self.ended.lock();
         loop {
             if let Some((failed, e)) = &ended.failed
                 && *failed == group
@@ -269,7 +281,7 @@ impl Sqlite {
                 None => self.ended.cv.wait(ended).unwrap_or_else(|p| p.into_inner()),
                 Some(at) => {
                     let left = at.saturating_duration_since(Instant::now());
-                    if left.is_zero() || !self.backlog.get().is_some_and(crate::Backlog::is_set) {
+                    if left.is_zero() || !self.backlogged() {
                         return None;
                     }
                     self.ended.cv.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0
@@ -305,7 +317,7 @@ impl Sqlite {
                 w.parts = 0;
                 w.open = None;
                 let _ = w.conn.execute_batch("ROLLBACK");
-                let mut ended = self.ended.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut ended = self.ended.lock();
                 ended.failed = Some((group, e.clone()));
                 drop(ended);
                 self.ended.cv.notify_all();
@@ -314,7 +326,7 @@ impl Sqlite {
         };
         w.parts += 1;
         let alone = self.queued.load(Ordering::SeqCst) == 0;
-        if w.parts >= GROUP_MAX || (alone && !self.backlog.get().is_some_and(crate::Backlog::is_set)) {
+        if w.parts >= GROUP_MAX || (alone && !self.backlogged()) {
             self.commit_group(&mut w)?;
             drop(w);
         } else if !alone {
