@@ -89,7 +89,9 @@ for line in open(f"{out}/daemon-stacks.txt"):
         if stack is not None:
             samples.append(stack)
         stack = None
-    elif not line.startswith((" ", "\t")):
+    elif not line.startswith("\t"):
+        # The sample's line (its tid, padded with spaces when short); its frames are indented by
+        # a tab.
         stack = []
     elif stack is not None:
         parts = line.strip().split(None, 1)

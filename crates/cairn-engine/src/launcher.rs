@@ -94,14 +94,21 @@ impl LaunchContext<'_> {
     /// tool starts and given back as soon as it ends, so the slots bound the tools running and
     /// the daemon's work around each (a directory made, output read, the commit) runs beside
     /// them rather than leave a CPU idle.
+    ///
+    /// `launch` starts the tool: it runs once the slot is had, on this thread or on the thread
+    /// that hands the slot over (never, on `Err`).
     pub(crate) fn step_slot(
         &self,
         a: &AttemptLaunch<'_>,
         halted: &dyn Fn() -> bool,
+        launch: cairn_exec::Launch,
     ) -> Result<Option<crate::slots::Slot<'_>>, ()> {
         match self.engine.slots.get().filter(|_| !a.placement.is_remote()) {
-            Some(slots) => slots.acquire(a.run_id, halted).map(Some).ok_or(()),
-            None => Ok(None),
+            Some(slots) => slots.acquire(a.run_id, halted, launch).map(Some).ok_or(()),
+            None => {
+                launch();
+                Ok(None)
+            }
         }
     }
 
@@ -291,7 +298,7 @@ fn launch_attempt(
         // daemon's own environment.
         env.extend(secrets.iter().cloned());
         let cmd = tool_command(ctx, a, env);
-        let admit = || ctx.step_slot(a, halted);
+        let admit = |launch| ctx.step_slot(a, halted, launch);
         let run = run_admitted(&cmd, admit, &mut |p: &ProcessIdentity| {
             crate::crash_at(
                 &ctx.options().crash,
@@ -348,7 +355,7 @@ fn launch_attempt(
         secrets,
     };
     // Here, the agent's launch holds a step slot until it ends (none on a target).
-    let Ok(_slot) = ctx.step_slot(a, halted) else { return AttemptEnd::Halted };
+    let Ok(_slot) = ctx.step_slot(a, halted, Box::new(|| {})) else { return AttemptEnd::Halted };
     let (end, summary) = watching(ctx, a, jobs, || {
         followed(ctx.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
     });

@@ -6,12 +6,17 @@
 //! sum. A free slot goes to the waiting run served least recently — round robin by run, not by
 //! step — so a run with a thousand ready steps takes its turn like a serial one and none starves
 //! behind it. Steps on a remote target (SSH, Slurm) hold no slot: they run elsewhere.
+//!
+//! A slot given back is handed to the next waiter with its tool already started: the releasing
+//! thread, awake as its own tool ended, runs the waiter's launch before it wakes the waiter, so
+//! the slot is not left idle while that thread is scheduled (BENCHMARKS §18).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use cairn_core::ids::RunId;
+use cairn_exec::Launch;
 
 /// The steps waiting for a slot, per slot, that keep the registry's commits waiting for company:
 /// with fewer, a held group could leave the slots nothing to start. Under the load bench
@@ -45,9 +50,11 @@ struct State {
 struct Waiter {
     run: RunId,
     grant: Arc<Grant>,
+    /// Run by the thread that hands this waiter its slot, before it sets `given`.
+    launch: Launch,
 }
 
-/// Set by the releasing thread when it hands its slot to this waiter.
+/// Set by the releasing thread when it has handed its slot to this waiter and run its launch.
 #[derive(Default)]
 struct Grant {
     given: Mutex<bool>,
@@ -74,18 +81,22 @@ impl StepSlots {
         StepSlots { capacity: capacity.max(1), state: Mutex::new(State::default()), backlog }
     }
 
-    /// Waits for a slot for a step of `run`; `None` when `halted` says the step is to stop
-    /// meanwhile (a cancel or a shutdown), holding nothing.
-    pub(crate) fn acquire(&self, run: &RunId, halted: &dyn Fn() -> bool) -> Option<Slot<'_>> {
+    /// Waits for a slot for a step of `run` and runs `launch` (the step's tool's spawn) once it
+    /// has one, on this thread or on the thread that hands the slot over. `None` when `halted`
+    /// says the step is to stop meanwhile (a cancel or a shutdown): holding nothing, and
+    /// `launch` never run.
+    pub(crate) fn acquire(&self, run: &RunId, halted: &dyn Fn() -> bool, launch: Launch) -> Option<Slot<'_>> {
         let grant = {
             let mut state = lock(&self.state);
             if state.used < self.capacity && state.waiting.is_empty() {
                 state.used += 1;
                 state.serve(run);
+                drop(state);
+                launch();
                 return Some(Slot { slots: self });
             }
             let grant = Arc::new(Grant::default());
-            state.waiting.push(Waiter { run: run.clone(), grant: grant.clone() });
+            state.waiting.push(Waiter { run: run.clone(), grant: grant.clone(), launch });
             self.backlog.set(state.backlogged(self.capacity));
             grant
         };
@@ -102,31 +113,39 @@ impl StepSlots {
                     self.backlog.set(state.backlogged(self.capacity));
                     return None;
                 }
-                // Handed over between the look and the lock: passed on to the next in line.
                 drop(state);
-                drop(Slot { slots: self });
-                return None;
+                // Handed over between the look and the lock: its tool is being started, and
+                // runs; the caller stops it once it can name it, as a stop that came during a
+                // spawn.
+                given = lock(&grant.given);
+                while !*given {
+                    given = grant.wake.wait(given).unwrap_or_else(PoisonError::into_inner);
+                }
+                return Some(Slot { slots: self });
             }
             given = grant.wake.wait_timeout(given, STOP_POLL).unwrap_or_else(PoisonError::into_inner).0;
         }
     }
 
     /// Hands the slot to the waiting run served least recently (the first to arrive among
-    /// equals), or frees it.
+    /// equals), starting its tool on this thread before waking it, or frees it.
     fn release(&self) {
         let mut state = lock(&self.state);
         let next = (0..state.waiting.len())
             .min_by_key(|&i| (state.served.get(&state.waiting[i].run).copied().unwrap_or(0), i));
-        match next {
-            Some(i) => {
-                let waiter = state.waiting.remove(i);
-                self.backlog.set(state.backlogged(self.capacity));
-                state.serve(&waiter.run);
-                *lock(&waiter.grant.given) = true;
-                waiter.grant.wake.notify_one();
-            }
-            None => state.used = state.used.saturating_sub(1),
-        }
+        let Some(i) = next else {
+            state.used = state.used.saturating_sub(1);
+            return;
+        };
+        let waiter = state.waiting.remove(i);
+        self.backlog.set(state.backlogged(self.capacity));
+        state.serve(&waiter.run);
+        drop(state);
+        // A launch that panics started nothing; its waiter is woken all the same and finds no
+        // process (`cairn_exec::run_admitted` reports the tool not started).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(waiter.launch));
+        *lock(&waiter.grant.given) = true;
+        waiter.grant.wake.notify_one();
     }
 
     /// Slots in use and steps waiting for one.
@@ -166,6 +185,54 @@ mod tests {
         RunId::parse(id).unwrap()
     }
 
+    fn nothing() -> Launch {
+        Box::new(|| {})
+    }
+
+    /// A slot handed over comes with its tool started by the thread that gave it back, before
+    /// the waiter wakes: the slot never waits for the waiter to be scheduled. A waiter stopped
+    /// meanwhile starts nothing.
+    #[test]
+    fn a_slot_handed_over_starts_the_waiters_tool_on_the_releasing_thread() {
+        let slots = StepSlots::new(1, cairn_store::Backlog::default());
+        let here = std::thread::current().id();
+        let ran_on = Arc::new(Mutex::new(None));
+        let first = slots.acquire(&run("a"), &|| false, {
+            let ran_on = ran_on.clone();
+            Box::new(move || *lock(&ran_on) = Some(std::thread::current().id()))
+        });
+        assert_eq!(*lock(&ran_on), Some(here), "a free slot: launched by the caller at once");
+        let stopped_launched = Arc::new(AtomicBool::new(false));
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let slots = &slots;
+            let into = ran_on.clone();
+            let waiter = s.spawn(move || {
+                let launch: Launch = Box::new(move || *lock(&into) = Some(std::thread::current().id()));
+                slots.acquire(&run("b"), &|| false, launch).is_some()
+            });
+            let stopped = {
+                let launched = stopped_launched.clone();
+                let stop = &stop;
+                s.spawn(move || {
+                    let launch: Launch = Box::new(move || launched.store(true, Ordering::SeqCst));
+                    slots.acquire(&run("c"), &|| stop.load(Ordering::SeqCst), launch).is_none()
+                })
+            };
+            while slots.load().1 < 2 {
+                std::thread::yield_now();
+            }
+            stop.store(true, Ordering::SeqCst);
+            assert!(stopped.join().unwrap(), "the stopped step got no slot");
+            *lock(&ran_on) = None;
+            drop(first);
+            assert_eq!(*lock(&ran_on), Some(here), "the waiter's tool was started by the thread giving the slot back");
+            assert!(waiter.join().unwrap());
+        });
+        assert!(!stopped_launched.load(Ordering::SeqCst), "a stopped waiter's tool never started");
+        assert_eq!(slots.load(), (0, 0));
+    }
+
     #[test]
     fn no_more_than_the_capacity_hold_a_slot_at_once() {
         let slots = StepSlots::new(2, cairn_store::Backlog::default());
@@ -175,7 +242,7 @@ mod tests {
                 let (slots, now, most) = (&slots, &now, &most);
                 s.spawn(move || {
                     for _ in 0..50 {
-                        let _slot = slots.acquire(&run(&format!("r{t}")), &|| false).unwrap();
+                        let _slot = slots.acquire(&run(&format!("r{t}")), &|| false, nothing()).unwrap();
                         let n = now.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(n, Ordering::SeqCst);
                         std::thread::yield_now();
@@ -193,13 +260,13 @@ mod tests {
     #[test]
     fn a_free_slot_goes_to_the_run_served_least_recently() {
         let slots = StepSlots::new(1, cairn_store::Backlog::default());
-        let held = slots.acquire(&run("big"), &|| false).unwrap();
+        let held = slots.acquire(&run("big"), &|| false, nothing()).unwrap();
         let order = Mutex::new(Vec::new());
         std::thread::scope(|s| {
             let (slots, order) = (&slots, &order);
             for _ in 0..3 {
                 s.spawn(move || {
-                    let _slot = slots.acquire(&run("big"), &|| false).unwrap();
+                    let _slot = slots.acquire(&run("big"), &|| false, nothing()).unwrap();
                     lock(order).push("big");
                 });
             }
@@ -207,7 +274,7 @@ mod tests {
                 std::thread::yield_now();
             }
             s.spawn(move || {
-                let _slot = slots.acquire(&run("small"), &|| false).unwrap();
+                let _slot = slots.acquire(&run("small"), &|| false, nothing()).unwrap();
                 lock(order).push("small");
             });
             while slots.load().1 < 4 {
@@ -222,10 +289,10 @@ mod tests {
     #[test]
     fn a_stop_ends_the_wait_holding_nothing() {
         let slots = StepSlots::new(1, cairn_store::Backlog::default());
-        let held = slots.acquire(&run("a"), &|| false).unwrap();
+        let held = slots.acquire(&run("a"), &|| false, nothing()).unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| slots.acquire(&run("b"), &|| stop.load(Ordering::SeqCst)).is_none());
+            let waiter = s.spawn(|| slots.acquire(&run("b"), &|| stop.load(Ordering::SeqCst), nothing()).is_none());
             while slots.load().1 < 1 {
                 std::thread::yield_now();
             }
@@ -245,11 +312,11 @@ mod tests {
     fn the_backlog_is_set_while_enough_steps_of_several_runs_wait() {
         let backlog = cairn_store::Backlog::default();
         let slots = StepSlots::new(1, backlog.clone());
-        let held = slots.acquire(&run("a"), &|| false).unwrap();
+        let held = slots.acquire(&run("a"), &|| false, nothing()).unwrap();
         std::thread::scope(|s| {
             let slots = &slots;
             let queue = |id: &'static str, waiting: usize| {
-                s.spawn(move || drop(slots.acquire(&run(id), &|| false)));
+                s.spawn(move || drop(slots.acquire(&run(id), &|| false, nothing())));
                 while slots.load().1 < waiting {
                     std::thread::yield_now();
                 }
@@ -267,11 +334,11 @@ mod tests {
 
         // Two runs, but fewer steps waiting than the depth: every commit goes at once.
         let slots = StepSlots::new(1, backlog.clone());
-        let held = slots.acquire(&run("a"), &|| false).unwrap();
+        let held = slots.acquire(&run("a"), &|| false, nothing()).unwrap();
         std::thread::scope(|s| {
             let slots = &slots;
-            s.spawn(move || drop(slots.acquire(&run("a"), &|| false)));
-            s.spawn(move || drop(slots.acquire(&run("b"), &|| false)));
+            s.spawn(move || drop(slots.acquire(&run("a"), &|| false, nothing())));
+            s.spawn(move || drop(slots.acquire(&run("b"), &|| false, nothing())));
             while slots.load().1 < 2 {
                 std::thread::yield_now();
             }

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -122,6 +122,8 @@ enum AttemptError {
     NoProgram,
     #[error("could not be started: `{program}`: {source}")]
     Spawn { program: String, source: io::Error },
+    #[error("could not be started: the thread that admitted it failed before its spawn")]
+    NotLaunched,
     #[error("could not be waited for: {0}")]
     Wait(io::Error),
     #[error("exceeded its timeout of {} and was terminated", human(*.timeout))]
@@ -167,28 +169,47 @@ pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -
     supervise_unadmitted(cmd, on_start, true)
 }
 
-/// [`run_tool`], once `admit` lets the tool start (the daemon's step slots): what it gives is
-/// held from just before the spawn until the tool's group is gone, and dropped then, so what it
-/// bounds is the tools running, not the work before a spawn and after an exit (a directory made,
-/// output read). `admit`'s error: the tool was not started.
+/// [`run_tool`], once `admit` lets the tool start (the daemon's step slots). `admit` is given the
+/// tool's [`Launch`] and runs it once the tool may start, on its own thread or on whichever
+/// thread admits it (a step slot's releaser starts the next tool itself, so a slot is not left
+/// idle while the waiting thread wakes). What `admit` returns is held until the tool's group is
+/// gone, and dropped then, so what it bounds is the tools running, not the work before a spawn
+/// and after an exit (a directory made, output read). `admit`'s error: the tool was not started
+/// (and its launch was dropped, never run).
 pub fn run_admitted<H, E>(
     cmd: &ToolCommand,
-    admit: impl FnOnce() -> Result<H, E>,
+    admit: impl FnOnce(Launch) -> Result<H, E>,
     on_start: &mut dyn FnMut(&ProcessIdentity),
 ) -> Result<ToolRun, E> {
     supervise(cmd, admit, on_start, true)
 }
 
+/// An admitted tool's spawn: run once, by the thread that admits the tool ([`run_admitted`]).
+pub type Launch = Box<dyn FnOnce() + Send>;
+
+/// What a [`Launch`] leaves for the thread supervising the tool.
+struct Launched {
+    /// When the spawn began: the tool's own time starts here, after any wait for admission.
+    started: Instant,
+    child: io::Result<Child>,
+    /// Time spent in `Command::spawn`.
+    spawn: Duration,
+}
+
 /// [`supervise`] with nothing to wait for before the spawn.
 fn supervise_unadmitted(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_pidfd: bool) -> ToolRun {
-    let Ok(run) = supervise(cmd, || Ok::<(), std::convert::Infallible>(()), on_start, use_pidfd);
+    let admit = |launch: Launch| {
+        launch();
+        Ok::<(), std::convert::Infallible>(())
+    };
+    let Ok(run) = supervise(cmd, admit, on_start, use_pidfd);
     run
 }
 
 /// [`run_admitted`]; `use_pidfd: false` watches the exit as a kernel without pidfds makes it.
 fn supervise<H, E>(
     cmd: &ToolCommand,
-    admit: impl FnOnce() -> Result<H, E>,
+    admit: impl FnOnce(Launch) -> Result<H, E>,
     on_start: &mut dyn FnMut(&ProcessIdentity),
     use_pidfd: bool,
 ) -> Result<ToolRun, E> {
@@ -211,12 +232,19 @@ fn supervise<H, E>(
         // process, however large).
         .process_group(0);
 
-    let admitted = admit()?;
-    // The tool's own time starts here, after any wait for admission.
-    let started = Instant::now();
-    let spawned = command.spawn();
-    let spawn = started.elapsed();
-    let mut child = match spawned {
+    let launched: Arc<Mutex<Option<Launched>>> = Arc::default();
+    let into = launched.clone();
+    let launch: Launch = Box::new(move || {
+        let started = Instant::now();
+        let child = command.spawn();
+        *lock(&into) = Some(Launched { started, child, spawn: started.elapsed() });
+    });
+    let admitted = admit(launch)?;
+    // Admitted, the launch has run; had it not (a panic on the thread that ran it), nothing started.
+    let Some(Launched { started, child, spawn }) = lock(&launched).take() else {
+        return Ok(not_started(AttemptError::NotLaunched, Duration::ZERO, Instant::now()));
+    };
+    let mut child = match child {
         Ok(child) => child,
         Err(source) => {
             let err = AttemptError::Spawn { program: program.clone(), source };
@@ -313,6 +341,10 @@ fn supervise<H, E>(
     run.spawn = spawn;
     run.duration = started.elapsed();
     Ok(run)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The scrubbed environment: the `BASE_ENV` variables taken from this process's environment when

@@ -105,10 +105,11 @@ fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
     let held = AtomicBool::new(false);
     let cmd = sh(dir.path(), "cat; sleep 0.2");
     let mut seen_running = None;
-    let admit = || {
+    let admit = |launch: cairn_exec::Launch| {
         // A slot long in coming: its wait is not the tool's time.
         std::thread::sleep(Duration::from_millis(500));
         held.store(true, Ordering::SeqCst);
+        launch();
         Ok::<_, ()>(Held(&held))
     };
     let run = cairn_exec::run_admitted(&cmd, admit, &mut |_| seen_running = Some(held.load(Ordering::SeqCst))).unwrap();
@@ -120,9 +121,31 @@ fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
     // Refused: nothing starts.
     let marker = dir.path().join("started");
     let cmd = command(dir.path(), &["/usr/bin/touch", marker.to_str().unwrap()]);
-    let refused = cairn_exec::run_admitted(&cmd, || Err::<(), _>("stopped"), &mut |_| panic!("started"));
+    let refused = cairn_exec::run_admitted(&cmd, |_| Err::<(), _>("stopped"), &mut |_| panic!("started"));
     assert_eq!(refused.err(), Some("stopped"));
     assert!(!marker.exists());
+
+    // Started by another thread (a step slot's releaser): supervised here all the same.
+    let cmd = sh(dir.path(), "cat > /dev/null; echo '{\"ok\": 1}'");
+    let admit = |launch: cairn_exec::Launch| {
+        std::thread::spawn(launch).join().unwrap();
+        Ok::<_, ()>(())
+    };
+    let mut reported = None;
+    let run = cairn_exec::run_admitted(&cmd, admit, &mut |p| reported = Some(p.pid)).unwrap();
+    assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
+    assert_eq!(run.result, Some(serde_json::json!({"ok": 1})));
+    assert!(reported.is_some());
+
+    // Admitted, but its launch never ran (the thread that was to run it failed): nothing
+    // started, said so.
+    let dropped = |launch: cairn_exec::Launch| {
+        drop(launch);
+        Ok::<_, ()>(())
+    };
+    let run = cairn_exec::run_admitted(&cmd, dropped, &mut |_| panic!("started")).unwrap();
+    assert_eq!(run.outcome, Outcome::Failed);
+    assert_eq!(run.error.as_deref(), Some("could not be started: the thread that admitted it failed before its spawn"));
 }
 
 #[test]
