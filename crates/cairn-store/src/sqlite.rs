@@ -87,14 +87,28 @@ struct Writer {
     next: u64,
     /// When the open group began.
     opened: Instant,
+    /// One of the open group's writes waits for company, to commit it when the wait is over:
+    /// the others wait for its end alone, so the backlog's end wakes one thread, not each.
+    held: bool,
 }
 
 /// The end of the groups of writes, and what their writes wait on.
 #[derive(Default)]
 struct Ends {
     state: Mutex<Ended>,
-    /// Notified when a group ends, and when the daemon's backlog does.
+    /// Notified when a group ends.
     cv: Condvar,
+    /// What the write holding the open group for company waits on: notified when a group ends,
+    /// and when the daemon's backlog does.
+    hold: Condvar,
+}
+
+impl Ends {
+    /// A group ended: its writes, and its holder, are told.
+    fn notify(&self) {
+        self.cv.notify_all();
+        self.hold.notify_all();
+    }
 }
 
 impl Ends {
@@ -169,7 +183,7 @@ impl Sqlite {
         reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         stable_plans(&reader)?;
         Ok(Sqlite {
-            conn: Mutex::new(Writer { conn, open: None, parts: 0, next: 1, opened: Instant::now() }),
+            conn: Mutex::new(Writer { conn, open: None, parts: 0, next: 1, opened: Instant::now(), held: false }),
             queued: AtomicUsize::new(0),
             ended: Arc::default(),
             reader: Mutex::new(reader),
@@ -200,7 +214,7 @@ impl Sqlite {
         backlog.on_end(Box::new(move || {
             // Under the lock a waiter checks the backlog in: its wake-up cannot be missed.
             let _held = ends.lock();
-            ends.cv.notify_all();
+            ends.hold.notify_all();
         }));
         let _ = self.backlog.set(backlog);
     }
@@ -243,6 +257,7 @@ impl Sqlite {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
         w.parts = 0;
+        w.held = false;
         let done = exec(&w.conn, "COMMIT").map_err(db).map_err(|e| on_disk(&self.path, e));
         if done.is_err() {
             // A failed COMMIT may leave the transaction open: nothing of the group stays.
@@ -254,7 +269,7 @@ impl Sqlite {
             Err(e) => ended.failed = Some((group, e.clone())),
         }
         drop(ended);
-        self.ended.cv.notify_all();
+        self.ended.notify();
         done
     }
 
@@ -265,7 +280,7 @@ impl Sqlite {
     }
 
     /// Waits until `group` has ended (how), or (`None`) `until` has passed or the backlog has
-    /// ended.
+    /// ended: the wait of the write holding the group for company (with `until`), or of any.
     fn wait_until(&self, group: u64, until: Option<Instant>) -> Option<Result<(), StoreError>> {
         let mut ended = self.ended.lock();
         loop {
@@ -284,7 +299,7 @@ impl Sqlite {
                     if left.is_zero() || !self.backlogged() {
                         return None;
                     }
-                    self.ended.cv.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0
+                    self.ended.hold.wait_timeout(ended, left).unwrap_or_else(|p| p.into_inner()).0
                 }
             };
         }
@@ -316,11 +331,12 @@ impl Sqlite {
                 let e = on_disk(&self.path, e);
                 w.parts = 0;
                 w.open = None;
+                w.held = false;
                 let _ = w.conn.execute_batch("ROLLBACK");
                 let mut ended = self.ended.lock();
                 ended.failed = Some((group, e.clone()));
                 drop(ended);
-                self.ended.cv.notify_all();
+                self.ended.notify();
                 return Err(e);
             }
         };
@@ -329,17 +345,18 @@ impl Sqlite {
         if w.parts >= GROUP_MAX || (alone && !self.backlogged()) {
             self.commit_group(&mut w)?;
             drop(w);
-        } else if !alone {
+        } else if !alone || w.held {
             // Another write waits for the connection: it joins this group, and the last of
-            // them commits it.
+            // them commits it; or one already holds the group for company, and commits it.
             drop(w);
             if out.is_ok() {
                 self.wait_for(group)?;
             }
         } else {
             // Steps queue for the slots: the group stays open for more writes until they no
-            // longer queue (or at most COMMIT_WAIT), and whichever of its writers wakes first
-            // then commits it.
+            // longer queue (or at most COMMIT_WAIT), and this write, its holder, then commits it
+            // (unless another write has: the group filled, or one came once the backlog ended).
+            w.held = true;
             let until = w.opened + self.commit_wait();
             drop(w);
             if self.wait_until(group, Some(until)).is_none() {

@@ -295,32 +295,39 @@ fn a_group_held_for_company_commits_as_soon_as_the_backlog_ends() {
     let (_dir, path, store) = sqlite_db();
     let backlog = cairn_store::Backlog::default();
     let store = std::sync::Arc::new(store.with_backlog(backlog.clone()));
-    // So long that only the backlog's end can release the write within this test.
+    // So long that only the backlog's end can release the writes within this test.
     store.set_commit_wait(Duration::from_secs(3600));
     backlog.set(true);
     let before = store.groups_committed();
     let (tx, rx) = std::sync::mpsc::channel();
-    let writer = {
-        let store = store.clone();
-        std::thread::spawn(move || tx.send(store.create_run(&new_run("held")).is_ok()).unwrap())
+    let write = |id: &'static str| {
+        let (store, tx) = (store.clone(), tx.clone());
+        std::thread::spawn(move || tx.send((id, store.create_run(&new_run(id)).is_ok())).unwrap())
     };
+    // The first holds the group for company; the second joins it and waits for its end.
+    let writers = [write("held-1"), write("held-2")];
     assert!(
         rx.recv_timeout(Duration::from_millis(300)).is_err(),
-        "the write was acknowledged while its group waited for company"
+        "a write was acknowledged while its group waited for company"
     );
     assert_eq!(store.groups_committed(), before, "the held group was committed");
     let count = || -> i64 {
         Connection::open(&path)
             .unwrap()
-            .query_row("SELECT count(*) FROM workflow_executions WHERE run_id = 'held'", [], |r| r.get(0))
+            .query_row("SELECT count(*) FROM workflow_executions WHERE run_id LIKE 'held-%'", [], |r| r.get(0))
             .unwrap()
     };
-    assert_eq!(count(), 0, "another connection saw the held write");
+    assert_eq!(count(), 0, "another connection saw a held write");
     backlog.set(false);
-    assert!(rx.recv_timeout(Duration::from_secs(30)).expect("the backlog's end released the held write"));
-    writer.join().unwrap();
-    assert_eq!(store.groups_committed(), before + 1);
-    assert_eq!(count(), 1);
+    for _ in 0..2 {
+        let (id, ok) = rx.recv_timeout(Duration::from_secs(30)).expect("the backlog's end released the held writes");
+        assert!(ok, "{id} failed");
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(store.groups_committed(), before + 1, "the two writes shared one group");
+    assert_eq!(count(), 2);
 }
 
 /// Writes that succeed or fail in `eight_writers`.
