@@ -94,7 +94,8 @@ pub struct ToolRun {
     pub disks: Vec<DiskSpace>,
     /// Time spent in `Command::spawn`.
     pub spawn: Duration,
-    /// From spawn to the process having exited and its output collected.
+    /// From spawn to the process having exited and its output collected (without the time its
+    /// admission took to be given back: another tool's start).
     pub duration: Duration,
 }
 
@@ -313,7 +314,11 @@ fn supervise<H, E>(
     // The direct child is gone: kill whatever else is left of its group, so no grandchild survives
     // holding the pipes.
     kill_group(pgid, Signal::SIGKILL);
+    // Giving the admission back may start the next tool on this thread (a step slot's next
+    // waiter): that time is not this tool's.
+    let handing = Instant::now();
     drop(admitted);
+    let handing = handing.elapsed();
     let all_closed = watch.for_pipes(PIPE_CLOSE_WAIT);
     // Output read after the exit counts against the bound as well.
     ended.overflow |= watch.overflow;
@@ -339,7 +344,7 @@ fn supervise<H, E>(
         run.disks = crate::space::disk_space(&[&cmd.cwd]);
     }
     run.spawn = spawn;
-    run.duration = started.elapsed();
+    run.duration = started.elapsed().saturating_sub(handing);
     Ok(run)
 }
 

@@ -137,6 +137,22 @@ fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
     assert_eq!(run.result, Some(serde_json::json!({"ok": 1})));
     assert!(reported.is_some());
 
+    // What giving the admission back costs (a step slot's releaser starts the next tool then)
+    // is not the tool's time.
+    struct SlowRelease;
+    impl Drop for SlowRelease {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    }
+    let admit = |launch: cairn_exec::Launch| {
+        launch();
+        Ok::<_, ()>(SlowRelease)
+    };
+    let run = cairn_exec::run_admitted(&cmd, admit, &mut |_| {}).unwrap();
+    assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
+    assert!(run.duration < Duration::from_millis(400), "{run:?}");
+
     // Admitted, but its launch never ran (the thread that was to run it failed): nothing
     // started, said so.
     let dropped = |launch: cairn_exec::Launch| {
