@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -233,16 +233,17 @@ fn supervise<H, E>(
         // process, however large).
         .process_group(0);
 
-    let launched: Arc<Mutex<Option<Launched>>> = Arc::default();
+    let launched: Arc<OnceLock<Launched>> = Arc::default();
     let into = launched.clone();
     let launch: Launch = Box::new(move || {
         let started = Instant::now();
         let child = command.spawn();
-        *lock(&into) = Some(Launched { started, child, spawn: started.elapsed() });
+        let _ = into.set(Launched { started, child, spawn: started.elapsed() });
     });
     let admitted = admit(launch)?;
-    // Admitted, the launch has run; had it not (a panic on the thread that ran it), nothing started.
-    let Some(Launched { started, child, spawn }) = lock(&launched).take() else {
+    // Admitted, the launch has run (and is gone, with its handle on the cell); had it not (a
+    // panic on the thread that ran it), nothing started.
+    let Some(Launched { started, child, spawn }) = Arc::into_inner(launched).and_then(OnceLock::into_inner) else {
         return Ok(not_started(AttemptError::NotLaunched, Duration::ZERO, Instant::now()));
     };
     let mut child = match child {
@@ -346,10 +347,6 @@ fn supervise<H, E>(
     run.spawn = spawn;
     run.duration = started.elapsed().saturating_sub(handing);
     Ok(run)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The scrubbed environment: the `BASE_ENV` variables taken from this process's environment when

@@ -109,9 +109,7 @@ impl Ends {
         self.cv.notify_all();
         self.hold.notify_all();
     }
-}
 
-impl Ends {
     fn lock(&self) -> MutexGuard<'_, Ended> {
         // A panic while holding it leaves the numbers as they were: still true.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
