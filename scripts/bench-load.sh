@@ -12,6 +12,10 @@
 #   BENCH_RUNS=1000       runs submitted
 #   BENCH_STEPS=10        steps of each run (a chain)
 #   BENCH_CLIENTS=20      clients POSTing at once
+#   BENCH_CONNECTION=keep-alive   each client keeps its connection open from one request to the
+#                         next, as an HTTP client library's session does; `close` opens one a
+#                         request (as `urllib.request` does: the figures of BENCHMARKS §18 before
+#                         its eighth increment)
 #   BENCH_WORKERS=        --workers of the daemon (default: its own)
 #   BENCH_TMP=/tmp        where the state root is made
 #   BENCH_OUT=bench-out/load-<time>   where raw outputs are kept
@@ -34,6 +38,11 @@ WORKERS=${BENCH_WORKERS:-}
 TMPBASE=${BENCH_TMP:-/tmp}
 OUT=${BENCH_OUT:-$ROOT/bench-out/load-$(date +%Y%m%dT%H%M%S)}
 CAIRN=${BENCH_CAIRN:-}
+export BENCH_CONNECTION=${BENCH_CONNECTION:-keep-alive}
+case "$BENCH_CONNECTION" in
+  keep-alive | close) ;;
+  *) echo "BENCH_CONNECTION must be keep-alive or close, not '$BENCH_CONNECTION'" >&2; exit 2 ;;
+esac
 
 log() { printf '==> %s\n' "$*" >&2; }
 for tool in jq curl python3; do
@@ -81,33 +90,50 @@ PAR=${PAR:-${WORKERS:-$(nproc)}}
 
 log "submitting $RUNS runs of $STEPS steps ($CLIENTS clients at once)"
 python3 - "$URL" "$TOKEN" "$RUNS" "$CLIENTS" "$OUT" << 'EOF'
-import json, sys, threading, time, urllib.request
+import http.client, json, os, resource, sys, threading, time, urllib.parse
 url, token, runs, clients, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+# BENCH_CONNECTION (above): one connection a client, kept open (an agent's `requests.Session` or
+# `httpx.Client`), or one a request.
+keep = os.environ["BENCH_CONNECTION"] == "keep-alive"
+where = urllib.parse.urlsplit(url)
+headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+class Client:
+    def __init__(self):
+        self.conn = None
+    def call(self, method, path, body=None):
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(where.hostname, where.port)
+        self.conn.request(method, path, body=body, headers=headers if keep else {**headers, "Connection": "close"})
+        r = self.conn.getresponse()
+        data = r.read()
+        assert r.status in (200, 202), (r.status, data[:200])
+        if not keep or r.will_close:
+            self.conn.close()
+            self.conn = None
+        return json.loads(data)
 ids, lock, nxt = [], threading.Lock(), [0]
 def client():
+    c = Client()
     while True:
         with lock:
             n = nxt[0]; nxt[0] += 1
         if n >= runs:
             return
         body = json.dumps({"workflow": "load", "thread_id": "bench-load", "input": {"n": n}, "run_id": f"load-{n:05d}"}).encode()
-        req = urllib.request.Request(url + "/runs", data=body, method="POST",
-                                     headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
-        with urllib.request.urlopen(req) as r:
-            assert r.status in (200, 202), r.status
-            with lock:
-                ids.append(json.load(r)["run_id"])
+        run = c.call("POST", "/runs", body)
+        with lock:
+            ids.append(run["run_id"])
 t0 = time.time()
 ts = [threading.Thread(target=client) for _ in range(clients)]
 for t in ts: t.start()
 for t in ts: t.join()
 t1 = time.time()
-json.dump({"submitted_at": t0, "posted_s": t1 - t0, "ids": ids}, open(out + "/submitted.json", "w"))
+ru = resource.getrusage(resource.RUSAGE_SELF)
+json.dump({"submitted_at": t0, "posted_s": t1 - t0, "ids": ids, "client_cpu_s": ru.ru_utime + ru.ru_stime},
+          open(out + "/submitted.json", "w"))
 # Wait for every run to end, then read each run's times.
-def get(path):
-    req = urllib.request.Request(url + path, headers={"Authorization": "Bearer " + token})
-    with urllib.request.urlopen(req) as r:
-        return json.load(r)
+waiter = Client()
+get = lambda path: waiter.call("GET", path)
 while True:
     open_runs = get("/runs?status=RUNNING&limit=1")["runs"] + get("/runs?status=PENDING&limit=1")["runs"]
     if not open_runs:
@@ -146,7 +172,7 @@ pct = lambda p: lat[min(len(lat) - 1, round((len(lat) - 1) * p))]
 total = runs * steps
 ceiling = total / (t1 - t0)
 print(f"runs: {runs} of {steps} steps ({total} steps), statuses {statuses}")
-print(f"posted in {sub['posted_s']:.2f} s; the last run ended {wall:.2f} s after the first POST")
+print(f"posted in {sub['posted_s']:.2f} s (the clients' CPU {sub['client_cpu_s']:.2f} s); the last run ended {wall:.2f} s after the first POST")
 print(f"throughput: {total / wall:.0f} steps/s")
 print(f"run latency (created to finished): p50 {pct(0.5):.2f} s, p99 {pct(0.99):.2f} s")
 print(f"the ceiling, {total} /bin/echo with {par} at once: {t1 - t0:.2f} s, {ceiling:.0f} spawns/s; Cairn reaches {100 * total / wall / ceiling:.0f} % of it")
@@ -171,8 +197,9 @@ total = runs * steps
 rate, ceiling = total / wall, total / (t1 - t0)
 cpu = {k.strip(): v.strip() for k, v in (l.split(":", 1) for l in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in l)}
 machine = f"{os.cpu_count()} vCPUs, {cpu['model name']} family {cpu['cpu family']} model {cpu['model']}, kernel {platform.release()}"
-suffix = f"_w{workers}" if workers else ""
-load = f"{runs:,} concurrent {steps}-step runs of `/bin/echo`, {clients} clients, {par} step slots (`--workers`)"
+close = os.environ.get("BENCH_CONNECTION") == "close"
+suffix = (f"_w{workers}" if workers else "") + ("_close" if close else "")
+load = f"{runs:,} concurrent {steps}-step runs of `/bin/echo`, {clients} clients{' (a connection a request)' if close else ''}, {par} step slots (`--workers`)"
 fig = lambda value, unit: {"value": value, "unit": unit}
 rows = [
     {"id": f"load.throughput{suffix}", "benchmark": f"{load}: steps/s; the ceiling (the same spawns alone, {par} at once); the share of it",
@@ -190,6 +217,7 @@ rows = [
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 settings = f"BENCH_RUNS={runs} BENCH_STEPS={steps} BENCH_CLIENTS={clients}" + (f" BENCH_WORKERS={workers}" if workers else "")
 settings += " BENCH_KEEP=1" if os.environ.get("BENCH_KEEP") else ""
+settings += " BENCH_CONNECTION=close" if close else ""
 json.dump({"format": 1, "family": "load", "order": 18, "section": "18. A thousand concurrent runs (issue 35)",
            "command": f"scripts/bench-load.sh  # {settings}, at {commit}",
            "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine, "rows": rows},
