@@ -96,15 +96,17 @@ impl LaunchContext<'_> {
     /// them rather than leave a CPU idle.
     ///
     /// `launch` starts the tool: it runs once the slot is had, on this thread or on the thread
-    /// that hands the slot over (never, on `Err`).
+    /// that hands the slot over (never, on `Err`). `park`, a local tool's pipes, is what the wait
+    /// sleeps on (`crate::slots`).
     pub(crate) fn step_slot(
         &self,
         a: &AttemptLaunch<'_>,
         halted: &dyn Fn() -> bool,
         launch: cairn_exec::Launch,
+        park: Option<&cairn_exec::Park<'_>>,
     ) -> Result<Option<crate::slots::Slot<'_>>, ()> {
         match self.engine.slots.get().filter(|_| !a.placement.is_remote()) {
-            Some(slots) => slots.acquire(a.run_id, halted, launch).map(Some).ok_or(()),
+            Some(slots) => slots.acquire(a.run_id, halted, launch, park).map(Some).ok_or(()),
             None => {
                 launch();
                 Ok(None)
@@ -298,7 +300,7 @@ fn launch_attempt(
         // daemon's own environment.
         env.extend(secrets.iter().cloned());
         let cmd = tool_command(ctx, a, env);
-        let admit = |launch| ctx.step_slot(a, halted, launch);
+        let admit = |launch, park: &cairn_exec::Park<'_>| ctx.step_slot(a, halted, launch, Some(park));
         let run = run_admitted(&cmd, admit, &mut |p: &ProcessIdentity| {
             crate::crash_at(
                 &ctx.options().crash,
@@ -355,7 +357,7 @@ fn launch_attempt(
         secrets,
     };
     // Here, the agent's launch holds a step slot until it ends (none on a target).
-    let Ok(_slot) = ctx.step_slot(a, halted, Box::new(|| {})) else { return AttemptEnd::Halted };
+    let Ok(_slot) = ctx.step_slot(a, halted, Box::new(|| {}), None) else { return AttemptEnd::Halted };
     let (end, summary) = watching(ctx, a, jobs, || {
         followed(ctx.launch_with_agent(a.placement, &launch, record, halted), !tool_def.kind.is_process())
     });

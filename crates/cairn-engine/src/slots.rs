@@ -8,15 +8,17 @@
 //! behind it. Steps on a remote target (SSH, Slurm) hold no slot: they run elsewhere.
 //!
 //! A slot given back is handed to the next waiter with its tool already started: the releasing
-//! thread, awake as its own tool ended, runs the waiter's launch before it wakes the waiter, so
-//! the slot is not left idle while that thread is scheduled (BENCHMARKS §18).
+//! thread, awake as its own tool ended, runs the waiter's launch, so the slot is not left idle
+//! while that thread is scheduled (BENCHMARKS §18). A local tool's waiter sleeps on its tool's
+//! output pipes ([`cairn_exec::Park`]) and is not woken by the hand-over: its tool's end wakes
+//! it, once, to read what the tool wrote (a tool still running is found by its clock).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use cairn_core::ids::RunId;
-use cairn_exec::Launch;
+use cairn_exec::{Launch, Park};
 
 /// The steps waiting for a slot, per slot, that keep the registry's commits waiting for company:
 /// with fewer, a held group could leave the slots nothing to start. Under the load bench
@@ -42,23 +44,58 @@ struct State {
     used: usize,
     /// In arrival order.
     waiting: Vec<Waiter>,
-    /// The grant number each run was last given a slot at.
-    served: HashMap<RunId, u64>,
+    /// The grant number each run was last given a slot at: read for every waiter at each
+    /// hand-over, so hashed with foldhash rather than SipHash (run ids are ours, not an
+    /// adversary's).
+    served: HashMap<RunId, u64, foldhash::fast::RandomState>,
     grants: u64,
 }
 
 struct Waiter {
     run: RunId,
     grant: Arc<Grant>,
-    /// Run by the thread that hands this waiter its slot, before it sets `given`.
+    /// Run by the thread that hands this waiter its slot, before it marks the grant given.
     launch: Launch,
 }
 
-/// Set by the releasing thread when it has handed its slot to this waiter and run its launch.
+/// A waiter's slot: marked given by the releasing thread once it has run the waiter's launch.
 #[derive(Default)]
 struct Grant {
-    given: Mutex<bool>,
+    state: Mutex<Granted>,
     wake: Condvar,
+}
+
+#[derive(Default)]
+struct Granted {
+    given: bool,
+    /// The waiter sleeps on `wake` (not on its tool's pipes): the hand-over must wake it.
+    on_wake: bool,
+}
+
+impl Grant {
+    /// Sleeps until the grant may have been given, or for at most `at_most`. On the tool's
+    /// pipes while there is a park and nothing stirred them yet: woken by the tool the hand-over
+    /// started, or by the clock. Once they have stirred (the tool ended before its launching
+    /// thread marked the grant given, a moment later), on `wake`, which that thread then
+    /// notifies: the pipes would only wake it again at once.
+    fn sleep<'a>(
+        &'a self,
+        mut granted: MutexGuard<'a, Granted>,
+        park: &mut Option<&Park<'_>>,
+        at_most: Duration,
+    ) -> MutexGuard<'a, Granted> {
+        if let Some(p) = park {
+            drop(granted);
+            if p.wait(at_most) {
+                *park = None;
+            }
+            return lock(&self.state);
+        }
+        granted.on_wake = true;
+        granted = self.wake.wait_timeout(granted, at_most).unwrap_or_else(PoisonError::into_inner).0;
+        granted.on_wake = false;
+        granted
+    }
 }
 
 /// A slot held: released when dropped.
@@ -84,8 +121,16 @@ impl StepSlots {
     /// Waits for a slot for a step of `run` and runs `launch` (the step's tool's spawn) once it
     /// has one, on this thread or on the thread that hands the slot over. `None` when `halted`
     /// says the step is to stop meanwhile (a cancel or a shutdown): holding nothing, and
-    /// `launch` never run.
-    pub(crate) fn acquire(&self, run: &RunId, halted: &dyn Fn() -> bool, launch: Launch) -> Option<Slot<'_>> {
+    /// `launch` never run. With `park` (a local tool's pipes), the wait sleeps there: a slot
+    /// handed over with the tool started is noticed when the tool ends, or within [`STOP_POLL`]
+    /// while it runs (its time is counted from its start all the same).
+    pub(crate) fn acquire(
+        &self,
+        run: &RunId,
+        halted: &dyn Fn() -> bool,
+        launch: Launch,
+        park: Option<&Park<'_>>,
+    ) -> Option<Slot<'_>> {
         let grant = {
             let mut state = lock(&self.state);
             if state.used < self.capacity && state.waiting.is_empty() {
@@ -100,13 +145,14 @@ impl StepSlots {
             self.backlog.set(state.backlogged(self.capacity));
             grant
         };
-        let mut given = lock(&grant.given);
+        let mut park = park;
+        let mut granted = lock(&grant.state);
         loop {
-            if *given {
+            if granted.given {
                 return Some(Slot { slots: self });
             }
             if halted() {
-                drop(given);
+                drop(granted);
                 let mut state = lock(&self.state);
                 if let Some(i) = state.waiting.iter().position(|w| Arc::ptr_eq(&w.grant, &grant)) {
                     state.waiting.remove(i);
@@ -117,13 +163,13 @@ impl StepSlots {
                 // Handed over between the look and the lock: its tool is being started, and
                 // runs; the caller stops it once it can name it, as a stop that came during a
                 // spawn.
-                given = lock(&grant.given);
-                while !*given {
-                    given = grant.wake.wait(given).unwrap_or_else(PoisonError::into_inner);
+                granted = lock(&grant.state);
+                while !granted.given {
+                    granted = grant.sleep(granted, &mut park, STOP_POLL);
                 }
                 return Some(Slot { slots: self });
             }
-            given = grant.wake.wait_timeout(given, STOP_POLL).unwrap_or_else(PoisonError::into_inner).0;
+            granted = grant.sleep(granted, &mut park, STOP_POLL);
         }
     }
 
@@ -141,11 +187,14 @@ impl StepSlots {
         self.backlog.set(state.backlogged(self.capacity));
         state.serve(&waiter.run);
         drop(state);
-        // A launch that panics started nothing; its waiter is woken all the same and finds no
-        // process (`cairn_exec::run_admitted` reports the tool not started).
+        // A launch that panics started nothing; its waiter finds no process
+        // (`cairn_exec::run_admitted` reports the tool not started).
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(waiter.launch));
-        *lock(&waiter.grant.given) = true;
-        waiter.grant.wake.notify_one();
+        let mut granted = lock(&waiter.grant.state);
+        granted.given = true;
+        if granted.on_wake {
+            waiter.grant.wake.notify_one();
+        }
     }
 
     /// Slots in use and steps waiting for one.
@@ -197,10 +246,15 @@ mod tests {
         let slots = StepSlots::new(1, cairn_store::Backlog::default());
         let here = std::thread::current().id();
         let ran_on = Arc::new(Mutex::new(None));
-        let first = slots.acquire(&run("a"), &|| false, {
-            let ran_on = ran_on.clone();
-            Box::new(move || *lock(&ran_on) = Some(std::thread::current().id()))
-        });
+        let first = slots.acquire(
+            &run("a"),
+            &|| false,
+            {
+                let ran_on = ran_on.clone();
+                Box::new(move || *lock(&ran_on) = Some(std::thread::current().id()))
+            },
+            None,
+        );
         assert_eq!(*lock(&ran_on), Some(here), "a free slot: launched by the caller at once");
         let stopped_launched = Arc::new(AtomicBool::new(false));
         let stop = AtomicBool::new(false);
@@ -209,14 +263,14 @@ mod tests {
             let into = ran_on.clone();
             let waiter = s.spawn(move || {
                 let launch: Launch = Box::new(move || *lock(&into) = Some(std::thread::current().id()));
-                slots.acquire(&run("b"), &|| false, launch).is_some()
+                slots.acquire(&run("b"), &|| false, launch, None).is_some()
             });
             let stopped = {
                 let launched = stopped_launched.clone();
                 let stop = &stop;
                 s.spawn(move || {
                     let launch: Launch = Box::new(move || launched.store(true, Ordering::SeqCst));
-                    slots.acquire(&run("c"), &|| stop.load(Ordering::SeqCst), launch).is_none()
+                    slots.acquire(&run("c"), &|| stop.load(Ordering::SeqCst), launch, None).is_none()
                 })
             };
             while slots.load().1 < 2 {
@@ -233,6 +287,77 @@ mod tests {
         assert_eq!(slots.load(), (0, 0));
     }
 
+    /// A waiter that parks on its tool's pipes is handed its slot without being woken: the tool
+    /// its launch started wakes it by ending (here, its end of the pipe closed, as a tool ending
+    /// or failing to start closes it), and one still running is noticed by the clock. A tool
+    /// that ends before its launching thread has marked the slot given does not make the waiter
+    /// spin on its closed pipes: it then waits to be woken. A parked waiter stopped meanwhile
+    /// gets nothing.
+    #[test]
+    fn a_parked_waiter_is_woken_by_its_tool_not_by_the_hand_over() {
+        use std::os::fd::AsFd;
+        #[derive(Clone, Copy, Debug)]
+        enum Tool {
+            Ends,
+            EndsBeforeTheGrant,
+            RunsOn,
+        }
+        let slots = StepSlots::new(1, cairn_store::Backlog::default());
+        for tool in [Tool::Ends, Tool::EndsBeforeTheGrant, Tool::RunsOn] {
+            let first = slots.acquire(&run("a"), &|| false, nothing(), None).unwrap();
+            let (reader, writer) = std::io::pipe().unwrap();
+            let (other, _open) = std::io::pipe().unwrap();
+            let kept = Arc::new(Mutex::new(None));
+            let looks = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                let slots = &slots;
+                let keep = kept.clone();
+                let looks = &looks;
+                let waiter = s.spawn(move || {
+                    let park = Park::new([reader.as_fd(), other.as_fd()]);
+                    let launch: Launch = Box::new(move || match tool {
+                        Tool::Ends => drop(writer),
+                        Tool::EndsBeforeTheGrant => {
+                            drop(writer);
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        Tool::RunsOn => *lock(&keep) = Some(writer),
+                    });
+                    let halted = || {
+                        looks.fetch_add(1, Ordering::SeqCst);
+                        false
+                    };
+                    slots.acquire(&run("b"), &halted, launch, Some(&park)).is_some()
+                });
+                while slots.load().1 < 1 {
+                    std::thread::yield_now();
+                }
+                drop(first);
+                assert!(waiter.join().unwrap(), "the parked waiter has its slot ({tool:?})");
+            });
+            assert_eq!(slots.load(), (0, 0));
+            assert_eq!(lock(&kept).is_some(), matches!(tool, Tool::RunsOn));
+            // Each look is a wake: a handful (the clock's, while the first slot is held), never
+            // a spin.
+            let looks = looks.load(Ordering::SeqCst);
+            assert!(looks <= 5, "{tool:?}: the waiter looked {looks} times");
+        }
+
+        let held = slots.acquire(&run("a"), &|| false, nothing(), None).unwrap();
+        let (reader, _writer) = std::io::pipe().unwrap();
+        let park = Park::new([reader.as_fd(), reader.as_fd()]);
+        let launched = Arc::new(AtomicBool::new(false));
+        let stop = AtomicBool::new(true);
+        let launch: Launch = {
+            let launched = launched.clone();
+            Box::new(move || launched.store(true, Ordering::SeqCst))
+        };
+        assert!(slots.acquire(&run("c"), &|| stop.load(Ordering::SeqCst), launch, Some(&park)).is_none());
+        drop(held);
+        assert!(!launched.load(Ordering::SeqCst));
+        assert_eq!(slots.load(), (0, 0));
+    }
+
     #[test]
     fn no_more_than_the_capacity_hold_a_slot_at_once() {
         let slots = StepSlots::new(2, cairn_store::Backlog::default());
@@ -242,7 +367,7 @@ mod tests {
                 let (slots, now, most) = (&slots, &now, &most);
                 s.spawn(move || {
                     for _ in 0..50 {
-                        let _slot = slots.acquire(&run(&format!("r{t}")), &|| false, nothing()).unwrap();
+                        let _slot = slots.acquire(&run(&format!("r{t}")), &|| false, nothing(), None).unwrap();
                         let n = now.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(n, Ordering::SeqCst);
                         std::thread::yield_now();
@@ -260,13 +385,13 @@ mod tests {
     #[test]
     fn a_free_slot_goes_to_the_run_served_least_recently() {
         let slots = StepSlots::new(1, cairn_store::Backlog::default());
-        let held = slots.acquire(&run("big"), &|| false, nothing()).unwrap();
+        let held = slots.acquire(&run("big"), &|| false, nothing(), None).unwrap();
         let order = Mutex::new(Vec::new());
         std::thread::scope(|s| {
             let (slots, order) = (&slots, &order);
             for _ in 0..3 {
                 s.spawn(move || {
-                    let _slot = slots.acquire(&run("big"), &|| false, nothing()).unwrap();
+                    let _slot = slots.acquire(&run("big"), &|| false, nothing(), None).unwrap();
                     lock(order).push("big");
                 });
             }
@@ -274,7 +399,7 @@ mod tests {
                 std::thread::yield_now();
             }
             s.spawn(move || {
-                let _slot = slots.acquire(&run("small"), &|| false, nothing()).unwrap();
+                let _slot = slots.acquire(&run("small"), &|| false, nothing(), None).unwrap();
                 lock(order).push("small");
             });
             while slots.load().1 < 4 {
@@ -289,10 +414,11 @@ mod tests {
     #[test]
     fn a_stop_ends_the_wait_holding_nothing() {
         let slots = StepSlots::new(1, cairn_store::Backlog::default());
-        let held = slots.acquire(&run("a"), &|| false, nothing()).unwrap();
+        let held = slots.acquire(&run("a"), &|| false, nothing(), None).unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| slots.acquire(&run("b"), &|| stop.load(Ordering::SeqCst), nothing()).is_none());
+            let waiter =
+                s.spawn(|| slots.acquire(&run("b"), &|| stop.load(Ordering::SeqCst), nothing(), None).is_none());
             while slots.load().1 < 1 {
                 std::thread::yield_now();
             }
@@ -312,11 +438,11 @@ mod tests {
     fn the_backlog_is_set_while_enough_steps_of_several_runs_wait() {
         let backlog = cairn_store::Backlog::default();
         let slots = StepSlots::new(1, backlog.clone());
-        let held = slots.acquire(&run("a"), &|| false, nothing()).unwrap();
+        let held = slots.acquire(&run("a"), &|| false, nothing(), None).unwrap();
         std::thread::scope(|s| {
             let slots = &slots;
             let queue = |id: &'static str, waiting: usize| {
-                s.spawn(move || drop(slots.acquire(&run(id), &|| false, nothing())));
+                s.spawn(move || drop(slots.acquire(&run(id), &|| false, nothing(), None)));
                 while slots.load().1 < waiting {
                     std::thread::yield_now();
                 }
@@ -334,11 +460,11 @@ mod tests {
 
         // Two runs, but fewer steps waiting than the depth: every commit goes at once.
         let slots = StepSlots::new(1, backlog.clone());
-        let held = slots.acquire(&run("a"), &|| false, nothing()).unwrap();
+        let held = slots.acquire(&run("a"), &|| false, nothing(), None).unwrap();
         std::thread::scope(|s| {
             let slots = &slots;
-            s.spawn(move || drop(slots.acquire(&run("a"), &|| false, nothing())));
-            s.spawn(move || drop(slots.acquire(&run("b"), &|| false, nothing())));
+            s.spawn(move || drop(slots.acquire(&run("a"), &|| false, nothing(), None)));
+            s.spawn(move || drop(slots.acquire(&run("b"), &|| false, nothing(), None)));
             while slots.load().1 < 2 {
                 std::thread::yield_now();
             }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -173,20 +173,53 @@ pub fn run_tool(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity)) -
 /// [`run_tool`], once `admit` lets the tool start (the daemon's step slots). `admit` is given the
 /// tool's [`Launch`] and runs it once the tool may start, on its own thread or on whichever
 /// thread admits it (a step slot's releaser starts the next tool itself, so a slot is not left
-/// idle while the waiting thread wakes). What `admit` returns is held until the tool's group is
-/// gone, and dropped then, so what it bounds is the tools running, not the work before a spawn
-/// and after an exit (a directory made, output read). `admit`'s error: the tool was not started
-/// (and its launch was dropped, never run).
+/// idle while the waiting thread wakes), and the tool's [`Park`] to wait on meanwhile. What
+/// `admit` returns is held until the tool's group is gone, and dropped then, so what it bounds is
+/// the tools running, not the work before a spawn and after an exit (a directory made, output
+/// read). `admit`'s error: the tool was not started (and its launch was dropped, never run).
 pub fn run_admitted<H, E>(
     cmd: &ToolCommand,
-    admit: impl FnOnce(Launch) -> Result<H, E>,
+    admit: impl FnOnce(Launch, &Park<'_>) -> Result<H, E>,
     on_start: &mut dyn FnMut(&ProcessIdentity),
 ) -> Result<ToolRun, E> {
     supervise(cmd, admit, on_start, true)
 }
 
-/// An admitted tool's spawn: run once, by the thread that admits the tool ([`run_admitted`]).
+/// An admitted tool's spawn, with its input written: run once, by the thread that admits the
+/// tool ([`run_admitted`]).
 pub type Launch = Box<dyn FnOnce() + Send>;
+
+/// What a tool waiting for its admission can sleep on: its output pipes, made before the tool.
+/// Nothing can close them before its [`Launch`] has run; once another thread has run it, the
+/// tool's end does (a launch that fails closes them at once). So the thread that will supervise
+/// the tool, waiting here rather than for a wake-up from the thread that started it, is woken
+/// once, by the tool's end, not by the hand-over, then the tool's output, then its exit (two
+/// context switches a step fewer under load). A tool still running is found by the waiter's
+/// clock instead; what it writes meanwhile waits in the pipes, as for [`QUICK_EXIT`].
+pub struct Park<'a> {
+    pipes: [std::os::fd::BorrowedFd<'a>; 2],
+}
+
+impl<'a> Park<'a> {
+    /// A park on these pipes' read ends (a test's, or a tool's).
+    pub fn new(pipes: [std::os::fd::BorrowedFd<'a>; 2]) -> Park<'a> {
+        Park { pipes }
+    }
+
+    /// Sleeps until one of the pipes is closed at its other end, or for `at_most`, whichever
+    /// comes first. True when a pipe was closed: the park then never sleeps again.
+    pub fn wait(&self, at_most: Duration) -> bool {
+        // No event asked for: poll still reports a hang-up (POLLHUP), and only that.
+        let mut fds = self.pipes.map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::empty()));
+        let timeout = Timespec {
+            tv_sec: at_most.as_secs().min(i64::MAX as u64) as i64,
+            tv_nsec: i64::from(at_most.subsec_nanos()),
+        };
+        // Interrupted or failed, it returns early: the caller looks again and waits again.
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        fds.iter().any(|fd| !fd.revents().is_empty())
+    }
+}
 
 /// What a [`Launch`] leaves for the thread supervising the tool.
 struct Launched {
@@ -195,11 +228,13 @@ struct Launched {
     child: io::Result<Child>,
     /// Time spent in `Command::spawn`.
     spawn: Duration,
+    /// The thread writing an input larger than a pipe's atomic write could not be started.
+    thread_error: Option<io::Error>,
 }
 
 /// [`supervise`] with nothing to wait for before the spawn.
 fn supervise_unadmitted(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIdentity), use_pidfd: bool) -> ToolRun {
-    let admit = |launch: Launch| {
+    let admit = |launch: Launch, _: &Park<'_>| {
         launch();
         Ok::<(), std::convert::Infallible>(())
     };
@@ -207,10 +242,28 @@ fn supervise_unadmitted(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIden
     run
 }
 
+/// Writes a tool's input and closes its stdin. A tool may exit without reading its input: EPIPE
+/// (and any other write error) is ignored. Input that fits in PIPE_BUF goes into the fresh, empty
+/// pipe at once (such a write never blocks); larger input is written by a thread that is not
+/// joined: its write ends at the latest when the group is gone. The thread that could not be
+/// started, if any, is returned.
+fn feed(mut stdin: std::process::ChildStdin, input: Vec<u8>) -> Option<io::Error> {
+    if input.len() <= PIPE_BUF {
+        let _ = stdin.write_all(&input);
+        return None;
+    }
+    thread::Builder::new()
+        .name("cairn-stdin".into())
+        .spawn(move || {
+            let _ = stdin.write_all(&input);
+        })
+        .err()
+}
+
 /// [`run_admitted`]; `use_pidfd: false` watches the exit as a kernel without pidfds makes it.
 fn supervise<H, E>(
     cmd: &ToolCommand,
-    admit: impl FnOnce(Launch) -> Result<H, E>,
+    admit: impl FnOnce(Launch, &Park<'_>) -> Result<H, E>,
     on_start: &mut dyn FnMut(&ProcessIdentity),
     use_pidfd: bool,
 ) -> Result<ToolRun, E> {
@@ -218,6 +271,16 @@ fn supervise<H, E>(
         return Ok(not_started(AttemptError::NoProgram, Duration::ZERO, Instant::now()));
     };
 
+    // The output pipes are made here, not by the spawn, so the wait for admission can sleep on
+    // them (`Park`).
+    let pipes = io::pipe().and_then(|stdout| Ok((stdout, io::pipe()?)));
+    let ((stdout, stdout_w), (stderr, stderr_w)) = match pipes {
+        Ok(pipes) => pipes,
+        Err(source) => {
+            let err = AttemptError::Spawn { program: program.clone(), source };
+            return Ok(not_started(err, Duration::ZERO, Instant::now()));
+        }
+    };
     let mut command = Command::new(resolve_program(program, &cmd.env, &cmd.cwd));
     command
         .arg0(program)
@@ -226,8 +289,8 @@ fn supervise<H, E>(
         .envs(cmd.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&cmd.cwd)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(stdout_w)
+        .stderr(stderr_w)
         // The child leads its own group so the whole tree can be signalled at once. No pre_exec:
         // it would force fork+exec instead of posix_spawn (a vfork: no page-table copy of this
         // process, however large).
@@ -235,15 +298,28 @@ fn supervise<H, E>(
 
     let launched: Arc<OnceLock<Launched>> = Arc::default();
     let into = launched.clone();
+    let input = cmd.stdin.clone();
     let launch: Launch = Box::new(move || {
         let started = Instant::now();
-        let child = command.spawn();
-        let _ = into.set(Launched { started, child, spawn: started.elapsed() });
+        let mut child = command.spawn();
+        let spawn = started.elapsed();
+        // Its copies of the output pipes' write ends: the tool's are then the only ones, so the
+        // pipes close when the tool's group has gone.
+        drop(command);
+        // Written by whoever started the tool, so a tool reading its input never waits for the
+        // thread that will supervise it to wake.
+        let thread_error = match &mut child {
+            Ok(child) => child.stdin.take().and_then(|stdin| feed(stdin, input)),
+            Err(_) => None,
+        };
+        let _ = into.set(Launched { started, child, spawn, thread_error });
     });
-    let admitted = admit(launch)?;
+    let admitted = admit(launch, &Park::new([stdout.as_fd(), stderr.as_fd()]))?;
     // Admitted, the launch has run (and is gone, with its handle on the cell); had it not (a
     // panic on the thread that ran it), nothing started.
-    let Some(Launched { started, child, spawn }) = Arc::into_inner(launched).and_then(OnceLock::into_inner) else {
+    let Some(Launched { started, child, spawn, thread_error }) =
+        Arc::into_inner(launched).and_then(OnceLock::into_inner)
+    else {
         return Ok(not_started(AttemptError::NotLaunched, Duration::ZERO, Instant::now()));
     };
     let mut child = match child {
@@ -261,25 +337,6 @@ fn supervise<H, E>(
     let exit_fd =
         use_pidfd.then(|| pidfd_open(rustix::process::Pid::from_child(&child), PidfdFlags::empty()).ok()).flatten();
 
-    let mut thread_error = None;
-    // A tool may exit without reading its input: EPIPE (and any other write error) is ignored.
-    // Input that fits in PIPE_BUF goes into the fresh, empty pipe at once (such a write never
-    // blocks); larger input is written by a thread that is not joined: its write ends at the
-    // latest when the group is gone. Either way stdin is then closed.
-    if let Some(mut stdin) = child.stdin.take() {
-        if cmd.stdin.len() <= PIPE_BUF {
-            let _ = stdin.write_all(&cmd.stdin);
-        } else {
-            let input = cmd.stdin.clone();
-            let spawned = thread::Builder::new().name("cairn-stdin".into()).spawn(move || {
-                let _ = stdin.write_all(&input);
-            });
-            if let Err(e) = spawned {
-                thread_error = Some(e);
-            }
-        }
-    }
-
     let mut report = || {
         // Read now, while the child is ours and not yet reaped (a zombie still has its entry).
         on_start(&ProcessIdentity { pid, pgid: pid, start_time: process_start_time(pid) });
@@ -292,8 +349,8 @@ fn supervise<H, E>(
     };
 
     let mut watch = Watch {
-        stdout: child.stdout.take().map(OwnedFd::from),
-        stderr: child.stderr.take().map(OwnedFd::from),
+        stdout: Some(OwnedFd::from(stdout)),
+        stderr: Some(OwnedFd::from(stderr)),
         exit_fd,
         out: Vec::new(),
         max_stdout: cmd.max_stdout,

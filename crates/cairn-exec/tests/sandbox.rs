@@ -105,7 +105,7 @@ fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
     let held = AtomicBool::new(false);
     let cmd = sh(dir.path(), "cat; sleep 0.2");
     let mut seen_running = None;
-    let admit = |launch: cairn_exec::Launch| {
+    let admit = |launch: cairn_exec::Launch, _: &cairn_exec::Park<'_>| {
         // A slot long in coming: its wait is not the tool's time.
         std::thread::sleep(Duration::from_millis(500));
         held.store(true, Ordering::SeqCst);
@@ -121,13 +121,13 @@ fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
     // Refused: nothing starts.
     let marker = dir.path().join("started");
     let cmd = command(dir.path(), &["/usr/bin/touch", marker.to_str().unwrap()]);
-    let refused = cairn_exec::run_admitted(&cmd, |_| Err::<(), _>("stopped"), &mut |_| panic!("started"));
+    let refused = cairn_exec::run_admitted(&cmd, |_, _| Err::<(), _>("stopped"), &mut |_| panic!("started"));
     assert_eq!(refused.err(), Some("stopped"));
     assert!(!marker.exists());
 
     // Started by another thread (a step slot's releaser): supervised here all the same.
     let cmd = sh(dir.path(), "cat > /dev/null; echo '{\"ok\": 1}'");
-    let admit = |launch: cairn_exec::Launch| {
+    let admit = |launch: cairn_exec::Launch, _: &cairn_exec::Park<'_>| {
         std::thread::spawn(launch).join().unwrap();
         Ok::<_, ()>(())
     };
@@ -137,6 +137,29 @@ fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
     assert_eq!(run.result, Some(serde_json::json!({"ok": 1})));
     assert!(reported.is_some());
 
+    // Parked on its pipes while another thread starts it: nothing closes them before the
+    // launch; the tool's input is written by the thread that started it (this one is still
+    // parked), and the tool's end wakes the park.
+    let mut cmd = sh(dir.path(), "cat > /dev/null; echo '{\"ok\": 2}'");
+    cmd.stdin = br#"{"n": 1}"#.to_vec();
+    let mut woke = None;
+    let admit = |launch: cairn_exec::Launch, park: &cairn_exec::Park<'_>| {
+        let starter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            launch();
+        });
+        let parked = std::time::Instant::now();
+        assert!(park.wait(Duration::from_secs(60)), "woken by the tool's end, not the clock");
+        woke = Some(parked.elapsed());
+        starter.join().unwrap();
+        Ok::<_, ()>(())
+    };
+    let run = cairn_exec::run_admitted(&cmd, admit, &mut |_| {}).unwrap();
+    assert_eq!(run.outcome, Outcome::Completed, "{run:?}");
+    assert_eq!(run.result, Some(serde_json::json!({"ok": 2})));
+    let woke = woke.unwrap();
+    assert!(woke >= Duration::from_millis(100) && woke < Duration::from_secs(30), "woken after {woke:?}");
+
     // What giving the admission back costs (a step slot's releaser starts the next tool then)
     // is not the tool's time.
     struct SlowRelease;
@@ -145,7 +168,7 @@ fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
             std::thread::sleep(Duration::from_millis(400));
         }
     }
-    let admit = |launch: cairn_exec::Launch| {
+    let admit = |launch: cairn_exec::Launch, _: &cairn_exec::Park<'_>| {
         launch();
         Ok::<_, ()>(SlowRelease)
     };
@@ -155,7 +178,7 @@ fn an_admitted_tool_holds_its_admission_only_while_it_runs() {
 
     // Admitted, but its launch never ran (the thread that was to run it failed): nothing
     // started, said so.
-    let dropped = |launch: cairn_exec::Launch| {
+    let dropped = |launch: cairn_exec::Launch, _: &cairn_exec::Park<'_>| {
         drop(launch);
         Ok::<_, ()>(())
     };
