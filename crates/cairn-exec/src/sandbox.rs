@@ -215,9 +215,17 @@ impl<'a> Park<'a> {
             tv_sec: at_most.as_secs().min(i64::MAX as u64) as i64,
             tv_nsec: i64::from(at_most.subsec_nanos()),
         };
-        // Interrupted or failed, it returns early: the caller looks again and waits again.
-        let _ = rustix::event::poll(&mut fds, Some(&timeout));
-        fds.iter().any(|fd| !fd.revents().is_empty())
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) => fds.iter().any(|fd| !fd.revents().is_empty()),
+            // Interrupted: the caller looks again and waits again.
+            Err(rustix::io::Errno::INTR) => false,
+            // Cannot poll (out of memory): sleep on the clock rather than return at once, so a
+            // caller waiting in a loop never spins.
+            Err(_) => {
+                thread::sleep(at_most);
+                false
+            }
+        }
     }
 }
 
