@@ -199,7 +199,7 @@ cpu = {k.strip(): v.strip() for k, v in (l.split(":", 1) for l in open("/proc/cp
 machine = f"{os.cpu_count()} vCPUs, {cpu['model name']} family {cpu['cpu family']} model {cpu['model']}, kernel {platform.release()}"
 close = os.environ.get("BENCH_CONNECTION") == "close"
 suffix = (f"_w{workers}" if workers else "") + ("_close" if close else "")
-load = f"{runs:,} concurrent {steps}-step runs of `/bin/echo`, {clients} clients{' (a connection a request)' if close else ''}, {par} step slots (`--workers`)"
+load = f"{runs:,} concurrent {steps}-step runs of `/bin/echo`, {clients} clients ({'a connection a request' if close else 'each its connection, kept'}), {par} step slots (`--workers`)"
 fig = lambda value, unit: {"value": value, "unit": unit}
 rows = [
     {"id": f"load.throughput{suffix}", "benchmark": f"{load}: steps/s; the ceiling (the same spawns alone, {par} at once); the share of it",
