@@ -337,10 +337,10 @@ mod tests {
             });
             assert_eq!(slots.load(), (0, 0));
             assert_eq!(lock(&kept).is_some(), matches!(tool, Tool::RunsOn));
-            // Each look is a wake: a handful (the clock's, while the first slot is held), never
-            // a spin.
+            // Each look is a wake: a few (the clock's, every STOP_POLL while the first slot is
+            // held, however slow the machine), never a spin (tens of thousands).
             let looks = looks.load(Ordering::SeqCst);
-            assert!(looks <= 5, "{tool:?}: the waiter looked {looks} times");
+            assert!(looks <= 20, "{tool:?}: the waiter looked {looks} times");
         }
 
         let held = slots.acquire(&run("a"), &|| false, nothing(), None).unwrap();
