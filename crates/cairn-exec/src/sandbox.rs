@@ -372,7 +372,9 @@ fn supervise<H, E>(
     let mut ended = watch.for_exit(
         &mut child,
         pgid,
-        cmd.timeout,
+        // Counted from the spawn: a supervisor that was parked while its tool ran has only what
+        // is left of it.
+        cmd.timeout.saturating_sub(started.elapsed()),
         cmd.grace,
         report_at.map(|at| (at, &mut report as &mut dyn FnMut())),
     );

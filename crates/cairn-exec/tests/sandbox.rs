@@ -284,6 +284,26 @@ fn a_timeout_terminates_the_group() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// A tool started by another thread while its supervisor was still parked (a step slot handed
+/// over) has its timeout counted from its spawn, not from when its supervisor got to it.
+#[test]
+fn a_timeout_counts_from_the_spawn_when_the_supervisor_comes_late() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = sh(dir.path(), "sleep 30");
+    cmd.timeout = Duration::from_millis(300);
+    let admit = |launch: cairn_exec::Launch, _: &cairn_exec::Park<'_>| {
+        std::thread::spawn(launch).join().unwrap();
+        // The supervisor wakes late: a parked waiter finds its running tool by its clock.
+        std::thread::sleep(Duration::from_millis(250));
+        Ok::<_, ()>(())
+    };
+    let run = cairn_exec::run_admitted(&cmd, admit, &mut |_| {}).unwrap();
+    assert_eq!(run.outcome, Outcome::TimedOut, "{run:?}");
+    assert_eq!(run.signal, Some(15));
+    // Terminated 300 ms after its spawn, not 300 ms after the supervisor came (550 ms).
+    assert!(run.duration >= Duration::from_millis(300) && run.duration < Duration::from_millis(500), "{run:?}");
+}
+
 #[test]
 fn a_tool_ignoring_sigterm_is_killed_after_the_grace_period() {
     let dir = tempfile::tempdir().unwrap();
