@@ -192,10 +192,10 @@ pub type Launch = Box<dyn FnOnce() + Send>;
 /// What a tool waiting for its admission can sleep on: its output pipes, made before the tool.
 /// Nothing can close them before its [`Launch`] has run; once another thread has run it, the
 /// tool's end does (a launch that fails closes them at once). So the thread that will supervise
-/// the tool, waiting here rather than for a wake-up from the thread that started it, is woken
-/// once, by the tool's end, not by the hand-over, then the tool's output, then its exit (two
-/// context switches a step fewer under load). A tool still running is found by the waiter's
-/// clock instead; what it writes meanwhile waits in the pipes, as for [`QUICK_EXIT`].
+/// the tool, waiting here rather than for a wake-up from the thread that started it, is woken by
+/// the tool's end: the thread handing a slot over makes no wake-up call, and the waiter does not
+/// wake while its tool runs. A tool still running is found by the waiter's clock instead; what
+/// it writes meanwhile waits in the pipes, as for [`QUICK_EXIT`].
 pub struct Park<'a> {
     pipes: [std::os::fd::BorrowedFd<'a>; 2],
 }
