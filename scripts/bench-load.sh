@@ -14,8 +14,8 @@
 #   BENCH_CLIENTS=20      clients POSTing at once
 #   BENCH_CONNECTION=keep-alive   each client keeps its connection open from one request to the
 #                         next, as an HTTP client library's session does; `close` opens one a
-#                         request (as `urllib.request` does: the figures of BENCHMARKS §18 before
-#                         its eighth increment)
+#                         request, as the figures of BENCHMARKS §18 before its eighth increment
+#                         were measured (with `urllib.request`, whose clients cost more CPU)
 #   BENCH_WORKERS=        --workers of the daemon (default: its own)
 #   BENCH_TMP=/tmp        where the state root is made
 #   BENCH_OUT=bench-out/load-<time>   where raw outputs are kept
@@ -45,7 +45,7 @@ case "$BENCH_CONNECTION" in
 esac
 
 log() { printf '==> %s\n' "$*" >&2; }
-for tool in jq curl python3; do
+for tool in jq python3; do
   command -v "$tool" > /dev/null || { echo "bench-load needs $tool" >&2; exit 2; }
 done
 

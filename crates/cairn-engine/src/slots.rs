@@ -129,7 +129,7 @@ impl StepSlots {
         run: &RunId,
         halted: &dyn Fn() -> bool,
         launch: Launch,
-        park: Option<&Park<'_>>,
+        mut park: Option<&Park<'_>>,
     ) -> Option<Slot<'_>> {
         let grant = {
             let mut state = lock(&self.state);
@@ -145,7 +145,6 @@ impl StepSlots {
             self.backlog.set(state.backlogged(self.capacity));
             grant
         };
-        let mut park = park;
         let mut granted = lock(&grant.state);
         loop {
             if granted.given {

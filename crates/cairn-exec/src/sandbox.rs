@@ -211,11 +211,7 @@ impl<'a> Park<'a> {
     pub fn wait(&self, at_most: Duration) -> bool {
         // No event asked for: poll still reports a hang-up (POLLHUP), and only that.
         let mut fds = self.pipes.map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::empty()));
-        let timeout = Timespec {
-            tv_sec: at_most.as_secs().min(i64::MAX as u64) as i64,
-            tv_nsec: i64::from(at_most.subsec_nanos()),
-        };
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
+        match rustix::event::poll(&mut fds, Some(&timespec(at_most))) {
             Ok(_) => fds.iter().any(|fd| !fd.revents().is_empty()),
             // Interrupted: the caller looks again and waits again.
             Err(rustix::io::Errno::INTR) => false,
@@ -227,6 +223,11 @@ impl<'a> Park<'a> {
             }
         }
     }
+}
+
+/// A poll's timeout (a wait too long to represent is as good as forever).
+fn timespec(wait: Duration) -> Timespec {
+    Timespec { tv_sec: wait.as_secs().min(i64::MAX as u64) as i64, tv_nsec: i64::from(wait.subsec_nanos()) }
 }
 
 /// What a [`Launch`] leaves for the thread supervising the tool.
@@ -613,9 +614,8 @@ impl Watch {
         if let Some(at) = report_at {
             wait = wait.min(at.saturating_duration_since(Instant::now()));
         }
-        let timeout = Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) };
         let mut fds = [PollFd::new(exit_fd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
+        match rustix::event::poll(&mut fds, Some(&timespec(wait))) {
             Ok(n) if n > 0 => {
                 // The pidfd says it has exited: this wait does not block.
                 self.exit_fd = None;
@@ -646,11 +646,7 @@ impl Watch {
                 thread::sleep(wait.unwrap_or(EXIT_POLL));
                 return Ok(false);
             }
-            let timeout = wait.map(|w| Timespec {
-                tv_sec: w.as_secs().min(i64::MAX as u64) as i64,
-                tv_nsec: i64::from(w.subsec_nanos()),
-            });
-            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            match rustix::event::poll(&mut fds, wait.map(timespec).as_ref()) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => return Ok(false),
                 Err(e) => return Err(e.into()),
