@@ -167,19 +167,20 @@ fn a_quota_binds_every_daemon_of_the_registry() {
     let _ = b.cmd(&["daemon", "stop"]);
 }
 
-/// A tool that fails (exit 3) when another step holds its marker file: two of its steps that
-/// overlap cannot both succeed.
+/// A tool that fails (exit 3) when another step holds the lock on its marker file: two of its
+/// steps that overlap cannot both succeed.
 const EXCLUSIVE_PY: &str = r#"
-import json, os, sys, time
+import fcntl, json, os, sys, time
 args = json.load(sys.stdin)
+# A lock, not a file created and removed: it dies with its holder, so a step stopped by a
+# recovering daemon (SIGTERM, as an orphan of a killed daemon is) leaves nothing held behind.
+fd = os.open(args["marker"], os.O_CREAT | os.O_WRONLY)
 try:
-    fd = os.open(args["marker"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-except FileExistsError:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
     print("another step holds " + args["marker"], file=sys.stderr)
     sys.exit(3)
 time.sleep(float(args["sleep"]))
-os.close(fd)
-os.unlink(args["marker"])
 print(json.dumps({"ok": True}))
 "#;
 
