@@ -61,7 +61,7 @@ out = sys.argv[1]
 # The phases of a step, in order: a sample belongs to the first whose pattern is on its stack.
 PHASES = [
     ("the commit of a step's end and the next begin", r"commit_steps|commit_before_start"),
-    ("the spawn (posix_spawn, the child's clone)", r"Command>::spawn|__do_sys_clone3|__spawni"),
+    ("the spawn (the child's clone, its exec)", r"Prepared>::spawn|clone_child|Command>::spawn|__do_sys_clone|__spawni"),
     ("the step directory (mkdir)", r"create_dir_all"),
     ("a step slot (waiting, handing over)", r"step_slot|slots::"),
     ("the watch of the tool (pidfd, pipes)", r"Watch|run_admitted|supervise"),

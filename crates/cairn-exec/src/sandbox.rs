@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -18,6 +18,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{PidfdFlags, pidfd_open};
+
+use crate::spawn::{Prepared, Process};
 
 /// Variables passed through from this process's environment when set. The one list: the step
 /// agent receives it in each run request and builds a tool's environment there from it.
@@ -92,7 +94,7 @@ pub struct ToolRun {
     /// directory, as seen where it ran once it ended (so a full disk can be named). Empty
     /// otherwise.
     pub disks: Vec<DiskSpace>,
-    /// Time spent in `Command::spawn`.
+    /// Time spent spawning the tool (until it has exec'd).
     pub spawn: Duration,
     /// From spawn to the process having exited and its output collected (without the time its
     /// admission took to be given back: another tool's start).
@@ -234,8 +236,8 @@ fn timespec(wait: Duration) -> Timespec {
 struct Launched {
     /// When the spawn began: the tool's own time starts here, after any wait for admission.
     started: Instant,
-    child: io::Result<Child>,
-    /// Time spent in `Command::spawn`.
+    child: io::Result<Process>,
+    /// Time spent spawning the tool.
     spawn: Duration,
     /// The thread writing an input larger than a pipe's atomic write could not be started.
     thread_error: Option<io::Error>,
@@ -256,7 +258,7 @@ fn supervise_unadmitted(cmd: &ToolCommand, on_start: &mut dyn FnMut(&ProcessIden
 /// pipe at once (such a write never blocks); larger input is written by a thread that is not
 /// joined: its write ends at the latest when the group is gone. The thread that could not be
 /// started, if any, is returned.
-fn feed(mut stdin: std::process::ChildStdin, input: Vec<u8>) -> Option<io::Error> {
+fn feed(mut stdin: io::PipeWriter, input: Vec<u8>) -> Option<io::Error> {
     if input.len() <= PIPE_BUF {
         let _ = stdin.write_all(&input);
         return None;
@@ -280,45 +282,40 @@ fn supervise<H, E>(
         return Ok(not_started(AttemptError::NoProgram, Duration::ZERO, Instant::now()));
     };
 
-    // The output pipes are made here, not by the spawn, so the wait for admission can sleep on
-    // them (`Park`).
-    let pipes = io::pipe().and_then(|stdout| Ok((stdout, io::pipe()?)));
-    let ((stdout, stdout_w), (stderr, stderr_w)) = match pipes {
+    // The pipes are made here, not by the spawn, so the wait for admission can sleep on the
+    // output's (`Park`).
+    let pipes = io::pipe().and_then(|stdin| Ok((stdin, io::pipe()?, io::pipe()?)));
+    let ((stdin_r, stdin), (stdout, stdout_w), (stderr, stderr_w)) = match pipes {
         Ok(pipes) => pipes,
         Err(source) => {
             let err = AttemptError::Spawn { program: program.clone(), source };
             return Ok(not_started(err, Duration::ZERO, Instant::now()));
         }
     };
-    let mut command = Command::new(resolve_program(program, &cmd.env, &cmd.cwd));
-    command
-        .arg0(program)
-        .args(&cmd.argv[1..])
-        .env_clear()
-        .envs(cmd.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&cmd.cwd)
-        .stdin(Stdio::piped())
-        .stdout(stdout_w)
-        .stderr(stderr_w)
-        // The child leads its own group so the whole tree can be signalled at once. No pre_exec:
-        // it would force fork+exec instead of posix_spawn (a vfork: no page-table copy of this
-        // process, however large).
-        .process_group(0);
+    // What the child gets, made before its admission (a NUL byte in an argument fails here). It
+    // leads its own group, so the whole tree can be signalled at once.
+    let prepared = match Prepared::new(&resolve_program(program, &cmd.env, &cmd.cwd), &cmd.argv, &cmd.env, &cmd.cwd) {
+        Ok(prepared) => prepared,
+        Err(source) => {
+            let err = AttemptError::Spawn { program: program.clone(), source };
+            return Ok(not_started(err, Duration::ZERO, Instant::now()));
+        }
+    };
 
     let launched: Arc<OnceLock<Launched>> = Arc::default();
     let into = launched.clone();
     let input = cmd.stdin.clone();
     let launch: Launch = Box::new(move || {
         let started = Instant::now();
-        let mut child = command.spawn();
+        let child = prepared.spawn([stdin_r.as_fd(), stdout_w.as_fd(), stderr_w.as_fd()]);
         let spawn = started.elapsed();
-        // Its copies of the output pipes' write ends: the tool's are then the only ones, so the
+        // Its copies of the pipes' child ends: the tool's are then the only ones, so the output
         // pipes close when the tool's group has gone.
-        drop(command);
+        drop((stdin_r, stdout_w, stderr_w));
         // Written by whoever started the tool, so a tool reading its input never waits for the
         // thread that will supervise it to wake.
-        let thread_error = match &mut child {
-            Ok(child) => child.stdin.take().and_then(|stdin| feed(stdin, input)),
+        let thread_error = match &child {
+            Ok(_) => feed(stdin, input),
             Err(_) => None,
         };
         let _ = into.set(Launched { started, child, spawn, thread_error });
@@ -341,10 +338,15 @@ fn supervise<H, E>(
 
     let pid = child.id();
     let pgid = Pid::from_raw(pid as i32);
-    // The child is ours and not yet waited for, so its pid cannot be reused before this opens.
-    // Without pidfds (Linux before 5.3, or a seccomp filter) its exit is polled instead.
-    let exit_fd =
-        use_pidfd.then(|| pidfd_open(rustix::process::Pid::from_child(&child), PidfdFlags::empty()).ok()).flatten();
+    // Made by the spawn (Linux 5.2 and later), else opened now: the child is ours and not yet
+    // waited for, so its pid cannot be reused before this opens. Without pidfds (Linux before
+    // 5.3, or a seccomp filter) its exit is polled instead.
+    let exit_fd = match child.take_pidfd() {
+        Some(fd) if use_pidfd => Some(fd),
+        _ => use_pidfd
+            .then(|| rustix::process::Pid::from_raw(pid as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok()))
+            .flatten(),
+    };
 
     let mut report = || {
         // Read now, while the child is ours and not yet reaped (a zombie still has its entry).
@@ -501,7 +503,7 @@ impl Watch {
     /// is called at its time if the child is still running then.
     fn for_exit(
         &mut self,
-        child: &mut Child,
+        child: &mut Process,
         pgid: Pid,
         timeout: Duration,
         grace: Duration,
@@ -605,11 +607,12 @@ impl Watch {
     /// pidfd), to be watched as it goes.
     fn quick_exit(
         &mut self,
-        child: &mut Child,
+        child: &mut Process,
         timeout: Duration,
         report_at: Option<Instant>,
     ) -> Option<Result<ExitStatus, AttemptError>> {
         let exit_fd = self.exit_fd.as_ref()?;
+
         let mut wait = QUICK_EXIT.min(timeout);
         if let Some(at) = report_at {
             wait = wait.min(at.saturating_duration_since(Instant::now()));

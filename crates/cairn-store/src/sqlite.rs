@@ -171,8 +171,13 @@ impl Sqlite {
         conn.busy_timeout(Duration::from_secs(10)).map_err(db)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         stable_plans(&conn)?;
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
-            .map_err(db)?;
+        // temp_store: a group's savepoints journal the pages they change, and past 64 KiB SQLite
+        // moves that journal into a file of its own, a write a page; in memory it is a copy (a
+        // group's pages, bounded by the group). It protects nothing across a crash: the WAL does.
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;",
+        )
+        .map_err(db)?;
         migrate(&mut conn)?;
         let reader =
             Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
