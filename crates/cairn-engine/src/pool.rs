@@ -163,6 +163,9 @@ impl Pool {
     }
 
     fn work(&self) {
+        // A run's thread sleeps and wakes at every step; it need not preempt the tools running
+        // meanwhile to do it (cairn_exec::run_this_thread_as_batch).
+        cairn_exec::run_this_thread_as_batch();
         loop {
             let next = {
                 let mut q = lock(&self.queue);

@@ -76,6 +76,7 @@ impl Prepared {
             envp: self.envp.as_ptr(),
             cwd: self.cwd.as_ptr(),
             stdio: stdio.map(|fd| fd.as_raw_fd()),
+            normal_policy: MADE_BATCH.load(Ordering::Relaxed),
             error: AtomicI32::new(0),
         };
         let stack = Stack::take()?;
@@ -147,6 +148,28 @@ impl Process {
     }
 }
 
+/// Set once [`run_this_thread_as_batch`] has made a thread a batch thread.
+static MADE_BATCH: AtomicBool = AtomicBool::new(false);
+
+/// Tells the scheduler this thread is a batch thread (`SCHED_BATCH`): one woken does not preempt
+/// the task running on its CPU, but waits for that task's turn to end. For the daemon's run
+/// threads, woken at every tool's end: a thread woken by its tool's pipes closing preempted the
+/// tool before its exit was complete, found no exit, and slept again, so the tool was switched out
+/// and back once more for every step (BENCHMARKS §18). A thread the process's owner already gave
+/// another policy (`chrt`) keeps it. The threads it starts inherit the policy; the tools they
+/// start get the normal one back ([`Prepared::spawn`]). True when the thread was changed.
+pub fn run_this_thread_as_batch() -> bool {
+    let batch = libc::sched_param { sched_priority: 0 };
+    // SAFETY: reads and sets this thread's own policy.
+    let changed = unsafe {
+        libc::sched_getscheduler(0) == libc::SCHED_OTHER && libc::sched_setscheduler(0, libc::SCHED_BATCH, &batch) == 0
+    };
+    if changed {
+        MADE_BATCH.store(true, Ordering::Relaxed);
+    }
+    changed
+}
+
 /// The kernel refused `CLONE_PIDFD` once (before Linux 5.2): never asked for again.
 static NO_CLONE_PIDFD: AtomicBool = AtomicBool::new(false);
 
@@ -200,6 +223,9 @@ struct ChildArgs {
     envp: *const *const c_char,
     cwd: *const c_char,
     stdio: [c_int; 3],
+    /// A thread of this process was made a batch thread: a child that inherited that policy
+    /// gets the normal one back.
+    normal_policy: bool,
     /// The errno of the step that failed, written by a child that cannot exec.
     error: AtomicI32,
 }
@@ -256,6 +282,14 @@ unsafe fn prepare(args: &ChildArgs) -> Result<(), c_int> {
         }
         if libc::setpgid(0, 0) != 0 {
             return Err(fail());
+        }
+        // A tool is the user's work: it runs under the policy the daemon was started with, not
+        // the one the daemon chose for its own threads.
+        if args.normal_policy && libc::sched_getscheduler(0) == libc::SCHED_BATCH {
+            let normal = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal) != 0 {
+                return Err(fail());
+            }
         }
         // A pipe numbered 0–2 (this process started without its standard streams) is moved out
         // of the way first, so no dup2 overwrites another's source.
@@ -478,6 +512,33 @@ mod tests {
         });
         // The stacks were given back, for the next spawns.
         assert!(!STACKS.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_batch_thread_starts_its_tools_under_the_normal_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy_of = |stat: &str| -> u32 {
+            // Field 41 (policy), counted from the last ')' as field 2 (comm) may hold spaces.
+            let after = &stat[stat.rfind(')').unwrap() + 1..];
+            after.split_whitespace().nth(38).unwrap().parse().unwrap()
+        };
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    assert!(run_this_thread_as_batch());
+                    // SAFETY: reads this thread's policy.
+                    assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_BATCH);
+                    let (status, out) = run(&["/bin/cat", "/proc/self/stat"], &[], dir.path());
+                    assert!(status.unwrap().success());
+                    assert_eq!(policy_of(&out), libc::SCHED_OTHER as u32, "{out}");
+                    // Already a batch thread: left as it is.
+                    assert!(!run_this_thread_as_batch());
+                })
+                .join()
+                .unwrap();
+        });
+        // SAFETY: reads this thread's policy.
+        assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER, "only the thread that asked");
     }
 
     #[test]

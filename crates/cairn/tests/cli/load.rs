@@ -358,3 +358,46 @@ fn steps_waiting_for_a_slot_survive_a_kill_9() {
         }
     }
 }
+
+/// The daemon's run threads are batch threads for the scheduler (a thread woken at a tool's end
+/// does not preempt the tools running), and the tools they start run under the normal policy,
+/// as the daemon's own did; the threads serving the API keep the normal policy.
+#[test]
+fn the_daemons_run_threads_are_batch_threads_and_its_tools_are_not() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    // Field 41 of /proc/…/stat, counted from the last ')' (field 2, the name, may hold spaces).
+    fn policy(stat: &str) -> u32 {
+        let after = &stat[stat.rfind(')').expect("a stat line") + 1..];
+        after.split_whitespace().nth(38).and_then(|p| p.parse().ok()).expect("field 41")
+    }
+    let c = Cairn::new();
+    let log = c.path_str("policy.log");
+    let script = format!("#!/bin/sh\ncat >/dev/null\ncat /proc/$$/stat >> '{log}'\necho '{{}}'\n");
+    let toml = "[workflow]\nname = \"pol\"\nversion = \"1.0.0\"\n\n[tools.t]\ncommand = [\"tools/t.sh\"]\n\n[[steps]]\nid = \"a\"\ntool = \"t\"\n\n[[steps]]\nid = \"b\"\ntool = \"t\"\nneeds = [\"a\"]\n";
+    c.add(&write_workflow(&c.path("pol"), toml, &[("tools/t.sh", &script)]));
+    c.json(&["daemon", "start"]).expect(0);
+    let (url, token) = (c.daemon().url, c.token("operator"));
+    let body = json!({"thread_id": "t", "workflow": "pol", "run_id": "POL", "input": {}});
+    let r = http("POST", &format!("{url}/runs"), Some(&token), Some(&body.to_string()), &[]);
+    assert_eq!(r.status, 202, "{}", r.text);
+    c.wait_for_status("POL", "READY", Duration::from_secs(60));
+
+    let tools = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(tools.lines().count(), 2, "{tools}");
+    for line in tools.lines() {
+        assert_eq!(policy(line), SCHED_OTHER, "a tool ran under another policy: {line}");
+    }
+    let pid = c.daemon().pid;
+    let (mut workers, mut others) = (Vec::new(), Vec::new());
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if name.starts_with("cairn-worker") { &mut workers } else { &mut others }
+            .push((name.trim().to_string(), policy(&stat)));
+    }
+    assert!(!workers.is_empty(), "no run thread: {others:?}");
+    assert!(workers.iter().all(|(_, p)| *p == SCHED_BATCH), "{workers:?}");
+    assert!(others.iter().all(|(_, p)| *p == SCHED_OTHER), "{others:?}");
+    c.stop_daemon();
+}
