@@ -181,13 +181,9 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> Result<(), EngineError
 /// Runs the provider for `name`: its first line of output is the value.
 fn ask_provider(p: &Provider, name: &str) -> Result<String, EngineError> {
     let failed = |message: String| EngineError::SecretProvider { name: name.to_string(), message };
-    let mut child = Command::new(&p.command[0])
-        .args(&p.command[1..])
-        .arg(name)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let mut command = Command::new(&p.command[0]);
+    command.args(&p.command[1..]).arg(name).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cairn_exec::with_normal_policy(|| command.spawn())
         .map_err(|e| failed(format!("`{}` could not be started: {e}", p.command.join(" "))))?;
     let started = Instant::now();
     let status = loop {

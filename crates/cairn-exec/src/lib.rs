@@ -25,4 +25,4 @@ pub mod ssh;
 pub use reap::*;
 pub use sandbox::*;
 pub use space::disk_space;
-pub use spawn::run_this_thread_as_batch;
+pub use spawn::{run_this_thread_as_batch, with_normal_policy};

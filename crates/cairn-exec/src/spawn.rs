@@ -170,6 +170,28 @@ pub fn run_this_thread_as_batch() -> bool {
     changed
 }
 
+/// Runs `spawn` (a `std::process::Command`'s spawn) under the normal policy when this thread is a
+/// batch thread made so by [`run_this_thread_as_batch`], and makes it a batch thread again after:
+/// what it starts (the step agent, and the controller and jobs of a pipeline under it) is the
+/// user's work, as a tool is.
+pub fn with_normal_policy<T>(spawn: impl FnOnce() -> T) -> T {
+    // SAFETY: reads this thread's own policy.
+    let batch = MADE_BATCH.load(Ordering::Relaxed) && unsafe { libc::sched_getscheduler(0) } == libc::SCHED_BATCH;
+    let set = |policy| {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sets this thread's own policy; refused, the child inherits the batch one.
+        unsafe { libc::sched_setscheduler(0, policy, &param) };
+    };
+    if batch {
+        set(libc::SCHED_OTHER);
+    }
+    let out = spawn();
+    if batch {
+        set(libc::SCHED_BATCH);
+    }
+    out
+}
+
 /// The kernel refused `CLONE_PIDFD` once (before Linux 5.2): never asked for again.
 static NO_CLONE_PIDFD: AtomicBool = AtomicBool::new(false);
 
@@ -284,12 +306,11 @@ unsafe fn prepare(args: &ChildArgs) -> Result<(), c_int> {
             return Err(fail());
         }
         // A tool is the user's work: it runs under the policy the daemon was started with, not
-        // the one the daemon chose for its own threads.
+        // the one the daemon chose for its own threads. (Were this refused, the tool would run
+        // as a batch task: no reason to fail it.)
         if args.normal_policy && libc::sched_getscheduler(0) == libc::SCHED_BATCH {
             let normal = libc::sched_param { sched_priority: 0 };
-            if libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal) != 0 {
-                return Err(fail());
-            }
+            libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal);
         }
         // A pipe numbered 0–2 (this process started without its standard streams) is moved out
         // of the way first, so no dup2 overwrites another's source.
@@ -533,6 +554,15 @@ mod tests {
                     assert_eq!(policy_of(&out), libc::SCHED_OTHER as u32, "{out}");
                     // Already a batch thread: left as it is.
                     assert!(!run_this_thread_as_batch());
+                    // What std's spawn starts from it, through with_normal_policy, as well; the
+                    // thread is a batch thread again after.
+                    let out =
+                        with_normal_policy(|| std::process::Command::new("/bin/cat").arg("/proc/self/stat").output());
+                    assert_eq!(policy_of(&String::from_utf8_lossy(&out.unwrap().stdout)), libc::SCHED_OTHER as u32);
+                    // SAFETY: reads this thread's policy.
+                    assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_BATCH);
+                    let out = std::process::Command::new("/bin/cat").arg("/proc/self/stat").output();
+                    assert_eq!(policy_of(&String::from_utf8_lossy(&out.unwrap().stdout)), libc::SCHED_BATCH as u32);
                 })
                 .join()
                 .unwrap();

@@ -160,7 +160,8 @@ impl Agent {
             _ => Vec::new(),
         };
         let env = crate::sandbox_env(&["SSH_AUTH_SOCK".to_string()], &nonce);
-        let mut child = Command::new(&argv[0])
+        let mut command = Command::new(&argv[0]);
+        command
             .args(&argv[1..])
             .env_clear()
             .envs(env)
@@ -168,12 +169,11 @@ impl Agent {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| AgentError::Failed {
-                host: self.host(),
-                detail: format!("cannot start `{}`: {e}", argv[0]),
-            })?;
+            .process_group(0);
+        let mut child = crate::with_normal_policy(|| command.spawn()).map_err(|e| AgentError::Failed {
+            host: self.host(),
+            detail: format!("cannot start `{}`: {e}", argv[0]),
+        })?;
         let mut stdin = child.stdin.take();
         if let Some(s) = stdin.as_mut() {
             // A write error shows up as the agent's exit.
