@@ -9,7 +9,8 @@
 //! CPU (BENCHMARKS §18). What the child does is what `posix_spawn` does for `Command`, no more:
 //! caught signals back to their default (and SIGPIPE, which Rust's runtime ignores), an empty
 //! signal mask, its own process group, the three pipes as its standard streams, its directory,
-//! then `execve`.
+//! then `execve`; and, started from a thread made a batch thread ([`run_this_thread_as_batch`]),
+//! the normal scheduling policy back.
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::io;
