@@ -158,7 +158,7 @@ static MADE_BATCH: AtomicBool = AtomicBool::new(false);
 /// tool before its exit was complete, found no exit, and slept again, so the tool was switched out
 /// and back once more for every step (BENCHMARKS §18). A thread the process's owner already gave
 /// another policy (`chrt`) keeps it. The threads it starts inherit the policy; the tools they
-/// start get the normal one back ([`Prepared::spawn`]). True when the thread was changed.
+/// start get the normal one back in the spawn's child. True when the thread was changed.
 pub fn run_this_thread_as_batch() -> bool {
     let batch = libc::sched_param { sched_priority: 0 };
     // SAFETY: reads and sets this thread's own policy.
