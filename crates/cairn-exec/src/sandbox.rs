@@ -341,12 +341,8 @@ fn supervise<H, E>(
     // Made by the spawn (Linux 5.2 and later), else opened now: the child is ours and not yet
     // waited for, so its pid cannot be reused before this opens. Without pidfds (Linux before
     // 5.3, or a seccomp filter) its exit is polled instead.
-    let exit_fd = match child.take_pidfd() {
-        Some(fd) if use_pidfd => Some(fd),
-        _ => use_pidfd
-            .then(|| rustix::process::Pid::from_raw(pid as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok()))
-            .flatten(),
-    };
+    let opened = || rustix::process::Pid::from_raw(pid as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+    let exit_fd = if use_pidfd { child.take_pidfd().or_else(opened) } else { None };
 
     let mut report = || {
         // Read now, while the child is ours and not yet reaped (a zombie still has its entry).
@@ -612,7 +608,6 @@ impl Watch {
         report_at: Option<Instant>,
     ) -> Option<Result<ExitStatus, AttemptError>> {
         let exit_fd = self.exit_fd.as_ref()?;
-
         let mut wait = QUICK_EXIT.min(timeout);
         if let Some(at) = report_at {
             wait = wait.min(at.saturating_duration_since(Instant::now()));

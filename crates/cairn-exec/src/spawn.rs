@@ -77,7 +77,6 @@ impl Prepared {
             envp: self.envp.as_ptr(),
             cwd: self.cwd.as_ptr(),
             stdio: stdio.map(|fd| fd.as_raw_fd()),
-            normal_policy: MADE_BATCH.load(Ordering::Relaxed),
             error: AtomicI32::new(0),
         };
         let stack = Stack::take()?;
@@ -160,11 +159,7 @@ static MADE_BATCH: AtomicBool = AtomicBool::new(false);
 /// another policy (`chrt`) keeps it. The threads it starts inherit the policy; the tools they
 /// start get the normal one back in the spawn's child. True when the thread was changed.
 pub fn run_this_thread_as_batch() -> bool {
-    let batch = libc::sched_param { sched_priority: 0 };
-    // SAFETY: reads and sets this thread's own policy.
-    let changed = unsafe {
-        libc::sched_getscheduler(0) == libc::SCHED_OTHER && libc::sched_setscheduler(0, libc::SCHED_BATCH, &batch) == 0
-    };
+    let changed = policy() == libc::SCHED_OTHER && set_policy(libc::SCHED_BATCH);
     if changed {
         MADE_BATCH.store(true, Ordering::Relaxed);
     }
@@ -176,21 +171,33 @@ pub fn run_this_thread_as_batch() -> bool {
 /// what it starts (the step agent, and the controller and jobs of a pipeline under it) is the
 /// user's work, as a tool is.
 pub fn with_normal_policy<T>(spawn: impl FnOnce() -> T) -> T {
-    // SAFETY: reads this thread's own policy.
-    let batch = MADE_BATCH.load(Ordering::Relaxed) && unsafe { libc::sched_getscheduler(0) } == libc::SCHED_BATCH;
-    let set = |policy| {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sets this thread's own policy; refused, the child inherits the batch one.
-        unsafe { libc::sched_setscheduler(0, policy, &param) };
-    };
-    if batch {
-        set(libc::SCHED_OTHER);
-    }
+    // Refused, the child inherits the batch policy: no reason to fail its start.
+    let batch = made_batch() && set_policy(libc::SCHED_OTHER);
     let out = spawn();
     if batch {
-        set(libc::SCHED_BATCH);
+        set_policy(libc::SCHED_BATCH);
     }
     out
+}
+
+/// This thread runs under the batch policy [`run_this_thread_as_batch`] gave it or its creator.
+/// Async-signal-safe (an atomic's load and a system call): the spawn's child asks it too.
+fn made_batch() -> bool {
+    MADE_BATCH.load(Ordering::Relaxed) && policy() == libc::SCHED_BATCH
+}
+
+/// This thread's scheduling policy.
+fn policy() -> c_int {
+    // SAFETY: reads this thread's own policy.
+    unsafe { libc::sched_getscheduler(0) }
+}
+
+/// Sets this thread's scheduling policy (priority 0, as SCHED_OTHER and SCHED_BATCH have). True
+/// when it was set.
+fn set_policy(policy: c_int) -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sets this thread's own policy.
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
 }
 
 /// The kernel refused `CLONE_PIDFD` once (before Linux 5.2): never asked for again.
@@ -246,9 +253,6 @@ struct ChildArgs {
     envp: *const *const c_char,
     cwd: *const c_char,
     stdio: [c_int; 3],
-    /// A thread of this process was made a batch thread: a child that inherited that policy
-    /// gets the normal one back.
-    normal_policy: bool,
     /// The errno of the step that failed, written by a child that cannot exec.
     error: AtomicI32,
 }
@@ -309,9 +313,8 @@ unsafe fn prepare(args: &ChildArgs) -> Result<(), c_int> {
         // A tool is the user's work: it runs under the policy the daemon was started with, not
         // the one the daemon chose for its own threads. (Were this refused, the tool would run
         // as a batch task: no reason to fail it.)
-        if args.normal_policy && libc::sched_getscheduler(0) == libc::SCHED_BATCH {
-            let normal = libc::sched_param { sched_priority: 0 };
-            libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal);
+        if made_batch() {
+            set_policy(libc::SCHED_OTHER);
         }
         // A pipe numbered 0–2 (this process started without its standard streams) is moved out
         // of the way first, so no dup2 overwrites another's source.
